@@ -1,0 +1,80 @@
+"""The cloud side, E_cond: two frames -> :class:`~eden_serve.wire.Conditions`.
+
+Pad to whole query patches, normalise each frame by its own statistics, embed patches twice (one
+embedding for the DiT, one for the decoder), add positions, LayerNorm; plus the frame-difference
+scalar. Only the four ``*_cond_*`` modules' weights are needed here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .config import EdenConfig
+from .errors import BadInputError
+from .model import CondEncoderWeights, pos_embedding
+from .wire import Conditions
+
+
+def padding(size: int, multiple: int) -> tuple[int, int]:
+    """(before, after) padding of one axis to a multiple: half rounded down before, the rest after."""
+    total = (multiple - size % multiple) % multiple
+    return total // 2, total - total // 2
+
+
+def patch_grid(height: int, width: int, config: EdenConfig) -> tuple[int, int]:
+    m = config.pad_multiple
+    ph = (height + sum(padding(height, m))) // config.patch_size
+    pw = (width + sum(padding(width, m))) // config.patch_size
+    return ph, pw
+
+
+def pad_frames(frames: torch.Tensor, config: EdenConfig) -> torch.Tensor:
+    """[B, 3, H, W] -> [B, 3, H_pad, W_pad], replicating the border."""
+    top, bottom = padding(frames.shape[-2], config.pad_multiple)
+    left, right = padding(frames.shape[-1], config.pad_multiple)
+    return F.pad(frames, (left, right, top, bottom), mode="replicate")
+
+
+class CloudEncoder:
+    def __init__(self, weights: CondEncoderWeights, config: EdenConfig, device: str | torch.device = "cpu"):
+        self.config = config
+        self.device = torch.device(device)
+        self.weights = weights.to(self.device).eval()
+
+    @torch.inference_mode()
+    def encode(self, frame0: torch.Tensor, frame1: torch.Tensor, seed: int = 0) -> Conditions:
+        """Two [3, H, W] float frames in [0, 1] -> the conditions for the edge."""
+        if frame0.ndim != 3 or frame0.shape[0] != 3 or frame0.shape != frame1.shape:
+            raise BadInputError(
+                f"frames must be two RGB images of the same size, got {tuple(frame0.shape)} and {tuple(frame1.shape)}"
+            )
+        height, width = frame0.shape[-2:]
+        frames = torch.stack([frame0, frame1]).to(self.device, torch.float32)  # [2, 3, H, W]
+        difference = self._difference(frames)
+
+        padded = pad_frames(frames, self.config)
+        mean = padded.mean(dim=(1, 2, 3), keepdim=True)
+        std = padded.std(dim=(1, 2, 3), keepdim=True) + 1e-8
+        normalised = (padded - mean) / std
+
+        ph, pw = patch_grid(height, width, self.config)
+        pos = pos_embedding(self.config.hidden_dim, ph, pw, 1).to(self.device)
+        w = self.weights
+        cond_dit = w.norm_cond_dit(w.patch_cond_dit(normalised).flatten(2).transpose(1, 2) + pos)
+        cond_dec = w.norm_cond_dec(w.patch_cond_dec(normalised).flatten(2).transpose(1, 2) + pos)
+        return Conditions(
+            cond_dit=cond_dit.cpu(),
+            cond_dec=cond_dec.cpu(),
+            mean=mean.mean().item(),
+            std=std.mean().item(),
+            difference=difference.item(),
+            grid=(ph, pw),
+            size=(height, width),
+            seed=seed,
+        )
+
+    def _difference(self, frames: torch.Tensor) -> torch.Tensor:
+        """Standardised mean cosine similarity of the unpadded frames along channels."""
+        cos = F.cosine_similarity(frames[0:1], frames[1:2], dim=1, eps=1e-8).mean()
+        return (cos - self.config.cos_sim_mean) / self.config.cos_sim_std

@@ -1,0 +1,82 @@
+"""The one place that states EDEN's dimensions and constants.
+
+Two presets: ``official`` (the released ``eden.pt``) and ``tiny`` (same architecture, small enough
+for tests). Everything else derives shapes from an :class:`EdenConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EdenConfig:
+    patch_size: int = 16
+    latent_dim: int = 16
+    hidden_dim: int = 768
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    dit_depth: int = 12
+    decoder_depth: int = 4
+    ln_eps: float = 1e-6
+    # Statistics of the training data, fixed by the official checkpoint.
+    cos_sim_mean: float = 0.990539
+    cos_sim_std: float = 0.0608093
+    vae_scaler: float = 0.179437
+    vae_shift: float = 0.770202
+    # The flow-matching Euler grid 0 -> 0.75 -> 1.
+    timesteps: tuple[float, ...] = (0.0, 0.75, 1.0)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_dim // self.num_heads
+
+    @property
+    def mlp_dim(self) -> int:
+        return int(self.hidden_dim * self.mlp_ratio)
+
+    @property
+    def pad_multiple(self) -> int:
+        """Frames are padded so the query grid (patch grid / 2) is whole."""
+        return 2 * self.patch_size
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EdenConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in fields}
+        if "timesteps" in kwargs:
+            kwargs["timesteps"] = tuple(kwargs["timesteps"])
+        return cls(**kwargs)
+
+    def fingerprint(self) -> str:
+        """Short stable hash of everything that makes two models' tensors interchangeable."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def name(self) -> str:
+        for preset_name, preset in PRESETS.items():
+            if preset == self:
+                return preset_name
+        return f"custom-{self.fingerprint()}"
+
+
+PRESETS: dict[str, EdenConfig] = {
+    "official": EdenConfig(),
+    "tiny": EdenConfig(hidden_dim=64, num_heads=4, dit_depth=2, decoder_depth=2),
+}
+
+
+def preset(name: str) -> EdenConfig:
+    from .errors import BadInputError
+
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise BadInputError(f"unknown config {name!r}; choose one of {', '.join(PRESETS)}") from None

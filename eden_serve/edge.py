@@ -1,0 +1,189 @@
+"""The edge side: :class:`~eden_serve.wire.Conditions` -> the middle frame, with G_DiT and D_dec.
+
+Two paths compute the same function and sit side by side:
+
+* ``reference``: the official computation step by step (9-token temporal attention sequences in the
+  DiT, 3-token ones in the decoder, attention over every token, the condition tokens re-projected in
+  every Euler step). It is the tests' oracle.
+* ``fast`` (the default): the same numbers with less work; see :class:`_FastPath`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from .cloud import padding
+from .config import EdenConfig
+from .errors import BadInputError
+from .model import Attention, Block, DitDecoderWeights, pos_embedding
+from .wire import Conditions
+
+Path = Literal["fast", "reference"]
+Precision = Literal["fp32", "bf16"]
+
+
+def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
+    """The contract for reproducibility: drawn on the CPU from a seeded generator, moved later."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((1, num_tokens, config.latent_dim), generator=generator)
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x * (1 + scale) + shift
+
+
+def query_blocks(cond: torch.Tensor, ph: int, pw: int) -> torch.Tensor:
+    """[N, D] condition tokens -> [Nq, 4, D]: the 2x2 block each query token (r, c) owns,
+    ordered (2r,2c), (2r,2c+1), (2r+1,2c), (2r+1,2c+1)."""
+    d = cond.shape[-1]
+    return cond.reshape(ph // 2, 2, pw // 2, 2, d).permute(0, 2, 1, 3, 4).reshape(-1, 4, d)
+
+
+class _ReferencePath:
+    """The official computation, one step after the other."""
+
+    def temporal_dit(self, blk: Block, x: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
+        h = blk.norm_temp_attn(x)[0][:, None, :]  # [Nq, 1, D]
+        sequence = torch.cat([c0, h, c1], dim=1)  # [Nq, 9, D]; the query token is index 4
+        return blk.temp_attn(sequence)[:, 4][None]
+
+    def self_attn(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
+        return attn(x)
+
+    def decoder_self_attn(self, blk: Block, r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([r, q], dim=1)
+        x = x + blk.self_attn(blk.norm_self_attn(x))
+        return x[:, : r.shape[1]]
+
+    def temporal_dec(self, blk: Block, r: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
+        sequence = torch.stack([c0, blk.norm_temp_attn(r)[0], c1], dim=1)  # [N, 3, D]
+        return blk.temp_attn(sequence)[:, 1][None]
+
+
+class _FastPath(_ReferencePath):
+    """Skips work whose result the reference discards or recomputes; exact up to float rounding.
+
+    Only the query token's row of each temporal attention is computed (the reference attends over
+    all 9 (DiT) or 3 (decoder) tokens and keeps one row); the condition tokens' keys and values
+    do not depend on the latents, so they are projected once per pair and reused in both Euler
+    steps; the decoder's self-attention computes query rows only for the tokens it keeps; all
+    attention runs through ``scaled_dot_product_attention``.
+    """
+
+    def __init__(self):
+        self._cond_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _kv(self, attn: Attention, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = id(attn)
+        if key not in self._cond_kv:
+            dim = attn.proj.weight.shape[0]
+            self._cond_kv[key] = attn.heads(cond, slice(dim, 3 * dim)).chunk(2, dim=-1)
+        return self._cond_kv[key]
+
+    def _query_row(self, attn: Attention, h: torch.Tensor, cond: torch.Tensor, at: int) -> torch.Tensor:
+        """Attention output of token ``h`` ([T, D]) placed at position ``at`` among ``cond``'s
+        [T, C, D] tokens (position only orders the keys; the result does not depend on it)."""
+        q, k, v = attn.heads(h[:, None, :], slice(None)).chunk(3, dim=-1)  # [T, H, 1, hd]
+        k_cond, v_cond = self._kv(attn, cond)  # [T, H, C, hd]
+        keys = torch.cat([k_cond[:, :, :at], k, k_cond[:, :, at:]], dim=2)
+        values = torch.cat([v_cond[:, :, :at], v, v_cond[:, :, at:]], dim=2)
+        return attn.merge(F.scaled_dot_product_attention(q, keys, values))[:, 0][None]
+
+    def temporal_dit(self, blk, x, c0, c1):
+        return self._query_row(blk.temp_attn, blk.norm_temp_attn(x)[0], torch.cat([c0, c1], dim=1), 4)
+
+    def self_attn(self, attn, x):
+        q, k, v = attn.heads(x, slice(None)).chunk(3, dim=-1)
+        return attn.merge(F.scaled_dot_product_attention(q, k, v))
+
+    def decoder_self_attn(self, blk, r, q):
+        attn, n = blk.self_attn, r.shape[1]
+        dim = attn.proj.weight.shape[0]
+        h = blk.norm_self_attn(torch.cat([r, q], dim=1))
+        queries = attn.heads(h[:, :n], slice(0, dim))
+        k, v = attn.heads(h, slice(dim, 3 * dim)).chunk(2, dim=-1)
+        return r + attn.merge(F.scaled_dot_product_attention(queries, k, v))
+
+    def temporal_dec(self, blk, r, c0, c1):
+        return self._query_row(blk.temp_attn, blk.norm_temp_attn(r)[0], torch.stack([c0, c1], dim=1), 1)
+
+
+class EdgeDecoder:
+    def __init__(
+        self,
+        weights: DitDecoderWeights,
+        config: EdenConfig,
+        device: str | torch.device = "cpu",
+        precision: Precision = "fp32",
+    ):
+        if precision not in ("fp32", "bf16"):
+            raise BadInputError(f"unknown precision {precision!r}; use fp32 or bf16")
+        self.config = config
+        self.device = torch.device(device)
+        self.precision = precision
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        self.weights = weights.to(self.device, dtype).eval()
+
+    def _autocast(self):
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        # LayerNorm, softmax and the residual stream stay in float32 under autocast.
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    @torch.inference_mode()
+    def interpolate(self, cond: Conditions, path: Path = "fast") -> torch.Tensor:
+        """Conditions -> the middle frame, [3, H, W] float32 in [0, 1] on the CPU."""
+        return self.decode(self.denoise(cond, path), cond, path)
+
+    @torch.inference_mode()
+    def denoise(self, cond: Conditions, path: Path = "fast") -> torch.Tensor:
+        """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [1, Nq, L]."""
+        cfg, w = self.config, self.weights
+        ph, pw = cond.grid
+        impl = _FastPath() if path == "fast" else _ReferencePath()
+        c0, c1 = (query_blocks(c, ph, pw) for c in cond.cond_dit.to(self.device))
+        difference = torch.tensor([[cond.difference]], device=self.device)
+        pos = pos_embedding(cfg.hidden_dim, ph, pw, 2).to(self.device)
+        z = initial_noise(cond.seed, (ph // 2) * (pw // 2), cfg).to(self.device)
+        with self._autocast():
+            for t0, t1 in zip(cfg.timesteps[:-1], cfg.timesteps[1:]):
+                t = torch.tensor([t0], device=self.device)
+                c = w.denoise_timestep_embedder(t) + w.difference_embedder(difference)  # [1, D]
+                shift1, scale1, gate1, shift2, scale2, gate2 = w.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
+                x = w.proj_in(z) + pos  # [1, Nq, D]
+                for blk in w.dit_blocks:
+                    x = x + gate1 * impl.self_attn(blk.self_attn, modulate(blk.norm_self_attn(x), shift1, scale1))
+                    x = x + impl.temporal_dit(blk, x, c0, c1)
+                    x = x + gate2 * blk.mlp(modulate(blk.norm_mlp(x), shift2, scale2))
+                velocity = w.proj_out(w.norm_out(x))[..., : cfg.latent_dim]
+                z = z + (t1 - t0) * velocity.float()
+        return z / cfg.vae_scaler + cfg.vae_shift
+
+    @torch.inference_mode()
+    def decode(self, latents: torch.Tensor, cond: Conditions, path: Path = "fast") -> torch.Tensor:
+        """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped."""
+        cfg, w = self.config, self.weights
+        ph, pw = cond.grid
+        p = cfg.patch_size
+        impl = _FastPath() if path == "fast" else _ReferencePath()
+        c0, c1 = cond.cond_dec.to(self.device)
+        with self._autocast():
+            q = w.proj_token(latents)  # [1, Nq, D]
+            grid = q.transpose(1, 2).reshape(1, cfg.hidden_dim, ph // 2, pw // 2)
+            up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
+            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg.hidden_dim, ph, pw, 1).to(self.device)  # [1, N, D]
+            q = q + pos_embedding(cfg.hidden_dim, ph, pw, 2).to(self.device)
+            for blk in w.decoder_blocks:
+                r = impl.decoder_self_attn(blk, r, q)
+                r = r + impl.temporal_dec(blk, r, c0, c1)
+                r = r + blk.mlp(blk.norm_mlp(r))
+            patches = w.unpatchify(r)[0].float()  # [N, 3 p^2], each patch (p1, p2, channel)
+        image = patches.reshape(ph, pw, p, p, 3).permute(4, 0, 2, 1, 3).reshape(3, ph * p, pw * p)
+        image = image * cond.std + cond.mean
+        height, width = cond.size
+        top, left = padding(height, cfg.pad_multiple)[0], padding(width, cfg.pad_multiple)[0]
+        return image[:, top : top + height, left : left + width].clamp(0, 1).cpu()

@@ -1,0 +1,176 @@
+"""EDEN's building blocks and its two weight halves, named exactly as in the official checkpoint.
+
+Read top-down: embeddings, attention and MLP, the transformer block, then the two halves:
+:class:`CondEncoderWeights` (the cloud's four ``*_cond_*`` modules) and :class:`DitDecoderWeights`
+(everything else, for the edge). Together their state dicts are the official ``eden.pt`` state dict.
+The computations that use these modules live in ``cloud.py`` and ``edge.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import EdenConfig
+
+CLOUD_PREFIXES = ("patch_cond_dit.", "norm_cond_dit.", "patch_cond_dec.", "norm_cond_dec.")
+
+
+# --- embeddings ---------------------------------------------------------------------------------
+
+
+def _sincos_1d(dim: int, coords: torch.Tensor) -> torch.Tensor:
+    """[M] float64 coordinates -> [M, dim]: dim/2 frequencies 1/10000^(k/(dim/2)), [sin | cos]."""
+    omega = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64) / (dim / 2))
+    angles = coords[:, None] * omega[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=1)
+
+
+@lru_cache(maxsize=64)
+def pos_embedding(dim: int, ph: int, pw: int, stride: int) -> torch.Tensor:
+    """[ (ph//stride)*(pw//stride), dim ] positional embedding of a token grid, row-major.
+
+    Coordinates are scaled by the *full* patch grid (ph/16 rows, pw/28 columns) even for the
+    stride-2 query grid; the first half of the channels embeds the column, the second the row.
+    """
+    gh, gw = ph // stride, pw // stride
+    rows = torch.arange(gh, dtype=torch.float64) / (ph / 16)
+    cols = torch.arange(gw, dtype=torch.float64) / (pw / 28)
+    col_emb = _sincos_1d(dim // 2, cols)  # [gw, dim/2]
+    row_emb = _sincos_1d(dim // 2, rows)  # [gh, dim/2]
+    grid = torch.cat(
+        [col_emb[None, :, :].expand(gh, gw, -1), row_emb[:, None, :].expand(gh, gw, -1)], dim=-1
+    )
+    return grid.reshape(gh * gw, dim).to(torch.float32)
+
+
+def timestep_features(t: torch.Tensor, dim: int = 256) -> torch.Tensor:
+    """[B] times in [0, 1] (unscaled) -> [B, dim] features [cos(t f) | sin(t f)]."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
+    angles = t[:, None].float() * freqs[None, :]
+    return torch.cat([angles.cos(), angles.sin()], dim=-1)
+
+
+class TimestepEmbedder(nn.Module):
+    def __init__(self, dim: int, features: int = 256):
+        super().__init__()
+        self.features = features
+        self.mlp = nn.Sequential(nn.Linear(features, dim), nn.SiLU(), nn.Linear(dim, dim))
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.mlp(timestep_features(t, self.features).to(self.mlp[0].weight.dtype))
+
+
+# --- attention and MLP --------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """Multi-head attention with one shared ``qkv`` and an output ``proj``, both without bias."""
+
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+
+    def heads(self, x: torch.Tensor, part: slice) -> torch.Tensor:
+        """Project [..., T, D] with rows ``part`` of ``qkv`` and split heads -> [..., H, T, n*hd]."""
+        dim = self.proj.weight.shape[0]
+        weight = self.qkv.weight[part]
+        y = F.linear(x, weight)
+        n = weight.shape[0] // dim
+        y = y.unflatten(-1, (n, self.num_heads, dim // self.num_heads))  # [..., T, n, H, hd]
+        return y.movedim(-2, -4).flatten(-2)  # [..., H, T, n*hd]: q|k|v side by side per head
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        """[..., H, T, hd] -> proj([..., T, D])."""
+        return self.proj(y.movedim(-3, -2).flatten(-2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Plain attention of every token over [..., T, D], softmax written out (the reference)."""
+        hd = self.proj.weight.shape[0] // self.num_heads
+        q, k, v = self.heads(x, slice(None)).split(hd, dim=-1)
+        weights = (q @ k.transpose(-1, -2) * hd**-0.5).softmax(dim=-1)
+        return self.merge(weights @ v)
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Self-attention, temporal attention over the two frames' tokens, MLP; each pre-normalised.
+
+    The DiT and the decoder wire these parts differently (see ``edge.py``), so there is no forward.
+    """
+
+    def __init__(self, config: EdenConfig):
+        super().__init__()
+        dim, eps = config.hidden_dim, config.ln_eps
+        self.norm_self_attn = nn.LayerNorm(dim, eps=eps)
+        self.self_attn = Attention(dim, config.num_heads)
+        self.norm_temp_attn = nn.LayerNorm(dim, eps=eps)
+        self.temp_attn = Attention(dim, config.num_heads)
+        self.norm_mlp = nn.LayerNorm(dim, eps=eps)
+        self.mlp = Mlp(dim, config.mlp_dim)
+
+
+# --- the two halves -----------------------------------------------------------------------------
+
+
+class CondEncoderWeights(nn.Module):
+    """E_cond's weights (cloud): one patch embedding and LayerNorm for the DiT, one for the decoder."""
+
+    def __init__(self, config: EdenConfig):
+        super().__init__()
+        p, dim = config.patch_size, config.hidden_dim
+        self.patch_cond_dit = nn.Conv2d(3, dim, kernel_size=p, stride=p)
+        self.norm_cond_dit = nn.LayerNorm(dim, eps=config.ln_eps)
+        self.patch_cond_dec = nn.Conv2d(3, dim, kernel_size=p, stride=p)
+        self.norm_cond_dec = nn.LayerNorm(dim, eps=config.ln_eps)
+
+
+class DitDecoderWeights(nn.Module):
+    """G_DiT's and D_dec's weights (edge)."""
+
+    def __init__(self, config: EdenConfig):
+        super().__init__()
+        dim, latent, p = config.hidden_dim, config.latent_dim, config.patch_size
+        self.proj_in = nn.Linear(latent, dim)
+        self.dit_blocks = nn.ModuleList(Block(config) for _ in range(config.dit_depth))
+        self.norm_out = nn.LayerNorm(dim, eps=config.ln_eps)
+        self.proj_out = nn.Linear(dim, 2 * latent)  # only the first `latent` outputs are the velocity
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(dim, 6 * dim))
+        self.difference_embedder = nn.Linear(1, dim)
+        self.denoise_timestep_embedder = TimestepEmbedder(dim)
+        self.proj_token = nn.Linear(latent, dim)
+        self.decoder_blocks = nn.ModuleList(Block(config) for _ in range(config.decoder_depth))
+        self.unpatchify = nn.Sequential(
+            nn.LayerNorm(dim, eps=config.ln_eps),
+            nn.Linear(dim, 3 * p * p),
+            nn.GELU(),
+            nn.Linear(3 * p * p, 3 * p * p),
+        )
+
+
+def expected_layout(config: EdenConfig) -> dict[str, tuple[int, ...]]:
+    """Every key of the official state dict with its shape, for ``config``."""
+    with torch.device("meta"):
+        halves = (CondEncoderWeights(config), DitDecoderWeights(config))
+    return {k: tuple(v.shape) for half in halves for k, v in half.state_dict().items()}
+
+
+def is_cloud_key(key: str) -> bool:
+    return key.startswith(CLOUD_PREFIXES)
