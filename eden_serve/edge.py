@@ -75,22 +75,26 @@ class _FastPath(_ReferencePath):
     """
 
     def __init__(self):
-        self._cond_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._slots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _kv(self, attn: Attention, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _kv_slots(self, attn: Attention, cond: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [T, H, C+1, hd] of the C condition tokens, projected once per pair,
+        with position ``at`` left for the token that changes every call."""
         key = id(attn)
-        if key not in self._cond_kv:
+        if key not in self._slots:
             dim = attn.proj.weight.shape[0]
-            self._cond_kv[key] = attn.heads(cond, slice(dim, 3 * dim)).chunk(2, dim=-1)
-        return self._cond_kv[key]
+            k, v = attn.heads(cond, slice(dim, 3 * dim)).chunk(2, dim=-1)
+            pad = torch.zeros_like(k[:, :, :1])
+            self._slots[key] = tuple(torch.cat([t[:, :, :at], pad, t[:, :, at:]], dim=2) for t in (k, v))
+        return self._slots[key]
 
     def _query_row(self, attn: Attention, h: torch.Tensor, cond: torch.Tensor, at: int) -> torch.Tensor:
         """Attention output of token ``h`` ([T, D]) placed at position ``at`` among ``cond``'s
-        [T, C, D] tokens (position only orders the keys; the result does not depend on it)."""
+        [T, C, D] tokens."""
         q, k, v = attn.heads(h[:, None, :], slice(None)).chunk(3, dim=-1)  # [T, H, 1, hd]
-        k_cond, v_cond = self._kv(attn, cond)  # [T, H, C, hd]
-        keys = torch.cat([k_cond[:, :, :at], k, k_cond[:, :, at:]], dim=2)
-        values = torch.cat([v_cond[:, :, :at], v, v_cond[:, :, at:]], dim=2)
+        keys, values = self._kv_slots(attn, cond, at)
+        keys[:, :, at : at + 1] = k
+        values[:, :, at : at + 1] = v
         return attn.merge(F.scaled_dot_product_attention(q, keys, values))[:, 0][None]
 
     def temporal_dit(self, blk, x, c0, c1):

@@ -1,0 +1,95 @@
+"""``eden-serve bench``: median time per pair, split by stage, optimised path vs reference path.
+
+The reference path always runs in fp32: it stands for the official implementation, so the speedup
+and the output difference printed are those of the chosen precision and path against it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import torch
+
+from . import wire
+from .checkpoint import load_pair
+from .config import EdenConfig
+from .edge import EdgeDecoder
+
+
+def synthetic_pair(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two smooth frames, the second a shifted copy of the first: deterministic, image-like."""
+    y = torch.linspace(0, 1, height)[:, None]
+    x = torch.linspace(0, 1, width + 8)[None, :]
+    canvas = torch.stack([(3 * x + y).sin(), (5 * y - 2 * x).cos(), (7 * x * y).sin()]) * 0.4 + 0.5
+    return canvas[:, :, :width].contiguous(), canvas[:, :, 8:].contiguous()
+
+
+def _timed(fn, device: torch.device):
+    start = time.perf_counter()
+    result = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return result, (time.perf_counter() - start) * 1000
+
+
+def _stages(cloud, edge: EdgeDecoder, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
+    device = edge.device
+
+    def round_trip(cond):
+        payload = wire.encode(cond, cloud.config, codec)
+        return wire.decode(payload, edge.config), len(payload)
+
+    cond, encode_ms = _timed(lambda: cloud.encode(*frames, seed=0), device)
+    (received, payload_bytes), codec_ms = _timed(lambda: round_trip(cond), device)
+    latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
+    frame, decode_ms = _timed(lambda: edge.decode(latents, received, path), device)
+    return {"encode": encode_ms, "codec": codec_ms, "denoise": denoise_ms, "decode": decode_ms}, frame, payload_bytes
+
+
+def _median_stages(cloud, edge, frames, codec, path, repeat):
+    _stages(cloud, edge, frames, codec, path)  # warm-up: allocator, kernels, cached embeddings
+    runs = [_stages(cloud, edge, frames, codec, path) for _ in range(repeat)]
+    medians = {k: statistics.median(r[0][k] for r in runs) for k in runs[0][0]}
+    totals = [sum(r[0].values()) for r in runs]
+    return medians, statistics.median(totals), runs[-1][1], runs[-1][2]
+
+
+def run_bench(
+    checkpoint: str | None,
+    config: EdenConfig,
+    size: tuple[int, int],
+    repeat: int,
+    codec: str,
+    precision: str,
+    device: str,
+    reference: bool = True,
+) -> dict:
+    wire.parse_codec(codec)
+    frames = synthetic_pair(*size)
+    cloud, edge = load_pair(checkpoint, config, device, precision)
+    raw_bytes = 2 * 3 * size[0] * size[1]
+    print(f"config {config.name}, {size[0]}x{size[1]}, codec {codec}, precision {precision}, device {device}, "
+          f"{torch.get_num_threads()} threads, {repeat} timed pairs after a warm-up")
+
+    stages, total, frame, payload = _median_stages(cloud, edge, frames, codec, "fast", repeat)
+    print("optimised: " + ", ".join(f"{k} {v:.1f} ms" for k, v in stages.items()) + f"; total {total:.1f} ms/pair")
+    print(f"payload {payload} bytes ({payload / raw_bytes:.2f}x the raw 8-bit frame pair, {raw_bytes} bytes)")
+    result = {
+        "ms_per_pair": round(total, 2), "payload_bytes": payload, "raw_pair_bytes": raw_bytes,
+        **{f"{k}_ms": round(v, 2) for k, v in stages.items()},
+        "config": config.name, "size": f"{size[0]}x{size[1]}", "codec": codec, "precision": precision, "device": device,
+    }
+    if reference:
+        fp32_edge = edge if precision == "fp32" else load_pair(checkpoint, config, device, "fp32")[1]
+        ref_stages, ref_total, ref_frame, _ = _median_stages(cloud, fp32_edge, frames, "fp32", "reference", repeat)
+        diff = (frame - ref_frame).abs().max().item()
+        diff_u8 = ((frame * 255).round() - (ref_frame * 255).round()).abs().max().item()
+        print("reference (fp32, fp32 codec): " + ", ".join(f"{k} {v:.1f} ms" for k, v in ref_stages.items())
+              + f"; total {ref_total:.1f} ms/pair")
+        print(f"speedup {ref_total / total:.2f}x; output max abs difference from the reference {diff:.2e} ({diff_u8:.0f} of 255)")
+        result.update(reference_ms_per_pair=round(ref_total, 2), speedup=round(ref_total / total, 3),
+                      max_abs_diff=diff, max_u8_diff=int(diff_u8))
+    print(json.dumps(result))
+    return result

@@ -1,0 +1,162 @@
+"""Weights: the official checkpoint, its split into a cloud half and an edge half, synthetic weights.
+
+The official ``eden.pt`` is a ``torch.save`` dict whose ``"eden"`` entry is the state dict (a bare
+state dict is accepted too). It is read with ``weights_only=True``: a checkpoint is chosen by the
+operator, never received over the network. The halves are written as safetensors files that carry
+their side and model dimensions in the header, so nothing we load at serving time can run code.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .cloud import CloudEncoder
+from .config import EdenConfig
+from .edge import EdgeDecoder, Precision
+from .errors import CheckpointError
+from .model import CondEncoderWeights, DitDecoderWeights, expected_layout, is_cloud_key
+
+SIDES = {"cloud": CondEncoderWeights, "edge": DitDecoderWeights}
+SYNTHETIC_WARNING = "no checkpoint given: using synthetic weights (seed {seed}); the output is NOT a real interpolation"
+
+
+def check_layout(state_dict: dict, expected: dict[str, tuple[int, ...]], source: str) -> None:
+    """Refuse a state dict that does not have exactly the expected keys and shapes, naming the key."""
+    missing = sorted(set(expected) - set(state_dict))
+    if missing:
+        raise CheckpointError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing); is this an EDEN checkpoint of the right config?")
+    unexpected = sorted(set(state_dict) - set(expected))
+    if unexpected:
+        raise CheckpointError(f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected); is this an EDEN checkpoint?")
+    for key, shape in expected.items():
+        value = state_dict[key]
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{source}: key {key!r} is a {type(value).__name__}, not a tensor")
+        if tuple(value.shape) != shape:
+            raise CheckpointError(
+                f"{source}: key {key!r} has shape {tuple(value.shape)}, expected {shape}; was it made with another --config?"
+            )
+
+
+def load_official(path: str | Path, config: EdenConfig) -> dict[str, torch.Tensor]:
+    """The official checkpoint's state dict, validated against ``config``'s layout."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+    if isinstance(obj, dict) and isinstance(obj.get("eden"), dict):
+        obj = obj["eden"]
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: expected a state dict or a dict with an 'eden' state dict, got {type(obj).__name__}")
+    check_layout(obj, expected_layout(config), str(path))
+    return {k: v.float().contiguous() for k, v in obj.items()}
+
+
+def split(state_dict: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """{"cloud": the four ``*_cond_*`` modules, "edge": everything else}."""
+    halves: dict[str, dict[str, torch.Tensor]] = {"cloud": {}, "edge": {}}
+    for key, value in state_dict.items():
+        halves["cloud" if is_cloud_key(key) else "edge"][key] = value
+    return halves
+
+
+def synthetic_state_dict(config: EdenConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Deterministic stand-in weights of the official layout: the same for the same seed anywhere."""
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, shape in sorted(expected_layout(config).items()):
+        if len(shape) == 1 and ("norm" in key or key.startswith("unpatchify.0")) and key.endswith(".weight"):
+            value = 1 + 0.02 * torch.randn(shape, generator=generator)  # LayerNorm scales near one
+        elif len(shape) == 1:
+            value = 0.02 * torch.randn(shape, generator=generator)
+        else:
+            fan_in = int(torch.tensor(shape[1:]).prod())
+            value = torch.randn(shape, generator=generator) / fan_in**0.5
+        state[key] = value
+    return state
+
+
+def save_half(path: str | Path, state_dict: dict[str, torch.Tensor], side: str, config: EdenConfig) -> int:
+    """Write one half as safetensors with its side and config in the header; returns bytes written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    metadata = {"eden_side": side, "eden_config": json.dumps(config.to_dict())}
+    save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp), metadata=metadata)
+    tmp.replace(path)
+    return path.stat().st_size
+
+
+def write_halves(state_dict: dict[str, torch.Tensor], out_dir: str | Path, config: EdenConfig) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {}
+    for side, half in split(state_dict).items():
+        paths[side] = out_dir / f"eden_{side}.safetensors"
+        save_half(paths[side], half, side, config)
+    return paths
+
+
+def load_half(path: str | Path, side: str) -> tuple[torch.nn.Module, EdenConfig]:
+    """A half's module with its weights (strict), and the config recorded in the file."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            state = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as exc:
+        raise CheckpointError(f"{path}: not a safetensors weights file ({exc})") from None
+    if metadata.get("eden_side") != side:
+        raise CheckpointError(f"{path}: holds {metadata.get('eden_side')!r} weights, expected {side!r}")
+    try:
+        config = EdenConfig.from_dict(json.loads(metadata["eden_config"]))
+    except Exception:
+        raise CheckpointError(f"{path}: header lacks a valid eden_config") from None
+    with torch.device("meta"):
+        module = SIDES[side](config)
+    check_layout(state, {k: tuple(v.shape) for k, v in module.state_dict().items()}, str(path))
+    module.load_state_dict(state, strict=True, assign=True)
+    return module, config
+
+
+def module_from_state(state_dict: dict[str, torch.Tensor], side: str, config: EdenConfig) -> torch.nn.Module:
+    with torch.device("meta"):
+        module = SIDES[side](config)
+    module.load_state_dict(split(state_dict)[side], strict=True, assign=True)
+    return module
+
+
+def load_cloud(path: str | Path, device: str = "cpu") -> CloudEncoder:
+    module, config = load_half(path, "cloud")
+    return CloudEncoder(module, config, device)
+
+
+def load_edge(path: str | Path, device: str = "cpu", precision: Precision = "fp32") -> EdgeDecoder:
+    module, config = load_half(path, "edge")
+    return EdgeDecoder(module, config, device, precision)
+
+
+def load_pair(
+    checkpoint: str | Path | None,
+    config: EdenConfig,
+    device: str = "cpu",
+    precision: Precision = "fp32",
+    seed: int = 0,
+) -> tuple[CloudEncoder, EdgeDecoder]:
+    """Both halves in one process, from an official checkpoint or synthetic weights (with a warning)."""
+    if checkpoint is None:
+        warnings.warn(SYNTHETIC_WARNING.format(seed=seed), stacklevel=2)
+        state = synthetic_state_dict(config, seed)
+    else:
+        state = load_official(checkpoint, config)
+    cloud = CloudEncoder(module_from_state(state, "cloud", config), config, device)
+    edge = EdgeDecoder(module_from_state(state, "edge", config), config, device, precision)
+    return cloud, edge

@@ -1,0 +1,173 @@
+"""The ``eden-serve`` command: interpolate, split-checkpoint, bench, client.
+
+Every error the user can cause ends as one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import wire
+from .config import PRESETS, preset
+from .errors import BadInputError, EdenError
+from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_png
+
+PROG = "eden-serve"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _device(name: str) -> str:
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", name)
+    if match is None:
+        raise BadInputError(f"unknown device {name!r}; use cpu, cuda or cuda:N")
+    if name == "cpu":
+        return name
+    if not torch.cuda.is_available():
+        raise BadInputError(f"device {name} asked for, but CUDA is not available here; use --device cpu")
+    if int(match.group(1) or 0) >= torch.cuda.device_count():
+        raise BadInputError(f"device {name} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
+    return name
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        height, width = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HxW such as 480x854, got {text!r}") from None
+    if height < 1 or width < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
+    return height, width
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", help="official eden.pt (default: synthetic weights, not a real interpolation)")
+    parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
+    parser.add_argument("--codec", default=wire.DEFAULT_CODEC, help=f"wire codec: {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="edge compute precision (default: fp32)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="EDEN frame interpolation, split between a cloud encoder and an edge DiT+decoder.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = commands.add_parser("interpolate", help="middle frame of a pair, or every middle frame of a clip, in this process")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="FRAME0 FRAME1, or one clip: a directory of frames, a GIF/APNG/WebP or an MP4")
+    p.add_argument("-o", "--output", required=True, help="output PNG (pair) or clip of the input's kind")
+    p.add_argument("--seed", type=int, default=0, help="noise seed (pair i of a clip uses seed + i; default 0)")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger frames (default: 4K UHD)")
+    p.add_argument("--inflight", type=int, default=2, help="clip pairs in flight (default 2)")
+    _model_options(p)
+
+    p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
+    p.add_argument("checkpoint", nargs="?", help="official eden.pt (default: synthetic weights)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--config", choices=sorted(PRESETS), default="official")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
+
+    p = commands.add_parser("bench", help="median time per pair: encode / codec / denoise / decode, vs the reference path")
+    p.add_argument("--size", type=_size, default=(480, 854), help="frame size HxW (default 480x854)")
+    p.add_argument("--repeat", type=int, default=3, help="timed pairs after one warm-up (default 3)")
+    p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
+    _model_options(p)
+
+    from .client import add_client_arguments
+
+    add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
+    return parser
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _interpolate(args) -> int:
+    from .checkpoint import load_pair
+    from .pipeline import interpolate_pair
+
+    config, device = preset(args.config), _device(args.device)
+    wire.parse_codec(args.codec)
+    if len(args.inputs) == 1:
+        from .streaming import interpolate_clip_in_process
+
+        cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
+        summary = interpolate_clip_in_process(
+            args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed,
+            inflight=args.inflight, progress=None, max_pixels=args.max_pixels,
+        )
+        print(summary)
+        return 0
+    if len(args.inputs) != 2:
+        raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
+    frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
+    frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
+    check_pair(frame0, frame1)
+    cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
+    middle, payload_bytes = interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec)
+    _write_atomic(Path(args.output), to_png(middle))
+    print(f"wrote {args.output} ({middle.shape[2]}x{middle.shape[1]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
+    return 0
+
+
+def _split_checkpoint(args) -> int:
+    from .checkpoint import load_official, synthetic_state_dict, write_halves
+
+    config = preset(args.config)
+    if args.checkpoint is None:
+        from .checkpoint import SYNTHETIC_WARNING
+
+        warnings.warn(SYNTHETIC_WARNING.format(seed=args.seed))
+        state = synthetic_state_dict(config, args.seed)
+    else:
+        state = load_official(args.checkpoint, config)
+    for side, path in write_halves(state, args.out, config).items():
+        print(f"{side}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def _bench(args) -> int:
+    from .bench import run_bench
+
+    run_bench(
+        checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat,
+        codec=args.codec, precision=args.precision, device=_device(args.device), reference=not args.no_reference,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = lambda message, *_args, **_kw: f"{PROG}: warning: {message}\n"
+    args = _build_parser().parse_args(argv)
+    try:
+        if args.command == "client":
+            from .client import run_client
+
+            return run_client(args)
+        return {"interpolate": _interpolate, "split-checkpoint": _split_checkpoint, "bench": _bench}[args.command](args)
+    except EdenError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

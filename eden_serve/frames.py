@@ -1,0 +1,72 @@
+"""Frames in and out: image bytes or files <-> float tensors [3, H, W] in [0, 1].
+
+Any Pillow-readable format and mode is accepted and converted to RGB; 16-bit images keep their
+precision. The pixel limit is checked from the header, before any pixel is decoded.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import BadInputError, FrameTooLargeError
+
+DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
+
+_SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+
+
+def check_size(width: int, height: int, max_pixels: int, name: str = "frame") -> None:
+    if width * height > max_pixels:
+        raise FrameTooLargeError(f"{name} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}")
+
+
+def image_to_tensor(image: Image.Image) -> torch.Tensor:
+    image = ImageOps.exif_transpose(image)
+    if image.mode in _SIXTEEN_BIT_MODES:
+        gray = np.asarray(image, dtype=np.float32) / 65535.0
+        array = np.repeat(np.clip(gray, 0, 1)[..., None], 3, axis=-1)
+    elif image.mode == "F":
+        array = np.repeat(np.clip(np.asarray(image, dtype=np.float32), 0, 1)[..., None], 3, axis=-1)
+    else:
+        array = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+    return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).contiguous()
+
+
+def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int = DEFAULT_MAX_PIXELS) -> torch.Tensor:
+    """Image bytes or a file path -> [3, H, W] float32 in [0, 1]."""
+    try:
+        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
+    except OSError as exc:
+        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
+    with stream:
+        try:
+            image = Image.open(stream)
+            check_size(*image.size, max_pixels, name)
+            image.load()
+        except FrameTooLargeError:
+            raise
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+            raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
+        return image_to_tensor(image)
+
+
+def check_pair(frame0: torch.Tensor, frame1: torch.Tensor) -> None:
+    if frame0.shape != frame1.shape:
+        (_, h0, w0), (_, h1, w1) = frame0.shape, frame1.shape
+        raise BadInputError(f"frames differ in size: frame0 is {w0}x{h0}, frame1 is {w1}x{h1}")
+
+
+def to_uint8(frame: torch.Tensor) -> np.ndarray:
+    """[3, H, W] in [0, 1] -> H x W x 3 uint8, round(x * 255)."""
+    return (frame.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+
+
+def to_png(frame: torch.Tensor) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(to_uint8(frame)).save(buffer, format="PNG")
+    return buffer.getvalue()
