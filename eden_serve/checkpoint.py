@@ -27,21 +27,25 @@ SYNTHETIC_WARNING = "no checkpoint given: using synthetic weights (seed {seed});
 
 
 def check_layout(state_dict: dict, expected: dict[str, tuple[int, ...]], source: str) -> None:
-    """Refuse a state dict that does not have exactly the expected keys and shapes, naming the key."""
-    missing = sorted(set(expected) - set(state_dict))
-    if missing:
-        raise CheckpointError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing); is this an EDEN checkpoint of the right config?")
-    unexpected = sorted(set(state_dict) - set(expected))
-    if unexpected:
-        raise CheckpointError(f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected); is this an EDEN checkpoint?")
-    for key, shape in expected.items():
-        value = state_dict[key]
+    """Refuse a state dict that does not have exactly the expected keys and shapes, naming the key.
+
+    Shapes are checked first: a checkpoint of other dimensions is then named as such, rather
+    than by the first of the blocks it lacks.
+    """
+    for key in sorted(expected.keys() & state_dict.keys()):
+        value, shape = state_dict[key], expected[key]
         if not isinstance(value, torch.Tensor):
             raise CheckpointError(f"{source}: key {key!r} is a {type(value).__name__}, not a tensor")
         if tuple(value.shape) != shape:
             raise CheckpointError(
                 f"{source}: key {key!r} has shape {tuple(value.shape)}, expected {shape}; was it made with another --config?"
             )
+    missing = sorted(set(expected) - set(state_dict))
+    if missing:
+        raise CheckpointError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing); is this an EDEN checkpoint?")
+    unexpected = sorted(set(state_dict) - set(expected))
+    if unexpected:
+        raise CheckpointError(f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected); is this an EDEN checkpoint?")
 
 
 def load_official(path: str | Path, config: EdenConfig) -> dict[str, torch.Tensor]:

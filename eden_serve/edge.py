@@ -129,13 +129,17 @@ class EdgeDecoder:
         self.config = config
         self.device = torch.device(device)
         self.precision = precision
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        self.weights = weights.to(self.device, dtype).eval()
+        self.weights = weights.to(self.device).eval()
+        if precision == "bf16":
+            # Matrix products in bf16; LayerNorm keeps float32 weights, since CPU autocast runs it
+            # in the input's dtype and the residual stream is float32.
+            for module in self.weights.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.to(torch.bfloat16)
 
     def _autocast(self):
         if self.precision == "fp32":
             return contextlib.nullcontext()
-        # LayerNorm, softmax and the residual stream stay in float32 under autocast.
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     @torch.inference_mode()

@@ -1,0 +1,73 @@
+"""Frames in any Pillow format and mode, the pixel limit, and the 8-bit PNG out."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from eden_serve.errors import BadInputError, FrameTooLargeError
+from eden_serve.frames import check_pair, load_frame, to_png
+
+
+def encode(image: Image.Image, fmt: str = "PNG") -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+RGB = np.random.default_rng(0).integers(0, 256, (10, 12, 3), dtype=np.uint8)
+
+
+def test_rgb_png_is_exact():
+    frame = load_frame(encode(Image.fromarray(RGB)))
+    assert frame.shape == (3, 10, 12) and frame.dtype == torch.float32
+    assert torch.equal((frame * 255).round().to(torch.uint8).permute(1, 2, 0), torch.from_numpy(RGB))
+
+
+def test_sixteen_bit_grayscale_keeps_precision():
+    gray = np.array([[0, 1, 65535, 32768]], dtype=np.uint16)
+    frame = load_frame(encode(Image.fromarray(gray)))
+    assert frame.shape == (3, 1, 4)
+    torch.testing.assert_close(frame[0, 0], torch.tensor([0, 1, 65535, 32768]) / 65535.0)
+    assert torch.equal(frame[0], frame[2])
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "L", "P", "CMYK", "LA", "1"])
+def test_any_mode_becomes_rgb(mode):
+    image = Image.fromarray(RGB).convert(mode)
+    fmt = "JPEG" if mode == "CMYK" else "PNG"
+    assert load_frame(encode(image, fmt)).shape == (3, 10, 12)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "WEBP", "BMP", "TIFF"])
+def test_other_formats(fmt):
+    assert load_frame(encode(Image.fromarray(RGB), fmt)).shape == (3, 10, 12)
+
+
+def test_not_an_image():
+    with pytest.raises(BadInputError, match="frame0 is not a readable image"):
+        load_frame(b"hello", "frame0")
+
+
+def test_truncated_image():
+    with pytest.raises(BadInputError, match="not a readable image"):
+        load_frame(encode(Image.fromarray(RGB))[:60])
+
+
+def test_pixel_limit_checked_before_decoding():
+    with pytest.raises(FrameTooLargeError, match="12x10 = 120 pixels, over the limit of 100") as info:
+        load_frame(encode(Image.fromarray(RGB)), max_pixels=100)
+    assert info.value.status == 413
+
+
+def test_pair_of_different_sizes():
+    with pytest.raises(BadInputError, match="frame0 is 12x10, frame1 is 12x11"):
+        check_pair(torch.zeros(3, 10, 12), torch.zeros(3, 11, 12))
+
+
+def test_png_out_rounds():
+    frame = torch.tensor([0.0, 0.5 / 255, 0.6 / 255, 1.0]).reshape(1, 1, 4).expand(3, 1, 4)
+    out = np.asarray(Image.open(io.BytesIO(to_png(frame))))
+    assert out.dtype == np.uint8 and out[0, :, 0].tolist() == [0, 0, 1, 255]
