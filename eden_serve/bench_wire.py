@@ -1,0 +1,115 @@
+"""Payload size, token error and speed of every wire codec: ``python -m eden_serve.bench_wire``.
+
+Conditions are synthesised the way the encoder makes them, as LayerNorm outputs (rows standardised,
+times an LN weight, plus a bias), with the official dimensions. Two token profiles:
+
+* ``plain``: Gaussian activations, LN weight 1 +- 0.2, bias +- 0.1;
+* ``outliers``: heavy-tailed (Student t, 3 dof) activations and 1% of channels with a 10x LN weight,
+  as trained transformers tend to have.
+
+Token errors are over cond_dit and cond_dec together, the RMS error also relative to the tokens' RMS.
+``--frames`` adds the error of the edge's output frame (480p, against fp32 conditions), with
+synthetic weights unless ``--checkpoint`` names the official one; the edge's own bf16 mode is shown
+for scale. It takes a minute or two on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+
+from .config import PRESETS, EdenConfig
+from .wire import CODECS, DEFAULT_CODEC, Conditions, decode, encode
+
+RESOLUTIONS = {"480p": (480, 854), "1080p": (1080, 1920), "4K": (2160, 3840)}
+
+
+def synthetic(config: EdenConfig, size: tuple[int, int], profile: str, seed: int = 0) -> Conditions:
+    gen = torch.Generator().manual_seed(seed)
+    m, p, d = config.pad_multiple, config.patch_size, config.hidden_dim
+    grid = tuple((s + (m - s % m) % m) // p for s in size)
+    n = grid[0] * grid[1]
+
+    def tokens() -> torch.Tensor:
+        weight = 1 + 0.2 * torch.randn(d, generator=gen)
+        bias = 0.1 * torch.randn(d, generator=gen)
+        if profile == "plain":
+            h = torch.randn(2, n, d, generator=gen)
+        else:
+            h = torch.distributions.StudentT(3.0).sample((2, n, d))
+            weight[torch.randperm(d, generator=gen)[: d // 100]] *= 10
+        return torch.nn.functional.layer_norm(h, (d,), weight, bias)
+
+    return Conditions(tokens(), tokens(), mean=0.45, std=0.27, difference=-0.8, grid=grid, size=size, seed=seed)
+
+
+def token_errors(cond: Conditions, config: EdenConfig, codec: str) -> tuple[float, float, float]:
+    out = decode(encode(cond, config, codec), config)
+    x = torch.cat([cond.cond_dit, cond.cond_dec])
+    err = torch.cat([out.cond_dit, out.cond_dec]) - x
+    rms = err.square().mean().sqrt().item()
+    return err.abs().max().item(), rms, rms / x.square().mean().sqrt().item()
+
+
+def frame_errors(config: EdenConfig, checkpoint: str | None, conds: dict[str, Conditions]) -> None:
+    from .checkpoint import load_pair  # the model is only needed here
+
+    print("\noutput-frame error at 480p against fp32 conditions: max abs / PSNR (dB), pixels in [0, 1]")
+    edge = load_pair(checkpoint, config)[1]
+    edge_bf16 = load_pair(checkpoint, config, precision="bf16")[1]
+    refs = {profile: edge.interpolate(cond) for profile, cond in conds.items()}
+    rows = {codec: lambda cond, codec=codec: edge.interpolate(decode(encode(cond, config, codec), config)) for codec in CODECS}
+    rows["edge in bf16"] = edge_bf16.interpolate
+    print(f"{'codec':<18}" + "".join(f"{profile:>20}" for profile in conds))
+    for label, run in rows.items():
+        if label.endswith("+zstd") or label == "fp32":  # zstd is lossless
+            continue
+        cells = ""
+        for profile, cond in conds.items():
+            err = run(cond) - refs[profile]
+            cells += f"{err.abs().max().item():>11.2e} {-10 * math.log10(err.square().mean().item()):>7.1f}"
+        print(f"{label:<18}{cells}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="official", choices=list(PRESETS))
+    parser.add_argument("--frames", action="store_true", help="also measure the output-frame error through the edge model")
+    parser.add_argument("--checkpoint", help="official eden.pt for --frames (default: synthetic weights)")
+    args = parser.parse_args(argv)
+    config = PRESETS[args.config]
+    torch.manual_seed(0)  # StudentT samples from the global generator
+
+    print(f"payload bytes, config {args.config} (D={config.hidden_dim}), 'plain' tokens; x = ratio to fp32")
+    sizes = {}
+    for res, size in RESOLUTIONS.items():
+        cond = synthetic(config, size, "plain")
+        sizes[res] = {codec: len(encode(cond, config, codec)) for codec in CODECS}
+        print(f"  {res} {size[0]}x{size[1]}: grid {cond.grid}, N = {cond.grid[0] * cond.grid[1]}")
+    print(f"{'codec':<18}" + "".join(f"{res:>22}" for res in RESOLUTIONS))
+    for codec in CODECS:
+        cells = "".join(f"{sizes[res][codec]:>14,} ({sizes[res]['fp32'] / sizes[res][codec]:4.2f}x)" for res in RESOLUTIONS)
+        print(f"{codec:<18}{cells}")
+
+    print("\ntoken error at 480p (max abs / RMS / RMS relative to token RMS), and encode+decode time at 1080p")
+    conds = {profile: synthetic(config, RESOLUTIONS["480p"], profile) for profile in ("plain", "outliers")}
+    big = synthetic(config, RESOLUTIONS["1080p"], "plain")
+    print(f"{'codec':<18}{'plain':>30}{'outliers':>30}{'enc ms':>9}{'dec ms':>9}")
+    for codec in CODECS:
+        cells = "".join("{:>9.2e} {:>9.2e} {:>9.2e}".format(*token_errors(cond, config, codec)) for cond in conds.values())
+        start = time.perf_counter()
+        payload = encode(big, config, codec)
+        mid = time.perf_counter()
+        decode(payload, config)
+        end = time.perf_counter()
+        print(f"{codec:<18}{cells}{1000 * (mid - start):>9.0f}{1000 * (end - mid):>9.0f}")
+    if args.frames:
+        frame_errors(config, args.checkpoint, conds)
+    print(f"\nDEFAULT_CODEC = {DEFAULT_CODEC!r}")
+
+
+if __name__ == "__main__":
+    main()
