@@ -64,6 +64,11 @@ class _ReferencePath:
         return blk.temp_attn(sequence)[:, 1][None]
 
 
+def _heads(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """[..., T, n, H, hd] projections -> n views [..., H, T, hd], the layout attention takes."""
+    return tuple(t.transpose(-3, -2) for t in y.unbind(-3))
+
+
 class _FastPath(_ReferencePath):
     """Skips work whose result the reference discards or recomputes; exact up to float rounding.
 
@@ -71,46 +76,48 @@ class _FastPath(_ReferencePath):
     all 9 (DiT) or 3 (decoder) tokens and keeps one row); the condition tokens' keys and values
     do not depend on the latents, so they are projected once per pair and reused in both Euler
     steps; the decoder's self-attention computes query rows only for the tokens it keeps; all
-    attention runs through ``scaled_dot_product_attention``.
+    attention runs through ``scaled_dot_product_attention``, on views of the projections.
     """
 
     def __init__(self):
         self._slots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _kv_slots(self, attn: Attention, cond: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values [T, H, C+1, hd] of the C condition tokens, projected once per pair,
-        with position ``at`` left for the token that changes every call."""
+        """Keys and values [T, H, C+1, hd] of the [T, C, D] condition tokens, projected once per
+        pair, with position ``at`` left for the token that changes every call."""
         key = id(attn)
         if key not in self._slots:
-            dim = attn.proj.weight.shape[0]
-            k, v = attn.heads(cond, slice(dim, 3 * dim)).chunk(2, dim=-1)
-            pad = torch.zeros_like(k[:, :, :1])
-            self._slots[key] = tuple(torch.cat([t[:, :, :at], pad, t[:, :, at:]], dim=2) for t in (k, v))
+            t, c, _ = cond.shape
+            kv = _heads(attn.project(cond, "kv"))  # 2 x [T, H, C, hd]
+            slots = tuple(kv[0].new_empty(t, attn.num_heads, c + 1, kv[0].shape[-1]) for _ in kv)
+            for slot, cond_part in zip(slots, kv):
+                slot[:, :, :at] = cond_part[:, :, :at]
+                slot[:, :, at + 1 :] = cond_part[:, :, at:]
+            self._slots[key] = slots
         return self._slots[key]
 
     def _query_row(self, attn: Attention, h: torch.Tensor, cond: torch.Tensor, at: int) -> torch.Tensor:
         """Attention output of token ``h`` ([T, D]) placed at position ``at`` among ``cond``'s
-        [T, C, D] tokens."""
-        q, k, v = attn.heads(h[:, None, :], slice(None)).chunk(3, dim=-1)  # [T, H, 1, hd]
+        [T, C, D] tokens: [1, T, D]."""
+        q, k, v = attn.project(h).unbind(-3)  # [T, H, hd] each
         keys, values = self._kv_slots(attn, cond, at)
-        keys[:, :, at : at + 1] = k
-        values[:, :, at : at + 1] = v
-        return attn.merge(F.scaled_dot_product_attention(q, keys, values))[:, 0][None]
+        keys[:, :, at] = k
+        values[:, :, at] = v
+        out = F.scaled_dot_product_attention(q[:, :, None], keys, values)  # [T, H, 1, hd]
+        return attn.proj(out.flatten(1))[None]
 
     def temporal_dit(self, blk, x, c0, c1):
         return self._query_row(blk.temp_attn, blk.norm_temp_attn(x)[0], torch.cat([c0, c1], dim=1), 4)
 
     def self_attn(self, attn, x):
-        q, k, v = attn.heads(x, slice(None)).chunk(3, dim=-1)
-        return attn.merge(F.scaled_dot_product_attention(q, k, v))
+        return attn.output(F.scaled_dot_product_attention(*_heads(attn.project(x))))
 
     def decoder_self_attn(self, blk, r, q):
         attn, n = blk.self_attn, r.shape[1]
-        dim = attn.proj.weight.shape[0]
         h = blk.norm_self_attn(torch.cat([r, q], dim=1))
-        queries = attn.heads(h[:, :n], slice(0, dim))
-        k, v = attn.heads(h, slice(dim, 3 * dim)).chunk(2, dim=-1)
-        return r + attn.merge(F.scaled_dot_product_attention(queries, k, v))
+        (queries,) = _heads(attn.project(h[:, :n], "q"))
+        keys, values = _heads(attn.project(h, "kv"))
+        return r + attn.output(F.scaled_dot_product_attention(queries, keys, values))
 
     def temporal_dec(self, blk, r, c0, c1):
         return self._query_row(blk.temp_attn, blk.norm_temp_attn(r)[0], torch.stack([c0, c1], dim=1), 1)

@@ -78,25 +78,22 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
-    def heads(self, x: torch.Tensor, part: slice) -> torch.Tensor:
-        """Project [..., T, D] with rows ``part`` of ``qkv`` and split heads -> [..., H, T, n*hd]."""
+    def project(self, x: torch.Tensor, parts: str = "qkv") -> torch.Tensor:
+        """[..., T, D] -> [..., T, len(parts), H, hd]: the q, k and/or v heads, as a view of one product."""
         dim = self.proj.weight.shape[0]
-        weight = self.qkv.weight[part]
-        y = F.linear(x, weight)
-        n = weight.shape[0] // dim
-        y = y.unflatten(-1, (n, self.num_heads, dim // self.num_heads))  # [..., T, n, H, hd]
-        return y.movedim(-2, -4).flatten(-2)  # [..., H, T, n*hd]: q|k|v side by side per head
+        first = "qkv".index(parts[0])
+        weight = self.qkv.weight[first * dim : (first + len(parts)) * dim]
+        return F.linear(x, weight).unflatten(-1, (len(parts), self.num_heads, -1))
 
-    def merge(self, y: torch.Tensor) -> torch.Tensor:
-        """[..., H, T, hd] -> proj([..., T, D])."""
-        return self.proj(y.movedim(-3, -2).flatten(-2))
+    def output(self, y: torch.Tensor) -> torch.Tensor:
+        """[..., H, T, hd] attention output -> proj of [..., T, D]."""
+        return self.proj(y.transpose(-3, -2).flatten(-2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Plain attention of every token over [..., T, D], softmax written out (the reference)."""
-        hd = self.proj.weight.shape[0] // self.num_heads
-        q, k, v = self.heads(x, slice(None)).split(hd, dim=-1)
-        weights = (q @ k.transpose(-1, -2) * hd**-0.5).softmax(dim=-1)
-        return self.merge(weights @ v)
+        q, k, v = self.project(x).movedim(-3, 0).transpose(-3, -2)  # each [..., H, T, hd]
+        weights = (q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5).softmax(dim=-1)
+        return self.output(weights @ v)
 
 
 class Mlp(nn.Module):
