@@ -1,0 +1,183 @@
+"""eden_serve.serving and the two handlers in this process, with TorchServe's own Context,
+RequestProcessor and metrics cache (no server; tests/test_serving.py runs the real one)."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+from ts.context import Context, RequestProcessor
+from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+from ts.metrics.metric_type_enum import MetricTypes
+
+from eden_serve import serving, wire
+from eden_serve.checkpoint import synthetic_state_dict, write_halves
+from eden_serve.cloud import patch_grid
+from eden_serve.config import preset
+from eden_serve.errors import BadInputError, UpstreamError
+from eden_serve.frames import DEFAULT_MAX_PIXELS
+from servers import ROOT
+
+
+def handler_class(name: str, class_name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "handlers" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, class_name)
+
+
+def png(height: int, width: int, seed: int = 0) -> bytes:
+    array = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("model_dir")
+    write_halves(synthetic_state_dict(preset("tiny"), 0), directory, preset("tiny"))
+    return directory
+
+
+def context(model_dir, model_name: str) -> Context:
+    metrics = MetricsCacheYamlImpl(str(ROOT / "handlers" / "metrics.yaml"))
+    metrics.initialize_cache()
+    # The handler sets the process's thread count; keep this test process's.
+    yaml_config = {"batchSize": 4, "handler": {"threads": torch.get_num_threads()}}
+    return Context(model_name, str(model_dir), {"model": {"modelName": model_name}}, 4, None, "0.12.0",
+                   metrics=metrics, model_yaml_config=yaml_config)
+
+
+def handle(handler, ctx: Context, batch: list[dict]) -> list[tuple[int, str, bytes]]:
+    """What TorchServe's Service.predict does around the handler, minus the socket."""
+    ctx.request_processor = [RequestProcessor({}) for _ in batch]
+    ctx.request_ids = ctx.metrics.request_ids = {i: f"request-{i}" for i in range(len(batch))}
+    bodies = handler.handle(batch, ctx)
+    return [(ctx.get_response_status(i)[0], ctx.get_response_content_type(i), body) for i, body in enumerate(bodies)]
+
+
+@pytest.fixture(scope="module")
+def encoder(model_dir):
+    ctx = context(model_dir, "eden_encoder")
+    handler = handler_class("eden_encoder_handler", "EdenEncoderHandler")()
+    handler.initialize(ctx)
+    return handler, ctx
+
+
+@pytest.fixture(scope="module")
+def edge(model_dir):
+    ctx = context(model_dir, "eden_ditdec")
+    handler = handler_class("eden_ditdec_handler", "EdenDitDecHandler")()
+    handler.initialize(ctx)
+    return handler, ctx
+
+
+def test_a_batch_is_answered_request_by_request(encoder, edge):
+    batch = [
+        {"frame0": png(64, 96, 1), "frame1": png(64, 96, 2)},
+        {"frame0": png(64, 96, 1)},
+        {"frame0": png(70, 100, 3), "frame1": png(70, 100, 4), "seed": "5", "codec": "int8"},
+    ]
+    replies = handle(*encoder, batch)
+    assert [(status, content_type) for status, content_type, _ in replies] == [
+        (200, serving.OCTET_STREAM), (400, serving.JSON), (200, serving.OCTET_STREAM)
+    ]
+    assert json.loads(replies[1][2])["type"] == "bad_input"
+
+    payloads = [replies[0][2], replies[1][2], b"EDENWIRE" + bytes(40), bytearray(replies[2][2])]
+    results = handle(*edge, [{"body": payloads[0]}, {"body": payloads[1]}, {"data": payloads[2]}, {"body": payloads[3]}])
+    assert [(status, content_type) for status, content_type, _ in results] == [
+        (200, serving.PNG), (400, serving.JSON), (400, serving.JSON), (200, serving.PNG)
+    ]
+    assert results[1][2] == payloads[1]  # the encoder's error document, passed on as it was
+    assert Image.open(io.BytesIO(results[0][2])).size == (96, 64)
+    assert Image.open(io.BytesIO(results[3][2])).size == (100, 70)
+
+
+def test_handlers_emit_their_metrics(encoder, edge):
+    payload = handle(*encoder, [{"frame0": png(64, 96), "frame1": png(64, 96, 1)}])[0][2]
+    assert handle(*edge, [{"body": payload}])[0][0] == 200
+    for ctx, names in ((encoder[1], ["EdenEncodeMs", "EdenPayloadBytes"]), (edge[1], ["EdenPayloadBytes", "EdenDenoiseMs", "EdenDecodeMs"])):
+        for name in names:
+            assert ctx.metrics.get_metric(name, MetricTypes.GAUGE).dimension_names == ["ModelName", "Level"]
+
+
+def test_unexpected_failure_is_a_short_500(edge):
+    def broken(idx, item):
+        raise RuntimeError("secret internals\nTraceback (most recent call last)")
+
+    ctx = edge[1]
+    ctx.request_processor = [RequestProcessor({})]
+    (body,) = serving.respond(ctx, serving.each(broken, [{}]))
+    assert ctx.get_response_status(0)[0] == 500
+    assert json.loads(body) == {"code": 500, "type": "internal_error", "message": "internal error (RuntimeError); see the server log"}
+
+
+def test_settings_from_model_config():
+    assert serving.Settings.from_yaml({}) == serving.Settings()
+    settings = serving.Settings.from_yaml({"handler": {"max_pixels": 1000, "codec": "fp32", "precision": "bf16", "threads": 3}})
+    assert (settings.max_pixels, settings.codec, settings.precision, settings.threads) == (1000, "fp32", "bf16", 3)
+    for bad in ({"maxpixels": 5}, {"max_pixels": 0}, {"max_pixels": "4K"}, {"precision": "fp16"}, {"threads": -1}):
+        with pytest.raises(ValueError):
+            serving.Settings.from_yaml({"handler": bad})
+    with pytest.raises(BadInputError):
+        serving.Settings.from_yaml({"handler": {"codec": "fp8"}})
+
+
+def test_device_without_cuda_is_the_cpu():
+    assert serving.choose_device(None) == torch.device("cpu")
+    if not torch.cuda.is_available():
+        assert serving.choose_device(1) == torch.device("cpu")
+
+
+@given(st.integers(1, 3000), st.floats(1.0, 4.0), st.booleans())
+def test_token_cap_admits_every_frame_within_the_pixel_limit(height, ratio, portrait):
+    config = preset("official")
+    width = max(1, int(height * ratio))
+    height, width = (width, height) if portrait else (height, width)
+    pixels = height * width
+    ph, pw = patch_grid(height, width, config)
+    assert ph * pw <= serving.max_tokens_for(pixels, config)
+
+
+def test_token_cap_is_tight_for_4k():
+    config = preset("official")
+    cap = serving.max_tokens_for(DEFAULT_MAX_PIXELS, config)
+    four_k = 136 * 240
+    assert four_k <= cap < 1.03 * four_k
+
+
+@pytest.mark.parametrize("value, seed", [(None, 0), ("0", 0), (b" 42\n", 42), (7, 7), (str(2**64 - 1), 2**64 - 1)])
+def test_seed(value, seed):
+    assert serving.parse_seed(value) == seed
+
+
+@pytest.mark.parametrize("value", ["", "-1", "+1", "1e3", "0x10", "1 2", "²", "١", str(2**64), 2**64, -1, True, 1.5, [1], b"\xff"])
+def test_bad_seed(value):
+    with pytest.raises(BadInputError):
+        serving.parse_seed(value)
+
+
+def test_upstream_error_documents():
+    document = {"code": 413, "type": "frame_too_large", "message": "frame0 is too large"}
+    for body in (json.dumps(document).encode(), json.dumps(document, indent=2).encode(), document):
+        error = serving.upstream_error(body)
+        assert isinstance(error, UpstreamError) and error.to_json() == document
+    cond = wire.Conditions(torch.zeros(2, 24, 64), torch.zeros(2, 24, 64), 0.5, 0.25, 0.0, (4, 6), (64, 96))
+    not_errors = [
+        wire.encode(cond, preset("tiny")),
+        b"{not json",
+        json.dumps({**document, "extra": 1}).encode(),
+        json.dumps({**document, "code": 200}).encode(),
+        json.dumps({**document, "code": "413"}).encode(),
+        [document],
+    ]
+    assert all(serving.upstream_error(body) is None for body in not_errors)
