@@ -1,0 +1,326 @@
+"""HTTP client for EDEN on TorchServe: one pair, or a whole clip streamed through the servers.
+
+Two deployments::
+
+    from eden_serve.client import Client
+
+    with Client("http://127.0.0.1:8080", token=...) as client:            # the workflow on one server
+        middle = client.interpolate("a.png", "b.png", seed=0)               # a PIL image
+    with Client(cloud="http://cloud:8080", edge="http://edge:8080") as client:  # split: we carry the payload
+        summary = client.interpolate_clip("clip.gif", "out.gif", inflight=4)
+
+Every request is retried with exponential backoff on connection errors and 5xx answers (a worker
+being restarted answers 503 or drops the connection); a 4xx answer is final and raised as
+:class:`ServerError` with the server's own message. In the split deployment each step is retried on
+its own, so an edge failure does not re-run the encoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import queue
+import re
+import threading
+import time
+from pathlib import Path
+
+import requests
+from PIL import Image, UnidentifiedImageError
+
+from .clips import Frame, match_mode, save_image, to_png_bytes
+from .errors import BadInputError, UpstreamError
+from .streaming import DEFAULT_INFLIGHT, Middle, Processor, Retry, Summary, TransientError, interpolate_clip
+
+TOKEN_ENV = "EDEN_TOKEN"
+WORKFLOW = "eden"
+ENCODER = "eden_encoder"
+DECODER = "eden_ditdec"
+DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
+CONNECT_TIMEOUT = 10.0
+
+
+class ServerError(UpstreamError):
+    """A 4xx answer: the server refused the request, and asking again would not change that."""
+
+
+def read_token(token: str | None = None, token_file: str | Path | None = None) -> str | None:
+    """The inference token: ``token`` itself, else the inference key of a TorchServe
+    ``key_file.json``, else the ``EDEN_TOKEN`` environment variable, else None (no auth)."""
+    if token:
+        return token
+    if token_file:
+        try:
+            keys = json.loads(Path(token_file).read_text())
+            return keys["inference"]["key"]
+        except OSError as exc:
+            raise BadInputError(f"cannot read token file {str(token_file)!r}: {exc.strerror}") from None
+        except (ValueError, KeyError, TypeError):
+            raise BadInputError(f"{str(token_file)!r} is not a TorchServe key file (no inference key)") from None
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _base(url: str, option: str) -> str:
+    if not isinstance(url, str) or not re.match(r"https?://[^/]", url):
+        raise BadInputError(f"{option} must be an http:// or https:// URL, got {url!r}")
+    return url.rstrip("/")
+
+
+def _reason(exc: requests.RequestException) -> str:
+    """One short line for a connection failure; requests' own messages run to several hundred characters."""
+    text = " ".join(str(exc).split())
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if errno:
+        return f"{type(exc).__name__} ({errno.group(0).strip()})"
+    return f"{type(exc).__name__} ({text[:160]})"
+
+
+def _error_document(response: requests.Response) -> dict | None:
+    """The ``{code, type, message}`` body of an error, if that is what the answer holds.
+
+    Looked for by the first byte, not the content type: TorchServe 0.12 workflows label every
+    answer application/json, PNGs included, and answer 200 with a failed node's error document."""
+    if response.content[:1] != b"{":
+        return None
+    try:
+        document = json.loads(response.content)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _status(response: requests.Response) -> int:
+    """The status an answer means: a workflow answers 200 with a failed node's error document."""
+    document = _error_document(response)
+    code = document.get("code") if document else None
+    if isinstance(code, int) and 400 <= code < 600:
+        return code
+    return response.status_code
+
+
+def _check(response: requests.Response) -> requests.Response:
+    status = _status(response)
+    if status < 400:
+        return response
+    document = _error_document(response) or {}
+    kind = str(document.get("type", "http_error"))
+    message = str(document.get("message") or " ".join(response.text[:300].split()) or response.reason)
+    where = f"HTTP {status} from {response.url}"
+    if status >= 500:
+        raise TransientError(f"{message} ({where})")
+    raise ServerError(status, kind, f"{message} ({where})")
+
+
+def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
+    if isinstance(frame, (bytes, bytearray)):
+        return bytes(frame)
+    if isinstance(frame, Image.Image):
+        return to_png_bytes(frame)
+    try:
+        return Path(frame).read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"cannot read {name} {str(frame)!r}: {exc.strerror}") from None
+
+
+class Client:
+    """Talks to ``server`` (the workflow) or to ``cloud`` and ``edge`` (encoder and DiT+decoder).
+
+    ``token`` is the inference token (None: no auth); ``edge_token`` the edge server's, where it
+    differs (two TorchServes have two key files). ``codec`` is the wire codec asked of the encoder
+    (None: the server's default); ``tries`` and ``backoff`` set the retries of each request;
+    ``timeout`` is seconds to wait for an answer.
+    Safe to use from several threads: each request borrows an idle ``requests.Session``.
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        *,
+        cloud: str | None = None,
+        edge: str | None = None,
+        token: str | None = None,
+        edge_token: str | None = None,
+        codec: str | None = None,
+        tries: int = 5,
+        backoff: float = 1.0,
+        timeout: float = DEFAULT_TIMEOUT,
+    ):
+        if server is not None and (cloud is not None or edge is not None):
+            raise BadInputError("give either server, or cloud and edge, not both")
+        if server is None and (cloud is None or edge is None):
+            raise BadInputError("give server (the workflow), or both cloud (the encoder) and edge (the DiT+decoder)")
+        if server is not None:
+            self.urls = {"workflow": f"{_base(server, 'server')}/wfpredict/{WORKFLOW}"}
+        else:
+            self.urls = {
+                "encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
+                "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}",
+            }
+        tokens = {"workflow": token, "encoder": token, "decoder": edge_token or token}
+        self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
+        self.codec = codec
+        self.retry = Retry(tries=tries, backoff=backoff)
+        self.timeout = (CONNECT_TIMEOUT, timeout)
+        self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
+
+    @property
+    def split(self) -> bool:
+        return "encoder" in self.urls
+
+    @contextlib.contextmanager
+    def _session(self):
+        try:
+            session = self._idle.get_nowait()
+        except queue.Empty:
+            session = requests.Session()
+        try:
+            yield session
+        finally:
+            self._idle.put(session)
+
+    def _post(self, step: str, cancel: threading.Event | None, headers: dict | None = None,
+              **kwargs) -> tuple[requests.Response, int]:
+        """The answer to a POST to ``step``'s URL, and how many times it had to be retried."""
+        url = self.urls[step]
+        headers = {**self.headers[step], **(headers or {})}
+        attempts = 0
+
+        def attempt() -> requests.Response:
+            nonlocal attempts
+            attempts += 1
+            with self._session() as session:
+                try:
+                    return _check(session.post(url, headers=headers, timeout=self.timeout, **kwargs))
+                except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+                    raise TransientError(f"{_reason(exc)} ({url})") from exc
+                except requests.RequestException as exc:
+                    raise BadInputError(f"{url}: {_reason(exc)}") from None
+
+        response = self.retry.call(attempt, cancel)
+        return response, attempts - 1
+
+    def _pair(self, data0: bytes, data1: bytes, seed: int, cancel: threading.Event | None = None) -> Middle:
+        """Two encoded frames -> the middle frame, with the bytes moved."""
+        form = {"seed": str(seed)}
+        if self.codec:
+            form["codec"] = self.codec
+        files = {name: (name, data, "application/octet-stream") for name, data in (("frame0", data0), ("frame1", data1))}
+        payload_bytes = None
+        if self.split:
+            encoded, retries = self._post("encoder", cancel, files=files, data=form)
+            payload = encoded.content
+            payload_bytes = len(payload)
+            headers = {"Content-Type": "application/octet-stream"}
+            answer, edge_retries = self._post("decoder", cancel, data=payload, headers=headers)
+            retries += edge_retries
+            sent = len(encoded.request.body) + len(payload)
+            received = len(payload) + len(answer.content)
+        else:
+            answer, retries = self._post("workflow", cancel, files=files, data=form)
+            sent, received = len(answer.request.body), len(answer.content)
+        try:
+            image = Image.open(io.BytesIO(answer.content))
+            image.load()
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+            start = " ".join(answer.content[:100].decode(errors="replace").split())
+            raise ServerError(502, "bad_answer", f"the answer is not an image: {start!r} (from {answer.url})") from None
+        return Middle(image.convert("RGB"), sent, received, payload_bytes, retries)
+
+    def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
+        """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
+        return self._pair(_as_bytes(frame0, "frame0"), _as_bytes(frame1, "frame1"), seed).image
+
+    def interpolate_clip(
+        self,
+        src: str | Path,
+        dst: str | Path,
+        *,
+        seed: int = 0,
+        inflight: int = DEFAULT_INFLIGHT,
+        progress: bool | None = None,
+    ) -> Summary:
+        """Stream the clip ``src`` through the servers into ``dst``; pair i uses ``seed + i``."""
+        cancel = threading.Event()
+        return interpolate_clip(src, dst, self.processor(cancel), seed=seed, inflight=inflight, progress=progress,
+                                cancel=cancel)
+
+    def processor(self, cancel: threading.Event | None = None) -> Processor:
+        """This client as a :mod:`~eden_serve.streaming` processor; retries stop waiting once
+        ``cancel`` is set."""
+
+        def process(index: int, frame0: Frame, frame1: Frame, seed: int) -> Middle:
+            return self._pair(frame0.encoded, frame1.encoded, seed, cancel)
+
+        return process
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def add_client_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``eden-serve client``; :func:`run_client` takes the parsed namespace."""
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="two frames, or one clip: a directory of frames, an animated GIF/APNG/WebP, or a video")
+    parser.add_argument("-o", "--output", required=True,
+                        help="the middle frame for two frames; for a clip, a clip of the same kind (2N-1 frames)")
+    where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
+    where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
+    where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
+    where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
+    auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
+    auth.add_argument("--token", help="inference token")
+    auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
+    auth.add_argument("--edge-token", metavar="TOKEN", help="the edge server's token, where it differs from the cloud's")
+    auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="noise seed of the first pair; pair i uses SEED + i (default 0)")
+    parser.add_argument("--codec", help="wire codec asked of the encoder (default: the server's)")
+    parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
+                        help=f"pairs in flight at once (default {DEFAULT_INFLIGHT})")
+    parser.add_argument("--tries", type=int, default=5,
+                        help="attempts per request on connection errors and 5xx (default 5)")
+    parser.add_argument("--backoff", type=float, default=1.0,
+                        help="seconds before the first retry, doubling after (default 1)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar on stderr (default: when stderr is a terminal)")
+
+
+def run_client(args: argparse.Namespace) -> int:
+    """``eden-serve client``: raises :class:`EdenError` for anything the user can fix."""
+    if len(args.inputs) > 2:
+        raise BadInputError(f"give two frames or one clip, got {len(args.inputs)} inputs")
+    token = read_token(args.token, args.token_file)
+    edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
+    options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,
+               "backoff": args.backoff, "timeout": args.timeout}
+    with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
+        if len(args.inputs) == 2:
+            started = time.perf_counter()
+            before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
+            middle = client.interpolate(before.path, after.path, seed=args.seed)
+            save_image(match_mode(middle, before.image, after.image), args.output)
+            print(f"wrote {args.output} ({middle.width}x{middle.height}, seed {args.seed}) "
+                  f"in {time.perf_counter() - started:.2f} s")
+            return 0
+        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, inflight=args.inflight,
+                                          progress=args.progress)
+        print(summary)
+    return 0

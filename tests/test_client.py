@@ -1,0 +1,266 @@
+"""The clip client against real TorchServe instances (tiny model).
+
+``cloud`` serves the eden workflow (the one-server deployment) and eden_encoder (the cloud half of
+the split deployment); ``edge`` serves eden_ditdec. Both have token auth on, each with its own key.
+The oracle is the in-process streaming run with the weights the archives carry, with the workers'
+torch thread count so that float reductions run in the same order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import threading
+import time
+import zipfile
+
+import numpy as np
+import pytest
+import requests
+import torch
+from PIL import Image
+
+from eden_serve import serving
+from eden_serve.checkpoint import load_cloud, load_edge
+from eden_serve.client import Client, ServerError, add_client_arguments, read_token, run_client
+from eden_serve.streaming import PairError, interpolate_clip, interpolate_clip_in_process
+
+from servers import build_archives, torchserve
+
+pytestmark = pytest.mark.serving
+
+SIZE = (96, 64)  # width, height
+FRAMES = 6
+
+
+def scene(t: float) -> Image.Image:
+    """A gradient with a disc moving along ``t``: enough structure for the model to chew on."""
+    width, height = SIZE
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    image = np.stack([x / width, y / height, 0.5 + 0.5 * np.sin((x + y) / 9.0)], axis=-1)
+    cx, cy, r = width * (0.2 + 0.6 * t), height * 0.5, height * 0.25
+    image[(x - cx) ** 2 + (y - cy) ** 2 < r * r] = (0.9, 0.2, 0.1)
+    return Image.fromarray((image * 255).round().astype(np.uint8))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A 6-frame directory and a 6-frame GIF of the same scene."""
+    root = tmp_path_factory.mktemp("inputs")
+    frames = [scene(i / (FRAMES - 1)) for i in range(FRAMES)]
+    (root / "frames").mkdir()
+    for i, frame in enumerate(frames):
+        frame.save(root / "frames" / f"frame{i}.png")
+    gif = [frame.quantize(64) for frame in frames]
+    gif[0].save(root / "clip.gif", save_all=True, append_images=gif[1:], duration=80, loop=0)
+    return {"directory": root / "frames", "gif": root / "clip.gif"}
+
+
+def output_name(kind: str) -> str:
+    return "out" if kind == "directory" else "out.gif"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return build_archives(tmp_path_factory.mktemp("model_store"), config="tiny")
+
+
+@pytest.fixture(scope="module")
+def cloud(store):
+    with torchserve(store, models=["eden_encoder.mar"], workflows=["eden.war"]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def edge(store, cloud):
+    with torchserve(store, models=["eden_ditdec.mar"]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def expected(store, inputs, tmp_path_factory):
+    """The in-process outputs: the weights out of the archives, the workers' thread count."""
+    root = tmp_path_factory.mktemp("expected")
+    for archive, name in (("eden_encoder.mar", serving.CLOUD_WEIGHTS), ("eden_ditdec.mar", serving.EDGE_WEIGHTS)):
+        with zipfile.ZipFile(store / archive) as z:
+            z.extract(name, root)
+    halves = load_cloud(root / serving.CLOUD_WEIGHTS), load_edge(root / serving.EDGE_WEIGHTS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, serving.usable_cores() // 2))
+    try:
+        for kind, src in inputs.items():
+            interpolate_clip_in_process(src, root / output_name(kind), *halves, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return {kind: root / output_name(kind) for kind in inputs}
+
+
+def frames_of(path) -> list[np.ndarray]:
+    """Every frame of a directory or an animation, as arrays."""
+    if path.is_dir():
+        return [np.asarray(Image.open(p)) for p in sorted(path.iterdir())]
+    with Image.open(path) as image:
+        out = []
+        for i in range(image.n_frames):
+            image.seek(i)
+            out.append(np.asarray(image.convert("RGB")))
+        return out
+
+
+def assert_same_clip(out, expected, src):
+    got, want = frames_of(out), frames_of(expected)
+    assert len(got) == 2 * FRAMES - 1
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert np.array_equal(a, b), f"output frame {k} differs from the in-process run"
+    if src.is_dir():
+        originals = sorted(out.iterdir())[0::2]
+        assert [p.read_bytes() for p in originals] == [(src / f"frame{i}.png").read_bytes() for i in range(FRAMES)]
+    else:
+        assert [np.array_equal(a, b) for a, b in zip(got[0::2], frames_of(src))] == [True] * FRAMES
+
+
+def make_client(deployment: str, cloud, edge, **options) -> Client:
+    if deployment == "server":
+        return Client(cloud.inference_url, token=cloud.keys["inference"], **options)
+    return Client(cloud=cloud.inference_url, edge=edge.inference_url, token=cloud.keys["inference"],
+                  edge_token=edge.keys["inference"], **options)
+
+
+@pytest.mark.parametrize("kind", ["directory", "gif"])
+@pytest.mark.parametrize("deployment", ["server", "split"])
+def test_clip_through_the_servers_equals_in_process(tmp_path, cloud, edge, inputs, expected, deployment, kind):
+    with make_client(deployment, cloud, edge) as client:
+        summary = client.interpolate_clip(inputs[kind], tmp_path / output_name(kind), inflight=3, progress=False)
+    assert (summary.pairs, summary.frames) == (FRAMES - 1, 2 * FRAMES - 1)
+    assert summary.sent_bytes > 0 and summary.received_bytes > 0
+    assert (summary.payload_bytes is not None) == (deployment == "split")
+    assert_same_clip(tmp_path / output_name(kind), expected[kind], inputs[kind])
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    add_client_arguments(parser)
+    return run_client(parser.parse_args(argv))
+
+
+def test_command_line_with_token_files(tmp_path, cloud, edge, inputs, expected, capsys):
+    keys = [str(server.workdir / "key_file.json") for server in (cloud, edge)]
+    assert read_token(token_file=keys[0]) == cloud.keys["inference"]
+    out = tmp_path / "out.gif"
+    assert cli(str(inputs["gif"]), "-o", str(out), "--cloud", cloud.inference_url, "--edge", edge.inference_url,
+               "--token-file", keys[0], "--edge-token-file", keys[1], "--no-progress") == 0
+    assert "5 pairs, 11 frames written" in capsys.readouterr().out
+    assert_same_clip(out, expected["gif"], inputs["gif"])
+
+
+def test_a_pair_through_the_command_line(tmp_path, cloud, edge, inputs, expected, monkeypatch):
+    monkeypatch.setenv("EDEN_TOKEN", cloud.keys["inference"])
+    frame0, frame1 = (str(inputs["directory"] / f"frame{i}.png") for i in (2, 3))
+    assert cli(frame0, frame1, "-o", str(tmp_path / "middle.png"), "--server", cloud.inference_url, "--seed", "2") == 0
+    # Pair 2 of the clip used seed 0 + 2.
+    want = np.asarray(Image.open(sorted(expected["directory"].iterdir())[5]))
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "middle.png")), want)
+
+
+def worker_pid(server, model: str) -> int:
+    (pid,) = server.worker_pids(model)
+    return pid
+
+
+@pytest.mark.parametrize("deployment", ["server", "split"])
+def test_killing_the_edge_worker_costs_no_frame(tmp_path, cloud, edge, inputs, expected, deployment):
+    # The workflow runs its own copy of the edge model.
+    server, model = (cloud, "eden__eden_ditdec") if deployment == "server" else (edge, "eden_ditdec")
+    killed = worker_pid(server, model)
+    with make_client(deployment, cloud, edge, tries=10, backoff=0.5) as client:
+        process = client.processor()
+
+        def kill_at_pair_three(index, frame0, frame1, seed):
+            if index == 3:  # pairs 0 to 2 are in flight: the worker has work when it dies
+                os.kill(killed, signal.SIGKILL)
+            return process(index, frame0, frame1, seed)
+
+        out = tmp_path / "out"
+        summary = interpolate_clip(inputs["directory"], out, kill_at_pair_three, inflight=4, progress=False)
+    assert summary.pairs == FRAMES - 1
+    assert_same_clip(out, expected["directory"], inputs["directory"])
+    deadline = time.monotonic() + 60
+    while not server.ready(model):
+        assert time.monotonic() < deadline, "the worker did not come back"
+        time.sleep(0.5)
+    assert worker_pid(server, model) != killed
+
+
+def scale(server, model: str, workers: int) -> None:
+    response = requests.put(f"{server.management_url}/models/{model}", headers=server.management_headers, timeout=60,
+                            params={"min_worker": workers, "max_worker": max(workers, 1), "synchronous": "true"})
+    response.raise_for_status()
+
+
+def test_an_edge_without_workers_is_retried_until_it_is_back(tmp_path, cloud, edge, inputs, expected):
+    """No worker: TorchServe answers 503 at once; the client backs off until one is back."""
+    scale(edge, "eden_ditdec", 0)
+    comeback = threading.Timer(1.5, scale, (edge, "eden_ditdec", 1))
+    comeback.start()
+    try:
+        with make_client("split", cloud, edge, tries=10, backoff=0.25) as client:
+            summary = client.interpolate_clip(inputs["directory"], tmp_path / "out", progress=False)
+    finally:
+        comeback.join()
+    assert summary.retries > 0
+    assert_same_clip(tmp_path / "out", expected["directory"], inputs["directory"])
+
+
+def test_a_refused_pair_is_not_retried(tmp_path, cloud, edge, inputs):
+    src = tmp_path / "frames"
+    src.mkdir()
+    for i in range(4):
+        scene(i / 3).resize((96, 64) if i != 2 else (64, 64)).save(src / f"f{i}.png")
+    started = time.perf_counter()
+    with make_client("server", cloud, edge, backoff=30) as client:
+        with pytest.raises(PairError, match=r"^pair 1 \(f1\.png → f2\.png\): .*differ.*HTTP 400") as info:
+            client.interpolate_clip(src, tmp_path / "out", inflight=1, progress=False)
+    assert info.value.status == 400
+    assert time.perf_counter() - started < 20  # one retry would have waited 30 s
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["frames"]
+
+
+def test_a_wrong_token_is_refused_at_once(cloud, edge, inputs):
+    with Client(cloud.inference_url, token="wrong", backoff=30) as client:
+        with pytest.raises(ServerError) as info:
+            client.interpolate(inputs["directory"] / "frame0.png", inputs["directory"] / "frame1.png")
+    assert info.value.status == 400 and "Token Authorization failed" in str(info.value)  # TorchServe's status
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_edge_that_stays_down_leaves_no_output(tmp_path, cloud, inputs):
+    client = Client(cloud=cloud.inference_url, edge=f"http://127.0.0.1:{closed_port()}", token=cloud.keys["inference"],
+                    tries=2, backoff=0.01)
+    for kind in inputs:
+        with pytest.raises(PairError, match=r"^pair 0 \(.*\): ConnectionError .*gave up after 2 tries"):
+            client.interpolate_clip(inputs[kind], tmp_path / output_name(kind), progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_run_leaves_no_output(tmp_path, cloud, edge, inputs):
+    with make_client("split", cloud, edge) as client:
+        process = client.processor()
+
+        def interrupt_at_pair_three(index, frame0, frame1, seed):
+            if index == 3:
+                raise KeyboardInterrupt
+            return process(index, frame0, frame1, seed)
+
+        for kind in inputs:
+            with pytest.raises(KeyboardInterrupt):
+                interpolate_clip(inputs[kind], tmp_path / output_name(kind), interrupt_at_pair_three, progress=False)
+    assert list(tmp_path.iterdir()) == []
+

@@ -1,0 +1,258 @@
+"""The streaming engine: order, a bounded window, failures named by pair, retries."""
+
+import random
+import socket
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from eden_serve import clips, wire
+from eden_serve.client import Client, ServerError
+from eden_serve.errors import BadInputError
+from eden_serve.frames import load_frame, to_uint8
+from eden_serve.streaming import (
+    Middle,
+    PairError,
+    Retry,
+    Summary,
+    TransientError,
+    UnavailableError,
+    interpolate_clip,
+    interpolate_clip_in_process,
+)
+
+SIZE = (96, 64)
+
+
+def frame_dir(path, count, seed=0):
+    """``count`` random RGB frames named frame0.png ... in ``path``."""
+    rng = np.random.default_rng(seed)
+    path.mkdir()
+    for i in range(count):
+        Image.fromarray(rng.integers(0, 256, (SIZE[1], SIZE[0], 3), dtype=np.uint8)).save(path / f"frame{i}.png")
+    return path
+
+
+def solid(value):
+    return Image.new("RGB", SIZE, (value, value, value))
+
+
+def middles(out_dir):
+    return [np.asarray(Image.open(p))[0, 0, 0] for p in sorted(out_dir.iterdir())[1::2]]
+
+
+def test_output_is_in_order_when_pairs_finish_out_of_order(tmp_path):
+    src = frame_dir(tmp_path / "in", 16)
+    seeds = {}
+    rng = random.Random(0)
+    delays = [rng.uniform(0, 0.05) for _ in range(15)]
+
+    def process(index, frame0, frame1, seed):
+        time.sleep(delays[index])
+        seeds[index] = seed
+        return solid(index * 10)
+
+    summary = interpolate_clip(src, tmp_path / "out", process, seed=100, inflight=5, progress=False)
+    assert (summary.pairs, summary.frames) == (15, 31)
+    assert middles(tmp_path / "out") == [i * 10 for i in range(15)]
+    assert seeds == {i: 100 + i for i in range(15)}
+    originals = sorted((tmp_path / "out").iterdir())[0::2]
+    assert [p.read_bytes() for p in originals] == [(src / f"frame{i}.png").read_bytes() for i in range(16)]
+
+
+@pytest.mark.parametrize("inflight", [1, 3])
+def test_the_window_bounds_pairs_in_flight_and_frames_held(tmp_path, monkeypatch, inflight):
+    src = frame_dir(tmp_path / "in", 30)
+    live = weakref.WeakSet()
+    original_init = clips.Frame.__init__
+
+    def counting_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        live.add(self)
+
+    monkeypatch.setattr(clips.Frame, "__init__", counting_init)
+    lock = threading.Lock()
+    state = {"running": 0, "most_running": 0, "most_frames": 0}
+
+    def process(index, frame0, frame1, seed):
+        with lock:
+            state["running"] += 1
+            state["most_running"] = max(state["most_running"], state["running"])
+            state["most_frames"] = max(state["most_frames"], len(live))
+        time.sleep(0.01)
+        with lock:
+            state["running"] -= 1
+        return solid(index)
+
+    interpolate_clip(src, tmp_path / "out", process, inflight=inflight, progress=False)
+    assert state["most_running"] == inflight  # the window fills (pairs overlap) ...
+    assert state["most_frames"] <= inflight + 2  # ... and the clip is never read ahead of it
+
+
+def test_a_failing_pair_stops_the_run_and_is_named(tmp_path):
+    src = frame_dir(tmp_path / "in", 8)
+
+    def process(index, frame0, frame1, seed):
+        if index == 3:
+            raise BadInputError("frames differ in size")
+        return solid(index)
+
+    with pytest.raises(PairError, match=r"^pair 3 \(frame3\.png → frame4\.png\): frames differ in size$") as info:
+        interpolate_clip(src, tmp_path / "out", process, progress=False)
+    assert info.value.index == 3 and info.value.status == 400
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["in"]
+
+
+def test_a_bug_in_the_processor_propagates_unchanged(tmp_path):
+    src = frame_dir(tmp_path / "in", 4)
+
+    def process(index, frame0, frame1, seed):
+        raise ZeroDivisionError("bug")
+
+    with pytest.raises(ZeroDivisionError):
+        interpolate_clip(src, tmp_path / "out", process, progress=False)
+
+
+def test_an_interrupt_cancels_and_leaves_no_output(tmp_path):
+    src = frame_dir(tmp_path / "in", 12)
+    cancel = threading.Event()
+    started = []
+
+    def process(index, frame0, frame1, seed):
+        started.append(index)
+        if index == 2:
+            raise KeyboardInterrupt
+        time.sleep(0.02)
+        return solid(index)
+
+    with pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, tmp_path / "out", process, inflight=2, progress=False, cancel=cancel)
+    assert cancel.is_set()
+    assert max(started) <= 4  # pairs beyond the window were never started
+    assert [p.name for p in tmp_path.iterdir()] == ["in"]
+
+
+class Flaky:
+    """An operation that fails ``failures`` times with ``error``, then returns "ok"."""
+
+    def __init__(self, failures, error):
+        self.failures, self.error, self.calls = failures, error, 0
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return "ok"
+
+
+def test_retry_retries_transient_errors_with_backoff():
+    operation = Flaky(3, TransientError("HTTP 503"))
+    started = time.perf_counter()
+    assert Retry(tries=4, backoff=0.01).call(operation) == "ok"
+    assert operation.calls == 4
+    assert time.perf_counter() - started >= 0.01 + 0.02 + 0.04
+
+
+def test_retry_gives_up_after_its_tries():
+    operation = Flaky(10, TransientError("HTTP 503 Service Unavailable"))
+    with pytest.raises(UnavailableError, match=r"HTTP 503 Service Unavailable \(gave up after 3 tries\)"):
+        Retry(tries=3, backoff=0).call(operation)
+    assert operation.calls == 3
+
+
+def test_retry_does_not_retry_a_refusal():
+    operation = Flaky(1, ServerError(400, "bad_input", "not an image"))
+    with pytest.raises(ServerError):
+        Retry(tries=5, backoff=10).call(operation)
+    assert operation.calls == 1
+
+
+def test_retry_stops_waiting_when_cancelled():
+    cancel = threading.Event()
+    threading.Timer(0.05, cancel.set).start()
+    started = time.perf_counter()
+    with pytest.raises(UnavailableError, match="cancelled"):
+        Retry(tries=5, backoff=30).call(Flaky(10, TransientError("down")), cancel)
+    assert time.perf_counter() - started < 5
+
+
+def test_transient_errors_in_a_run_are_retried(tmp_path):
+    src = frame_dir(tmp_path / "in", 5)
+    retry = Retry(tries=3, backoff=0.001)
+    attempts = {}
+
+    def process(index, frame0, frame1, seed):
+        def attempt():
+            attempts[index] = attempts.get(index, 0) + 1
+            if attempts[index] < 3:
+                raise TransientError("worker restarting")
+            return solid(index)
+
+        return retry.call(attempt)
+
+    summary = interpolate_clip(src, tmp_path / "out", process, progress=False)
+    assert summary.pairs == 4 and attempts == {i: 3 for i in range(4)}
+    assert middles(tmp_path / "out") == [0, 1, 2, 3]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_server_that_is_down_stops_the_run_after_the_retries(tmp_path):
+    src = frame_dir(tmp_path / "in", 4)
+    client = Client(f"http://127.0.0.1:{closed_port()}", tries=3, backoff=0.01)
+    with pytest.raises(PairError, match=r"^pair 0 \(frame0\.png → frame1\.png\): ConnectionError .*gave up after 3 tries\)$"):
+        client.interpolate_clip(src, tmp_path / "out", progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["in"]
+
+
+def test_summary_line():
+    summary = Summary(10, 21, 4.0, sent_bytes=2_000_000, received_bytes=500_000, payload_bytes=300_000, retries=3)
+    assert str(summary) == (
+        "10 pairs, 21 frames written in 4.00 s: 2.50 pairs/s; per pair: 200.0 kB sent, 50.0 kB received, 30.0 kB wire payload; "
+        "3 requests retried"
+    )
+    assert str(Summary(pairs=0, frames=1, seconds=0.0)) == "0 pairs, 1 frames written in 0.00 s: 0.00 pairs/s"
+
+
+def test_progress_bar_shows_pairs_per_second(tmp_path, capsys):
+    src = frame_dir(tmp_path / "in", 3)
+    interpolate_clip(src, tmp_path / "out", lambda i, a, b, s: Middle(solid(i), payload_bytes=10), progress=True)
+    assert "pair/s" in capsys.readouterr().err
+
+
+def test_in_process_equals_the_pair_pipeline(tmp_path, tiny_models):
+    cloud, edge = tiny_models
+    src = frame_dir(tmp_path / "in", 4)
+    summary = interpolate_clip_in_process(src, tmp_path / "out", cloud, edge, seed=7, inflight=2, progress=False)
+    assert summary.pairs == 3 and summary.payload_bytes > 0
+    out = sorted((tmp_path / "out").iterdir())
+    for i in range(3):
+        f0, f1 = (load_frame(src / f"frame{j}.png") for j in (i, i + 1))
+        payload = wire.encode(cloud.encode(f0, f1, 7 + i), cloud.config, wire.DEFAULT_CODEC)
+        expected = to_uint8(edge.interpolate(wire.decode(payload, edge.config)))
+        assert np.array_equal(np.asarray(Image.open(out[2 * i + 1])), expected)
+
+
+def test_in_process_refuses_an_unknown_codec_before_starting(tmp_path, tiny_models):
+    src = frame_dir(tmp_path / "in", 3)
+    with pytest.raises(BadInputError, match="unknown codec"):
+        interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, codec="gzip", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_in_process_checks_the_pixel_limit(tmp_path, tiny_models):
+    src = frame_dir(tmp_path / "in", 3)
+    with pytest.raises(PairError, match=r"^pair 0 \(frame0\.png → frame1\.png\): frame0\.png is 96x64 = 6144 pixels, over") as info:
+        interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, max_pixels=1000, progress=False)
+    assert info.value.status == 413
+    assert not (tmp_path / "out").exists()
+
