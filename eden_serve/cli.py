@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -153,6 +154,8 @@ def _bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A plain kill then unwinds like Ctrl-C, so temporary outputs are removed on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     warnings.formatwarning = lambda message, *_args, **_kw: f"{PROG}: warning: {message}\n"
     args = _build_parser().parse_args(argv)
     try:

@@ -51,6 +51,13 @@ class ModelMismatchError(CodecError):
     kind = "model_mismatch"
 
 
+class UnavailableError(EdenError):
+    """A server still failing transiently (connection lost, 5xx) after every retry."""
+
+    status = 503
+    kind = "unavailable"
+
+
 class UpstreamError(EdenError):
     """An error document produced by an earlier workflow node, passed on with its own status."""
 

@@ -31,7 +31,7 @@ from . import wire
 from .clips import Frame, open_clip, write_clip
 from .cloud import CloudEncoder
 from .edge import EdgeDecoder
-from .errors import BadInputError, EdenError
+from .errors import BadInputError, EdenError, UnavailableError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, to_uint8
 
 DEFAULT_INFLIGHT = 4
@@ -41,13 +41,6 @@ DEFAULT_INFLIGHT_IN_PROCESS = 2
 
 class TransientError(Exception):
     """A failure that may pass if tried again: a lost connection, a 5xx, a restarting worker."""
-
-
-class UnavailableError(EdenError):
-    """An operation still failing transiently after every retry."""
-
-    status = 503
-    kind = "unavailable"
 
 
 class PairError(EdenError):

@@ -12,7 +12,7 @@ from PIL import Image
 
 from eden_serve import clips, wire
 from eden_serve.client import Client, ServerError
-from eden_serve.errors import BadInputError
+from eden_serve.errors import BadInputError, UnavailableError
 from eden_serve.frames import load_frame, to_uint8
 from eden_serve.streaming import (
     Middle,
@@ -20,7 +20,6 @@ from eden_serve.streaming import (
     Retry,
     Summary,
     TransientError,
-    UnavailableError,
     interpolate_clip,
     interpolate_clip_in_process,
 )
