@@ -56,7 +56,7 @@ class Settings:
     max_pixels: int = DEFAULT_MAX_PIXELS  # per frame; larger requests get 413
     codec: str = wire.DEFAULT_CODEC  # encoder: the codec of requests that name none
     precision: str = "fp32"  # edge: compute precision, fp32 or bf16
-    threads: int = 0  # CPU intra-op threads per worker; 0: half the usable cores (see configure_torch)
+    threads: int = 0  # CPU intra-op threads per worker; 0: this half's share of the cores (see default_threads)
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
@@ -94,23 +94,31 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def configure_torch(device: torch.device, threads: int) -> None:
+def default_threads(side: str, cores: int) -> int:
+    """CPU threads of one worker when both halves share a machine (the workflow) and
+    ``handler.threads`` is 0. The encoder does well under a tenth of a pair's arithmetic, so it
+    gets an eighth of the cores (at least one) and the edge the rest: together they never
+    oversubscribe the cores, and the edge, the bottleneck, gets what the encoder does not need."""
+    cloud = max(1, cores // 8)
+    return cloud if side == "cloud" else max(1, cores - cloud)
+
+
+def configure_torch(device: torch.device, threads: int, side: str) -> None:
     """Process-wide PyTorch settings of a worker, made once when it loads.
 
     On CUDA: importing TorchServe's BaseHandler switches float32 matmuls to TF32 on Ampere and
     newer; back to full float32, so the server computes what ``eden-serve interpolate`` computes.
 
     On CPU: keep the workers from oversubscribing the cores. Each worker is a process handling one
-    batch at a time, and the default assumes both halves share the machine (the workflow), so each
-    worker takes half the usable cores; ``handler.threads`` overrides that, e.g. with all cores on
-    a node that serves one half. Inter-op parallelism is unused (no ``torch.jit.fork``), so it gets
-    one thread; PyTorch accepts that setting only once per process and before any parallel work,
-    which holds at the start of a worker.
+    batch at a time; ``handler.threads`` sets its threads (e.g. all cores on a node that serves one
+    half), else :func:`default_threads`. Inter-op parallelism is unused (no ``torch.jit.fork``),
+    so it gets one thread; PyTorch accepts that setting only once per process and before any
+    parallel work, which holds at the start of a worker.
     """
     if device.type == "cuda":
         torch.set_float32_matmul_precision("highest")
         return
-    torch.set_num_threads(threads or max(1, usable_cores() // 2))
+    torch.set_num_threads(threads or default_threads(side, usable_cores()))
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # set before in this process, or inter-op work has started
@@ -130,11 +138,11 @@ def max_tokens_for(max_pixels: int, config: EdenConfig) -> int:
     return math.ceil(padded / config.patch_size**2)
 
 
-def _setup(context, weights: str) -> tuple[Settings, torch.device, Path]:
+def _setup(context, weights: str, side: str) -> tuple[Settings, torch.device, Path]:
     properties = context.system_properties
     settings = Settings.from_yaml(getattr(context, "model_yaml_config", None))
     device = choose_device(properties.get("gpu_id"))
-    configure_torch(device, settings.threads)
+    configure_torch(device, settings.threads, side)
     return settings, device, Path(properties["model_dir"]) / weights
 
 
@@ -331,7 +339,7 @@ class EncoderService:
 
     @classmethod
     def load(cls, context) -> "EncoderService":
-        settings, device, weights = _setup(context, CLOUD_WEIGHTS)
+        settings, device, weights = _setup(context, CLOUD_WEIGHTS, "cloud")
         service = cls(load_cloud(weights, device), settings, context)
         _log_loaded(context, device, service.encoder.config, settings)
         return service
@@ -378,7 +386,7 @@ class EdgeService:
 
     @classmethod
     def load(cls, context) -> "EdgeService":
-        settings, device, weights = _setup(context, EDGE_WEIGHTS)
+        settings, device, weights = _setup(context, EDGE_WEIGHTS, "edge")
         service = cls(load_edge(weights, device, settings.precision), settings, context)
         _log_loaded(context, device, service.decoder.config, settings)
         return service

@@ -181,3 +181,12 @@ def test_upstream_error_documents():
         [document],
     ]
     assert all(serving.upstream_error(body) is None for body in not_errors)
+
+
+def test_default_threads_share_the_cores_without_oversubscribing():
+    for cores in (1, 2, 3, 8, 16, 64):
+        cloud, edge = serving.default_threads("cloud", cores), serving.default_threads("edge", cores)
+        assert cloud >= 1 and edge >= 1
+        assert cloud + edge <= max(2, cores)
+        assert edge >= cloud
+    assert (serving.default_threads("cloud", 16), serving.default_threads("edge", 16)) == (2, 14)
