@@ -32,12 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE_CONFIG = ROOT / "config.properties"
 
 
-def build_archives(model_store: str | Path, config: str = "tiny", codec: str | None = None) -> Path:
-    """Run archive.sh (synthetic weights) into ``model_store``; returns it."""
+def build_archives(
+    model_store: str | Path, config: str = "tiny", codec: str | None = None, checkpoint: str | Path | None = None
+) -> Path:
+    """Run archive.sh into ``model_store`` (synthetic weights unless ``checkpoint``); returns it."""
     model_store = Path(model_store)
     command = ["bash", str(ROOT / "archive.sh"), "--config", config, "--model-store", str(model_store)]
     if codec is not None:
         command += ["--codec", codec]
+    if checkpoint is not None:
+        command += ["--checkpoint", str(checkpoint)]
     # archive.sh finds the project's tools in .venv or on PATH; ours first.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     result = subprocess.run(command, env=env, capture_output=True, text=True)

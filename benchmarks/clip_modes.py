@@ -1,0 +1,87 @@
+"""Pairs/s of a clip in each deployment mode on this machine: in process, --server (the workflow on
+one TorchServe), --cloud/--edge (two TorchServe instances, both on this machine).
+
+    .venv/bin/python benchmarks/clip_modes.py [--config official|tiny] [--frames 10] [--size 256x448]
+
+Builds its own archives (synthetic weights) in a temporary directory and stops every server it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from servers import build_archives, torchserve  # noqa: E402
+
+from eden_serve import serving  # noqa: E402
+from eden_serve.checkpoint import load_cloud, load_edge  # noqa: E402
+from eden_serve.client import Client  # noqa: E402
+from eden_serve.streaming import interpolate_clip_in_process  # noqa: E402
+
+
+def write_frames(folder: Path, count: int, height: int, width: int) -> None:
+    """A disc crossing a moving sine pattern."""
+    folder.mkdir()
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    for i in range(count):
+        image = np.stack([x / width, y / height, 0.5 + 0.5 * np.sin((x + y + 8 * i) / 17.0)], -1)
+        cx = width * (0.2 + 0.6 * i / max(1, count - 1))
+        image[(x - cx) ** 2 + (y - height / 2) ** 2 < (height / 4) ** 2] = (0.9, 0.2, 0.1)
+        Image.fromarray((image * 255).round().astype(np.uint8)).save(folder / f"frame{i:02d}.png")
+
+
+def best_of(runs: int, label: str, run) -> None:
+    summaries = [run(k) for k in range(runs)]
+    print(f"{label}: {max(summaries, key=lambda s: s.pairs_per_second)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="official", choices=["official", "tiny"])
+    parser.add_argument("--frames", type=int, default=10)
+    parser.add_argument("--size", default="256x448")
+    parser.add_argument("--runs", type=int, default=2, help="best of this many runs per mode")
+    args = parser.parse_args()
+    height, width = (int(v) for v in args.size.split("x"))
+    warnings.simplefilter("ignore")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        frames = root / "frames"
+        write_frames(frames, args.frames, height, width)
+        store = build_archives(root / "store", config=args.config)
+        for archive, name in (("eden_encoder.mar", serving.CLOUD_WEIGHTS), ("eden_ditdec.mar", serving.EDGE_WEIGHTS)):
+            with zipfile.ZipFile(store / archive) as z:
+                z.extract(name, root)
+        cloud, edge = load_cloud(root / serving.CLOUD_WEIGHTS), load_edge(root / serving.EDGE_WEIGHTS)
+        print(f"{args.frames} frames of {width}x{height}, {args.config} dimensions, synthetic weights")
+
+        for inflight in (1, 2):
+            best_of(args.runs, f"in process, inflight {inflight}", lambda k: interpolate_clip_in_process(
+                frames, root / f"local-{inflight}-{k}", cloud, edge, inflight=inflight, progress=False))
+
+        with torchserve(store, workflows=["eden.war"], token_auth=False) as server, Client(server.inference_url) as client:
+            client.interpolate(frames / "frame00.png", frames / "frame01.png")  # warm-up
+            for inflight in (1, 4):
+                best_of(args.runs, f"--server, inflight {inflight}", lambda k: client.interpolate_clip(
+                    frames, root / f"server-{inflight}-{k}", inflight=inflight, progress=False))
+
+        with torchserve(store, models=["eden_encoder.mar"], token_auth=False) as cloud_ts, \
+                torchserve(store, models=["eden_ditdec.mar"], token_auth=False) as edge_ts, \
+                Client(cloud=cloud_ts.inference_url, edge=edge_ts.inference_url) as client:
+            client.interpolate(frames / "frame00.png", frames / "frame01.png")
+            for inflight in (1, 4):
+                best_of(args.runs, f"--cloud/--edge, inflight {inflight}", lambda k: client.interpolate_clip(
+                    frames, root / f"split-{inflight}-{k}", inflight=inflight, progress=False))
+
+
+if __name__ == "__main__":
+    main()
