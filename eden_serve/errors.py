@@ -44,6 +44,13 @@ class UnsupportedVersionError(CodecError):
     kind = "unsupported_version"
 
 
+class PayloadTooLargeError(CodecError):
+    """An intact payload for frames over the receiver's pixel limit."""
+
+    status = 413
+    kind = "payload_too_large"
+
+
 class ModelMismatchError(CodecError):
     """The payload is intact but was made by a model with other dimensions."""
 

@@ -58,7 +58,7 @@ import torch
 import zstandard
 
 from .config import EdenConfig
-from .errors import BadInputError, CodecError, ModelMismatchError, UnsupportedVersionError
+from .errors import BadInputError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
 
 
 @dataclass
@@ -211,7 +211,7 @@ def decode(data: bytes, config: EdenConfig, *, max_tokens: int | None = None) ->
     n = _tokens(grid, size, config)
     limit = MAX_TOKENS if max_tokens is None else min(max_tokens, MAX_TOKENS)
     if n > limit:
-        raise CodecError(
+        raise PayloadTooLargeError(
             f"payload carries {n} tokens ({size[0]}x{size[1]} frames) but this edge accepts at most {limit}; "
             "send smaller frames or raise the edge's pixel limit"
         )

@@ -302,6 +302,7 @@ EDGE_CASES = {
     "other model dimensions": (lambda p: _payload("official", (64, 96)), 409, "model_mismatch"),
     "format version 2": (lambda p: _version(p, 2), 400, "unsupported_version"),
     "frame over the pixel limit": (lambda p: _payload("tiny", (2200, 3840)), 413, "frame_too_large"),
+    "frame far over the pixel limit": (lambda p: _payload("tiny", (4320, 7680)), 413, "payload_too_large"),
     "upstream error document": (lambda p: b'{"code": 413, "type": "frame_too_large", "message": "frame0 is too large"}', 413, "frame_too_large"),
 }
 

@@ -193,8 +193,9 @@ def test_other_version_is_unsupported():
 def test_max_tokens():
     payload = encode(make_cond((100, 130)), TINY)  # 80 tokens
     assert decode(payload, TINY, max_tokens=80).grid == (8, 10)
-    with pytest.raises(CodecError, match="80 tokens.*at most 79"):
+    with pytest.raises(CodecError, match="80 tokens.*at most 79") as info:
         decode(payload, TINY, max_tokens=79)
+    assert info.value.status == 413
 
 
 def test_unknown_codec_in_payload_is_a_codec_error():
