@@ -59,7 +59,7 @@ class CloudEncoder:
         normalised = (padded - mean) / std
 
         ph, pw = patch_grid(height, width, self.config)
-        pos = pos_embedding(self.config.hidden_dim, ph, pw, 1).to(self.device)
+        pos = pos_embedding(self.config, ph, pw, 1).to(self.device)
         w, patches = self.weights, self._patches(normalised)
         cond_dit = w.norm_cond_dit(self._embed(w.patch_cond_dit, patches) + pos)
         cond_dec = w.norm_cond_dec(self._embed(w.patch_cond_dec, patches) + pos)

@@ -29,6 +29,8 @@ class EdenConfig:
     vae_shift: float = 0.770202
     # The flow-matching Euler grid 0 -> 0.75 -> 1.
     timesteps: tuple[float, ...] = (0.0, 0.75, 1.0)
+    # Positions are measured in units of this patch grid (rows, columns), whatever the frame size.
+    pos_grid: tuple[int, int] = (16, 28)
 
     @property
     def head_dim(self) -> int:
@@ -50,8 +52,9 @@ class EdenConfig:
     def from_dict(cls, data: dict) -> "EdenConfig":
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in fields}
-        if "timesteps" in kwargs:
-            kwargs["timesteps"] = tuple(kwargs["timesteps"])
+        for key in ("timesteps", "pos_grid"):
+            if key in kwargs:
+                kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
 
     def fingerprint(self) -> str:

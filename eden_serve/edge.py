@@ -162,7 +162,7 @@ class EdgeDecoder:
         impl = _FastPath() if path == "fast" else _ReferencePath()
         c0, c1 = (query_blocks(c, ph, pw) for c in cond.cond_dit.to(self.device))
         difference = torch.tensor([[cond.difference]], device=self.device)
-        pos = pos_embedding(cfg.hidden_dim, ph, pw, 2).to(self.device)
+        pos = pos_embedding(cfg, ph, pw, 2).to(self.device)
         z = initial_noise(cond.seed, (ph // 2) * (pw // 2), cfg).to(self.device)
         with self._autocast():
             for t0, t1 in zip(cfg.timesteps[:-1], cfg.timesteps[1:]):
@@ -190,8 +190,8 @@ class EdgeDecoder:
             q = w.proj_token(latents)  # [1, Nq, D]
             grid = q.transpose(1, 2).reshape(1, cfg.hidden_dim, ph // 2, pw // 2)
             up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
-            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg.hidden_dim, ph, pw, 1).to(self.device)  # [1, N, D]
-            q = q + pos_embedding(cfg.hidden_dim, ph, pw, 2).to(self.device)
+            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg, ph, pw, 1).to(self.device)  # [1, N, D]
+            q = q + pos_embedding(cfg, ph, pw, 2).to(self.device)
             for blk in w.decoder_blocks:
                 r = impl.decoder_self_attn(blk, r, q)
                 r = r + impl.temporal_dec(blk, r, c0, c1)

@@ -31,15 +31,17 @@ def _sincos_1d(dim: int, coords: torch.Tensor) -> torch.Tensor:
 
 
 @lru_cache(maxsize=64)
-def pos_embedding(dim: int, ph: int, pw: int, stride: int) -> torch.Tensor:
-    """[ (ph//stride)*(pw//stride), dim ] positional embedding of a token grid, row-major.
+def pos_embedding(config: EdenConfig, ph: int, pw: int, stride: int) -> torch.Tensor:
+    """[ (ph//stride)*(pw//stride), D ] positional embedding of a token grid, row-major.
 
-    Coordinates are scaled by the *full* patch grid (ph/16 rows, pw/28 columns) even for the
-    stride-2 query grid; the first half of the channels embeds the column, the second the row.
+    Coordinates are scaled by the *full* patch grid in units of ``config.pos_grid`` (row i at
+    i / (ph / 16), column j at j / (pw / 28)), even for the stride-2 query grid; the first half of
+    the channels embeds the column, the second the row.
     """
+    dim, (unit_rows, unit_cols) = config.hidden_dim, config.pos_grid
     gh, gw = ph // stride, pw // stride
-    rows = torch.arange(gh, dtype=torch.float64) / (ph / 16)
-    cols = torch.arange(gw, dtype=torch.float64) / (pw / 28)
+    rows = torch.arange(gh, dtype=torch.float64) / (ph / unit_rows)
+    cols = torch.arange(gw, dtype=torch.float64) / (pw / unit_cols)
     col_emb = _sincos_1d(dim // 2, cols)  # [gw, dim/2]
     row_emb = _sincos_1d(dim // 2, rows)  # [gh, dim/2]
     grid = torch.cat(

@@ -5,7 +5,7 @@ import torch
 from eden_serve.bench import synthetic_pair
 from eden_serve.checkpoint import module_from_state, synthetic_state_dict
 from eden_serve.cloud import CloudEncoder, patch_grid
-from eden_serve.config import PRESETS
+from eden_serve.config import PRESETS, EdenConfig
 from eden_serve.edge import EdgeDecoder, initial_noise
 from eden_serve.model import expected_layout, pos_embedding
 
@@ -78,7 +78,7 @@ def test_seed_changes_output_and_same_seed_repeats(tiny_models):
 
 
 def test_positional_embedding_layout():
-    pos = pos_embedding(8, 4, 6, 2)  # 2 x 3 query grid of a 4 x 6 patch grid
+    pos = pos_embedding(EdenConfig(hidden_dim=8, num_heads=2), 4, 6, 2)  # 2 x 3 query grid of a 4 x 6 patch grid
     assert pos.shape == (6, 8) and pos.dtype == torch.float32
     # Row 0 has row coordinate 0: the second half (row embedding) is [sin 0, sin 0, cos 0, cos 0].
     torch.testing.assert_close(pos[0, 4:], torch.tensor([0.0, 0.0, 1.0, 1.0]))
