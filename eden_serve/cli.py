@@ -6,19 +6,19 @@ Every error the user can cause ends as one line on stderr and exit code 2, never
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
 import sys
 import warnings
-from pathlib import Path
 
 import torch
+from PIL import Image
 
 from . import wire
+from .clips import save_image
 from .config import PRESETS, preset
 from .errors import BadInputError, EdenError
-from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_png
+from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
 
 PROG = "eden-serve"
 
@@ -65,7 +65,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("interpolate", help="middle frame of a pair, or every middle frame of a clip, in this process")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="FRAME0 FRAME1, or one clip: a directory of frames, a GIF/APNG/WebP or an MP4")
-    p.add_argument("-o", "--output", required=True, help="output PNG (pair) or clip of the input's kind")
+    p.add_argument("-o", "--output", required=True, help="output image (pair; format from the extension, e.g. .png) or clip of the input's kind")
     p.add_argument("--seed", type=int, default=0, help="noise seed (pair i of a clip uses seed + i; default 0)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger frames (default: 4K UHD)")
     p.add_argument("--inflight", type=int, default=2, help="clip pairs in flight (default 2)")
@@ -87,16 +87,6 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
     return parser
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _interpolate(args) -> int:
@@ -122,7 +112,7 @@ def _interpolate(args) -> int:
     check_pair(frame0, frame1)
     cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
     middle, payload_bytes = interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec)
-    _write_atomic(Path(args.output), to_png(middle))
+    save_image(Image.fromarray(to_uint8(middle)), args.output)
     print(f"wrote {args.output} ({middle.shape[2]}x{middle.shape[1]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
 
