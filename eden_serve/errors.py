@@ -1,10 +1,13 @@
 """One error hierarchy for the package, and its mapping to HTTP statuses.
 
 Every failure a user can cause is an :class:`EdenError`; the handlers turn it into a 4xx JSON body,
-the command line into one line on stderr and exit code 2. Anything else is a bug (HTTP 500).
+the command line into one line on stderr and exit code 2. Running out of memory is 507; anything
+else is a bug (HTTP 500, with a message that names no internals).
 """
 
 from __future__ import annotations
+
+import torch
 
 
 class EdenError(Exception):
@@ -78,4 +81,7 @@ def error_response(exc: BaseException) -> tuple[int, dict]:
     """HTTP status and JSON body for any exception; internals never leak into the body."""
     if isinstance(exc, EdenError):
         return exc.status, exc.to_json()
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        message = "the server ran out of memory for this request; retry with smaller frames or later"
+        return 507, {"code": 507, "type": "out_of_memory", "message": message}
     return 500, {"code": 500, "type": "internal_error", "message": f"internal error ({type(exc).__name__}); see the server log"}

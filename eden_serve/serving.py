@@ -183,14 +183,10 @@ def error_reply(exc: BaseException) -> tuple[int, Reply]:
     if isinstance(exc, EdenError):
         logger.info("request refused: %d %s: %s", exc.status, exc.kind, exc)
         status, document = error_response(exc)
-    elif isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-        logger.error("out of memory", exc_info=exc)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        status = 507
-        document = {"code": status, "type": "out_of_memory", "message": "the server ran out of memory for this request; retry with smaller frames or later"}
     else:
         logger.error("request failed", exc_info=exc)
+        if isinstance(exc, torch.OutOfMemoryError):
+            torch.cuda.empty_cache()
         status, document = error_response(exc)
     return status, Reply(json.dumps(document).encode(), JSON)
 

@@ -1,0 +1,50 @@
+"""The one mapping from errors to HTTP statuses and JSON bodies."""
+
+import pytest
+import torch
+
+from eden_serve.errors import (
+    BadInputError,
+    CheckpointError,
+    CodecError,
+    FrameTooLargeError,
+    ModelMismatchError,
+    PayloadTooLargeError,
+    UnavailableError,
+    UnsupportedVersionError,
+    UpstreamError,
+    error_response,
+)
+
+
+@pytest.mark.parametrize(
+    "exc, status, kind",
+    [
+        (BadInputError("missing frame0"), 400, "bad_input"),
+        (FrameTooLargeError("too big"), 413, "frame_too_large"),
+        (CheckpointError("bad"), 400, "bad_checkpoint"),
+        (CodecError("corrupt"), 400, "bad_payload"),
+        (UnsupportedVersionError("v2"), 400, "unsupported_version"),
+        (PayloadTooLargeError("many tokens"), 413, "payload_too_large"),
+        (ModelMismatchError("other dims"), 409, "model_mismatch"),
+        (UnavailableError("gave up"), 503, "unavailable"),
+        (UpstreamError(413, "frame_too_large", "from the encoder"), 413, "frame_too_large"),
+        (MemoryError(), 507, "out_of_memory"),
+        (torch.OutOfMemoryError("CUDA out of memory"), 507, "out_of_memory"),
+    ],
+)
+def test_statuses(exc, status, kind):
+    code, body = error_response(exc)
+    assert code == status and body["code"] == status and body["type"] == kind
+    assert set(body) == {"code", "type", "message"} and body["message"]
+
+
+def test_codec_errors_are_one_type():
+    for cls in (UnsupportedVersionError, PayloadTooLargeError, ModelMismatchError):
+        assert issubclass(cls, CodecError)
+
+
+def test_unexpected_errors_leak_nothing():
+    code, body = error_response(KeyError("/secret/path/weights.safetensors"))
+    assert code == 500 and body["type"] == "internal_error"
+    assert "secret" not in body["message"] and "Traceback" not in body["message"]
