@@ -16,16 +16,29 @@ mkdir -p logs
 "$bin/torchserve" --start --ncs --ts-config config.properties --models eden_encoder.mar eden_ditdec.mar \
     >logs/torchserve-console.log 2>&1
 
-key() { "$bin/python" -c 'import json, sys; print(json.load(open("key_file.json"))[sys.argv[1]]["key"])' "$1"; }
-ready() {
-    [[ -f key_file.json ]] && curl -sf -H "Authorization: Bearer $(key management)" \
-        http://127.0.0.1:8081/models/eden_ditdec 2>/dev/null | grep -q '"status": "READY"'
-}
-echo "waiting for TorchServe and its workers (log: logs/)..."
-for _ in $(seq 180); do ready && break; sleep 1; done
-ready || { echo "TorchServe did not become ready in 3 minutes; see logs/ and stop it with .venv/bin/torchserve --stop" >&2; exit 1; }
-curl -sf -X POST -H "Authorization: Bearer $(key management)" "http://127.0.0.1:8081/workflows?url=eden.war"
-echo
+# Wait for the workers, then register the workflow (the management API needs the management key).
+"$bin/python" - <<'PY'
+import json, pathlib, sys, time
+import requests
+
+deadline = time.monotonic() + 180
+while time.monotonic() < deadline:
+    try:
+        key = json.loads(pathlib.Path("key_file.json").read_text())["management"]["key"]
+        headers = {"Authorization": f"Bearer {key}"}
+        workers = requests.get("http://127.0.0.1:8081/models/eden_ditdec", headers=headers, timeout=5).json()[0]["workers"]
+        if any(w["status"] == "READY" for w in workers):
+            break
+    except (OSError, ValueError, KeyError, IndexError, requests.RequestException):
+        pass
+    time.sleep(1)
+else:
+    sys.exit("TorchServe did not become ready in 3 minutes; see logs/ and stop it with .venv/bin/torchserve --stop")
+answer = requests.post("http://127.0.0.1:8081/workflows", params={"url": "eden.war"}, headers=headers, timeout=600)
+print(answer.json().get("status", answer.text))
+if answer.status_code != 200:
+    sys.exit(f"registering the workflow failed ({answer.status_code}); see logs/")
+PY
 
 mkdir -p out
 "$bin/eden-serve" client examples/frame0.png examples/frame1.png -o out/middle.png \
