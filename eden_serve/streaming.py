@@ -33,6 +33,7 @@ from .cloud import CloudEncoder
 from .edge import EdgeDecoder
 from .errors import BadInputError, EdenError, UnavailableError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, to_uint8
+from .pipeline import interpolate_pair
 
 DEFAULT_INFLIGHT = 4
 # In process the model already uses every core; a second pair overlaps reading, writing and codec work.
@@ -256,9 +257,8 @@ def in_process(cloud: CloudEncoder, edge: EdgeDecoder, codec: str = wire.DEFAULT
 
     def process(index: int, frame0: Frame, frame1: Frame, seed: int) -> Middle:
         check_pair(frame0.tensor, frame1.tensor)
-        payload = wire.encode(cloud.encode(frame0.tensor, frame1.tensor, seed), cloud.config, codec)
-        middle = edge.interpolate(wire.decode(payload, edge.config))
-        return Middle(Image.fromarray(to_uint8(middle)), payload_bytes=len(payload))
+        middle, payload_bytes = interpolate_pair(cloud, edge, frame0.tensor, frame1.tensor, seed, codec)
+        return Middle(Image.fromarray(to_uint8(middle)), payload_bytes=payload_bytes)
 
     return process
 
