@@ -32,7 +32,7 @@ import requests
 from PIL import Image, UnidentifiedImageError
 
 from .clips import Frame, match_mode, save_image, to_png_bytes
-from .errors import BadInputError, UpstreamError
+from .errors import BadInputError, UpstreamError, error_from_document
 from .streaming import DEFAULT_INFLIGHT, Middle, Processor, Retry, Summary, TransientError, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
@@ -78,36 +78,18 @@ def _reason(exc: requests.RequestException) -> str:
     return f"{type(exc).__name__} ({text[:160]})"
 
 
-def _error_document(response: requests.Response) -> dict | None:
-    """The ``{code, type, message}`` body of an error, if that is what the answer holds.
-
-    Looked for by the first byte, not the content type: TorchServe 0.12 workflows label every
-    answer application/json, PNGs included, and answer 200 with a failed node's error document."""
-    if response.content[:1] != b"{":
-        return None
-    try:
-        document = json.loads(response.content)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def _status(response: requests.Response) -> int:
-    """The status an answer means: a workflow answers 200 with a failed node's error document."""
-    document = _error_document(response)
-    code = document.get("code") if document else None
-    if isinstance(code, int) and 400 <= code < 600:
-        return code
-    return response.status_code
-
-
 def _check(response: requests.Response) -> requests.Response:
-    status = _status(response)
-    if status < 400:
+    """The response, or the error it means. The error document is looked for in the body, not by the
+    content type or status: TorchServe 0.12 workflows label every answer application/json, PNGs
+    included, and answer 200 with a failed node's error document."""
+    refused = error_from_document(response.content)
+    if refused is None and response.status_code < 400:
         return response
-    document = _error_document(response) or {}
-    kind = str(document.get("type", "http_error"))
-    message = str(document.get("message") or " ".join(response.text[:300].split()) or response.reason)
+    if refused is not None:
+        status, kind, message = refused.status, refused.kind, str(refused)
+    else:
+        status, kind = response.status_code, "http_error"
+        message = " ".join(response.text[:300].split()) or response.reason
     where = f"HTTP {status} from {response.url}"
     if status >= 500:
         raise TransientError(f"{message} ({where})")

@@ -7,6 +7,9 @@ else is a bug (HTTP 500, with a message that names no internals).
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import torch
 
 
@@ -75,6 +78,30 @@ class UpstreamError(EdenError):
         super().__init__(message)
         self.status = status
         self.kind = kind
+
+
+def error_from_document(body: Any) -> UpstreamError | None:
+    """The error a ``{code, type, message}`` document states (ours, or TorchServe's own), if ``body``
+    is one: bytes of JSON or an already parsed object.
+
+    A TorchServe workflow hands a failed node's error body to the next node and answers 200 with
+    the last one, so both the edge handler and the client look for it in the body. Wire payloads
+    start with the magic ``EDENWIRE`` and PNGs with ``\\x89PNG``, which no JSON text can, so an
+    object with exactly these keys is unambiguous.
+    """
+    if isinstance(body, (bytes, bytearray)):
+        if body.lstrip()[:1] != b"{":
+            return None
+        try:
+            body = json.loads(bytes(body))
+        except ValueError:
+            return None
+    if not isinstance(body, dict) or body.keys() != {"code", "type", "message"}:
+        return None
+    code, kind, message = body["code"], body["type"], body["message"]
+    if type(code) is not int or not 400 <= code <= 599 or not isinstance(kind, str) or not isinstance(message, str):
+        return None
+    return UpstreamError(code, kind, message)
 
 
 def error_response(exc: BaseException) -> tuple[int, dict]:

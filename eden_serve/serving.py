@@ -32,7 +32,7 @@ from .checkpoint import load_cloud, load_edge
 from .cloud import CloudEncoder, patch_grid
 from .config import EdenConfig
 from .edge import EdgeDecoder
-from .errors import BadInputError, EdenError, FrameTooLargeError, UpstreamError, error_response
+from .errors import BadInputError, EdenError, FrameTooLargeError, error_from_document, error_response
 from .frames import DEFAULT_MAX_PIXELS, check_pair, check_size, load_frame, to_png
 
 logger = logging.getLogger(__name__)
@@ -288,28 +288,6 @@ def request_body(request: dict) -> Any:
     raise BadInputError("empty request; POST the wire payload made by the encoder as the request body")
 
 
-def upstream_error(body: Any) -> UpstreamError | None:
-    """The error document of an earlier workflow node, if ``body`` is one.
-
-    A TorchServe workflow hands a node's error body to the next node instead of stopping. Wire
-    payloads start with the magic ``EDENWIRE``, which no JSON text can, so a JSON object with exactly
-    our error keys is unambiguous.
-    """
-    if isinstance(body, (bytes, bytearray)):
-        if not body.lstrip()[:1] == b"{":
-            return None
-        try:
-            body = json.loads(bytes(body))
-        except ValueError:
-            return None
-    if not isinstance(body, dict) or body.keys() != {"code", "type", "message"}:
-        return None
-    code, kind, message = body["code"], body["type"], body["message"]
-    if type(code) is not int or not 400 <= code <= 599 or not isinstance(kind, str) or not isinstance(message, str):
-        return None
-    return UpstreamError(code, kind, message)
-
-
 # --- the two services ----------------------------------------------------------------------------
 
 
@@ -389,7 +367,7 @@ class EdgeService:
 
     def parse(self, idx: int, request: dict) -> bytes:
         body = request_body(request)
-        upstream = upstream_error(body)
+        upstream = error_from_document(body)
         if upstream is not None:
             raise upstream
         if isinstance(body, str):

@@ -21,7 +21,7 @@ from eden_serve import serving, wire
 from eden_serve.checkpoint import synthetic_state_dict, write_halves
 from eden_serve.cloud import patch_grid
 from eden_serve.config import preset
-from eden_serve.errors import BadInputError, UpstreamError
+from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.frames import DEFAULT_MAX_PIXELS
 from servers import ROOT
 
@@ -169,7 +169,7 @@ def test_bad_seed(value):
 def test_upstream_error_documents():
     document = {"code": 413, "type": "frame_too_large", "message": "frame0 is too large"}
     for body in (json.dumps(document).encode(), json.dumps(document, indent=2).encode(), document):
-        error = serving.upstream_error(body)
+        error = error_from_document(body)
         assert isinstance(error, UpstreamError) and error.to_json() == document
     cond = wire.Conditions(torch.zeros(2, 24, 64), torch.zeros(2, 24, 64), 0.5, 0.25, 0.0, (4, 6), (64, 96))
     not_errors = [
@@ -180,7 +180,7 @@ def test_upstream_error_documents():
         json.dumps({**document, "code": "413"}).encode(),
         [document],
     ]
-    assert all(serving.upstream_error(body) is None for body in not_errors)
+    assert all(error_from_document(body) is None for body in not_errors)
 
 
 def test_default_threads_share_the_cores_without_oversubscribing():
