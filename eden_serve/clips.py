@@ -34,10 +34,10 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from PIL import GifImagePlugin, Image, ImageChops, ImageOps, UnidentifiedImageError
+from PIL import GifImagePlugin, Image, ImageChops, UnidentifiedImageError
 
 from .errors import BadInputError
-from .frames import check_size, image_to_tensor
+from .frames import check_size, image_to_tensor, open_image
 
 VIDEO_SUFFIXES = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi"}
 ANIMATION_FORMATS = {"GIF", "PNG", "WEBP"}
@@ -104,16 +104,8 @@ class Frame:
         return self._lazy("encoded", lambda: to_png_bytes(self.image, UPLOAD_PNG_LEVEL))
 
     def _load(self) -> Image.Image:
-        try:
-            with Image.open(self.path) as image:
-                if self.max_pixels is not None:
-                    check_size(*image.size, self.max_pixels, self.name)
-                image.load()
-                # Orientation is applied as image_to_tensor applies it, so alpha and mode
-                # matching see the frame the model sees.
-                return ImageOps.exif_transpose(image)
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-            raise BadInputError(f"{self.name} is not a readable image ({type(exc).__name__})") from None
+        # Oriented as image_to_tensor orients it, so alpha and mode matching see the frame the model sees.
+        return open_image(self.path, self.name, self.max_pixels)
 
 
 def to_png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:

@@ -37,8 +37,11 @@ def image_to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).contiguous()
 
 
-def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int = DEFAULT_MAX_PIXELS) -> torch.Tensor:
-    """Image bytes or a file path -> [3, H, W] float32 in [0, 1]."""
+def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Image bytes or a file path -> the decoded image, EXIF orientation applied.
+
+    ``max_pixels`` (None: no limit) is checked from the header, before any pixel is decoded.
+    """
     try:
         stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
     except OSError as exc:
@@ -46,13 +49,19 @@ def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int 
     with stream:
         try:
             image = Image.open(stream)
-            check_size(*image.size, max_pixels, name)
+            if max_pixels is not None:
+                check_size(*image.size, max_pixels, name)
             image.load()
         except FrameTooLargeError:
             raise
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
-        return image_to_tensor(image)
+    return ImageOps.exif_transpose(image)
+
+
+def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> torch.Tensor:
+    """Image bytes or a file path -> [3, H, W] float32 in [0, 1]."""
+    return image_to_tensor(open_image(source, name, max_pixels))
 
 
 def check_pair(frame0: torch.Tensor, frame1: torch.Tensor) -> None:
