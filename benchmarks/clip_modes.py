@@ -9,7 +9,6 @@ Builds its own archives (synthetic weights) in a temporary directory and stops e
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import warnings
 import zipfile
@@ -18,13 +17,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from servers import build_archives, torchserve  # noqa: E402
-
-from eden_serve import serving  # noqa: E402
-from eden_serve.checkpoint import load_cloud, load_edge  # noqa: E402
-from eden_serve.client import Client  # noqa: E402
-from eden_serve.streaming import interpolate_clip_in_process  # noqa: E402
+from eden_serve import serving
+from eden_serve.checkpoint import load_cloud, load_edge
+from eden_serve.client import Client
+from eden_serve.launcher import build_archives, torchserve
+from eden_serve.streaming import interpolate_clip_in_process
 
 
 def write_frames(folder: Path, count: int, height: int, width: int) -> None:

@@ -27,7 +27,7 @@ from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.client import Client, ServerError, add_client_arguments, read_token, run_client
 from eden_serve.streaming import PairError, interpolate_clip, interpolate_clip_in_process
 
-from servers import build_archives, torchserve
+from eden_serve.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
 

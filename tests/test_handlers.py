@@ -23,7 +23,7 @@ from eden_serve.cloud import patch_grid
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.frames import DEFAULT_MAX_PIXELS
-from servers import ROOT
+from eden_serve.launcher import REPO as ROOT
 
 
 def handler_class(name: str, class_name: str):

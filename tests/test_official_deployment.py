@@ -12,7 +12,7 @@ from eden_serve.checkpoint import load_pair, synthetic_state_dict
 from eden_serve.config import PRESETS
 from eden_serve.frames import load_frame, to_png
 from eden_serve.pipeline import interpolate_pair
-from servers import build_archives, torchserve
+from eden_serve.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
 

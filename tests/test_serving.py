@@ -30,7 +30,7 @@ from eden_serve.config import preset
 from eden_serve.frames import load_frame, to_png
 from eden_serve.wire import Conditions
 
-from servers import build_archives, torchserve
+from eden_serve.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
 

@@ -1,13 +1,14 @@
-"""Real TorchServe instances for tests: start one from a model store, use it, always stop it.
+"""TorchServe instances of eden-serve, started from any directory and always stopped.
 
-    store = build_archives(tmp_path / "store")  # tiny model, via archive.sh
+    store = build_archives(tmp / "store", config="tiny")       # archive.sh, synthetic weights
     with torchserve(store, models=["eden_encoder.mar"], workflows=["eden.war"]) as server:
         requests.post(f"{server.inference_url}/wfpredict/eden", files=..., headers=server.inference_headers)
 
-Each instance gets free loopback ports (HTTP, gRPC, worker), its own working directory (its
-key_file.json), TMPDIR/TEMP (TorchServe's pid file, the JVM's temp files and unpacked archives) and
-log directory, so several can run at once. Its configuration is the repository's config.properties
-with those overridden. Nothing is built here except by :func:`build_archives`.
+Each instance gets its own working directory (its key_file.json), TMPDIR (TorchServe's pid file,
+the JVM's temp files, unpacked archives), log directory and free ports (HTTP, gRPC, worker), so
+several run side by side. Its configuration is the repository's ``config.properties`` with the
+relative paths resolved and those entries overridden. The tests, the benchmarks and the container
+entrypoint start their servers here; TorchServe is run as a program, never imported.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
-BASE_CONFIG = ROOT / "config.properties"
+# A source checkout: the package's parent holds archive.sh, config.properties and handlers/.
+REPO = Path(__file__).resolve().parent.parent
+BASE_CONFIG = REPO / "config.properties"
+# Entries of config.properties that name files, resolved against the file's own directory.
+PATH_KEYS = ("model_store", "workflow_store", "metrics_config")
 
 
 def build_archives(
@@ -37,12 +41,12 @@ def build_archives(
 ) -> Path:
     """Run archive.sh into ``model_store`` (synthetic weights unless ``checkpoint``); returns it."""
     model_store = Path(model_store)
-    command = ["bash", str(ROOT / "archive.sh"), "--config", config, "--model-store", str(model_store)]
+    command = ["bash", str(REPO / "archive.sh"), "--config", config, "--model-store", str(model_store)]
     if codec is not None:
         command += ["--codec", codec]
     if checkpoint is not None:
         command += ["--checkpoint", str(checkpoint)]
-    # archive.sh finds the project's tools in .venv or on PATH; ours first.
+    # archive.sh finds the project's tools in .venv or on PATH; this interpreter's first.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
@@ -50,20 +54,24 @@ def build_archives(
     return model_store
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     """A port that was free a moment ago (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
 def read_properties(path: Path) -> dict[str, str]:
+    """A TorchServe config.properties as a dict, with its file entries made absolute."""
     properties = {}
     for line in path.read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             key, _, value = line.partition("=")
             properties[key.strip()] = value.strip()
+    for key in PATH_KEYS:
+        if key in properties and not Path(properties[key]).is_absolute():
+            properties[key] = str((path.parent / properties[key]).resolve())
     return properties
 
 
@@ -140,24 +148,34 @@ def torchserve(
     token_auth: bool = True,
     properties: dict[str, str] | None = None,
     startup_timeout: float = 180,
+    host: str = "127.0.0.1",
+    prefix: Sequence[str] = (),
+    config: str | Path = BASE_CONFIG,
 ) -> Iterator[Server]:
     """A TorchServe serving ``models`` (archive names in ``model_store``, loaded at start) and
     ``workflows`` (registered through the management API), ready when yielded, stopped on exit.
 
-    ``properties`` override config.properties entries (e.g. max_request_size).
+    ``host`` is the address it listens on; ``prefix`` is put before the torchserve command (e.g.
+    ``ip netns exec cloud`` to start it on another network host); ``properties`` override entries
+    of ``config`` (e.g. max_request_size).
     """
     model_store = Path(model_store).resolve()
     workdir = Path(tempfile.mkdtemp(prefix="eden-torchserve-"))
     tmp, log_dir = workdir / "tmp", workdir / "logs"
     tmp.mkdir()
     log_dir.mkdir()
-    ports = {name: free_port() for name in ("inference", "management", "metrics", "grpc_inference", "grpc_management", "worker")}
+    # Ports are probed here; with a prefix that moves the server to another network namespace,
+    # they are probed on this side's loopback, which is as good as any guess there.
+    probe = "127.0.0.1" if prefix else host
+    ports = {n: free_port(probe) for n in ("inference", "management", "metrics", "grpc_inference", "grpc_management", "worker")}
 
-    config = read_properties(BASE_CONFIG)
-    config.update(
-        inference_address=f"http://127.0.0.1:{ports['inference']}",
-        management_address=f"http://127.0.0.1:{ports['management']}",
-        metrics_address=f"http://127.0.0.1:{ports['metrics']}",
+    settings = read_properties(Path(config))
+    settings.update(
+        inference_address=f"http://{host}:{ports['inference']}",
+        management_address=f"http://{host}:{ports['management']}",
+        metrics_address=f"http://{host}:{ports['metrics']}",
+        grpc_inference_address=host,
+        grpc_management_address=host,
         grpc_inference_port=str(ports["grpc_inference"]),
         grpc_management_port=str(ports["grpc_management"]),
         # Workers talk to the frontend over Unix sockets named after consecutive "ports" from
@@ -165,26 +183,26 @@ def torchserve(
         initial_worker_port=str(ports["worker"]),
         model_store=str(model_store),
         workflow_store=str(model_store),
-        metrics_config=str((ROOT / config["metrics_config"]).resolve()),
         disable_token_authorization="false" if token_auth else "true",
     )
-    config.update(properties or {})
+    settings.update(properties or {})
     config_file = workdir / "config.properties"
-    config_file.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+    config_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
 
     env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(log_dir), "METRICS_LOCATION": str(log_dir)}
     launcher = shutil.which("torchserve", path=str(Path(sys.executable).parent)) or shutil.which("torchserve")
     if launcher is None:
         raise RuntimeError("torchserve not found; install the project with its serve extra")
-    command = [launcher, "--start", "--foreground", "--ncs", "--ts-config", str(config_file), "--model-store", str(model_store)]
+    command = [*prefix, launcher, "--start", "--foreground", "--ncs", "--ts-config", str(config_file),
+               "--model-store", str(model_store)]
     models = list(models)
     if models:
         command += ["--models", *models]
 
     server = Server(
-        inference_url=config["inference_address"],
-        management_url=config["management_address"],
-        metrics_url=config["metrics_address"],
+        inference_url=settings["inference_address"],
+        management_url=settings["management_address"],
+        metrics_url=settings["metrics_address"],
         workdir=workdir,
         log_dir=log_dir,
         token_auth=token_auth,
@@ -204,7 +222,7 @@ def torchserve(
         server.wait_ready(startup_timeout)
         yield server
     finally:
-        _stop(launcher, process, workdir, env)
+        _stop([*prefix, launcher], process, workdir, env)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -227,11 +245,11 @@ def _wait_started(server: Server, process: subprocess.Popen, timeout: float) -> 
         time.sleep(0.5)
 
 
-def _stop(launcher: str, process: subprocess.Popen, workdir: Path, env: dict[str, str]) -> None:
+def _stop(launcher: list[str], process: subprocess.Popen, workdir: Path, env: dict[str, str]) -> None:
     """torchserve --stop (it finds the JVM through the pid file in this instance's TMPDIR), then
     make sure nothing of the process group survives."""
     try:
-        subprocess.run([launcher, "--stop", "--foreground"], cwd=workdir, env=env, capture_output=True, timeout=90)
+        subprocess.run([*launcher, "--stop", "--foreground"], cwd=workdir, env=env, capture_output=True, timeout=90)
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
