@@ -15,7 +15,7 @@ import torch
 from . import wire
 from .checkpoint import load_pair
 from .config import EdenConfig
-from .edge import EdgeDecoder
+from .edge import EdgeModel
 
 
 def synthetic_pair(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,7 +34,7 @@ def _timed(fn, device: torch.device):
     return result, (time.perf_counter() - start) * 1000
 
 
-def _stages(cloud, edge: EdgeDecoder, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
+def _stages(cloud, edge: EdgeModel, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
     device = edge.device
 
     def round_trip(cond):
@@ -44,7 +44,7 @@ def _stages(cloud, edge: EdgeDecoder, frames, codec: str, path: str) -> tuple[di
     cond, encode_ms = _timed(lambda: cloud.encode(*frames, seed=0), device)
     (received, payload_bytes), codec_ms = _timed(lambda: round_trip(cond), device)
     latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
-    frame, decode_ms = _timed(lambda: edge.decode(latents, received, path), device)
+    frame, decode_ms = _timed(lambda: edge.decode_latents(latents, received, path), device)
     return {"encode": encode_ms, "codec": codec_ms, "denoise": denoise_ms, "decode": decode_ms}, frame, payload_bytes
 
 

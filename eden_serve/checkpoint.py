@@ -18,11 +18,11 @@ from safetensors.torch import save_file
 
 from .cloud import CloudEncoder
 from .config import EdenConfig
-from .edge import EdgeDecoder, Precision
+from .edge import EdgeModel, Precision
 from .errors import CheckpointError
-from .model import CondEncoderWeights, DitDecoderWeights, expected_layout, is_cloud_key
+from .model import CloudWeights, EdgeWeights, expected_layout, is_cloud_key
 
-SIDES = {"cloud": CondEncoderWeights, "edge": DitDecoderWeights}
+SIDES = {"cloud": CloudWeights, "edge": EdgeWeights}
 SYNTHETIC_WARNING = "no checkpoint given: using synthetic weights (seed {seed}); the output is NOT a real interpolation"
 
 
@@ -143,9 +143,9 @@ def load_cloud(path: str | Path, device: str = "cpu") -> CloudEncoder:
     return CloudEncoder(module, config, device)
 
 
-def load_edge(path: str | Path, device: str = "cpu", precision: Precision = "fp32") -> EdgeDecoder:
+def load_edge(path: str | Path, device: str = "cpu", precision: Precision = "fp32") -> EdgeModel:
     module, config = load_half(path, "edge")
-    return EdgeDecoder(module, config, device, precision)
+    return EdgeModel(module, config, device, precision)
 
 
 def load_pair(
@@ -154,7 +154,7 @@ def load_pair(
     device: str = "cpu",
     precision: Precision = "fp32",
     seed: int = 0,
-) -> tuple[CloudEncoder, EdgeDecoder]:
+) -> tuple[CloudEncoder, EdgeModel]:
     """Both halves in one process, from an official checkpoint or synthetic weights (with a warning)."""
     if checkpoint is None:
         warnings.warn(SYNTHETIC_WARNING.format(seed=seed), stacklevel=2)
@@ -162,5 +162,5 @@ def load_pair(
     else:
         state = load_official(checkpoint, config)
     cloud = CloudEncoder(module_from_state(state, "cloud", config), config, device)
-    edge = EdgeDecoder(module_from_state(state, "edge", config), config, device, precision)
+    edge = EdgeModel(module_from_state(state, "edge", config), config, device, precision)
     return cloud, edge

@@ -11,33 +11,18 @@ import torch
 import torch.nn.functional as F
 
 from .config import EdenConfig
-from .errors import BadInputError
-from .model import CondEncoderWeights, pos_embedding
+from .model import CloudWeights, pos_embedding
 from .wire import Conditions
-
-
-def padding(size: int, multiple: int) -> tuple[int, int]:
-    """(before, after) padding of one axis to a multiple: half rounded down before, the rest after."""
-    total = (multiple - size % multiple) % multiple
-    return total // 2, total - total // 2
-
-
-def patch_grid(height: int, width: int, config: EdenConfig) -> tuple[int, int]:
-    m = config.pad_multiple
-    ph = (height + sum(padding(height, m))) // config.patch_size
-    pw = (width + sum(padding(width, m))) // config.patch_size
-    return ph, pw
 
 
 def pad_frames(frames: torch.Tensor, config: EdenConfig) -> torch.Tensor:
     """[B, 3, H, W] -> [B, 3, H_pad, W_pad], replicating the border."""
-    top, bottom = padding(frames.shape[-2], config.pad_multiple)
-    left, right = padding(frames.shape[-1], config.pad_multiple)
+    top, bottom, left, right = config.padding(*frames.shape[-2:])
     return F.pad(frames, (left, right, top, bottom), mode="replicate")
 
 
 class CloudEncoder:
-    def __init__(self, weights: CondEncoderWeights, config: EdenConfig, device: str | torch.device = "cpu"):
+    def __init__(self, weights: CloudWeights, config: EdenConfig, device: str | torch.device = "cpu"):
         self.config = config
         self.device = torch.device(device)
         self.weights = weights.to(self.device).eval()
@@ -45,10 +30,7 @@ class CloudEncoder:
     @torch.inference_mode()
     def encode(self, frame0: torch.Tensor, frame1: torch.Tensor, seed: int = 0) -> Conditions:
         """Two [3, H, W] float frames in [0, 1] -> the conditions for the edge."""
-        if frame0.ndim != 3 or frame0.shape[0] != 3 or frame0.shape != frame1.shape:
-            raise BadInputError(
-                f"frames must be two RGB images of the same size, got {tuple(frame0.shape)} and {tuple(frame1.shape)}"
-            )
+        assert frame0.ndim == 3 and frame0.shape[0] == 3 and frame0.shape == frame1.shape, "checked by the caller"
         height, width = frame0.shape[-2:]
         frames = torch.stack([frame0, frame1]).to(self.device, torch.float32)  # [2, 3, H, W]
         difference = self._difference(frames)
@@ -58,7 +40,7 @@ class CloudEncoder:
         std = padded.std(dim=(1, 2, 3), keepdim=True) + 1e-8
         normalised = (padded - mean) / std
 
-        ph, pw = patch_grid(height, width, self.config)
+        ph, pw = self.config.patch_grid(height, width)
         pos = pos_embedding(self.config, ph, pw, 1).to(self.device)
         w, patches = self.weights, self._patches(normalised)
         cond_dit = w.norm_cond_dit(self._embed(w.patch_cond_dit, patches) + pos)

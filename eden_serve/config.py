@@ -11,6 +11,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from .errors import BadInputError
+
+# Noise seeds are unsigned 64-bit: the wire format's range, and what torch.Generator.manual_seed takes.
+MAX_SEED = 2**64 - 1
+
 
 @dataclass(frozen=True)
 class EdenConfig:
@@ -33,10 +38,6 @@ class EdenConfig:
     pos_grid: tuple[int, int] = (16, 28)
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_dim // self.num_heads
-
-    @property
     def mlp_dim(self) -> int:
         return int(self.hidden_dim * self.mlp_ratio)
 
@@ -44,6 +45,17 @@ class EdenConfig:
     def pad_multiple(self) -> int:
         """Frames are padded so the query grid (patch grid / 2) is whole."""
         return 2 * self.patch_size
+
+    def padding(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) padding of a frame to whole query patches: on each axis half
+        the total, rounded down, before, the rest after."""
+        (top, bottom), (left, right) = (_split_padding(size, self.pad_multiple) for size in (height, width))
+        return top, bottom, left, right
+
+    def patch_grid(self, height: int, width: int) -> tuple[int, int]:
+        """(ph, pw): the patch grid of a padded frame; the condition tokens number ph * pw."""
+        top, bottom, left, right = self.padding(height, width)
+        return (height + top + bottom) // self.patch_size, (width + left + right) // self.patch_size
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -70,6 +82,11 @@ class EdenConfig:
         return f"custom-{self.fingerprint()}"
 
 
+def _split_padding(size: int, multiple: int) -> tuple[int, int]:
+    total = (multiple - size % multiple) % multiple
+    return total // 2, total - total // 2
+
+
 PRESETS: dict[str, EdenConfig] = {
     "official": EdenConfig(),
     "tiny": EdenConfig(hidden_dim=64, num_heads=4, dit_depth=2, decoder_depth=2),
@@ -77,8 +94,6 @@ PRESETS: dict[str, EdenConfig] = {
 
 
 def preset(name: str) -> EdenConfig:
-    from .errors import BadInputError
-
     try:
         return PRESETS[name]
     except KeyError:

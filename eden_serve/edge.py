@@ -5,25 +5,26 @@ Two paths compute the same function and sit side by side:
 * ``reference``: the official computation step by step (9-token temporal attention sequences in the
   DiT, 3-token ones in the decoder, attention over every token, the condition tokens re-projected in
   every Euler step). It is the tests' oracle.
-* ``fast`` (the default): the same numbers with less work; see :class:`_FastPath`.
+* ``fast`` (the default): the same numbers with less work; see :class:`FastPath`.
+
+Both implement :class:`AttentionImpl`: the four places where the two differ are the attention calls.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from .cloud import padding
 from .config import EdenConfig
-from .errors import BadInputError
-from .model import Attention, Block, DitDecoderWeights, pos_embedding
+from .model import Attention, Block, EdgeWeights, pos_embedding
 from .wire import Conditions
 
-Path = Literal["fast", "reference"]
+AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
 
 def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
@@ -43,7 +44,19 @@ def query_blocks(cond: torch.Tensor, ph: int, pw: int) -> torch.Tensor:
     return cond.reshape(ph // 2, 2, pw // 2, 2, d).permute(0, 2, 1, 3, 4).reshape(-1, 4, d)
 
 
-class _ReferencePath:
+class AttentionImpl(Protocol):
+    """The attention steps of the DiT and decoder blocks; each returns what is added to the stream."""
+
+    def self_attn(self, attn: Attention, x: torch.Tensor) -> torch.Tensor: ...
+
+    def temporal_dit(self, blk: Block, x: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor: ...
+
+    def decoder_self_attn(self, blk: Block, r: torch.Tensor, q: torch.Tensor) -> torch.Tensor: ...
+
+    def temporal_dec(self, blk: Block, r: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor: ...
+
+
+class ReferencePath:
     """The official computation, one step after the other."""
 
     def temporal_dit(self, blk: Block, x: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
@@ -69,7 +82,7 @@ def _heads(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(t.transpose(-3, -2) for t in y.unbind(-3))
 
 
-class _FastPath(_ReferencePath):
+class FastPath:
     """Skips work whose result the reference discards or recomputes; exact up to float rounding.
 
     Only the query token's row of each temporal attention is computed (the reference attends over
@@ -106,33 +119,39 @@ class _FastPath(_ReferencePath):
         out = F.scaled_dot_product_attention(q[:, :, None], keys, values)  # [T, H, 1, hd]
         return attn.proj(out.flatten(1))[None]
 
-    def temporal_dit(self, blk, x, c0, c1):
+    def temporal_dit(self, blk: Block, x: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
         return self._query_row(blk.temp_attn, blk.norm_temp_attn(x)[0], torch.cat([c0, c1], dim=1), 4)
 
-    def self_attn(self, attn, x):
+    def self_attn(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         return attn.output(F.scaled_dot_product_attention(*_heads(attn.project(x))))
 
-    def decoder_self_attn(self, blk, r, q):
+    def decoder_self_attn(self, blk: Block, r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         attn, n = blk.self_attn, r.shape[1]
         h = blk.norm_self_attn(torch.cat([r, q], dim=1))
         (queries,) = _heads(attn.project(h[:, :n], "q"))
         keys, values = _heads(attn.project(h, "kv"))
         return r + attn.output(F.scaled_dot_product_attention(queries, keys, values))
 
-    def temporal_dec(self, blk, r, c0, c1):
+    def temporal_dec(self, blk: Block, r: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
         return self._query_row(blk.temp_attn, blk.norm_temp_attn(r)[0], torch.stack([c0, c1], dim=1), 1)
 
 
-class EdgeDecoder:
+def attention_impl(path: AttentionPath) -> AttentionImpl:
+    assert path in ("fast", "reference"), path
+    return FastPath() if path == "fast" else ReferencePath()
+
+
+class EdgeModel:
+    """G_DiT and D_dec: :meth:`denoise` samples the latents, :meth:`decode_latents` turns them into pixels."""
+
     def __init__(
         self,
-        weights: DitDecoderWeights,
+        weights: EdgeWeights,
         config: EdenConfig,
         device: str | torch.device = "cpu",
         precision: Precision = "fp32",
     ):
-        if precision not in ("fp32", "bf16"):
-            raise BadInputError(f"unknown precision {precision!r}; use fp32 or bf16")
+        assert precision in PRECISIONS, precision
         self.config = config
         self.device = torch.device(device)
         self.precision = precision
@@ -150,16 +169,16 @@ class EdgeDecoder:
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     @torch.inference_mode()
-    def interpolate(self, cond: Conditions, path: Path = "fast") -> torch.Tensor:
+    def interpolate(self, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
         """Conditions -> the middle frame, [3, H, W] float32 in [0, 1] on the CPU."""
-        return self.decode(self.denoise(cond, path), cond, path)
+        return self.decode_latents(self.denoise(cond, path), cond, path)
 
     @torch.inference_mode()
-    def denoise(self, cond: Conditions, path: Path = "fast") -> torch.Tensor:
+    def denoise(self, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
         """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [1, Nq, L]."""
         cfg, w = self.config, self.weights
         ph, pw = cond.grid
-        impl = _FastPath() if path == "fast" else _ReferencePath()
+        impl = attention_impl(path)
         c0, c1 = (query_blocks(c, ph, pw) for c in cond.cond_dit.to(self.device))
         difference = torch.tensor([[cond.difference]], device=self.device)
         pos = pos_embedding(cfg, ph, pw, 2).to(self.device)
@@ -179,12 +198,12 @@ class EdgeDecoder:
         return z / cfg.vae_scaler + cfg.vae_shift
 
     @torch.inference_mode()
-    def decode(self, latents: torch.Tensor, cond: Conditions, path: Path = "fast") -> torch.Tensor:
+    def decode_latents(self, latents: torch.Tensor, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
         """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped."""
         cfg, w = self.config, self.weights
         ph, pw = cond.grid
         p = cfg.patch_size
-        impl = _FastPath() if path == "fast" else _ReferencePath()
+        impl = attention_impl(path)
         c0, c1 = cond.cond_dec.to(self.device)
         with self._autocast():
             q = w.proj_token(latents)  # [1, Nq, D]
@@ -200,5 +219,5 @@ class EdgeDecoder:
         image = patches.reshape(ph, pw, p, p, 3).permute(4, 0, 2, 1, 3).reshape(3, ph * p, pw * p)
         image = image * cond.std + cond.mean
         height, width = cond.size
-        top, left = padding(height, cfg.pad_multiple)[0], padding(width, cfg.pad_multiple)[0]
+        top, _, left, _ = cfg.padding(height, width)
         return image[:, top : top + height, left : left + width].clamp(0, 1).cpu()

@@ -1,7 +1,7 @@
 """EDEN's building blocks and its two weight halves, named exactly as in the official checkpoint.
 
 Read top-down: embeddings, attention and MLP, the transformer block, then the two halves:
-:class:`CondEncoderWeights` (the cloud's four ``*_cond_*`` modules) and :class:`DitDecoderWeights`
+:class:`CloudWeights` (the cloud's four ``*_cond_*`` modules) and :class:`EdgeWeights`
 (everything else, for the edge). Together their state dicts are the official ``eden.pt`` state dict.
 The computations that use these modules live in ``cloud.py`` and ``edge.py``.
 """
@@ -129,7 +129,7 @@ class Block(nn.Module):
 # --- the two halves -----------------------------------------------------------------------------
 
 
-class CondEncoderWeights(nn.Module):
+class CloudWeights(nn.Module):
     """E_cond's weights (cloud): one patch embedding and LayerNorm for the DiT, one for the decoder."""
 
     def __init__(self, config: EdenConfig):
@@ -141,7 +141,7 @@ class CondEncoderWeights(nn.Module):
         self.norm_cond_dec = nn.LayerNorm(dim, eps=config.ln_eps)
 
 
-class DitDecoderWeights(nn.Module):
+class EdgeWeights(nn.Module):
     """G_DiT's and D_dec's weights (edge)."""
 
     def __init__(self, config: EdenConfig):
@@ -167,7 +167,7 @@ class DitDecoderWeights(nn.Module):
 def expected_layout(config: EdenConfig) -> dict[str, tuple[int, ...]]:
     """Every key of the official state dict with its shape, for ``config``."""
     with torch.device("meta"):
-        halves = (CondEncoderWeights(config), DitDecoderWeights(config))
+        halves = (CloudWeights(config), EdgeWeights(config))
     return {k: tuple(v.shape) for half in halves for k, v in half.state_dict().items()}
 
 

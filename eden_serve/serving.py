@@ -29,9 +29,9 @@ import torch
 
 from . import wire
 from .checkpoint import load_cloud, load_edge
-from .cloud import CloudEncoder, patch_grid
-from .config import EdenConfig
-from .edge import EdgeDecoder
+from .cloud import CloudEncoder
+from .config import MAX_SEED, EdenConfig
+from .edge import EdgeModel
 from .errors import BadInputError, EdenError, FrameTooLargeError, error_from_document, error_response
 from .frames import DEFAULT_MAX_PIXELS, check_pair, check_size, load_frame, to_png
 
@@ -42,7 +42,6 @@ EDGE_WEIGHTS = "eden_edge.safetensors"
 OCTET_STREAM = "application/octet-stream"
 PNG = "image/png"
 JSON = "application/json"
-MAX_SEED = 2**64 - 1  # the wire format's range; torch.Generator.manual_seed takes it too
 FORM_HELP = "send multipart/form-data with image fields frame0 and frame1, optional seed (integer) and codec"
 
 
@@ -325,7 +324,7 @@ class EncoderService:
     def load_frame(self, data: bytes, name: str) -> torch.Tensor:
         frame = load_frame(data, name, self.settings.max_pixels)
         height, width = frame.shape[-2:]
-        ph, pw = patch_grid(height, width, self.encoder.config)
+        ph, pw = self.encoder.config.patch_grid(height, width)
         if ph * pw > self.max_tokens:
             raise FrameTooLargeError(
                 f"{name} is {width}x{height}, which pads to {ph * pw} tokens, over this server's {self.max_tokens} "
@@ -352,7 +351,7 @@ class EdgeService:
     one request at a time, so a batch of 4K payloads holds one request's conditions at a time.
     """
 
-    def __init__(self, decoder: EdgeDecoder, settings: Settings, context):
+    def __init__(self, decoder: EdgeModel, settings: Settings, context):
         self.decoder = decoder
         self.settings = settings
         self.context = context
@@ -383,7 +382,7 @@ class EdgeService:
         start = time.perf_counter()
         latents = self.decoder.denoise(cond)
         denoised = time.perf_counter()
-        frame = self.decoder.decode(latents, cond)
+        frame = self.decoder.decode_latents(latents, cond)
         decoded = time.perf_counter()
         _emit(self.context, "EdenPayloadBytes", len(payload), "B", idx)
         _emit(self.context, "EdenDenoiseMs", round((denoised - start) * 1000, 3), "ms", idx)

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from . import wire
 from .clips import Frame, open_clip, write_clip
 from .cloud import CloudEncoder
-from .edge import EdgeDecoder
+from .edge import EdgeModel
 from .errors import BadInputError, EdenError, UnavailableError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, to_uint8
 from .pipeline import interpolate_pair
@@ -251,7 +251,7 @@ def interpolate_clip(
     return summary
 
 
-def in_process(cloud: CloudEncoder, edge: EdgeDecoder, codec: str = wire.DEFAULT_CODEC) -> Processor:
+def in_process(cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
     middles equal theirs bit for bit for the same seed and codec."""
 
@@ -267,7 +267,7 @@ def interpolate_clip_in_process(
     src: str | Path,
     dst: str | Path,
     cloud: CloudEncoder,
-    edge: EdgeDecoder,
+    edge: EdgeModel,
     codec: str = wire.DEFAULT_CODEC,
     seed: int = 0,
     inflight: int = DEFAULT_INFLIGHT_IN_PROCESS,

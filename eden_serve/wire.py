@@ -57,7 +57,7 @@ import safetensors.torch
 import torch
 import zstandard
 
-from .config import EdenConfig
+from .config import MAX_SEED, EdenConfig
 from .errors import BadInputError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
 
 
@@ -122,7 +122,7 @@ def encode(cond: Conditions, config: EdenConfig, codec: str = DEFAULT_CODEC) -> 
     n = _tokens(grid, size, config)
     if n > MAX_TOKENS:
         raise CodecError(f"{size[0]}x{size[1]} frames give {n} tokens, over the wire limit of {MAX_TOKENS}; downscale them")
-    seed = _int(cond.seed, "seed", 2**64 - 1, payload=False)
+    seed = _int(cond.seed, "seed", MAX_SEED, payload=False)
     scalars = {}
     for key in _SCALARS:
         value = float(getattr(cond, key))
@@ -215,7 +215,7 @@ def decode(data: bytes, config: EdenConfig, *, max_tokens: int | None = None) ->
             f"payload carries {n} tokens ({size[0]}x{size[1]} frames) but this edge accepts at most {limit}; "
             "send smaller frames or raise the edge's pixel limit"
         )
-    seed = _int(header["seed"], "seed", 2**64 - 1)
+    seed = _int(header["seed"], "seed", MAX_SEED)
     scalars = {key: _float32(header[key], key) for key in _SCALARS}
 
     layout = _layout(spec.encoding, n, config.hidden_dim)
@@ -374,11 +374,10 @@ def _float32(value: object, name: str) -> float:
 
 
 def _tokens(grid: tuple[int, int], size: tuple[int, int], config: EdenConfig) -> int:
-    m, p = config.pad_multiple, config.patch_size
-    expected = tuple((s + (m - s % m) % m) // p for s in size)
+    expected = config.patch_grid(*size)
     if grid != expected:
         raise CodecError(
-            f"grid {grid} does not fit {size[0]}x{size[1]} frames, which pad to multiples of {m} and give {expected} "
-            f"with patch size {p}; the sender's model config differs or its conditions are malformed"
+            f"grid {grid} does not fit {size[0]}x{size[1]} frames, which pad to multiples of {config.pad_multiple} and "
+            f"give {expected} with patch size {config.patch_size}; the sender's model config differs or its conditions are malformed"
         )
     return grid[0] * grid[1]

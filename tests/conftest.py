@@ -9,7 +9,7 @@ import torch
 from eden_serve.checkpoint import module_from_state, synthetic_state_dict
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
-from eden_serve.edge import EdgeDecoder
+from eden_serve.edge import EdgeModel
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 GOLDEN_CASES = ["tiny_70x100", "tiny_64x96"]
@@ -31,8 +31,8 @@ class Golden:
     def cloud(self) -> CloudEncoder:
         return CloudEncoder(module_from_state(self.state, "cloud", self.config), self.config)
 
-    def edge(self, precision: str = "fp32") -> EdgeDecoder:
-        return EdgeDecoder(module_from_state(self.state, "edge", self.config), self.config, precision=precision)
+    def edge(self, precision: str = "fp32") -> EdgeModel:
+        return EdgeModel(module_from_state(self.state, "edge", self.config), self.config, precision=precision)
 
 
 @pytest.fixture(scope="session", params=GOLDEN_CASES)
@@ -50,6 +50,6 @@ def tiny_models(tiny_state):
     config = PRESETS["tiny"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return CloudEncoder(module_from_state(tiny_state, "cloud", config), config), EdgeDecoder(
+        return CloudEncoder(module_from_state(tiny_state, "cloud", config), config), EdgeModel(
             module_from_state(tiny_state, "edge", config), config
         )

@@ -19,7 +19,6 @@ from ts.metrics.metric_type_enum import MetricTypes
 
 from eden_serve import serving, wire
 from eden_serve.checkpoint import synthetic_state_dict, write_halves
-from eden_serve.cloud import patch_grid
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.frames import DEFAULT_MAX_PIXELS
@@ -144,7 +143,7 @@ def test_token_cap_admits_every_frame_within_the_pixel_limit(height, ratio, port
     width = max(1, int(height * ratio))
     height, width = (width, height) if portrait else (height, width)
     pixels = height * width
-    ph, pw = patch_grid(height, width, config)
+    ph, pw = config.patch_grid(height, width)
     assert ph * pw <= serving.max_tokens_for(pixels, config)
 
 

@@ -4,9 +4,9 @@ import torch
 
 from eden_serve.bench import synthetic_pair
 from eden_serve.checkpoint import module_from_state, synthetic_state_dict
-from eden_serve.cloud import CloudEncoder, patch_grid
+from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS, EdenConfig
-from eden_serve.edge import EdgeDecoder, initial_noise
+from eden_serve.edge import EdgeModel, initial_noise
 from eden_serve.model import expected_layout, pos_embedding
 
 from conftest import GOLDEN_DIR
@@ -31,7 +31,7 @@ def test_cloud_conditions_match_golden(golden):
     assert abs(cond.std - a["stats_std"].item()) < 1e-6
     assert abs(cond.difference - a["difference"].item()) < 1e-5
     h, w = golden.frame0.shape[1:]
-    assert cond.grid == patch_grid(h, w, golden.config) and cond.size == (h, w)
+    assert cond.grid == golden.config.patch_grid(h, w) and cond.size == (h, w)
 
 
 def test_noise_contract_matches_golden(golden):
@@ -63,7 +63,7 @@ def test_fast_path_equals_reference_with_official_dimensions():
     config = PRESETS["official"]
     state = synthetic_state_dict(config, seed=3)
     cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
-    edge = EdgeDecoder(module_from_state(state, "edge", config), config)
+    edge = EdgeModel(module_from_state(state, "edge", config), config)
     cond = cloud.encode(*synthetic_pair(50, 70), seed=5)
     fast, reference = edge.interpolate(cond, "fast"), edge.interpolate(cond, "reference")
     assert (fast - reference).abs().max().item() <= 1e-4

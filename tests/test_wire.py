@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eden_serve import wire
-from eden_serve.cloud import patch_grid
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, CodecError, ModelMismatchError, UnsupportedVersionError
 from eden_serve.wire import CODECS, DEFAULT_CODEC, Conditions, decode, encode, parse_codec
@@ -35,7 +34,7 @@ SIZES = {(32, 32): (2, 2), (100, 130): (8, 10), (33, 70): (4, 6)}
 def make_cond(size=(100, 130), config=TINY, seed=0) -> Conditions:
     """Conditions shaped like the cloud encoder's: its grid, LayerNorm outputs with weight and bias."""
     gen = torch.Generator().manual_seed(seed)
-    grid = patch_grid(*size, config)
+    grid = config.patch_grid(*size)
     n, d = grid[0] * grid[1], config.hidden_dim
 
     def tokens():
