@@ -11,28 +11,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 import warnings
-import zipfile
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
-
-from eden_serve import serving
-from eden_serve.checkpoint import load_cloud, load_edge
+from eden_serve import synthetic
+from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.launcher import build_archives, torchserve
 from eden_serve.streaming import interpolate_clip_in_process
-
-
-def write_frames(folder: Path, count: int, height: int, width: int) -> None:
-    """A disc crossing a moving sine pattern."""
-    folder.mkdir()
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    for i in range(count):
-        image = np.stack([x / width, y / height, 0.5 + 0.5 * np.sin((x + y + 8 * i) / 17.0)], -1)
-        cx = width * (0.2 + 0.6 * i / max(1, count - 1))
-        image[(x - cx) ** 2 + (y - height / 2) ** 2 < (height / 4) ** 2] = (0.9, 0.2, 0.1)
-        Image.fromarray((image * 255).round().astype(np.uint8)).save(folder / f"frame{i:02d}.png")
 
 
 def best_of(runs: int, label: str, run) -> None:
@@ -52,13 +37,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        frames = root / "frames"
-        write_frames(frames, args.frames, height, width)
+        frames = synthetic.write_clip(root / "frames", args.frames, height, width)
         store = build_archives(root / "store", config=args.config)
-        for archive, name in (("eden_encoder.mar", serving.CLOUD_WEIGHTS), ("eden_ditdec.mar", serving.EDGE_WEIGHTS)):
-            with zipfile.ZipFile(store / archive) as z:
-                z.extract(name, root)
-        cloud, edge = load_cloud(root / serving.CLOUD_WEIGHTS), load_edge(root / serving.EDGE_WEIGHTS)
+        cloud, edge = load_archived(store)
         print(f"{args.frames} frames of {width}x{height}, {args.config} dimensions, synthetic weights")
 
         for inflight in (1, 2):
@@ -66,7 +47,7 @@ def main() -> None:
                 frames, root / f"local-{inflight}-{k}", cloud, edge, inflight=inflight, progress=False))
 
         with torchserve(store, workflows=["eden.war"], token_auth=False) as server, Client(server.inference_url) as client:
-            client.interpolate(frames / "frame00.png", frames / "frame01.png")  # warm-up
+            client.interpolate(frames / "frame0.png", frames / "frame1.png")  # warm-up
             for inflight in (1, 4):
                 best_of(args.runs, f"--server, inflight {inflight}", lambda k: client.interpolate_clip(
                     frames, root / f"server-{inflight}-{k}", inflight=inflight, progress=False))
@@ -74,7 +55,7 @@ def main() -> None:
         with torchserve(store, models=["eden_encoder.mar"], token_auth=False) as cloud_ts, \
                 torchserve(store, models=["eden_ditdec.mar"], token_auth=False) as edge_ts, \
                 Client(cloud=cloud_ts.inference_url, edge=edge_ts.inference_url) as client:
-            client.interpolate(frames / "frame00.png", frames / "frame01.png")
+            client.interpolate(frames / "frame0.png", frames / "frame1.png")
             for inflight in (1, 4):
                 best_of(args.runs, f"--cloud/--edge, inflight {inflight}", lambda k: client.interpolate_clip(
                     frames, root / f"split-{inflight}-{k}", inflight=inflight, progress=False))

@@ -12,18 +12,10 @@ import time
 
 import torch
 
-from . import wire
+from . import synthetic, wire
 from .checkpoint import load_pair
 from .config import EdenConfig
 from .edge import EdgeModel
-
-
-def synthetic_pair(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two smooth frames, the second a shifted copy of the first: deterministic, image-like."""
-    y = torch.linspace(0, 1, height)[:, None]
-    x = torch.linspace(0, 1, width + 8)[None, :]
-    canvas = torch.stack([(3 * x + y).sin(), (5 * y - 2 * x).cos(), (7 * x * y).sin()]) * 0.4 + 0.5
-    return canvas[:, :, :width].contiguous(), canvas[:, :, 8:].contiguous()
 
 
 def _timed(fn, device: torch.device):
@@ -67,7 +59,7 @@ def run_bench(
     reference: bool = True,
 ) -> dict:
     wire.parse_codec(codec)
-    frames = synthetic_pair(*size)
+    frames = synthetic.frame_pair(*size)
     cloud, edge = load_pair(checkpoint, config, device, precision)
     raw_bytes = 2 * 3 * size[0] * size[1]
     print(f"config {config.name}, {size[0]}x{size[1]}, codec {codec}, precision {precision}, device {device}, "

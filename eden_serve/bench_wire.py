@@ -1,11 +1,7 @@
 """Payload size, token error and speed of every wire codec: ``python -m eden_serve.bench_wire``.
 
-Conditions are synthesised the way the encoder makes them, as LayerNorm outputs (rows standardised,
-times an LN weight, plus a bias), with the official dimensions. Two token profiles:
-
-* ``plain``: Gaussian activations, LN weight 1 +- 0.2, bias +- 0.1;
-* ``outliers``: heavy-tailed (Student t, 3 dof) activations and 1% of channels with a 10x LN weight,
-  as trained transformers tend to have.
+Conditions are :func:`eden_serve.synthetic.conditions` (LayerNorm outputs) with the official
+dimensions, in its two token profiles, ``plain`` and ``outliers``.
 
 Token errors are over cond_dit and cond_dec together, the RMS error also relative to the tokens' RMS.
 ``--frames`` adds the error of the edge's output frame (480p, against fp32 conditions), with
@@ -21,29 +17,12 @@ import time
 
 import torch
 
+from . import synthetic
+from .checkpoint import load_pair
 from .config import PRESETS, EdenConfig
 from .wire import CODECS, DEFAULT_CODEC, Conditions, decode, encode
 
 RESOLUTIONS = {"480p": (480, 854), "1080p": (1080, 1920), "4K": (2160, 3840)}
-
-
-def synthetic(config: EdenConfig, size: tuple[int, int], profile: str, seed: int = 0) -> Conditions:
-    gen = torch.Generator().manual_seed(seed)
-    m, p, d = config.pad_multiple, config.patch_size, config.hidden_dim
-    grid = tuple((s + (m - s % m) % m) // p for s in size)
-    n = grid[0] * grid[1]
-
-    def tokens() -> torch.Tensor:
-        weight = 1 + 0.2 * torch.randn(d, generator=gen)
-        bias = 0.1 * torch.randn(d, generator=gen)
-        if profile == "plain":
-            h = torch.randn(2, n, d, generator=gen)
-        else:
-            h = torch.distributions.StudentT(3.0).sample((2, n, d))
-            weight[torch.randperm(d, generator=gen)[: d // 100]] *= 10
-        return torch.nn.functional.layer_norm(h, (d,), weight, bias)
-
-    return Conditions(tokens(), tokens(), mean=0.45, std=0.27, difference=-0.8, grid=grid, size=size, seed=seed)
 
 
 def token_errors(cond: Conditions, config: EdenConfig, codec: str) -> tuple[float, float, float]:
@@ -55,8 +34,6 @@ def token_errors(cond: Conditions, config: EdenConfig, codec: str) -> tuple[floa
 
 
 def frame_errors(config: EdenConfig, checkpoint: str | None, conds: dict[str, Conditions]) -> None:
-    from .checkpoint import load_pair  # the model is only needed here
-
     print("\noutput-frame error at 480p against fp32 conditions: max abs / PSNR (dB), pixels in [0, 1]")
     edge = load_pair(checkpoint, config)[1]
     edge_bf16 = load_pair(checkpoint, config, precision="bf16")[1]
@@ -81,12 +58,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", help="official eden.pt for --frames (default: synthetic weights)")
     args = parser.parse_args(argv)
     config = PRESETS[args.config]
-    torch.manual_seed(0)  # StudentT samples from the global generator
 
     print(f"payload bytes, config {args.config} (D={config.hidden_dim}), 'plain' tokens; x = ratio to fp32")
     sizes = {}
     for res, size in RESOLUTIONS.items():
-        cond = synthetic(config, size, "plain")
+        cond = synthetic.conditions(config, size, "plain")
         sizes[res] = {codec: len(encode(cond, config, codec)) for codec in CODECS}
         print(f"  {res} {size[0]}x{size[1]}: grid {cond.grid}, N = {cond.grid[0] * cond.grid[1]}")
     print(f"{'codec':<18}" + "".join(f"{res:>22}" for res in RESOLUTIONS))
@@ -95,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{codec:<18}{cells}")
 
     print("\ntoken error at 480p (max abs / RMS / RMS relative to token RMS), and encode+decode time at 1080p")
-    conds = {profile: synthetic(config, RESOLUTIONS["480p"], profile) for profile in ("plain", "outliers")}
-    big = synthetic(config, RESOLUTIONS["1080p"], "plain")
+    conds = {profile: synthetic.conditions(config, RESOLUTIONS["480p"], profile) for profile in ("plain", "outliers")}
+    big = synthetic.conditions(config, RESOLUTIONS["1080p"], "plain")
     print(f"{'codec':<18}{'plain':>30}{'outliers':>30}{'enc ms':>9}{'dec ms':>9}")
     for codec in CODECS:
         cells = "".join("{:>9.2e} {:>9.2e} {:>9.2e}".format(*token_errors(cond, config, codec)) for cond in conds.values())

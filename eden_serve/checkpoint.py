@@ -9,7 +9,9 @@ their side and model dimensions in the header, so nothing we load at serving tim
 from __future__ import annotations
 
 import json
+import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 
 import torch
@@ -17,13 +19,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from .cloud import CloudEncoder
-from .config import EdenConfig
+from . import synthetic
+from .config import MODEL_NAMES, EdenConfig
 from .edge import EdgeModel, Precision
 from .errors import CheckpointError
 from .model import CloudWeights, EdgeWeights, expected_layout, is_cloud_key
 
 SIDES = {"cloud": CloudWeights, "edge": EdgeWeights}
-SYNTHETIC_WARNING = "no checkpoint given: using synthetic weights (seed {seed}); the output is NOT a real interpolation"
+# Each archive carries its half under this name.
+WEIGHTS_FILES = {side: f"eden_{side}.safetensors" for side in SIDES}
 
 
 def check_layout(state_dict: dict, expected: dict[str, tuple[int, ...]], source: str) -> None:
@@ -73,22 +77,6 @@ def split(state_dict: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tens
     return halves
 
 
-def synthetic_state_dict(config: EdenConfig, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Deterministic stand-in weights of the official layout: the same for the same seed anywhere."""
-    generator = torch.Generator().manual_seed(seed)
-    state = {}
-    for key, shape in sorted(expected_layout(config).items()):
-        if len(shape) == 1 and ("norm" in key or key.startswith("unpatchify.0")) and key.endswith(".weight"):
-            value = 1 + 0.02 * torch.randn(shape, generator=generator)  # LayerNorm scales near one
-        elif len(shape) == 1:
-            value = 0.02 * torch.randn(shape, generator=generator)
-        else:
-            fan_in = int(torch.tensor(shape[1:]).prod())
-            value = torch.randn(shape, generator=generator) / fan_in**0.5
-        state[key] = value
-    return state
-
-
 def save_half(path: str | Path, state_dict: dict[str, torch.Tensor], side: str, config: EdenConfig) -> int:
     """Write one half as safetensors with its side and config in the header; returns bytes written."""
     path = Path(path)
@@ -104,7 +92,7 @@ def write_halves(state_dict: dict[str, torch.Tensor], out_dir: str | Path, confi
     out_dir = Path(out_dir)
     paths = {}
     for side, half in split(state_dict).items():
-        paths[side] = out_dir / f"eden_{side}.safetensors"
+        paths[side] = out_dir / WEIGHTS_FILES[side]
         save_half(paths[side], half, side, config)
     return paths
 
@@ -157,10 +145,21 @@ def load_pair(
 ) -> tuple[CloudEncoder, EdgeModel]:
     """Both halves in one process, from an official checkpoint or synthetic weights (with a warning)."""
     if checkpoint is None:
-        warnings.warn(SYNTHETIC_WARNING.format(seed=seed), stacklevel=2)
-        state = synthetic_state_dict(config, seed)
+        warnings.warn(synthetic.WEIGHTS_WARNING.format(seed=seed), stacklevel=2)
+        state = synthetic.state_dict(config, seed)
     else:
         state = load_official(checkpoint, config)
     cloud = CloudEncoder(module_from_state(state, "cloud", config), config, device)
     edge = EdgeModel(module_from_state(state, "edge", config), config, device, precision)
     return cloud, edge
+
+
+def load_archived(model_store: str | Path, device: str = "cpu", precision: Precision = "fp32") -> tuple[CloudEncoder, EdgeModel]:
+    """Both halves out of the archives in ``model_store``: what its servers compute, in this process."""
+    halves = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for side, name in WEIGHTS_FILES.items():
+            with zipfile.ZipFile(Path(model_store) / f"{MODEL_NAMES[side]}.mar") as archive:
+                archive.extract(name, tmp)
+            halves[side] = Path(tmp) / name
+        return load_cloud(halves["cloud"], device), load_edge(halves["edge"], device, precision)

@@ -118,14 +118,13 @@ def _interpolate(args) -> int:
 
 
 def _split_checkpoint(args) -> int:
-    from .checkpoint import load_official, synthetic_state_dict, write_halves
+    from .checkpoint import load_official, write_halves
+    from .synthetic import WEIGHTS_WARNING, state_dict
 
     config = preset(args.config)
     if args.checkpoint is None:
-        from .checkpoint import SYNTHETIC_WARNING
-
-        warnings.warn(SYNTHETIC_WARNING.format(seed=args.seed))
-        state = synthetic_state_dict(config, args.seed)
+        warnings.warn(WEIGHTS_WARNING.format(seed=args.seed))
+        state = state_dict(config, args.seed)
     else:
         state = load_official(args.checkpoint, config)
     for side, path in write_halves(state, args.out, config).items():

@@ -15,6 +15,8 @@ from .errors import BadInputError
 
 # Noise seeds are unsigned 64-bit: the wire format's range, and what torch.Generator.manual_seed takes.
 MAX_SEED = 2**64 - 1
+# The names the two halves are archived and served under; deployments depend on them.
+MODEL_NAMES = {"cloud": "eden_encoder", "edge": "eden_ditdec"}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from eden_serve.checkpoint import module_from_state, synthetic_state_dict
+from eden_serve.checkpoint import module_from_state
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel

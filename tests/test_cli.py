@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve.bench import synthetic_pair
+from eden_serve.synthetic import frame_pair
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
 from eden_serve.frames import load_frame, to_png, to_uint8
@@ -19,7 +19,7 @@ from eden_serve.pipeline import interpolate_pair
 def frames(tmp_path_factory):
     folder = tmp_path_factory.mktemp("frames")
     paths = []
-    for i, frame in enumerate(synthetic_pair(40, 60)):
+    for i, frame in enumerate(frame_pair(40, 60)):
         paths.append(folder / f"f{i}.png")
         paths[-1].write_bytes(to_png(frame))
     return paths
@@ -50,7 +50,7 @@ def test_synthetic_weights_warn_in_one_line(frames, tmp_path):
 
 def bad_inputs(frames, tmp_path):
     other = tmp_path / "other.png"
-    other.write_bytes(to_png(synthetic_pair(30, 60)[0]))
+    other.write_bytes(to_png(frame_pair(30, 60)[0]))
     text = tmp_path / "text.png"
     text.write_text("not an image")
     checkpoint = tmp_path / "eden.pt"

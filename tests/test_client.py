@@ -14,7 +14,6 @@ import signal
 import socket
 import threading
 import time
-import zipfile
 
 import numpy as np
 import pytest
@@ -23,7 +22,8 @@ import torch
 from PIL import Image
 
 from eden_serve import serving
-from eden_serve.checkpoint import load_cloud, load_edge
+from eden_serve import synthetic
+from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client, ServerError, add_client_arguments, read_token, run_client
 from eden_serve.streaming import PairError, interpolate_clip, interpolate_clip_in_process
 
@@ -35,21 +35,11 @@ SIZE = (96, 64)  # width, height
 FRAMES = 6
 
 
-def scene(t: float) -> Image.Image:
-    """A gradient with a disc moving along ``t``: enough structure for the model to chew on."""
-    width, height = SIZE
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    image = np.stack([x / width, y / height, 0.5 + 0.5 * np.sin((x + y) / 9.0)], axis=-1)
-    cx, cy, r = width * (0.2 + 0.6 * t), height * 0.5, height * 0.25
-    image[(x - cx) ** 2 + (y - cy) ** 2 < r * r] = (0.9, 0.2, 0.1)
-    return Image.fromarray((image * 255).round().astype(np.uint8))
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """A 6-frame directory and a 6-frame GIF of the same scene."""
     root = tmp_path_factory.mktemp("inputs")
-    frames = [scene(i / (FRAMES - 1)) for i in range(FRAMES)]
+    frames = synthetic.clip(FRAMES, SIZE[1], SIZE[0])
     (root / "frames").mkdir()
     for i, frame in enumerate(frames):
         frame.save(root / "frames" / f"frame{i}.png")
@@ -83,10 +73,7 @@ def edge(store, cloud):
 def expected(store, inputs, tmp_path_factory):
     """The in-process outputs: the weights out of the archives, the workers' thread count."""
     root = tmp_path_factory.mktemp("expected")
-    for archive, name in (("eden_encoder.mar", serving.CLOUD_WEIGHTS), ("eden_ditdec.mar", serving.EDGE_WEIGHTS)):
-        with zipfile.ZipFile(store / archive) as z:
-            z.extract(name, root)
-    halves = load_cloud(root / serving.CLOUD_WEIGHTS), load_edge(root / serving.EDGE_WEIGHTS)
+    halves = load_archived(store)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, serving.usable_cores() // 2))
     try:
@@ -217,7 +204,7 @@ def test_a_refused_pair_is_not_retried(tmp_path, cloud, edge, inputs):
     src = tmp_path / "frames"
     src.mkdir()
     for i in range(4):
-        scene(i / 3).resize((96, 64) if i != 2 else (64, 64)).save(src / f"f{i}.png")
+        Image.fromarray(synthetic.scene(64, 96 if i != 2 else 64, i)).save(src / f"f{i}.png")
     started = time.perf_counter()
     with make_client("server", cloud, edge, backoff=30) as client:
         with pytest.raises(PairError, match=r"^pair 1 \(f1\.png → f2\.png\): .*differ.*HTTP 400") as info:

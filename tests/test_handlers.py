@@ -18,7 +18,8 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.metrics.metric_type_enum import MetricTypes
 
 from eden_serve import serving, wire
-from eden_serve.checkpoint import synthetic_state_dict, write_halves
+from eden_serve.checkpoint import write_halves
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.frames import DEFAULT_MAX_PIXELS

@@ -2,8 +2,9 @@
 
 import torch
 
-from eden_serve.bench import synthetic_pair
-from eden_serve.checkpoint import module_from_state, synthetic_state_dict
+from eden_serve.synthetic import frame_pair
+from eden_serve.checkpoint import module_from_state
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS, EdenConfig
 from eden_serve.edge import EdgeModel, initial_noise
@@ -64,14 +65,14 @@ def test_fast_path_equals_reference_with_official_dimensions():
     state = synthetic_state_dict(config, seed=3)
     cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
     edge = EdgeModel(module_from_state(state, "edge", config), config)
-    cond = cloud.encode(*synthetic_pair(50, 70), seed=5)
+    cond = cloud.encode(*frame_pair(50, 70), seed=5)
     fast, reference = edge.interpolate(cond, "fast"), edge.interpolate(cond, "reference")
     assert (fast - reference).abs().max().item() <= 1e-4
 
 
 def test_seed_changes_output_and_same_seed_repeats(tiny_models):
     cloud, edge = tiny_models
-    frames = synthetic_pair(40, 60)
+    frames = frame_pair(40, 60)
     a, b, c = (edge.interpolate(cloud.encode(*frames, seed=s)) for s in (0, 0, 1))
     assert torch.equal(a, b)
     assert not torch.equal(a, c)

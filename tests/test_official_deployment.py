@@ -7,8 +7,9 @@ import requests
 import torch
 
 from eden_serve import wire
-from eden_serve.bench import synthetic_pair
-from eden_serve.checkpoint import load_pair, synthetic_state_dict
+from eden_serve.synthetic import frame_pair
+from eden_serve.checkpoint import load_pair
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.config import PRESETS
 from eden_serve.frames import load_frame, to_png
 from eden_serve.pipeline import interpolate_pair
@@ -23,7 +24,7 @@ def test_official_checkpoint_gives_one_png_three_ways(tmp_path):
     torch.save({"eden": synthetic_state_dict(config, seed=5)}, checkpoint)
     store = build_archives(tmp_path / "store", config="official", checkpoint=checkpoint)
 
-    frame0, frame1 = (to_png(f) for f in synthetic_pair(70, 100))
+    frame0, frame1 = (to_png(f) for f in frame_pair(70, 100))
     seed = 3
     cloud, edge = load_pair(checkpoint, config)
     middle, _ = interpolate_pair(cloud, edge, load_frame(frame0), load_frame(frame1), seed, wire.DEFAULT_CODEC)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -25,9 +24,10 @@ import torch
 from PIL import Image
 
 from eden_serve import serving, wire
-from eden_serve.checkpoint import load_cloud, load_edge
+from eden_serve.checkpoint import load_archived
 from eden_serve.config import preset
 from eden_serve.frames import load_frame, to_png
+from eden_serve.synthetic import scene
 from eden_serve.wire import Conditions
 
 from eden_serve.launcher import build_archives, torchserve
@@ -40,15 +40,6 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 
 
 # --- inputs --------------------------------------------------------------------------------------
-
-
-def scene(height: int, width: int, t: float) -> np.ndarray:
-    """A gradient background with a disc that moves with ``t``: H x W x 3 uint8."""
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    image = np.stack([x / width, y / height, 0.5 + 0.5 * np.sin((x + y) / 23.0)], axis=-1)
-    cx, cy, r = width * (0.3 + 0.4 * t), height * 0.5, min(height, width) * 0.2
-    image[(x - cx) ** 2 + (y - cy) ** 2 < r * r] = (0.9, 0.2, 0.1)
-    return (image * 255).round().astype(np.uint8)
 
 
 def png(array: np.ndarray) -> bytes:
@@ -92,13 +83,9 @@ def edge_server(store, server):
 
 
 @pytest.fixture(scope="module")
-def halves(store, tmp_path_factory):
+def halves(store):
     """The weights the archives carry, loaded here: the in-process reference."""
-    directory = tmp_path_factory.mktemp("weights")
-    for archive, name in (("eden_encoder.mar", serving.CLOUD_WEIGHTS), ("eden_ditdec.mar", serving.EDGE_WEIGHTS)):
-        with zipfile.ZipFile(store / archive) as z:
-            z.extract(name, directory)
-    return load_cloud(directory / serving.CLOUD_WEIGHTS), load_edge(directory / serving.EDGE_WEIGHTS)
+    return load_archived(store)
 
 
 def in_process(halves, fields: dict, seed: int = 0, codec: str = wire.DEFAULT_CODEC) -> tuple[bytes, bytes]:

@@ -1,0 +1,106 @@
+"""Synthetic stand-ins, made from a seed: weights, frames and conditions.
+
+The official weights cannot be fetched here, so everything runs and is tested on these. The tests,
+the benchmarks, the examples and the CLI's default all take them from this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .config import EdenConfig
+from .model import expected_layout
+from .wire import Conditions
+
+WEIGHTS_WARNING = "no checkpoint given: using synthetic weights (seed {seed}); the output is NOT a real interpolation"
+
+
+def state_dict(config: EdenConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Weights of the official layout: LayerNorm scales near one, small biases, matrices scaled by
+    their fan-in so that activations keep their size. The same for the same seed anywhere."""
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, shape in sorted(expected_layout(config).items()):
+        if len(shape) == 1 and ("norm" in key or key.startswith("unpatchify.0")) and key.endswith(".weight"):
+            value = 1 + 0.02 * torch.randn(shape, generator=generator)
+        elif len(shape) == 1:
+            value = 0.02 * torch.randn(shape, generator=generator)
+        else:
+            fan_in = int(torch.tensor(shape[1:]).prod())
+            value = torch.randn(shape, generator=generator) / fan_in**0.5
+        state[key] = value
+    return state
+
+
+def scene(height: int, width: int, t: float) -> np.ndarray:
+    """A frame of a moving scene at time ``t``: H x W x 3 uint8.
+
+    A sky-to-ground gradient with soft stripes, a ball moving right and down and a bar moving left,
+    anti-aliased, laid out in units of a 448 x 256 frame (where one unit of ``t`` moves the ball by
+    40 pixels); ``t`` from 0 to 5 keeps both on screen.
+    """
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    sx, sy = width / 448, height / 256
+    sky = np.stack([0.35 + 0.3 * y / height, 0.55 + 0.25 * y / height, 0.95 - 0.4 * y / height], axis=-1)
+    image = sky + 0.04 * np.sin(x / 9.0 + y / 31.0)[..., None]
+    # Coverage falls from 1 to 0 across one pixel of each edge.
+    ball_x, ball_y, radius = (120 + 40 * t) * sx, (110 + 16 * t) * sy, 38 * sy
+    ball = np.clip(radius + 0.5 - np.hypot(x - ball_x, y - ball_y), 0, 1)[..., None]
+    shade = 0.75 + 0.25 * np.clip((ball_y - y) / radius, -1, 1)[..., None]
+    image = image * (1 - ball) + ball * shade * np.array([0.95, 0.45, 0.15])
+    bar_x = (330 - 30 * t) * sx
+    bar = np.clip(26 * sx + 0.5 - np.abs(x - bar_x), 0, 1) * np.clip(70 * sy + 0.5 - np.abs(y - 180 * sy), 0, 1)
+    image = image * (1 - bar[..., None]) + bar[..., None] * np.array([0.2, 0.6, 0.3])
+    return (np.clip(image, 0, 1) * 255).round().astype(np.uint8)
+
+
+def clip(count: int, height: int, width: int) -> list[Image.Image]:
+    """``count`` consecutive frames of :func:`scene`, the motion spread so that it stays on screen."""
+    step = min(1.0, 5.0 / max(count - 1, 1))
+    return [Image.fromarray(scene(height, width, i * step)) for i in range(count)]
+
+
+def write_clip(folder: str | Path, count: int, height: int, width: int) -> Path:
+    """:func:`clip` as PNG files ``frame0.png``, ``frame1.png``, … in a new directory ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True)
+    for i, frame in enumerate(clip(count, height, width)):
+        frame.save(folder / f"frame{i}.png")
+    return folder
+
+
+def frame_pair(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two consecutive frames of :func:`scene` as [3, H, W] float32 tensors in [0, 1]."""
+    return tuple(torch.from_numpy(scene(height, width, t)).permute(2, 0, 1).float() / 255 for t in (0.0, 1.0))
+
+
+def conditions(config: EdenConfig, size: tuple[int, int], profile: str = "plain", seed: int = 0) -> Conditions:
+    """Conditions shaped like the cloud encoder's, as LayerNorm outputs (rows standardised, times an LN
+    weight, plus a bias), for frames of ``size`` (height, width).
+
+    ``plain``: Gaussian activations, LN weight 1 +- 0.2, bias +- 0.1. ``outliers``: heavy-tailed
+    (Student t, 3 dof) activations and 1% of channels with a 10x LN weight, as trained transformers
+    tend to have.
+    """
+    assert profile in ("plain", "outliers"), profile
+    generator = torch.Generator().manual_seed(seed)
+    grid = config.patch_grid(*size)
+    n, d = grid[0] * grid[1], config.hidden_dim
+
+    def tokens() -> torch.Tensor:
+        weight = 1 + 0.2 * torch.randn(d, generator=generator)
+        bias = 0.1 * torch.randn(d, generator=generator)
+        if profile == "plain":
+            h = torch.randn(2, n, d, generator=generator)
+        else:
+            # Student t with 3 dof: a standard normal over the root of a chi-square(3) / 3.
+            chi2 = torch.randn(3, 2, n, d, generator=generator).square().sum(0)
+            h = torch.randn(2, n, d, generator=generator) / (chi2 / 3).sqrt()
+            weight[torch.randperm(d, generator=generator)[: d // 100]] *= 10
+        return torch.nn.functional.layer_norm(h, (d,), weight, bias)
+
+    return Conditions(tokens(), tokens(), mean=0.45, std=0.27, difference=-0.8, grid=grid, size=size, seed=seed)
