@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from . import wire
-from .clips import save_image
+from .atomic import save_image
 from .config import PRESETS, preset
 from .errors import BadInputError, EdenError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8

@@ -31,8 +31,10 @@ from pathlib import Path
 import requests
 from PIL import Image, UnidentifiedImageError
 
-from .clips import Frame, match_mode, save_image, to_png_bytes
+from .atomic import save_image
+from .clips import Frame
 from .errors import BadInputError, UpstreamError, error_from_document
+from .frames import match_mode, png_bytes
 from .streaming import DEFAULT_INFLIGHT, Middle, Processor, Retry, Summary, TransientError, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
@@ -100,7 +102,7 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
     if isinstance(frame, (bytes, bytearray)):
         return bytes(frame)
     if isinstance(frame, Image.Image):
-        return to_png_bytes(frame)
+        return png_bytes(frame)
     try:
         return Path(frame).read_bytes()
     except OSError as exc:

@@ -1,4 +1,5 @@
-"""Frames in and out: image bytes or files <-> float tensors [3, H, W] in [0, 1].
+"""Frames in and out: image bytes or files <-> float tensors [3, H, W] in [0, 1], and the middle
+frame back in its neighbours' pixel format.
 
 Any Pillow-readable format and mode is accepted and converted to RGB; 16-bit images keep their
 precision. The pixel limit is checked from the header, before any pixel is decoded.
@@ -11,11 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageChops, ImageOps, UnidentifiedImageError
 
 from .errors import BadInputError, FrameTooLargeError
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
+
+# Modes a PNG can hold; a middle frame of any other mode (CMYK, YCbCr, LAB, F...) is written as TIFF.
+PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
 
 _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 
@@ -26,7 +30,7 @@ def check_size(width: int, height: int, max_pixels: int, name: str = "frame") ->
 
 
 def image_to_tensor(image: Image.Image) -> torch.Tensor:
-    image = ImageOps.exif_transpose(image)
+    """A decoded image (oriented already, see :func:`open_image`) -> [3, H, W] float32 in [0, 1]."""
     if image.mode in _SIXTEEN_BIT_MODES:
         gray = np.asarray(image, dtype=np.float32) / 65535.0
         array = np.repeat(np.clip(gray, 0, 1)[..., None], 3, axis=-1)
@@ -75,7 +79,40 @@ def to_uint8(frame: torch.Tensor) -> np.ndarray:
     return (frame.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 
-def to_png(frame: torch.Tensor) -> bytes:
+def png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:
     buffer = io.BytesIO()
-    Image.fromarray(to_uint8(frame)).save(buffer, format="PNG")
+    image.save(buffer, format="PNG", compress_level=compress_level)
     return buffer.getvalue()
+
+
+def to_png(frame: torch.Tensor) -> bytes:
+    return png_bytes(Image.fromarray(to_uint8(frame)))
+
+
+def match_mode(middle: Image.Image, before: Image.Image, after: Image.Image) -> Image.Image:
+    """The RGB middle frame in the pixel format of the frame before it.
+
+    The model only sees colour, so an alpha channel is the mean of the neighbours' alphas; a palette
+    image is mapped onto the palette of the frame before; 16- and 32-bit grey keeps its range.
+    """
+    mode = before.mode
+    if middle.mode == mode:
+        return middle
+    if mode in ("RGBA", "LA"):
+        alpha0 = before.getchannel("A")
+        alpha1 = after.getchannel("A") if "A" in after.getbands() and after.size == before.size else alpha0
+        out = middle.convert(mode[:-1]).convert(mode)
+        out.putalpha(ImageChops.add(alpha0, alpha1, scale=2.0))
+        return out
+    if mode == "P":
+        out = middle.quantize(palette=before, dither=Image.Dither.NONE)
+        if "transparency" in before.info:
+            out.info["transparency"] = before.info["transparency"]
+        return out
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        grey = np.asarray(middle.convert("L"), dtype=np.float32) / 255.0
+        if mode == "F":
+            return Image.fromarray(grey)
+        levels = np.round(grey * 65535.0)
+        return Image.fromarray(levels.astype(np.int32 if mode == "I" else np.uint16))
+    return middle.convert(mode)

@@ -1,0 +1,69 @@
+"""Outputs that appear whole or not at all.
+
+Output is built under a hidden name beside the destination (``.NAME.partial-XXXX``) and renamed onto
+it when complete, so an interrupted run leaves the destination untouched; only a killed process can
+leave that hidden ``.partial`` file or directory behind. A directory output is built the same way
+and must not exist yet (or be empty): a non-empty directory cannot be replaced atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from PIL import Image
+
+from .errors import BadInputError
+
+
+@contextlib.contextmanager
+def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
+    """A hidden temporary path beside ``dst``, renamed onto ``dst`` if the block completes.
+
+    On any exception, KeyboardInterrupt included, the temporary file or directory is removed and
+    ``dst`` is left as it was. Files are created with O_EXCL under a random name (the umask applies).
+    """
+    dst = Path(dst)
+    if directory and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise BadInputError(f"output {str(dst)!r} exists and is not an empty directory; choose a new path")
+    if not directory and dst.is_dir():
+        raise BadInputError(f"output {str(dst)!r} is a directory; give a file name")
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {exc.strerror}") from None
+    tmp = dst.with_name(f".{dst.stem}.partial-{secrets.token_hex(4)}{'' if directory else dst.suffix}")
+    try:
+        if directory:
+            tmp.mkdir()
+        else:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as exc:
+        raise BadInputError(f"cannot write output {str(dst)!r}: {exc.strerror}") from None
+    try:
+        yield tmp
+        os.replace(tmp, dst)
+    except BaseException:
+        if directory:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        raise
+
+
+def save_image(image: Image.Image, dst: str | Path) -> None:
+    """Save atomically; the format follows the extension of ``dst``."""
+    dst = Path(dst)
+    fmt = Image.registered_extensions().get(dst.suffix.lower())
+    if fmt is None:
+        raise BadInputError(f"output {str(dst)!r}: unknown image extension; use e.g. .png")
+    with atomic_output(dst) as tmp:
+        try:
+            image.save(tmp, format=fmt)
+        except (OSError, ValueError, KeyError) as exc:
+            raise BadInputError(f"cannot save a {image.mode} image as {fmt} ({exc})") from None

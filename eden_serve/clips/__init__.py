@@ -1,0 +1,148 @@
+"""Clips: frame sequences read lazily and written whole or not at all.
+
+A clip is a directory of frames (natural sort order: ``frame2`` before ``frame10``, here), an
+animated GIF, APNG or WebP (:mod:`.animation`), or a video (:mod:`.video`, PyAV, the optional
+``video`` extra). Its output is of the same kind: every original frame followed by the frame
+interpolated between it and the next (N frames in, 2N - 1 out), at twice the frame rate, in the same
+size and pixel format.
+
+Memory: frames are read one at a time, so a reader holds only the frames its caller keeps, and
+writers stream too. Atomicity: output is built under a hidden name and renamed at the end
+(:mod:`eden_serve.atomic`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from PIL import Image, UnidentifiedImageError
+
+from ..atomic import atomic_output
+from ..errors import BadInputError
+from ..frames import PNG_MODES, match_mode
+from .animation import ANIMATION_FORMATS, AnimationClip
+from .base import Clip, ClipWriter, Frame
+from .video import VIDEO_EXTRA, VIDEO_SUFFIXES, VideoClip
+
+__all__ = ["Clip", "ClipWriter", "Frame", "VIDEO_EXTRA", "is_clip", "natural_key", "open_clip", "write_clip"]
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that orders digit runs by value: frame2 < frame10; ties broken by the exact name."""
+    parts = re.split(r"(\d+)", name)
+    return tuple(int(p) if i % 2 else p.casefold() for i, p in enumerate(parts)), name
+
+
+class DirectoryClip(Clip):
+    kind = "directory"
+
+    def __init__(self, path: Path, max_pixels: int | None = None):
+        super().__init__(path)
+        self.max_pixels = max_pixels
+        known = Image.registered_extensions()
+        try:
+            entries = list(os.scandir(path))
+        except OSError as exc:
+            raise BadInputError(f"cannot list {str(path)!r}: {exc.strerror}") from None
+        names = [e.name for e in entries
+                 if e.is_file() and not e.name.startswith(".") and Path(e.name).suffix.lower() in known]
+        if not names:
+            raise BadInputError(f"{str(path)!r} holds no image files")
+        self.names = sorted(names, key=natural_key)
+        self.length = len(self.names)
+
+    def __iter__(self) -> Iterator[Frame]:
+        for i, name in enumerate(self.names):
+            yield Frame(i, name, path=self.path / name, max_pixels=self.max_pixels)
+
+    def writer(self, tmp, dst):
+        return DirectoryWriter(tmp, self.length)
+
+
+class DirectoryWriter(ClipWriter):
+    """Output frame k is ``{k:06d}`` plus the original's suffix (copied byte for byte) or, for a
+    middle frame, ``.png`` (``.tif`` for modes a PNG cannot hold): names that sort in play order."""
+
+    def __init__(self, tmp: Path, length: int):
+        self.dir = tmp
+        self.width = max(6, len(str(2 * length - 2)))
+        self.count = 0
+
+    def _next(self, suffix: str) -> Path:
+        path = self.dir / f"{self.count:0{self.width}d}{suffix}"
+        self.count += 1
+        return path
+
+    def add(self, frame):
+        shutil.copyfile(frame.path, self._next(frame.path.suffix))
+
+    def add_middle(self, middle, before, after):
+        image = match_mode(middle, before.image, after.image)
+        fmt = "PNG" if image.mode in PNG_MODES else "TIFF"
+        image.save(self._next(".png" if fmt == "PNG" else ".tif"), format=fmt)
+
+
+def _animated(path: Path) -> Image.Image | None:
+    """The opened image if ``path`` is an animation of a format we write, else None."""
+    try:
+        image = Image.open(path)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        return None
+    if image.format in ANIMATION_FORMATS and getattr(image, "n_frames", 1) > 1:
+        return image
+    image.close()
+    return None
+
+
+def is_clip(path: str | Path) -> bool:
+    """True for a directory, a video file or a multi-frame GIF/APNG/WebP; False for a still image."""
+    path = Path(path)
+    if path.is_dir() or path.suffix.lower() in VIDEO_SUFFIXES:
+        return True
+    image = _animated(path) if path.is_file() else None
+    if image is None:
+        return False
+    image.close()
+    return True
+
+
+def open_clip(path: str | Path, max_pixels: int | None = None) -> Clip:
+    """The clip at ``path``; frames over ``max_pixels`` (None: no limit) raise FrameTooLargeError."""
+    path = Path(path)
+    if path.is_dir():
+        return DirectoryClip(path, max_pixels)
+    if not path.is_file():
+        raise BadInputError(f"input {str(path)!r} does not exist")
+    if path.suffix.lower() in VIDEO_SUFFIXES:
+        return VideoClip(path, max_pixels)
+    image = _animated(path)
+    if image is None:
+        raise BadInputError(
+            f"{str(path)!r} is not a clip (a directory of frames, an animated GIF/APNG/WebP or a video); "
+            "give two frames to interpolate a single pair"
+        )
+    try:
+        return AnimationClip(path, image, max_pixels)
+    except BadInputError:
+        image.close()
+        raise
+
+
+@contextlib.contextmanager
+def write_clip(clip: Clip, dst: str | Path) -> Iterator[ClipWriter]:
+    """A writer for ``clip``'s kind whose output appears at ``dst`` only if the block completes."""
+    dst = Path(dst)
+    if dst.resolve() == clip.path.resolve():
+        raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
+    with atomic_output(dst, directory=clip.kind == "directory") as tmp:
+        writer = clip.writer(tmp, dst)
+        try:
+            yield writer
+            writer.finish()
+        finally:
+            writer.close()

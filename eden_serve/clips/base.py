@@ -1,0 +1,103 @@
+"""What every clip is: a sequence of :class:`Frame` objects read in order, and a :class:`ClipWriter`
+that receives the output frames in order."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from PIL import Image
+
+from ..frames import image_to_tensor, open_image, png_bytes
+
+# Compression level of the PNGs sent to a server: speed matters more than bytes on the way out.
+UPLOAD_PNG_LEVEL = 1
+
+
+class Frame:
+    """One frame of a clip.
+
+    ``image`` is the decoded frame in the clip's working mode; for a directory it is decoded on first
+    use, by whichever thread needs it first (a lock per frame: different frames decode in parallel).
+    ``tensor`` is what the model takes, ``encoded`` what a server is sent: the file's own bytes for a
+    directory (the server then decodes exactly what we would), a PNG otherwise.
+    """
+
+    def __init__(self, index: int, name: str, *, image: Image.Image | None = None, path: Path | None = None,
+                 duration: float | None = None, raw=None, max_pixels: int | None = None):
+        self.index = index
+        self.name = name
+        self.path = path
+        self.max_pixels = max_pixels  # checked from the file's header, before decoding
+        self.duration = duration  # milliseconds on screen, for animations
+        self.raw = raw  # the decoded video frame, re-encoded as it is so that no RGB round trip alters it
+        self._image = image
+        self._cache: dict[str, object] = {}
+        self._lock = threading.RLock()  # tensor and encoded compute image under it
+
+    def _lazy(self, key: str, make):
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
+
+    @property
+    def image(self) -> Image.Image:
+        return self._image if self._image is not None else self._lazy("image", self._load)
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return self._lazy("tensor", lambda: image_to_tensor(self.image))
+
+    @property
+    def encoded(self) -> bytes:
+        if self.path is not None:
+            return self._lazy("encoded", self.path.read_bytes)
+        return self._lazy("encoded", lambda: png_bytes(self.image, UPLOAD_PNG_LEVEL))
+
+    def _load(self) -> Image.Image:
+        # Oriented as image_to_tensor orients it, so alpha and mode matching see the frame the model sees.
+        return open_image(self.path, self.name, self.max_pixels)
+
+
+class Clip:
+    """A clip being read: iterate it for :class:`Frame` objects, in order, one at a time."""
+
+    kind: str  # "directory", "animation" or "video"
+    length: int | None  # number of frames, where known before reading them
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __iter__(self) -> Iterator[Frame]:
+        raise NotImplementedError
+
+    def writer(self, tmp: Path, dst: Path) -> "ClipWriter":
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ClipWriter:
+    """Receives the output frames in order: ``add`` an original, ``add_middle`` the frame after it."""
+
+    def add(self, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def add_middle(self, middle: Image.Image, before: Frame, after: Frame) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Complete the container; called only when every frame has been added."""
+
+    def close(self) -> None:
+        """Release files; called in every case, after ``finish`` or instead of it."""
