@@ -1,4 +1,4 @@
-"""The ``eden-serve`` command: interpolate, split-checkpoint, bench, client.
+"""The ``eden-serve`` command: interpolate, client, split-checkpoint, bench.
 
 Every error the user can cause ends as one line on stderr and exit code 2, never a traceback.
 """
@@ -9,16 +9,23 @@ import argparse
 import re
 import signal
 import sys
+import time
 import warnings
+from pathlib import Path
 
 import torch
 from PIL import Image
 
-from . import wire
+from . import pipeline, synthetic, wire
 from .atomic import save_image
+from .bench import run_bench
+from .checkpoint import load_official, load_pair, write_halves
+from .clips import Frame
+from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
 from .config import PRESETS, preset
 from .errors import BadInputError, EdenError
-from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
+from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
+from .streaming import DEFAULT_INFLIGHT
 
 PROG = "eden-serve"
 
@@ -68,7 +75,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output image (pair; format from the extension, e.g. .png) or clip of the input's kind")
     p.add_argument("--seed", type=int, default=0, help="noise seed (pair i of a clip uses seed + i; default 0)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger frames (default: 4K UHD)")
-    p.add_argument("--inflight", type=int, default=2, help="clip pairs in flight (default 2)")
+    p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
+                   help=f"clip pairs in flight (default {pipeline.DEFAULT_INFLIGHT})")
     _model_options(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
@@ -83,23 +91,16 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
     _model_options(p)
 
-    from .client import add_client_arguments
-
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
     return parser
 
 
 def _interpolate(args) -> int:
-    from .checkpoint import load_pair
-    from .pipeline import interpolate_pair
-
     config, device = preset(args.config), _device(args.device)
     wire.parse_codec(args.codec)
     if len(args.inputs) == 1:
-        from .streaming import interpolate_clip_in_process
-
         cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
-        summary = interpolate_clip_in_process(
+        summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels,
         )
@@ -111,20 +112,17 @@ def _interpolate(args) -> int:
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
     cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
-    middle, payload_bytes = interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec)
+    middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec)
     save_image(Image.fromarray(to_uint8(middle)), args.output)
     print(f"wrote {args.output} ({middle.shape[2]}x{middle.shape[1]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
 
 
 def _split_checkpoint(args) -> int:
-    from .checkpoint import load_official, write_halves
-    from .synthetic import WEIGHTS_WARNING, state_dict
-
     config = preset(args.config)
     if args.checkpoint is None:
-        warnings.warn(WEIGHTS_WARNING.format(seed=args.seed))
-        state = state_dict(config, args.seed)
+        warnings.warn(synthetic.WEIGHTS_WARNING.format(seed=args.seed))
+        state = synthetic.state_dict(config, args.seed)
     else:
         state = load_official(args.checkpoint, config)
     for side, path in write_halves(state, args.out, config).items():
@@ -133,12 +131,63 @@ def _split_checkpoint(args) -> int:
 
 
 def _bench(args) -> int:
-    from .bench import run_bench
-
     run_bench(
         checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat,
         codec=args.codec, precision=args.precision, device=_device(args.device), reference=not args.no_reference,
     )
+    return 0
+
+
+def add_client_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``eden-serve client``; :func:`run_client` takes the parsed namespace."""
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="two frames, or one clip: a directory of frames, an animated GIF/APNG/WebP, or a video")
+    parser.add_argument("-o", "--output", required=True,
+                        help="the middle frame for two frames; for a clip, a clip of the same kind (2N-1 frames)")
+    where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
+    where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
+    where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
+    where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
+    auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
+    auth.add_argument("--token", help="inference token")
+    auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
+    auth.add_argument("--edge-token", metavar="TOKEN", help="the edge server's token, where it differs from the cloud's")
+    auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="noise seed of the first pair; pair i uses SEED + i (default 0)")
+    parser.add_argument("--codec", help="wire codec asked of the encoder (default: the server's)")
+    parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
+                        help=f"pairs in flight at once (default {DEFAULT_INFLIGHT})")
+    parser.add_argument("--tries", type=int, default=5,
+                        help="attempts per request on connection errors and 5xx (default 5)")
+    parser.add_argument("--backoff", type=float, default=1.0,
+                        help="seconds before the first retry, doubling after (default 1)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar on stderr (default: when stderr is a terminal)")
+
+
+def run_client(args: argparse.Namespace) -> int:
+    """``eden-serve client``: raises :class:`EdenError` for anything the user can fix."""
+    if len(args.inputs) > 2:
+        raise BadInputError(f"give two frames or one clip, got {len(args.inputs)} inputs")
+    token = read_token(args.token, args.token_file)
+    edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
+    options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,
+               "backoff": args.backoff, "timeout": args.timeout}
+    with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
+        if len(args.inputs) == 2:
+            started = time.perf_counter()
+            before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
+            middle = client.interpolate(before.path, after.path, seed=args.seed)
+            save_image(match_mode(middle, before.image, after.image), args.output)
+            print(f"wrote {args.output} ({middle.width}x{middle.height}, seed {args.seed}) "
+                  f"in {time.perf_counter() - started:.2f} s")
+            return 0
+        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, inflight=args.inflight,
+                                          progress=args.progress)
+        print(summary)
     return 0
 
 
@@ -148,11 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = lambda message, *_args, **_kw: f"{PROG}: warning: {message}\n"
     args = _build_parser().parse_args(argv)
     try:
-        if args.command == "client":
-            from .client import run_client
-
-            return run_client(args)
-        return {"interpolate": _interpolate, "split-checkpoint": _split_checkpoint, "bench": _bench}[args.command](args)
+        commands = {"interpolate": _interpolate, "client": run_client, "split-checkpoint": _split_checkpoint, "bench": _bench}
+        return commands[args.command](args)
     except EdenError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

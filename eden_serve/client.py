@@ -17,7 +17,6 @@ its own, so an edge failure does not re-run the encoder.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -25,17 +24,15 @@ import os
 import queue
 import re
 import threading
-import time
 from pathlib import Path
 
 import requests
 from PIL import Image, UnidentifiedImageError
 
-from .atomic import save_image
 from .clips import Frame
-from .errors import BadInputError, UpstreamError, error_from_document
-from .frames import match_mode, png_bytes
-from .streaming import DEFAULT_INFLIGHT, Middle, Processor, Retry, Summary, TransientError, interpolate_clip
+from .errors import BadInputError, ServerError, TransientError, error_from_document
+from .frames import png_bytes
+from .streaming import DEFAULT_INFLIGHT, Middle, Processor, Retry, Summary, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
 WORKFLOW = "eden"
@@ -43,10 +40,6 @@ ENCODER = "eden_encoder"
 DECODER = "eden_ditdec"
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CONNECT_TIMEOUT = 10.0
-
-
-class ServerError(UpstreamError):
-    """A 4xx answer: the server refused the request, and asking again would not change that."""
 
 
 def read_token(token: str | None = None, token_file: str | Path | None = None) -> str | None:
@@ -252,59 +245,3 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# --- command line ------------------------------------------------------------------------------
-
-
-def add_client_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``eden-serve client``; :func:`run_client` takes the parsed namespace."""
-    parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="two frames, or one clip: a directory of frames, an animated GIF/APNG/WebP, or a video")
-    parser.add_argument("-o", "--output", required=True,
-                        help="the middle frame for two frames; for a clip, a clip of the same kind (2N-1 frames)")
-    where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
-    where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
-    where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
-    where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
-    auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
-    auth.add_argument("--token", help="inference token")
-    auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
-    auth.add_argument("--edge-token", metavar="TOKEN", help="the edge server's token, where it differs from the cloud's")
-    auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="noise seed of the first pair; pair i uses SEED + i (default 0)")
-    parser.add_argument("--codec", help="wire codec asked of the encoder (default: the server's)")
-    parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
-                        help=f"pairs in flight at once (default {DEFAULT_INFLIGHT})")
-    parser.add_argument("--tries", type=int, default=5,
-                        help="attempts per request on connection errors and 5xx (default 5)")
-    parser.add_argument("--backoff", type=float, default=1.0,
-                        help="seconds before the first retry, doubling after (default 1)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="show a progress bar on stderr (default: when stderr is a terminal)")
-
-
-def run_client(args: argparse.Namespace) -> int:
-    """``eden-serve client``: raises :class:`EdenError` for anything the user can fix."""
-    if len(args.inputs) > 2:
-        raise BadInputError(f"give two frames or one clip, got {len(args.inputs)} inputs")
-    token = read_token(args.token, args.token_file)
-    edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
-    options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,
-               "backoff": args.backoff, "timeout": args.timeout}
-    with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
-        if len(args.inputs) == 2:
-            started = time.perf_counter()
-            before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
-            middle = client.interpolate(before.path, after.path, seed=args.seed)
-            save_image(match_mode(middle, before.image, after.image), args.output)
-            print(f"wrote {args.output} ({middle.width}x{middle.height}, seed {args.seed}) "
-                  f"in {time.perf_counter() - started:.2f} s")
-            return 0
-        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, inflight=args.inflight,
-                                          progress=args.progress)
-        print(summary)
-    return 0

@@ -80,6 +80,26 @@ class UpstreamError(EdenError):
         self.kind = kind
 
 
+class TransientError(Exception):
+    """A failure that may pass if tried again: a lost connection, a 5xx, a restarting worker."""
+
+
+
+class PairError(EdenError):
+    """The pair that stopped the run, with its cause: ``pair 3 (frame 3 → frame 4): ...``."""
+
+    def __init__(self, index: int, before, after, cause: BaseException):
+        super().__init__(f"pair {index} ({before.name} → {after.name}): {cause}")
+        self.index = index
+        self.status = getattr(cause, "status", UnavailableError.status)
+        self.kind = getattr(cause, "kind", UnavailableError.kind)
+
+
+
+class ServerError(UpstreamError):
+    """A 4xx answer: the server refused the request, and asking again would not change that."""
+
+
 def error_from_document(body: Any) -> UpstreamError | None:
     """The error a ``{code, type, message}`` document states (ours, or TorchServe's own), if ``body``
     is one: bytes of JSON or an already parsed object.

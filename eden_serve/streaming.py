@@ -27,31 +27,10 @@ from typing import Callable
 from PIL import Image
 from tqdm import tqdm
 
-from . import wire
 from .clips import Frame, open_clip, write_clip
-from .cloud import CloudEncoder
-from .edge import EdgeModel
-from .errors import BadInputError, EdenError, UnavailableError
-from .frames import DEFAULT_MAX_PIXELS, check_pair, to_uint8
-from .pipeline import interpolate_pair
+from .errors import BadInputError, EdenError, PairError, TransientError, UnavailableError
 
 DEFAULT_INFLIGHT = 4
-# In process the model already uses every core; a second pair overlaps reading, writing and codec work.
-DEFAULT_INFLIGHT_IN_PROCESS = 2
-
-
-class TransientError(Exception):
-    """A failure that may pass if tried again: a lost connection, a 5xx, a restarting worker."""
-
-
-class PairError(EdenError):
-    """The pair that stopped the run, with its cause: ``pair 3 (frame 3 → frame 4): ...``."""
-
-    def __init__(self, index: int, before: Frame, after: Frame, cause: BaseException):
-        super().__init__(f"pair {index} ({before.name} → {after.name}): {cause}")
-        self.index = index
-        self.status = getattr(cause, "status", UnavailableError.status)
-        self.kind = getattr(cause, "kind", UnavailableError.kind)
 
 
 @dataclass(frozen=True)
@@ -249,32 +228,3 @@ def interpolate_clip(
             summary.frames += 1
     summary.seconds = time.perf_counter() - started
     return summary
-
-
-def in_process(cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC) -> Processor:
-    """The processor of one machine: the same computation as the servers', payload included, so the
-    middles equal theirs bit for bit for the same seed and codec."""
-
-    def process(index: int, frame0: Frame, frame1: Frame, seed: int) -> Middle:
-        check_pair(frame0.tensor, frame1.tensor)
-        middle, payload_bytes = interpolate_pair(cloud, edge, frame0.tensor, frame1.tensor, seed, codec)
-        return Middle(Image.fromarray(to_uint8(middle)), payload_bytes=payload_bytes)
-
-    return process
-
-
-def interpolate_clip_in_process(
-    src: str | Path,
-    dst: str | Path,
-    cloud: CloudEncoder,
-    edge: EdgeModel,
-    codec: str = wire.DEFAULT_CODEC,
-    seed: int = 0,
-    inflight: int = DEFAULT_INFLIGHT_IN_PROCESS,
-    progress: bool | None = None,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-) -> Summary:
-    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`."""
-    wire.parse_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
-    processor = in_process(cloud, edge, codec)
-    return interpolate_clip(src, dst, processor, seed=seed, inflight=inflight, progress=progress, max_pixels=max_pixels)

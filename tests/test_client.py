@@ -8,7 +8,6 @@ torch thread count so that float reductions run in the same order.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
@@ -24,8 +23,11 @@ from PIL import Image
 from eden_serve import serving
 from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
-from eden_serve.client import Client, ServerError, add_client_arguments, read_token, run_client
-from eden_serve.streaming import PairError, interpolate_clip, interpolate_clip_in_process
+from eden_serve.cli import main
+from eden_serve.client import Client, read_token
+from eden_serve.errors import PairError, ServerError
+from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.streaming import interpolate_clip
 
 from eden_serve.launcher import build_archives, torchserve
 
@@ -127,9 +129,7 @@ def test_clip_through_the_servers_equals_in_process(tmp_path, cloud, edge, input
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    add_client_arguments(parser)
-    return run_client(parser.parse_args(argv))
+    return main(["client", *argv])
 
 
 def test_command_line_with_token_files(tmp_path, cloud, edge, inputs, expected, capsys):

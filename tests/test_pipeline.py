@@ -1,15 +1,20 @@
-"""Cloud -> wire -> edge in one process: the output error each codec costs, against tests/golden.
+"""Cloud -> wire -> edge in one process: the output error each codec costs against tests/golden,
+and clips in process.
 
 Bounds are about 4x the errors measured on tests/golden (max abs, on a [0, 1] scale): fp32 5e-7,
 fp16 6.5e-5, bf16 6.3e-4, int8 per-channel 1.5e-3, int8 per-token 2.7e-3.
 """
 
+import numpy as np
 import pytest
+from PIL import Image
 
-from eden_serve import wire
-from eden_serve.pipeline import interpolate_pair
+from eden_serve import synthetic, wire
+from eden_serve.errors import BadInputError, PairError
+from eden_serve.frames import load_frame, to_uint8
+from eden_serve.pipeline import interpolate_clip_in_process, interpolate_pair
 
-BOUNDS = {"fp32": 1e-4, "fp16": 3e-4, "bf16": 3e-3, "int8": 1e-2, "int8-token": 1e-2, "int8-channel": 1e-2}
+BOUNDS = {"fp32": 1e-4, "fp16": 3e-4, "bf16": 3e-3, "int8": 1e-2, "int8-token": 1e-2}
 
 
 def bound(codec: str) -> float:
@@ -31,3 +36,32 @@ def test_lossy_codecs_are_smaller(golden):
     sizes = {codec: len(wire.encode(cond, golden.config, codec)) for codec in wire.CODECS}
     assert sizes["fp16"] < 0.6 * sizes["fp32"]
     assert sizes[wire.DEFAULT_CODEC] < 0.6 * sizes["fp32"]
+
+
+def test_in_process_equals_the_pair_pipeline(tmp_path, tiny_models):
+    cloud, edge = tiny_models
+    src = synthetic.write_clip(tmp_path / "in", 4, 64, 96)
+    summary = interpolate_clip_in_process(src, tmp_path / "out", cloud, edge, seed=7, inflight=2, progress=False)
+    assert summary.pairs == 3 and summary.payload_bytes > 0
+    out = sorted((tmp_path / "out").iterdir())
+    for i in range(3):
+        f0, f1 = (load_frame(src / f"frame{j}.png") for j in (i, i + 1))
+        payload = wire.encode(cloud.encode(f0, f1, 7 + i), cloud.config, wire.DEFAULT_CODEC)
+        expected = to_uint8(edge.interpolate(wire.decode(payload, edge.config)))
+        assert np.array_equal(np.asarray(Image.open(out[2 * i + 1])), expected)
+
+
+def test_in_process_refuses_an_unknown_codec_before_starting(tmp_path, tiny_models):
+    src = synthetic.write_clip(tmp_path / "in", 3, 64, 96)
+    with pytest.raises(BadInputError, match="unknown codec"):
+        interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, codec="gzip", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_in_process_checks_the_pixel_limit(tmp_path, tiny_models):
+    src = synthetic.write_clip(tmp_path / "in", 3, 64, 96)
+    with pytest.raises(PairError, match=r"^pair 0 \(frame0\.png → frame1\.png\): frame0\.png is 96x64 = 6144 pixels, over") as info:
+        interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, max_pixels=1000, progress=False)
+    assert info.value.status == 413
+    assert not (tmp_path / "out").exists()
+

@@ -10,19 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve import clips, wire
-from eden_serve.client import Client, ServerError
-from eden_serve.errors import BadInputError, UnavailableError
-from eden_serve.frames import load_frame, to_uint8
-from eden_serve.streaming import (
-    Middle,
-    PairError,
-    Retry,
-    Summary,
-    TransientError,
-    interpolate_clip,
-    interpolate_clip_in_process,
-)
+from eden_serve import clips
+from eden_serve.client import Client
+from eden_serve.errors import BadInputError, PairError, ServerError, TransientError, UnavailableError
+from eden_serve.streaming import Middle, Retry, Summary, interpolate_clip
 
 SIZE = (96, 64)
 
@@ -226,32 +217,3 @@ def test_progress_bar_shows_pairs_per_second(tmp_path, capsys):
     src = frame_dir(tmp_path / "in", 3)
     interpolate_clip(src, tmp_path / "out", lambda i, a, b, s: Middle(solid(i), payload_bytes=10), progress=True)
     assert "pair/s" in capsys.readouterr().err
-
-
-def test_in_process_equals_the_pair_pipeline(tmp_path, tiny_models):
-    cloud, edge = tiny_models
-    src = frame_dir(tmp_path / "in", 4)
-    summary = interpolate_clip_in_process(src, tmp_path / "out", cloud, edge, seed=7, inflight=2, progress=False)
-    assert summary.pairs == 3 and summary.payload_bytes > 0
-    out = sorted((tmp_path / "out").iterdir())
-    for i in range(3):
-        f0, f1 = (load_frame(src / f"frame{j}.png") for j in (i, i + 1))
-        payload = wire.encode(cloud.encode(f0, f1, 7 + i), cloud.config, wire.DEFAULT_CODEC)
-        expected = to_uint8(edge.interpolate(wire.decode(payload, edge.config)))
-        assert np.array_equal(np.asarray(Image.open(out[2 * i + 1])), expected)
-
-
-def test_in_process_refuses_an_unknown_codec_before_starting(tmp_path, tiny_models):
-    src = frame_dir(tmp_path / "in", 3)
-    with pytest.raises(BadInputError, match="unknown codec"):
-        interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, codec="gzip", progress=False)
-    assert not (tmp_path / "out").exists()
-
-
-def test_in_process_checks_the_pixel_limit(tmp_path, tiny_models):
-    src = frame_dir(tmp_path / "in", 3)
-    with pytest.raises(PairError, match=r"^pair 0 \(frame0\.png → frame1\.png\): frame0\.png is 96x64 = 6144 pixels, over") as info:
-        interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, max_pixels=1000, progress=False)
-    assert info.value.status == 413
-    assert not (tmp_path / "out").exists()
-
