@@ -16,7 +16,7 @@ from pathlib import Path
 from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
-from eden_serve.launcher import build_archives, torchserve
+from eden_serve.serving.launcher import build_archives, torchserve
 from eden_serve.streaming import interpolate_clip_in_process
 
 

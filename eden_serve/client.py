@@ -74,9 +74,8 @@ def _reason(exc: requests.RequestException) -> str:
 
 
 def _check(response: requests.Response) -> requests.Response:
-    """The response, or the error it means. The error document is looked for in the body, not by the
-    content type or status: TorchServe 0.12 workflows label every answer application/json, PNGs
-    included, and answer 200 with a failed node's error document."""
+    """The response, or the error it means, looked for in the body rather than the status (README:
+    "Workflow caveat")."""
     refused = error_from_document(response.content)
     if refused is None and response.status_code < 400:
         return response

@@ -104,10 +104,9 @@ def error_from_document(body: Any) -> UpstreamError | None:
     """The error a ``{code, type, message}`` document states (ours, or TorchServe's own), if ``body``
     is one: bytes of JSON or an already parsed object.
 
-    A TorchServe workflow hands a failed node's error body to the next node and answers 200 with
-    the last one, so both the edge handler and the client look for it in the body. Wire payloads
-    start with the magic ``EDENWIRE`` and PNGs with ``\\x89PNG``, which no JSON text can, so an
-    object with exactly these keys is unambiguous.
+    The edge handler and the client look for it in bodies (README: "Workflow caveat"). Wire payloads
+    start with ``EDENWIRE`` and PNGs with ``\\x89PNG``, which no JSON text can, so an object with
+    exactly these keys is unambiguous.
     """
     if isinstance(body, (bytes, bytearray)):
         if body.lstrip()[:1] != b"{":

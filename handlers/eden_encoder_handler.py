@@ -1,24 +1,8 @@
-"""TorchServe handler of the cloud half: two frames (multipart form) -> EDEN wire payload.
+"""TorchServe handler of eden_encoder.mar, the cloud half: two frames (multipart form) -> wire payload."""
 
-Thin on purpose: request parsing, errors, device and thread choice and metrics live in
-eden_serve.serving, which the archive carries alongside this file.
-"""
-
-from ts.torch_handler.base_handler import BaseHandler
-
-from eden_serve import serving
+from eden_serve.serving.handler import EdenHandler
+from eden_serve.serving.services import CloudService
 
 
-class EdenEncoderHandler(BaseHandler):
-    def initialize(self, context):
-        self.service = serving.EncoderService.load(context)
-        self.initialized = True
-
-    def preprocess(self, data):
-        return serving.each(self.service.parse, data)
-
-    def inference(self, data, *args, **kwargs):
-        return serving.each(self.service.run, data)
-
-    def postprocess(self, data):
-        return serving.respond(self.context, data)
+class EdenEncoderHandler(EdenHandler):
+    service_class = CloudService

@@ -20,7 +20,7 @@ import requests
 import torch
 from PIL import Image
 
-from eden_serve import serving
+from eden_serve.serving.worker import usable_cores
 from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
@@ -29,7 +29,7 @@ from eden_serve.errors import PairError, ServerError
 from eden_serve.pipeline import interpolate_clip_in_process
 from eden_serve.streaming import interpolate_clip
 
-from eden_serve.launcher import build_archives, torchserve
+from eden_serve.serving.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
 
@@ -77,7 +77,7 @@ def expected(store, inputs, tmp_path_factory):
     root = tmp_path_factory.mktemp("expected")
     halves = load_archived(store)
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, serving.usable_cores() // 2))
+    torch.set_num_threads(max(1, usable_cores() // 2))
     try:
         for kind, src in inputs.items():
             interpolate_clip_in_process(src, root / output_name(kind), *halves, progress=False)

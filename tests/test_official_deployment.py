@@ -13,7 +13,7 @@ from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.config import PRESETS
 from eden_serve.frames import load_frame, to_png
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.launcher import build_archives, torchserve
+from eden_serve.serving.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
 

@@ -1,371 +1,194 @@
-"""The TorchServe deployment end to end, with the tiny model on real TorchServe instances.
-
-Two instances per run: ``server`` (token auth on) serves both models directly and the ``eden``
-workflow; ``edge_server`` (token auth off) serves only the edge, next to it, as an edge node would.
-
-TorchServe 0.12 workflows always answer 200 (content type application/json, whatever the body):
-a node's error body is passed on as the next node's input instead of failing the workflow. The
-edge handler answers an upstream error document with its original status, which the direct
-endpoint shows; through the workflow the same JSON document arrives with HTTP 200, so a workflow
-client tells a PNG from an error by the body.
-"""
+"""eden_serve.serving and the two handlers in this process, with TorchServe's own Context,
+RequestProcessor and metrics cache (no server; tests/test_deployment.py runs the real one)."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
-import re
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import requests
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from PIL import Image
+from ts.context import Context, RequestProcessor
+from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+from ts.metrics.metric_type_enum import MetricTypes
 
-from eden_serve import serving, wire
-from eden_serve.checkpoint import load_archived
+from eden_serve import wire
+from eden_serve.serving import fields, worker
+from eden_serve.serving.services import each
+from eden_serve.checkpoint import write_halves
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.config import preset
-from eden_serve.frames import load_frame, to_png
-from eden_serve.synthetic import scene
-from eden_serve.wire import Conditions
-
-from eden_serve.launcher import build_archives, torchserve
-
-pytestmark = pytest.mark.serving
-
-TIMEOUT = 120
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+from eden_serve.errors import BadInputError, UpstreamError, error_from_document
+from eden_serve.frames import DEFAULT_MAX_PIXELS
+from eden_serve.serving.launcher import REPO as ROOT
 
 
-# --- inputs --------------------------------------------------------------------------------------
+def handler_class(name: str, class_name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "handlers" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, class_name)
 
 
-def png(array: np.ndarray) -> bytes:
+def png(height: int, width: int, seed: int = 0) -> bytes:
+    array = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
     buffer = io.BytesIO()
     Image.fromarray(array).save(buffer, format="PNG")
     return buffer.getvalue()
 
 
-def pair(height: int, width: int) -> dict[str, bytes]:
-    return {"frame0": png(scene(height, width, 0.0)), "frame1": png(scene(height, width, 1.0))}
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("model_dir")
+    write_halves(synthetic_state_dict(preset("tiny"), 0), directory, preset("tiny"))
+    return directory
 
 
-def form(fields: dict) -> dict:
-    """requests' ``files``: images as file parts, other fields as plain text parts."""
-    return {k: (k, v, "image/png") if isinstance(v, bytes) else (None, str(v)) for k, v in fields.items()}
+def context(model_dir, model_name: str) -> Context:
+    metrics = MetricsCacheYamlImpl(str(ROOT / "handlers" / "metrics.yaml"))
+    metrics.initialize_cache()
+    # The handler sets the process's thread count; keep this test process's.
+    yaml_config = {"batchSize": 4, "handler": {"threads": torch.get_num_threads()}}
+    return Context(model_name, str(model_dir), {"model": {"modelName": model_name}}, 4, None, "0.12.0",
+                   metrics=metrics, model_yaml_config=yaml_config)
 
 
-def pixels(data: bytes) -> np.ndarray:
-    assert data.startswith(PNG_SIGNATURE), data[:200]
-    return np.asarray(Image.open(io.BytesIO(data)))
-
-
-# --- servers and the in-process oracle -----------------------------------------------------------
+def handle(handler, ctx: Context, batch: list[dict]) -> list[tuple[int, str, bytes]]:
+    """What TorchServe's Service.predict does around the handler, minus the socket."""
+    ctx.request_processor = [RequestProcessor({}) for _ in batch]
+    ctx.request_ids = ctx.metrics.request_ids = {i: f"request-{i}" for i in range(len(batch))}
+    bodies = handler.handle(batch, ctx)
+    return [(ctx.get_response_status(i)[0], ctx.get_response_content_type(i), body) for i, body in enumerate(bodies)]
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return build_archives(tmp_path_factory.mktemp("model_store"), config="tiny")
+def encoder(model_dir):
+    ctx = context(model_dir, "eden_encoder")
+    handler = handler_class("eden_encoder_handler", "EdenEncoderHandler")()
+    handler.initialize(ctx)
+    return handler, ctx
 
 
 @pytest.fixture(scope="module")
-def server(store):
-    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], workflows=["eden.war"]) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def edge_server(store, server):
-    with torchserve(store, models=["eden_ditdec.mar"], token_auth=False) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def halves(store):
-    """The weights the archives carry, loaded here: the in-process reference."""
-    return load_archived(store)
-
-
-def in_process(halves, fields: dict, seed: int = 0, codec: str = wire.DEFAULT_CODEC) -> tuple[bytes, bytes]:
-    """(payload, PNG) as cloud.encode -> wire.encode -> wire.decode -> edge.interpolate -> to_png,
-    with the workers' thread count, so float reductions run in the same order."""
-    cloud, edge = halves
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, serving.usable_cores() // 2))
-    try:
-        f0, f1 = (load_frame(fields[k], k) for k in ("frame0", "frame1"))
-        payload = wire.encode(cloud.encode(f0, f1, seed), cloud.config, codec)
-        return payload, to_png(edge.interpolate(wire.decode(payload, edge.config)))
-    finally:
-        torch.set_num_threads(threads)
-
-
-def encode(server, fields: dict) -> requests.Response:
-    return requests.post(f"{server.inference_url}/predictions/eden_encoder", files=form(fields), headers=server.inference_headers, timeout=TIMEOUT)
-
-
-def decode(server, body, content_type: str = "application/octet-stream", model: str = "eden_ditdec") -> requests.Response:
-    headers = {**server.inference_headers, "Content-Type": content_type}
-    return requests.post(f"{server.inference_url}/predictions/{model}", data=body, headers=headers, timeout=TIMEOUT)
-
-
-def workflow(server, fields: dict) -> requests.Response:
-    return requests.post(f"{server.inference_url}/wfpredict/eden", files=form(fields), headers=server.inference_headers, timeout=TIMEOUT)
-
-
-def assert_error(response: requests.Response, status: int, kind: str, http_status: int | None = None) -> None:
-    """An error document {code, type, message} with ``status``, sent with ``http_status``
-    (default: the same status)."""
-    assert response.status_code == (status if http_status is None else http_status), response.text
-    assert response.headers["Content-Type"].startswith("application/json")
-    document = response.json()
-    assert set(document) == {"code", "type", "message"}, document
-    assert (document["code"], document["type"]) == (status, kind), document
-    assert "Traceback" not in document["message"] and document["message"]
-
-
-# --- the good path -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("size", [(64, 96), (70, 100)])
-def test_workflow_returns_png_of_input_size(server, size):
-    response = workflow(server, pair(*size))
-    assert response.status_code == 200
-    assert response.headers["Content-Type"] == "application/json"  # what TorchServe 0.12 workflows send
-    assert pixels(response.content).shape == (*size, 3)
-
-
-@pytest.mark.parametrize("seed, codec", [(0, None), (7, "int8+zstd"), (2**64 - 1, "fp32")])
-def test_two_steps_equal_workflow_and_in_process(server, halves, seed, codec):
-    fields = {**pair(70, 100), "seed": seed, **({"codec": codec} if codec else {})}
-    payload, expected = in_process(halves, fields, seed, codec or wire.DEFAULT_CODEC)
-
-    encoded = encode(server, fields)
-    assert encoded.status_code == 200, encoded.text
-    assert encoded.headers["Content-Type"] == "application/octet-stream"
-    assert encoded.content == payload
-    decoded = decode(server, encoded.content)
-    assert decoded.status_code == 200, decoded.text
-    assert decoded.headers["Content-Type"] == "image/png"
-    through_workflow = workflow(server, fields)
-    assert through_workflow.status_code == 200
-
-    np.testing.assert_array_equal(pixels(decoded.content), pixels(expected))
-    np.testing.assert_array_equal(pixels(through_workflow.content), pixels(expected))
-
-
-def test_cloud_and_edge_on_two_instances(server, edge_server, halves):
-    """The encoder on one TorchServe, the edge on another (token auth off: no header needed)."""
-    fields = pair(64, 96)
-    encoded = encode(server, fields)
-    assert encoded.status_code == 200
-    decoded = requests.post(f"{edge_server.inference_url}/predictions/eden_ditdec", data=encoded.content, timeout=TIMEOUT,
-                            headers={"Content-Type": "application/octet-stream"})
-    assert decoded.status_code == 200, decoded.text
-    np.testing.assert_array_equal(pixels(decoded.content), pixels(in_process(halves, fields)[1]))
-
-
-def test_1080p_pair_through_the_workflow(server):
-    response = workflow(server, pair(1080, 1920))
-    assert response.status_code == 200
-    assert pixels(response.content).shape == (1080, 1920, 3)
-
-
-def test_dynamic_batching_mixed_sizes_and_a_bad_request(server, halves):
-    """Concurrent requests of several sizes reach the workers in batches (batch size 4); each is
-    answered on its own, and a bad one among them fails alone."""
-    sizes = [(64, 96), (70, 100), (96, 64), (32, 32), (100, 70), (64, 96), (48, 80), (70, 100)]
-    cases = [{**pair(*size), "seed": i} for i, size in enumerate(sizes)]
-    bad = {"frame0": b"not an image", "frame1": pair(64, 96)["frame1"]}
-    with ThreadPoolExecutor(max_workers=len(cases) + 1) as pool:
-        direct = [pool.submit(encode, server, case) for case in cases]
-        flows = [pool.submit(workflow, server, case) for case in cases]
-        refused = pool.submit(encode, server, bad)
-        payloads = [f.result() for f in direct]
-        decodes = [pool.submit(decode, server, p.content) for p in payloads]
-        results = [f.result() for f in decodes]
-        through_workflow = [f.result() for f in flows]
-    assert_error(refused.result(), 400, "bad_input")
-    for case, size, payload, result, flow in zip(cases, sizes, payloads, results, through_workflow):
-        expected = pixels(in_process(halves, case, case["seed"])[1])
-        assert payload.status_code == 200 and result.status_code == 200 and flow.status_code == 200
-        assert expected.shape == (*size, 3)
-        np.testing.assert_array_equal(pixels(result.content), expected)
-        np.testing.assert_array_equal(pixels(flow.content), expected)
-    assert max(max_batch(server, model) for model in server.models()) > 1, "no batch held more than one request"
-
-
-def max_batch(server, model: str) -> int:
-    """The most requests one handler call served, from the HandlerTime metric lines in the log:
-    TorchServe tags a per-batch metric with the ids of all requests of the batch."""
-    log = (server.log_dir / "ts_log.log").read_text(errors="replace")
-    lines = [line for line in log.splitlines() if "[METRICS]HandlerTime." in line and f"#ModelName:{model}," in line]
-    return max((len(UUID.findall(line)) for line in lines), default=0)
-
-
-# --- bad requests --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def images():
-    good = pair(64, 96)
-    return {
-        **good,
-        "other size": pair(70, 100)["frame1"],
-        # 4000 x 2100 = 8.4 M pixels, over the 4K limit; one colour, so the PNG is small.
-        "big": png(np.zeros((2100, 4000, 3), np.uint8)),
-    }
-
-
-# name: (changes to a good request: field -> value, image name or None to leave the field out; status; type)
-ENCODER_CASES = {
-    "missing frame1": ({"frame1": None}, 400, "bad_input"),
-    "missing both frames": ({"frame0": None, "frame1": None, "seed": 1}, 400, "bad_input"),
-    "not an image": ({"frame0": b"GIF89a but not really"}, 400, "bad_input"),
-    "frame sent as text": ({"frame0": "hello"}, 400, "bad_input"),
-    "different sizes": ({"frame1": "other size"}, 400, "bad_input"),
-    "over the pixel limit": ({"frame0": "big", "frame1": "big"}, 413, "frame_too_large"),
-    "seed not a number": ({"seed": "abc"}, 400, "bad_input"),
-    "negative seed": ({"seed": "-1"}, 400, "bad_input"),
-    "seed too large": ({"seed": str(2**64)}, 400, "bad_input"),
-    "unknown codec": ({"codec": "fp8"}, 400, "bad_input"),
-}
-
-
-def encoder_fields(images: dict, changes: dict) -> dict:
-    fields = {"frame0": images["frame0"], "frame1": images["frame1"]}
-    for name, value in changes.items():
-        if value is None:
-            fields.pop(name)
-        else:
-            fields[name] = images.get(value, value) if name.startswith("frame") else value
-    return fields
-
-
-@pytest.mark.parametrize("case", ENCODER_CASES)
-def test_bad_encoder_request_direct(server, images, case):
-    changes, status, kind = ENCODER_CASES[case]
-    pids = server.worker_pids("eden_encoder")
-    assert_error(encode(server, encoder_fields(images, changes)), status, kind)
-    assert server.worker_pids("eden_encoder") == pids
-
-
-@pytest.mark.parametrize("case", ENCODER_CASES)
-def test_bad_encoder_request_through_workflow(server, images, case):
-    changes, status, kind = ENCODER_CASES[case]
-    pids = {m: server.worker_pids(m) for m in ("eden__eden_encoder", "eden__eden_ditdec")}
-    # The encoder answers with its status, the edge passes the document on with the same status,
-    # and the workflow answers 200 with that document (see the module docstring).
-    assert_error(workflow(server, encoder_fields(images, changes)), status, kind, http_status=200)
-    assert {m: server.worker_pids(m) for m in pids} == pids
-
-
-def _payload(config_name: str, size: tuple[int, int], codec: str = "fp16") -> bytes:
-    """A well-formed payload of random conditions for frames of ``size``."""
-    config = preset(config_name)
-    ph, pw = (-(-s // config.pad_multiple) * 2 for s in size)
-    tokens = torch.randn(2, ph * pw, config.hidden_dim)
-    cond = Conditions(tokens, tokens.clone(), 0.5, 0.25, 0.1, (ph, pw), size)
-    return wire.encode(cond, config, codec)
-
-
-def _corrupt(payload: bytes) -> bytes:
-    middle = len(payload) // 2
-    return payload[:middle] + bytes([payload[middle] ^ 0xFF]) + payload[middle + 1 :]
-
-
-def _version(payload: bytes, version: int) -> bytes:
-    return payload[:8] + version.to_bytes(2, "little") + payload[10:]
-
-
-EDGE_CASES = {
-    "empty body": (lambda p: b"", 400, "bad_input"),
-    "corrupt": (_corrupt, 400, "bad_payload"),
-    "truncated": (lambda p: p[: len(p) // 3], 400, "bad_payload"),
-    "a PNG": (lambda p: pair(64, 96)["frame0"], 400, "bad_payload"),
-    "foreign JSON": (lambda p: b'{"frames": [1, 2]}', 400, "bad_payload"),
-    "other model dimensions": (lambda p: _payload("official", (64, 96)), 409, "model_mismatch"),
-    "format version 2": (lambda p: _version(p, 2), 400, "unsupported_version"),
-    "frame over the pixel limit": (lambda p: _payload("tiny", (2200, 3840)), 413, "frame_too_large"),
-    "frame far over the pixel limit": (lambda p: _payload("tiny", (4320, 7680)), 413, "payload_too_large"),
-    "upstream error document": (lambda p: b'{"code": 413, "type": "frame_too_large", "message": "frame0 is too large"}', 413, "frame_too_large"),
-}
-
-
-@pytest.fixture(scope="module")
-def good_payload(server):
-    response = encode(server, pair(64, 96))
-    assert response.status_code == 200
-    return response.content
-
-
-@pytest.mark.parametrize("case", EDGE_CASES)
-def test_bad_edge_request(server, good_payload, case):
-    make, status, kind = EDGE_CASES[case]
-    pids = server.worker_pids("eden_ditdec")
-    assert_error(decode(server, make(good_payload)), status, kind)
-    assert server.worker_pids("eden_ditdec") == pids
-
-
-def test_edge_reads_an_upstream_error_sent_as_json(server):
-    """A node's JSON error may arrive parsed (content type application/json); same answer."""
-    document = {"code": 400, "type": "bad_input", "message": "missing form field 'frame1'"}
-    assert_error(decode(server, json.dumps(document), content_type="application/json"), 400, "bad_input")
-
-
-def test_good_requests_after_bad_ones(server, good_payload):
-    pids = {m: server.worker_pids(m) for m in server.models()}
-    assert decode(server, _corrupt(good_payload)).status_code == 400
-    assert encode(server, {"frame0": b"x", "frame1": b"y"}).status_code == 400
-    assert decode(server, good_payload).status_code == 200
-    assert workflow(server, pair(64, 96)).status_code == 200
-    assert {m: server.worker_pids(m) for m in pids} == pids
-
-
-# --- operations ----------------------------------------------------------------------------------
-
-
-def test_token_auth(server, edge_server, good_payload):
-    """Without the right key TorchServe 0.12 answers 400 InvalidKeyException (not 401)."""
-
-    def refused(response: requests.Response) -> bool:
-        return response.status_code == 400 and response.json()["type"] == "InvalidKeyException"
-
-    octet = {"Content-Type": "application/octet-stream"}
-    assert refused(requests.get(f"{server.management_url}/models", timeout=10))
-    assert refused(requests.post(f"{server.inference_url}/predictions/eden_ditdec", data=good_payload, headers=octet, timeout=10))
-    assert refused(requests.post(f"{server.inference_url}/wfpredict/eden", files=form(pair(64, 96)), timeout=10))
-    # Each API has its own key.
-    assert refused(requests.get(f"{server.management_url}/models", headers=server.inference_headers, timeout=10))
-    assert refused(requests.post(f"{server.inference_url}/wfpredict/eden", files=form(pair(64, 96)), headers=server.management_headers, timeout=10))
-    assert requests.get(f"{server.management_url}/models", headers=server.management_headers, timeout=10).status_code == 200
-    assert decode(server, good_payload).status_code == 200
-    # Token authorization off: no header needed.
-    assert requests.get(f"{edge_server.management_url}/models", timeout=10).status_code == 200
-    assert requests.post(f"{edge_server.inference_url}/predictions/eden_ditdec", data=good_payload, headers=octet, timeout=TIMEOUT).status_code == 200
-
-
-def test_model_registration_api_is_off(server):
-    response = requests.post(f"{server.management_url}/models", params={"url": "eden_encoder.mar"}, headers=server.management_headers, timeout=30)
-    assert response.status_code == 405, response.text
-
-
-def test_custom_metrics_on_the_metrics_endpoint(server, good_payload):
-    assert decode(server, good_payload).status_code == 200
-    assert encode(server, pair(64, 96)).status_code == 200
-    text = requests.get(f"{server.metrics_url}/metrics", timeout=10).text
-    for metric, model in [("EdenEncodeMs", "eden_encoder"), ("EdenPayloadBytes", "eden_encoder"), ("EdenPayloadBytes", "eden_ditdec"),
-                          ("EdenDenoiseMs", "eden_ditdec"), ("EdenDecodeMs", "eden_ditdec")]:
-        assert f'{metric}{{ModelName="{model}",Level="Model"' in text, (metric, model)
-
-
-def test_scale_edge_workers(server, good_payload):
-    response = requests.put(f"{server.management_url}/models/eden_ditdec", params={"min_worker": 2, "synchronous": "true"},
-                            headers=server.management_headers, timeout=TIMEOUT)
-    assert response.status_code == 200, response.text
-    workers = server.describe("eden_ditdec")["workers"]
-    assert len(workers) == 2 and len({w["pid"] for w in workers}) == 2
-    server.wait_ready()
-    assert all(decode(server, good_payload).status_code == 200 for _ in range(4))
+def edge(model_dir):
+    ctx = context(model_dir, "eden_ditdec")
+    handler = handler_class("eden_ditdec_handler", "EdenDitDecHandler")()
+    handler.initialize(ctx)
+    return handler, ctx
+
+
+def test_a_batch_is_answered_request_by_request(encoder, edge):
+    batch = [
+        {"frame0": png(64, 96, 1), "frame1": png(64, 96, 2)},
+        {"frame0": png(64, 96, 1)},
+        {"frame0": png(70, 100, 3), "frame1": png(70, 100, 4), "seed": "5", "codec": "int8"},
+    ]
+    replies = handle(*encoder, batch)
+    assert [(status, content_type) for status, content_type, _ in replies] == [
+        (200, fields.OCTET_STREAM), (400, fields.JSON), (200, fields.OCTET_STREAM)
+    ]
+    assert json.loads(replies[1][2])["type"] == "bad_input"
+
+    payloads = [replies[0][2], replies[1][2], b"EDENWIRE" + bytes(40), bytearray(replies[2][2])]
+    results = handle(*edge, [{"body": payloads[0]}, {"body": payloads[1]}, {"data": payloads[2]}, {"body": payloads[3]}])
+    assert [(status, content_type) for status, content_type, _ in results] == [
+        (200, fields.PNG), (400, fields.JSON), (400, fields.JSON), (200, fields.PNG)
+    ]
+    assert results[1][2] == payloads[1]  # the encoder's error document, passed on as it was
+    assert Image.open(io.BytesIO(results[0][2])).size == (96, 64)
+    assert Image.open(io.BytesIO(results[3][2])).size == (100, 70)
+
+
+def test_handlers_emit_their_metrics(encoder, edge):
+    payload = handle(*encoder, [{"frame0": png(64, 96), "frame1": png(64, 96, 1)}])[0][2]
+    assert handle(*edge, [{"body": payload}])[0][0] == 200
+    for ctx, names in ((encoder[1], ["EdenEncodeMs", "EdenPayloadBytes"]), (edge[1], ["EdenPayloadBytes", "EdenDenoiseMs", "EdenDecodeMs"])):
+        for name in names:
+            assert ctx.metrics.get_metric(name, MetricTypes.GAUGE).dimension_names == ["ModelName", "Level"]
+
+
+def test_unexpected_failure_is_a_short_500(edge):
+    def broken(idx, item):
+        raise RuntimeError("secret internals\nTraceback (most recent call last)")
+
+    ctx = edge[1]
+    ctx.request_processor = [RequestProcessor({})]
+    (body,) = edge[0].service.postprocess(each(broken, [{}]))
+    assert ctx.get_response_status(0)[0] == 500
+    assert json.loads(body) == {"code": 500, "type": "internal_error", "message": "internal error (RuntimeError); see the server log"}
+
+
+def test_settings_from_model_config():
+    assert worker.Settings.from_yaml({}) == worker.Settings()
+    settings = worker.Settings.from_yaml({"handler": {"max_pixels": 1000, "codec": "fp32", "precision": "bf16", "threads": 3}})
+    assert (settings.max_pixels, settings.codec, settings.precision, settings.threads) == (1000, "fp32", "bf16", 3)
+    for bad in ({"maxpixels": 5}, {"max_pixels": 0}, {"max_pixels": "4K"}, {"precision": "fp16"}, {"threads": -1}):
+        with pytest.raises(ValueError):
+            worker.Settings.from_yaml({"handler": bad})
+    with pytest.raises(BadInputError):
+        worker.Settings.from_yaml({"handler": {"codec": "fp8"}})
+
+
+def test_device_without_cuda_is_the_cpu():
+    assert worker.choose_device(None) == torch.device("cpu")
+    if not torch.cuda.is_available():
+        assert worker.choose_device(1) == torch.device("cpu")
+
+
+@given(st.integers(1, 3000), st.floats(1.0, 4.0), st.booleans())
+def test_token_cap_admits_every_frame_within_the_pixel_limit(height, ratio, portrait):
+    config = preset("official")
+    width = max(1, int(height * ratio))
+    height, width = (width, height) if portrait else (height, width)
+    pixels = height * width
+    ph, pw = config.patch_grid(height, width)
+    assert ph * pw <= worker.max_tokens_for(pixels, config)
+
+
+def test_token_cap_is_tight_for_4k():
+    config = preset("official")
+    cap = worker.max_tokens_for(DEFAULT_MAX_PIXELS, config)
+    four_k = 136 * 240
+    assert four_k <= cap < 1.03 * four_k
+
+
+@pytest.mark.parametrize("value, seed", [(None, 0), ("0", 0), (b" 42\n", 42), (7, 7), (str(2**64 - 1), 2**64 - 1)])
+def test_seed(value, seed):
+    assert fields.parse_seed(value) == seed
+
+
+@pytest.mark.parametrize("value", ["", "-1", "+1", "1e3", "0x10", "1 2", "²", "١", str(2**64), 2**64, -1, True, 1.5, [1], b"\xff"])
+def test_bad_seed(value):
+    with pytest.raises(BadInputError):
+        fields.parse_seed(value)
+
+
+def test_upstream_error_documents():
+    document = {"code": 413, "type": "frame_too_large", "message": "frame0 is too large"}
+    for body in (json.dumps(document).encode(), json.dumps(document, indent=2).encode(), document):
+        error = error_from_document(body)
+        assert isinstance(error, UpstreamError) and error.to_json() == document
+    cond = wire.Conditions(torch.zeros(2, 24, 64), torch.zeros(2, 24, 64), 0.5, 0.25, 0.0, (4, 6), (64, 96))
+    not_errors = [
+        wire.encode(cond, preset("tiny")),
+        b"{not json",
+        json.dumps({**document, "extra": 1}).encode(),
+        json.dumps({**document, "code": 200}).encode(),
+        json.dumps({**document, "code": "413"}).encode(),
+        [document],
+    ]
+    assert all(error_from_document(body) is None for body in not_errors)
+
+
+def test_default_threads_share_the_cores_without_oversubscribing():
+    for cores in (1, 2, 3, 8, 16, 64):
+        cloud, edge = worker.default_threads("cloud", cores), worker.default_threads("edge", cores)
+        assert cloud >= 1 and edge >= 1
+        assert cloud + edge <= max(2, cores)
+        assert edge >= cloud
+    assert (worker.default_threads("cloud", 16), worker.default_threads("edge", 16)) == (2, 14)

@@ -29,8 +29,8 @@ from typing import Iterable, Iterator, Sequence
 
 import requests
 
-# A source checkout: the package's parent holds archive.sh, config.properties and handlers/.
-REPO = Path(__file__).resolve().parent.parent
+# A source checkout: the directory above the package holds archive.sh, config.properties and handlers/.
+REPO = Path(__file__).resolve().parents[2]
 BASE_CONFIG = REPO / "config.properties"
 # Entries of config.properties that name files, resolved against the file's own directory.
 PATH_KEYS = ("model_store", "workflow_store", "metrics_config")

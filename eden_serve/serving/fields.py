@@ -1,0 +1,78 @@
+"""The HTTP side of a request: TorchServe's view of form fields and bodies, and content types.
+
+TorchServe passes each multipart field as its own key of the request dict; a value is bytes, a str
+(text parts) or an already parsed object (application/json parts). A raw POST body arrives under
+"body" (workflows, raw POSTs) or "data".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import wire
+from ..config import MAX_SEED
+from ..errors import BadInputError
+
+OCTET_STREAM = "application/octet-stream"
+PNG = "image/png"
+JSON = "application/json"
+FORM_HELP = "send multipart/form-data with image fields frame0 and frame1, optional seed (integer) and codec"
+
+
+def form_field(request: dict, name: str) -> Any:
+    """A form field of a TorchServe request, or BadInputError when it is missing."""
+    value = request.get(name)
+    if value is None:
+        raise BadInputError(f"missing form field {name!r}; {FORM_HELP}")
+    return value
+
+
+def image_bytes(value: Any, name: str) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()  # a text part: the image decoder refuses it
+    raise BadInputError(f"form field {name!r} must be an image file, got a JSON {type(value).__name__}; {FORM_HELP}")
+
+
+def text(value: Any, name: str) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise BadInputError(f"form field {name!r} must be ASCII text") from None
+    if isinstance(value, str):
+        return value.strip()
+    raise BadInputError(f"form field {name!r} must be text, got a JSON {type(value).__name__}")
+
+
+def parse_seed(value: Any) -> int:
+    if value is None:
+        return 0
+    if type(value) is int:
+        seed = value
+    else:
+        digits = text(value, "seed")
+        if not (digits.isascii() and digits.isdigit()):  # no sign, inner spaces, 1e3, 0x10 or "²"
+            raise BadInputError(f"seed must be a decimal integer in [0, {MAX_SEED}], got {digits!r:.40}")
+        seed = int(digits)
+    if not 0 <= seed <= MAX_SEED:
+        raise BadInputError(f"seed must be in [0, {MAX_SEED}], got {seed}")
+    return seed
+
+
+def parse_codec(value: Any, default: str) -> str:
+    if value is None:
+        return default
+    name = text(value, "codec")
+    wire.parse_codec(name)
+    return name
+
+
+def request_body(request: dict) -> Any:
+    """The raw body of a request."""
+    for key in ("body", "data"):
+        value = request.get(key)
+        if value not in (None, b"", ""):
+            return value
+    raise BadInputError("empty request; POST the wire payload made by the encoder as the request body")

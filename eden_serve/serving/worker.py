@@ -1,0 +1,99 @@
+"""A worker's setup: its settings from the archive's model-config.yaml, its device and its threads."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .. import wire
+from ..config import EdenConfig
+from ..edge import PRECISIONS
+from ..frames import DEFAULT_MAX_PIXELS
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The ``handler:`` section of an archive's model-config.yaml."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS  # per frame; larger requests get 413
+    codec: str = wire.DEFAULT_CODEC  # cloud: the codec of requests that name none
+    precision: str = "fp32"  # edge: compute precision
+    threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (README: "GPUs")
+
+    @classmethod
+    def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
+        section = (model_yaml_config or {}).get("handler") or {}
+        if not isinstance(section, dict):
+            raise ValueError(f"model-config.yaml: handler must be a mapping, got {type(section).__name__}")
+        known = {"max_pixels", "codec", "precision", "threads"}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ValueError(f"model-config.yaml: unknown handler setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        settings = cls(**section)
+        if type(settings.max_pixels) is not int or settings.max_pixels < 1:
+            raise ValueError(f"model-config.yaml: handler.max_pixels must be a positive integer, got {settings.max_pixels!r}")
+        if type(settings.threads) is not int or settings.threads < 0:
+            raise ValueError(f"model-config.yaml: handler.threads must be an integer >= 0, got {settings.threads!r}")
+        if settings.precision not in PRECISIONS:
+            raise ValueError(f"model-config.yaml: handler.precision must be one of {', '.join(PRECISIONS)}, got {settings.precision!r}")
+        wire.parse_codec(settings.codec)
+        return settings
+
+
+def choose_device(gpu_id: int | None) -> torch.device:
+    """The GPU TorchServe assigned (``gpu_id``), or the CPU when it assigned none or CUDA is absent.
+
+    TorchServe drops a model's ``deviceIds`` when one is not below its GPU count and then deals the
+    GPUs out round-robin, so on one GPU both halves share GPU 0. The modulo only matters when the
+    worker sees fewer GPUs than TorchServe counted (CUDA_VISIBLE_DEVICES set for the workers).
+    """
+    if gpu_id is None or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device(f"cuda:{gpu_id % torch.cuda.device_count()}")
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_threads(side: str, cores: int) -> int:
+    """CPU threads of one worker when ``handler.threads`` is 0 (the policy: README, "GPUs")."""
+    cloud = max(1, cores // 8)
+    return cloud if side == "cloud" else max(1, cores - cloud)
+
+
+def configure_torch(device: torch.device, threads: int, side: str) -> None:
+    """Process-wide PyTorch settings of a worker, made once when it loads.
+
+    On CUDA, importing TorchServe's BaseHandler switches float32 matmuls to TF32 on Ampere and
+    newer: back to full float32, so the server computes what ``eden-serve interpolate`` computes.
+    On the CPU, the intra-op threads (see :func:`default_threads`); inter-op parallelism is unused,
+    and PyTorch accepts that setting only before any parallel work, which holds at a worker's start.
+    """
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("highest")
+        return
+    torch.set_num_threads(threads or default_threads(side, usable_cores()))
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # set before in this process, or inter-op work has started
+        logger.info("inter-op threads stay at %d", torch.get_num_interop_threads())
+
+
+def max_tokens_for(max_pixels: int, config: EdenConfig) -> int:
+    """Tokens per frame that the pixel limit allows, for frames of aspect ratio up to 4:1.
+
+    A frame of H x W <= P pixels pads to at most (H + m)(W + m) = HW + m(H + W) + m^2 pixels
+    (m: the pad multiple), and H + W <= 2.5 sqrt(P) while neither side exceeds four times the other.
+    The edge passes this to ``wire.decode`` so a payload cannot make it allocate beyond what the
+    limit implies; the cloud refuses frames above it up front, so both halves agree.
+    """
+    m = config.pad_multiple
+    padded = max_pixels + 2.5 * m * math.sqrt(max_pixels) + m * m
+    return math.ceil(padded / config.patch_size**2)
