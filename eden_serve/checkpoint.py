@@ -77,15 +77,14 @@ def split(state_dict: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tens
     return halves
 
 
-def save_half(path: str | Path, state_dict: dict[str, torch.Tensor], side: str, config: EdenConfig) -> int:
-    """Write one half as safetensors with its side and config in the header; returns bytes written."""
+def save_half(path: str | Path, state_dict: dict[str, torch.Tensor], side: str, config: EdenConfig) -> None:
+    """Write one half as safetensors with its side and config in the header."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     metadata = {"eden_side": side, "eden_config": json.dumps(config.to_dict())}
     save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp), metadata=metadata)
     tmp.replace(path)
-    return path.stat().st_size
 
 
 def write_halves(state_dict: dict[str, torch.Tensor], out_dir: str | Path, config: EdenConfig) -> dict[str, Path]:

@@ -19,7 +19,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eden_serve import wire
+from eden_serve import synthetic, wire
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, CodecError, ModelMismatchError, UnsupportedVersionError
 from eden_serve.wire import CODECS, DEFAULT_CODEC, Conditions, decode, encode, parse_codec
@@ -32,16 +32,8 @@ SIZES = {(32, 32): (2, 2), (100, 130): (8, 10), (33, 70): (4, 6)}
 
 
 def make_cond(size=(100, 130), config=TINY, seed=0) -> Conditions:
-    """Conditions shaped like the cloud encoder's: its grid, LayerNorm outputs with weight and bias."""
-    gen = torch.Generator().manual_seed(seed)
-    grid = config.patch_grid(*size)
-    n, d = grid[0] * grid[1], config.hidden_dim
-
-    def tokens():
-        weight, bias = 1 + 0.2 * torch.randn(d, generator=gen), 0.1 * torch.randn(d, generator=gen)
-        return torch.nn.functional.layer_norm(torch.randn(2, n, d, generator=gen), (d,), weight, bias)
-
-    return Conditions(tokens(), tokens(), mean=0.1, std=0.27, difference=-1.5, grid=grid, size=size, seed=seed)
+    """Conditions shaped like the cloud encoder's, with scalars that float32 does not hold exactly."""
+    return replace(synthetic.conditions(config, size, seed=seed), mean=0.1, std=0.27, difference=-1.5)
 
 
 def split(payload: bytes) -> tuple[dict, bytes]:
