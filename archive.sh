@@ -10,7 +10,8 @@ set -euo pipefail
 usage() {
     cat <<EOF
 usage: $0 [--checkpoint CKPT] [--config official|tiny] [--codec CODEC] [--model-store DIR]
-  --checkpoint CKPT  official eden.pt (default: synthetic weights, with a warning; not a real interpolation)
+  --checkpoint CKPT  official eden.pt: a path or hf://ORG/NAME/FILE[@REV], e.g. hf://zhZ524/EDEN/eden.pt
+                     (default: synthetic weights, with a warning; not a real interpolation)
   --config NAME      model dimensions: official (default) or tiny
   --codec CODEC      wire codec of encoder requests that name none (default: the library's default)
   --model-store DIR  where to write the archives (default: model_store next to this script)

@@ -20,6 +20,7 @@ from .cloud import CloudEncoder
 from .config import EdenConfig
 from .edge import EdgeDecoder, Precision
 from .errors import CheckpointError
+from .hub import resolve_checkpoint
 from .model import CondEncoderWeights, DitDecoderWeights, expected_layout, is_cloud_key
 
 SIDES = {"cloud": CondEncoderWeights, "edge": DitDecoderWeights}
@@ -49,8 +50,8 @@ def check_layout(state_dict: dict, expected: dict[str, tuple[int, ...]], source:
 
 
 def load_official(path: str | Path, config: EdenConfig) -> dict[str, torch.Tensor]:
-    """The official checkpoint's state dict, validated against ``config``'s layout."""
-    path = Path(path)
+    """The official checkpoint's state dict (a path or an ``hf://`` reference), validated against ``config``'s layout."""
+    path = resolve_checkpoint(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     try:

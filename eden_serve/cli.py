@@ -1,4 +1,4 @@
-"""The ``eden-serve`` command: interpolate, split-checkpoint, bench, client.
+"""The ``eden-serve`` command: interpolate, split-checkpoint, bench, client, download, serve.
 
 Every error the user can cause ends as one line on stderr and exit code 2, never a traceback.
 """
@@ -19,8 +19,10 @@ from .clips import save_image
 from .config import PRESETS, preset
 from .errors import BadInputError, EdenError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
+from .hub import OFFICIAL_FILE, OFFICIAL_REPO
 
 PROG = "eden-serve"
+CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +54,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", help="official eden.pt (default: synthetic weights, not a real interpolation)")
+    parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
     parser.add_argument("--codec", default=wire.DEFAULT_CODEC, help=f"wire codec: {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="edge compute precision (default: fp32)")
@@ -72,7 +74,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _model_options(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
-    p.add_argument("checkpoint", nargs="?", help="official eden.pt (default: synthetic weights)")
+    p.add_argument("checkpoint", nargs="?", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--config", choices=sorted(PRESETS), default="official")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
@@ -82,6 +84,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=3, help="timed pairs after one warm-up (default 3)")
     p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
     _model_options(p)
+
+    p = commands.add_parser("download", help="the official checkpoint from the Hugging Face hub (cached); prints its local path")
+    p.add_argument("--repo", default=OFFICIAL_REPO, help=f"hub repository (default {OFFICIAL_REPO})")
+    p.add_argument("--file", default=OFFICIAL_FILE, help=f"file in the repository (default {OFFICIAL_FILE})")
+    p.add_argument("--revision", help="branch, tag or commit (default: the repository's default branch)")
+    p.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions the file must have (default: official)")
 
     from .client import add_client_arguments
 
@@ -143,6 +151,16 @@ def _bench(args) -> int:
     return 0
 
 
+def _download(args) -> int:
+    from .checkpoint import load_official
+    from .hub import download
+
+    path = download(args.repo, args.file, args.revision)
+    load_official(path, preset(args.config))
+    print(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     # A plain kill then unwinds like Ctrl-C, so temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -153,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             from .client import run_client
 
             return run_client(args)
-        return {"interpolate": _interpolate, "split-checkpoint": _split_checkpoint, "bench": _bench}[args.command](args)
+        commands = {"interpolate": _interpolate, "split-checkpoint": _split_checkpoint, "bench": _bench, "download": _download}
+        return commands[args.command](args)
     except EdenError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
