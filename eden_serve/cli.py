@@ -91,6 +91,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", help="branch, tag or commit (default: the repository's default branch)")
     p.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions the file must have (default: official)")
 
+    from .deploy import add_serve_arguments
+
+    add_serve_arguments(commands.add_parser("serve", help="one TorchServe node (cloud, edge or both) in the foreground: the container's process"))
+
     from .client import add_client_arguments
 
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
@@ -171,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             from .client import run_client
 
             return run_client(args)
+        if args.command == "serve":
+            from .deploy import serve
+
+            return serve(args)
         commands = {"interpolate": _interpolate, "split-checkpoint": _split_checkpoint, "bench": _bench, "download": _download}
         return commands[args.command](args)
     except EdenError as exc:
