@@ -34,7 +34,7 @@ from eden_serve.pipeline import interpolate_pair
 
 DEPLOY = REPO / "deploy"
 ENTRYPOINT = DEPLOY / "docker" / "entrypoint.sh"
-CLUSTER_PROPERTIES = DEPLOY / "kubernetes" / "base" / "serve.properties"
+CLUSTER_PROPERTIES = DEPLOY / "kubernetes" / "config" / "serve.properties"
 BIN = Path(sys.executable).parent
 
 
@@ -82,8 +82,11 @@ def test_entrypoint_serves_from_another_directory_and_stops_on_sigterm(store, tm
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     log = tmp_path / "entrypoint.log"
-    # PATH without the project's environment: the entrypoint finds it from its own location.
-    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    # PATH without the project's environment: the entrypoint finds it from its own location. HOME
+    # must stay untouched, as in the pods (read-only root file system; /tmp and /models writable).
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "HOME": str(home)}
     with open(log, "wb") as out:
         process = subprocess.Popen(
             ["bash", str(ENTRYPOINT), "serve", "both", "--model-store", str(store),
@@ -115,7 +118,7 @@ def test_entrypoint_serves_from_another_directory_and_stops_on_sigterm(store, tm
         finally:
             torch.set_num_threads(threads)
         assert np.array_equal(served, to_uint8(expected))
-        assert not list(elsewhere.iterdir()), "the entrypoint wrote into its working directory"
+        assert not list(elsewhere.iterdir()) and not list(home.iterdir()), "the entrypoint wrote outside /tmp"
     finally:
         code = stop(process)
     assert code == 143, log.read_text(errors="replace")[-4000:]
