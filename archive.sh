@@ -9,10 +9,12 @@ set -euo pipefail
 
 usage() {
     cat <<EOF
-usage: $0 [--checkpoint CKPT] [--config official|tiny] [--codec CODEC] [--model-store DIR]
-  --checkpoint CKPT  official eden.pt (default: synthetic weights, with a warning; not a real interpolation)
+usage: $0 [--checkpoint CKPT] [--config official|tiny] [--codec CODEC] [--threads N] [--model-store DIR]
+  --checkpoint CKPT  official eden.pt: a path or hf://ORG/NAME/FILE[@REV], e.g. hf://zhZ524/EDEN/eden.pt
+                     (default: synthetic weights, with a warning; not a real interpolation)
   --config NAME      model dimensions: official (default) or tiny
   --codec CODEC      wire codec of encoder requests that name none (default: the library's default)
+  --threads N        CPU threads per worker, handler.threads of both archives (default 0: a share of the cores)
   --model-store DIR  where to write the archives (default: model_store next to this script)
 EOF
 }
@@ -21,17 +23,24 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 checkpoint=""
 config=official
 codec=""
+threads=0
 store="$root/model_store"
 while (($#)); do
     case "$1" in
         --checkpoint) checkpoint=${2:?--checkpoint needs a path}; shift 2 ;;
         --config) config=${2:?--config needs a name}; shift 2 ;;
         --codec) codec=${2:?--codec needs a name}; shift 2 ;;
+        --threads) threads=${2:?--threads needs a number}; shift 2 ;;
         --model-store) store=${2:?--model-store needs a directory}; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) echo "$0: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
+
+if [[ ! $threads =~ ^[0-9]+$ ]]; then
+    echo "$0: --threads must be an integer >= 0, got $threads" >&2
+    exit 2
+fi
 
 # The project's virtual environment first, then PATH.
 tool() {
@@ -72,9 +81,12 @@ mkdir -p "$work/lib"
 
 # torch-model-archiver names the config in the manifest by its file name.
 mkdir -p "$work/encoder" "$work/ditdec"
-sed "s/^  codec: .*/  codec: $codec  # set by archive.sh --codec/" "$root/handlers/eden_encoder-config.yaml" >"$work/encoder/model-config.yaml"
+sed -e "s/^  codec: .*/  codec: $codec  # set by archive.sh --codec/" -e "s/^  threads: .*/  threads: $threads  # set by archive.sh --threads/" \
+    "$root/handlers/eden_encoder-config.yaml" >"$work/encoder/model-config.yaml"
+sed "s/^  threads: .*/  threads: $threads  # set by archive.sh --threads/" "$root/handlers/eden_ditdec-config.yaml" >"$work/ditdec/model-config.yaml"
 grep -q "^  codec: $codec " "$work/encoder/model-config.yaml"
-cp "$root/handlers/eden_ditdec-config.yaml" "$work/ditdec/model-config.yaml"
+grep -q "^  threads: $threads " "$work/encoder/model-config.yaml"
+grep -q "^  threads: $threads " "$work/ditdec/model-config.yaml"
 
 # zip-store: float weights barely deflate (the official edge half: 7% smaller for 24 s of CPU),
 # and TorchServe reads stored zip entries just the same.
@@ -88,7 +100,7 @@ archive eden_ditdec "$root/handlers/eden_ditdec_handler.py" "$work/weights/eden_
 "$workflow_archiver" --workflow-name eden --spec-file "$root/workflows/eden.yaml" \
     --handler "$root/workflows/eden_workflow_handler.py" --export-path "$store" --force
 
-echo "archives of the $config model (encoder codec $codec):"
+echo "archives of the $config model (encoder codec $codec, threads $threads):"
 for name in eden_encoder.mar eden_ditdec.mar eden.war; do
     echo "  $store/$name  $(du -h "$store/$name" | cut -f1)"
 done

@@ -18,11 +18,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .cloud import CloudEncoder
 from . import synthetic
+from .cloud import CloudEncoder
 from .config import MODEL_NAMES, EdenConfig
 from .edge import EdgeModel, Precision
 from .errors import CheckpointError
+from .hub import resolve_checkpoint
 from .model import CloudWeights, EdgeWeights, expected_layout, is_cloud_key
 
 SIDES = {"cloud": CloudWeights, "edge": EdgeWeights}
@@ -53,8 +54,8 @@ def check_layout(state_dict: dict, expected: dict[str, tuple[int, ...]], source:
 
 
 def load_official(path: str | Path, config: EdenConfig) -> dict[str, torch.Tensor]:
-    """The official checkpoint's state dict, validated against ``config``'s layout."""
-    path = Path(path)
+    """The official checkpoint's state dict (a path or an ``hf://`` reference), validated against ``config``'s layout."""
+    path = resolve_checkpoint(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     try:

@@ -1,4 +1,4 @@
-"""The ``eden-serve`` command: interpolate, client, split-checkpoint, bench.
+"""The ``eden-serve`` command: interpolate, client, split-checkpoint, bench, download, serve.
 
 Every error the user can cause ends as one line on stderr and exit code 2, never a traceback.
 """
@@ -25,9 +25,13 @@ from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
 from .config import PRESETS, preset
 from .errors import BadInputError, EdenError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
+from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
+from .serving.launcher import BASE_CONFIG, REPO
+from .serving.node import ARCHIVES, serve
 from .streaming import DEFAULT_INFLIGHT
 
 PROG = "eden-serve"
+CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,7 +63,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", help="official eden.pt (default: synthetic weights, not a real interpolation)")
+    parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
     parser.add_argument("--codec", default=wire.DEFAULT_CODEC, help=f"wire codec: {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="edge compute precision (default: fp32)")
@@ -80,7 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _model_options(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
-    p.add_argument("checkpoint", nargs="?", help="official eden.pt (default: synthetic weights)")
+    p.add_argument("checkpoint", nargs="?", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--config", choices=sorted(PRESETS), default="official")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
@@ -91,6 +95,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
     _model_options(p)
 
+    p = commands.add_parser("download", help="the official checkpoint from the Hugging Face hub (cached); prints its local path")
+    p.add_argument("--repo", default=OFFICIAL_REPO, help=f"hub repository (default {OFFICIAL_REPO})")
+    p.add_argument("--file", default=OFFICIAL_FILE, help=f"file in the repository (default {OFFICIAL_FILE})")
+    p.add_argument("--revision", help="branch, tag or commit (default: the repository's default branch)")
+    p.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions the file must have (default: official)")
+
+    add_serve_arguments(commands.add_parser("serve", help="one TorchServe node (cloud, edge or both) in the foreground: the container's process"))
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
     return parser
 
@@ -191,13 +202,35 @@ def run_client(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("side", choices=sorted(ARCHIVES), help="cloud (encoder), edge (DiT+decoder) or both (one node, two models)")
+    parser.add_argument("--model-store", default=str(REPO / "model_store"), help="the archives' directory (default: model_store of the checkout)")
+    weights = parser.add_mutually_exclusive_group()
+    weights.add_argument("--checkpoint", help=f"build the archives at start from this official eden.pt: a path or {CHECKPOINT_REFERENCE}")
+    weights.add_argument("--synthetic", action="store_true", help="build the archives at start with synthetic weights (not a real interpolation)")
+    parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions of the archives built at start (default: official)")
+    parser.add_argument("--codec", help="encoder's default wire codec of the archives built at start")
+    parser.add_argument("--threads", type=int, help="CPU threads per worker of the archives built at start (default: a share of the cores)")
+    parser.add_argument("--ts-config", default=str(BASE_CONFIG), help="base TorchServe configuration (default: the checkout's config.properties)")
+    parser.add_argument("--properties", action="append", default=[], help="a properties file over the base (repeatable; later wins)")
+    parser.add_argument("--startup-timeout", type=float, default=600, help="seconds for the workers to load (default 600)")
+
+
+def _download(args) -> int:
+    path = download(args.repo, args.file, args.revision)
+    load_official(path, preset(args.config))
+    print(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     # A plain kill then unwinds like Ctrl-C, so temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     warnings.formatwarning = lambda message, *_args, **_kw: f"{PROG}: warning: {message}\n"
     args = _build_parser().parse_args(argv)
     try:
-        commands = {"interpolate": _interpolate, "client": run_client, "split-checkpoint": _split_checkpoint, "bench": _bench}
+        commands = {"interpolate": _interpolate, "client": run_client, "split-checkpoint": _split_checkpoint,
+                    "bench": _bench, "download": _download, "serve": serve}
         return commands[args.command](args)
     except EdenError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ PACKAGE = REPO / "eden_serve"
 LAYERS = [
     {"errors"},
     {"config"},
-    {"model", "wire", "frames", "atomic"},
+    {"model", "wire", "frames", "atomic", "hub"},
     {"cloud", "edge", "synthetic"},
     {"checkpoint"},
     {"serving", "clips"},
@@ -25,8 +25,8 @@ LAYERS = [
     {"cli"},
 ]
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
-# Imported where they are used: an optional extra.
-LAZY_IMPORTS = {"av"}
+# Imported where they are used: optional extras.
+LAZY_IMPORTS = {"av", "huggingface_hub", "huggingface_hub.errors"}
 MAX_LINES = 400
 
 

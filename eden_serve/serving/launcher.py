@@ -37,7 +37,11 @@ PATH_KEYS = ("model_store", "workflow_store", "metrics_config")
 
 
 def build_archives(
-    model_store: str | Path, config: str = "tiny", codec: str | None = None, checkpoint: str | Path | None = None
+    model_store: str | Path,
+    config: str = "tiny",
+    codec: str | None = None,
+    checkpoint: str | Path | None = None,
+    threads: int | None = None,
 ) -> Path:
     """Run archive.sh into ``model_store`` (synthetic weights unless ``checkpoint``); returns it."""
     model_store = Path(model_store)
@@ -46,6 +50,8 @@ def build_archives(
         command += ["--codec", codec]
     if checkpoint is not None:
         command += ["--checkpoint", str(checkpoint)]
+    if threads is not None:
+        command += ["--threads", str(threads)]
     # archive.sh finds the project's tools in .venv or on PATH; this interpreter's first.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     result = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -84,6 +90,7 @@ class Server:
     log_dir: Path
     token_auth: bool
     keys: dict[str, str] = field(default_factory=dict)  # "inference", "management" -> key
+    process: subprocess.Popen | None = None  # the torchserve launcher, in the foreground
 
     @property
     def inference_headers(self) -> dict[str, str]:
@@ -151,13 +158,15 @@ def torchserve(
     host: str = "127.0.0.1",
     prefix: Sequence[str] = (),
     config: str | Path = BASE_CONFIG,
+    console: bool = False,
 ) -> Iterator[Server]:
     """A TorchServe serving ``models`` (archive names in ``model_store``, loaded at start) and
     ``workflows`` (registered through the management API), ready when yielded, stopped on exit.
 
     ``host`` is the address it listens on; ``prefix`` is put before the torchserve command (e.g.
     ``ip netns exec cloud`` to start it on another network host); ``properties`` override entries
-    of ``config`` (e.g. max_request_size).
+    of ``config`` (e.g. max_request_size). TorchServe's output goes to ``logs/launcher.out``, or
+    with ``console`` to this process's stdout (a container's log).
     """
     model_store = Path(model_store).resolve()
     workdir = Path(tempfile.mkdtemp(prefix="eden-torchserve-"))
@@ -207,10 +216,11 @@ def torchserve(
         log_dir=log_dir,
         token_auth=token_auth,
     )
-    with open(log_dir / "launcher.out", "wb") as out:
+    with contextlib.nullcontext(None) if console else open(log_dir / "launcher.out", "wb") as out:
         # A session of its own: the launcher, the JVM and the workers form one process group that
         # _stop can kill as a whole if the orderly stop leaves anything behind.
         process = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server.process = process
     try:
         _wait_started(server, process, startup_timeout)
         missing = {m.partition("=")[0] if "=" in m else Path(m).stem for m in models} - set(server.models())
@@ -231,7 +241,8 @@ def _wait_started(server: Server, process: subprocess.Popen, timeout: float) -> 
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
-            launcher_out = (server.log_dir / "launcher.out").read_text(errors="replace")
+            out = server.log_dir / "launcher.out"
+            launcher_out = out.read_text(errors="replace") if out.exists() else "(output on the console)"
             raise RuntimeError(f"TorchServe exited with {process.returncode}:\n{launcher_out}\n{server.log_tail()}")
         try:
             if server.token_auth:
