@@ -1,4 +1,4 @@
-"""Weights: the official checkpoint, its split into a cloud half and an edge half, synthetic weights.
+"""Weights: the official checkpoint, its split into a cloud half and an edge half, the halves in the archives.
 
 The official ``eden.pt`` is a ``torch.save`` dict whose ``"eden"`` entry is the state dict (a bare
 state dict is accepted too). It is read with ``weights_only=True``: a checkpoint is chosen by the
