@@ -29,14 +29,14 @@ def _timed(fn, device: torch.device):
 def _stages(cloud, edge: EdgeModel, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
     device = edge.device
 
-    def round_trip(cond):
-        payload = wire.encode(cond, cloud.config, codec)
-        return wire.decode(payload, edge.config), len(payload)
+    def round_trip(chunk):
+        payload = wire.encode(chunk, cloud.config, codec)
+        return [wire.decode(payload, edge.config).pair(0)], len(payload)
 
-    cond, encode_ms = _timed(lambda: cloud.encode(*frames, seed=0), device)
-    (received, payload_bytes), codec_ms = _timed(lambda: round_trip(cond), device)
+    chunk, encode_ms = _timed(lambda: cloud.encode_chunk(frames, seed=0), device)
+    (received, payload_bytes), codec_ms = _timed(lambda: round_trip(chunk), device)
     latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
-    frame, decode_ms = _timed(lambda: edge.decode_latents(latents, received, path), device)
+    frame, decode_ms = _timed(lambda: edge.decode_latents(latents, received, path)[0], device)
     return {"encode": encode_ms, "codec": codec_ms, "denoise": denoise_ms, "decode": decode_ms}, frame, payload_bytes
 
 

@@ -1,6 +1,6 @@
 """Payload size, token error and speed of every wire codec: ``python -m eden_serve.bench_wire``.
 
-Conditions are :func:`eden_serve.synthetic.conditions` (LayerNorm outputs) with the official
+Conditions are pairs of :func:`eden_serve.synthetic.chunk` (LayerNorm outputs) with the official
 dimensions, in its two token profiles, ``plain`` and ``outliers``.
 
 Token errors are over cond_dit and cond_dec together, the RMS error also relative to the tokens' RMS.
@@ -20,33 +20,33 @@ import torch
 from . import synthetic
 from .checkpoint import load_pair
 from .config import PRESETS, EdenConfig
-from .wire import CODECS, DEFAULT_CODEC, Conditions, decode, encode
+from .wire import CODECS, DEFAULT_CODEC, Chunk, decode, encode
 
 RESOLUTIONS = {"480p": (480, 854), "1080p": (1080, 1920), "4K": (2160, 3840)}
 
 
-def token_errors(cond: Conditions, config: EdenConfig, codec: str) -> tuple[float, float, float]:
-    out = decode(encode(cond, config, codec), config)
-    x = torch.cat([cond.cond_dit, cond.cond_dec])
-    err = torch.cat([out.cond_dit, out.cond_dec]) - x
+def token_errors(chunk: Chunk, config: EdenConfig, codec: str) -> tuple[float, float, float]:
+    out = decode(encode(chunk, config, codec), config)
+    x = torch.cat([getattr(chunk, name).frames(0, chunk.frames) for name in ("cond_dit", "cond_dec")])
+    err = torch.cat([getattr(out, name).frames(0, out.frames) for name in ("cond_dit", "cond_dec")]) - x
     rms = err.square().mean().sqrt().item()
     return err.abs().max().item(), rms, rms / x.square().mean().sqrt().item()
 
 
-def frame_errors(config: EdenConfig, checkpoint: str | None, conds: dict[str, Conditions]) -> None:
+def frame_errors(config: EdenConfig, checkpoint: str | None, chunks: dict[str, Chunk]) -> None:
     print("\noutput-frame error at 480p against fp32 conditions: max abs / PSNR (dB), pixels in [0, 1]")
     edge = load_pair(checkpoint, config)[1]
     edge_bf16 = load_pair(checkpoint, config, precision="bf16")[1]
-    refs = {profile: edge.interpolate(cond) for profile, cond in conds.items()}
-    rows = {codec: lambda cond, codec=codec: edge.interpolate(decode(encode(cond, config, codec), config)) for codec in CODECS}
-    rows["edge in bf16"] = edge_bf16.interpolate
-    print(f"{'codec':<18}" + "".join(f"{profile:>20}" for profile in conds))
+    refs = {profile: edge.interpolate(chunk.pair(0)) for profile, chunk in chunks.items()}
+    rows = {codec: lambda chunk, codec=codec: edge.interpolate(decode(encode(chunk, config, codec), config).pair(0)) for codec in CODECS}
+    rows["edge in bf16"] = lambda chunk: edge_bf16.interpolate(chunk.pair(0))
+    print(f"{'codec':<18}" + "".join(f"{profile:>20}" for profile in chunks))
     for label, run in rows.items():
         if label.endswith("+zstd") or label == "fp32":  # zstd is lossless
             continue
         cells = ""
-        for profile, cond in conds.items():
-            err = run(cond) - refs[profile]
+        for profile, chunk in chunks.items():
+            err = run(chunk) - refs[profile]
             cells += f"{err.abs().max().item():>11.2e} {-10 * math.log10(err.square().mean().item()):>7.1f}"
         print(f"{label:<18}{cells}")
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"payload bytes, config {args.config} (D={config.hidden_dim}), 'plain' tokens; x = ratio to fp32")
     sizes = {}
     for res, size in RESOLUTIONS.items():
-        cond = synthetic.conditions(config, size, "plain")
+        cond = synthetic.chunk(config, size, profile="plain")
         sizes[res] = {codec: len(encode(cond, config, codec)) for codec in CODECS}
         print(f"  {res} {size[0]}x{size[1]}: grid {cond.grid}, N = {cond.grid[0] * cond.grid[1]}")
     print(f"{'codec':<18}" + "".join(f"{res:>22}" for res in RESOLUTIONS))
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{codec:<18}{cells}")
 
     print("\ntoken error at 480p (max abs / RMS / RMS relative to token RMS), and encode+decode time at 1080p")
-    conds = {profile: synthetic.conditions(config, RESOLUTIONS["480p"], profile) for profile in ("plain", "outliers")}
-    big = synthetic.conditions(config, RESOLUTIONS["1080p"], "plain")
+    conds = {profile: synthetic.chunk(config, RESOLUTIONS["480p"], profile=profile) for profile in ("plain", "outliers")}
+    big = synthetic.chunk(config, RESOLUTIONS["1080p"], profile="plain")
     print(f"{'codec':<18}{'plain':>30}{'outliers':>30}{'enc ms':>9}{'dec ms':>9}")
     for codec in CODECS:
         cells = "".join("{:>9.2e} {:>9.2e} {:>9.2e}".format(*token_errors(cond, config, codec)) for cond in conds.values())

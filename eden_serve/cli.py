@@ -28,7 +28,7 @@ from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_u
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
 from .serving.launcher import BASE_CONFIG, REPO
 from .serving.node import ARCHIVES, serve
-from .streaming import DEFAULT_INFLIGHT
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
 
 PROG = "eden-serve"
 CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
@@ -79,8 +79,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output image (pair; format from the extension, e.g. .png) or clip of the input's kind")
     p.add_argument("--seed", type=int, default=0, help="noise seed (pair i of a clip uses seed + i; default 0)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger frames (default: 4K UHD)")
+    p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help=f"clip pairs per batch (default {DEFAULT_CHUNK})")
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
-                   help=f"clip pairs in flight (default {pipeline.DEFAULT_INFLIGHT})")
+                   help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
     _model_options(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
@@ -112,7 +113,7 @@ def _interpolate(args) -> int:
     if len(args.inputs) == 1:
         cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
         summary = pipeline.interpolate_clip_in_process(
-            args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed,
+            args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels,
         )
         print(summary)
@@ -167,8 +168,10 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
     parser.add_argument("--codec", help="wire codec asked of the encoder (default: the server's)")
+    parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
+                        help=f"pairs per request: K + 1 frames, each sent once (default {DEFAULT_CHUNK})")
     parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
-                        help=f"pairs in flight at once (default {DEFAULT_INFLIGHT})")
+                        help=f"requests (chunks) in flight at once (default {DEFAULT_INFLIGHT})")
     parser.add_argument("--tries", type=int, default=5,
                         help="attempts per request on connection errors and 5xx (default 5)")
     parser.add_argument("--backoff", type=float, default=1.0,
@@ -196,8 +199,8 @@ def run_client(args: argparse.Namespace) -> int:
             print(f"wrote {args.output} ({middle.width}x{middle.height}, seed {args.seed}) "
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
-        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, inflight=args.inflight,
-                                          progress=args.progress)
+        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk,
+                                          inflight=args.inflight, progress=args.progress)
         print(summary)
     return 0
 

@@ -24,15 +24,17 @@ import os
 import queue
 import re
 import threading
+import zipfile
 from pathlib import Path
+from typing import Sequence
 
 import requests
 from PIL import Image, UnidentifiedImageError
 
 from .clips import Frame
-from .errors import BadInputError, ServerError, TransientError, error_from_document
+from .errors import BadInputError, ChunkTooLargeError, ServerError, TransientError, error_from_document
 from .frames import png_bytes
-from .streaming import DEFAULT_INFLIGHT, Middle, Processor, Retry, Summary, interpolate_clip
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
 WORKFLOW = "eden"
@@ -178,36 +180,31 @@ class Client:
         response = self.retry.call(attempt, cancel)
         return response, attempts - 1
 
-    def _pair(self, data0: bytes, data1: bytes, seed: int, cancel: threading.Event | None = None) -> Middle:
-        """Two encoded frames -> the middle frame, with the bytes moved."""
+    def _chunk(self, encoded: Sequence[bytes], seed: int, cancel: threading.Event | None = None) -> Middles:
+        """K + 1 encoded frames -> their K middle frames, with the bytes moved; pair j uses ``seed + j``."""
         form = {"seed": str(seed)}
         if self.codec:
             form["codec"] = self.codec
-        files = {name: (name, data, "application/octet-stream") for name, data in (("frame0", data0), ("frame1", data1))}
+        files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(encoded)}
         payload_bytes = None
         if self.split:
-            encoded, retries = self._post("encoder", cancel, files=files, data=form)
-            payload = encoded.content
+            encoded_answer, retries = self._post("encoder", cancel, files=files, data=form)
+            payload = encoded_answer.content
             payload_bytes = len(payload)
             headers = {"Content-Type": "application/octet-stream"}
             answer, edge_retries = self._post("decoder", cancel, data=payload, headers=headers)
             retries += edge_retries
-            sent = len(encoded.request.body) + len(payload)
+            sent = len(encoded_answer.request.body) + len(payload)
             received = len(payload) + len(answer.content)
         else:
             answer, retries = self._post("workflow", cancel, files=files, data=form)
             sent, received = len(answer.request.body), len(answer.content)
-        try:
-            image = Image.open(io.BytesIO(answer.content))
-            image.load()
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-            start = " ".join(answer.content[:100].decode(errors="replace").split())
-            raise ServerError(502, "bad_answer", f"the answer is not an image: {start!r} (from {answer.url})") from None
-        return Middle(image.convert("RGB"), sent, received, payload_bytes, retries)
+        images = _middle_frames(answer, len(encoded) - 1)
+        return Middles(images, sent, received, payload_bytes, retries)
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
-        return self._pair(_as_bytes(frame0, "frame0"), _as_bytes(frame1, "frame1"), seed).image
+        return self._chunk([_as_bytes(frame0, "frame0"), _as_bytes(frame1, "frame1")], seed).images[0]
 
     def interpolate_clip(
         self,
@@ -215,20 +212,32 @@ class Client:
         dst: str | Path,
         *,
         seed: int = 0,
+        chunk: int = DEFAULT_CHUNK,
         inflight: int = DEFAULT_INFLIGHT,
         progress: bool | None = None,
     ) -> Summary:
-        """Stream the clip ``src`` through the servers into ``dst``; pair i uses ``seed + i``."""
+        """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request;
+        pair i uses ``seed + i``."""
         cancel = threading.Event()
-        return interpolate_clip(src, dst, self.processor(cancel), seed=seed, inflight=inflight, progress=progress,
-                                cancel=cancel)
+        return interpolate_clip(src, dst, self.processor(cancel), chunk=chunk, seed=seed, inflight=inflight,
+                                progress=progress, cancel=cancel)
 
     def processor(self, cancel: threading.Event | None = None) -> Processor:
         """This client as a :mod:`~eden_serve.streaming` processor; retries stop waiting once
-        ``cancel`` is set."""
+        ``cancel`` is set. A chunk a server finds too large is sent again as two halves."""
 
-        def process(index: int, frame0: Frame, frame1: Frame, seed: int) -> Middle:
-            return self._pair(frame0.encoded, frame1.encoded, seed, cancel)
+        def process(index: int, frames: list[Frame], seed: int) -> Middles:
+            try:
+                return self._chunk([frame.encoded for frame in frames], seed, cancel)
+            except ServerError as exc:
+                if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
+                    raise
+            half = len(frames) // 2
+            first, second = process(index, frames[: half + 1], seed), process(index + half, frames[half:], seed + half)
+            return Middles(first.images + second.images, first.sent_bytes + second.sent_bytes,
+                           first.received_bytes + second.received_bytes,
+                           None if first.payload_bytes is None else first.payload_bytes + second.payload_bytes,
+                           first.retries + second.retries)
 
         return process
 
@@ -244,3 +253,28 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _middle_frames(answer: requests.Response, pairs: int) -> list[Image.Image]:
+    """The middle frames of an answer: one PNG for a pair, else a zip of ``000.png``, ``001.png``, ..."""
+    names = [f"{j:03d}.png" for j in range(pairs)]
+    data = answer.content
+    try:
+        if pairs == 1:
+            blobs = [data]
+        else:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                entries = archive.infolist()
+                if [e.filename for e in entries] != names or any(e.compress_type != zipfile.ZIP_STORED for e in entries):
+                    raise ValueError(f"entries {[e.filename for e in entries][:4]}..., expected {names[0]}...{names[-1]} stored")
+                blobs = [archive.read(name) for name in names]
+        images = []
+        for blob in blobs:
+            image = Image.open(io.BytesIO(blob))
+            image.load()
+            images.append(image.convert("RGB"))
+        return images
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, zipfile.BadZipFile) as exc:
+        start = " ".join(data[:100].decode(errors="replace").split())
+        what = "an image" if pairs == 1 else f"a zip of {pairs} images ({exc})"
+        raise ServerError(502, "bad_answer", f"the answer is not {what}: {start!r} (from {answer.url})") from None

@@ -1,4 +1,4 @@
-"""The cloud side, E_cond: two frames -> :class:`~eden_serve.wire.Conditions`.
+"""The cloud side, E_cond: consecutive frames -> a :class:`~eden_serve.wire.Chunk` of conditions.
 
 Pad to whole query patches, normalise each frame by its own statistics, embed patches twice (one
 embedding for the DiT, one for the decoder), add positions, LayerNorm; plus the frame-difference
@@ -7,12 +7,14 @@ scalar. Only the four ``*_cond_*`` modules' weights are needed here.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 
 from .config import EdenConfig
 from .model import CloudWeights, pos_embedding
-from .wire import Conditions
+from .wire import Chunk, Conditions, Tokens
 
 
 def pad_frames(frames: torch.Tensor, config: EdenConfig) -> torch.Tensor:
@@ -28,14 +30,16 @@ class CloudEncoder:
         self.weights = weights.to(self.device).eval()
 
     @torch.inference_mode()
-    def encode(self, frame0: torch.Tensor, frame1: torch.Tensor, seed: int = 0) -> Conditions:
-        """Two [3, H, W] float frames in [0, 1] -> the conditions for the edge."""
-        assert frame0.ndim == 3 and frame0.shape[0] == 3 and frame0.shape == frame1.shape, "checked by the caller"
-        height, width = frame0.shape[-2:]
-        frames = torch.stack([frame0, frame1]).to(self.device, torch.float32)  # [2, 3, H, W]
-        difference = self._difference(frames)
+    def encode_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0) -> Chunk:
+        """F >= 2 consecutive [3, H, W] float frames in [0, 1] -> their chunk for the edge: every frame
+        embedded once, all in one batched patch embedding; pair j gets seed ``seed + j``."""
+        shape = frames[0].shape
+        assert len(frames) >= 2 and len(shape) == 3 and shape[0] == 3 and all(f.shape == shape for f in frames), "checked by the caller"
+        height, width = shape[-2:]
+        x = torch.stack(list(frames)).to(self.device, torch.float32)  # [F, 3, H, W]
+        differences = [self._difference(x[j], x[j + 1]).item() for j in range(len(x) - 1)]
 
-        padded = pad_frames(frames, self.config)
+        padded = pad_frames(x, self.config)
         mean = padded.mean(dim=(1, 2, 3), keepdim=True)
         std = padded.std(dim=(1, 2, 3), keepdim=True) + 1e-8
         normalised = (padded - mean) / std
@@ -45,16 +49,20 @@ class CloudEncoder:
         w, patches = self.weights, self._patches(normalised)
         cond_dit = w.norm_cond_dit(self._embed(w.patch_cond_dit, patches) + pos)
         cond_dec = w.norm_cond_dec(self._embed(w.patch_cond_dec, patches) + pos)
-        return Conditions(
-            cond_dit=cond_dit.cpu(),
-            cond_dec=cond_dec.cpu(),
-            mean=mean.mean().item(),
-            std=std.mean().item(),
-            difference=difference.item(),
+        return Chunk(
+            cond_dit=Tokens(cond_dit.cpu()),
+            cond_dec=Tokens(cond_dec.cpu()),
+            means=mean.flatten().tolist(),
+            stds=std.flatten().tolist(),
+            differences=differences,
+            seeds=[seed + j for j in range(len(x) - 1)],
             grid=(ph, pw),
             size=(height, width),
-            seed=seed,
         )
+
+    def encode(self, frame0: torch.Tensor, frame1: torch.Tensor, seed: int = 0) -> Conditions:
+        """Two frames -> the conditions of their pair (the chunk of two, unpacked)."""
+        return self.encode_chunk([frame0, frame1], seed).pair(0)
 
     def _patches(self, frames: torch.Tensor) -> torch.Tensor:
         """[B, 3, H, W] -> [B, N, 3 p p]: non-overlapping patches, row-major, in the conv's order."""
@@ -69,13 +77,12 @@ class CloudEncoder:
         # CPU runs several times faster than its convolution kernel for this shape.
         return F.linear(patches, conv.weight.flatten(1), conv.bias)
 
-    def _difference(self, frames: torch.Tensor) -> torch.Tensor:
-        """Standardised mean cosine similarity of the unpadded frames along channels.
+    def _difference(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Standardised mean cosine similarity of two unpadded frames along channels.
 
         Written out (as ``cosine_similarity`` defines it, eps 1e-8 on each norm): its norm kernel
         reduces over the 3-channel axis about 20x slower than these sums.
         """
-        a, b = frames[0], frames[1]
         norms = (a * a).sum(0).sqrt().clamp_min(1e-8) * (b * b).sum(0).sqrt().clamp_min(1e-8)
         cos = ((a * b).sum(0) / norms).mean()
         return (cos - self.config.cos_sim_mean) / self.config.cos_sim_std

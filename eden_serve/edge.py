@@ -13,7 +13,7 @@ Both implement :class:`AttentionImpl`: the four places where the two differ are 
 from __future__ import annotations
 
 import contextlib
-from typing import Literal, Protocol
+from typing import Iterator, Literal, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,9 @@ from .wire import Conditions
 AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+# Condition tokens per batched forward (the pairs' frames together): the activations of a batch
+# grow with it (README "Performance": measured at about ... per 1000 tokens).
+DEFAULT_BATCH_TOKENS = 16384
 
 
 def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
@@ -60,9 +63,9 @@ class ReferencePath:
     """The official computation, one step after the other."""
 
     def temporal_dit(self, blk: Block, x: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
-        h = blk.norm_temp_attn(x)[0][:, None, :]  # [Nq, 1, D]
-        sequence = torch.cat([c0, h, c1], dim=1)  # [Nq, 9, D]; the query token is index 4
-        return blk.temp_attn(sequence)[:, 4][None]
+        h = blk.norm_temp_attn(x).reshape(-1, 1, x.shape[-1])  # [B Nq, 1, D]
+        sequence = torch.cat([c0, h, c1], dim=1)  # [B Nq, 9, D]; the query token is index 4
+        return blk.temp_attn(sequence)[:, 4].reshape(x.shape)
 
     def self_attn(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         return attn(x)
@@ -73,8 +76,8 @@ class ReferencePath:
         return x[:, : r.shape[1]]
 
     def temporal_dec(self, blk: Block, r: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
-        sequence = torch.stack([c0, blk.norm_temp_attn(r)[0], c1], dim=1)  # [N, 3, D]
-        return blk.temp_attn(sequence)[:, 1][None]
+        sequence = torch.stack([c0, blk.norm_temp_attn(r).reshape(-1, r.shape[-1]), c1], dim=1)  # [B N, 3, D]
+        return blk.temp_attn(sequence)[:, 1].reshape(r.shape)
 
 
 def _heads(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -111,16 +114,17 @@ class FastPath:
 
     def _query_row(self, attn: Attention, h: torch.Tensor, cond: torch.Tensor, at: int) -> torch.Tensor:
         """Attention output of token ``h`` ([T, D]) placed at position ``at`` among ``cond``'s
-        [T, C, D] tokens: [1, T, D]."""
+        [T, C, D] tokens: [T, D]."""
         q, k, v = attn.project(h).unbind(-3)  # [T, H, hd] each
         keys, values = self._kv_slots(attn, cond, at)
         keys[:, :, at] = k
         values[:, :, at] = v
         out = F.scaled_dot_product_attention(q[:, :, None], keys, values)  # [T, H, 1, hd]
-        return attn.proj(out.flatten(1))[None]
+        return attn.proj(out.flatten(1))
 
     def temporal_dit(self, blk: Block, x: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
-        return self._query_row(blk.temp_attn, blk.norm_temp_attn(x)[0], torch.cat([c0, c1], dim=1), 4)
+        h = blk.norm_temp_attn(x).reshape(-1, x.shape[-1])
+        return self._query_row(blk.temp_attn, h, torch.cat([c0, c1], dim=1), 4).reshape(x.shape)
 
     def self_attn(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         return attn.output(F.scaled_dot_product_attention(*_heads(attn.project(x))))
@@ -133,7 +137,8 @@ class FastPath:
         return r + attn.output(F.scaled_dot_product_attention(queries, keys, values))
 
     def temporal_dec(self, blk: Block, r: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor) -> torch.Tensor:
-        return self._query_row(blk.temp_attn, blk.norm_temp_attn(r)[0], torch.stack([c0, c1], dim=1), 1)
+        h = blk.norm_temp_attn(r).reshape(-1, r.shape[-1])
+        return self._query_row(blk.temp_attn, h, torch.stack([c0, c1], dim=1), 1).reshape(r.shape)
 
 
 def attention_impl(path: AttentionPath) -> AttentionImpl:
@@ -171,24 +176,30 @@ class EdgeModel:
     @torch.inference_mode()
     def interpolate(self, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
         """Conditions -> the middle frame, [3, H, W] float32 in [0, 1] on the CPU."""
-        return self.decode_latents(self.denoise(cond, path), cond, path)
+        return self.interpolate_batch([cond], path)[0]
 
     @torch.inference_mode()
-    def denoise(self, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
-        """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [1, Nq, L]."""
+    def interpolate_batch(self, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """Pairs of one frame size, in one batched forward -> their middle frames, [B, 3, H, W]."""
+        return self.decode_latents(self.denoise(batch, path), batch, path)
+
+    @torch.inference_mode()
+    def denoise(self, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [B, Nq, L]."""
         cfg, w = self.config, self.weights
-        ph, pw = cond.grid
+        ph, pw = _same_grid(batch)
         impl = attention_impl(path)
-        c0, c1 = (query_blocks(c, ph, pw) for c in cond.cond_dit.to(self.device))
-        difference = torch.tensor([[cond.difference]], device=self.device)
+        # Each query token's 2x2 block of condition tokens in frame 0 and frame 1: [B Nq, 4, D] each.
+        c0, c1 = (torch.cat([query_blocks(c.cond_dit[i].to(self.device), ph, pw) for c in batch]) for i in (0, 1))
+        difference = torch.tensor([[c.difference] for c in batch], device=self.device)  # [B, 1]
         pos = pos_embedding(cfg, ph, pw, 2).to(self.device)
-        z = initial_noise(cond.seed, (ph // 2) * (pw // 2), cfg).to(self.device)
+        z = torch.cat([initial_noise(c.seed, (ph // 2) * (pw // 2), cfg) for c in batch]).to(self.device)
         with self._autocast():
             for t0, t1 in zip(cfg.timesteps[:-1], cfg.timesteps[1:]):
                 t = torch.tensor([t0], device=self.device)
-                c = w.denoise_timestep_embedder(t) + w.difference_embedder(difference)  # [1, D]
+                c = w.denoise_timestep_embedder(t) + w.difference_embedder(difference)  # [B, D]
                 shift1, scale1, gate1, shift2, scale2, gate2 = w.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
-                x = w.proj_in(z) + pos  # [1, Nq, D]
+                x = w.proj_in(z) + pos  # [B, Nq, D]
                 for blk in w.dit_blocks:
                     x = x + gate1 * impl.self_attn(blk.self_attn, modulate(blk.norm_self_attn(x), shift1, scale1))
                     x = x + impl.temporal_dit(blk, x, c0, c1)
@@ -198,26 +209,41 @@ class EdgeModel:
         return z / cfg.vae_scaler + cfg.vae_shift
 
     @torch.inference_mode()
-    def decode_latents(self, latents: torch.Tensor, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
-        """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped."""
+    def decode_latents(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped:
+        [B, 3, H, W] float32 in [0, 1] on the CPU."""
         cfg, w = self.config, self.weights
-        ph, pw = cond.grid
-        p = cfg.patch_size
+        ph, pw = _same_grid(batch)
+        p, b = cfg.patch_size, len(batch)
         impl = attention_impl(path)
-        c0, c1 = cond.cond_dec.to(self.device)
+        c0, c1 = (torch.cat([c.cond_dec[i].to(self.device) for c in batch]) for i in (0, 1))  # [B N, D] each
         with self._autocast():
-            q = w.proj_token(latents)  # [1, Nq, D]
-            grid = q.transpose(1, 2).reshape(1, cfg.hidden_dim, ph // 2, pw // 2)
+            q = w.proj_token(latents)  # [B, Nq, D]
+            grid = q.transpose(1, 2).reshape(b, cfg.hidden_dim, ph // 2, pw // 2)
             up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
-            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg, ph, pw, 1).to(self.device)  # [1, N, D]
+            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg, ph, pw, 1).to(self.device)  # [B, N, D]
             q = q + pos_embedding(cfg, ph, pw, 2).to(self.device)
             for blk in w.decoder_blocks:
                 r = impl.decoder_self_attn(blk, r, q)
                 r = r + impl.temporal_dec(blk, r, c0, c1)
                 r = r + blk.mlp(blk.norm_mlp(r))
-            patches = w.unpatchify(r)[0].float()  # [N, 3 p^2], each patch (p1, p2, channel)
-        image = patches.reshape(ph, pw, p, p, 3).permute(4, 0, 2, 1, 3).reshape(3, ph * p, pw * p)
-        image = image * cond.std + cond.mean
-        height, width = cond.size
+            patches = w.unpatchify(r).float()  # [B, N, 3 p^2], each patch (p1, p2, channel)
+        image = patches.reshape(b, ph, pw, p, p, 3).permute(0, 5, 1, 3, 2, 4).reshape(b, 3, ph * p, pw * p)
+        stats = torch.tensor([[c.mean, c.std] for c in batch], device=self.device)[:, :, None, None, None]
+        image = image * stats[:, 1] + stats[:, 0]
+        height, width = batch[0].size
         top, _, left, _ = cfg.padding(height, width)
-        return image[:, top : top + height, left : left + width].clamp(0, 1).cpu()
+        return image[:, :, top : top + height, left : left + width].clamp(0, 1).cpu()
+
+
+def batches(items: Sequence, tokens_each: int, max_batch_tokens: int) -> Iterator[Sequence]:
+    """``items`` (pairs of one size, ``tokens_each`` condition tokens per frame) in consecutive
+    batches of at most ``max_batch_tokens`` tokens, and of at least one pair."""
+    size = max(1, max_batch_tokens // tokens_each)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _same_grid(batch: Sequence[Conditions]) -> tuple[int, int]:
+    assert batch and all(c.grid == batch[0].grid and c.size == batch[0].size for c in batch), "one frame size per batch"
+    return batch[0].grid

@@ -57,6 +57,13 @@ class PayloadTooLargeError(CodecError):
     kind = "payload_too_large"
 
 
+class ChunkTooLargeError(PayloadTooLargeError):
+    """A chunk of more frames, or more tokens in all, than the receiver takes at once; shorter
+    chunks of the same frames would do."""
+
+    kind = "chunk_too_large"
+
+
 class ModelMismatchError(CodecError):
     """The payload is intact but was made by a model with other dimensions."""
 
@@ -86,14 +93,15 @@ class TransientError(Exception):
 
 
 class PairError(EdenError):
-    """The pair that stopped the run, with its cause: ``pair 3 (frame 3 → frame 4): ...``."""
+    """The pair, or the chunk of pairs, that stopped the run, with its cause:
+    ``pair 3 (frame 3 → frame 4): ...``, ``pairs 8-15 (frame 8 → frame 16): ...``."""
 
-    def __init__(self, index: int, before, after, cause: BaseException):
-        super().__init__(f"pair {index} ({before.name} → {after.name}): {cause}")
+    def __init__(self, index: int, before, after, cause: BaseException, pairs: int = 1):
+        which = f"pair {index}" if pairs == 1 else f"pairs {index}-{index + pairs - 1}"
+        super().__init__(f"{which} ({before.name} → {after.name}): {cause}")
         self.index = index
         self.status = getattr(cause, "status", UnavailableError.status)
         self.kind = getattr(cause, "kind", UnavailableError.kind)
-
 
 
 class ServerError(UpstreamError):

@@ -7,6 +7,7 @@ for the same seed, codec and thread count.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from PIL import Image
@@ -14,9 +15,9 @@ from PIL import Image
 from . import wire
 from .clips import Frame
 from .cloud import CloudEncoder
-from .edge import AttentionPath, EdgeModel
+from .edge import DEFAULT_BATCH_TOKENS, AttentionPath, EdgeModel, batches
 from .frames import DEFAULT_MAX_PIXELS, check_pair, to_uint8
-from .streaming import Middle, Processor, Summary, interpolate_clip
+from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_clip
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
@@ -32,18 +33,41 @@ def interpolate_pair(
     path: AttentionPath = "fast",
 ) -> tuple[torch.Tensor, int]:
     """The middle frame [3, H, W] in [0, 1], and the size of the wire payload it crossed as."""
-    payload = wire.encode(cloud.encode(frame0, frame1, seed), cloud.config, codec)
-    return edge.interpolate(wire.decode(payload, edge.config), path), len(payload)
+    middles, payload_bytes = interpolate_chunk(cloud, edge, [frame0, frame1], seed, codec, path=path)
+    return middles[0], payload_bytes
 
 
-def in_process(cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC) -> Processor:
+def interpolate_chunk(
+    cloud: CloudEncoder,
+    edge: EdgeModel,
+    frames: Sequence[torch.Tensor],
+    seed: int = 0,
+    codec: str = wire.DEFAULT_CODEC,
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    path: AttentionPath = "fast",
+) -> tuple[torch.Tensor, int]:
+    """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], computed in batched forwards,
+    and the size of the one payload they crossed as. Pair j uses seed ``seed + j``."""
+    payload = wire.encode(cloud.encode_chunk(frames, seed), cloud.config, codec)
+    chunk = wire.decode(payload, edge.config)
+    n = chunk.grid[0] * chunk.grid[1]
+    middles = [edge.interpolate_batch([chunk.pair(j) for j in batch], path)
+               for batch in batches(range(chunk.pairs), n, max_batch_tokens)]
+    return torch.cat(middles), len(payload)
+
+
+def in_process(
+    cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC, max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
-    middles equal theirs bit for bit for the same seed and codec."""
+    middles equal theirs for the same seed, codec and thread count."""
 
-    def process(index: int, frame0: Frame, frame1: Frame, seed: int) -> Middle:
-        check_pair(frame0.tensor, frame1.tensor)
-        middle, payload_bytes = interpolate_pair(cloud, edge, frame0.tensor, frame1.tensor, seed, codec)
-        return Middle(Image.fromarray(to_uint8(middle)), payload_bytes=payload_bytes)
+    def process(index: int, frames: list[Frame], seed: int) -> Middles:
+        tensors = [frame.tensor for frame in frames]
+        for tensor in tensors[1:]:
+            check_pair(tensors[0], tensor)
+        middles, payload_bytes = interpolate_chunk(cloud, edge, tensors, seed, codec, max_batch_tokens)
+        return Middles([Image.fromarray(to_uint8(middle)) for middle in middles], payload_bytes=payload_bytes)
 
     return process
 
@@ -55,6 +79,7 @@ def interpolate_clip_in_process(
     edge: EdgeModel,
     codec: str = wire.DEFAULT_CODEC,
     seed: int = 0,
+    chunk: int = DEFAULT_CHUNK,
     inflight: int = DEFAULT_INFLIGHT,
     progress: bool | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -62,4 +87,5 @@ def interpolate_clip_in_process(
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`."""
     wire.parse_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
     processor = in_process(cloud, edge, codec)
-    return interpolate_clip(src, dst, processor, seed=seed, inflight=inflight, progress=progress, max_pixels=max_pixels)
+    return interpolate_clip(src, dst, processor, chunk=chunk, seed=seed, inflight=inflight, progress=progress,
+                            max_pixels=max_pixels)

@@ -1,19 +1,24 @@
 """The ordered, windowed streaming engine shared by the HTTP client and the in-process mode.
 
-A clip of N frames is N - 1 pairs. Pair i (frames i and i + 1) is handed to a *processor*, a
-callable ``(i, frame0, frame1, seed) -> Middle | PIL.Image`` with ``seed = base_seed + i``, on one of
-``inflight`` worker threads. The main thread reads frames lazily, keeps at most ``inflight`` pairs
-outstanding and writes the output strictly in order (original i, middle i, original i + 1, ...), so
-memory holds at most ``inflight + 2`` input frames and ``inflight`` middles, whatever the clip length.
+A clip of N frames is N - 1 pairs, cut into chunks of ``chunk`` = K pairs: K + 1 consecutive frames,
+neighbouring chunks sharing their boundary frame (the last chunk may be shorter). Each chunk is
+handed to a *processor*, a callable ``(i, frames, seed) -> Middles | [PIL.Image]`` giving the K
+middle frames, where ``i`` is the chunk's first pair and pair i + j uses seed ``base_seed + i + j``,
+on one of ``inflight`` worker threads. The main thread reads frames lazily, keeps at most
+``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
+original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
+middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
-stops the run with a :class:`PairError` naming the pair; anything else (a bug, KeyboardInterrupt)
-propagates unchanged. Either way the output does not appear (see :mod:`eden_serve.clips`), pairs not
-yet started are dropped and the ``cancel`` event is set so that processors waiting to retry give up.
+stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
+KeyboardInterrupt) propagates unchanged. Either way the output does not appear (see
+:mod:`eden_serve.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
+that processors waiting to retry give up.
 """
 
 from __future__ import annotations
 
+import itertools
 import queue
 import sys
 import threading
@@ -22,7 +27,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from PIL import Image
 from tqdm import tqdm
@@ -31,6 +36,8 @@ from .clips import Frame, open_clip, write_clip
 from .errors import BadInputError, EdenError, PairError, TransientError, UnavailableError
 
 DEFAULT_INFLIGHT = 4
+# Pairs per request: the wire carries each frame once per chunk (README "Clip chunks").
+DEFAULT_CHUNK = 8
 
 
 @dataclass(frozen=True)
@@ -64,11 +71,11 @@ class Retry:
 
 
 @dataclass
-class Middle:
-    """A processor's result: the middle frame (RGB) and what moving it cost."""
+class Middles:
+    """A processor's result: a chunk's middle frames (RGB), in pair order, and what moving them cost."""
 
-    image: Image.Image
-    sent_bytes: int = 0  # uploaded to servers for this pair
+    images: list[Image.Image]
+    sent_bytes: int = 0  # uploaded to servers for this chunk
     received_bytes: int = 0  # downloaded from servers
     payload_bytes: int | None = None  # the cloud -> edge wire payload, where this side sees it
     retries: int = 0  # requests that had to be sent again
@@ -108,7 +115,30 @@ class Summary:
         return line + (f"; {self.retries} requests retried" if self.retries else "")
 
 
-Processor = Callable[[int, Frame, Frame, int], "Middle | Image.Image"]
+Processor = Callable[[int, list[Frame], int], "Middles | Sequence[Image.Image]"]
+PairProcessor = Callable[[int, Frame, Frame, int], "Middles | Image.Image"]
+
+
+def pairwise(process_pair: PairProcessor) -> Processor:
+    """A processor of chunks from one of pairs, ``(i, frame0, frame1, seed) -> image``, called
+    for each pair in turn."""
+
+    def process(index: int, frames: list[Frame], seed: int) -> Middles:
+        middles = Middles([])
+        for j, (before, after) in enumerate(zip(frames, frames[1:])):
+            result = process_pair(index + j, before, after, seed + j)
+            if isinstance(result, Middles):
+                middles.images += result.images
+                middles.sent_bytes += result.sent_bytes
+                middles.received_bytes += result.received_bytes
+                middles.retries += result.retries
+                if result.payload_bytes is not None:
+                    middles.payload_bytes = (middles.payload_bytes or 0) + result.payload_bytes
+            else:
+                middles.images.append(result)
+        return middles
+
+    return process
 
 
 class _Workers:
@@ -159,16 +189,22 @@ def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
     return tqdm(total=total, unit="pair", desc="interpolating", file=sys.stderr, disable=disable, dynamic_ncols=True)
 
 
-def _middle(future: Future, index: int, before: Frame, after: Frame) -> Middle:
+def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
+    pairs = len(frames) - 1
     try:
         result = future.result()
     except (EdenError, TransientError) as exc:
-        raise PairError(index, before, after, exc) from exc
-    middle = result if isinstance(result, Middle) else Middle(result)
-    if middle.image.size != before.image.size:
-        cause = BadInputError(f"the middle frame is {middle.image.size}, the input frames {before.image.size}")
-        raise PairError(index, before, after, cause)
-    return middle
+        raise PairError(index, frames[0], frames[-1], exc, pairs) from exc
+    middles = result if isinstance(result, Middles) else Middles(list(result))
+    problem = None
+    if len(middles.images) != pairs:
+        problem = f"{len(middles.images)} middle frames came back for {pairs} pairs"
+    elif any(image.size != frames[0].image.size for image in middles.images):
+        sizes = sorted({image.size for image in middles.images})
+        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].image.size}"
+    if problem:
+        raise PairError(index, frames[0], frames[-1], BadInputError(problem), pairs)
+    return middles
 
 
 def interpolate_clip(
@@ -176,13 +212,15 @@ def interpolate_clip(
     dst: str | Path,
     processor: Processor,
     *,
+    chunk: int = 1,
     seed: int = 0,
     inflight: int = DEFAULT_INFLIGHT,
     progress: bool | None = None,
     cancel: threading.Event | None = None,
     max_pixels: int | None = None,
 ) -> Summary:
-    """Interpolate every pair of the clip ``src`` with ``processor`` and write ``dst`` (2N - 1 frames).
+    """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
+    write ``dst`` (2N - 1 frames).
 
     ``progress``: a progress bar on stderr (None: when stderr is a terminal). ``cancel`` is set when
     the run stops early, for processors to notice (the client's retries do). ``max_pixels`` limits
@@ -190,6 +228,8 @@ def interpolate_clip(
     """
     if inflight < 1:
         raise BadInputError(f"inflight must be at least 1, got {inflight}")
+    if chunk < 1:
+        raise BadInputError(f"chunk must be at least 1 pair, got {chunk}")
     cancel = cancel if cancel is not None else threading.Event()
     started = time.perf_counter()
     summary = Summary(pairs=0, frames=0, seconds=0.0)
@@ -199,32 +239,40 @@ def interpolate_clip(
             pending: deque = deque()
 
             def write_oldest() -> None:
-                index, before, after, future = pending.popleft()
-                middle = _middle(future, index, before, after)
-                writer.add(before)
-                writer.add_middle(middle.image, before, after)
-                summary.pairs += 1
-                summary.frames += 2
-                summary.sent_bytes += middle.sent_bytes
-                summary.received_bytes += middle.received_bytes
-                summary.retries += middle.retries
-                if middle.payload_bytes is not None:
-                    summary.payload_bytes = (summary.payload_bytes or 0) + middle.payload_bytes
-                bar.update(1)
+                index, frames, future = pending.popleft()
+                middles = _middles(future, index, frames)
+                for before, after, image in zip(frames, frames[1:], middles.images):
+                    writer.add(before)
+                    writer.add_middle(image, before, after)
+                pairs = len(middles.images)
+                summary.pairs += pairs
+                summary.frames += 2 * pairs
+                summary.sent_bytes += middles.sent_bytes
+                summary.received_bytes += middles.received_bytes
+                summary.retries += middles.retries
+                if middles.payload_bytes is not None:
+                    summary.payload_bytes = (summary.payload_bytes or 0) + middles.payload_bytes
+                bar.update(pairs)
 
-            frames = iter(clip)
-            previous = next(frames, None)
-            if previous is None:
-                raise BadInputError(f"{str(src)!r} holds no frames")
-            for index, frame in enumerate(frames):
+            def submit(index: int, frames: list[Frame]) -> None:
                 if len(pending) == inflight:
                     write_oldest()
-                future = workers.submit(processor, index, previous, frame, seed + index)
-                pending.append((index, previous, frame, future))
-                previous = frame
+                pending.append((index, frames, workers.submit(processor, index, frames, seed + index)))
+
+            stream = iter(clip)
+            frames, index = list(itertools.islice(stream, 1)), 0
+            if not frames:
+                raise BadInputError(f"{str(src)!r} holds no frames")
+            for frame in stream:
+                frames.append(frame)
+                if len(frames) == chunk + 1:
+                    submit(index, frames)
+                    index, frames = index + chunk, [frame]
+            if len(frames) > 1:
+                submit(index, frames)
             while pending:
                 write_oldest()
-            writer.add(previous)
+            writer.add(frames[-1])
             summary.frames += 1
     summary.seconds = time.perf_counter() - started
     return summary

@@ -1,7 +1,8 @@
 """Synthetic stand-ins, made from a seed: weights, frames and conditions.
 
 The official weights cannot be fetched here, so everything runs and is tested on these. The tests,
-the benchmarks, the examples and the CLI's default all take them from this module.
+the benchmarks, the examples and the CLI's default all take them from this module: weights, frames
+(:func:`scene`) and the conditions that cross the wire (:func:`chunk`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from PIL import Image
 
 from .config import EdenConfig
 from .model import expected_layout
-from .wire import Conditions
+from .wire import Chunk, Tokens
 
 WEIGHTS_WARNING = "no checkpoint given: using synthetic weights (seed {seed}); the output is NOT a real interpolation"
 
@@ -78,29 +79,31 @@ def frame_pair(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tuple(torch.from_numpy(scene(height, width, t)).permute(2, 0, 1).float() / 255 for t in (0.0, 1.0))
 
 
-def conditions(config: EdenConfig, size: tuple[int, int], profile: str = "plain", seed: int = 0) -> Conditions:
-    """Conditions shaped like the cloud encoder's, as LayerNorm outputs (rows standardised, times an LN
-    weight, plus a bias), for frames of ``size`` (height, width).
+def chunk(config: EdenConfig, size: tuple[int, int], frames: int = 2, profile: str = "plain", seed: int = 0) -> Chunk:
+    """A chunk shaped like the cloud encoder's, for ``frames`` frames of ``size`` (height, width):
+    tokens that are LayerNorm outputs (rows standardised, times an LN weight, plus a bias).
 
     ``plain``: Gaussian activations, LN weight 1 +- 0.2, bias +- 0.1. ``outliers``: heavy-tailed
     (Student t, 3 dof) activations and 1% of channels with a 10x LN weight, as trained transformers
-    tend to have.
+    tend to have. Frames are independent draws, unlike a video's.
     """
     assert profile in ("plain", "outliers"), profile
     generator = torch.Generator().manual_seed(seed)
     grid = config.patch_grid(*size)
     n, d = grid[0] * grid[1], config.hidden_dim
 
-    def tokens() -> torch.Tensor:
+    def tokens() -> Tokens:
         weight = 1 + 0.2 * torch.randn(d, generator=generator)
         bias = 0.1 * torch.randn(d, generator=generator)
         if profile == "plain":
-            h = torch.randn(2, n, d, generator=generator)
+            h = torch.randn(frames, n, d, generator=generator)
         else:
             # Student t with 3 dof: a standard normal over the root of a chi-square(3) / 3.
-            chi2 = torch.randn(3, 2, n, d, generator=generator).square().sum(0)
-            h = torch.randn(2, n, d, generator=generator) / (chi2 / 3).sqrt()
+            chi2 = torch.randn(3, frames, n, d, generator=generator).square().sum(0)
+            h = torch.randn(frames, n, d, generator=generator) / (chi2 / 3).sqrt()
             weight[torch.randperm(d, generator=generator)[: d // 100]] *= 10
-        return torch.nn.functional.layer_norm(h, (d,), weight, bias)
+        return Tokens(torch.nn.functional.layer_norm(h, (d,), weight, bias))
 
-    return Conditions(tokens(), tokens(), mean=0.45, std=0.27, difference=-0.8, grid=grid, size=size, seed=seed)
+    pairs = frames - 1
+    return Chunk(tokens(), tokens(), means=[0.45] * frames, stds=[0.27] * frames, differences=[-0.8] * pairs,
+                 seeds=list(range(seed, seed + pairs)), grid=grid, size=size)

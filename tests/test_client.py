@@ -99,10 +99,15 @@ def frames_of(path) -> list[np.ndarray]:
 
 
 def assert_same_clip(out, expected, src):
+    """Originals unchanged; middles as in process, up to the rounding of the edge's batched forwards,
+    which batch requests as they come: within one 8-bit level (a GIF's palette may then pick the
+    neighbouring colour) for a tiny share of the pixels."""
     got, want = frames_of(out), frames_of(expected)
     assert len(got) == 2 * FRAMES - 1
     for k, (a, b) in enumerate(zip(got, want)):
-        assert np.array_equal(a, b), f"output frame {k} differs from the in-process run"
+        assert (a != b).mean() < 1e-3, f"output frame {k} differs from the in-process run"
+        if src.is_dir():
+            assert np.abs(a.astype(int) - b.astype(int)).max() <= 1, f"output frame {k}"
     if src.is_dir():
         originals = sorted(out.iterdir())[0::2]
         assert [p.read_bytes() for p in originals] == [(src / f"frame{i}.png").read_bytes() for i in range(FRAMES)]
@@ -164,10 +169,10 @@ def test_killing_the_edge_worker_costs_no_frame(tmp_path, cloud, edge, inputs, e
     with make_client(deployment, cloud, edge, tries=10, backoff=0.5) as client:
         process = client.processor()
 
-        def kill_at_pair_three(index, frame0, frame1, seed):
+        def kill_at_pair_three(index, frames, seed):
             if index == 3:  # pairs 0 to 2 are in flight: the worker has work when it dies
                 os.kill(killed, signal.SIGKILL)
-            return process(index, frame0, frame1, seed)
+            return process(index, frames, seed)
 
         out = tmp_path / "out"
         summary = interpolate_clip(inputs["directory"], out, kill_at_pair_three, inflight=4, progress=False)
@@ -208,7 +213,7 @@ def test_a_refused_pair_is_not_retried(tmp_path, cloud, edge, inputs):
     started = time.perf_counter()
     with make_client("server", cloud, edge, backoff=30) as client:
         with pytest.raises(PairError, match=r"^pair 1 \(f1\.png → f2\.png\): .*differ.*HTTP 400") as info:
-            client.interpolate_clip(src, tmp_path / "out", inflight=1, progress=False)
+            client.interpolate_clip(src, tmp_path / "out", chunk=1, inflight=1, progress=False)
     assert info.value.status == 400
     assert time.perf_counter() - started < 20  # one retry would have waited 30 s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["frames"]
@@ -232,7 +237,7 @@ def test_an_edge_that_stays_down_leaves_no_output(tmp_path, cloud, inputs):
     client = Client(cloud=cloud.inference_url, edge=f"http://127.0.0.1:{closed_port()}", token=cloud.keys["inference"],
                     tries=2, backoff=0.01)
     for kind in inputs:
-        with pytest.raises(PairError, match=r"^pair 0 \(.*\): ConnectionError .*gave up after 2 tries"):
+        with pytest.raises(PairError, match=r"^pairs 0-4 \(.*\): ConnectionError .*gave up after 2 tries"):
             client.interpolate_clip(inputs[kind], tmp_path / output_name(kind), progress=False)
     assert list(tmp_path.iterdir()) == []
 
@@ -241,10 +246,10 @@ def test_an_interrupted_run_leaves_no_output(tmp_path, cloud, edge, inputs):
     with make_client("split", cloud, edge) as client:
         process = client.processor()
 
-        def interrupt_at_pair_three(index, frame0, frame1, seed):
+        def interrupt_at_pair_three(index, frames, seed):
             if index == 3:
                 raise KeyboardInterrupt
-            return process(index, frame0, frame1, seed)
+            return process(index, frames, seed)
 
         for kind in inputs:
             with pytest.raises(KeyboardInterrupt):

@@ -10,7 +10,7 @@ from PIL import Image
 from eden_serve import clips
 from eden_serve.clips import is_clip, natural_key, open_clip
 from eden_serve.errors import BadInputError
-from eden_serve.streaming import interpolate_clip
+from eden_serve.streaming import interpolate_clip, pairwise
 
 SIZE = (96, 64)  # width, height
 
@@ -68,7 +68,7 @@ def test_directory_round_trip_keeps_originals_size_and_mode(tmp_path, mode):
     src.mkdir()
     for i, frame in enumerate(random_frames(4, mode)):
         frame.save(src / f"frame{i}.png")
-    summary = interpolate_clip(src, tmp_path / "out", average, progress=False)
+    summary = interpolate_clip(src, tmp_path / "out", pairwise(average), progress=False)
     assert (summary.pairs, summary.frames) == (3, 7)
     out = sorted((tmp_path / "out").iterdir())
     assert [p.name for p in out] == [f"{k:06d}.png" for k in range(7)]
@@ -85,7 +85,7 @@ def test_directory_middle_alpha_is_the_mean_of_its_neighbours(tmp_path):
     frames = random_frames(2, "RGBA")
     for i, frame in enumerate(frames):
         frame.save(src / f"{i}.png")
-    interpolate_clip(src, tmp_path / "out", average, progress=False)
+    interpolate_clip(src, tmp_path / "out", pairwise(average), progress=False)
     with Image.open(tmp_path / "out" / "000001.png") as middle:
         alphas = [np.asarray(f.getchannel("A"), np.int32) for f in frames]
         assert np.array_equal(np.asarray(middle.getchannel("A"), np.int32), (alphas[0] + alphas[1]) // 2)
@@ -132,7 +132,7 @@ def test_animation_round_trip_doubles_the_frame_rate(tmp_path, name, frames, par
     src = animation(tmp_path / name, frames(), **params)
     assert is_clip(src)
     dst = tmp_path / f"out-{name}"
-    summary = interpolate_clip(src, dst, average, progress=False)
+    summary = interpolate_clip(src, dst, pairwise(average), progress=False)
     assert (summary.pairs, summary.frames) == (5, 11)
 
     original, durations, loop, size = read_animation(src)
@@ -150,7 +150,7 @@ def test_animation_round_trip_doubles_the_frame_rate(tmp_path, name, frames, par
 def test_apng_and_webp_keep_their_mode(tmp_path):
     for name, kwargs in (("a.png", {}), ("a.webp", {"lossless": True})):
         src = animation(tmp_path / name, random_frames(3, "RGBA"), duration=50, **kwargs)
-        interpolate_clip(src, tmp_path / f"out-{name}", average, progress=False)
+        interpolate_clip(src, tmp_path / f"out-{name}", pairwise(average), progress=False)
         with Image.open(src) as a, Image.open(tmp_path / f"out-{name}") as b:
             assert (a.format, a.mode) == (b.format, b.mode)
 
@@ -158,7 +158,7 @@ def test_apng_and_webp_keep_their_mode(tmp_path):
 def test_animation_output_must_keep_the_format(tmp_path):
     src = animation(tmp_path / "clip.gif", [f.quantize(16) for f in random_frames(3)], duration=50)
     with pytest.raises(BadInputError, match=r"\*\.gif"):
-        interpolate_clip(src, tmp_path / "out.webp", average, progress=False)
+        interpolate_clip(src, tmp_path / "out.webp", pairwise(average), progress=False)
     assert leftovers(tmp_path) == []
 
 
@@ -175,11 +175,11 @@ def test_still_images_are_not_clips(tmp_path):
 def test_one_frame_gives_one_frame_and_an_empty_directory_fails(tmp_path):
     (tmp_path / "one").mkdir()
     random_frames(1)[0].save(tmp_path / "one" / "0.png")
-    summary = interpolate_clip(tmp_path / "one", tmp_path / "out", average, progress=False)
+    summary = interpolate_clip(tmp_path / "one", tmp_path / "out", pairwise(average), progress=False)
     assert (summary.pairs, summary.frames) == (0, 1)
     (tmp_path / "empty").mkdir()
     with pytest.raises(BadInputError, match="no image files"):
-        interpolate_clip(tmp_path / "empty", tmp_path / "out2", average, progress=False)
+        interpolate_clip(tmp_path / "empty", tmp_path / "out2", pairwise(average), progress=False)
 
 
 def make_mp4(path, frames, rate=12):
@@ -201,7 +201,7 @@ def test_mp4_round_trip_doubles_the_frame_rate(tmp_path):
     frames = [Image.fromarray(np.broadcast_to((ramp + 30 * i) % 256, (SIZE[1], SIZE[0], 3)).astype(np.uint8)) for i in range(6)]
     src = make_mp4(tmp_path / "clip.mp4", frames)
     dst = tmp_path / "out.mp4"
-    summary = interpolate_clip(src, dst, average, progress=False)
+    summary = interpolate_clip(src, dst, pairwise(average), progress=False)
     assert (summary.pairs, summary.frames) == (5, 11)
     with av.open(str(src)) as a, av.open(str(dst)) as b:
         sa, sb = a.streams.video[0], b.streams.video[0]
@@ -229,7 +229,7 @@ def failing(at, exception):
             raise exception
         return average(index, frame0, frame1, seed)
 
-    return process
+    return pairwise(process)
 
 
 @pytest.mark.parametrize("kind", ["directory", "gif", "apng", "webp", "mp4"])
@@ -269,7 +269,7 @@ def test_a_directory_output_must_be_new_or_empty(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     with pytest.raises(BadInputError, match="not an empty directory"):
-        interpolate_clip(src, tmp_path / "full", average, progress=False)
+        interpolate_clip(src, tmp_path / "full", pairwise(average), progress=False)
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
     (tmp_path / "empty").mkdir()
-    assert interpolate_clip(src, tmp_path / "empty", average, progress=False).frames == 5
+    assert interpolate_clip(src, tmp_path / "empty", pairwise(average), progress=False).frames == 5

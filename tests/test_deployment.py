@@ -8,9 +8,11 @@ Through the workflow, errors arrive as a JSON document with HTTP 200 (README: "W
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -24,8 +26,8 @@ from eden_serve.serving.worker import usable_cores
 from eden_serve.checkpoint import load_archived
 from eden_serve.config import preset
 from eden_serve.frames import load_frame, to_png
+from eden_serve import synthetic
 from eden_serve.synthetic import scene
-from eden_serve.wire import Conditions
 
 from eden_serve.serving.launcher import build_archives, torchserve
 
@@ -93,8 +95,8 @@ def in_process(halves, fields: dict, seed: int = 0, codec: str = wire.DEFAULT_CO
     torch.set_num_threads(max(1, usable_cores() // 2))
     try:
         f0, f1 = (load_frame(fields[k], k) for k in ("frame0", "frame1"))
-        payload = wire.encode(cloud.encode(f0, f1, seed), cloud.config, codec)
-        return payload, to_png(edge.interpolate(wire.decode(payload, edge.config)))
+        payload = wire.encode(cloud.encode_chunk([f0, f1], seed), cloud.config, codec)
+        return payload, to_png(edge.interpolate(wire.decode(payload, edge.config).pair(0)))
     finally:
         torch.set_num_threads(threads)
 
@@ -189,8 +191,11 @@ def test_dynamic_batching_mixed_sizes_and_a_bad_request(server, halves):
         expected = pixels(in_process(halves, case, case["seed"])[1])
         assert payload.status_code == 200 and result.status_code == 200 and flow.status_code == 200
         assert expected.shape == (*size, 3)
-        np.testing.assert_array_equal(pixels(result.content), expected)
-        np.testing.assert_array_equal(pixels(flow.content), expected)
+        # Requests of one size may share a batched forward, which rounds differently in the last float
+        # bits: within one 8-bit level of the pair computed alone.
+        for got in (pixels(result.content), pixels(flow.content)):
+            assert np.abs(got.astype(int) - expected.astype(int)).max() <= 1
+            assert (got != expected).mean() < 1e-3
     assert max(max_batch(server, model) for model in server.models()) > 1, "no batch held more than one request"
 
 
@@ -262,10 +267,7 @@ def test_bad_encoder_request_through_workflow(server, images, case):
 def _payload(config_name: str, size: tuple[int, int], codec: str = "fp16") -> bytes:
     """A well-formed payload of random conditions for frames of ``size``."""
     config = preset(config_name)
-    ph, pw = (-(-s // config.pad_multiple) * 2 for s in size)
-    tokens = torch.randn(2, ph * pw, config.hidden_dim)
-    cond = Conditions(tokens, tokens.clone(), 0.5, 0.25, 0.1, (ph, pw), size)
-    return wire.encode(cond, config, codec)
+    return wire.encode(synthetic.chunk(config, size), config, codec)
 
 
 def _corrupt(payload: bytes) -> bytes:
@@ -284,8 +286,8 @@ EDGE_CASES = {
     "a PNG": (lambda p: pair(64, 96)["frame0"], 400, "bad_payload"),
     "foreign JSON": (lambda p: b'{"frames": [1, 2]}', 400, "bad_payload"),
     "other model dimensions": (lambda p: _payload("official", (64, 96)), 409, "model_mismatch"),
-    "format version 2": (lambda p: _version(p, 2), 400, "unsupported_version"),
-    "frame over the pixel limit": (lambda p: _payload("tiny", (2200, 3840)), 413, "frame_too_large"),
+    "format version 1": (lambda p: _version(p, 1), 400, "unsupported_version"),
+    "frame over the pixel limit": (lambda p: _payload("tiny", (2200, 3840)), 413, "payload_too_large"),
     "frame far over the pixel limit": (lambda p: _payload("tiny", (4320, 7680)), 413, "payload_too_large"),
     "upstream error document": (lambda p: b'{"code": 413, "type": "frame_too_large", "message": "frame0 is too large"}', 413, "frame_too_large"),
 }
@@ -319,6 +321,73 @@ def test_good_requests_after_bad_ones(server, good_payload):
     assert decode(server, good_payload).status_code == 200
     assert workflow(server, pair(64, 96)).status_code == 200
     assert {m: server.worker_pids(m) for m in pids} == pids
+
+
+# --- chunks --------------------------------------------------------------------------------------
+
+
+def chunk_fields(first: int, count: int, seed: int, size=(64, 96)) -> dict:
+    return {**{f"frame{i}": png(scene(*size, first + i)) for i in range(count)}, "seed": seed}
+
+
+def unzip(body: bytes) -> list[np.ndarray]:
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        names = archive.namelist()
+        assert names == [f"{j:03d}.png" for j in range(len(names))]
+        return [pixels(archive.read(name)) for name in names]
+
+
+def test_a_chunk_equals_its_pairs_two_steps_and_through_the_workflow(server):
+    """K = 4 pairs in one request, each frame encoded and sent once; the same middles as four pair
+    requests with the same seeds, up to the float rounding of batched forwards (1 level)."""
+    encoded = encode(server, chunk_fields(0, 5, seed=9))
+    assert encoded.status_code == 200, encoded.text
+    answer = decode(server, encoded.content)
+    assert (answer.status_code, answer.headers["Content-Type"]) == (200, "application/zip"), answer.text
+    through_workflow = workflow(server, chunk_fields(0, 5, seed=9))
+    assert through_workflow.status_code == 200
+    two_steps, workflow_middles = unzip(answer.content), unzip(through_workflow.content)
+    assert len(two_steps) == len(workflow_middles) == 4
+    for j in range(4):
+        single = pixels(workflow(server, chunk_fields(j, 2, seed=9 + j)).content).astype(int)
+        for middle in (two_steps[j], workflow_middles[j]):
+            assert np.abs(middle.astype(int) - single).max() <= 1
+            assert (middle != single).mean() < 1e-3
+
+
+CHUNK_CASES = {
+    "frames of two sizes": (lambda: chunk_fields(0, 3, 0) | {"frame2": png(scene(64, 64, 2))}, 400, "bad_input"),
+    "a frame missing": (lambda: {k: v for k, v in chunk_fields(0, 4, 0).items() if k != "frame2"}, 400, "bad_input"),
+    "K over the limit": (lambda: chunk_fields(0, 18, 0), 413, "chunk_too_large"),
+}
+
+
+@pytest.mark.parametrize("case", CHUNK_CASES)
+def test_bad_chunk_requests(server, case):
+    make, status, kind = CHUNK_CASES[case]
+    pids = {m: server.worker_pids(m) for m in ("eden_encoder", "eden__eden_encoder", "eden__eden_ditdec")}
+    assert_error(encode(server, make()), status, kind)
+    assert_error(workflow(server, make()), status, kind, http_status=200)
+    assert {m: server.worker_pids(m) for m in pids} == pids
+
+
+@pytest.mark.parametrize("forge", ["truncated", "forged frame count"])
+def test_bad_chunk_payloads(server, forge):
+    payload = encode(server, chunk_fields(0, 4, 0)).content
+    if forge == "truncated":
+        payload = payload[: len(payload) * 2 // 3]
+    else:  # one frame more than the body holds, with a digest that fits
+        header_len = int.from_bytes(payload[12:16], "little")
+        header = json.loads(payload[16 : 16 + header_len])
+        header.update(frames=5, means=header["means"] + [0.5], stds=header["stds"] + [0.5],
+                      differences=header["differences"] + [0.5], seeds=header["seeds"] + [4])
+        head = json.dumps(header).encode()
+        body = payload[16 + header_len : -16]
+        unsigned = payload[:12] + len(head).to_bytes(4, "little") + head + body
+        payload = unsigned + hashlib.blake2b(unsigned, digest_size=16).digest()
+    pids = server.worker_pids("eden_ditdec")
+    assert_error(decode(server, payload), 400, "bad_payload")
+    assert server.worker_pids("eden_ditdec") == pids
 
 
 # --- operations ----------------------------------------------------------------------------------

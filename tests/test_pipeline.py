@@ -32,8 +32,8 @@ def test_output_error_per_codec(golden, codec, path):
 
 
 def test_lossy_codecs_are_smaller(golden):
-    cond = golden.cloud().encode(golden.frame0, golden.frame1, seed=golden.seed)
-    sizes = {codec: len(wire.encode(cond, golden.config, codec)) for codec in wire.CODECS}
+    chunk = golden.cloud().encode_chunk([golden.frame0, golden.frame1], seed=golden.seed)
+    sizes = {codec: len(wire.encode(chunk, golden.config, codec)) for codec in wire.CODECS}
     assert sizes["fp16"] < 0.6 * sizes["fp32"]
     assert sizes[wire.DEFAULT_CODEC] < 0.6 * sizes["fp32"]
 
@@ -46,8 +46,7 @@ def test_in_process_equals_the_pair_pipeline(tmp_path, tiny_models):
     out = sorted((tmp_path / "out").iterdir())
     for i in range(3):
         f0, f1 = (load_frame(src / f"frame{j}.png") for j in (i, i + 1))
-        payload = wire.encode(cloud.encode(f0, f1, 7 + i), cloud.config, wire.DEFAULT_CODEC)
-        expected = to_uint8(edge.interpolate(wire.decode(payload, edge.config)))
+        expected = to_uint8(interpolate_pair(cloud, edge, f0, f1, 7 + i)[0])
         assert np.array_equal(np.asarray(Image.open(out[2 * i + 1])), expected)
 
 
@@ -60,7 +59,7 @@ def test_in_process_refuses_an_unknown_codec_before_starting(tmp_path, tiny_mode
 
 def test_in_process_checks_the_pixel_limit(tmp_path, tiny_models):
     src = synthetic.write_clip(tmp_path / "in", 3, 64, 96)
-    with pytest.raises(PairError, match=r"^pair 0 \(frame0\.png → frame1\.png\): frame0\.png is 96x64 = 6144 pixels, over") as info:
+    with pytest.raises(PairError, match=r"^pairs 0-1 \(frame0\.png → frame2\.png\): frame0\.png is 96x64 = 6144 pixels, over") as info:
         interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, max_pixels=1000, progress=False)
     assert info.value.status == 413
     assert not (tmp_path / "out").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.metrics.metric_type_enum import MetricTypes
 
-from eden_serve import wire
+from eden_serve import synthetic, wire
 from eden_serve.serving import fields, worker
 from eden_serve.serving.services import each
 from eden_serve.checkpoint import write_halves
@@ -49,11 +50,11 @@ def model_dir(tmp_path_factory):
     return directory
 
 
-def context(model_dir, model_name: str) -> Context:
+def context(model_dir, model_name: str, **settings) -> Context:
     metrics = MetricsCacheYamlImpl(str(ROOT / "handlers" / "metrics.yaml"))
     metrics.initialize_cache()
     # The handler sets the process's thread count; keep this test process's.
-    yaml_config = {"batchSize": 4, "handler": {"threads": torch.get_num_threads()}}
+    yaml_config = {"batchSize": 4, "handler": {"threads": torch.get_num_threads(), **settings}}
     return Context(model_name, str(model_dir), {"model": {"modelName": model_name}}, 4, None, "0.12.0",
                    metrics=metrics, model_yaml_config=yaml_config)
 
@@ -173,9 +174,8 @@ def test_upstream_error_documents():
     for body in (json.dumps(document).encode(), json.dumps(document, indent=2).encode(), document):
         error = error_from_document(body)
         assert isinstance(error, UpstreamError) and error.to_json() == document
-    cond = wire.Conditions(torch.zeros(2, 24, 64), torch.zeros(2, 24, 64), 0.5, 0.25, 0.0, (4, 6), (64, 96))
     not_errors = [
-        wire.encode(cond, preset("tiny")),
+        wire.encode(synthetic.chunk(preset("tiny"), (64, 96)), preset("tiny")),
         b"{not json",
         json.dumps({**document, "extra": 1}).encode(),
         json.dumps({**document, "code": 200}).encode(),
@@ -192,3 +192,100 @@ def test_default_threads_share_the_cores_without_oversubscribing():
         assert cloud + edge <= max(2, cores)
         assert edge >= cloud
     assert (worker.default_threads("cloud", 16), worker.default_threads("edge", 16)) == (2, 14)
+
+
+# --- chunks ---------------------------------------------------------------------------------------
+
+
+def scene_png(i: int, height: int = 64, width: int = 96) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(synthetic.scene(height, width, i)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def chunk_request(first: int, count: int, seed: int, **extra) -> dict:
+    return {**{f"frame{i}": scene_png(first + i) for i in range(count)}, "seed": str(seed), **extra}
+
+
+def unzip(body: bytes) -> list[np.ndarray]:
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        entries = archive.infolist()
+        assert all(e.compress_type == zipfile.ZIP_STORED for e in entries)
+        return [np.asarray(Image.open(io.BytesIO(archive.read(e)))) for e in entries], [e.filename for e in entries]
+
+
+def test_a_chunk_is_one_payload_and_a_zip_equal_to_its_pairs(encoder, edge):
+    ((status, content_type, payload),) = handle(*encoder, [chunk_request(0, 5, seed=3, codec="bf16+zstd")])
+    assert (status, content_type) == (200, fields.OCTET_STREAM)
+    chunk = wire.decode(payload, preset("tiny"))
+    assert (chunk.frames, chunk.seeds) == (5, [3, 4, 5, 6])
+    ((status, content_type, answer),) = handle(*edge, [{"body": payload}])
+    assert (status, content_type) == (200, fields.ZIP)
+    middles, names = unzip(answer)
+    assert names == ["000.png", "001.png", "002.png", "003.png"]
+    pair_payloads = [reply[2] for reply in handle(*encoder, [chunk_request(j, 2, seed=3 + j) for j in range(4)])]
+    for j, reply in enumerate(handle(*edge, [{"body": p} for p in pair_payloads])):
+        assert reply[:2] == (200, fields.PNG)
+        single = np.asarray(Image.open(io.BytesIO(reply[2]))).astype(int)
+        # Batched and one-at-a-time forwards round differently in the last float bits only.
+        assert np.abs(middles[j].astype(int) - single).max() <= 1
+        assert (middles[j] != single).mean() < 1e-3
+
+
+@pytest.mark.parametrize("request_, status, kind, message", [
+    (chunk_request(0, 4, 0) | {"frame2": None}, 400, "bad_input", "missing form field 'frame2'"),
+    ({k: v for k, v in chunk_request(0, 4, 0).items() if k != "frame1"}, 400, "bad_input", "'frame1'"),
+    (chunk_request(0, 18, 0), 413, "chunk_too_large", "18 frames in one request, over this server's 17"),
+    (chunk_request(0, 3, 0) | {"frame1": scene_png(1, 64, 64)}, 400, "bad_input", "frames differ in size"),
+    (chunk_request(0, 3, 2**64 - 1), 400, "bad_input", "no room for the seeds of 2 pairs"),
+])
+def test_bad_chunk_requests(encoder, request_, status, kind, message):
+    request_ = {k: v for k, v in request_.items() if v is not None}
+    ((got, content_type, body),) = handle(*encoder, [request_])
+    document = json.loads(body)
+    assert (got, content_type, document["type"]) == (status, fields.JSON, kind)
+    assert message in document["message"]
+
+
+def test_chunk_token_budget(model_dir):
+    ctx = context(model_dir, "eden_encoder", max_pixels=100 * 100, max_chunk_tokens=100)
+    handler = handler_class("eden_encoder_handler", "EdenEncoderHandler")()
+    handler.initialize(ctx)
+    # 10^4 pixels at aspect ratios up to 4:1 pad to at most 75 tokens per frame (worker.max_tokens_for),
+    # and a pair of the largest frames always fits: the budget is max(100, 2 * 75) = 150 tokens.
+    assert handle(handler, ctx, [chunk_request(0, 6, 0)])[0][0] == 200  # 6 frames of 24 tokens: 144
+    ((status, _, body),) = handle(handler, ctx, [{f"frame{i}": scene_png(i, 96, 96) for i in range(5)}])  # 5 x 36
+    document = json.loads(body)
+    assert (status, document["type"]) == (413, "chunk_too_large")
+    assert "180 tokens, over this server's 150 per request; send at most 4 frames of this size" in document["message"]
+
+
+def test_the_edge_refuses_chunks_over_its_limits(model_dir, encoder):
+    ((_, _, payload),) = handle(*encoder, [chunk_request(0, 6, 0)])
+    ctx = context(model_dir, "eden_ditdec", max_chunk_frames=5)
+    handler = handler_class("eden_ditdec_handler", "EdenDitDecHandler")()
+    handler.initialize(ctx)
+    ((status, _, body),) = handle(handler, ctx, [{"body": payload}])
+    assert (status, json.loads(body)["type"]) == (413, "chunk_too_large")
+    ((status, _, body),) = handle(handler, ctx, [{"body": payload[:-100]}])
+    assert (status, json.loads(body)["type"]) == (400, "bad_payload")
+
+
+@pytest.mark.parametrize("max_batch_tokens", [24, 10**6])
+def test_a_batch_of_requests_is_grouped_by_size(model_dir, encoder, max_batch_tokens):
+    """Requests of one size share batched forwards, whatever the budget cuts them into; another size
+    and a bad request in the same batch keep their own answers."""
+    ctx = context(model_dir, "eden_ditdec", max_batch_tokens=max_batch_tokens)
+    handler = handler_class("eden_ditdec_handler", "EdenDitDecHandler")()
+    handler.initialize(ctx)
+    requests = [chunk_request(0, 3, 0), {"frame0": scene_png(0, 70, 100), "frame1": scene_png(1, 70, 100)},
+                chunk_request(1, 3, 1)]
+    payloads = [reply[2] for reply in handle(*encoder, requests)]
+    replies = handle(handler, ctx, [{"body": payloads[0]}, {"body": payloads[1]}, {"body": b"EDENWIRE" + bytes(40)},
+                                    {"body": payloads[2]}])
+    assert [r[:2] for r in replies] == [(200, fields.ZIP), (200, fields.PNG), (400, fields.JSON), (200, fields.ZIP)]
+    assert Image.open(io.BytesIO(replies[1][2])).size == (100, 70)
+    first, _ = unzip(replies[0][2])
+    last, _ = unzip(replies[3][2])
+    # Pair 1 of the first request is pair 0 of the last: the same frames and seed.
+    assert np.abs(first[1].astype(int) - last[0].astype(int)).max() <= 1 and len(first) == len(last) == 2

@@ -13,7 +13,7 @@ from PIL import Image
 from eden_serve import clips
 from eden_serve.client import Client
 from eden_serve.errors import BadInputError, PairError, ServerError, TransientError, UnavailableError
-from eden_serve.streaming import Middle, Retry, Summary, interpolate_clip
+from eden_serve.streaming import Middles, Retry, Summary, interpolate_clip, pairwise
 
 SIZE = (96, 64)
 
@@ -46,7 +46,7 @@ def test_output_is_in_order_when_pairs_finish_out_of_order(tmp_path):
         seeds[index] = seed
         return solid(index * 10)
 
-    summary = interpolate_clip(src, tmp_path / "out", process, seed=100, inflight=5, progress=False)
+    summary = interpolate_clip(src, tmp_path / "out", pairwise(process), seed=100, inflight=5, progress=False)
     assert (summary.pairs, summary.frames) == (15, 31)
     assert middles(tmp_path / "out") == [i * 10 for i in range(15)]
     assert seeds == {i: 100 + i for i in range(15)}
@@ -78,7 +78,7 @@ def test_the_window_bounds_pairs_in_flight_and_frames_held(tmp_path, monkeypatch
             state["running"] -= 1
         return solid(index)
 
-    interpolate_clip(src, tmp_path / "out", process, inflight=inflight, progress=False)
+    interpolate_clip(src, tmp_path / "out", pairwise(process), inflight=inflight, progress=False)
     assert state["most_running"] == inflight  # the window fills (pairs overlap) ...
     assert state["most_frames"] <= inflight + 2  # ... and the clip is never read ahead of it
 
@@ -92,7 +92,7 @@ def test_a_failing_pair_stops_the_run_and_is_named(tmp_path):
         return solid(index)
 
     with pytest.raises(PairError, match=r"^pair 3 \(frame3\.png → frame4\.png\): frames differ in size$") as info:
-        interpolate_clip(src, tmp_path / "out", process, progress=False)
+        interpolate_clip(src, tmp_path / "out", pairwise(process), progress=False)
     assert info.value.index == 3 and info.value.status == 400
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["in"]
@@ -105,7 +105,7 @@ def test_a_bug_in_the_processor_propagates_unchanged(tmp_path):
         raise ZeroDivisionError("bug")
 
     with pytest.raises(ZeroDivisionError):
-        interpolate_clip(src, tmp_path / "out", process, progress=False)
+        interpolate_clip(src, tmp_path / "out", pairwise(process), progress=False)
 
 
 def test_an_interrupt_cancels_and_leaves_no_output(tmp_path):
@@ -121,7 +121,7 @@ def test_an_interrupt_cancels_and_leaves_no_output(tmp_path):
         return solid(index)
 
     with pytest.raises(KeyboardInterrupt):
-        interpolate_clip(src, tmp_path / "out", process, inflight=2, progress=False, cancel=cancel)
+        interpolate_clip(src, tmp_path / "out", pairwise(process), inflight=2, progress=False, cancel=cancel)
     assert cancel.is_set()
     assert max(started) <= 4  # pairs beyond the window were never started
     assert [p.name for p in tmp_path.iterdir()] == ["in"]
@@ -185,7 +185,7 @@ def test_transient_errors_in_a_run_are_retried(tmp_path):
 
         return retry.call(attempt)
 
-    summary = interpolate_clip(src, tmp_path / "out", process, progress=False)
+    summary = interpolate_clip(src, tmp_path / "out", pairwise(process), progress=False)
     assert summary.pairs == 4 and attempts == {i: 3 for i in range(4)}
     assert middles(tmp_path / "out") == [0, 1, 2, 3]
 
@@ -199,7 +199,7 @@ def closed_port() -> int:
 def test_a_server_that_is_down_stops_the_run_after_the_retries(tmp_path):
     src = frame_dir(tmp_path / "in", 4)
     client = Client(f"http://127.0.0.1:{closed_port()}", tries=3, backoff=0.01)
-    with pytest.raises(PairError, match=r"^pair 0 \(frame0\.png → frame1\.png\): ConnectionError .*gave up after 3 tries\)$"):
+    with pytest.raises(PairError, match=r"^pairs 0-2 \(frame0\.png → frame3\.png\): ConnectionError .*gave up after 3 tries\)$"):
         client.interpolate_clip(src, tmp_path / "out", progress=False)
     assert [p.name for p in tmp_path.iterdir()] == ["in"]
 
@@ -215,5 +215,5 @@ def test_summary_line():
 
 def test_progress_bar_shows_pairs_per_second(tmp_path, capsys):
     src = frame_dir(tmp_path / "in", 3)
-    interpolate_clip(src, tmp_path / "out", lambda i, a, b, s: Middle(solid(i), payload_bytes=10), progress=True)
+    interpolate_clip(src, tmp_path / "out", pairwise(lambda i, a, b, s: Middles([solid(i)], payload_bytes=10)), progress=True)
     assert "pair/s" in capsys.readouterr().err

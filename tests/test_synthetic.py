@@ -43,11 +43,12 @@ def test_frame_pair_is_the_scene_as_tensors():
 
 
 @pytest.mark.parametrize("profile", ["plain", "outliers"])
-def test_conditions_are_layer_norm_outputs_on_the_encoder_grid(profile):
-    cond = synthetic.conditions(TINY, (100, 130), profile, seed=2)
-    assert cond.grid == TINY.patch_grid(100, 130) == (8, 10) and cond.size == (100, 130)
-    n = cond.grid[0] * cond.grid[1]
-    assert cond.cond_dit.shape == cond.cond_dec.shape == (2, n, TINY.hidden_dim)
-    # Per token, a LayerNorm output with weight ~1 and bias ~0: mean near 0, spread near 1.
-    assert cond.cond_dit.mean(-1).abs().max() < 0.5
-    assert torch.equal(cond.cond_dit, synthetic.conditions(TINY, (100, 130), profile, seed=2).cond_dit)
+def test_chunks_are_layer_norm_outputs_on_the_encoder_grid(profile):
+    chunk = synthetic.chunk(TINY, (100, 130), frames=3, profile=profile, seed=2)
+    assert chunk.grid == TINY.patch_grid(100, 130) == (8, 10) and chunk.size == (100, 130)
+    assert (chunk.frames, chunk.pairs, chunk.seeds) == (3, 2, [2, 3])
+    tokens = chunk.cond_dit.frames(0, 3)
+    assert tokens.shape == chunk.cond_dec.frames(0, 3).shape == (3, 80, TINY.hidden_dim)
+    # Per token, a LayerNorm output with weight ~1 and bias ~0: mean near 0.
+    assert tokens.mean(-1).abs().max() < 0.5
+    assert torch.equal(tokens, synthetic.chunk(TINY, (100, 130), frames=3, profile=profile, seed=2).cond_dit.frames(0, 3))

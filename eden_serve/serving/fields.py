@@ -16,7 +16,8 @@ from ..errors import BadInputError
 OCTET_STREAM = "application/octet-stream"
 PNG = "image/png"
 JSON = "application/json"
-FORM_HELP = "send multipart/form-data with image fields frame0 and frame1, optional seed (integer) and codec"
+ZIP = "application/zip"
+FORM_HELP = "send multipart/form-data with image fields frame0, frame1 (... frameK), optional seed (integer) and codec"
 
 
 def form_field(request: dict, name: str) -> Any:

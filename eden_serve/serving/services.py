@@ -11,9 +11,12 @@ anything else 500 with a short message (the traceback goes to the worker log); t
 from __future__ import annotations
 
 import http
+import io
 import json
 import logging
+import re
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, ClassVar, NamedTuple
 
@@ -22,13 +25,16 @@ import torch
 from .. import wire
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder
-from ..edge import EdgeModel
-from ..errors import BadInputError, EdenError, FrameTooLargeError, error_from_document, error_response
-from ..frames import check_pair, check_size, load_frame, to_png
-from .fields import JSON, OCTET_STREAM, PNG, form_field, image_bytes, parse_codec, parse_seed, request_body
+from ..config import MAX_SEED
+from ..edge import EdgeModel, batches
+from ..errors import BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, error_from_document, error_response
+from ..frames import check_pair, load_frame, to_png
+from ..wire import Chunk
+from .fields import FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, request_body
 from .worker import Settings, choose_device, configure_torch, max_tokens_for
 
 logger = logging.getLogger(__name__)
+FRAME_FIELD = re.compile(r"frame\d+")
 
 
 class Reply(NamedTuple):
@@ -134,14 +140,13 @@ class Service:
 
 
 class EncodeJob(NamedTuple):
-    frame0: bytes  # image files, decoded in run()
-    frame1: bytes
+    frames: list[bytes]  # image files, decoded in run()
     seed: int
     codec: str
 
 
 class CloudService(Service):
-    """Form fields frame0, frame1, seed, codec -> wire payload."""
+    """Form fields frame0 ... frameK (2 <= K + 1 <= max_chunk_frames), seed, codec -> one chunk payload."""
 
     side = "cloud"
     model: CloudEncoder
@@ -150,9 +155,17 @@ class CloudService(Service):
     def load_model(weights, device, settings):
         return load_cloud(weights, device)
 
+    def __init__(self, model: CloudEncoder, settings: Settings, context):
+        super().__init__(model, settings, context)
+        self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
+
     def parse(self, idx: int, request: dict) -> EncodeJob:
-        frame0, frame1 = (image_bytes(form_field(request, name), name) for name in ("frame0", "frame1"))
-        return EncodeJob(frame0, frame1, parse_seed(request.get("seed")), parse_codec(request.get("codec"), self.settings.codec))
+        names = frame_fields(request, self.settings.max_chunk_frames)
+        frames = [image_bytes(form_field(request, name), name) for name in names]
+        seed = parse_seed(request.get("seed"))
+        if seed + len(frames) - 2 > MAX_SEED:
+            raise BadInputError(f"seed {seed} leaves no room for the seeds of {len(frames) - 1} pairs below {MAX_SEED}")
+        return EncodeJob(frames, seed, parse_codec(request.get("codec"), self.settings.codec))
 
     def load_frame(self, data: bytes, name: str) -> torch.Tensor:
         frame = load_frame(data, name, self.settings.max_pixels)
@@ -165,19 +178,32 @@ class CloudService(Service):
         return frame
 
     def run(self, idx: int, job: EncodeJob) -> Reply:
-        frame0, frame1 = self.load_frame(job.frame0, "frame0"), self.load_frame(job.frame1, "frame1")
-        check_pair(frame0, frame1)
+        frames = [self.load_frame(data, f"frame{i}") for i, data in enumerate(job.frames)]
+        for frame in frames[1:]:
+            check_pair(frames[0], frame)
+        ph, pw = self.model.config.patch_grid(*frames[0].shape[-2:])
+        if len(frames) * ph * pw > self.max_chunk_tokens:
+            fit = self.max_chunk_tokens // (ph * pw)
+            raise ChunkTooLargeError(
+                f"{len(frames)} frames of {frames[0].shape[-1]}x{frames[0].shape[-2]} are {len(frames) * ph * pw} tokens, "
+                f"over this server's {self.max_chunk_tokens} per request; send at most {fit} frames of this size"
+            )
         start = time.perf_counter()
-        cond = self.model.encode(frame0, frame1, job.seed)
+        chunk = self.model.encode_chunk(frames, job.seed)
         encoded = time.perf_counter()
-        payload = wire.encode(cond, self.model.config, job.codec)
+        payload = wire.encode(chunk, self.model.config, job.codec)
         self.time_metric("EdenEncodeMs", encoded - start, idx)
         self.size_metric("EdenPayloadBytes", len(payload), idx)
         return Reply(payload, OCTET_STREAM)
 
 
 class EdgeService(Service):
-    """Wire payload (or an upstream error document) -> the middle frame as PNG."""
+    """Wire payload (or an upstream error document) -> the middle frame as PNG, or for a chunk a
+    zip of ``000.png``, ``001.png``, ...
+
+    The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
+    pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
+    tokens at a time."""
 
     side = "edge"
     model: EdgeModel
@@ -185,6 +211,10 @@ class EdgeService(Service):
     @staticmethod
     def load_model(weights, device, settings):
         return load_edge(weights, device, settings.precision)
+
+    def __init__(self, model: EdgeModel, settings: Settings, context):
+        super().__init__(model, settings, context)
+        self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
 
     def parse(self, idx: int, request: dict) -> bytes:
         body = request_body(request)
@@ -198,16 +228,68 @@ class EdgeService(Service):
             raise BadInputError(f"request body must be the encoder's wire payload ({OCTET_STREAM}), got a JSON {type(body).__name__}")
         return body
 
-    def run(self, idx: int, payload: bytes) -> Reply:
-        cond = wire.decode(payload, self.model.config, max_tokens=self.max_tokens)
-        height, width = cond.size
-        check_size(width, height, self.settings.max_pixels, "the payload's frame")
-        start = time.perf_counter()
-        latents = self.model.denoise(cond)
-        denoised = time.perf_counter()
-        frame = self.model.decode_latents(latents, cond)
-        decoded = time.perf_counter()
+    def decode(self, idx: int, payload: bytes) -> Chunk:
+        chunk = wire.decode(
+            payload, self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
+            max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
+        )
         self.size_metric("EdenPayloadBytes", len(payload), idx)
-        self.time_metric("EdenDenoiseMs", denoised - start, idx)
-        self.time_metric("EdenDecodeMs", decoded - denoised, idx)
-        return Reply(to_png(frame), PNG)
+        return chunk
+
+    def inference(self, jobs: list) -> list:
+        chunks = each(self.decode, jobs)
+        middles: dict[int, list] = {idx: [] for idx, chunk in enumerate(chunks) if isinstance(chunk, Chunk)}
+        seconds = dict.fromkeys(middles, (0.0, 0.0))
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        for idx in middles:
+            groups.setdefault((chunks[idx].grid, chunks[idx].size), []).extend((idx, j) for j in range(chunks[idx].pairs))
+        for (grid, _), pairs in groups.items():
+            for batch in batches(pairs, grid[0] * grid[1], self.settings.max_batch_tokens):
+                batch = [(idx, j) for idx, j in batch if isinstance(middles.get(idx), list)]
+                if not batch:
+                    continue
+                try:
+                    conditions = [chunks[idx].pair(j) for idx, j in batch]
+                    start = time.perf_counter()
+                    latents = self.model.denoise(conditions)
+                    denoised = time.perf_counter()
+                    frames = self.model.decode_latents(latents, conditions)
+                    decoded = time.perf_counter()
+                except Exception as exc:  # the batch's requests fail; the others go on
+                    for idx, _ in batch:
+                        middles[idx] = exc
+                    continue
+                for (idx, _), frame in zip(batch, frames):
+                    middles[idx].append(frame)
+                    share = 1 / len(batch)
+                    seconds[idx] = (seconds[idx][0] + share * (denoised - start), seconds[idx][1] + share * (decoded - denoised))
+        results = []
+        for idx, chunk in enumerate(chunks):
+            outcome = middles.get(idx, chunk)
+            if isinstance(outcome, list):
+                self.time_metric("EdenDenoiseMs", seconds[idx][0], idx)
+                self.time_metric("EdenDecodeMs", seconds[idx][1], idx)
+                outcome = Reply(to_png(outcome[0]), PNG) if len(outcome) == 1 else Reply(zip_of(map(to_png, outcome)), ZIP)
+            results.append(outcome)
+        return results
+
+
+def frame_fields(request: dict, max_frames: int) -> list[str]:
+    """The names of a request's frame fields, frame0 ... frameK in order, all present."""
+    count = sum(1 for key in request if isinstance(key, str) and FRAME_FIELD.fullmatch(key))
+    if count > max_frames:
+        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {max_frames}; send shorter chunks")
+    names = [f"frame{i}" for i in range(max(count, 2))]
+    missing = [name for name in names if request.get(name) is None]
+    if missing:
+        raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
+    return names
+
+
+def zip_of(pngs) -> bytes:
+    """A stored (not deflated) zip of ``000.png``, ``001.png``, ...: PNGs are compressed already."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for j, png in enumerate(pngs):
+            archive.writestr(f"{j:03d}.png", png)
+    return buffer.getvalue()

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
 from .. import wire
 from ..config import EdenConfig
-from ..edge import PRECISIONS
+from ..edge import DEFAULT_BATCH_TOKENS, PRECISIONS
 from ..frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
@@ -22,8 +22,11 @@ class Settings:
     """The ``handler:`` section of an archive's model-config.yaml."""
 
     max_pixels: int = DEFAULT_MAX_PIXELS  # per frame; larger requests get 413
+    max_chunk_frames: int = 17  # frames per request (K + 1); more get 413
+    max_chunk_tokens: int = 1 << 17  # condition tokens of all a request's frames; a pair of the largest frames always fits
     codec: str = wire.DEFAULT_CODEC  # cloud: the codec of requests that name none
     precision: str = "fp32"  # edge: compute precision
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS  # edge: condition tokens per batched forward
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (README: "GPUs")
 
     @classmethod
@@ -31,13 +34,15 @@ class Settings:
         section = (model_yaml_config or {}).get("handler") or {}
         if not isinstance(section, dict):
             raise ValueError(f"model-config.yaml: handler must be a mapping, got {type(section).__name__}")
-        known = {"max_pixels", "codec", "precision", "threads"}
+        known = {field.name for field in fields(cls)}
         unknown = sorted(set(section) - known)
         if unknown:
             raise ValueError(f"model-config.yaml: unknown handler setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
         settings = cls(**section)
-        if type(settings.max_pixels) is not int or settings.max_pixels < 1:
-            raise ValueError(f"model-config.yaml: handler.max_pixels must be a positive integer, got {settings.max_pixels!r}")
+        for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 1)):
+            value = getattr(settings, name)
+            if type(value) is not int or value < least:
+                raise ValueError(f"model-config.yaml: handler.{name} must be an integer >= {least}, got {value!r}")
         if type(settings.threads) is not int or settings.threads < 0:
             raise ValueError(f"model-config.yaml: handler.threads must be an integer >= 0, got {settings.threads!r}")
         if settings.precision not in PRECISIONS:

@@ -1,0 +1,262 @@
+"""What crosses the wire between the cloud encoder and the edge DiT+decoder.
+
+A :class:`Chunk` holds F consecutive frames' condition tokens, each frame once, with each frame's own
+normalisation statistics, and each of its K = F - 1 pairs' frame-difference scalar and noise seed. A
+pair is the chunk of two frames. :meth:`Chunk.pair` gives the edge one pair's :class:`Conditions`.
+Positional embeddings and padding are *not* here: the edge recomputes them from ``grid`` and ``size``.
+
+The payload (:mod:`.envelope` has the byte layout, :mod:`.tensors` the body) has a JSON header with
+exactly these keys: ``fingerprint`` and ``hidden_dim`` of the model that made it, ``codec``, ``size``
+(height, width), ``grid`` (the patch grid), ``frames`` (F), ``means`` and ``stds`` (F float32 values),
+``differences`` (K float32 values) and ``seeds`` (K integers).
+
+:func:`decode` never unpickles, and checks in order: prefix, magic, version, header length, the
+digest, the header's keys, types and ranges, model fingerprint and width, grid against size, the
+frame count, the tokens and pixels against the receiver's limits, the body's size against what the
+header implies, and only then reads the tensors, frame by frame, into arrays of the body's own
+dtype. It raises only :class:`CodecError` (or a subclass).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import zstandard
+
+from ..config import MAX_SEED, EdenConfig
+from ..errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError
+from .envelope import (
+    FORMAT_VERSION, MAGIC, REENCODE, float32_list, integer, integer_pair, invalid, open_envelope, seal, to_float32,
+)
+from .tensors import CODECS, Codec, Tokens, finite, layout, pack, parse_codec, unpack
+
+__all__ = ["CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "MAGIC", "MAX_FRAMES", "MAX_TOKENS", "Chunk", "Codec",
+           "Conditions", "Tokens", "decode", "encode", "parse_codec"]
+
+# bf16+zstd: half of fp32's bytes and less again inside a chunk, a relative error of at most 2**-8
+# whatever the token distribution, and fp32's range (README "The wire").
+DEFAULT_CODEC = "bf16+zstd"
+# Format-wide caps, so that a payload can never make a receiver allocate without bound; receivers
+# lower them (decode's max_* arguments). 8K UHD (4320x7680) is 129,600 tokens per frame.
+MAX_TOKENS = 1 << 17
+MAX_FRAMES = 1 << 10
+MAX_SIDE = 1 << 16  # pixels per frame side
+_ZSTD_LEVEL = 3  # higher levels cost several times the CPU for under 1% smaller payloads
+_HEADER_KEYS = {"fingerprint", "hidden_dim", "codec", "size", "grid", "frames", "means", "stds", "differences", "seeds"}
+
+
+@dataclass
+class Conditions:
+    """Everything the edge needs for one pair besides its own weights, in float32."""
+
+    cond_dit: torch.Tensor  # [2, N, D], frame 0 first; N = grid[0] * grid[1]
+    cond_dec: torch.Tensor  # [2, N, D]
+    mean: float  # the pair's averaged normalisation statistics
+    std: float
+    difference: float  # standardised frame-difference scalar
+    grid: tuple[int, int]  # (ph, pw): patch grid of the padded frames
+    size: tuple[int, int]  # (height, width) of the original frames
+    seed: int = 0  # noise seed of the edge sampler
+
+
+@dataclass
+class Chunk:
+    """F consecutive frames' conditions; pair j is frames j and j + 1."""
+
+    cond_dit: Tokens  # [F, N, D]
+    cond_dec: Tokens
+    means: list[float]  # F: each frame's own normalisation statistics (float32 values)
+    stds: list[float]
+    differences: list[float]  # K = F - 1: each pair's frame-difference scalar
+    seeds: list[int]  # K: each pair's noise seed
+    grid: tuple[int, int]
+    size: tuple[int, int]
+
+    @property
+    def frames(self) -> int:
+        return len(self.means)
+
+    @property
+    def pairs(self) -> int:
+        return len(self.seeds)
+
+    def pair(self, j: int) -> Conditions:
+        """Pair j's conditions: its two frames in float32, their statistics averaged in float32 (as
+        the official code averages a pair's)."""
+        stats = torch.tensor([self.means[j : j + 2], self.stds[j : j + 2]], dtype=torch.float32).mean(dim=1)
+        return Conditions(
+            self.cond_dit.frames(j, j + 2), self.cond_dec.frames(j, j + 2), stats[0].item(), stats[1].item(),
+            self.differences[j], self.grid, self.size, self.seeds[j],
+        )
+
+
+def encode(chunk: Chunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> bytes:
+    """Serialise ``chunk`` for a receiver running a model with the same ``config``."""
+    spec = parse_codec(codec)
+    size = integer_pair(chunk.size, "size", MAX_SIDE, payload=False)
+    grid = integer_pair(chunk.grid, "grid", MAX_SIDE, payload=False)
+    n = _tokens(grid, size, config)
+    frames = integer(chunk.frames, "frames", MAX_FRAMES, lo=2, payload=False)
+    if n > MAX_TOKENS:
+        raise CodecError(f"{size[0]}x{size[1]} frames give {n} tokens, over the wire limit of {MAX_TOKENS}; downscale them")
+    if len(chunk.stds) != frames or len(chunk.differences) != frames - 1 or len(chunk.seeds) != frames - 1:
+        raise invalid("stds", f"must number {frames} (one per frame), and differences and seeds {frames - 1}", payload=False)
+    header = {
+        "fingerprint": config.fingerprint(),
+        "hidden_dim": config.hidden_dim,
+        "codec": spec.name,
+        "size": list(size),
+        "grid": list(grid),
+        "frames": frames,
+        **{key: [to_float32(v, key) for v in getattr(chunk, key)] for key in ("means", "stds", "differences")},
+        "seeds": [integer(s, "seeds", MAX_SEED, payload=False) for s in chunk.seeds],
+    }
+    shape = (frames, n, config.hidden_dim)
+    parts = []
+    for name in ("cond_dit", "cond_dec"):
+        x = getattr(chunk, name).frames(0, frames)
+        if tuple(x.shape) != shape:
+            raise invalid(name, f"must have shape {shape} for grid {grid}, got {tuple(x.shape)}", payload=False)
+        if not finite(x):
+            raise invalid(name, "contains NaN or infinity", payload=False)
+        parts += pack(name, x.contiguous(), spec.encoding, delta=spec.zstd)
+    if spec.zstd:
+        compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compressobj(size=sum(p.nbytes for p in parts))
+        parts = [b"".join([*(compressor.compress(np.ascontiguousarray(p)) for p in parts), compressor.flush()])]
+    else:
+        parts = [np.ascontiguousarray(p) for p in parts]
+    return seal(header, parts)
+
+
+def decode(
+    data: bytes | bytearray | memoryview,
+    config: EdenConfig,
+    *,
+    max_tokens: int | None = None,
+    max_frames: int | None = None,
+    max_chunk_tokens: int | None = None,
+    max_pixels: int | None = None,
+) -> Chunk:
+    """Parse and validate a payload for a receiver running ``config``.
+
+    ``max_tokens`` caps the tokens per frame, ``max_frames`` the frames, ``max_chunk_tokens`` the
+    tokens of all frames together and ``max_pixels`` each frame's pixels (on top of the format's own
+    caps); they are checked before anything proportional to the payload's declared size is allocated.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise CodecError(f"payload must be bytes, got {type(data).__name__}; pass the raw request body")
+    header, body = open_envelope(memoryview(data).cast("B"))
+    keys = set(header)
+    if keys != _HEADER_KEYS:
+        raise CodecError(f"malformed payload: header has {str(sorted(keys)):.200}, not the keys {sorted(_HEADER_KEYS)}; {REENCODE}")
+
+    hidden_dim = integer(header["hidden_dim"], "hidden_dim", 1 << 20)
+    fingerprint = header["fingerprint"]
+    if not isinstance(fingerprint, str):
+        raise invalid("fingerprint", f"must be a string, got {fingerprint!r:.40}")
+    if hidden_dim != config.hidden_dim:
+        raise ModelMismatchError(
+            f"payload carries {hidden_dim}-dim tokens but this edge's model has hidden_dim {config.hidden_dim}; "
+            "deploy matching weights (the same config) to cloud and edge"
+        )
+    if fingerprint != config.fingerprint():
+        raise ModelMismatchError(
+            f"payload was made by a model with fingerprint {fingerprint:.40} but this edge runs "
+            f"{config.fingerprint()} ({config.name}); deploy matching weights to both sides"
+        )
+    codec = header["codec"]
+    if codec not in CODECS:
+        raise invalid("codec", f"is {codec!r:.40}, not one this edge knows ({', '.join(CODECS)})")
+    spec = parse_codec(codec)
+    size = integer_pair(header["size"], "size", MAX_SIDE)
+    grid = integer_pair(header["grid"], "grid", MAX_SIDE)
+    n = _tokens(grid, size, config)
+    frames = integer(header["frames"], "frames", MAX_FRAMES, lo=2)
+    _check_limits(size, n, frames, max_tokens, max_frames, max_chunk_tokens, max_pixels)
+    means, stds = (float32_list(header[key], key, frames) for key in ("means", "stds"))
+    differences = float32_list(header["differences"], "differences", frames - 1)
+    seeds = header["seeds"]
+    if not isinstance(seeds, list) or len(seeds) != frames - 1:
+        raise invalid("seeds", f"must be a list of {frames - 1} integers, got {seeds!r:.60}")
+    seeds = [integer(s, "seeds", MAX_SEED) for s in seeds]
+
+    parts = layout(spec.encoding, frames, n, config.hidden_dim)
+    read = _reader(body, sum(length for _, length in parts), spec.zstd)
+    tokens = {name: unpack(read, spec.encoding, spec.zstd, frames, n, config.hidden_dim) for name in ("cond_dit", "cond_dec")}
+    read(0)  # the body must end here
+    return Chunk(tokens["cond_dit"], tokens["cond_dec"], means, stds, differences, seeds, grid, size)
+
+
+def _check_limits(size, n, frames, max_tokens, max_frames, max_chunk_tokens, max_pixels) -> None:
+    where = f"{frames} frames of {size[1]}x{size[0]}"
+    if max_pixels is not None and size[0] * size[1] > max_pixels:
+        raise PayloadTooLargeError(
+            f"payload carries {where}, over this edge's limit of {max_pixels} pixels per frame; send smaller frames"
+        )
+    limit = MAX_TOKENS if max_tokens is None else min(max_tokens, MAX_TOKENS)
+    if n > limit:
+        raise PayloadTooLargeError(
+            f"payload carries {where} of {n} tokens each, but this edge accepts at most {limit}; send smaller frames"
+        )
+    if max_frames is not None and frames > max_frames:
+        raise ChunkTooLargeError(f"payload carries {where}, over this edge's {max_frames} frames per chunk; send shorter chunks")
+    if max_chunk_tokens is not None and frames * n > max_chunk_tokens:
+        raise ChunkTooLargeError(
+            f"payload carries {where}, {frames * n} tokens in all, over this edge's {max_chunk_tokens} per chunk; "
+            "send shorter chunks"
+        )
+
+
+def _reader(body: memoryview, expected: int, compressed: bool):
+    """``read(count)``: the body's next ``count`` bytes as a new writable array; ``read(0)`` checks
+    that the body ends there. The zstd frame is read as a stream, so only the result is allocated."""
+    if not compressed:
+        if len(body) != expected:
+            raise CodecError(f"malformed payload: the body has {len(body)} bytes, but its tensors take {expected}; {REENCODE}")
+        offset = 0
+
+        def read(count: int) -> np.ndarray:
+            nonlocal offset
+            part = np.frombuffer(body, np.uint8, count, offset).copy() if count else np.empty(0, np.uint8)
+            offset += count
+            return part
+
+        return read
+    try:
+        # zstd allocates what a frame declares, so that is checked first.
+        declared = zstandard.get_frame_parameters(body).content_size
+    except zstandard.ZstdError as exc:
+        raise CodecError(f"malformed payload: invalid zstd body ({exc}); {REENCODE}") from exc
+    if declared != expected:
+        raise CodecError(f"malformed payload: the zstd frame declares {declared} bytes, but the tensors take {expected}; {REENCODE}")
+    stream = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+
+    def read(count: int) -> np.ndarray:
+        part = np.empty(count, np.uint8)
+        view, filled = memoryview(part), 0
+        try:
+            while filled < count:
+                got = stream.readinto(view[filled:])
+                if not got:
+                    raise CodecError(f"malformed payload: the zstd body ends early; {REENCODE}")
+                filled += got
+            if count == 0 and stream.read(1):
+                raise CodecError(f"malformed payload: the zstd body goes on past its tensors; {REENCODE}")
+        except zstandard.ZstdError as exc:
+            raise CodecError(f"malformed payload: invalid zstd body ({exc}); {REENCODE}") from exc
+        return part
+
+    return read
+
+
+def _tokens(grid: tuple[int, int], size: tuple[int, int], config: EdenConfig) -> int:
+    expected = config.patch_grid(*size)
+    if grid != expected:
+        raise CodecError(
+            f"grid {grid} does not fit {size[0]}x{size[1]} frames, which pad to multiples of {config.pad_multiple} and "
+            f"give {expected} with patch size {config.patch_size}; the sender's model config differs or its conditions are malformed"
+        )
+    return math.prod(grid)

@@ -1,0 +1,127 @@
+"""The envelope of a payload: prefix, JSON header, body, digest; and the checks of header fields.
+
+Byte layout (integers little-endian)::
+
+    offset   size  field
+    0        8     magic b"EDENWIRE"
+    8        2     format version, u16 (2; version 1 payloads are refused)
+    10       2     flags, u16, reserved: must be 0
+    12       4     header length H, u32, at most MAX_HEADER_BYTES
+    16       H     header: a UTF-8 JSON object
+    16+H     B     body: the tensors (``tensors.py``), one zstd frame when the codec ends in "+zstd"
+    16+H+B   16    BLAKE2b-128 digest of every byte before it
+
+The digest detects corruption; it is no signature, so authenticate the channel (TLS) against forgery.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import numpy as np
+
+from ..errors import CodecError, UnsupportedVersionError
+
+MAGIC = b"EDENWIRE"
+FORMAT_VERSION = 2
+MAX_HEADER_BYTES = 64 * 1024
+PREFIX = struct.Struct("<8sHHI")
+DIGEST_SIZE = 16
+REENCODE = "re-encode it with eden_serve.wire.encode of the same eden-serve release"
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def seal(header: dict, body_parts: list) -> bytes:
+    """The payload of ``header`` and the body written out from ``body_parts`` (bytes-like objects)."""
+    head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    prefix = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(head))
+    digest = hashlib.blake2b(prefix + head, digest_size=DIGEST_SIZE)
+    for part in body_parts:
+        digest.update(part)
+    return b"".join((prefix, head, *body_parts, digest.digest()))
+
+
+def open_envelope(data: memoryview) -> tuple[dict, memoryview]:
+    """(header, body) of a payload, after the prefix, the version and the digest are checked."""
+    total = len(data)
+    if total < PREFIX.size + DIGEST_SIZE:
+        raise CodecError(f"payload is only {total} bytes, too short for EDEN conditions; send the whole payload")
+    magic, version, flags, header_len = PREFIX.unpack_from(data)
+    if magic != MAGIC:
+        raise CodecError(f"payload does not start with {MAGIC!r}, so it is not EDEN conditions; send the cloud encoder's output")
+    if version != FORMAT_VERSION or flags:
+        what = f"wire format version {version}" if version != FORMAT_VERSION else f"flags {flags:#06x}"
+        raise UnsupportedVersionError(
+            f"payload uses {what}, but this edge reads only version {FORMAT_VERSION} without flags; "
+            "run the same eden-serve release on cloud and edge"
+        )
+    body_start = PREFIX.size + header_len
+    body_end = total - DIGEST_SIZE
+    if header_len > MAX_HEADER_BYTES or body_start > body_end:
+        raise CodecError(
+            f"payload declares a {header_len}-byte header, which does not fit in its {total} bytes "
+            f"(or exceeds {MAX_HEADER_BYTES}); it is truncated or corrupt, send it again"
+        )
+    if hashlib.blake2b(data[:body_end], digest_size=DIGEST_SIZE).digest() != data[body_end:]:
+        raise CodecError("payload digest does not match its contents; it was truncated or corrupted in transit, send it again")
+    return parse_json(data[PREFIX.size : body_start]), data[body_start:body_end]
+
+
+def parse_json(raw: memoryview) -> dict:
+    def reject_constant(token: str) -> None:
+        raise ValueError(f"{token} is not allowed")
+
+    def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            raise ValueError("duplicate key")
+        return obj
+
+    try:
+        header = json.loads(bytes(raw).decode("utf-8"), parse_constant=reject_constant, object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError) as exc:  # covers UnicodeDecodeError, JSONDecodeError and int digit limits
+        raise CodecError(f"malformed payload: header is not valid JSON ({str(exc):.100}); {REENCODE}") from exc
+    if not isinstance(header, dict):
+        raise CodecError(f"malformed payload: header is a JSON {type(header).__name__}, not an object; {REENCODE}")
+    return header
+
+
+def invalid(name: str, problem: str, *, payload: bool = True) -> CodecError:
+    if payload:
+        return CodecError(f"malformed payload: header field {name} {problem}; {REENCODE}")
+    return CodecError(f"chunk.{name} {problem}; encode the conditions the cloud encoder made for this config")
+
+
+def integer(value: object, name: str, hi: int, *, lo: int = 0, payload: bool = True) -> int:
+    # type() rather than isinstance(): JSON true/false must not pass as 1/0.
+    if type(value) is not int or not lo <= value <= hi:
+        raise invalid(name, f"must be an integer in [{lo}, {hi}], got {value!r:.40}", payload=payload)
+    return value
+
+
+def integer_pair(value: object, name: str, hi: int, *, payload: bool = True) -> tuple[int, int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise invalid(name, f"must be a pair of integers, got {value!r:.40}", payload=payload)
+    return tuple(integer(v, name, hi, lo=1, payload=payload) for v in value)
+
+
+def float32(value: object, name: str) -> float:
+    if type(value) is not float or not abs(value) <= _F32_MAX or float(np.float32(value)) != value:
+        raise invalid(name, f"must be a finite float32 value, got {value!r:.40}")
+    return value
+
+
+def float32_list(value: object, name: str, length: int) -> list[float]:
+    if not isinstance(value, list) or len(value) != length:
+        raise invalid(name, f"must be a list of {length} float32 values, got {value!r:.60}")
+    return [float32(v, name) for v in value]
+
+
+def to_float32(value: object, name: str) -> float:
+    """A finite number as its float32 value (the encoding side)."""
+    number = float(value)
+    if not abs(number) <= _F32_MAX:  # also false for NaN
+        raise invalid(name, f"is {number}, not a finite float32", payload=False)
+    return float(np.float32(number))
