@@ -1,6 +1,6 @@
 """Scene-cut tests measured on real clips: each candidate's score for every consecutive pair.
 
-    .venv/bin/python benchmarks/scene_cuts.py [--clips ../shared/clips] [--videos DIR]
+    .venv/bin/python benchmarks/scene_cuts.py [--clips ../shared/clips] [--videos DIR] [--threads 1]
 
 --clips: a folder of frame folders (default ../shared/clips, read in place: bikes_640x272,
 carphone_176x144, and cut_640x272 with a cut between 05.png and 06.png); a table per folder.
@@ -93,8 +93,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clips", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "clips")
     parser.add_argument("--videos", type=Path, help="a folder of video files to measure too")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a busy machine, more make small operations wait)")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
+    torch.set_num_threads(args.threads)
     config = PRESETS["tiny"]  # the difference scalar needs no trained weights
     encoder = CloudEncoder(module_from_state(synthetic.state_dict(config), "cloud", config), config)
 
@@ -140,8 +143,8 @@ def main() -> None:
 
     official = PRESETS["official"]
     cloud = CloudEncoder(module_from_state(synthetic.state_dict(official), "cloud", official), official)
-    print(f"\ncost per pair (cpu capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"{torch.get_num_threads()} threads), median of 9:")
+    print(f"\ncost per pair, median of 9 (cpu capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"torch threads: {torch.get_num_threads()}):")
     for height, width in [(272, 640), (1080, 1920)]:
         a, b = torch.rand(3, height, width), torch.rand(3, height, width)
         change, encode = median_ms(lambda: scene_change(a, b)), median_ms(lambda: cloud.encode(a, b))
