@@ -205,7 +205,8 @@ def test_mp4_round_trip_doubles_the_frame_rate(tmp_path):
     assert (summary.pairs, summary.frames) == (5, 11)
     with av.open(str(src)) as a, av.open(str(dst)) as b:
         sa, sb = a.streams.video[0], b.streams.video[0]
-        assert sb.average_rate == 2 * sa.average_rate
+        # Frames come at twice the rate; the last one lasts as in the input, which pulls the average a little below.
+        assert sb.guessed_rate == 2 * sa.average_rate
         assert (sb.width, sb.height, sb.codec_context.pix_fmt) == (sa.width, sa.height, sa.codec_context.pix_fmt)
         original = [f.to_ndarray(format="rgb24").astype(np.int32) for f in a.decode(sa)]
         out = [f.to_ndarray(format="rgb24").astype(np.int32) for f in b.decode(sb)]

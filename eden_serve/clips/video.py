@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
@@ -12,6 +13,8 @@ from .base import Clip, ClipWriter, Frame
 
 VIDEO_SUFFIXES = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi"}
 VIDEO_EXTRA = "reading or writing video needs PyAV: pip install 'eden-serve[video]'"
+# Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits; see VideoWriter.
+MAX_TIME_BASE_DENOMINATOR = 65535
 
 
 def import_av():
@@ -23,6 +26,9 @@ def import_av():
 
 
 class VideoClip(Clip):
+    """The first video stream, decoded frame by frame. Every frame yielded has a time stamp
+    (``raw.pts`` in ``time_base``) later than the one before."""
+
     kind = "video"
 
     def __init__(self, path: Path, max_pixels: int | None = None):
@@ -46,10 +52,18 @@ class VideoClip(Clip):
         self.stream.thread_type = "AUTO"
         self.length = self.stream.frames or None
         self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
+        self.time_base = self.stream.time_base or 1 / self.rate
 
     def __iter__(self) -> Iterator[Frame]:
+        previous = None
         try:
             for i, frame in enumerate(self.container.decode(self.stream)):
+                if frame.pts is None:  # raw streams leave timing to the player: one frame at the average rate
+                    frame.pts = 0 if previous is None else previous + max(1, round(1 / (self.rate * self.time_base)))
+                elif previous is not None and frame.pts <= previous:
+                    raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
+                                        f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
+                previous = frame.pts
                 yield Frame(i, f"frame {i}", image=frame.to_image(), raw=frame)
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
@@ -62,48 +76,142 @@ class VideoClip(Clip):
 
 
 class VideoWriter(ClipWriter):
-    """The input's codec and pixel format at twice its average frame rate, muxed as frames arrive.
-    Original frames are re-encoded from their decoded pictures (no RGB round trip); H.264/H.265 use
-    CRF 18. Frames get consecutive timestamps, so variable frame rate becomes constant; audio and
-    other streams are not copied."""
+    """The input's codec and pixel format at twice its frame rate, with its audio and subtitles.
+
+    Timing: each original keeps its time stamp and each middle sits halfway to the next (the last
+    frame lasts as in the input), so a variable frame rate stays variable and in sync. The time
+    base is the input's halved (every midpoint exact) unless that passes 16 bits; then the input's,
+    where a midpoint rounds by half a tick. Originals are re-encoded from their decoded pictures (no
+    RGB round trip); H.264/H.265 use CRF 18.
+
+    Audio and subtitle streams are copied packet by packet, not re-encoded, from a second reader of
+    the input, each muxed once the video has reached its time: memory holds a few packets, never the
+    track. Attachments (fonts) are copied too, with each stream's language, title and flags. Audio
+    the output container cannot hold is refused; subtitles and attachments it cannot hold are left
+    out with a warning; data streams (time codes) are not copied.
+    """
 
     def __init__(self, tmp: Path, dst: Path, clip: VideoClip):
         av = import_av()
         self._error = av.error.FFmpegError
+        self.dst = dst
+        self.copies = None
         try:
             self.container = av.open(str(tmp), "w")  # the container format follows the extension
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
+        try:
+            self._add_video(clip, av)
+            self._add_copies(clip, av)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_video(self, clip: VideoClip, av) -> None:
         source = clip.stream.codec_context
         try:
             self.stream = self.container.add_stream(source.name, rate=clip.rate * 2)
         except (self._error, ValueError) as exc:
-            self.container.close()
-            raise BadInputError(f"cannot encode {source.name} video with this PyAV build ({exc})") from None
+            raise BadInputError(f"output {str(self.dst)!r}: cannot encode its {source.name} video ({exc}); "
+                                f"the video keeps the input's codec, so choose a container that holds it") from None
         self.stream.width, self.stream.height = source.width, source.height
         self.stream.pix_fmt = source.pix_fmt
         if self.stream.codec_context.name in ("libx264", "libx265"):
             self.stream.options = {"crf": "18"}
-        self.time_base = 1 / (clip.rate * 2)
+        halved = clip.time_base / 2
+        self.scale = 2 if halved.denominator <= MAX_TIME_BASE_DENOMINATOR else 1
+        self.time_base = clip.time_base / self.scale
+        self.stream.codec_context.time_base = self.stream.time_base = self.time_base
+        self.default_duration = round(1 / (clip.rate * self.time_base))  # for a last frame without one
         self.pix_fmt = source.pix_fmt
-        self.count = 0
+        self.held = None
+        self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
         self._from_image = av.VideoFrame.from_image
 
-    def _encode(self, picture) -> None:
-        picture.pts, picture.time_base = self.count, self.time_base
+    def _add_copies(self, clip: VideoClip, av) -> None:
+        outputs = {}
+        for stream in clip.container.streams:
+            if stream.type not in ("audio", "subtitle", "attachment"):
+                continue
+            name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
+            try:
+                copy = self.container.add_stream_from_template(stream)
+            except (self._error, ValueError):
+                if stream.type == "audio":
+                    raise BadInputError(f"output {str(self.dst)!r} cannot hold the input's {name} without "
+                                        f"re-encoding it; write a {clip.path.suffix} file instead") from None
+                warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
+                continue
+            copy.metadata.update(stream.metadata)  # language, title
+            copy.disposition = stream.disposition  # default, forced
+            if stream.type != "attachment":  # an attachment (a font) is all header, no packets
+                outputs[stream.index] = copy
+        if outputs:
+            self.copies = av.open(str(clip.path))
+            self.packets = self._copied_packets(outputs)
+            self.pending = self._next_copy()
+
+    def _copied_packets(self, outputs: dict) -> Iterator:
+        for packet in self.copies.demux([self.copies.streams[i] for i in outputs]):
+            if packet.size:  # the demuxer ends each stream with an empty packet
+                packet.stream = outputs[packet.stream_index]
+                yield packet
+
+    def _next_copy(self):
+        try:
+            return next(self.packets, None)
+        except self._error as exc:
+            raise BadInputError(f"{self.copies.name}: cannot read its audio or subtitles ({exc})") from None
+
+    def _copy_until(self, time: Fraction | None) -> None:
+        """Mux the copied packets up to ``time`` (None: all that are left)."""
+        while self.pending is not None:
+            stamp = self.pending.dts if self.pending.dts is not None else self.pending.pts
+            if time is not None and stamp is not None and stamp * self.pending.time_base > time:
+                return
+            self.container.mux_one(self.pending)
+            self.pending = self._next_copy()
+
+    def _mux(self, packets) -> None:
+        for packet in packets:
+            # The encoder may drop frame durations, and the muxer needs the last frame's.
+            packet.duration = self.durations.pop(packet.pts, packet.duration)
+            self.container.mux_one(packet)
+            if self.copies is not None and packet.dts is not None:
+                self._copy_until(packet.dts * packet.time_base)
+
+    def _encode(self, picture, pts: int, duration: int) -> None:
+        picture.pts, picture.duration, picture.time_base = pts, duration, self.time_base
+        self.durations[pts] = duration
         picture.pict_type = self._none  # let the encoder place keyframes, not the input's
-        self.count += 1
-        self.container.mux(self.stream.encode(picture))
+        try:
+            self._mux(self.stream.encode(picture))
+        except self._error as exc:
+            raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
     def add(self, frame):
-        self._encode(frame.raw)
+        self.held = frame.raw  # encoded once the next frame's time, where it ends, is known
 
     def add_middle(self, middle, before, after):
-        self._encode(self._from_image(middle.convert("RGB")).reformat(format=self.pix_fmt))
+        start, stop = self.held.pts * self.scale, after.raw.pts * self.scale
+        pts = round(Fraction(start + stop, 2))
+        self._encode(self.held, start, pts - start)
+        self._encode(self._from_image(middle.convert("RGB")).reformat(format=self.pix_fmt), pts, stop - pts)
+        self.held = None
 
     def finish(self):
-        self.container.mux(self.stream.encode(None))
+        last = self.held  # lasts as long as in the input, so that the video ends where the audio does
+        duration = last.duration * self.scale if last.duration else self.default_duration
+        self._encode(last, last.pts * self.scale, duration)
+        try:
+            self._mux(self.stream.encode(None))
+            if self.copies is not None:
+                self._copy_until(None)
+        except self._error as exc:
+            raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
     def close(self):
         self.container.close()
+        if self.copies is not None:
+            self.copies.close()
