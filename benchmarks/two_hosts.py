@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -40,11 +41,12 @@ MODES = {"pair": {}}
 
 @dataclass
 class Run:
-    """One clip through the hosts (or, for the edge-compute bound, through the edge alone)."""
+    """One clip through the hosts (or through the edge alone)."""
 
     pairs: int
     seconds: float  # first request to last frame written
     first_seconds: float  # to the first middle frame
+    edge_seconds: float  # the edge worker's busy time
     payload_bytes: int = 0  # wire payloads, whole clip
     down_bytes: int = 0  # over the link cloud -> edge, as its tbf charges them
     up_bytes: int = 0  # edge -> cloud: the frames sent to the encoder
@@ -53,8 +55,37 @@ class Run:
     def rate(self) -> float:
         return self.pairs / self.seconds
 
+    @property
+    def edge_rate(self) -> float:
+        """The edge-compute bound: pairs per second of the edge worker's busy time in this run."""
+        return self.pairs / self.edge_seconds
 
-def run_clip(clip: Path, out: Path, processor, inflight: int) -> Run:
+
+# TorchServe logs one line per batch a worker answers, with the batch's time in the worker (ms):
+# receiving the payloads, the handler (decoding, DiT, decoder, PNG), sending the answers.
+BACKEND_TIME = re.compile(rf"W-\d+-{DECODER}_\S* .* Backend response time: (\d+)")
+LOG_SETTLE_SECONDS = 0.5  # the line follows the answer by well under a millisecond
+
+
+class EdgeBusy:
+    """The edge worker's busy time during a block, from the edge TorchServe's console log."""
+
+    def __init__(self, edge):
+        self.log = edge.log_dir / "launcher.out"
+
+    def __enter__(self) -> "EdgeBusy":
+        self.start = self.log.stat().st_size
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(LOG_SETTLE_SECONDS)
+        with open(self.log, "rb") as log:
+            log.seek(self.start)
+            text = log.read().decode(errors="replace")
+        self.seconds = sum(int(ms) for ms in BACKEND_TIME.findall(text)) / 1000
+
+
+def run_clip(clip: Path, out: Path, processor, inflight: int, edge) -> Run:
     first: list[float] = []
 
     def process(*args):
@@ -62,23 +93,24 @@ def run_clip(clip: Path, out: Path, processor, inflight: int) -> Run:
         first.append(time.perf_counter())
         return middle
 
-    started = time.perf_counter()
-    summary = interpolate_clip(clip, out, process, inflight=inflight, progress=False)
+    with EdgeBusy(edge) as busy:
+        started = time.perf_counter()
+        summary = interpolate_clip(clip, out, process, inflight=inflight, progress=False)
     shutil.rmtree(out)
-    return Run(summary.pairs, summary.seconds, min(first) - started, summary.payload_bytes or 0)
+    return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0)
 
 
-def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int) -> Run:
+def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge) -> Run:
     before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
-    run = run_clip(clip, out, client.processor(), inflight)
+    run = run_clip(clip, out, client.processor(), inflight, edge)
     run.down_bytes = hosts.cloud.sent_bytes() - before[0]
     run.up_bytes = hosts.edge.sent_bytes() - before[1]
     return run
 
 
 def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int) -> Run:
-    """The edge-compute bound: the same clip and client streaming on the edge host, with every
-    payload fetched from the cloud beforehand, so each pair costs only the edge's request."""
+    """The same clip and client streaming on the edge host, with every payload fetched from the
+    cloud beforehand: what the edge host sustains when the link and the cloud cost nothing."""
     frames = sorted(clip.iterdir())
     payloads = []
     for seed, (frame0, frame1) in enumerate(zip(frames, frames[1:])):
@@ -87,38 +119,38 @@ def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int) ->
                                  data={"seed": str(seed), "codec": codec}, timeout=300)
         response.raise_for_status()
         payloads.append(response.content)
-    session = requests.Session()
     headers = {**edge.inference_headers, "Content-Type": "application/octet-stream"}
 
     def process(index, frame0, frame1, seed):
-        response = session.post(f"{edge.inference_url}/predictions/{DECODER}", data=payloads[index],
-                                headers=headers, timeout=300)
+        response = requests.post(f"{edge.inference_url}/predictions/{DECODER}", data=payloads[index],
+                                 headers=headers, timeout=300)
         response.raise_for_status()
         return Middle(Image.open(io.BytesIO(response.content)).convert("RGB"), payload_bytes=len(payloads[index]))
 
-    return run_clip(clip, out, process, inflight)
+    return run_clip(clip, out, process, inflight, edge)
 
 
 def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, args) -> list[dict]:
-    """The rows of one codec, best of ``args.runs``. Each repetition measures the edge bound next to
-    the runs over the link, so that both see the same load on a shared machine."""
-    bound, best = None, {}
+    """The rows of one codec, best of ``args.runs``, with the edge alone measured alongside."""
+    alone, best = None, {}
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
-        alone = edge_alone(cloud, edge, clip, out, codec, args.inflight)
-        print(f"{codec}, edge alone: {alone.rate:.3f} pairs/s, first middle after {alone.first_seconds:.1f} s", flush=True)
-        bound = alone if bound is None or alone.rate > bound.rate else bound
+        run = edge_alone(cloud, edge, clip, out, codec, args.inflight)
+        print(f"{codec}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} of the "
+              f"time, first middle after {run.first_seconds:.1f} s", flush=True)
+        alone = run if alone is None or run.rate > alone.rate else alone
         for rate in rates:
             hosts.set_rate(rate)
             for mode in modes:
                 with Client(cloud=cloud.inference_url, edge=edge.inference_url, codec=codec, **tokens,
                             **MODES[mode]) as client:
-                    run = across_the_link(hosts, client, clip, out, args.inflight)
-                print(f"{codec}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, first middle after "
-                      f"{run.first_seconds:.1f} s", flush=True)
+                    run = across_the_link(hosts, client, clip, out, args.inflight, edge)
+                print(f"{codec}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
+                      f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
+                      flush=True)
                 if (rate, mode) not in best or run.rate > best[rate, mode].rate:
                     best[rate, mode] = run
-    return [row(rate, codec, mode, run, bound) for (rate, mode), run in best.items()]
+    return [row(rate, codec, mode, run, alone) for (rate, mode), run in best.items()]
 
 
 def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
@@ -148,18 +180,18 @@ def cpu_list(text: str) -> tuple[int, ...]:
     return tuple(int(c) for c in text.split(","))
 
 
-def row(rate: float, codec: str, mode: str, run: Run, bound_compute: Run) -> dict:
+def row(rate: float, codec: str, mode: str, run: Run, alone: Run) -> dict:
     link_bytes_per_pair = max(run.down_bytes, run.up_bytes) / run.pairs
     link_rate = rate * 1e6 / 8 / link_bytes_per_pair
-    bound = min(link_rate, bound_compute.rate)
+    use = (f"{b * 8 / (rate * 1e6 * run.seconds):.0%}" for b in (run.down_bytes, run.up_bytes))
     return {
         "R Mbit/s": f"{rate:g}", "codec": codec, "mode": mode,
         "pairs/s": f"{run.rate:.3f}", "first middle": f"{run.first_seconds:.1f} s",
-        "payload B/pair": f"{run.payload_bytes / run.pairs / 1e6:.2f} MB",
-        "link B/pair down / up": f"{run.down_bytes / run.pairs / 1e6:.2f} / {run.up_bytes / run.pairs / 1e6:.2f} MB",
-        "link use down / up": " / ".join(f"{b * 8 / (rate * 1e6 * run.seconds):.0%}" for b in (run.down_bytes, run.up_bytes)),
-        "link bound": f"{link_rate:.3f}", "edge bound": f"{bound_compute.rate:.3f}",
-        "of min(bounds)": f"{run.rate / bound:.2f}",
+        "payload/pair": f"{run.payload_bytes / run.pairs / 1e6:.2f} MB",
+        "link/pair down / up": f"{run.down_bytes / run.pairs / 1e6:.2f} / {run.up_bytes / run.pairs / 1e6:.2f} MB",
+        "link use down / up": " / ".join(use),
+        "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}", "edge alone": f"{alone.rate:.3f}",
+        "of min(bounds)": f"{run.rate / min(link_rate, run.edge_rate):.2f}",
     }
 
 
