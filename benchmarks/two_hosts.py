@@ -1,9 +1,9 @@
 """Cloud and edge on two network hosts joined by a link of R Mbit/s: what the link sustains per codec.
 
-    sudo .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size 272x640] [--rates 20,100,1000]
-        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--config official]
+    .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
+        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official]
 
-Reads the real frames of ../shared/clips/bikes_640x272 (outside the repository; --clip names another
+Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272 (outside the repository; --clip names another
 directory). Builds its own archives (synthetic weights), makes the two hosts (eden_serve.netns), runs
 one TorchServe on each and the client on the edge host, and removes everything on exit, Ctrl-C and
 SIGTERM included. Prints one line per run, then a markdown table; README.md ("Two hosts over a real
@@ -31,7 +31,7 @@ from PIL import Image
 from eden_serve import serving
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.launcher import REPO, build_archives, torchserve
-from eden_serve.netns import two_hosts
+from eden_serve.netns import two_hosts, unavailable
 from eden_serve.streaming import Middle, interpolate_clip
 
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
@@ -218,6 +218,9 @@ def main() -> None:
     parser.add_argument("--cloud-cpus", type=cpu_list, help="CPUs of the cloud host, e.g. 0 (default: an eighth)")
     parser.add_argument("--edge-cpus", type=cpu_list, help="CPUs of the edge host and the client (default: the rest)")
     args = parser.parse_args()
+    reason = unavailable()
+    if reason:
+        parser.exit(2, f"two_hosts.py: {reason}\n")
     rates = [float(r) for r in args.rates.split(",")]
     codecs, modes = args.codecs.split(","), args.modes.split(",")
     size = tuple(int(v) for v in args.size.split("x")) if args.size else None
