@@ -3,11 +3,11 @@
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
         [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official]
 
-Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272 (outside the repository; --clip names another
-directory). Builds its own archives (synthetic weights), makes the two hosts (eden_serve.netns), runs
-one TorchServe on each and the client on the edge host, and removes everything on exit, Ctrl-C and
-SIGTERM included. Prints one line per run, then a markdown table; README.md ("Two hosts over a real
-link") defines the columns.
+Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
+(outside the repository; --clip names another directory). Builds its own archives (synthetic
+weights), makes the two hosts (eden_serve.netns), runs one TorchServe on each and the client on the
+edge host, and removes everything on exit, Ctrl-C and SIGTERM included. Prints one line per run,
+then a markdown table; README.md ("Two hosts over a real link") defines the columns.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Two network hosts on one Linux machine, for the tests and benchmarks of the two-host deployment.
 
     with two_hosts(rate_mbit=100) as hosts, hosts.edge.entered():
-        with torchserve(store, models=["eden_encoder.mar"], host=hosts.cloud.address, prefix=hosts.cloud.prefix) as cloud:
-            ...   # this thread (and the threads it starts) now talks from the edge host, across the link
+        with torchserve(store, models=["eden_encoder.mar"], host=hosts.cloud.address,
+                        prefix=hosts.cloud.prefix) as cloud:
+            ...  # this thread, and the threads it starts, talk from the edge host, across the link
 
 ``cloud`` and ``edge`` are network namespaces joined by a veth pair, each end shaped to the rate by
 tbf, so each direction carries at most ``rate_mbit``. Namespace names are unique per run; the
@@ -172,7 +173,8 @@ def _create(hosts: TwoHosts) -> None:
     for host in (cloud, edge):
         _ip("netns", "add", host.name)
     # Created inside the namespaces, so the link's names never meet another run's.
-    _ip("link", "add", cloud.interface, "netns", cloud.name, "type", "veth", "peer", "name", edge.interface, "netns", edge.name)
+    _ip("link", "add", cloud.interface, "netns", cloud.name,
+        "type", "veth", "peer", "name", edge.interface, "netns", edge.name)
     for host in (cloud, edge):
         _ip("-n", host.name, "addr", "add", f"{host.address}/{PREFIX_LENGTH}", "dev", host.interface)
         _ip("-n", host.name, "link", "set", "lo", "up")
@@ -217,7 +219,8 @@ def _exit_for(signum: int):
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Teardown runs to the end; a Ctrl-C or SIGTERM meanwhile is raised after it."""
+    """Teardown runs to the end; a Ctrl-C, SIGTERM or SIGHUP meanwhile is delivered after it, to
+    the handler that was there before."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -231,6 +234,4 @@ def _signals_deferred() -> Iterator[None]:
             if handler is not None:  # None: a handler set outside Python, which cannot be put back
                 signal.signal(signum, handler)
     if received:
-        if received[0] == signal.SIGINT:
-            raise KeyboardInterrupt
-        _exit_for(received[0])
+        signal.raise_signal(received[0])
