@@ -1,0 +1,266 @@
+"""Cloud and edge on two network hosts joined by a link of R Mbit/s: what the link sustains per codec.
+
+    .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
+        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official]
+
+Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
+(outside the repository; --clip names another directory). Builds its own archives (synthetic
+weights), makes the two hosts (eden_serve.serving.netns), runs one TorchServe on each and the client on the
+edge host, and removes everything on exit, Ctrl-C and SIGTERM included. Prints one line per run,
+then a markdown table; README.md ("Two hosts over a real link") defines the columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+import torch
+from PIL import Image
+
+from eden_serve.client import DECODER, ENCODER, Client
+from eden_serve.serving.launcher import REPO, build_archives, torchserve
+from eden_serve.serving.netns import two_hosts, unavailable
+from eden_serve.serving.worker import default_threads
+from eden_serve.streaming import Middles, interpolate_clip
+
+CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
+# Each mode is the number of pairs per request (the client's --chunk).
+MODES = {"pair": 1, "chunk8": 8}
+
+
+@dataclass
+class Run:
+    """One clip through the hosts (or through the edge alone)."""
+
+    pairs: int
+    seconds: float  # first request to last frame written
+    first_seconds: float  # to the first middle frame
+    edge_seconds: float  # the edge worker's busy time
+    payload_bytes: int = 0  # wire payloads, whole clip
+    down_bytes: int = 0  # over the link cloud -> edge, as its tbf charges them
+    up_bytes: int = 0  # edge -> cloud: the frames sent to the encoder
+
+    @property
+    def rate(self) -> float:
+        return self.pairs / self.seconds
+
+    @property
+    def edge_rate(self) -> float:
+        """The edge-compute bound: pairs per second of the edge worker's busy time in this run."""
+        return self.pairs / self.edge_seconds
+
+
+# TorchServe logs one line per batch a worker answers, with the batch's time in the worker (ms):
+# receiving the payloads, the handler (decoding, DiT, decoder, PNG), sending the answers.
+BACKEND_TIME = re.compile(rf"W-\d+-{DECODER}_\S* .* Backend response time: (\d+)")
+LOG_SETTLE_SECONDS = 0.5  # the line follows the answer by well under a millisecond
+
+
+class EdgeBusy:
+    """The edge worker's busy time during a block, from the edge TorchServe's console log."""
+
+    def __init__(self, edge):
+        self.log = edge.log_dir / "launcher.out"
+
+    def __enter__(self) -> "EdgeBusy":
+        self.start = self.log.stat().st_size
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(LOG_SETTLE_SECONDS)
+        with open(self.log, "rb") as log:
+            log.seek(self.start)
+            text = log.read().decode(errors="replace")
+        self.seconds = sum(int(ms) for ms in BACKEND_TIME.findall(text)) / 1000
+
+
+def run_clip(clip: Path, out: Path, processor, inflight: int, edge, chunk: int) -> Run:
+    first: list[float] = []
+
+    def process(*args):
+        middles = processor(*args)
+        first.append(time.perf_counter())
+        return middles
+
+    with EdgeBusy(edge) as busy:
+        started = time.perf_counter()
+        summary = interpolate_clip(clip, out, process, chunk=chunk, inflight=inflight, progress=False)
+    shutil.rmtree(out)
+    return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0)
+
+
+def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, chunk: int) -> Run:
+    before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
+    run = run_clip(clip, out, client.processor(), inflight, edge, chunk)
+    run.down_bytes = hosts.cloud.sent_bytes() - before[0]
+    run.up_bytes = hosts.edge.sent_bytes() - before[1]
+    return run
+
+
+def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, chunk: int) -> Run:
+    """The same clip and client streaming on the edge host, with every payload fetched from the
+    cloud beforehand: what the edge host sustains when the link and the cloud cost nothing."""
+    frames = sorted(clip.iterdir())
+    payloads = {}
+    for first in range(0, len(frames) - 1, chunk):
+        files = {f"frame{i}": path.read_bytes() for i, path in enumerate(frames[first : first + chunk + 1])}
+        response = requests.post(f"{cloud.inference_url}/predictions/{ENCODER}", headers=cloud.inference_headers,
+                                 files=files, data={"seed": str(first), "codec": codec}, timeout=300)
+        response.raise_for_status()
+        payloads[first] = response.content
+    headers = {**edge.inference_headers, "Content-Type": "application/octet-stream"}
+
+    def process(index, chunk_frames, seed):
+        response = requests.post(f"{edge.inference_url}/predictions/{DECODER}", data=payloads[index],
+                                 headers=headers, timeout=300)
+        response.raise_for_status()
+        if len(chunk_frames) == 2:
+            images = [Image.open(io.BytesIO(response.content)).convert("RGB")]
+        else:
+            with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
+                images = [Image.open(io.BytesIO(archive.read(name))).convert("RGB") for name in archive.namelist()]
+        return Middles(images, payload_bytes=len(payloads[index]))
+
+    return run_clip(clip, out, process, inflight, edge, chunk)
+
+
+def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, args) -> list[dict]:
+    """The rows of one codec, best of ``args.runs``, with the edge alone measured alongside."""
+    alone, best = {}, {}
+    for _ in range(args.runs):
+        hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
+        for mode in modes:
+            run = edge_alone(cloud, edge, clip, out, codec, args.inflight, MODES[mode])
+            print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
+                  f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
+            alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
+        for rate in rates:
+            hosts.set_rate(rate)
+            for mode in modes:
+                with Client(cloud=cloud.inference_url, edge=edge.inference_url, codec=codec, **tokens) as client:
+                    run = across_the_link(hosts, client, clip, out, args.inflight, edge, MODES[mode])
+                print(f"{codec}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
+                      f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
+                      flush=True)
+                if (rate, mode) not in best or run.rate > best[rate, mode].rate:
+                    best[rate, mode] = run
+    return [row(rate, codec, mode, run, alone[mode]) for (rate, mode), run in best.items()]
+
+
+def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
+    """The first ``count`` frames of ``src``, resized to ``size`` (height, width) if given."""
+    frames = sorted(p for p in src.iterdir() if p.suffix.lower() == ".png")[:count]
+    if len(frames) < 2:
+        raise SystemExit(f"{src}: need at least 2 PNG frames, found {len(frames)}")
+    dst.mkdir()
+    for path in frames:
+        if size is None:
+            shutil.copyfile(path, dst / path.name)
+        else:
+            Image.open(path).convert("RGB").resize(size[::-1], Image.BICUBIC).save(dst / path.name)
+    return dst
+
+
+def split_cpus(cpus: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Cloud and edge CPUs, in the proportion the workers' default threads assume: the cloud the
+    encoder's share, the edge (with the client) the rest; one CPU is shared."""
+    if len(cpus) == 1:
+        return tuple(cpus), tuple(cpus)
+    cloud = default_threads("cloud", len(cpus))
+    return tuple(cpus[:cloud]), tuple(cpus[cloud:])
+
+
+def cpu_list(text: str) -> tuple[int, ...]:
+    return tuple(int(c) for c in text.split(","))
+
+
+def row(rate: float, codec: str, mode: str, run: Run, alone: Run) -> dict:
+    link_bytes_per_pair = max(run.down_bytes, run.up_bytes) / run.pairs
+    link_rate = rate * 1e6 / 8 / link_bytes_per_pair
+    use = (f"{b * 8 / (rate * 1e6 * run.seconds):.0%}" for b in (run.down_bytes, run.up_bytes))
+    return {
+        "R Mbit/s": f"{rate:g}", "codec": codec, "mode": mode,
+        "pairs/s": f"{run.rate:.3f}", "first middle": f"{run.first_seconds:.1f} s",
+        "payload/pair": f"{run.payload_bytes / run.pairs / 1e6:.2f} MB",
+        "link/pair down / up": f"{run.down_bytes / run.pairs / 1e6:.2f} / {run.up_bytes / run.pairs / 1e6:.2f} MB",
+        "link use down / up": " / ".join(use),
+        "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}", "edge alone": f"{alone.rate:.3f}",
+        "of min(bounds)": f"{run.rate / min(link_rate, run.edge_rate):.2f}",
+    }
+
+
+def markdown(rows: list[dict]) -> str:
+    header = list(rows[0])
+    numeric = [i for i, name in enumerate(header) if name not in ("codec", "mode")]
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join("---:" if i in numeric else "---" for i in range(len(header))) + " |"]
+    lines += ["| " + " | ".join(r[name] for name in header) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clip", type=Path, default=CLIP, help=f"a directory of PNG frames (default {CLIP})")
+    parser.add_argument("--frames", type=int, default=17, help="the first N frames of the clip (default 17, at least 2)")
+    parser.add_argument("--size", help="resize the frames to HxW (default: as they are)")
+    parser.add_argument("--rates", default="20,100,1000", help="link rates in Mbit/s (default 20,100,1000)")
+    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"client modes (default {','.join(MODES)})")
+    parser.add_argument("--inflight", type=int, default=4, help="requests in flight in the client (default 4)")
+    parser.add_argument("--runs", type=int, default=1, help="best of this many runs per row (default 1)")
+    parser.add_argument("--config", default="official", choices=["official", "tiny"])
+    parser.add_argument("--cloud-cpus", type=cpu_list, help="CPUs of the cloud host, e.g. 0 (default: an eighth)")
+    parser.add_argument("--edge-cpus", type=cpu_list, help="CPUs of the edge host and the client (default: the rest)")
+    args = parser.parse_args()
+    reason = unavailable()
+    if reason:
+        parser.exit(2, f"two_hosts.py: {reason}\n")
+    rates = [float(r) for r in args.rates.split(",")]
+    codecs, modes = args.codecs.split(","), args.modes.split(",")
+    size = tuple(int(v) for v in args.size.split("x")) if args.size else None
+    cloud_cpus, edge_cpus = split_cpus(sorted(os.sched_getaffinity(0)))
+    cloud_cpus, edge_cpus = args.cloud_cpus or cloud_cpus, args.edge_cpus or edge_cpus
+    warnings.simplefilter("ignore")
+
+    with tempfile.TemporaryDirectory() as tmp, two_hosts(max(rates), cloud_cpus, edge_cpus) as hosts:
+        root = Path(tmp)
+        clip = prepare_clip(args.clip, root / "clip", args.frames, size)
+        width, height = Image.open(next(clip.iterdir())).size
+        store = build_archives(root / "store", config=args.config)
+        print(f"{args.frames} frames of {width}x{height} from {args.clip}, {args.config} dimensions, synthetic weights; "
+              f"cloud CPUs {cloud_cpus}, edge and client CPUs {edge_cpus}; inflight {args.inflight}; best of {args.runs}; "
+              f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}", flush=True)
+        # The client and its threads run on the edge host's CPUs (threads started later inherit this).
+        os.sched_setaffinity(0, edge_cpus)
+        with hosts.edge.entered(), contextlib.ExitStack() as servers:
+            cloud = servers.enter_context(torchserve(store, models=["eden_encoder.mar"], host=hosts.cloud.address,
+                                                     prefix=hosts.cloud.prefix))
+            edge = servers.enter_context(torchserve(store, models=["eden_ditdec.mar"], host=hosts.edge.address,
+                                                    prefix=hosts.edge.prefix))
+            tokens = {"token": cloud.keys["inference"], "edge_token": edge.keys["inference"]}
+            pair = sorted(clip.iterdir())[:2]
+            with Client(cloud=cloud.inference_url, edge=edge.inference_url, **tokens) as client:
+                client.interpolate(*pair)  # warm-up: first requests allocate
+
+            rows = []
+            for codec in codecs:
+                rows += measure_codec(hosts, cloud, edge, tokens, clip, root / "out", codec, rates, modes, args)
+    rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), modes.index(r["mode"])))
+    print()
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
