@@ -17,6 +17,7 @@ from .clips import Frame
 from .cloud import CloudEncoder
 from .edge import DEFAULT_BATCH_TOKENS, AttentionPath, EdgeModel, batches
 from .frames import DEFAULT_MAX_PIXELS, check_pair, to_uint8
+from .resume import model_identity
 from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_clip
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
@@ -83,9 +84,12 @@ def interpolate_clip_in_process(
     inflight: int = DEFAULT_INFLIGHT,
     progress: bool | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    factor: int = 2,
+    resume: bool = False,
 ) -> Summary:
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`."""
     wire.parse_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
     processor = in_process(cloud, edge, codec)
+    fingerprint = {"codec": codec, "batch_tokens": DEFAULT_BATCH_TOKENS, **model_identity(cloud, edge)} if resume else None
     return interpolate_clip(src, dst, processor, chunk=chunk, seed=seed, inflight=inflight, progress=progress,
-                            max_pixels=max_pixels)
+                            max_pixels=max_pixels, factor=factor, resume=resume, fingerprint=fingerprint)
