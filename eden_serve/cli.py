@@ -6,6 +6,7 @@ Every error the user can cause ends as one line on stderr and exit code 2, never
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -257,7 +258,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return _stopped(130, argv)
+    except SystemExit as exc:  # SIGTERM
+        return _stopped(exc.code, argv)
+
+
+def _stopped(code: int, argv: list[str] | None) -> int:
+    """The exit code of a stopped run. The command itself (``argv`` None) leaves at once: a worker
+    thread may still be inside a torch forward, and finalising the interpreter under it aborts the
+    process ("terminate called without an active exception"). Outputs are settled by then."""
+    if argv is not None:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

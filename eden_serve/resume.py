@@ -102,8 +102,7 @@ class Journal:
         self.identity = json.loads(json.dumps(identity))  # as it reads back: tuples become lists
         self.checkpoint: dict | None = None
         self.hits = 0  # middles taken from the cache
-        self._lock = threading.Lock()
-        self._fd: int | None = None
+        self._hits_lock = threading.Lock()
 
     def _paths(self, directory: bool) -> None:
         base = f".{self.dst.stem}.partial-resume{'' if directory else self.dst.suffix}"
@@ -135,18 +134,27 @@ class Journal:
                                 f"give the same input and options, or {restart}")
         return data
 
+    def _hold(self) -> None:
+        """Lock the partial output for this run (released when the process ends, however it ends)."""
+        self._fd = os.open(self.partial, os.O_RDONLY)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise BadInputError(f"another run is writing {self.dst.name} ({self.partial.name} is locked)") from None
+
     def _open(self, directory: bool) -> None:
         check_destination(self.dst, directory)
         self._paths(directory)
         if self.partial.exists() and not self.path.exists():
             raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} has no journal; delete it")
         if self.partial.exists():
-            self._fd = os.open(self.partial, os.O_RDONLY)
+            self._hold()
             try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise BadInputError(f"another run is writing {self.dst.name} ({self.partial.name} is locked)") from None
-            self.checkpoint = self._read()["checkpoint"]
+                self.checkpoint = self._read()["checkpoint"]
+            except BaseException:
+                os.close(self._fd)
+                raise
             if self.checkpoint is not None or self._cached_count():
                 return
             os.close(self._fd)
@@ -154,8 +162,7 @@ class Journal:
         self._remove()  # a journal or cache without its partial output is stale
         self._write(None)
         create_partial(self.partial, directory, self.dst)
-        self._fd = os.open(self.partial, os.O_RDONLY)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._hold()
 
     def _cached_count(self) -> int:
         return sum(1 for p in self.cache.iterdir() if p.suffix == ".png") if self.cache.is_dir() else 0
@@ -169,27 +176,34 @@ class Journal:
     @contextlib.contextmanager
     def output(self, directory: bool = False) -> Iterator[Path]:
         """The partial output, renamed onto the destination if the block completes. If it stops
-        (an error, Ctrl-C, SIGTERM) after a checkpoint or a cached middle, the partial output, the
-        journal and the cache stay, with a warning that says so; otherwise all three go."""
+        (an error, Ctrl-C, SIGTERM) once the journal on disk names a checkpoint or the cache holds
+        a middle, the partial output, the journal and the cache stay, with a warning that says so;
+        otherwise all three go."""
         self._open(directory)
         try:
             yield self.partial
+        except BaseException:
+            self._stopped()
+            raise
+        else:
             os.replace(self.partial, self.dst)
             self._remove()
-        except BaseException:
-            if self.checkpoint is None and not self._cached_count():
-                remove_partial(self.partial)
-                self._remove()
-            else:
-                done = (f"{self.checkpoint['position']} frames of the input" if self.checkpoint is not None
-                        else f"{self._cached_count()} middle frames")
-                warnings.warn(f"stopped; {self.partial.name} and its journal keep {done}: "
-                              f"the same command with --resume continues from there")
-            raise
         finally:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            os.close(self._fd)
+
+    def _stopped(self) -> None:
+        try:  # what a resume would find, whatever this run had got to when it was stopped
+            saved = json.loads(self.path.read_text())["checkpoint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            saved = None
+        cached = self._cached_count()
+        if saved is None and not cached:
+            remove_partial(self.partial)
+            self._remove()
+            return
+        done = f"{saved['position']} frames of the input" if saved is not None else f"{cached} middle frames"
+        warnings.warn(f"stopped; {self.partial.name} and its journal keep {done}: "
+                      f"the same command with --resume continues from there")
 
     def save(self, checkpoint: dict) -> None:
         """Record ``checkpoint`` (JSON data), once what it names has been synced."""
@@ -211,7 +225,7 @@ class Journal:
                     with Image.open(path) as image:
                         image.load()
                         images.append(image)
-                with self._lock:
+                with self._hits_lock:
                     self.hits += len(images)
                 return images
             result = processor(index, frames, seed)

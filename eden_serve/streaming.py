@@ -25,6 +25,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -215,10 +216,11 @@ class _Run:
     """What the levels share: the processors (one per level), the workers, the summary and the
     writer, with the checkpoints of a resumable output."""
 
-    def __init__(self, processors, workers, summary, bar, *, chunk, inflight, seed, writer, journal, start):
+    def __init__(self, processors, workers, summary, bar, *, chunk, inflight, seed, factor, writer, journal):
         self.processors, self.workers, self.summary, self.bar = processors, workers, summary, bar
         self.chunk, self.inflight, self.seed = chunk, inflight, seed
-        self.writer, self.journal, self.start = writer, journal, start
+        self.closing = 1 - Fraction(1, factor)  # the position of the last middle before an original
+        self.writer, self.journal = writer, journal
 
     def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
         return self.workers.submit(self.processors[depth - 1], index, frames, self.seed + index)
@@ -237,15 +239,16 @@ class _Run:
 
     def push(self, item: Item) -> None:
         """The writer's end of the last level."""
-        if item.after is not None:
-            self.writer.add_middle(item.image, item.before, item.after, item.position)
-        else:
-            index = item.before.index
-            # Every level has a chunk boundary here: a resumed run chunks (and batches) as this one.
-            if self.journal is not None and self.writer.continues and index % self.chunk == 0 and index > self.start:
-                self.journal.save({"position": index, "writer": self.writer.checkpoint()})
+        if item.after is None:
             self.writer.add(item.before)
+        else:
+            self.writer.add_middle(item.image, item.before, item.after, item.position)
         self.summary.frames += 1
+        # Once all that comes before an original is written where every level has a chunk boundary,
+        # a resumed run can start there and chunk (and batch) as this one.
+        if (self.journal is not None and self.writer.continues and item.position == self.closing
+                and item.after.index % self.chunk == 0):
+            self.journal.save({"position": item.after.index, "writer": self.writer.checkpoint()})
 
     def close(self) -> None:
         pass
@@ -309,8 +312,8 @@ def interpolate_clip(
             total = (factor - 1) * (clip.length - 1) if clip.length else None
             with progress_bar(total, progress) as bar:
                 bar.update(summary.resumed)
-                run = _Run(processors, workers, summary, bar, chunk=chunk, inflight=inflight, seed=seed,
-                           writer=writer, journal=journal, start=start)
+                run = _Run(processors, workers, summary, bar, chunk=chunk, inflight=inflight, seed=seed, factor=factor,
+                           writer=writer, journal=journal)
                 sink = run
                 for level in range(depth, 0, -1):
                     sink = Level(level, start << (level - 1), sink, run)
