@@ -5,6 +5,7 @@ writers place the middles at 1/F, 2/F, ... of each interval (video time stamps, 
 One test runs factor 4 through a real TorchServe in the split deployment.
 """
 
+import weakref
 from fractions import Fraction
 
 import av
@@ -13,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from eden_serve import synthetic
+from eden_serve import clips, synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client
@@ -163,6 +164,31 @@ def test_video_rate_is_multiplied(tmp_path):
     with av.open(str(src)) as a, av.open(str(tmp_path / "out.mp4")) as b:
         assert b.streams.video[0].guessed_rate == 8 * a.streams.video[0].average_rate
         assert b.streams.video[0].frames == 8 * 11 + 1
+
+
+def test_memory_is_bounded_by_the_windows_not_the_clip(tmp_path, monkeypatch):
+    """The most frames alive at once (originals and the middles handed on) does not grow with the clip."""
+    live = weakref.WeakSet()
+    original_init = clips.Frame.__init__
+
+    def counting_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        live.add(self)
+
+    monkeypatch.setattr(clips.Frame, "__init__", counting_init)
+    most = {}
+    for count in (40, 120):
+        src = synthetic.write_clip(tmp_path / f"in{count}", count, SIZE[1], SIZE[0])
+        peak = [0]
+
+        def process(index, frame0, frame1, seed):
+            peak[0] = max(peak[0], len(live))
+            return average(index, frame0, frame1, seed)
+
+        interpolate_clip(src, tmp_path / f"out{count}", pairwise(process), chunk=2, factor=8, inflight=2, progress=False)
+        most[count] = peak[0]
+    # Per level at most: the two chunks in flight and the one being written or gathered, 3 frames each.
+    assert most[120] == most[40] <= 3 * (2 + 1) * 3, most
 
 
 def test_factor_must_be_2_4_or_8(tmp_path):
