@@ -8,6 +8,9 @@ on one of ``inflight`` worker threads. The main thread reads frames lazily, keep
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
+A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
+(:mod:`eden_serve.clips.levels`); ``resume`` keeps and continues a stopped run's output
+(:mod:`eden_serve.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
 stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,

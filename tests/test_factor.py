@@ -211,12 +211,11 @@ def test_command_line_factor(tmp_path, capsys):
     assert info.value.code == 2 and "invalid choice: 3" in capsys.readouterr().err
 
 
-@pytest.mark.serving
-def test_factor_4_in_the_split_equals_in_process(tmp_path_factory):
-    """Through one TorchServe holding both halves, used as cloud and edge: each level-1 middle goes
-    back to the cloud as a frame. One request at a time, so that the edge batches exactly the pairs
-    of one chunk, as in process; with the workers' thread count, the result is equal bit for bit."""
-    root = tmp_path_factory.mktemp("factor4")
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """One TorchServe holding both halves, used as cloud and edge, and the in-process factor-4 output
+    of a 5-frame clip with the weights of its archives and the workers' thread count."""
+    root = tmp_path_factory.mktemp("split")
     src = synthetic.write_clip(root / "in", 5, SIZE[1], SIZE[0])
     store = build_archives(root / "store", config="tiny")
     threads = torch.get_num_threads()
@@ -227,9 +226,48 @@ def test_factor_4_in_the_split_equals_in_process(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
     with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"]) as server:
-        token = server.keys["inference"]
-        with Client(cloud=server.inference_url, edge=server.inference_url, token=token) as client:
-            summary = client.interpolate_clip(src, root / "split", seed=5, chunk=3, factor=4, inflight=1, progress=False)
+        yield server, src, root / "expected"
+
+
+def split_client(server, client=Client):
+    return client(cloud=server.inference_url, edge=server.inference_url, token=server.keys["inference"])
+
+
+@pytest.mark.serving
+def test_factor_4_in_the_split_equals_in_process(tmp_path, split):
+    """Each level-1 middle goes back to the cloud as a frame. One request at a time, so that the edge
+    batches exactly the pairs of one chunk, as in process: the result is equal bit for bit."""
+    server, src, expected = split
+    with split_client(server) as client:
+        summary = client.interpolate_clip(src, tmp_path / "out", seed=5, chunk=3, factor=4, inflight=1, progress=False)
     assert (summary.pairs, summary.frames) == (12, 17)
     assert summary.payload_bytes > 0
-    assert files(root / "split") == files(root / "expected")
+    assert files(tmp_path / "out") == files(expected)
+
+
+class StoppingClient(Client):
+    """Stops the run (as Ctrl-C would) when asked for level 2's pairs from 6 on."""
+
+    def processor(self, cancel=None):
+        process = super().processor(cancel)
+
+        def stopping(index, frames, seed):
+            if "+" in frames[0].name + frames[1].name and index >= 6:
+                raise KeyboardInterrupt
+            return process(index, frames, seed)
+
+        return stopping
+
+
+@pytest.mark.serving
+def test_resume_through_the_servers(tmp_path, split):
+    server, src, expected = split
+    options = dict(seed=5, chunk=3, factor=4, inflight=1, progress=False, resume=True)
+    with split_client(server, StoppingClient) as client, pytest.warns(UserWarning, match="stopped"):
+        with pytest.raises(KeyboardInterrupt):
+            client.interpolate_clip(src, tmp_path / "out", **options)
+    with split_client(server) as client:
+        summary = client.interpolate_clip(src, tmp_path / "out", **options)
+    assert summary.resumed == 9 and summary.pairs == 3  # originals 0-3 were done: 3 + 6 pairs
+    assert files(tmp_path / "out") == files(expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
