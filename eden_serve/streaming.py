@@ -33,7 +33,13 @@ from PIL import Image
 from tqdm import tqdm
 
 from .clips import Frame, open_clip, write_clip
-from .errors import BadInputError, EdenError, PairError, TransientError, UnavailableError
+from .errors import (
+    BadInputError,
+    EdenError,
+    PairError,
+    TransientError,
+    UnavailableError,
+)
 
 DEFAULT_INFLIGHT = 4
 # Pairs per request: the wire carries each frame once per chunk (README "Clip chunks").
