@@ -31,7 +31,14 @@ import torch.nn.functional as F
 
 from eden_serve import synthetic
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import SCENE_THRESHOLD, CloudEncoder, _histogram, _ssim, _thumbnail, scene_change
+from eden_serve.cloud import (
+    SCENE_THRESHOLD,
+    CloudEncoder,
+    _histogram,
+    _ssim,
+    _thumbnail,
+    scene_change,
+)
 from eden_serve.config import PRESETS
 from eden_serve.frames import image_to_tensor, load_frame
 

@@ -21,8 +21,9 @@ from . import pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
-from .clips import Frame
 from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
+from .clips import Frame
+from .cloud import SCENE_THRESHOLD
 from .config import PRESETS, preset
 from .errors import BadInputError, EdenError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
@@ -63,6 +64,23 @@ def _size(text: str) -> tuple[int, int]:
     return height, width
 
 
+def _threshold(text: str) -> float | None:
+    if text == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 3:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 3] or off, got {text!r}")
+    return value
+
+
+def _threshold_text(text: str) -> str:
+    _threshold(text)
+    return text
+
+
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
@@ -93,6 +111,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="noise seed (pair i of a clip uses seed + i; default 0)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger frames (default: 4K UHD)")
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help=f"clip pairs per batch (default {DEFAULT_CHUNK})")
+    p.add_argument("--scene-threshold", type=_threshold, default=SCENE_THRESHOLD,
+                   help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
                    help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
     _clip_options(p)
@@ -128,7 +148,8 @@ def _interpolate(args) -> int:
         cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
         summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
-            inflight=args.inflight, progress=None, max_pixels=args.max_pixels, factor=args.factor, resume=args.resume,
+            inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
+            factor=args.factor, resume=args.resume,
         )
         print(summary)
         return 0
@@ -139,7 +160,8 @@ def _interpolate(args) -> int:
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
     cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
-    middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec)
+    middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec,
+                                                      scene_threshold=args.scene_threshold)
     save_image(Image.fromarray(to_uint8(middle)), args.output)
     print(f"wrote {args.output} ({middle.shape[2]}x{middle.shape[1]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
@@ -183,6 +205,8 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
     parser.add_argument("--codec", help="wire codec asked of the encoder (default: the server's)")
+    parser.add_argument("--scene-threshold", type=_threshold_text,
+                        help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
                         help=f"pairs per request: K + 1 frames, each sent once (default {DEFAULT_CHUNK})")
     parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
@@ -205,6 +229,7 @@ def run_client(args: argparse.Namespace) -> int:
     token = read_token(args.token, args.token_file)
     edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
     options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,
+               "scene_threshold": args.scene_threshold,
                "backoff": args.backoff, "timeout": args.timeout}
     with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
         if len(args.inputs) == 2:

@@ -32,9 +32,23 @@ import requests
 from PIL import Image, UnidentifiedImageError
 
 from .clips import Frame
-from .errors import BadInputError, ChunkTooLargeError, ServerError, TransientError, error_from_document
+from .errors import (
+    BadInputError,
+    ChunkTooLargeError,
+    ServerError,
+    TransientError,
+    error_from_document,
+)
 from .frames import png_bytes
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
+from .streaming import (
+    DEFAULT_CHUNK,
+    DEFAULT_INFLIGHT,
+    Middles,
+    Processor,
+    Retry,
+    Summary,
+    interpolate_clip,
+)
 
 TOKEN_ENV = "EDEN_TOKEN"
 WORKFLOW = "eden"
@@ -108,7 +122,8 @@ class Client:
 
     ``token`` is the inference token (None: no auth); ``edge_token`` the edge server's, where it
     differs (two TorchServes have two key files). ``codec`` is the wire codec asked of the encoder
-    (None: the server's default); ``tries`` and ``backoff`` set the retries of each request;
+    and ``scene_threshold`` its scene-cut test (a number, or "off"; None: the server's defaults);
+    ``tries`` and ``backoff`` set the retries of each request;
     ``timeout`` is seconds to wait for an answer.
     Safe to use from several threads: each request borrows an idle ``requests.Session``.
     """
@@ -122,6 +137,7 @@ class Client:
         token: str | None = None,
         edge_token: str | None = None,
         codec: str | None = None,
+        scene_threshold: float | str | None = None,
         tries: int = 5,
         backoff: float = 1.0,
         timeout: float = DEFAULT_TIMEOUT,
@@ -140,6 +156,7 @@ class Client:
         tokens = {"workflow": token, "encoder": token, "decoder": edge_token or token}
         self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
         self.codec = codec
+        self.scene_threshold = scene_threshold
         self.retry = Retry(tries=tries, backoff=backoff)
         self.timeout = (CONNECT_TIMEOUT, timeout)
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
@@ -185,6 +202,8 @@ class Client:
         form = {"seed": str(seed)}
         if self.codec:
             form["codec"] = self.codec
+        if self.scene_threshold is not None:
+            form["scene_threshold"] = str(self.scene_threshold)
         files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(encoded)}
         payload_bytes = None
         if self.split:
@@ -223,7 +242,8 @@ class Client:
         cancel = threading.Event()
         return interpolate_clip(src, dst, self.processor(cancel), chunk=chunk, seed=seed, inflight=inflight,
                                 progress=progress, cancel=cancel, factor=factor, resume=resume,
-                                fingerprint={"servers": self.urls, "codec": self.codec})
+                                fingerprint={"servers": self.urls, "codec": self.codec,
+                                             "scene_threshold": self.scene_threshold})
 
     def processor(self, cancel: threading.Event | None = None) -> Processor:
         """This client as a :mod:`~eden_serve.streaming` processor; retries stop waiting once

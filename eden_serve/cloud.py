@@ -2,7 +2,8 @@
 
 Pad to whole query patches, normalise each frame by its own statistics, embed patches twice (one
 embedding for the DiT, one for the decoder), add positions, LayerNorm; plus the frame-difference
-scalar. Only the four ``*_cond_*`` modules' weights are needed here.
+scalar. Only the four ``*_cond_*`` modules' weights are needed here. And the scene-cut test
+(:func:`scene_change`), so that a pair across a cut costs the edge nothing.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 from .config import EdenConfig
+from .frames import png_bytes, to_uint8
 from .model import CloudWeights, pos_embedding
 from .wire import Chunk, Conditions, Tokens
 
@@ -30,14 +33,18 @@ class CloudEncoder:
         self.weights = weights.to(self.device).eval()
 
     @torch.inference_mode()
-    def encode_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0) -> Chunk:
+    def encode_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None) -> Chunk:
         """F >= 2 consecutive [3, H, W] float frames in [0, 1] -> their chunk for the edge: every frame
-        embedded once, all in one batched patch embedding; pair j gets seed ``seed + j``."""
+        embedded once, all in one batched patch embedding; pair j gets seed ``seed + j``. A pair whose
+        :func:`scene_change` passes ``scene_threshold`` (None: detection off) is a cut: its middle
+        is the earlier frame, which travels as a PNG instead of costing the edge its DiT."""
         shape = frames[0].shape
         assert len(frames) >= 2 and len(shape) == 3 and shape[0] == 3 and all(f.shape == shape for f in frames), "checked by the caller"
         height, width = shape[-2:]
         x = torch.stack(list(frames)).to(self.device, torch.float32)  # [F, 3, H, W]
         differences = [self._difference(x[j], x[j + 1]).item() for j in range(len(x) - 1)]
+        cuts = {j: png_bytes(Image.fromarray(to_uint8(x[j].cpu())), 1)
+                for j in range(len(x) - 1) if is_scene_cut(x[j], x[j + 1], scene_threshold)}
 
         padded = pad_frames(x, self.config)
         mean = padded.mean(dim=(1, 2, 3), keepdim=True)
@@ -58,6 +65,7 @@ class CloudEncoder:
             seeds=[seed + j for j in range(len(x) - 1)],
             grid=(ph, pw),
             size=(height, width),
+            cuts=cuts,
         )
 
     def encode(self, frame0: torch.Tensor, frame1: torch.Tensor, seed: int = 0) -> Conditions:

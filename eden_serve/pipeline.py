@@ -14,9 +14,9 @@ from PIL import Image
 
 from . import wire
 from .clips import Frame
-from .cloud import CloudEncoder
+from .cloud import SCENE_THRESHOLD, CloudEncoder
 from .edge import DEFAULT_BATCH_TOKENS, AttentionPath, EdgeModel, batches
-from .frames import DEFAULT_MAX_PIXELS, check_pair, to_uint8
+from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
 from .resume import model_identity
 from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_clip
 
@@ -32,9 +32,11 @@ def interpolate_pair(
     seed: int = 0,
     codec: str = wire.DEFAULT_CODEC,
     path: AttentionPath = "fast",
+    scene_threshold: float | None = None,
 ) -> tuple[torch.Tensor, int]:
     """The middle frame [3, H, W] in [0, 1], and the size of the wire payload it crossed as."""
-    middles, payload_bytes = interpolate_chunk(cloud, edge, [frame0, frame1], seed, codec, path=path)
+    middles, payload_bytes = interpolate_chunk(cloud, edge, [frame0, frame1], seed, codec, path=path,
+                                               scene_threshold=scene_threshold)
     return middles[0], payload_bytes
 
 
@@ -46,19 +48,24 @@ def interpolate_chunk(
     codec: str = wire.DEFAULT_CODEC,
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
     path: AttentionPath = "fast",
+    scene_threshold: float | None = None,
 ) -> tuple[torch.Tensor, int]:
-    """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], computed in batched forwards,
-    and the size of the one payload they crossed as. Pair j uses seed ``seed + j``."""
-    payload = wire.encode(cloud.encode_chunk(frames, seed), cloud.config, codec)
+    """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
+    they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
+    None: off) get the earlier frame, the others are computed in batched forwards."""
+    payload = wire.encode(cloud.encode_chunk(frames, seed, scene_threshold), cloud.config, codec)
     chunk = wire.decode(payload, edge.config)
-    n = chunk.grid[0] * chunk.grid[1]
-    middles = [edge.interpolate_batch([chunk.pair(j) for j in batch], path)
-               for batch in batches(range(chunk.pairs), n, max_batch_tokens)]
-    return torch.cat(middles), len(payload)
+    middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
+    computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
+    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], max_batch_tokens):
+        for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
+            middles[j] = middle
+    return torch.stack(middles), len(payload)
 
 
 def in_process(
     cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC, max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    scene_threshold: float | None = SCENE_THRESHOLD,
 ) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
     middles equal theirs for the same seed, codec and thread count."""
@@ -67,7 +74,8 @@ def in_process(
         tensors = [frame.tensor for frame in frames]
         for tensor in tensors[1:]:
             check_pair(tensors[0], tensor)
-        middles, payload_bytes = interpolate_chunk(cloud, edge, tensors, seed, codec, max_batch_tokens)
+        middles, payload_bytes = interpolate_chunk(cloud, edge, tensors, seed, codec, max_batch_tokens,
+                                                   scene_threshold=scene_threshold)
         return Middles([Image.fromarray(to_uint8(middle)) for middle in middles], payload_bytes=payload_bytes)
 
     return process
@@ -84,12 +92,16 @@ def interpolate_clip_in_process(
     inflight: int = DEFAULT_INFLIGHT,
     progress: bool | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    scene_threshold: float | None = SCENE_THRESHOLD,
     factor: int = 2,
     resume: bool = False,
 ) -> Summary:
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`."""
     wire.parse_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
-    processor = in_process(cloud, edge, codec)
-    fingerprint = {"codec": codec, "batch_tokens": DEFAULT_BATCH_TOKENS, **model_identity(cloud, edge)} if resume else None
+    processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
+    fingerprint = None
+    if resume:
+        fingerprint = {"codec": codec, "batch_tokens": DEFAULT_BATCH_TOKENS, "scene_threshold": scene_threshold,
+                       **model_identity(cloud, edge)}
     return interpolate_clip(src, dst, processor, chunk=chunk, seed=seed, inflight=inflight, progress=progress,
                             max_pixels=max_pixels, factor=factor, resume=resume, fingerprint=fingerprint)

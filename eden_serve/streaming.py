@@ -37,7 +37,13 @@ from tqdm import tqdm
 
 from .clips import Frame, open_clip, write_clip
 from .clips.levels import Item, Level
-from .errors import BadInputError, EdenError, PairError, TransientError, UnavailableError
+from .errors import (
+    BadInputError,
+    EdenError,
+    PairError,
+    TransientError,
+    UnavailableError,
+)
 from .resume import Journal, input_identity
 
 DEFAULT_INFLIGHT = 4

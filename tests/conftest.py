@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from eden_serve.checkpoint import module_from_state
-from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 GOLDEN_CASES = ["tiny_70x100", "tiny_64x96"]

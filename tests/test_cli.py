@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve.synthetic import frame_pair
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
 from eden_serve.frames import load_frame, to_png, to_uint8
 from eden_serve.pipeline import interpolate_pair
+from eden_serve.synthetic import frame_pair
 
 
 @pytest.fixture(scope="module")

@@ -20,16 +20,15 @@ import requests
 import torch
 from PIL import Image
 
-from eden_serve.serving.worker import usable_cores
 from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client, read_token
 from eden_serve.errors import PairError, ServerError
 from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.serving.launcher import REPO, build_archives, torchserve
+from eden_serve.serving.worker import usable_cores
 from eden_serve.streaming import interpolate_clip
-
-from eden_serve.serving.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
 
@@ -256,3 +255,29 @@ def test_an_interrupted_run_leaves_no_output(tmp_path, cloud, edge, inputs):
                 interpolate_clip(inputs[kind], tmp_path / output_name(kind), interrupt_at_pair_three, progress=False)
     assert list(tmp_path.iterdir()) == []
 
+
+
+@pytest.mark.parametrize("deployment", ["server", "split"])
+def test_a_scene_cut_is_copied_in_every_mode(tmp_path, cloud, edge, store, deployment):
+    """Real frames of two videos joined at a cut: the cloud's decision travels in the payload, so the
+    workflow, --cloud/--edge and in-process runs copy the same pair and agree on the rest."""
+    src = tmp_path / "clip"
+    src.mkdir()
+    clip = sorted((REPO / "tests" / "data" / "scene_cut").glob("*.png"))
+    for path in clip:
+        (src / path.name).write_bytes(path.read_bytes())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, usable_cores() // 2))
+    try:
+        interpolate_clip_in_process(src, tmp_path / "local", *load_archived(store), chunk=4, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    with make_client(deployment, cloud, edge) as client:
+        client.interpolate_clip(src, tmp_path / "served", chunk=4, progress=False)
+    originals = [np.asarray(Image.open(p)) for p in clip]
+    for run in ("local", "served"):
+        middles = [np.asarray(Image.open(p)) for p in sorted((tmp_path / run).iterdir())[1::2]]
+        assert [j for j, m in enumerate(middles) if np.array_equal(m, originals[j])] == [3], run
+    for a, b in zip(sorted((tmp_path / "local").iterdir()), sorted((tmp_path / "served").iterdir())):
+        a, b = np.asarray(Image.open(a)).astype(int), np.asarray(Image.open(b)).astype(int)
+        assert np.abs(a - b).max() <= 1 and (a != b).mean() < 1e-3

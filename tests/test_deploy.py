@@ -27,8 +27,8 @@ from referencing import Registry, Resource
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.frames import load_frame, to_uint8
-from eden_serve.serving.launcher import REPO, build_archives, free_port
 from eden_serve.pipeline import interpolate_pair
+from eden_serve.serving.launcher import REPO, build_archives, free_port
 
 DEPLOY = REPO / "deploy"
 ENTRYPOINT = DEPLOY / "docker" / "entrypoint.sh"

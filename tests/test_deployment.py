@@ -21,15 +21,13 @@ import requests
 import torch
 from PIL import Image
 
-from eden_serve import wire
-from eden_serve.serving.worker import usable_cores
+from eden_serve import synthetic, wire
 from eden_serve.checkpoint import load_archived
 from eden_serve.config import preset
 from eden_serve.frames import load_frame, to_png
-from eden_serve import synthetic
-from eden_serve.synthetic import scene
-
 from eden_serve.serving.launcher import build_archives, torchserve
+from eden_serve.serving.worker import usable_cores
+from eden_serve.synthetic import scene
 
 pytestmark = pytest.mark.serving
 

@@ -60,7 +60,7 @@ def test_batched_pairs_equal_one_at_a_time(tiny_models):
     """A batch of pairs gives each pair's frame up to float rounding: measured max 1.8e-7 here,
     which moves a rare pixel across an 8-bit rounding boundary."""
     cloud, edge = tiny_models
-    frames = [torch.from_numpy(f).permute(2, 0, 1).float() / 255 for f in map(np.asarray, synthetic.clip(5, 70, 100))]
+    frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(5, 70, 100)]
     chunk = cloud.encode_chunk(frames, seed=11)
     pairs = [chunk.pair(j) for j in range(chunk.pairs)]
     for path in ("fast", "reference"):

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from eden_serve.checkpoint import load_half, split
-from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.config import PRESETS
 from eden_serve.errors import CheckpointError
 from eden_serve.hub import HubFile, parse_reference
 from eden_serve.serving.launcher import REPO
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 TINY = PRESETS["tiny"]
 MAIN_COMMIT, TAGGED_COMMIT = "a" * 40, "b" * 40

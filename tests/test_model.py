@@ -1,11 +1,10 @@
 """The model's layout against the released checkpoint, and its embeddings."""
 
 import torch
+from conftest import GOLDEN_DIR
 
 from eden_serve.config import PRESETS, EdenConfig
 from eden_serve.model import expected_layout, pos_embedding
-
-from conftest import GOLDEN_DIR
 
 
 def test_official_layout_matches_the_released_checkpoint():

@@ -55,7 +55,7 @@ if model == "tiny":
     from eden_serve.checkpoint import load_pair
     from eden_serve.config import preset
     in_process = pipeline.in_process
-    pipeline.in_process = lambda *args: killing(in_process(*args))
+    pipeline.in_process = lambda *args, **kwargs: killing(in_process(*args, **kwargs))
     pipeline.interpolate_clip_in_process(src, dst, *load_pair(None, preset("tiny"), "cpu", "fp32"), **options)
 else:
     interpolate_clip(src, dst, killing(pairwise(average)), fingerprint={"processor": "average"}, **options)
@@ -265,10 +265,19 @@ def test_the_journal_records_what_makes_a_resume_valid(tmp_path, tiny_models, mo
     # In process, the processor is the model: its weights, device and precision, the codec, torch and the CPU.
     other = tmp_path / "other"
     in_process = pipeline.in_process
-    monkeypatch.setattr(pipeline, "in_process", lambda *args: lambda index, frames, seed: (_ for _ in ()).throw(KeyboardInterrupt)
-                        if index >= 4 else in_process(*args)(index, frames, seed))
+    def stopping(*args, **kwargs):
+        process = in_process(*args, **kwargs)
+
+        def stop(index, frames, seed):
+            if index >= 4:
+                raise KeyboardInterrupt
+            return process(index, frames, seed)
+
+        return stop
+
+    monkeypatch.setattr(pipeline, "in_process", stopping)
     with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
         interpolate_clip_in_process(src, other, *tiny_models, chunk=2, resume=True, inflight=1, progress=False)
     processor = journal_of(other, True)["identity"]["processor"]
-    assert set(processor) == {"codec", "batch_tokens", "weights", "device", "precision", "torch", "threads", "cpu"}
+    assert set(processor) == {"codec", "batch_tokens", "scene_threshold", "weights", "device", "precision", "torch", "threads", "cpu"}
     assert processor["codec"] == "bf16+zstd" and processor["device"] == "cpu" and len(processor["weights"]) == 32

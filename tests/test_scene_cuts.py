@@ -1,12 +1,25 @@
-"""The cloud's scene-cut test on a real clip: two real videos joined at the same size."""
+"""The cloud's scene-cut test on a real clip (two real videos joined at the same size), and the
+decision travelling in the payload: the cut pair's middle is a copy of its earlier frame."""
 
+import hashlib
+import io
+import json
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
+from eden_serve import wire
 from eden_serve.cloud import SCENE_THRESHOLD, is_scene_cut, scene_change
+from eden_serve.config import PRESETS
+from eden_serve.errors import CodecError
 from eden_serve.frames import load_frame
+from eden_serve.pipeline import interpolate_chunk, interpolate_clip_in_process
+
+TINY = PRESETS["tiny"]
 
 CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))
 
@@ -40,3 +53,76 @@ def test_the_change_is_zero_for_equal_frames_and_symmetric(frames):
 def test_frames_smaller_than_the_thumbnail_are_measured(frames):
     small = [torch.nn.functional.interpolate(f[None], size=(5, 12), mode="area")[0] for f in frames[3:5]]
     assert is_scene_cut(*small)
+
+
+# --- the decision travels in the payload ---------------------------------------------------------
+
+
+def test_the_cloud_sends_the_earlier_frame_of_a_cut_and_the_edge_gives_it_back(frames, tiny_models, tmp_path):
+    """In process, every pair of the clip: the cut pair's middle is frame 05 exactly, no other is a copy."""
+    cloud, edge = tiny_models
+    chunk = cloud.encode_chunk(frames, seed=0, scene_threshold=SCENE_THRESHOLD)
+    assert sorted(chunk.cuts) == [3]
+    payload = wire.encode(chunk, TINY)
+    assert sorted(wire.decode(payload, TINY).cuts) == [3]
+    middles, _ = interpolate_chunk(cloud, edge, frames, scene_threshold=SCENE_THRESHOLD)
+    copies = [j for j in range(len(frames) - 1) if torch.equal(to_uint8_tensor(middles[j]), to_uint8_tensor(frames[j]))]
+    assert copies == [3]
+    off, _ = interpolate_chunk(cloud, edge, frames, scene_threshold=None)
+    assert not torch.equal(to_uint8_tensor(off[3]), to_uint8_tensor(frames[3]))
+    # The other pairs run in a batch one pair smaller: the same frames up to float rounding.
+    assert (off[:3] - middles[:3]).abs().max() < 1e-5 and (off[4:] - middles[4:]).abs().max() < 1e-5
+
+
+def to_uint8_tensor(frame: torch.Tensor) -> torch.Tensor:
+    return (frame * 255).round()
+
+
+def test_a_clip_with_a_cut_in_process(tiny_models, tmp_path):
+    """The whole command line path: the cut pair comes out as a copy of its earlier frame."""
+    src = tmp_path / "clip"
+    src.mkdir()
+    for path in CLIP:
+        (src / path.name).write_bytes(path.read_bytes())
+    summary = interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, chunk=3, progress=False)
+    assert summary.pairs == len(CLIP) - 1
+    out = sorted((tmp_path / "out").iterdir())
+    middles = [np.asarray(Image.open(p)) for p in out[1::2]]
+    originals = [np.asarray(Image.open(p)) for p in CLIP]
+    assert [j for j, m in enumerate(middles) if np.array_equal(m, originals[j])] == [3]
+
+
+def test_forged_cuts_are_refused(tiny_models, frames):
+    cloud, _ = tiny_models
+    chunk = cloud.encode_chunk(frames[3:6], seed=0, scene_threshold=SCENE_THRESHOLD)  # 05 -> 06 -> 07
+    assert sorted(chunk.cuts) == [0]
+    payload = wire.encode(chunk, TINY, "fp32")
+    header_len = int.from_bytes(payload[12:16], "little")
+    header, body = json.loads(payload[16 : 16 + header_len]), payload[16 + header_len : -16]
+    png = chunk.cuts[0]
+    for cuts, tail in [
+        ([[1, len(png)]], png),  # well-formed, at pair 1: accepted
+        ([[2, len(png)]], png),  # no pair 2
+        ([[0, len(png) + 1]], png),  # longer than the body holds
+        ([[0, len(png)], [0, len(png)]], png + png),  # a pair twice
+        ([[0, 20]], b"\x89PNG\r\n\x1a\n" + bytes(12)),  # not an RGB PNG
+        ([[0, len(png)]], pil_png(np.zeros((10, 10, 3), np.uint8))),  # a PNG of another size
+    ]:
+        forged = reframe({**header, "cuts": cuts}, body[: len(body) - len(png)] + tail)
+        if cuts == [[1, len(png)]]:
+            assert sorted(wire.decode(forged, TINY).cuts) == [1]
+        else:
+            with pytest.raises(CodecError):
+                wire.decode(forged, TINY)
+
+
+def pil_png(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def reframe(header: dict, body: bytes) -> bytes:
+    head = json.dumps(header).encode()
+    out = struct.pack("<8sHHI", b"EDENWIRE", 2, 0, len(head)) + head + body
+    return out + hashlib.blake2b(out, digest_size=16).digest()

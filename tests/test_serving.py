@@ -11,6 +11,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
@@ -19,14 +20,14 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.metrics.metric_type_enum import MetricTypes
 
 from eden_serve import synthetic, wire
-from eden_serve.serving import fields, worker
-from eden_serve.serving.services import each
 from eden_serve.checkpoint import write_halves
-from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.frames import DEFAULT_MAX_PIXELS
+from eden_serve.serving import fields, worker
 from eden_serve.serving.launcher import REPO as ROOT
+from eden_serve.serving.services import each
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 
 def handler_class(name: str, class_name: str):
@@ -289,3 +290,40 @@ def test_a_batch_of_requests_is_grouped_by_size(model_dir, encoder, max_batch_to
     last, _ = unzip(replies[3][2])
     # Pair 1 of the first request is pair 0 of the last: the same frames and seed.
     assert np.abs(first[1].astype(int) - last[0].astype(int)).max() <= 1 and len(first) == len(last) == 2
+
+
+# --- scene cuts -----------------------------------------------------------------------------------
+
+CUT_CLIP = sorted((ROOT / "tests" / "data" / "scene_cut").glob("*.png"))
+
+
+def test_a_pair_across_a_scene_cut_is_a_copy_of_its_earlier_frame(encoder, edge):
+    before, after = CUT_CLIP[3].read_bytes(), CUT_CLIP[4].read_bytes()  # 05.png -> 06.png
+    requests = [{"frame0": before, "frame1": after}, {"frame0": before, "frame1": after, "scene_threshold": "off"},
+                {"frame0": before, "frame1": after, "scene_threshold": "2.5"}]
+    payloads = [reply[2] for reply in handle(*encoder, requests)]
+    middles = [np.asarray(Image.open(io.BytesIO(reply[2]))) for reply in handle(*edge, [{"body": p} for p in payloads])]
+    original = np.asarray(Image.open(CUT_CLIP[3]))
+    assert [np.array_equal(middle, original) for middle in middles] == [True, False, False]
+
+
+@pytest.mark.parametrize("value", ["", "-0.1", "3.5", "nan", "maybe", "0x1"])
+def test_bad_scene_thresholds(encoder, value):
+    ((status, _, body),) = handle(*encoder, [{"frame0": scene_png(0), "frame1": scene_png(1), "scene_threshold": value}])
+    assert (status, json.loads(body)["type"]) == (400, "bad_input")
+    assert "scene_threshold" in json.loads(body)["message"]
+
+
+def test_scene_threshold_setting():
+    assert worker.Settings.from_yaml({"handler": {"scene_threshold": None}}).scene_threshold is None
+    assert worker.Settings.from_yaml({}).scene_threshold == 0.9
+    for bad in ("off", -1, 4, True):
+        with pytest.raises(ValueError, match="scene_threshold"):
+            worker.Settings.from_yaml({"handler": {"scene_threshold": bad}})
+
+
+@pytest.mark.parametrize("name", ["eden_encoder", "eden_ditdec"])
+def test_the_archives_model_configs_are_valid_settings(name):
+    document = yaml.safe_load((ROOT / "handlers" / f"{name}-config.yaml").read_text())
+    settings = worker.Settings.from_yaml(document)
+    assert settings.max_pixels == 3840 * 2160 and settings.max_chunk_frames == 17

@@ -12,7 +12,13 @@ from PIL import Image
 
 from eden_serve import clips
 from eden_serve.client import Client
-from eden_serve.errors import BadInputError, PairError, ServerError, TransientError, UnavailableError
+from eden_serve.errors import (
+    BadInputError,
+    PairError,
+    ServerError,
+    TransientError,
+    UnavailableError,
+)
 from eden_serve.streaming import Middles, Retry, Summary, interpolate_clip, pairwise
 
 SIZE = (96, 64)

@@ -22,8 +22,22 @@ from hypothesis import strategies as st
 
 from eden_serve import synthetic, wire
 from eden_serve.config import PRESETS
-from eden_serve.errors import BadInputError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
-from eden_serve.wire import CODECS, DEFAULT_CODEC, Chunk, Tokens, decode, encode, parse_codec
+from eden_serve.errors import (
+    BadInputError,
+    CodecError,
+    ModelMismatchError,
+    PayloadTooLargeError,
+    UnsupportedVersionError,
+)
+from eden_serve.wire import (
+    CODECS,
+    DEFAULT_CODEC,
+    Chunk,
+    Tokens,
+    decode,
+    encode,
+    parse_codec,
+)
 
 TINY = PRESETS["tiny"]
 PREFIX = struct.Struct("<8sHHI")

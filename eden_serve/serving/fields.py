@@ -17,7 +17,8 @@ OCTET_STREAM = "application/octet-stream"
 PNG = "image/png"
 JSON = "application/json"
 ZIP = "application/zip"
-FORM_HELP = "send multipart/form-data with image fields frame0, frame1 (... frameK), optional seed (integer) and codec"
+FORM_HELP = ("send multipart/form-data with image fields frame0, frame1 (... frameK), optional seed (integer), "
+             "codec and scene_threshold")
 
 
 def form_field(request: dict, name: str) -> Any:
@@ -60,6 +61,22 @@ def parse_seed(value: Any) -> int:
     if not 0 <= seed <= MAX_SEED:
         raise BadInputError(f"seed must be in [0, {MAX_SEED}], got {seed}")
     return seed
+
+
+def parse_threshold(value: Any, default: float | None) -> float | None:
+    """The scene-cut threshold of a request: a number in [0, 3], or "off"."""
+    if value is None:
+        return default
+    word = text(value, "scene_threshold") if not isinstance(value, (int, float)) or isinstance(value, bool) else value
+    if word == "off":
+        return None
+    try:
+        threshold = float(word)
+    except (TypeError, ValueError):
+        threshold = float("nan")
+    if not 0 <= threshold <= 3:  # also false for NaN
+        raise BadInputError(f"scene_threshold must be a number in [0, 3] or off, got {str(word)!r:.40}")
+    return threshold
 
 
 def parse_codec(value: Any, default: str) -> str:

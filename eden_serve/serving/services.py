@@ -27,10 +27,29 @@ from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
-from ..errors import BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, error_from_document, error_response
+from ..errors import (
+    BadInputError,
+    ChunkTooLargeError,
+    EdenError,
+    FrameTooLargeError,
+    error_from_document,
+    error_response,
+)
 from ..frames import check_pair, load_frame, to_png
 from ..wire import Chunk
-from .fields import FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, request_body
+from .fields import (
+    FORM_HELP,
+    JSON,
+    OCTET_STREAM,
+    PNG,
+    ZIP,
+    form_field,
+    image_bytes,
+    parse_codec,
+    parse_seed,
+    parse_threshold,
+    request_body,
+)
 from .worker import Settings, choose_device, configure_torch, max_tokens_for
 
 logger = logging.getLogger(__name__)
@@ -143,10 +162,12 @@ class EncodeJob(NamedTuple):
     frames: list[bytes]  # image files, decoded in run()
     seed: int
     codec: str
+    scene_threshold: float | None
 
 
 class CloudService(Service):
-    """Form fields frame0 ... frameK (2 <= K + 1 <= max_chunk_frames), seed, codec -> one chunk payload."""
+    """Form fields frame0 ... frameK (2 <= K + 1 <= max_chunk_frames), seed, codec, scene_threshold ->
+    one chunk payload."""
 
     side = "cloud"
     model: CloudEncoder
@@ -165,7 +186,8 @@ class CloudService(Service):
         seed = parse_seed(request.get("seed"))
         if seed + len(frames) - 2 > MAX_SEED:
             raise BadInputError(f"seed {seed} leaves no room for the seeds of {len(frames) - 1} pairs below {MAX_SEED}")
-        return EncodeJob(frames, seed, parse_codec(request.get("codec"), self.settings.codec))
+        codec = parse_codec(request.get("codec"), self.settings.codec)
+        return EncodeJob(frames, seed, codec, parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold))
 
     def load_frame(self, data: bytes, name: str) -> torch.Tensor:
         frame = load_frame(data, name, self.settings.max_pixels)
@@ -189,7 +211,7 @@ class CloudService(Service):
                 f"over this server's {self.max_chunk_tokens} per request; send at most {fit} frames of this size"
             )
         start = time.perf_counter()
-        chunk = self.model.encode_chunk(frames, job.seed)
+        chunk = self.model.encode_chunk(frames, job.seed, job.scene_threshold)
         encoded = time.perf_counter()
         payload = wire.encode(chunk, self.model.config, job.codec)
         self.time_metric("EdenEncodeMs", encoded - start, idx)
@@ -238,14 +260,19 @@ class EdgeService(Service):
 
     def inference(self, jobs: list) -> list:
         chunks = each(self.decode, jobs)
-        middles: dict[int, list] = {idx: [] for idx, chunk in enumerate(chunks) if isinstance(chunk, Chunk)}
-        seconds = dict.fromkeys(middles, (0.0, 0.0))
+        # Per request: its middles as PNGs (a scene cut's is in the payload), or the exception that failed it.
+        middles: dict[int, list | Exception] = {}
+        seconds: dict[int, list[float]] = {}
         groups: dict[tuple, list[tuple[int, int]]] = {}
-        for idx in middles:
-            groups.setdefault((chunks[idx].grid, chunks[idx].size), []).extend((idx, j) for j in range(chunks[idx].pairs))
+        for idx, chunk in enumerate(chunks):
+            if isinstance(chunk, Chunk):
+                middles[idx] = [chunk.cuts.get(j) for j in range(chunk.pairs)]
+                seconds[idx] = [0.0, 0.0]
+                computed = [(idx, j) for j in range(chunk.pairs) if j not in chunk.cuts]
+                groups.setdefault((chunk.grid, chunk.size), []).extend(computed)
         for (grid, _), pairs in groups.items():
             for batch in batches(pairs, grid[0] * grid[1], self.settings.max_batch_tokens):
-                batch = [(idx, j) for idx, j in batch if isinstance(middles.get(idx), list)]
+                batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
                 if not batch:
                     continue
                 try:
@@ -259,17 +286,17 @@ class EdgeService(Service):
                     for idx, _ in batch:
                         middles[idx] = exc
                     continue
-                for (idx, _), frame in zip(batch, frames):
-                    middles[idx].append(frame)
-                    share = 1 / len(batch)
-                    seconds[idx] = (seconds[idx][0] + share * (denoised - start), seconds[idx][1] + share * (decoded - denoised))
+                for (idx, j), frame in zip(batch, frames):
+                    middles[idx][j] = to_png(frame)
+                    seconds[idx][0] += (denoised - start) / len(batch)
+                    seconds[idx][1] += (decoded - denoised) / len(batch)
         results = []
         for idx, chunk in enumerate(chunks):
             outcome = middles.get(idx, chunk)
             if isinstance(outcome, list):
                 self.time_metric("EdenDenoiseMs", seconds[idx][0], idx)
                 self.time_metric("EdenDecodeMs", seconds[idx][1], idx)
-                outcome = Reply(to_png(outcome[0]), PNG) if len(outcome) == 1 else Reply(zip_of(map(to_png, outcome)), ZIP)
+                outcome = Reply(outcome[0], PNG) if len(outcome) == 1 else Reply(zip_of(outcome), ZIP)
             results.append(outcome)
         return results
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from .. import wire
+from ..cloud import SCENE_THRESHOLD
 from ..config import EdenConfig
 from ..edge import DEFAULT_BATCH_TOKENS, PRECISIONS
 from ..frames import DEFAULT_MAX_PIXELS
@@ -25,6 +26,7 @@ class Settings:
     max_chunk_frames: int = 17  # frames per request (K + 1); more get 413
     max_chunk_tokens: int = 1 << 17  # condition tokens of all a request's frames; a pair of the largest frames always fits
     codec: str = wire.DEFAULT_CODEC  # cloud: the codec of requests that name none
+    scene_threshold: float | None = SCENE_THRESHOLD  # cloud: scene-cut test of requests that name none; null: off
     precision: str = "fp32"  # edge: compute precision
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS  # edge: condition tokens per batched forward
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (README: "GPUs")
@@ -47,6 +49,9 @@ class Settings:
             raise ValueError(f"model-config.yaml: handler.threads must be an integer >= 0, got {settings.threads!r}")
         if settings.precision not in PRECISIONS:
             raise ValueError(f"model-config.yaml: handler.precision must be one of {', '.join(PRECISIONS)}, got {settings.precision!r}")
+        threshold = settings.scene_threshold
+        if threshold is not None and (type(threshold) not in (int, float) or not 0 <= threshold <= 3):
+            raise ValueError(f"model-config.yaml: handler.scene_threshold must be a number in [0, 3] or null, got {threshold!r}")
         wire.parse_codec(settings.codec)
         return settings
 

