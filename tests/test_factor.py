@@ -7,6 +7,7 @@ One test runs factor 4 through a real TorchServe in the split deployment.
 
 import weakref
 from fractions import Fraction
+from pathlib import Path
 
 import av
 import numpy as np
@@ -57,6 +58,25 @@ def test_factor_equals_passes_of_2x_with_the_same_seed(tmp_path, tiny_models, fa
     assert got == files(expected)  # same names, same bytes: middles exactly as two (three) passes make them
     originals = list(got.values())[::factor]
     assert originals == [(src / f"frame{i}.png").read_bytes() for i in range(frames)]
+
+
+def test_at_factor_4_all_three_frames_across_a_cut_are_copies(tmp_path, tiny_models):
+    """The real clip of two videos joined between 05.png and 06.png: the cut's middle is a copy of
+    05.png, and at the next level so are the middles of (05.png, copy), a pair of equal frames, and
+    (copy, 06.png), a cut again. No other level-1 middle is a copy (synthetic weights make level-2
+    pairs unlike one another, so they say nothing here). Still two 2x passes, file for file."""
+    src = Path(__file__).parent / "data" / "scene_cut"
+    names = sorted(p.name for p in src.glob("*.png"))
+
+    def run(source, out, f):
+        return interpolate_clip_in_process(source, out, *tiny_models, chunk=3, factor=f, progress=False)
+
+    run(src, tmp_path / "direct", 4)
+    out = [np.asarray(Image.open(p).convert("RGB")) for p in sorted((tmp_path / "direct").iterdir())]
+    cut = names.index("05.png")
+    assert all(np.array_equal(out[4 * cut + k], out[4 * cut]) for k in (1, 2, 3))
+    assert [k // 4 for k in range(2, len(out), 4) if np.array_equal(out[k], out[k - 2])] == [cut]
+    assert files(tmp_path / "direct") == files(passes_of_2x(src, tmp_path / "passes", 2, run))
 
 
 def solid(value, mode="RGB"):
