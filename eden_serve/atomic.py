@@ -20,14 +20,8 @@ from PIL import Image
 from .errors import BadInputError
 
 
-@contextlib.contextmanager
-def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
-    """A hidden temporary path beside ``dst``, renamed onto ``dst`` if the block completes.
-
-    On any exception, KeyboardInterrupt included, the temporary file or directory is removed and
-    ``dst`` is left as it was. Files are created with O_EXCL under a random name (the umask applies).
-    """
-    dst = Path(dst)
+def check_destination(dst: Path, directory: bool) -> None:
+    """Refuse a destination the output cannot replace; create its parent directory."""
     if directory and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise BadInputError(f"output {str(dst)!r} exists and is not an empty directory; choose a new path")
     if not directory and dst.is_dir():
@@ -36,7 +30,10 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {exc.strerror}") from None
-    tmp = dst.with_name(f".{dst.stem}.partial-{secrets.token_hex(4)}{'' if directory else dst.suffix}")
+
+
+def create_partial(tmp: Path, directory: bool, dst: Path) -> None:
+    """A new empty file or directory at ``tmp`` (O_EXCL: never one that exists)."""
     try:
         if directory:
             tmp.mkdir()
@@ -44,15 +41,32 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as exc:
         raise BadInputError(f"cannot write output {str(dst)!r}: {exc.strerror}") from None
+
+
+def remove_partial(tmp: Path) -> None:
+    if tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
+    """A hidden temporary path beside ``dst``, renamed onto ``dst`` if the block completes.
+
+    On any exception, KeyboardInterrupt included, the temporary file or directory is removed and
+    ``dst`` is left as it was. Files are created with O_EXCL under a random name (the umask applies).
+    """
+    dst = Path(dst)
+    check_destination(dst, directory)
+    tmp = dst.with_name(f".{dst.stem}.partial-{secrets.token_hex(4)}{'' if directory else dst.suffix}")
+    create_partial(tmp, directory, dst)
     try:
         yield tmp
         os.replace(tmp, dst)
     except BaseException:
-        if directory:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+        remove_partial(tmp)
         raise
 
 

@@ -6,6 +6,7 @@ Every error the user can cause ends as one line on stderr and exit code 2, never
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -29,7 +30,7 @@ from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_u
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
 from .serving.launcher import BASE_CONFIG, REPO
 from .serving.node import ARCHIVES, serve
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, FACTORS
 
 PROG = "eden-serve"
 CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
@@ -88,6 +89,18 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
 
 
+def _clip_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--factor", type=int, choices=FACTORS, default=2,
+                        help="frame rate multiplier of a clip: 4 and 8 interpolate again between the middles (default 2)")
+    parser.add_argument("--resume", action="store_true",
+                        help="if the run stops, keep its partial output and journal; continue one left by the same command")
+
+
+def _clip_only(args) -> None:
+    if args.factor != 2 or args.resume:
+        raise BadInputError("--factor and --resume apply to a clip; two frames give their middle frame")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="EDEN frame interpolation, split between a cloud encoder and an edge DiT+decoder.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -102,6 +115,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
                    help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
+    _clip_options(p)
     _model_options(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
@@ -135,11 +149,13 @@ def _interpolate(args) -> int:
         summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
+            factor=args.factor, resume=args.resume,
         )
         print(summary)
         return 0
     if len(args.inputs) != 2:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
+    _clip_only(args)
     frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
@@ -203,6 +219,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar on stderr (default: when stderr is a terminal)")
+    _clip_options(parser)
 
 
 def run_client(args: argparse.Namespace) -> int:
@@ -216,6 +233,7 @@ def run_client(args: argparse.Namespace) -> int:
                "backoff": args.backoff, "timeout": args.timeout}
     with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
         if len(args.inputs) == 2:
+            _clip_only(args)
             started = time.perf_counter()
             before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
             middle = client.interpolate(before.path, after.path, seed=args.seed)
@@ -224,7 +242,8 @@ def run_client(args: argparse.Namespace) -> int:
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
         summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk,
-                                          inflight=args.inflight, progress=args.progress)
+                                          inflight=args.inflight, progress=args.progress, factor=args.factor,
+                                          resume=args.resume)
         print(summary)
     return 0
 
@@ -264,7 +283,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return _stopped(130, argv)
+    except SystemExit as exc:  # SIGTERM
+        return _stopped(exc.code, argv)
+
+
+def _stopped(code: int, argv: list[str] | None) -> int:
+    """The exit code of a stopped run. The command itself (``argv`` None) leaves at once: a worker
+    thread may still be inside a torch forward, and finalising the interpreter under it aborts the
+    process ("terminate called without an active exception"). Outputs are settled by then."""
+    if argv is not None:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -234,12 +234,16 @@ class Client:
         chunk: int = DEFAULT_CHUNK,
         inflight: int = DEFAULT_INFLIGHT,
         progress: bool | None = None,
+        factor: int = 2,
+        resume: bool = False,
     ) -> Summary:
         """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request;
-        pair i uses ``seed + i``."""
+        pair i uses ``seed + i`` (``factor`` and ``resume``: see :func:`interpolate_clip`)."""
         cancel = threading.Event()
         return interpolate_clip(src, dst, self.processor(cancel), chunk=chunk, seed=seed, inflight=inflight,
-                                progress=progress, cancel=cancel)
+                                progress=progress, cancel=cancel, factor=factor, resume=resume,
+                                fingerprint={"servers": self.urls, "codec": self.codec,
+                                             "scene_threshold": self.scene_threshold})
 
     def processor(self, cancel: threading.Event | None = None) -> Processor:
         """This client as a :mod:`~eden_serve.streaming` processor; retries stop waiting once

@@ -37,14 +37,17 @@ class CloudEncoder:
         """F >= 2 consecutive [3, H, W] float frames in [0, 1] -> their chunk for the edge: every frame
         embedded once, all in one batched patch embedding; pair j gets seed ``seed + j``. A pair whose
         :func:`scene_change` passes ``scene_threshold`` (None: detection off) is a cut: its middle
-        is the earlier frame, which travels as a PNG instead of costing the edge its DiT."""
+        is the earlier frame, which travels as a PNG instead of costing the edge its DiT. So is a
+        pair of equal frames, such as a cut's copy and its earlier frame at the next level of a 4x
+        run: all the frames across a cut are then copies."""
         shape = frames[0].shape
         assert len(frames) >= 2 and len(shape) == 3 and shape[0] == 3 and all(f.shape == shape for f in frames), "checked by the caller"
         height, width = shape[-2:]
         x = torch.stack(list(frames)).to(self.device, torch.float32)  # [F, 3, H, W]
         differences = [self._difference(x[j], x[j + 1]).item() for j in range(len(x) - 1)]
-        cuts = {j: png_bytes(Image.fromarray(to_uint8(x[j].cpu())), 1)
-                for j in range(len(x) - 1) if is_scene_cut(x[j], x[j + 1], scene_threshold)}
+        cut = [scene_threshold is not None and (torch.equal(x[j], x[j + 1]) or is_scene_cut(x[j], x[j + 1], scene_threshold))
+               for j in range(len(x) - 1)]
+        cuts = {j: png_bytes(Image.fromarray(to_uint8(x[j].cpu())), 1) for j in range(len(x) - 1) if cut[j]}
 
         padded = pad_frames(x, self.config)
         mean = padded.mean(dim=(1, 2, 3), keepdim=True)

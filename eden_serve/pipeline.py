@@ -17,6 +17,7 @@ from .clips import Frame
 from .cloud import SCENE_THRESHOLD, CloudEncoder
 from .edge import DEFAULT_BATCH_TOKENS, AttentionPath, EdgeModel, batches
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
+from .resume import model_identity
 from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_clip
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
@@ -92,9 +93,15 @@ def interpolate_clip_in_process(
     progress: bool | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     scene_threshold: float | None = SCENE_THRESHOLD,
+    factor: int = 2,
+    resume: bool = False,
 ) -> Summary:
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`."""
     wire.parse_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
+    fingerprint = None
+    if resume:
+        fingerprint = {"codec": codec, "batch_tokens": DEFAULT_BATCH_TOKENS, "scene_threshold": scene_threshold,
+                       **model_identity(cloud, edge)}
     return interpolate_clip(src, dst, processor, chunk=chunk, seed=seed, inflight=inflight, progress=progress,
-                            max_pixels=max_pixels)
+                            max_pixels=max_pixels, factor=factor, resume=resume, fingerprint=fingerprint)

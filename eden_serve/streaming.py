@@ -8,6 +8,9 @@ on one of ``inflight`` worker threads. The main thread reads frames lazily, keep
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
+A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
+(:mod:`eden_serve.clips.levels`); ``resume`` keeps and continues a stopped run's output
+(:mod:`eden_serve.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
 stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
@@ -18,14 +21,13 @@ that processors waiting to retry give up.
 
 from __future__ import annotations
 
-import itertools
 import queue
 import sys
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -33,6 +35,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from .clips import Frame, open_clip, write_clip
+from .clips.levels import Item, Level
 from .errors import (
     BadInputError,
     EdenError,
@@ -40,10 +43,12 @@ from .errors import (
     TransientError,
     UnavailableError,
 )
+from .resume import Journal, input_identity
 
 DEFAULT_INFLIGHT = 4
 # Pairs per request: the wire carries each frame once per chunk (README "Clip chunks").
 DEFAULT_CHUNK = 8
+FACTORS = (2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class Summary:
     received_bytes: int = 0
     payload_bytes: int | None = None  # total over the pairs, None where the payload is not seen
     retries: int = 0
+    resumed: int = 0  # pairs an earlier run had done (not in ``pairs``)
 
     @property
     def pairs_per_second(self) -> float:
@@ -118,7 +124,8 @@ class Summary:
         if self.pairs and self.payload_bytes is not None:
             per_pair.append(f"{_size(self.payload_bytes / self.pairs)} wire payload")
         line += f"; per pair: {', '.join(per_pair)}" if per_pair else ""
-        return line + (f"; {self.retries} requests retried" if self.retries else "")
+        line += f"; {self.retries} requests retried" if self.retries else ""
+        return line + (f"; resumed after {self.resumed} pairs done before" if self.resumed else "")
 
 
 Processor = Callable[[int, list[Frame], int], "Middles | Sequence[Image.Image]"]
@@ -213,6 +220,54 @@ def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
     return middles
 
 
+class _Run:
+    """What the levels share: the processors (one per level), the workers, the summary and the
+    writer, with the checkpoints of a resumable output."""
+
+    def __init__(self, processors, workers, summary, bar, *, chunk, inflight, seed, factor, writer, journal):
+        self.processors, self.workers, self.summary, self.bar = processors, workers, summary, bar
+        self.chunk, self.inflight, self.seed = chunk, inflight, seed
+        self.closing = 1 - Fraction(1, factor)  # the position of the last middle before an original
+        self.writer, self.journal = writer, journal
+
+    def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
+        return self.workers.submit(self.processors[depth - 1], index, frames, self.seed + index)
+
+    def collect(self, future: Future, index: int, frames: list[Frame]) -> list[Image.Image]:
+        middles = _middles(future, index, frames)
+        summary = self.summary
+        summary.pairs += len(middles.images)
+        summary.sent_bytes += middles.sent_bytes
+        summary.received_bytes += middles.received_bytes
+        summary.retries += middles.retries
+        if middles.payload_bytes is not None:
+            summary.payload_bytes = (summary.payload_bytes or 0) + middles.payload_bytes
+        self.bar.update(len(middles.images))
+        return middles.images
+
+    def push(self, item: Item) -> None:
+        """The writer's end of the last level."""
+        if item.after is None:
+            self.writer.add(item.before)
+        else:
+            self.writer.add_middle(item.image, item.before, item.after, item.position)
+        self.summary.frames += 1
+        # Once all that comes before an original is written where every level has a chunk boundary,
+        # a resumed run can start there and chunk (and batch) as this one.
+        if (self.journal is not None and self.writer.continues and item.position == self.closing
+                and item.after.index % self.chunk == 0):
+            self.journal.save({"position": item.after.index, "writer": self.writer.checkpoint()})
+
+    def close(self) -> None:
+        pass
+
+
+def _levels(factor: int) -> int:
+    if factor not in FACTORS:
+        raise BadInputError(f"factor must be one of {', '.join(map(str, FACTORS))}, got {factor}")
+    return factor.bit_length() - 1
+
+
 def interpolate_clip(
     src: str | Path,
     dst: str | Path,
@@ -220,65 +275,66 @@ def interpolate_clip(
     *,
     chunk: int = 1,
     seed: int = 0,
+    factor: int = 2,
     inflight: int = DEFAULT_INFLIGHT,
     progress: bool | None = None,
     cancel: threading.Event | None = None,
     max_pixels: int | None = None,
+    resume: bool = False,
+    fingerprint: dict | None = None,
 ) -> Summary:
     """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
-    write ``dst`` (2N - 1 frames).
+    write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8.
+
+    Factor 2^L runs L levels, each a 2x pass over the frames of the one before (its middles in
+    their neighbours' pixel format), chunked and seeded as a pass of its own: pair k of a level
+    uses ``seed + k``. So factor 4 equals two 2x runs with the same seed, chunk and processor.
 
     ``progress``: a progress bar on stderr (None: when stderr is a terminal). ``cancel`` is set when
     the run stops early, for processors to notice (the client's retries do). ``max_pixels`` limits
-    the frame size (None: no limit here; a server applies its own).
+    the frame size (None: no limit here; a server applies its own). ``resume``: keep the partial
+    output and a journal if the run stops, and continue from one left by an earlier run with the
+    same input and options (:mod:`eden_serve.resume`); ``fingerprint`` is what else the middles
+    depend on (the model, the servers, the codec), recorded in the journal.
     """
     if inflight < 1:
         raise BadInputError(f"inflight must be at least 1, got {inflight}")
     if chunk < 1:
         raise BadInputError(f"chunk must be at least 1 pair, got {chunk}")
+    depth = _levels(factor)
     cancel = cancel if cancel is not None else threading.Event()
     started = time.perf_counter()
     summary = Summary(pairs=0, frames=0, seconds=0.0)
-    with open_clip(src, max_pixels) as clip, write_clip(clip, dst) as writer, _Workers(inflight, cancel) as workers:
-        total = clip.length - 1 if clip.length else None
-        with progress_bar(total, progress) as bar:
-            pending: deque = deque()
-
-            def write_oldest() -> None:
-                index, frames, future = pending.popleft()
-                middles = _middles(future, index, frames)
-                for before, after, image in zip(frames, frames[1:], middles.images):
-                    writer.add(before)
-                    writer.add_middle(image, before, after)
-                pairs = len(middles.images)
-                summary.pairs += pairs
-                summary.frames += 2 * pairs
-                summary.sent_bytes += middles.sent_bytes
-                summary.received_bytes += middles.received_bytes
-                summary.retries += middles.retries
-                if middles.payload_bytes is not None:
-                    summary.payload_bytes = (summary.payload_bytes or 0) + middles.payload_bytes
-                bar.update(pairs)
-
-            def submit(index: int, frames: list[Frame]) -> None:
-                if len(pending) == inflight:
-                    write_oldest()
-                pending.append((index, frames, workers.submit(processor, index, frames, seed + index)))
-
-            stream = iter(clip)
-            frames, index = list(itertools.islice(stream, 1)), 0
-            if not frames:
-                raise BadInputError(f"{str(src)!r} holds no frames")
-            for frame in stream:
-                frames.append(frame)
-                if len(frames) == chunk + 1:
-                    submit(index, frames)
-                    index, frames = index + chunk, [frame]
-            if len(frames) > 1:
-                submit(index, frames)
-            while pending:
-                write_oldest()
-            writer.add(frames[-1])
-            summary.frames += 1
+    with open_clip(src, max_pixels) as clip:
+        journal = None
+        if resume:
+            identity = {"input": input_identity(clip.path), "frames": clip.length, "factor": factor, "chunk": chunk,
+                        "seed": seed, "processor": fingerprint or {}}
+            journal = Journal(dst, identity)
+        with write_clip(clip, dst, factor, journal) as writer, _Workers(inflight, cancel) as workers:
+            start = journal.checkpoint["position"] if journal is not None and journal.checkpoint else 0
+            processors = [processor] * depth
+            if journal is not None and not writer.continues:
+                processors = [journal.cached_processor(processor, level) for level in range(1, depth + 1)]
+            summary.resumed, summary.frames = (factor - 1) * start, factor * start
+            total = (factor - 1) * (clip.length - 1) if clip.length else None
+            with progress_bar(total, progress) as bar:
+                bar.update(summary.resumed)
+                run = _Run(processors, workers, summary, bar, chunk=chunk, inflight=inflight, seed=seed, factor=factor,
+                           writer=writer, journal=journal)
+                sink = run
+                for level in range(depth, 0, -1):
+                    sink = Level(level, start << (level - 1), sink, run)
+                read = 0
+                for frame in clip:
+                    read += 1
+                    if frame.index >= start:  # a resumed run's output holds the frames before
+                        sink.push(Item(frame))
+                if not read:
+                    raise BadInputError(f"{str(src)!r} holds no frames")
+                sink.close()
+            if journal is not None:
+                summary.pairs -= journal.hits
+                summary.resumed += journal.hits
     summary.seconds = time.perf_counter() - started
     return summary

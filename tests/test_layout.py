@@ -18,7 +18,7 @@ LAYERS = [
     {"config"},
     {"model", "wire", "frames", "atomic", "hub"},
     {"cloud", "edge", "synthetic"},
-    {"checkpoint"},
+    {"checkpoint", "resume"},
     {"serving", "clips"},
     {"streaming"},
     {"pipeline", "client", "bench", "bench_wire"},

@@ -4,7 +4,8 @@ A clip is a directory of frames (natural sort order: ``frame2`` before ``frame10
 animated GIF, APNG or WebP (:mod:`.animation`), or a video (:mod:`.video`, PyAV, the optional
 ``video`` extra). Its output is of the same kind: every original frame followed by the frame
 interpolated between it and the next (N frames in, 2N - 1 out), at twice the frame rate, in the same
-size and pixel format.
+size and pixel format; or, for a factor F of 4 or 8, F - 1 frames between each two (F(N - 1) + 1 out)
+at F times the frame rate.
 
 Memory: frames are read one at a time, so a reader holds only the frames its caller keeps, and
 writers stream too. Atomicity: output is built under a hidden name and renamed at the end
@@ -25,8 +26,9 @@ from PIL import Image, UnidentifiedImageError
 from ..atomic import atomic_output
 from ..errors import BadInputError
 from ..frames import PNG_MODES, match_mode
+from ..resume import Journal, sync
 from .animation import ANIMATION_FORMATS, AnimationClip
-from .base import Clip, ClipWriter, Frame
+from .base import HALF, Clip, ClipWriter, Frame
 from .video import VIDEO_EXTRA, VIDEO_SUFFIXES, VideoClip
 
 __all__ = ["Clip", "ClipWriter", "Frame", "VIDEO_EXTRA", "is_clip", "natural_key", "open_clip", "write_clip"]
@@ -60,31 +62,44 @@ class DirectoryClip(Clip):
         for i, name in enumerate(self.names):
             yield Frame(i, name, path=self.path / name, max_pixels=self.max_pixels)
 
-    def writer(self, tmp, dst):
-        return DirectoryWriter(tmp, self.length)
+    def writer(self, tmp, dst, factor=2, state=None):
+        return DirectoryWriter(tmp, self.length, factor, state)
 
 
 class DirectoryWriter(ClipWriter):
     """Output frame k is ``{k:06d}`` plus the original's suffix (copied byte for byte) or, for a
     middle frame, ``.png`` (``.tif`` for modes a PNG cannot hold): names that sort in play order."""
 
-    def __init__(self, tmp: Path, length: int):
+    continues = True
+
+    def __init__(self, tmp: Path, length: int, factor: int = 2, state: dict | None = None):
         self.dir = tmp
-        self.width = max(6, len(str(2 * length - 2)))
-        self.count = 0
+        self.width = max(6, len(str(factor * (length - 1))))
+        self.count = 0 if state is None else state["count"]
+        self.unsynced: list[Path] = []
+        if state is not None:  # frames written after the checkpoint, the last perhaps in part
+            for path in tmp.iterdir():
+                if not path.stem.isdigit() or int(path.stem) >= self.count:
+                    path.unlink()
 
     def _next(self, suffix: str) -> Path:
         path = self.dir / f"{self.count:0{self.width}d}{suffix}"
         self.count += 1
+        self.unsynced.append(path)
         return path
 
     def add(self, frame):
         shutil.copyfile(frame.path, self._next(frame.path.suffix))
 
-    def add_middle(self, middle, before, after):
+    def add_middle(self, middle, before, after, position=HALF):
         image = match_mode(middle, before.image, after.image)
         fmt = "PNG" if image.mode in PNG_MODES else "TIFF"
         image.save(self._next(".png" if fmt == "PNG" else ".tif"), format=fmt)
+
+    def checkpoint(self):
+        sync(*self.unsynced, self.dir)
+        self.unsynced = []
+        return {"count": self.count}
 
 
 def _animated(path: Path) -> Image.Image | None:
@@ -134,13 +149,16 @@ def open_clip(path: str | Path, max_pixels: int | None = None) -> Clip:
 
 
 @contextlib.contextmanager
-def write_clip(clip: Clip, dst: str | Path) -> Iterator[ClipWriter]:
-    """A writer for ``clip``'s kind whose output appears at ``dst`` only if the block completes."""
+def write_clip(clip: Clip, dst: str | Path, factor: int = 2, journal: Journal | None = None) -> Iterator[ClipWriter]:
+    """A writer of ``factor`` times ``clip``'s frame rate whose output appears at ``dst`` only if
+    the block completes; with a ``journal``, a resumable output (:mod:`eden_serve.resume`)."""
     dst = Path(dst)
     if dst.resolve() == clip.path.resolve():
         raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
-    with atomic_output(dst, directory=clip.kind == "directory") as tmp:
-        writer = clip.writer(tmp, dst)
+    directory = clip.kind == "directory"
+    with atomic_output(dst, directory) if journal is None else journal.output(directory) as tmp:
+        checkpoint = journal.checkpoint if journal is not None else None
+        writer = clip.writer(tmp, dst, factor, checkpoint["writer"] if checkpoint else None)
         try:
             yield writer
             writer.finish()

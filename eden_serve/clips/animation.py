@@ -8,8 +8,11 @@ region, one palette per GIF frame, and lossless WebP so that the original frames
 from __future__ import annotations
 
 import io
+import math
+import os
 import struct
 import zlib
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
@@ -17,7 +20,7 @@ from PIL import GifImagePlugin, Image
 
 from ..errors import BadInputError
 from ..frames import check_size, match_mode, png_bytes
-from .base import Clip, ClipWriter, Frame
+from .base import HALF, Clip, ClipWriter, Frame
 
 ANIMATION_FORMATS = {"GIF", "PNG", "WEBP"}
 
@@ -53,40 +56,70 @@ class AnimationClip(Clip):
                 raise BadInputError(f"{self.path}: frame {i} is not readable ({type(exc).__name__})") from None
             yield Frame(i, f"frame {i}", image=frame, duration=float(image.info.get("duration") or 0))
 
-    def writer(self, tmp, dst):
+    def writer(self, tmp, dst, factor=2, state=None):
         if Image.registered_extensions().get(dst.suffix.lower()) != self.format:
             extension = {"GIF": ".gif", "PNG": ".png", "WEBP": ".webp"}[self.format]
             raise BadInputError(
                 f"output {str(dst)!r}: the input is an animated {self.format}, so is the output; name it *{extension}"
             )
         writer = {"GIF": GifWriter, "PNG": ApngWriter, "WEBP": WebpWriter}[self.format]
-        return writer(tmp, self)
+        return writer(tmp, self, factor, state)
 
     def close(self) -> None:
         self._image.close()
 
 
 class _AnimationWriter(ClipWriter):
-    """Twice the frame rate: a frame's delay is split between it and the middle frame after it, in
-    the format's whole ticks (``unit`` milliseconds), so that the pair keeps the original total."""
+    """``factor`` times the frame rate: a frame's delay is split between it and the middle frames
+    after it, in the format's whole ticks (``unit`` milliseconds), keeping the original total: the
+    frame at ``position`` p (0 for the original) lasts ceil(ticks (p + 1/factor)) - ceil(ticks p).
+
+    A checkpoint is the file's length (and for APNG the sequence number): a writer given that state
+    cuts the file back to it and goes on appending."""
 
     unit: float
+    continues = True
 
-    def __init__(self, tmp: Path, clip: AnimationClip):
+    def __init__(self, tmp: Path, clip: AnimationClip, factor: int = 2, state: dict | None = None):
         self.clip = clip
-        self.file = open(tmp, "wb")
-        self.owed = 0  # ticks left of the last original frame's delay, for its middle frame
+        self.factor = factor
+        self.ticks = 0  # the delay of the last original frame, shared with the middles after it
+        if state is None:
+            self.file = open(tmp, "wb")
+            self._start()
+            return
+        self.file = open(tmp, "r+b")
+        if self.file.seek(0, io.SEEK_END) < state["offset"]:
+            self.file.close()
+            raise BadInputError(f"cannot resume {tmp.name}: it is shorter than its journal says; delete it and its journal")
+        self.file.truncate(state["offset"])
+        self.file.seek(state["offset"])
+        self._restore(state)
+
+    def _start(self) -> None:
+        """Write the header of a new file."""
+
+    def _restore(self, state: dict) -> None:
+        """Take back what ``checkpoint`` saved beyond the file's length."""
+
+    def _share(self, position: Fraction) -> int:
+        end = position + Fraction(1, self.factor)
+        return math.ceil(self.ticks * end) - math.ceil(self.ticks * position)
 
     def add(self, frame):
-        ticks = round(frame.duration / self.unit)
-        self.owed = ticks // 2
-        self._frame(frame.image, ticks - self.owed)
+        self.ticks = round(frame.duration / self.unit)
+        self._frame(frame.image, self._share(Fraction(0)))
 
-    def add_middle(self, middle, before, after):
-        self._frame(match_mode(middle, before.image, after.image), self.owed)
+    def add_middle(self, middle, before, after, position=HALF):
+        self._frame(match_mode(middle, before.image, after.image), self._share(position))
 
     def _frame(self, image: Image.Image, ticks: int) -> None:
         raise NotImplementedError
+
+    def checkpoint(self):
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        return {"offset": self.file.tell()}
 
     def close(self):
         self.file.close()
@@ -98,12 +131,11 @@ class GifWriter(_AnimationWriter):
 
     unit = 10
 
-    def __init__(self, tmp, clip):
-        super().__init__(tmp, clip)
-        width, height = clip.size
+    def _start(self):
+        width, height = self.clip.size
         self.file.write(b"GIF89a" + struct.pack("<HHBBB", width, height, 0, 0, 0))
-        if clip.loop is not None:
-            self.file.write(b"!\xff\x0bNETSCAPE2.0\x03\x01" + struct.pack("<H", clip.loop) + b"\x00")
+        if self.clip.loop is not None:
+            self.file.write(b"!\xff\x0bNETSCAPE2.0\x03\x01" + struct.pack("<H", self.clip.loop) + b"\x00")
 
     def _frame(self, image, ticks):
         params = {"duration": ticks * 10, "include_color_table": True}
@@ -142,15 +174,16 @@ def _png_chunk(kind: bytes, body: bytes) -> bytes:
 class ApngWriter(_AnimationWriter):
     """APNG written frame by frame: each frame is a PNG encoded by Pillow whose image data moves
     into the animation (IDAT for the first frame, fdAT after), every frame whole and replacing the
-    last. The header holds the frame count, taken from the input: 2N - 1. Delays are counted in
-    half milliseconds (a fraction over 2000), so halving is exact."""
+    last. The header holds the frame count, taken from the input: F(N - 1) + 1. Delays are counted
+    in half milliseconds (a fraction over 2000), so halving is exact."""
 
     unit = 0.5
 
-    def __init__(self, tmp, clip):
-        super().__init__(tmp, clip)
-        self.frames = 2 * clip.length - 1
+    def _start(self):
         self.sequence = 0
+
+    def _restore(self, state):
+        self.sequence = state["sequence"]
 
     def _frame(self, image, ticks):
         encoded = png_bytes(image)
@@ -159,7 +192,8 @@ class ApngWriter(_AnimationWriter):
             header = dict(_png_chunks(encoded))[b"IHDR"]
             self.file.write(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header))
             loop = self.clip.loop if self.clip.loop is not None else 0
-            self.file.write(_png_chunk(b"acTL", struct.pack(">II", self.frames, loop)))
+            frames = self.factor * (self.clip.length - 1) + 1
+            self.file.write(_png_chunk(b"acTL", struct.pack(">II", frames, loop)))
         numerator, denominator = ticks, 2000
         if numerator > 0xFFFF:  # over 32 s: count centiseconds instead
             numerator, denominator = min(round(ticks / 20), 0xFFFF), 100
@@ -173,6 +207,9 @@ class ApngWriter(_AnimationWriter):
             elif kind == b"IDAT":
                 self.file.write(_png_chunk(b"fdAT", struct.pack(">I", self.sequence) + body))
                 self.sequence += 1
+
+    def checkpoint(self):
+        return {**super().checkpoint(), "sequence": self.sequence}
 
     def finish(self):
         self.file.write(_png_chunk(b"IEND", b""))
@@ -201,8 +238,8 @@ class WebpWriter(_AnimationWriter):
 
     unit = 1
 
-    def __init__(self, tmp, clip):
-        super().__init__(tmp, clip)
+    def _start(self):
+        clip = self.clip
         width, height = clip.size
         flags = 0x02 | (0x10 if clip.mode == "RGBA" else 0)  # animation, alpha
         self.file.write(b"RIFF\x00\x00\x00\x00WEBP")

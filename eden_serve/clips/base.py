@@ -4,6 +4,7 @@ that receives the output frames in order."""
 from __future__ import annotations
 
 import threading
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
@@ -14,6 +15,7 @@ from ..frames import image_to_tensor, open_image, png_bytes
 
 # Compression level of the PNGs sent to a server: speed matters more than bytes on the way out.
 UPLOAD_PNG_LEVEL = 1
+HALF = Fraction(1, 2)
 
 
 class Frame:
@@ -74,7 +76,9 @@ class Clip:
     def __iter__(self) -> Iterator[Frame]:
         raise NotImplementedError
 
-    def writer(self, tmp: Path, dst: Path) -> "ClipWriter":
+    def writer(self, tmp: Path, dst: Path, factor: int = 2, state: dict | None = None) -> "ClipWriter":
+        """A writer of ``factor`` times the frames, building ``tmp``; ``state`` (from
+        :meth:`ClipWriter.checkpoint`) continues a partial ``tmp`` instead of starting it."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -88,12 +92,22 @@ class Clip:
 
 
 class ClipWriter:
-    """Receives the output frames in order: ``add`` an original, ``add_middle`` the frame after it."""
+    """Receives the output frames in order: ``add`` an original, then ``add_middle`` for each frame
+    between it and the next original ``after``, at ``position`` (1/F, 2/F, ... of the interval, for
+    a factor F)."""
+
+    # Whether checkpoint() gives a state to continue from; if not, a resumed run writes it again.
+    continues = False
 
     def add(self, frame: Frame) -> None:
         raise NotImplementedError
 
-    def add_middle(self, middle: Image.Image, before: Frame, after: Frame) -> None:
+    def add_middle(self, middle: Image.Image, before: Frame, after: Frame, position: Fraction = HALF) -> None:
+        raise NotImplementedError
+
+    def checkpoint(self) -> dict:
+        """Make what was added so far durable (flushed and synced) and return the JSON state that
+        continues from here; called between two originals, only where ``continues``."""
         raise NotImplementedError
 
     def finish(self) -> None:

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from ..errors import BadInputError
 from ..frames import check_size
-from .base import Clip, ClipWriter, Frame
+from .base import HALF, Clip, ClipWriter, Frame
 
 VIDEO_SUFFIXES = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi"}
 VIDEO_EXTRA = "reading or writing video needs PyAV: pip install 'eden-serve[video]'"
@@ -68,21 +68,24 @@ class VideoClip(Clip):
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
 
-    def writer(self, tmp, dst):
-        return VideoWriter(tmp, dst, self)
+    def writer(self, tmp, dst, factor=2, state=None):
+        return VideoWriter(tmp, dst, self, factor)
 
     def close(self) -> None:
         self.container.close()
 
 
 class VideoWriter(ClipWriter):
-    """The input's codec and pixel format at twice its frame rate, with its audio and subtitles.
+    """The input's codec and pixel format at ``factor`` times its frame rate, with its audio and
+    subtitles.
 
-    Timing: each original keeps its time stamp and each middle sits halfway to the next (the last
-    frame lasts as in the input), so a variable frame rate stays variable and in sync. The time
-    base is the input's halved (every midpoint exact) unless that passes 16 bits; then the input's,
-    where a midpoint rounds by half a tick. Originals are re-encoded from their decoded pictures (no
-    RGB round trip); H.264/H.265 use CRF 18.
+    Timing: each original keeps its time stamp and each middle sits at its position between its
+    neighbours (halfway; for a factor 4, at 1/4, 2/4, 3/4), the last frame lasting as in the input,
+    so a variable frame rate stays variable and in sync. The time base is the input's divided by
+    the factor (every position exact), or by the largest power of two that keeps it within 16 bits,
+    where a position rounds to the nearest tick. Originals are re-encoded from their decoded
+    pictures (no RGB round trip); H.264/H.265 use CRF 18. An encoder's state cannot be saved, so a
+    resumed run encodes the whole video again (``continues`` is False).
 
     Audio and subtitle streams are copied packet by packet, not re-encoded, from a second reader of
     the input, each muxed once the video has reached its time: memory holds a few packets, never the
@@ -91,8 +94,9 @@ class VideoWriter(ClipWriter):
     out with a warning; data streams (time codes) are not copied.
     """
 
-    def __init__(self, tmp: Path, dst: Path, clip: VideoClip):
+    def __init__(self, tmp: Path, dst: Path, clip: VideoClip, factor: int = 2):
         av = import_av()
+        self.factor = factor
         self._error = av.error.FFmpegError
         self.dst = dst
         self.copies = None
@@ -110,7 +114,7 @@ class VideoWriter(ClipWriter):
     def _add_video(self, clip: VideoClip, av) -> None:
         source = clip.stream.codec_context
         try:
-            self.stream = self.container.add_stream(source.name, rate=clip.rate * 2)
+            self.stream = self.container.add_stream(source.name, rate=clip.rate * self.factor)
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(self.dst)!r}: cannot encode its {source.name} video ({exc}); "
                                 f"the video keeps the input's codec, so choose a container that holds it") from None
@@ -118,8 +122,9 @@ class VideoWriter(ClipWriter):
         self.stream.pix_fmt = source.pix_fmt
         if self.stream.codec_context.name in ("libx264", "libx265"):
             self.stream.options = {"crf": "18"}
-        halved = clip.time_base / 2
-        self.scale = 2 if halved.denominator <= MAX_TIME_BASE_DENOMINATOR else 1
+        self.scale = self.factor
+        while self.scale > 1 and (clip.time_base / self.scale).denominator > MAX_TIME_BASE_DENOMINATOR:
+            self.scale //= 2
         self.time_base = clip.time_base / self.scale
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         self.default_duration = round(1 / (clip.rate * self.time_base))  # for a last frame without one
@@ -190,20 +195,28 @@ class VideoWriter(ClipWriter):
         except self._error as exc:
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
-    def add(self, frame):
-        self.held = frame.raw  # encoded once the next frame's time, where it ends, is known
+    def _hold(self, picture, pts: int) -> None:
+        """Encode the picture held before, which lasts until ``pts``, and hold this one."""
+        if self.held is not None:
+            previous, start = self.held
+            if pts <= start:
+                raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for {self.factor} frames "
+                                    f"between two of its frames (time stamps {start} and {pts}); try a lower factor")
+            self._encode(previous, start, pts - start)
+        self.held = (picture, pts)
 
-    def add_middle(self, middle, before, after):
-        start, stop = self.held.pts * self.scale, after.raw.pts * self.scale
-        pts = round(Fraction(start + stop, 2))
-        self._encode(self.held, start, pts - start)
-        self._encode(self._from_image(middle.convert("RGB")).reformat(format=self.pix_fmt), pts, stop - pts)
-        self.held = None
+    def add(self, frame):
+        self.start = frame.raw.pts * self.scale  # read now: encoding the picture sets its pts to the output's
+        self._hold(frame.raw, self.start)
+
+    def add_middle(self, middle, before, after, position=HALF):
+        start, stop = self.start, after.raw.pts * self.scale
+        picture = self._from_image(middle.convert("RGB")).reformat(format=self.pix_fmt)
+        self._hold(picture, round(start + position * (stop - start)))
 
     def finish(self):
-        last = self.held  # lasts as long as in the input, so that the video ends where the audio does
-        duration = last.duration * self.scale if last.duration else self.default_duration
-        self._encode(last, last.pts * self.scale, duration)
+        last, start = self.held  # lasts as long as in the input, so that the video ends where the audio does
+        self._encode(last, start, last.duration * self.scale if last.duration else self.default_duration)
         try:
             self._mux(self.stream.encode(None))
             if self.copies is not None:

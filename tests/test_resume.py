@@ -1,0 +1,283 @@
+"""--resume: a run killed (SIGKILL), terminated (SIGTERM) or interrupted (Ctrl-C) keeps its partial
+output and journal, and a run with the same input and options finishes it, equal byte for byte to
+a run that was never interrupted; a resume with anything changed is refused in one line."""
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from PIL import Image
+
+from eden_serve import pipeline, synthetic
+from eden_serve.errors import BadInputError
+from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.streaming import interpolate_clip, pairwise
+from test_video import CFR_12, make_video
+
+SIZE = (96, 64)  # width, height
+STAND_IN = {"processor": "average"}  # the stand-in model's fingerprint
+
+# A run in a fresh process, with resume on, whose processor sends the process SIGNAL when it is
+# called for the AT-th time: a kill mid-run at a point that does not depend on timing.
+KILLED_RUN = """
+import os, signal, sys, threading
+import numpy as np
+from PIL import Image
+from eden_serve import pipeline
+from eden_serve.streaming import interpolate_clip, pairwise
+
+src, dst, model, factor, chunk, at, sig = sys.argv[1:]
+calls, lock = [0], threading.Lock()
+
+def killing(processor):
+    def process(index, frames, seed):
+        with lock:
+            calls[0] += 1
+            if calls[0] == int(at):
+                os.kill(os.getpid(), getattr(signal, sig))
+        return processor(index, frames, seed)
+    return process
+
+def average(index, frame0, frame1, seed):
+    mean = (np.asarray(frame0.image.convert("RGB"), np.float32) + np.asarray(frame1.image.convert("RGB"), np.float32)) / 2
+    return Image.fromarray(mean.round().astype(np.uint8))
+
+options = dict(seed=3, chunk=int(chunk), factor=int(factor), inflight=1, progress=False, resume=True)
+if model == "tiny":
+    from eden_serve.checkpoint import load_pair
+    from eden_serve.config import preset
+    in_process = pipeline.in_process
+    pipeline.in_process = lambda *args, **kwargs: killing(in_process(*args, **kwargs))
+    pipeline.interpolate_clip_in_process(src, dst, *load_pair(None, preset("tiny"), "cpu", "fp32"), **options)
+else:
+    interpolate_clip(src, dst, killing(pairwise(average)), fingerprint={"processor": "average"}, **options)
+"""
+
+
+def average(index, frame0, frame1, seed):
+    mean = (np.asarray(frame0.image.convert("RGB"), np.float32) + np.asarray(frame1.image.convert("RGB"), np.float32)) / 2
+    return Image.fromarray(mean.round().astype(np.uint8))
+
+
+def killed_run(src, dst, model, factor, chunk, at, sig="SIGKILL"):
+    result = subprocess.run([sys.executable, "-c", KILLED_RUN, str(src), str(dst), model, str(factor), str(chunk), str(at), sig],
+                            capture_output=True, text=True, timeout=300)
+    return result
+
+
+def contents(path: Path):
+    """A directory's names and bytes, a video's packets (Matroska files differ by a random segment
+    id), or a file's bytes."""
+    if path.is_dir():
+        return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+    if path.suffix == ".mkv":
+        with av.open(str(path)) as container:
+            return [(p.stream_index, p.pts, p.dts, p.duration, bytes(p)) for p in container.demux()]
+    return path.read_bytes()
+
+
+def leftovers(folder: Path):
+    return sorted(p.name for p in folder.iterdir() if ".partial" in p.name)
+
+
+def journal_of(dst: Path, directory: bool):
+    name = f".{dst.stem}.partial-resume{'' if directory else dst.suffix}.journal"
+    return json.loads((dst.parent / name).read_text())
+
+
+def inputs(tmp_path, kind):
+    """(input, output) of a clip of 9 frames (a video: 12)."""
+    if kind == "directory":
+        return synthetic.write_clip(tmp_path / "in", 9, SIZE[1], SIZE[0]), tmp_path / "out"
+    if kind == "mkv":  # FFV1: lossless and intra-only, so its bytes depend on the frames alone
+        return make_video(tmp_path / "in.mkv", *CFR_12, video="ffv1"), tmp_path / "out.mkv"
+    frames = synthetic.clip(9, SIZE[1], SIZE[0])
+    if kind == "gif":
+        frames = [frame.quantize(64) for frame in frames]
+    suffix = {"gif": ".gif", "apng": ".png", "webp": ".webp"}[kind]
+    frames[0].save(tmp_path / f"in{suffix}", save_all=True, append_images=frames[1:], duration=[70, 40, 90] * 3,
+                   loop=0, **({"lossless": True} if kind == "webp" else {}))
+    return tmp_path / f"in{suffix}", tmp_path / f"out{suffix}"
+
+
+@pytest.mark.parametrize("kind, model, factor, chunk, at", [
+    ("directory", "tiny", 2, 2, 3),
+    ("directory", "tiny", 4, 2, 9),
+    ("gif", "average", 2, 2, 3),
+    ("apng", "average", 4, 3, 8),
+    ("webp", "average", 8, 2, 20),
+    ("mkv", "average", 2, 2, 4),
+])
+def test_a_killed_run_resumed_equals_an_uninterrupted_one(tmp_path, tiny_models, kind, model, factor, chunk, at):
+    src, dst = inputs(tmp_path, kind)
+    result = killed_run(src, dst, model, factor, chunk, at)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    assert not dst.exists() and len(leftovers(tmp_path)) >= 2  # the partial output and its journal (and cache)
+    journal = journal_of(dst, kind == "directory")
+    assert journal["identity"]["factor"] == factor and journal["identity"]["seed"] == 3
+    if kind == "mkv":  # a video is written again, with the middles computed so far
+        assert journal["checkpoint"] is None and len(list(tmp_path.glob(".out.partial-resume.mkv.middles/*.png"))) >= 2
+    else:
+        assert journal["checkpoint"]["position"] > 0
+
+    options = dict(seed=3, chunk=chunk, factor=factor, progress=False)
+    if model == "tiny":
+        resumed = interpolate_clip_in_process(src, dst, *tiny_models, resume=True, **options)
+        interpolate_clip_in_process(src, tmp_path / f"whole{dst.suffix}", *tiny_models, **options)
+    else:
+        resumed = interpolate_clip(src, dst, pairwise(average), resume=True, fingerprint=STAND_IN, **options)
+        interpolate_clip(src, tmp_path / f"whole{dst.suffix}", pairwise(average), **options)
+    pairs = 11 if kind == "mkv" else 8
+    total = (factor - 1) * pairs
+    assert 0 < resumed.resumed < total and resumed.pairs + resumed.resumed == total  # only the rest computed
+    assert resumed.frames == factor * pairs + 1
+    assert contents(dst) == contents(tmp_path / f"whole{dst.suffix}")
+    assert leftovers(tmp_path) == []
+
+
+def cli(*args):
+    return [sys.executable, "-m", "eden_serve.cli", "interpolate", *map(str, args), "--config", "tiny", "--chunk", "2"]
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory):
+    """A clip long enough that a signal sent after the first checkpoint arrives well before the end,
+    and its uninterrupted output."""
+    root = tmp_path_factory.mktemp("long")
+    src = synthetic.write_clip(root / "in", 40, 128, 192)
+    result = subprocess.run(cli(src, "-o", root / "whole"), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return src, root / "whole"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_the_command_stopped_by_a_signal_keeps_its_work_and_resumes(tmp_path, long_clip, sig, code):
+    src, whole = long_clip
+    dst = tmp_path / "out"
+    journal = tmp_path / ".out.partial-resume.journal"
+    run = subprocess.Popen(cli(src, "-o", dst, "--resume", "--inflight", "1"), stderr=subprocess.PIPE, text=True)
+    try:
+        while run.poll() is None and not (journal.exists() and json.loads(journal.read_text())["checkpoint"]):
+            time.sleep(0.01)
+        run.send_signal(sig)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == code, stderr
+    assert "warning: stopped; .out.partial-resume and its journal keep" in stderr
+    assert "--resume continues" in stderr and "Traceback" not in stderr
+    done = json.loads(journal.read_text())["checkpoint"]["position"]
+    assert 0 < done < 39 and not dst.exists()
+
+    again = subprocess.run(cli(src, "-o", dst, "--resume"), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"resumed after {done} pairs done before" in again.stdout
+    assert contents(dst) == contents(whole)
+    assert leftovers(tmp_path) == []
+
+
+def stop_at(at):
+    """A stand-in that stops the run (as Ctrl-C would) at pair ``at``."""
+
+    def process(index, frame0, frame1, seed):
+        if index == at:
+            raise KeyboardInterrupt
+        return average(index, frame0, frame1, seed)
+
+    return pairwise(process)
+
+
+def test_an_interrupted_run_keeps_its_partial_output_and_says_so(tmp_path):
+    src, dst = inputs(tmp_path, "gif")
+    with pytest.warns(UserWarning, match=r"stopped; \.out\.partial-resume\.gif and its journal keep 4 frames of the input: "
+                                         r"the same command with --resume continues from there"):
+        with pytest.raises(KeyboardInterrupt):
+            interpolate_clip(src, dst, stop_at(5), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+    assert leftovers(tmp_path) == [".out.partial-resume.gif", ".out.partial-resume.gif.journal"]
+    summary = interpolate_clip(src, dst, pairwise(average), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+    assert (summary.resumed, summary.pairs) == (4, 4)
+    interpolate_clip(src, tmp_path / "whole.gif", pairwise(average), chunk=2, progress=False)
+    assert dst.read_bytes() == (tmp_path / "whole.gif").read_bytes()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_keeps_nothing(tmp_path):
+    src, dst = inputs(tmp_path, "directory")
+    with pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stop_at(0), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+    assert leftovers(tmp_path) == [] and not dst.exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"seed": 4}, "seed 3 then, 4 now"),
+    ({"factor": 4}, "factor 2 then, 4 now"),
+    ({"chunk": 3}, "chunk 2 then, 3 now"),
+    ({"fingerprint": {"processor": "other"}}, "processor.processor 'average' then, 'other' now"),
+    ({"touch": True}, "input.directory"),
+])
+def test_a_resume_with_other_input_or_options_is_refused(tmp_path, change, message):
+    src, dst = inputs(tmp_path, "directory")
+    options = dict(seed=3, factor=2, chunk=2, fingerprint=STAND_IN)
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stop_at(5), resume=True, progress=False, **options)
+    kept = leftovers(tmp_path)
+    if change.pop("touch", False):
+        (src / "frame3.png").write_bytes((src / "frame3.png").read_bytes())  # same bytes, a new time
+        os.utime(src / "frame3.png", ns=(0, 0))
+    with pytest.raises(BadInputError) as info:
+        interpolate_clip(src, dst, pairwise(average), resume=True, progress=False, **{**options, **change})
+    text = str(info.value)
+    assert text.startswith("cannot resume out: .out.partial-resume was made with ") and message in text, text
+    assert "give the same input and options, or delete .out.partial-resume.journal and .out.partial-resume" in text
+    assert "\n" not in text and leftovers(tmp_path) == kept
+
+
+def test_a_partial_output_another_run_is_writing_is_refused(tmp_path):
+    src, dst = inputs(tmp_path, "gif")
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stop_at(5), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+    with open(tmp_path / ".out.partial-resume.gif", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(BadInputError, match=r"^another run is writing out\.gif \(\.out\.partial-resume\.gif is locked\)$"):
+            interpolate_clip(src, dst, pairwise(average), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+    (tmp_path / ".out.partial-resume.gif.journal").unlink()
+    with pytest.raises(BadInputError, match=r"\.out\.partial-resume\.gif has no journal; delete it$"):
+        interpolate_clip(src, dst, pairwise(average), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+
+
+def test_the_journal_records_what_makes_a_resume_valid(tmp_path, tiny_models, monkeypatch):
+    src, dst = inputs(tmp_path, "directory")
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stop_at(12), chunk=2, factor=4, resume=True, fingerprint=STAND_IN, progress=False)
+    identity = journal_of(dst, True)["identity"]
+    assert set(identity) == {"input", "frames", "factor", "chunk", "seed", "processor"}
+    assert identity["frames"] == 9 and identity["processor"] == STAND_IN and len(identity["input"]["directory"]) == 32
+    with pytest.raises(BadInputError, match=r"was made with processor\.\w+ None then, .+ now"):
+        interpolate_clip_in_process(src, dst, *tiny_models, chunk=2, factor=4, seed=0, resume=True, progress=False)
+
+    # In process, the processor is the model: its weights, device and precision, the codec, torch and the CPU.
+    other = tmp_path / "other"
+    in_process = pipeline.in_process
+    def stopping(*args, **kwargs):
+        process = in_process(*args, **kwargs)
+
+        def stop(index, frames, seed):
+            if index >= 4:
+                raise KeyboardInterrupt
+            return process(index, frames, seed)
+
+        return stop
+
+    monkeypatch.setattr(pipeline, "in_process", stopping)
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip_in_process(src, other, *tiny_models, chunk=2, resume=True, inflight=1, progress=False)
+    processor = journal_of(other, True)["identity"]["processor"]
+    assert set(processor) == {"codec", "batch_tokens", "scene_threshold", "weights", "device", "precision", "torch", "threads", "cpu"}
+    assert processor["codec"] == "bf16+zstd" and processor["device"] == "cpu" and len(processor["weights"]) == 32
