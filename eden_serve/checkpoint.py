@@ -103,7 +103,9 @@ def load_half(path: str | Path, side: str) -> tuple[torch.nn.Module, EdenConfig]
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}
+            # Copied into fresh (64-byte aligned) storage: MKL rounds some products of unaligned
+            # operands differently, and the archived halves must compute what a checkpoint does.
+            state = {k: f.get_tensor(k).clone() for k in f.keys()}
     except Exception as exc:
         raise CheckpointError(f"{path}: not a safetensors weights file ({exc})") from None
     if metadata.get("eden_side") != side:

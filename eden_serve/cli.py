@@ -25,6 +25,7 @@ from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
 from .clips import Frame
 from .cloud import SCENE_THRESHOLD
 from .config import PRESETS, preset
+from .edge import PRECISIONS
 from .errors import BadInputError, EdenError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
@@ -85,7 +86,8 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
     parser.add_argument("--codec", default=wire.DEFAULT_CODEC, help=f"wire codec: {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="edge compute precision (default: fp32)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="edge compute precision; auto: bf16 where the hardware runs it fast (default: fp32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
 
 

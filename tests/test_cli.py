@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from eden_serve.checkpoint import load_cloud, load_edge
@@ -98,3 +99,10 @@ def test_bench_ends_with_json(capsys):
     result = json.loads(last)
     assert result["ms_per_pair"] > 0 and result["payload_bytes"] > 0 and result["speedup"] > 0
     assert result["max_abs_diff"] < 1e-2
+
+
+def test_bench_prints_the_precision_it_ran(capsys):
+    assert main(["bench", "--config", "tiny", "--size", "40x60", "--repeat", "1", "--precision", "auto", "--no-reference"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["precision"] == "auto" and result["precision_used"] in ("fp32", "bf16")
+    assert result["cpu_capability"] == torch.backends.cpu.get_cpu_capability()

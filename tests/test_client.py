@@ -27,7 +27,7 @@ from eden_serve.client import Client, read_token
 from eden_serve.errors import PairError, ServerError
 from eden_serve.pipeline import interpolate_clip_in_process
 from eden_serve.serving.launcher import REPO, build_archives, torchserve
-from eden_serve.serving.worker import usable_cores
+from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.streaming import interpolate_clip
 
 pytestmark = pytest.mark.serving
@@ -76,7 +76,7 @@ def expected(store, inputs, tmp_path_factory):
     root = tmp_path_factory.mktemp("expected")
     halves = load_archived(store)
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, usable_cores() // 2))
+    torch.set_num_threads(default_threads("edge", usable_cores()))
     try:
         for kind, src in inputs.items():
             interpolate_clip_in_process(src, root / output_name(kind), *halves, progress=False)
@@ -267,7 +267,7 @@ def test_a_scene_cut_is_copied_in_every_mode(tmp_path, cloud, edge, store, deplo
     for path in clip:
         (src / path.name).write_bytes(path.read_bytes())
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, usable_cores() // 2))
+    torch.set_num_threads(default_threads("edge", usable_cores()))
     try:
         interpolate_clip_in_process(src, tmp_path / "local", *load_archived(store), chunk=4, progress=False)
     finally:

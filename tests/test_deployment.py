@@ -26,7 +26,7 @@ from eden_serve.checkpoint import load_archived
 from eden_serve.config import preset
 from eden_serve.frames import load_frame, to_png
 from eden_serve.serving.launcher import build_archives, torchserve
-from eden_serve.serving.worker import usable_cores
+from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.synthetic import scene
 
 pytestmark = pytest.mark.serving
@@ -90,7 +90,7 @@ def in_process(halves, fields: dict, seed: int = 0, codec: str = wire.DEFAULT_CO
     with the workers' thread count, so float reductions run in the same order."""
     cloud, edge = halves
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, usable_cores() // 2))
+    torch.set_num_threads(default_threads("edge", usable_cores()))
     try:
         f0, f1 = (load_frame(fields[k], k) for k in ("frame0", "frame1"))
         payload = wire.encode(cloud.encode_chunk([f0, f1], seed), cloud.config, codec)

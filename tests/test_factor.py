@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_video import CFR_12, audio_end, frame_times, make_video, packets, video_end
 
 from eden_serve import clips, synthetic
 from eden_serve.checkpoint import load_archived
@@ -22,9 +23,8 @@ from eden_serve.client import Client
 from eden_serve.errors import BadInputError
 from eden_serve.pipeline import interpolate_clip_in_process
 from eden_serve.serving.launcher import build_archives, torchserve
-from eden_serve.serving.worker import usable_cores
+from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.streaming import interpolate_clip, pairwise
-from test_video import CFR_12, audio_end, frame_times, make_video, packets, video_end
 
 SIZE = (96, 64)  # width, height
 
@@ -239,7 +239,7 @@ def split(tmp_path_factory):
     src = synthetic.write_clip(root / "in", 5, SIZE[1], SIZE[0])
     store = build_archives(root / "store", config="tiny")
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, usable_cores() // 2))
+    torch.set_num_threads(default_threads("edge", usable_cores()))
     try:
         interpolate_clip_in_process(src, root / "expected", *load_archived(store), seed=5, chunk=3, factor=4,
                                     progress=False)

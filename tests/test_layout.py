@@ -4,6 +4,8 @@ is short and named in the README's layout table."""
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,12 @@ def test_the_layer_check_sees_imports():
     assert {"pipeline", "client", "config", "errors"} <= set(found)
     relative = {unit for _, unit in imported_units(PACKAGE / "serving" / "services.py")}
     assert {"checkpoint", "wire", "serving"} <= relative
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "benchmarks").glob("*.py")), ids=lambda p: p.name)
+def test_benchmarks_import(path, monkeypatch):
+    """The benchmarks are not run by the tests, but what they import must exist."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)

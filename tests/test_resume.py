@@ -15,12 +15,12 @@ import av
 import numpy as np
 import pytest
 from PIL import Image
+from test_video import CFR_12, make_video
 
 from eden_serve import pipeline, synthetic
 from eden_serve.errors import BadInputError
 from eden_serve.pipeline import interpolate_clip_in_process
 from eden_serve.streaming import interpolate_clip, pairwise
-from test_video import CFR_12, make_video
 
 SIZE = (96, 64)  # width, height
 STAND_IN = {"processor": "average"}  # the stand-in model's fingerprint

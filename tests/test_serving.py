@@ -186,13 +186,13 @@ def test_upstream_error_documents():
     assert all(error_from_document(body) is None for body in not_errors)
 
 
-def test_default_threads_share_the_cores_without_oversubscribing():
+def test_default_threads_give_the_edge_every_core_and_the_encoder_a_share():
     for cores in (1, 2, 3, 8, 16, 64):
         cloud, edge = worker.default_threads("cloud", cores), worker.default_threads("edge", cores)
-        assert cloud >= 1 and edge >= 1
-        assert cloud + edge <= max(2, cores)
-        assert edge >= cloud
-    assert (worker.default_threads("cloud", 16), worker.default_threads("edge", 16)) == (2, 14)
+        assert edge == cores
+        assert 1 <= cloud <= max(1, cores // 8)
+    assert (worker.default_threads("cloud", 2), worker.default_threads("edge", 2)) == (1, 2)
+    assert (worker.default_threads("cloud", 16), worker.default_threads("edge", 16)) == (2, 16)
 
 
 # --- chunks ---------------------------------------------------------------------------------------

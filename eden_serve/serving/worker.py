@@ -73,9 +73,9 @@ def usable_cores() -> int:
 
 
 def default_threads(side: str, cores: int) -> int:
-    """CPU threads of one worker when ``handler.threads`` is 0 (the policy: README, "GPUs")."""
-    cloud = max(1, cores // 8)
-    return cloud if side == "cloud" else max(1, cores - cloud)
+    """CPU threads of one worker when ``handler.threads`` is 0: the edge, the bottleneck, every
+    core; the encoder, busy a few percent of the time, an eighth of them (README: "GPUs")."""
+    return max(1, cores // 8) if side == "cloud" else cores
 
 
 def configure_torch(device: torch.device, threads: int, side: str) -> None:

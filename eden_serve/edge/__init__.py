@@ -1,0 +1,143 @@
+"""The edge side: :class:`~eden_serve.wire.Conditions` -> the middle frame, with G_DiT and D_dec.
+
+:class:`EdgeModel` samples the latents (:meth:`~EdgeModel.denoise`) and turns them into pixels
+(:meth:`~EdgeModel.decode_latents`) for a batch of pairs of one frame size at a time. Its blocks run
+through one of two paths that compute the same function (:mod:`.paths`): the reference, step by step
+as the official code, and the fast path (the default), which skips the work the reference discards
+or repeats and runs its arithmetic through :mod:`.kernels`. :mod:`.precision` picks fp32 or bf16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator, Literal, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..config import EdenConfig
+from ..model import EdgeWeights, pos_embedding
+from ..wire import Conditions
+from .kernels import Linears, onednn_linear_available
+from .paths import BlockPath, FastPath, ReferencePath, query_blocks
+from .precision import PRECISIONS, Bf16Check, check_bf16, resolve
+
+AttentionPath = Literal["fast", "reference"]
+Precision = Literal["fp32", "bf16", "auto"]
+# Condition tokens per batched forward (the pairs' frames together): the activations of a batch
+# grow with it (README "Clip chunks").
+DEFAULT_BATCH_TOKENS = 16384
+
+__all__ = ["DEFAULT_BATCH_TOKENS", "PRECISIONS", "AttentionPath", "EdgeModel", "Precision", "batches", "initial_noise"]
+
+
+def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
+    """The contract for reproducibility: drawn on the CPU from a seeded generator, moved later."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((1, num_tokens, config.latent_dim), generator=generator)
+
+
+class EdgeModel:
+    """G_DiT and D_dec: :meth:`denoise` samples the latents, :meth:`decode_latents` turns them into pixels."""
+
+    def __init__(
+        self,
+        weights: EdgeWeights,
+        config: EdenConfig,
+        device: str | torch.device = "cpu",
+        precision: Precision = "fp32",
+        bf16_check: Callable[[torch.device], Bf16Check] = check_bf16,
+    ):
+        self.config = config
+        self.device = torch.device(device)
+        # The precision that runs (auto resolved) and why, for logs and the bench.
+        self.precision, self.precision_reason = resolve(precision, self.device, bf16_check)
+        self.weights = weights.to(self.device).eval()
+        if self.precision == "bf16":
+            # Matrix products in bf16; LayerNorm keeps float32 weights, since CPU autocast runs it
+            # in the input's dtype and the residual stream is float32.
+            for module in self.weights.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.to(torch.bfloat16)
+        fast_fp32_cpu = self.precision == "fp32" and onednn_linear_available(self.device, torch.float32)
+        self.linears = Linears("onednn" if fast_fp32_cpu else "torch")
+
+    def _path(self, path: AttentionPath) -> BlockPath:
+        assert path in ("fast", "reference"), path
+        return FastPath(self.linears) if path == "fast" else ReferencePath()
+
+    def _autocast(self):
+        if self.precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    @torch.inference_mode()
+    def interpolate(self, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
+        """Conditions -> the middle frame, [3, H, W] float32 in [0, 1] on the CPU."""
+        return self.interpolate_batch([cond], path)[0]
+
+    @torch.inference_mode()
+    def interpolate_batch(self, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """Pairs of one frame size, in one batched forward -> their middle frames, [B, 3, H, W]."""
+        return self.decode_latents(self.denoise(batch, path), batch, path)
+
+    @torch.inference_mode()
+    def denoise(self, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [B, Nq, L]."""
+        cfg, w = self.config, self.weights
+        ph, pw = _same_grid(batch)
+        impl = self._path(path)
+        # Each query token's 2x2 block of condition tokens in frame 0 and frame 1: [B Nq, 4, D] each.
+        c0, c1 = (torch.cat([query_blocks(c.cond_dit[i].to(self.device), ph, pw) for c in batch]) for i in (0, 1))
+        difference = torch.tensor([[c.difference] for c in batch], device=self.device)  # [B, 1]
+        pos = pos_embedding(cfg, ph, pw, 2).to(self.device)
+        z = torch.cat([initial_noise(c.seed, (ph // 2) * (pw // 2), cfg) for c in batch]).to(self.device)
+        with self._autocast():
+            for t0, t1 in zip(cfg.timesteps[:-1], cfg.timesteps[1:]):
+                t = torch.tensor([t0], device=self.device)
+                c = w.denoise_timestep_embedder(t) + w.difference_embedder(difference)  # [B, D]
+                mods = w.adaLN_modulation(c)[:, None].chunk(6, dim=-1)  # shift, scale, gate; twice: [B, 1, D] each
+                x = w.proj_in(z) + pos  # [B, Nq, D]
+                for blk in w.dit_blocks:
+                    x = impl.dit_block(blk, x, mods, c0, c1)
+                velocity = w.proj_out(w.norm_out(x))[..., : cfg.latent_dim]
+                z = z + (t1 - t0) * velocity.float()
+        return z / cfg.vae_scaler + cfg.vae_shift
+
+    @torch.inference_mode()
+    def decode_latents(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped:
+        [B, 3, H, W] float32 in [0, 1] on the CPU."""
+        cfg, w = self.config, self.weights
+        ph, pw = _same_grid(batch)
+        p, b = cfg.patch_size, len(batch)
+        impl = self._path(path)
+        c0, c1 = (torch.cat([c.cond_dec[i].to(self.device) for c in batch]) for i in (0, 1))  # [B N, D] each
+        with self._autocast():
+            q = w.proj_token(latents)  # [B, Nq, D]
+            grid = q.transpose(1, 2).reshape(b, cfg.hidden_dim, ph // 2, pw // 2)
+            up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
+            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg, ph, pw, 1).to(self.device)  # [B, N, D]
+            q = q + pos_embedding(cfg, ph, pw, 2).to(self.device)
+            for blk in w.decoder_blocks:
+                r = impl.decoder_block(blk, r, q, c0, c1)
+            patches = w.unpatchify(r).float()  # [B, N, 3 p^2], each patch (p1, p2, channel)
+        image = patches.reshape(b, ph, pw, p, p, 3).permute(0, 5, 1, 3, 2, 4).reshape(b, 3, ph * p, pw * p)
+        stats = torch.tensor([[c.mean, c.std] for c in batch], device=self.device)[:, :, None, None, None]
+        image = image * stats[:, 1] + stats[:, 0]
+        height, width = batch[0].size
+        top, _, left, _ = cfg.padding(height, width)
+        return image[:, :, top : top + height, left : left + width].clamp(0, 1).cpu()
+
+
+def batches(items: Sequence, tokens_each: int, max_batch_tokens: int) -> Iterator[Sequence]:
+    """``items`` (pairs of one size, ``tokens_each`` condition tokens per frame) in consecutive
+    batches of at most ``max_batch_tokens`` tokens, and of at least one pair."""
+    size = max(1, max_batch_tokens // tokens_each)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _same_grid(batch: Sequence[Conditions]) -> tuple[int, int]:
+    assert batch and all(c.grid == batch[0].grid and c.size == batch[0].size for c in batch), "one frame size per batch"
+    return batch[0].grid

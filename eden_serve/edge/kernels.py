@@ -1,0 +1,112 @@
+"""The edge's fast-path arithmetic: matrix products, modulated LayerNorm, temporal attention.
+
+Everything here computes what the reference computes, up to float rounding:
+
+* :class:`Linears` runs every matrix product of the blocks. On a CPU in fp32 it calls oneDNN with
+  the weights reordered once into its blocked layout. PyTorch's own fp32 ``F.linear`` goes to MKL,
+  which on AMD CPUs runs its AVX2 kernels even where AVX-512 is there: oneDNN is 2x faster on such
+  a CPU, and 1.1-1.5x faster on an AVX2 one (README, Performance).
+* :func:`modulated_layer_norm`: ``LN(x) * (1 + scale) + shift`` with per-channel ``scale`` and
+  ``shift`` is one LayerNorm whose affine parameters absorb them: one pass over the tokens, not three.
+* :func:`absorbed_temporal_attention`: the DiT's temporal attention without projecting the eight
+  condition tokens of each query: ``q . (Wk c) = (Wk^T q) . c`` and ``sum_j a_j Wv c_j =
+  Wv (sum_j a_j c_j)``. Projecting them costs 8 tokens x D x 2D per query token; this costs 2 x D x D.
+* :func:`three_token_attention`: the decoder's temporal attention (a token over itself and the two
+  frames' tokens at its position), written out: three dot products per head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..model import Attention
+
+# oneDNN's blocked weight layout is chosen for a number of rows; any row count works with it.
+_PACK_ROWS = 512
+
+
+def onednn_linear_available(device: torch.device, dtype: torch.dtype) -> bool:
+    if device.type != "cpu" or dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        return False
+    try:  # private operators: check that they are there and agree with F.linear
+        x = torch.linspace(-1, 1, 24).reshape(3, 8)
+        w, b = torch.linspace(-1, 1, 40).reshape(5, 8).flip(0), torch.linspace(0, 1, 5)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, _PACK_ROWS)
+        out = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.allclose(out, F.linear(x, w, b), atol=1e-5)
+
+
+class Linears:
+    """The blocks' matrix products, by ``kind``:
+
+    * ``torch``: ``F.linear`` (any device, and bf16 under autocast);
+    * ``onednn``: fp32 on a CPU through oneDNN, on weights reordered once.
+
+    Prepared weights are made on first use and kept, keyed by the weight and the rows used: they
+    are a second copy of the block weights (about 600 MB with the official dimensions).
+    """
+
+    def __init__(self, kind: str = "torch"):
+        self.kind = kind
+        self._prepared: dict[tuple[int, int, int], torch.Tensor] = {}
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, rows: slice = slice(None)) -> torch.Tensor:
+        if self.kind == "torch":
+            return F.linear(x, weight[rows], bias)
+        start, stop, _ = rows.indices(weight.shape[0])
+        key = (id(weight), start, stop)
+        if key not in self._prepared:
+            self._prepared[key] = torch.ops.mkldnn._reorder_linear_weight(weight[rows].contiguous(), _PACK_ROWS)
+        return torch.ops.mkldnn._linear_pointwise(x, self._prepared[key], bias, "none", [], "")
+
+    def module(self, linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return self(x, linear.weight, linear.bias)
+
+    def project(self, attn: Attention, x: torch.Tensor, parts: str = "qkv") -> torch.Tensor:
+        """[..., T, D] -> [..., T, len(parts), H, hd]: like :meth:`Attention.project`."""
+        dim = attn.proj.weight.shape[0]
+        first = "qkv".index(parts[0])
+        y = self(x, attn.qkv.weight, rows=slice(first * dim, (first + len(parts)) * dim))
+        return y.unflatten(-1, (len(parts), attn.num_heads, -1))
+
+    def output(self, attn: Attention, y: torch.Tensor) -> torch.Tensor:
+        """[..., H, T, hd] attention output -> proj of [..., T, D]."""
+        return self.module(attn.proj, y.transpose(-3, -2).flatten(-2))
+
+    def mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
+        return self.module(mlp.fc2, mlp.act(self.module(mlp.fc1, x)))
+
+
+def modulated_layer_norm(norm: torch.nn.LayerNorm, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``norm(x) * (1 + scale) + shift`` for [D] ``shift`` and ``scale``, in one LayerNorm."""
+    gain = 1 + scale
+    return F.layer_norm(x, norm.normalized_shape, norm.weight * gain, torch.addcmul(shift, norm.bias, gain), norm.eps)
+
+
+def absorbed_temporal_attention(linears: Linears, attn: Attention, h: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+    """Attention of each token ``h[t]`` ([T, D]) over itself and its ``cond[t]`` ([T, C, D]) tokens,
+    the condition tokens' keys and values never formed; the query row only, after ``proj``: [T, D]."""
+    tokens, dim = h.shape
+    heads = attn.num_heads
+    q, k, v = linears.project(attn, h).unbind(-3)  # [T, H, hd] each
+    q = q * (dim // heads) ** -0.5
+    w_k, w_v = (attn.qkv.weight[i * dim : (i + 1) * dim].view(heads, dim // heads, dim) for i in (1, 2))
+    q_in_cond = torch.einsum("thc,hcd->thd", q, w_k)  # [T, H, D]: each head's query seen in token space
+    scores = torch.cat([(q * k).sum(-1, keepdim=True), torch.bmm(q_in_cond, cond.transpose(1, 2))], dim=-1)
+    weights = scores.float().softmax(-1)  # [T, H, 1 + C]: the token itself first; float32 under bf16 too
+    mixed = torch.bmm(weights[..., 1:], cond)  # [T, H, D]: each head's weighted condition tokens
+    out = torch.einsum("thd,hcd->thc", mixed, w_v).addcmul_(weights[..., :1], v)  # [T, H, hd]
+    return linears.module(attn.proj, out.reshape(tokens, dim))
+
+
+def three_token_attention(linears: Linears, attn: Attention, h: torch.Tensor, kv0: torch.Tensor, kv1: torch.Tensor) -> torch.Tensor:
+    """Attention of each token ``h[t]`` over [frame 0's token t, itself, frame 1's token t], the
+    middle row only, after ``proj``: [T, D]. ``kv0``, ``kv1``: the frames' keys and values [T, 2, H, hd]."""
+    q, k, v = linears.project(attn, h).unbind(-3)  # [T, H, hd] each
+    scores = torch.stack([(q * kv0[:, 0]).sum(-1), (q * k).sum(-1), (q * kv1[:, 0]).sum(-1)], dim=-1)
+    weights = scores.float().mul_(q.shape[-1] ** -0.5).softmax(-1)[..., None]  # [T, H, 3, 1], float32 under bf16 too
+    out = (kv0[:, 1] * weights[:, :, 0]).addcmul_(v, weights[:, :, 1]).addcmul_(kv1[:, 1], weights[:, :, 2])
+    return linears.module(attn.proj, out.flatten(1))
