@@ -200,7 +200,7 @@ def torchserve(
 
     env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(log_dir), "METRICS_LOCATION": str(log_dir)}
     # Workers share the cores (both halves, or other programs): an OpenMP thread that waits for a
-    # descheduled sibling must give its core up rather than spin on it (README: "GPUs").
+    # descheduled sibling must give its core up rather than spin on it (README: "GPUs and threads").
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     launcher = shutil.which("torchserve", path=str(Path(sys.executable).parent)) or shutil.which("torchserve")
     if launcher is None:

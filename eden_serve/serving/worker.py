@@ -29,7 +29,7 @@ class Settings:
     scene_threshold: float | None = SCENE_THRESHOLD  # cloud: scene-cut test of requests that name none; null: off
     precision: str = "fp32"  # edge: compute precision
     max_batch_tokens: int = DEFAULT_BATCH_TOKENS  # edge: condition tokens per batched forward
-    threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (README: "GPUs")
+    threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (README: "GPUs and threads")
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
@@ -74,7 +74,7 @@ def usable_cores() -> int:
 
 def default_threads(side: str, cores: int) -> int:
     """CPU threads of one worker when ``handler.threads`` is 0: the edge, the bottleneck, every
-    core; the encoder, busy a few percent of the time, an eighth of them (README: "GPUs")."""
+    core; the encoder, busy a few percent of the time, an eighth of them (README: "GPUs and threads")."""
     return max(1, cores // 8) if side == "cloud" else cores
 
 
