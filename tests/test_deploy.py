@@ -27,7 +27,7 @@ from referencing import Registry, Resource
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.frames import load_frame, to_uint8
-from eden_serve.serving.launcher import REPO, build_archives, free_port
+from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, REPO, build_archives, free_port, read_properties
 from eden_serve.pipeline import interpolate_pair
 
 DEPLOY = REPO / "deploy"
@@ -140,6 +140,14 @@ def test_serve_refuses_a_wrong_checkpoint_before_building(tmp_path):
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert "not a PyTorch checkpoint" in result.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_no_configuration_lets_a_url_register():
+    """The base configuration refuses every archive URL, and the files laid over it (the container's,
+    the cluster's) leave that alone; the launcher enforces it besides (tests/test_hostile_requests.py)."""
+    assert read_properties(BASE_CONFIG)["allowed_urls"] == NO_URLS
+    for overlay in (DEPLOY / "docker" / "container.properties", CLUSTER_PROPERTIES):
+        assert "allowed_urls" not in read_properties(overlay), overlay
 
 
 # --- the Dockerfile --------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 BASE_CONFIG = REPO / "config.properties"
 # Entries of config.properties that name files, resolved against the file's own directory.
 PATH_KEYS = ("model_store", "workflow_store", "metrics_config")
+# TorchServe's allowed_urls pattern that matches no URL (config.properties says why).
+NO_URLS = "^$"
 
 
 def build_archives(
@@ -192,6 +194,7 @@ def torchserve(
         initial_worker_port=str(ports["worker"]),
         model_store=str(model_store),
         workflow_store=str(model_store),
+        allowed_urls=NO_URLS,  # whatever the base file says: only archives already in the store register
         disable_token_authorization="false" if token_auth else "true",
     )
     settings.update(properties or {})
