@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import http.server
+import io
 import shutil
 import threading
 
 import pytest
 import requests
+from PIL import Image
 
+from eden_serve import wire
 from eden_serve.serving.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
@@ -71,3 +74,61 @@ def test_workflows_register_only_from_the_model_store(server, store, web_server,
     assert sorted(p.name for p in store.iterdir()) == before
     listed = requests.get(f"{server.management_url}/workflows", headers=server.management_headers, timeout=TIMEOUT)
     assert [w["workflowName"] for w in listed.json()["workflows"]] == ["eden"]
+
+
+# --- refused requests keep nothing -----------------------------------------------------------------
+
+MiB = 1 << 20
+# Headroom for what a worker legitimately keeps after its first requests (allocator arenas, caches);
+# what a refused request must not keep is its body: 16 bodies of 50 MiB would be 800 MiB.
+RSS_MARGIN = 300 * MiB
+
+
+def rss(pid: int) -> int:
+    """Resident bytes of a worker process (its pid from the management API)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def edge(server, body, content_type: str = "application/octet-stream") -> requests.Response:
+    headers = {**server.inference_headers, "Content-Type": content_type}
+    return requests.post(f"{server.inference_url}/predictions/eden_ditdec", data=body, headers=headers, timeout=TIMEOUT)
+
+
+def encoder(server, fields: dict) -> requests.Response:
+    files = {k: (k, v, "image/png") if isinstance(v, bytes) else (None, str(v)) for k, v in fields.items()}
+    return requests.post(f"{server.inference_url}/predictions/eden_encoder", files=files, headers=server.inference_headers,
+                         timeout=TIMEOUT)
+
+
+def png(height: int, width: int, value: int = 0) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (value, value, value)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_refused_payloads_do_not_stay_in_the_edge_worker(server):
+    (pid,) = server.worker_pids("eden_ditdec")
+    start = rss(pid)
+    # A payload whose digest does not match: refused after the worker has read and hashed it.
+    body = wire.MAGIC + (1).to_bytes(2, "little") + bytes(2) + (16).to_bytes(4, "little") + bytes(50 * MiB)
+    for _ in range(16):
+        response = edge(server, body)
+        assert response.status_code == 400 and response.json()["type"] == "bad_payload", response.text
+    assert server.worker_pids("eden_ditdec") == [pid]
+    assert rss(pid) - start < RSS_MARGIN
+
+
+def test_refused_4k_pairs_do_not_stay_in_the_encoder_worker(server):
+    (pid,) = server.worker_pids("eden_encoder")
+    start = rss(pid)
+    # Two 4K frames of different heights: both are decoded (200 MB of float pixels) before the refusal.
+    fields = {"frame0": png(2160, 3840), "frame1": png(2144, 3840)}
+    for _ in range(8):
+        response = encoder(server, fields)
+        assert response.status_code == 400 and "differ in size" in response.json()["message"], response.text
+    assert server.worker_pids("eden_encoder") == [pid]
+    assert rss(pid) - start < RSS_MARGIN

@@ -3,9 +3,11 @@ RequestProcessor and metrics cache (no server; tests/test_deployment.py runs the
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import io
 import json
+import weakref
 
 import numpy as np
 import pytest
@@ -110,6 +112,25 @@ def test_handlers_emit_their_metrics(encoder, edge):
     for ctx, names in ((encoder[1], ["EdenEncodeMs", "EdenPayloadBytes"]), (edge[1], ["EdenPayloadBytes", "EdenDenoiseMs", "EdenDecodeMs"])):
         for name in names:
             assert ctx.metrics.get_metric(name, MetricTypes.GAUGE).dimension_names == ["ModelName", "Level"]
+
+
+class Body(bytearray):
+    """A request body that can be watched (bytes cannot be weakly referenced)."""
+
+
+def test_a_refused_body_dies_with_its_batch(encoder, edge):
+    """No reference cycle keeps a refused request's body (or what was made from it) alive until the
+    garbage collector runs: it is freed as soon as the batch is answered."""
+    bodies = {"edge": Body(wire.MAGIC + bytes(4096)), "encoder": Body(png(64, 96))}
+    watched = {name: weakref.ref(body) for name, body in bodies.items()}
+    gc.disable()
+    try:
+        (edge_reply,) = handle(*edge, [{"body": bodies.pop("edge")}])
+        (encoder_reply,) = handle(*encoder, [{"frame0": bodies.pop("encoder"), "frame1": png(32, 32)}])
+        assert (edge_reply[0], encoder_reply[0]) == (400, 400)
+        assert {name: ref() for name, ref in watched.items()} == {"edge": None, "encoder": None}
+    finally:
+        gc.enable()
 
 
 def test_unexpected_failure_is_a_short_500(edge):

@@ -2,9 +2,9 @@
 :class:`EdgeService` (wire payload -> the middle frame as PNG).
 
 Every request of a batch is handled on its own: requests of a batch may differ in resolution, and
-one bad request must not fail the others. Each step maps a request to a value or to the exception it
-raised, and :meth:`Service.postprocess` turns each into its own status, content type and body.
-Every :class:`~eden_serve.errors.EdenError` becomes its 4xx JSON document, out of memory 507,
+one bad request must not fail the others. Each step maps a request to a value or to a
+:class:`Refusal`, and :meth:`Service.postprocess` turns each into its own status, content type and
+body. Every :class:`~eden_serve.errors.EdenError` becomes its 4xx JSON document, out of memory 507,
 anything else 500 with a short message (the traceback goes to the worker log); the worker survives.
 """
 
@@ -36,33 +36,39 @@ class Reply(NamedTuple):
     content_type: str
 
 
-def each(step: Callable[[int, Any], Any], items: list) -> list:
-    """``step(idx, item)`` for every item of a batch, each failure caught and kept in its place.
+class Refusal(NamedTuple):
+    """A failed request, reduced to its answer. Not the exception: its traceback holds the frames
+    that held the request's body and what was made of it, and the batch's results list holding the
+    exception would keep them all alive, in a cycle, until the garbage collector runs."""
 
-    An item that is already an exception (an earlier step failed) is passed on untouched.
-    """
-    results = []
-    for idx, item in enumerate(items):
-        if isinstance(item, BaseException):
-            results.append(item)
-            continue
-        try:
-            results.append(step(idx, item))
-        except Exception as exc:  # one request's failure must not fail the batch
-            results.append(exc)
-    return results
+    status: int
+    document: dict
 
 
-def error_reply(exc: BaseException) -> tuple[int, Reply]:
-    """Status and JSON body for a failed request; unexpected failures are logged with traceback."""
+def refusal(exc: BaseException) -> Refusal:
+    """The answer to a failed request; unexpected failures are logged with their traceback."""
     if isinstance(exc, EdenError):
         logger.info("request refused: %d %s: %s", exc.status, exc.kind, exc)
     else:
         logger.error("request failed", exc_info=exc)
         if isinstance(exc, torch.OutOfMemoryError):
             torch.cuda.empty_cache()
-    status, document = error_response(exc)
-    return status, Reply(json.dumps(document).encode(), JSON)
+    return Refusal(*error_response(exc))
+
+
+def each(step: Callable[[int, Any], Any], items: list) -> list:
+    """``step(idx, item)`` for every item of a batch, each failure kept in its place as a
+    :class:`Refusal`. An item refused by an earlier step is passed on untouched."""
+    results = []
+    for idx, item in enumerate(items):
+        if isinstance(item, Refusal):
+            results.append(item)
+            continue
+        try:
+            results.append(step(idx, item))
+        except Exception as exc:  # one request's failure must not fail the batch
+            results.append(refusal(exc))
+    return results
 
 
 def _phrase(status: int) -> str:
@@ -119,7 +125,10 @@ class Service:
         """Per-request status and content type on the context; the bodies, in batch order."""
         bodies = []
         for idx, outcome in enumerate(outcomes):
-            status, reply = error_reply(outcome) if isinstance(outcome, BaseException) else (200, outcome)
+            if isinstance(outcome, Refusal):
+                status, reply = outcome.status, Reply(json.dumps(outcome.document).encode(), JSON)
+            else:
+                status, reply = 200, outcome
             self.context.set_response_status(status, _phrase(status), idx)
             self.context.set_response_content_type(idx, reply.content_type)
             bodies.append(reply.body)
