@@ -227,6 +227,7 @@ ENCODER_CASES = {
     "seed not a number": ({"seed": "abc"}, 400, "bad_input"),
     "negative seed": ({"seed": "-1"}, 400, "bad_input"),
     "seed too large": ({"seed": str(2**64)}, 400, "bad_input"),
+    "seed of 4301 digits": ({"seed": "9" * 4301}, 400, "bad_input"),  # beyond Python's int() digit limit
     "unknown codec": ({"codec": "fp8"}, 400, "bad_input"),
 }
 

@@ -178,12 +178,13 @@ def test_token_cap_is_tight_for_4k():
     assert four_k <= cap < 1.03 * four_k
 
 
-@pytest.mark.parametrize("value, seed", [(None, 0), ("0", 0), (b" 42\n", 42), (7, 7), (str(2**64 - 1), 2**64 - 1)])
+@pytest.mark.parametrize("value, seed", [(None, 0), ("0", 0), (b" 42\n", 42), (7, 7), (str(2**64 - 1), 2**64 - 1), ("0" * 5000 + "12", 12)])
 def test_seed(value, seed):
     assert fields.parse_seed(value) == seed
 
 
-@pytest.mark.parametrize("value", ["", "-1", "+1", "1e3", "0x10", "1 2", "²", "١", str(2**64), 2**64, -1, True, 1.5, [1], b"\xff"])
+@pytest.mark.parametrize("value", ["", "-1", "+1", "1e3", "0x10", "1 2", "²", "١", str(2**64), 2**64, -1, True, 1.5, [1], b"\xff",
+                                   "9" * 4301, "1" + "0" * 5000])
 def test_bad_seed(value):
     with pytest.raises(BadInputError):
         fields.parse_seed(value)
