@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import json
 import shutil
 import threading
 
@@ -132,3 +133,48 @@ def test_refused_4k_pairs_do_not_stay_in_the_encoder_worker(server):
         assert response.status_code == 400 and "differ in size" in response.json()["message"], response.text
     assert server.worker_pids("eden_encoder") == [pid]
     assert rss(pid) - start < RSS_MARGIN
+
+
+# --- bodies that look like JSON --------------------------------------------------------------------
+
+
+def peak_growth(pid: int, send) -> int:
+    """How far ``send()`` pushes the worker's resident memory above where it was, at its peak."""
+    start = rss(pid)
+    with open(f"/proc/{pid}/clear_refs", "w") as clear:
+        clear.write("5")  # resets VmHWM, the peak, to the current resident size
+    send()
+    with open(f"/proc/{pid}/status") as status:
+        peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    return peak - start
+
+
+def test_a_large_json_body_costs_no_more_than_any_body(server):
+    """An 80 MiB error document is no encoder's: refused unparsed (before: parsed, echoed back with
+    its status, 26 s and +320 MB at the peak), as any other 80 MiB of junk."""
+    (pid,) = server.worker_pids("eden_ditdec")
+    document = json.dumps({"code": 400, "type": "bad_input", "message": "x" * (80 * MiB)}).encode()
+
+    def refused(body, content_type):
+        response = edge(server, body, content_type)
+        assert (response.status_code, response.json()["type"]) == (400, "bad_payload"), response.text[:300]
+
+    junk = peak_growth(pid, lambda: refused(b"J" * len(document), "application/octet-stream"))
+    for content_type in ("application/octet-stream", "application/json"):
+        assert peak_growth(pid, lambda: refused(document, content_type)) < junk + 32 * MiB, content_type
+    assert server.worker_pids("eden_ditdec") == [pid]
+
+
+@pytest.mark.parametrize("content_type", ["application/octet-stream", "application/json"])
+def test_deeply_nested_json_is_a_bad_payload(server, content_type):
+    for body in (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, b"[" * 100_000 + b"]" * 100_000):
+        response = edge(server, body, content_type)
+        assert (response.status_code, response.json()["type"]) == (400, "bad_payload"), response.text
+
+
+@pytest.mark.parametrize("code, kind", [(599, "x"), (503, "unavailable"), (500, "internal_error"), (200, "ok")])
+def test_the_edge_echoes_no_document_but_an_encoders(server, code, kind):
+    """Before: any {code, type, message} came back with its own status, so anyone could make the
+    edge answer 599, or 503 (clients retry it)."""
+    response = edge(server, json.dumps({"code": code, "type": kind, "message": "m"}))
+    assert (response.status_code, response.json()["type"]) == (400, "bad_payload"), response.text

@@ -7,6 +7,7 @@ import gc
 import importlib.util
 import io
 import json
+import types
 import weakref
 
 import numpy as np
@@ -19,7 +20,7 @@ from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.metrics.metric_type_enum import MetricTypes
 
-from eden_serve import wire
+from eden_serve import errors, wire
 from eden_serve.serving import fields, worker
 from eden_serve.serving.services import each
 from eden_serve.checkpoint import write_halves
@@ -203,8 +204,42 @@ def test_upstream_error_documents():
         json.dumps({**document, "code": 200}).encode(),
         json.dumps({**document, "code": "413"}).encode(),
         [document],
+        b'{"a":' * 5000 + b"1" + b"}" * 5000,  # nested past the parser's recursion limit
+        json.dumps({**document, "message": "x" * 20_000}).encode(),  # no document of ours is that large
+        {**document, "message": "x" * 20_000},
     ]
     assert all(error_from_document(body) is None for body in not_errors)
+
+
+def test_a_large_json_body_is_not_parsed(edge, monkeypatch):
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("a large body was parsed")
+
+    monkeypatch.setattr(errors, "json", types.SimpleNamespace(loads=no_parsing))
+    document = json.dumps({"code": 400, "type": "bad_input", "message": "x" * (1 << 20)}).encode()
+    ((status, _, body),) = handle(*edge, [{"body": document}])
+    assert (status, json.loads(body)["type"]) == (400, "bad_payload")
+
+
+@pytest.mark.parametrize("body", [
+    b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    b'{"code": 400, "type": "bad_input", "message": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+])
+def test_deeply_nested_json_is_a_bad_payload(edge, body):
+    ((status, _, reply),) = handle(*edge, [{"body": body}])
+    assert (status, json.loads(reply)["type"]) == (400, "bad_payload")
+
+
+def test_the_edge_passes_on_only_what_an_encoder_sends(edge):
+    """A workflow hands the encoder's refusal to the edge, which answers with it; any other
+    document, which only someone else can have sent, is a bad payload."""
+    passed_on = [(400, "bad_input"), (413, "frame_too_large"), (400, "bad_payload"), (507, "out_of_memory")]
+    foreign = [(599, "x"), (503, "unavailable"), (500, "internal_error"), (404, "bad_input"), (409, "model_mismatch"),
+               (413, "payload_too_large"), (400, "InvalidKeyException")]
+    documents = [{"code": code, "type": kind, "message": "m"} for code, kind in passed_on + foreign]
+    replies = handle(*edge, [{"body": json.dumps(d).encode()} for d in documents] + [{"body": d} for d in documents])
+    expected = [(code, kind) for code, kind in passed_on] + [(400, "bad_payload")] * len(foreign)
+    assert [(status, json.loads(body)["type"]) for status, _, body in replies] == expected * 2
 
 
 def test_default_threads_share_the_cores_without_oversubscribing():

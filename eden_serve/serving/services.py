@@ -23,10 +23,10 @@ from .. import wire
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder
 from ..edge import EdgeModel
-from ..errors import BadInputError, EdenError, FrameTooLargeError, error_from_document, error_response
+from ..errors import BadInputError, EdenError, FrameTooLargeError, encoder_refusal, error_response
 from ..frames import check_pair, check_size, load_frame, to_png
 from .fields import JSON, OCTET_STREAM, PNG, form_field, image_bytes, parse_codec, parse_seed, request_body
-from .worker import Settings, choose_device, configure_torch, max_tokens_for
+from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +97,7 @@ class Service:
         settings = Settings.from_yaml(getattr(context, "model_yaml_config", None))
         device = choose_device(properties.get("gpu_id"))
         configure_torch(device, settings.threads, cls.side)
+        keep_bodies_raw()
         weights = Path(properties["model_dir"]) / WEIGHTS_FILES[cls.side]
         service = cls(cls.load_model(weights, device, settings), settings, context)
         logger.info(
@@ -198,7 +199,7 @@ class EdgeService(Service):
     def parse(self, idx: int, request: dict) -> bytes:
         body = request_body(request)
         # A workflow hands a failed cloud node's error document on to this node (README: "Errors").
-        upstream = error_from_document(body)
+        upstream = encoder_refusal(body)
         if upstream is not None:
             raise upstream
         if isinstance(body, str):
