@@ -58,7 +58,10 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
             image.load()
         except FrameTooLargeError:
             raise
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        except Image.DecompressionBombError:  # Pillow's own limit, checked from the header inside Image.open
+            raise FrameTooLargeError(f"{name} declares more than {2 * Image.MAX_IMAGE_PIXELS} pixels in its header, "
+                                     f"over the limit of {max_pixels or 2 * Image.MAX_IMAGE_PIXELS}") from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
             raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
     return ImageOps.exif_transpose(image)
 

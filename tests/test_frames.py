@@ -8,7 +8,8 @@ import torch
 from PIL import Image
 
 from eden_serve.errors import BadInputError, FrameTooLargeError
-from eden_serve.frames import check_pair, load_frame, to_png
+from eden_serve.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_png
+from eden_serve.synthetic import image_header
 
 
 def encode(image: Image.Image, fmt: str = "PNG") -> bytes:
@@ -59,6 +60,15 @@ def test_truncated_image():
 def test_pixel_limit_checked_before_decoding():
     with pytest.raises(FrameTooLargeError, match="12x10 = 120 pixels, over the limit of 100") as info:
         load_frame(encode(Image.fromarray(RGB)), max_pixels=100)
+    assert info.value.status == 413
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "GIF", "JPEG"])
+@pytest.mark.parametrize("max_pixels", [DEFAULT_MAX_PIXELS, None])
+def test_an_image_bomb_is_too_large_from_its_header(fmt, max_pixels):
+    """60000 x 60000 is past Pillow's own decompression-bomb limit, which fires before ours could."""
+    with pytest.raises(FrameTooLargeError, match=r"^frame0 declares more than \d+ pixels") as info:
+        load_frame(image_header(fmt, 60000, 60000), "frame0", max_pixels)
     assert info.value.status == 413
 
 
