@@ -29,6 +29,11 @@ def check_size(width: int, height: int, max_pixels: int, name: str = "frame") ->
         raise FrameTooLargeError(f"{name} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}")
 
 
+def check_sides(width: int, height: int, max_side: int, name: str = "frame") -> None:
+    if max(width, height) > max_side:
+        raise FrameTooLargeError(f"{name} is {width}x{height}: a side over {max_side} pixels, more than the wire format can carry")
+
+
 def image_to_tensor(image: Image.Image) -> torch.Tensor:
     """A decoded image (oriented already, see :func:`open_image`) -> [3, H, W] float32 in [0, 1]."""
     if image.mode in _SIXTEEN_BIT_MODES:
@@ -41,10 +46,12 @@ def image_to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).contiguous()
 
 
-def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
+def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+               max_side: int | None = None) -> Image.Image:
     """Image bytes or a file path -> the decoded image, EXIF orientation applied.
 
-    ``max_pixels`` (None: no limit) is checked from the header, before any pixel is decoded.
+    ``max_pixels`` (None: no limit) and ``max_side`` are checked from the header, before any pixel
+    is decoded.
     """
     try:
         stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
@@ -55,6 +62,8 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
             image = Image.open(stream)
             if max_pixels is not None:
                 check_size(*image.size, max_pixels, name)
+            if max_side is not None:
+                check_sides(*image.size, max_side, name)
             image.load()
         except FrameTooLargeError:
             raise
@@ -66,9 +75,10 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
     return ImageOps.exif_transpose(image)
 
 
-def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> torch.Tensor:
+def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+               max_side: int | None = None) -> torch.Tensor:
     """Image bytes or a file path -> [3, H, W] float32 in [0, 1]."""
-    return image_to_tensor(open_image(source, name, max_pixels))
+    return image_to_tensor(open_image(source, name, max_pixels, max_side))
 
 
 def check_pair(frame0: torch.Tensor, frame1: torch.Tensor) -> None:

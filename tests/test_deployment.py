@@ -215,6 +215,8 @@ def images():
         "big": png(np.zeros((2100, 4000, 3), np.uint8)),
         # Headers of 60000 x 60000 frames, past Pillow's own decompression-bomb limit.
         **{f"{fmt} bomb": image_header(fmt, 60000, 60000) for fmt in ("PNG", "GIF", "JPEG")},
+        # 70000 pixels in all, but wider than a payload can say (wire.MAX_SIDE).
+        "wide": png(np.zeros((1, 70000, 3), np.uint8)),
     }
 
 
@@ -227,6 +229,7 @@ ENCODER_CASES = {
     "different sizes": ({"frame1": "other size"}, 400, "bad_input"),
     "over the pixel limit": ({"frame0": "big", "frame1": "big"}, 413, "frame_too_large"),
     "PNG bomb": ({"frame0": "PNG bomb"}, 413, "frame_too_large"),
+    "a side over the wire's limit": ({"frame0": "wide", "frame1": "wide"}, 413, "frame_too_large"),
     "GIF bomb": ({"frame1": "GIF bomb"}, 413, "frame_too_large"),
     "JPEG bomb": ({"frame0": "JPEG bomb", "frame1": "JPEG bomb"}, 413, "frame_too_large"),
     "seed not a number": ({"seed": "abc"}, 400, "bad_input"),

@@ -72,6 +72,14 @@ def test_an_image_bomb_is_too_large_from_its_header(fmt, max_pixels):
     assert info.value.status == 413
 
 
+def test_side_limit_checked_from_the_header():
+    """A header alone (no pixel data to decode) is enough to refuse it."""
+    with pytest.raises(FrameTooLargeError, match=r"^frame1 is 70000x1: a side over 65536 pixels") as info:
+        load_frame(image_header("PNG", 70000, 1), "frame1", max_side=65536)
+    assert info.value.status == 413
+    assert load_frame(encode(Image.fromarray(RGB)), max_side=12).shape == (3, 10, 12)
+
+
 def test_pair_of_different_sizes():
     with pytest.raises(BadInputError, match="frame0 is 12x10, frame1 is 12x11"):
         check_pair(torch.zeros(3, 10, 12), torch.zeros(3, 11, 12))

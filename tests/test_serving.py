@@ -107,6 +107,14 @@ def test_a_batch_is_answered_request_by_request(encoder, edge):
     assert Image.open(io.BytesIO(results[3][2])).size == (100, 70)
 
 
+def test_a_frame_wider_than_a_payload_can_say_is_refused_before_encoding(encoder):
+    wide = png(1, wire.MAX_SIDE + 4464)
+    ((status, _, body),) = handle(*encoder, [{"frame0": wide, "frame1": wide}])
+    document = json.loads(body)
+    assert (status, document["type"]) == (413, "frame_too_large")
+    assert document["message"].startswith("frame0 is 70000x1: a side over 65536 pixels")
+
+
 def test_handlers_emit_their_metrics(encoder, edge):
     payload = handle(*encoder, [{"frame0": png(64, 96), "frame1": png(64, 96, 1)}])[0][2]
     assert handle(*edge, [{"body": payload}])[0][0] == 200

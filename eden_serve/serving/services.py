@@ -165,7 +165,7 @@ class CloudService(Service):
         return EncodeJob(frame0, frame1, parse_seed(request.get("seed")), parse_codec(request.get("codec"), self.settings.codec))
 
     def load_frame(self, data: bytes, name: str) -> torch.Tensor:
-        frame = load_frame(data, name, self.settings.max_pixels)
+        frame = load_frame(data, name, self.settings.max_pixels, max_side=wire.MAX_SIDE)
         ph, pw = self.model.config.patch_grid(*frame.shape[-2:])
         if ph * pw > self.max_tokens:
             raise FrameTooLargeError(
