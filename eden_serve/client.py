@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import re
+import struct
 import threading
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from PIL import Image, UnidentifiedImageError
 
 from .clips import Frame
 from .errors import BadInputError, ServerError, TransientError, error_from_document
-from .frames import png_bytes
+from .frames import PNG_SIGNATURE, oriented_size, png_bytes
 from .streaming import DEFAULT_INFLIGHT, Middle, Processor, Retry, Summary, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
@@ -81,13 +82,40 @@ def _check(response: requests.Response) -> requests.Response:
         return response
     if refused is not None:
         status, kind, message = refused.status, refused.kind, str(refused)
+    elif response.status_code == 413 and not response.content:  # TorchServe's own, before any handler
+        status, kind = 413, "request_too_large"
+        sent = len(response.request.body or b"")
+        message = (f"the server refused a request of {sent} bytes as too large: over its max_request_size "
+                   "(README: Capacity); send smaller frames, or a smaller codec to the edge")
     else:
         status, kind = response.status_code, "http_error"
-        message = " ".join(response.text[:300].split()) or response.reason
+        message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason
     where = f"HTTP {status} from {response.url}"
     if status >= 500:
         raise TransientError(f"{message} ({where})")
     raise ServerError(status, kind, f"{message} ({where})")
+
+
+def _middle_image(answer: requests.Response, size: tuple[int, int]) -> Image.Image:
+    """The middle frame an answer holds: an 8-bit RGB PNG of the frames' size, as the edge makes it.
+
+    Its size and mode are read from the PNG header before any pixel is decoded, so a broken or
+    hostile server cannot make the client decode a bomb, or write a frame of another size.
+    """
+    content, where = answer.content, f"(from {answer.url})"
+    if content[:8] != PNG_SIGNATURE or content[12:16] != b"IHDR" or len(content) < 26:
+        start = " ".join(content[:100].decode(errors="replace").split())
+        raise ServerError(502, "bad_answer", f"the answer is not a PNG: {start!r} {where}")
+    width, height, depth, colour = struct.unpack(">IIBB", content[16:26])
+    if (width, height) != size or (depth, colour) != (8, 2):  # colour type 2: RGB
+        mode = "" if (depth, colour) == (8, 2) else f" not in 8-bit RGB (depth {depth}, colour type {colour})"
+        raise ServerError(502, "bad_answer", f"the answer is a {width}x{height} PNG{mode}, for frames of {size[0]}x{size[1]} {where}")
+    try:
+        image = Image.open(io.BytesIO(content), formats=["PNG"])
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
+        raise ServerError(502, "bad_answer", f"the answer is a broken PNG ({type(exc).__name__}) {where}") from None
+    return image
 
 
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
@@ -178,8 +206,9 @@ class Client:
         response = self.retry.call(attempt, cancel)
         return response, attempts - 1
 
-    def _pair(self, data0: bytes, data1: bytes, seed: int, cancel: threading.Event | None = None) -> Middle:
-        """Two encoded frames -> the middle frame, with the bytes moved."""
+    def _pair(self, data0: bytes, data1: bytes, seed: int, size: tuple[int, int],
+              cancel: threading.Event | None = None) -> Middle:
+        """Two encoded frames of ``size`` (width, height) -> the middle frame, with the bytes moved."""
         form = {"seed": str(seed)}
         if self.codec:
             form["codec"] = self.codec
@@ -197,17 +226,13 @@ class Client:
         else:
             answer, retries = self._post("workflow", cancel, files=files, data=form)
             sent, received = len(answer.request.body), len(answer.content)
-        try:
-            image = Image.open(io.BytesIO(answer.content))
-            image.load()
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-            start = " ".join(answer.content[:100].decode(errors="replace").split())
-            raise ServerError(502, "bad_answer", f"the answer is not an image: {start!r} (from {answer.url})") from None
-        return Middle(image.convert("RGB"), sent, received, payload_bytes, retries)
+        return Middle(_middle_image(answer, size), sent, received, payload_bytes, retries)
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
-        return self._pair(_as_bytes(frame0, "frame0"), _as_bytes(frame1, "frame1"), seed).image
+        data0 = _as_bytes(frame0, "frame0")
+        size = frame0.size if isinstance(frame0, Image.Image) else oriented_size(data0, "frame0")
+        return self._pair(data0, _as_bytes(frame1, "frame1"), seed, size).image
 
     def interpolate_clip(
         self,
@@ -228,7 +253,7 @@ class Client:
         ``cancel`` is set."""
 
         def process(index: int, frame0: Frame, frame1: Frame, seed: int) -> Middle:
-            return self._pair(frame0.encoded, frame1.encoded, seed, cancel)
+            return self._pair(frame0.encoded, frame1.encoded, seed, frame0.image.size, cancel)
 
         return process
 

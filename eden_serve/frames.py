@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageChops, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageChops, ImageOps, UnidentifiedImageError
 
 from .errors import BadInputError, FrameTooLargeError
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # Modes a PNG can hold; a middle frame of any other mode (CMYK, YCbCr, LAB, F...) is written as TIFF.
 PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
@@ -46,6 +48,11 @@ def image_to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).contiguous()
 
 
+def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:
+    limit = 2 * Image.MAX_IMAGE_PIXELS
+    return FrameTooLargeError(f"{name} declares more than {limit} pixels in its header, over the limit of {max_pixels or limit}")
+
+
 def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
                max_side: int | None = None) -> Image.Image:
     """Image bytes or a file path -> the decoded image, EXIF orientation applied.
@@ -68,11 +75,28 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
         except FrameTooLargeError:
             raise
         except Image.DecompressionBombError:  # Pillow's own limit, checked from the header inside Image.open
-            raise FrameTooLargeError(f"{name} declares more than {2 * Image.MAX_IMAGE_PIXELS} pixels in its header, "
-                                     f"over the limit of {max_pixels or 2 * Image.MAX_IMAGE_PIXELS}") from None
+            raise _bomb(name, max_pixels) from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
             raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
     return ImageOps.exif_transpose(image)
+
+
+def oriented_size(source: bytes | str | Path, name: str = "frame") -> tuple[int, int]:
+    """(width, height) of an image as :func:`open_image` returns it, read from its header: the EXIF
+    orientations that turn it by 90 degrees swap the sides. Nothing is decoded."""
+    try:
+        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
+    except OSError as exc:
+        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
+    with stream:
+        try:
+            image = Image.open(stream)
+            turned = image.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8)
+        except Image.DecompressionBombError:
+            raise _bomb(name, None) from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+            raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
+        return (image.height, image.width) if turned else image.size
 
 
 def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from eden_serve.errors import BadInputError, FrameTooLargeError
-from eden_serve.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_png
+from eden_serve.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, open_image, oriented_size, to_png
 from eden_serve.synthetic import image_header
 
 
@@ -78,6 +78,16 @@ def test_side_limit_checked_from_the_header():
         load_frame(image_header("PNG", 70000, 1), "frame1", max_side=65536)
     assert info.value.status == 413
     assert load_frame(encode(Image.fromarray(RGB)), max_side=12).shape == (3, 10, 12)
+
+
+@pytest.mark.parametrize("orientation, size", [(1, (12, 10)), (6, (10, 12)), (8, (10, 12))])
+def test_oriented_size_is_what_open_image_returns(orientation, size):
+    image = Image.fromarray(RGB)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", exif=exif.tobytes())
+    assert oriented_size(buffer.getvalue()) == size == open_image(buffer.getvalue()).size
 
 
 def test_pair_of_different_sizes():
