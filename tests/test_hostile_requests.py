@@ -13,7 +13,8 @@ import pytest
 import requests
 from PIL import Image
 
-from eden_serve import wire
+from eden_serve import synthetic, wire
+from eden_serve.config import preset
 from eden_serve.serving.launcher import build_archives, torchserve
 
 pytestmark = pytest.mark.serving
@@ -178,3 +179,23 @@ def test_the_edge_echoes_no_document_but_an_encoders(server, code, kind):
     edge answer 599, or 503 (clients retry it)."""
     response = edge(server, json.dumps({"code": code, "type": kind, "message": "m"}))
     assert (response.status_code, response.json()["type"]) == (400, "bad_payload"), response.text
+
+
+# --- the configuration, from anywhere --------------------------------------------------------------
+
+
+def tiny_payload(size: tuple[int, int] = (64, 96)) -> bytes:
+    config = preset("tiny")
+    return wire.encode(synthetic.conditions(config, size), config)
+
+
+def test_the_configuration_works_from_any_directory(store):
+    """config.properties as written (only its addresses moved to free ports), run from a directory
+    that is not the repository's, with an absolute --model-store. Before: handlers/metrics.yaml was
+    looked for there, the workers crash-looped and requests hung; model_store/ was the workflow store."""
+    with torchserve(store, models=["eden_ditdec.mar"], workflows=["eden.war"], token_auth=False, as_written=True,
+                    startup_timeout=120) as server:
+        assert not (server.workdir / "handlers").exists()
+        assert edge(server, tiny_payload()).content.startswith(b"\x89PNG")
+        metrics = requests.get(f"{server.metrics_url}/metrics", timeout=TIMEOUT).text
+        assert 'EdenDenoiseMs{ModelName="eden_ditdec",Level="Model"' in metrics

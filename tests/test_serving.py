@@ -9,10 +9,12 @@ import io
 import json
 import types
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import ts
 from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
@@ -53,7 +55,7 @@ def model_dir(tmp_path_factory):
 
 
 def context(model_dir, model_name: str) -> Context:
-    metrics = MetricsCacheYamlImpl(str(ROOT / "handlers" / "metrics.yaml"))
+    metrics = MetricsCacheYamlImpl(str(Path(ts.__file__).parent / "configs" / "metrics.yaml"))  # TorchServe's default
     metrics.initialize_cache()
     # The handler sets the process's thread count; keep this test process's.
     yaml_config = {"batchSize": 4, "handler": {"threads": torch.get_num_threads()}}
