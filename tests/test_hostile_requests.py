@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import os
 import shutil
 import threading
 
@@ -15,7 +16,7 @@ from PIL import Image
 
 from eden_serve import synthetic, wire
 from eden_serve.config import preset
-from eden_serve.serving.launcher import build_archives, torchserve
+from eden_serve.serving.launcher import BASE_CONFIG, build_archives, read_properties, torchserve
 
 pytestmark = pytest.mark.serving
 
@@ -134,6 +135,18 @@ def test_refused_4k_pairs_do_not_stay_in_the_encoder_worker(server):
         assert response.status_code == 400 and "differ in size" in response.json()["message"], response.text
     assert server.worker_pids("eden_encoder") == [pid]
     assert rss(pid) - start < RSS_MARGIN
+
+
+def test_a_body_over_the_request_limit_is_refused_by_its_length(server, tmp_path):
+    """TorchServe's own 413, with an empty body (README "Capacity"); before, the limit was 480 MiB."""
+    limit = int(read_properties(BASE_CONFIG)["max_request_size"])
+    assert limit == 200 * MiB
+    body = tmp_path / "body"
+    with open(body, "wb") as sparse:
+        sparse.truncate(limit + 1)
+    with open(body, "rb") as stream:
+        response = edge(server, stream)
+    assert (response.status_code, response.content) == (413, b"")
 
 
 # --- bodies that look like JSON --------------------------------------------------------------------
