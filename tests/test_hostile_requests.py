@@ -8,7 +8,10 @@ import io
 import json
 import os
 import shutil
+import signal
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -212,3 +215,33 @@ def test_the_configuration_works_from_any_directory(store):
         assert edge(server, tiny_payload()).content.startswith(b"\x89PNG")
         metrics = requests.get(f"{server.metrics_url}/metrics", timeout=TIMEOUT).text
         assert 'EdenDenoiseMs{ModelName="eden_ditdec",Level="Model"' in metrics
+
+
+# --- the workflow under load -----------------------------------------------------------------------
+
+# What a workflow node waits at most when eden.yaml sets no timeout-ms: TorchServe 0.12's default
+# (WorkFlow.timeOutMs, read with javap), counted from when the node's job is queued, then tried once more.
+DEFAULT_NODE_TIMEOUT_S = 10
+
+
+def test_a_workflow_request_outlasts_the_default_node_timeout(server):
+    """The workflow's edge worker is held up (stopped with SIGSTOP while it holds a request) for
+    longer than the default node timeout, twice over, while a workflow request waits in its queue.
+    The request must still get its frame once the worker goes on (before: a 500 after 2 x 10 s)."""
+    (pid,) = server.worker_pids("eden__eden_ditdec")
+    fields = {"frame0": png(64, 96, 10), "frame1": png(64, 96, 40)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            held = pool.submit(requests.post, f"{server.inference_url}/predictions/eden__eden_ditdec", data=tiny_payload(),
+                               headers={**server.inference_headers, "Content-Type": "application/octet-stream"}, timeout=TIMEOUT)
+            time.sleep(1)  # the held request reaches the worker first; the workflow's edge job queues behind it
+            queued = pool.submit(requests.post, f"{server.inference_url}/wfpredict/eden", headers=server.inference_headers,
+                                 files={k: (k, v, "image/png") for k, v in fields.items()}, timeout=TIMEOUT)
+            time.sleep(2.5 * DEFAULT_NODE_TIMEOUT_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert held.result().status_code == 200
+        response = queued.result()
+    assert response.status_code == 200 and response.content.startswith(b"\x89PNG"), response.text[:300]
+    assert server.worker_pids("eden__eden_ditdec") == [pid]
