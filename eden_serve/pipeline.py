@@ -38,7 +38,7 @@ def interpolate_pair(
 
 def in_process(cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
-    middles equal theirs bit for bit for the same seed and codec."""
+    middles equal theirs bit for bit for the same seed, codec and thread count."""
 
     def process(index: int, frame0: Frame, frame1: Frame, seed: int) -> Middle:
         check_pair(frame0.tensor, frame1.tensor)
