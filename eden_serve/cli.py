@@ -143,6 +143,13 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refuse_an_input_as_output(output: str, inputs: list[str]) -> None:
+    """Pair mode: the middle frame must not replace a frame (clip mode refuses its input likewise)."""
+    for path in inputs:
+        if Path(output).exists() and Path(path).exists() and os.path.samefile(output, path):
+            raise BadInputError(f"output {output!r} is an input ({path!r}); choose another path")
+
+
 def _interpolate(args) -> int:
     config, device = preset(args.config), _device(args.device)
     wire.parse_codec(args.codec)
@@ -158,6 +165,7 @@ def _interpolate(args) -> int:
     if len(args.inputs) != 2:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
     _clip_only(args)
+    _refuse_an_input_as_output(args.output, args.inputs)
     frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
@@ -228,6 +236,8 @@ def run_client(args: argparse.Namespace) -> int:
     """``eden-serve client``: raises :class:`EdenError` for anything the user can fix."""
     if len(args.inputs) > 2:
         raise BadInputError(f"give two frames or one clip, got {len(args.inputs)} inputs")
+    if len(args.inputs) == 2:
+        _refuse_an_input_as_output(args.output, args.inputs)
     token = read_token(args.token, args.token_file)
     edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
     options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,

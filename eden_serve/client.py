@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import re
+import struct
 import threading
 import zipfile
 from pathlib import Path
@@ -32,23 +33,9 @@ import requests
 from PIL import Image, UnidentifiedImageError
 
 from .clips import Frame
-from .errors import (
-    BadInputError,
-    ChunkTooLargeError,
-    ServerError,
-    TransientError,
-    error_from_document,
-)
-from .frames import png_bytes
-from .streaming import (
-    DEFAULT_CHUNK,
-    DEFAULT_INFLIGHT,
-    Middles,
-    Processor,
-    Retry,
-    Summary,
-    interpolate_clip,
-)
+from .errors import BadInputError, ChunkTooLargeError, ServerError, TransientError, error_from_document
+from .frames import PNG_SIGNATURE, oriented_size, png_bytes
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
 WORKFLOW = "eden"
@@ -97,14 +84,35 @@ def _check(response: requests.Response) -> requests.Response:
         return response
     if refused is not None:
         status, kind, message = refused.status, refused.kind, str(refused)
+    elif response.status_code == 413 and not response.content:  # TorchServe's own, before any handler
+        status, kind = 413, "request_too_large"
+        sent = len(response.request.body or b"")
+        message = (f"the server refused a request of {sent} bytes as too large: over its max_request_size "
+                   "(README: Capacity); send smaller frames, or a smaller codec to the edge")
     else:
         status, kind = response.status_code, "http_error"
-        message = " ".join(response.text[:300].split()) or response.reason
+        message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason
     where = f"HTTP {status} from {response.url}"
     if status >= 500:
         raise TransientError(f"{message} ({where})")
     raise ServerError(status, kind, f"{message} ({where})")
 
+
+def _middle_image(content: bytes, size: tuple[int, int], where: str) -> Image.Image:
+    """A middle frame: an 8-bit RGB PNG of ``size`` (width, height), read from its header first."""
+    if content[:8] != PNG_SIGNATURE or content[12:16] != b"IHDR" or len(content) < 26:
+        start = " ".join(content[:100].decode(errors="replace").split())
+        raise ServerError(502, "bad_answer", f"the answer is not a PNG: {start!r} {where}")
+    width, height, depth, colour = struct.unpack(">IIBB", content[16:26])
+    if (width, height) != size or (depth, colour) != (8, 2):  # colour type 2: RGB
+        mode = "" if (depth, colour) == (8, 2) else f" not in 8-bit RGB (depth {depth}, colour type {colour})"
+        raise ServerError(502, "bad_answer", f"the answer is a {width}x{height} PNG{mode}, for frames of {size[0]}x{size[1]} {where}")
+    try:
+        image = Image.open(io.BytesIO(content), formats=["PNG"])
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
+        raise ServerError(502, "bad_answer", f"the answer is a broken PNG ({type(exc).__name__}) {where}") from None
+    return image
 
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
     if isinstance(frame, (bytes, bytearray)):
@@ -197,8 +205,10 @@ class Client:
         response = self.retry.call(attempt, cancel)
         return response, attempts - 1
 
-    def _chunk(self, encoded: Sequence[bytes], seed: int, cancel: threading.Event | None = None) -> Middles:
-        """K + 1 encoded frames -> their K middle frames, with the bytes moved; pair j uses ``seed + j``."""
+    def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int],
+               cancel: threading.Event | None = None) -> Middles:
+        """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
+        moved; pair j uses ``seed + j``."""
         form = {"seed": str(seed)}
         if self.codec:
             form["codec"] = self.codec
@@ -218,12 +228,14 @@ class Client:
         else:
             answer, retries = self._post("workflow", cancel, files=files, data=form)
             sent, received = len(answer.request.body), len(answer.content)
-        images = _middle_frames(answer, len(encoded) - 1)
+        images = _middle_frames(answer, len(encoded) - 1, size)
         return Middles(images, sent, received, payload_bytes, retries)
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
-        return self._chunk([_as_bytes(frame0, "frame0"), _as_bytes(frame1, "frame1")], seed).images[0]
+        data0 = _as_bytes(frame0, "frame0")
+        size = frame0.size if isinstance(frame0, Image.Image) else oriented_size(data0, "frame0")
+        return self._chunk([data0, _as_bytes(frame1, "frame1")], seed, size).images[0]
 
     def interpolate_clip(
         self,
@@ -251,7 +263,7 @@ class Client:
 
         def process(index: int, frames: list[Frame], seed: int) -> Middles:
             try:
-                return self._chunk([frame.encoded for frame in frames], seed, cancel)
+                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel)
             except ServerError as exc:
                 if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                     raise
@@ -278,26 +290,22 @@ class Client:
         self.close()
 
 
-def _middle_frames(answer: requests.Response, pairs: int) -> list[Image.Image]:
-    """The middle frames of an answer: one PNG for a pair, else a zip of ``000.png``, ``001.png``, ..."""
+def _middle_frames(answer: requests.Response, pairs: int, size: tuple[int, int]) -> list[Image.Image]:
+    """The middle frames of an answer: one PNG for a pair, else a stored zip of ``000.png``,
+    ``001.png``, ... Each is judged by its header (an 8-bit RGB PNG of the frames' size, as the edge
+    makes them) before any pixel is decoded, so a broken or hostile server cannot make the client
+    decode a bomb, or write frames of another size."""
+    where = f"(from {answer.url})"
+    if pairs == 1:
+        return [_middle_image(answer.content, size, where)]
     names = [f"{j:03d}.png" for j in range(pairs)]
-    data = answer.content
+    most = size[1] * (3 * size[0] + 1) * 2 + (1 << 16)  # an uncompressed PNG of the frame, twice over
     try:
-        if pairs == 1:
-            blobs = [data]
-        else:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                entries = archive.infolist()
-                if [e.filename for e in entries] != names or any(e.compress_type != zipfile.ZIP_STORED for e in entries):
-                    raise ValueError(f"entries {[e.filename for e in entries][:4]}..., expected {names[0]}...{names[-1]} stored")
-                blobs = [archive.read(name) for name in names]
-        images = []
-        for blob in blobs:
-            image = Image.open(io.BytesIO(blob))
-            image.load()
-            images.append(image.convert("RGB"))
-        return images
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, zipfile.BadZipFile) as exc:
-        start = " ".join(data[:100].decode(errors="replace").split())
-        what = "an image" if pairs == 1 else f"a zip of {pairs} images ({exc})"
-        raise ServerError(502, "bad_answer", f"the answer is not {what}: {start!r} (from {answer.url})") from None
+        with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
+            entries = archive.infolist()
+            if [e.filename for e in entries] != names or any(e.compress_type != zipfile.ZIP_STORED or e.file_size > most for e in entries):
+                raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} stored PNGs {names[0]}...{names[-1]} {where}")
+            return [_middle_image(archive.read(name), size, where) for name in names]
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        start = " ".join(answer.content[:100].decode(errors="replace").split())
+        raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} PNGs ({exc}): {start!r} {where}") from None

@@ -8,9 +8,15 @@ else is a bug (HTTP 500, with a message that names no internals).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import torch
+
+# Our error documents are a few hundred bytes; a larger body is no error document and is not parsed.
+MAX_DOCUMENT_BYTES = 16 * 1024
+_OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
+OUT_OF_MEMORY = "out_of_memory"
 
 
 class EdenError(Exception):
@@ -114,21 +120,45 @@ def error_from_document(body: Any) -> UpstreamError | None:
 
     The edge handler and the client look for it in bodies (README: "Workflow caveat"). Wire payloads
     start with ``EDENWIRE`` and PNGs with ``\\x89PNG``, which no JSON text can, so an object with
-    exactly these keys is unambiguous.
+    exactly these keys is unambiguous. Only a small body that starts as a JSON object is parsed, and
+    nothing of a large one is copied.
     """
-    if isinstance(body, (bytes, bytearray)):
-        if body.lstrip()[:1] != b"{":
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        if len(body) > MAX_DOCUMENT_BYTES or not _OBJECT_START.match(body):
             return None
         try:
             body = json.loads(bytes(body))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: deeply nested arrays or objects
             return None
     if not isinstance(body, dict) or body.keys() != {"code", "type", "message"}:
         return None
     code, kind, message = body["code"], body["type"], body["message"]
     if type(code) is not int or not 400 <= code <= 599 or not isinstance(kind, str) or not isinstance(message, str):
         return None
+    if len(kind) + len(message) > MAX_DOCUMENT_BYTES:
+        return None
     return UpstreamError(code, kind, message)
+
+
+# What an encoder's handler answers with, by type (README "Errors"): in a workflow the edge node gets
+# it as its request body and passes it on, with its status. A 500 is not passed on.
+ENCODER_REFUSALS = {BadInputError.kind: 400, FrameTooLargeError.kind: 413, ChunkTooLargeError.kind: 413, CodecError.kind: 400,
+                    OUT_OF_MEMORY: 507}
+
+
+def encoder_refusal(body: Any) -> UpstreamError | None:
+    """The encoder's refusal that ``body`` hands on, or None when ``body`` is no error document.
+
+    Anyone can POST a document to the edge, so it answers only with what an encoder can send: any
+    other status or type (a 599, a 503 that would make clients retry) is a :class:`CodecError`.
+    """
+    upstream = error_from_document(body)
+    if upstream is None or ENCODER_REFUSALS.get(upstream.kind) == upstream.status:
+        return upstream
+    raise CodecError(
+        f"request body is an error document that no encoder sends (code {upstream.status}, type {upstream.kind!r:.40}); "
+        "POST the encoder's wire payload (in the eden workflow: the encoder failed, see its log)"
+    )
 
 
 def error_response(exc: BaseException) -> tuple[int, dict]:
@@ -137,5 +167,5 @@ def error_response(exc: BaseException) -> tuple[int, dict]:
         return exc.status, exc.to_json()
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         message = "the server ran out of memory for this request; retry with smaller frames or later"
-        return 507, {"code": 507, "type": "out_of_memory", "message": message}
+        return 507, {"code": 507, "type": OUT_OF_MEMORY, "message": message}
     return 500, {"code": 500, "type": "internal_error", "message": f"internal error ({type(exc).__name__}); see the server log"}

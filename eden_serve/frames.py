@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageChops, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageChops, ImageOps, UnidentifiedImageError
 
 from .errors import BadInputError, FrameTooLargeError
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # Modes a PNG can hold; a middle frame of any other mode (CMYK, YCbCr, LAB, F...) is written as TIFF.
 PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
@@ -27,6 +29,11 @@ _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 def check_size(width: int, height: int, max_pixels: int, name: str = "frame") -> None:
     if width * height > max_pixels:
         raise FrameTooLargeError(f"{name} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}")
+
+
+def check_sides(width: int, height: int, max_side: int, name: str = "frame") -> None:
+    if max(width, height) > max_side:
+        raise FrameTooLargeError(f"{name} is {width}x{height}: a side over {max_side} pixels, more than the wire format can carry")
 
 
 def image_to_tensor(image: Image.Image) -> torch.Tensor:
@@ -41,10 +48,17 @@ def image_to_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).contiguous()
 
 
-def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
+def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:
+    limit = 2 * Image.MAX_IMAGE_PIXELS
+    return FrameTooLargeError(f"{name} declares more than {limit} pixels in its header, over the limit of {max_pixels or limit}")
+
+
+def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+               max_side: int | None = None) -> Image.Image:
     """Image bytes or a file path -> the decoded image, EXIF orientation applied.
 
-    ``max_pixels`` (None: no limit) is checked from the header, before any pixel is decoded.
+    ``max_pixels`` (None: no limit) and ``max_side`` are checked from the header, before any pixel
+    is decoded.
     """
     try:
         stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
@@ -55,17 +69,40 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
             image = Image.open(stream)
             if max_pixels is not None:
                 check_size(*image.size, max_pixels, name)
+            if max_side is not None:
+                check_sides(*image.size, max_side, name)
             image.load()
         except FrameTooLargeError:
             raise
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        except Image.DecompressionBombError:  # Pillow's own limit, checked from the header inside Image.open
+            raise _bomb(name, max_pixels) from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
             raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
     return ImageOps.exif_transpose(image)
 
 
-def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> torch.Tensor:
+def oriented_size(source: bytes | str | Path, name: str = "frame") -> tuple[int, int]:
+    """(width, height) of an image as :func:`open_image` returns it, read from its header: the EXIF
+    orientations that turn it by 90 degrees swap the sides. Nothing is decoded."""
+    try:
+        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
+    except OSError as exc:
+        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
+    with stream:
+        try:
+            image = Image.open(stream)
+            turned = image.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8)
+        except Image.DecompressionBombError:
+            raise _bomb(name, None) from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+            raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
+        return (image.height, image.width) if turned else image.size
+
+
+def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+               max_side: int | None = None) -> torch.Tensor:
     """Image bytes or a file path -> [3, H, W] float32 in [0, 1]."""
-    return image_to_tensor(open_image(source, name, max_pixels))
+    return image_to_tensor(open_image(source, name, max_pixels, max_side))
 
 
 def check_pair(frame0: torch.Tensor, frame1: torch.Tensor) -> None:

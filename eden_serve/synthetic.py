@@ -7,6 +7,8 @@ the benchmarks, the examples and the CLI's default all take them from this modul
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -107,3 +109,16 @@ def chunk(config: EdenConfig, size: tuple[int, int], frames: int = 2, profile: s
     pairs = frames - 1
     return Chunk(tokens(), tokens(), means=[0.45] * frames, stds=[0.27] * frames, differences=[-0.8] * pairs,
                  seeds=list(range(seed, seed + pairs)), grid=grid, size=size)
+
+
+def image_header(fmt: str, width: int, height: int) -> bytes:
+    """A PNG, GIF or JPEG file that declares ``width`` x ``height`` pixels and holds none: what an
+    image bomb shows before a decoder allocates for it."""
+    if fmt == "PNG":
+        chunk = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+        return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk)) + b"\0\0\0\0IEND\xaeB`\x82"
+    if fmt == "GIF":  # a screen and one image of that size, then the trailer
+        return b"GIF89a" + struct.pack("<HHBBB", width, height, 0, 0, 0) + b"," + struct.pack("<HHHHB", 0, 0, width, height, 0) + b"\x02\x02\x44\x01\x00;"
+    if fmt == "JPEG":  # SOI, a baseline frame header of 3 components, EOI
+        return b"\xff\xd8\xff\xc0\x00\x11\x08" + struct.pack(">HH", height, width) + b"\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01\xff\xd9"
+    raise ValueError(f"no header for {fmt}")

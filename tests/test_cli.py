@@ -1,8 +1,11 @@
 """The eden-serve command: outputs, and one stderr line with exit code 2 for every bad input."""
 
 import json
+import shutil
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,6 +80,28 @@ def test_bad_inputs_give_one_line_and_exit_2(frames, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("eden-serve") and ": error: " in lines[0] and message in lines[0], (name, lines)
         assert not out.exists(), name
         assert not list(tmp_path.glob(".mid*")), name
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", ["interpolate", "client"])
+def test_a_pair_never_overwrites_an_input(frames, tmp_path, command):
+    """Clip mode refuses an output that is its input; pair mode too, however the path is spelt, and
+    before any work (the client sends nothing: its server here does not even listen)."""
+    frames = [Path(shutil.copy(path, tmp_path)) for path in frames]  # the module's frames stay intact if this fails
+    link = tmp_path / "link.png"
+    link.symlink_to(frames[1])
+    options = ["--config", "tiny"] if command == "interpolate" else ["--server", f"http://127.0.0.1:{closed_port()}", "--tries", "1"]
+    before = [path.read_bytes() for path in frames]
+    for output in (frames[0], frames[1].parent / ".." / frames[1].parent.name / frames[1].name, link):
+        result = run(command, *frames, "-o", output, *options)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "is an input" in lines[0], (output, result.stderr)
+    assert [path.read_bytes() for path in frames] == before
 
 
 def test_split_checkpoint_prints_sizes(tmp_path, capsys):

@@ -7,6 +7,7 @@ Each checker comes from a package of the deploy-check extra, so no Docker engine
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -28,7 +29,14 @@ from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.serving.launcher import REPO, build_archives, free_port
+from eden_serve.serving.launcher import (
+    BASE_CONFIG,
+    NO_URLS,
+    REPO,
+    build_archives,
+    free_port,
+    read_properties,
+)
 
 DEPLOY = REPO / "deploy"
 ENTRYPOINT = DEPLOY / "docker" / "entrypoint.sh"
@@ -140,6 +148,27 @@ def test_serve_refuses_a_wrong_checkpoint_before_building(tmp_path):
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert "not a PyTorch checkpoint" in result.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_no_configuration_lets_a_url_register():
+    """The base configuration refuses every archive URL, and the files laid over it (the container's,
+    the cluster's) leave that alone; the launcher enforces it besides (tests/test_hostile_requests.py)."""
+    assert read_properties(BASE_CONFIG)["allowed_urls"] == NO_URLS
+    for overlay in (DEPLOY / "docker" / "container.properties", CLUSTER_PROPERTIES):
+        assert "allowed_urls" not in read_properties(overlay), overlay
+
+
+def test_workflow_nodes_wait_as_long_as_their_models_can_take():
+    """A node's timeout covers a full queue ahead of it (two batches) and its own batch, each within
+    its archive's responseTimeout; no retries inside the workflow (the client retries)."""
+    spec = yaml.safe_load((REPO / "workflows" / "eden.yaml").read_text())["models"]
+    queue = int(read_properties(BASE_CONFIG)["job_queue_size"])
+    assert spec["retry-attempts"] == 0
+    for name in ("eden_encoder", "eden_ditdec"):
+        archive = yaml.safe_load((REPO / "handlers" / f"{name}-config.yaml").read_text())
+        assert spec["batch-size"] == archive["batchSize"]
+        batches = 1 + math.ceil(queue / archive["batchSize"])
+        assert spec[name]["timeout-ms"] == batches * archive["responseTimeout"] * 1000, name
 
 
 # --- the Dockerfile --------------------------------------------------------------------------------

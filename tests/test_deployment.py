@@ -27,7 +27,7 @@ from eden_serve.config import preset
 from eden_serve.frames import load_frame, to_png
 from eden_serve.serving.launcher import build_archives, torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
-from eden_serve.synthetic import scene
+from eden_serve.synthetic import image_header, scene
 
 pytestmark = pytest.mark.serving
 
@@ -216,6 +216,10 @@ def images():
         "other size": pair(70, 100)["frame1"],
         # 4000 x 2100 = 8.4 M pixels, over the 4K limit; one colour, so the PNG is small.
         "big": png(np.zeros((2100, 4000, 3), np.uint8)),
+        # Headers of 60000 x 60000 frames, past Pillow's own decompression-bomb limit.
+        **{f"{fmt} bomb": image_header(fmt, 60000, 60000) for fmt in ("PNG", "GIF", "JPEG")},
+        # 70000 pixels in all, but wider than a payload can say (wire.MAX_SIDE).
+        "wide": png(np.zeros((1, 70000, 3), np.uint8)),
     }
 
 
@@ -227,9 +231,14 @@ ENCODER_CASES = {
     "frame sent as text": ({"frame0": "hello"}, 400, "bad_input"),
     "different sizes": ({"frame1": "other size"}, 400, "bad_input"),
     "over the pixel limit": ({"frame0": "big", "frame1": "big"}, 413, "frame_too_large"),
+    "PNG bomb": ({"frame0": "PNG bomb"}, 413, "frame_too_large"),
+    "a side over the wire's limit": ({"frame0": "wide", "frame1": "wide"}, 413, "frame_too_large"),
+    "GIF bomb": ({"frame1": "GIF bomb"}, 413, "frame_too_large"),
+    "JPEG bomb": ({"frame0": "JPEG bomb", "frame1": "JPEG bomb"}, 413, "frame_too_large"),
     "seed not a number": ({"seed": "abc"}, 400, "bad_input"),
     "negative seed": ({"seed": "-1"}, 400, "bad_input"),
     "seed too large": ({"seed": str(2**64)}, 400, "bad_input"),
+    "seed of 4301 digits": ({"seed": "9" * 4301}, 400, "bad_input"),  # beyond Python's int() digit limit
     "unknown codec": ({"codec": "fp8"}, 400, "bad_input"),
 }
 

@@ -8,7 +8,15 @@ import torch
 from PIL import Image
 
 from eden_serve.errors import BadInputError, FrameTooLargeError
-from eden_serve.frames import check_pair, load_frame, to_png
+from eden_serve.frames import (
+    DEFAULT_MAX_PIXELS,
+    check_pair,
+    load_frame,
+    open_image,
+    oriented_size,
+    to_png,
+)
+from eden_serve.synthetic import image_header
 
 
 def encode(image: Image.Image, fmt: str = "PNG") -> bytes:
@@ -60,6 +68,33 @@ def test_pixel_limit_checked_before_decoding():
     with pytest.raises(FrameTooLargeError, match="12x10 = 120 pixels, over the limit of 100") as info:
         load_frame(encode(Image.fromarray(RGB)), max_pixels=100)
     assert info.value.status == 413
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "GIF", "JPEG"])
+@pytest.mark.parametrize("max_pixels", [DEFAULT_MAX_PIXELS, None])
+def test_an_image_bomb_is_too_large_from_its_header(fmt, max_pixels):
+    """60000 x 60000 is past Pillow's own decompression-bomb limit, which fires before ours could."""
+    with pytest.raises(FrameTooLargeError, match=r"^frame0 declares more than \d+ pixels") as info:
+        load_frame(image_header(fmt, 60000, 60000), "frame0", max_pixels)
+    assert info.value.status == 413
+
+
+def test_side_limit_checked_from_the_header():
+    """A header alone (no pixel data to decode) is enough to refuse it."""
+    with pytest.raises(FrameTooLargeError, match=r"^frame1 is 70000x1: a side over 65536 pixels") as info:
+        load_frame(image_header("PNG", 70000, 1), "frame1", max_side=65536)
+    assert info.value.status == 413
+    assert load_frame(encode(Image.fromarray(RGB)), max_side=12).shape == (3, 10, 12)
+
+
+@pytest.mark.parametrize("orientation, size", [(1, (12, 10)), (6, (10, 12)), (8, (10, 12))])
+def test_oriented_size_is_what_open_image_returns(orientation, size):
+    image = Image.fromarray(RGB)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", exif=exif.tobytes())
+    assert oriented_size(buffer.getvalue()) == size == open_image(buffer.getvalue()).size
 
 
 def test_pair_of_different_sizes():

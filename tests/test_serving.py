@@ -3,14 +3,19 @@ RequestProcessor and metrics cache (no server; tests/test_deployment.py runs the
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import io
 import json
+import types
+import weakref
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import ts
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +24,7 @@ from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.metrics.metric_type_enum import MetricTypes
 
-from eden_serve import synthetic, wire
+from eden_serve import errors, synthetic, wire
 from eden_serve.checkpoint import write_halves
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
@@ -52,7 +57,7 @@ def model_dir(tmp_path_factory):
 
 
 def context(model_dir, model_name: str, **settings) -> Context:
-    metrics = MetricsCacheYamlImpl(str(ROOT / "handlers" / "metrics.yaml"))
+    metrics = MetricsCacheYamlImpl(str(Path(ts.__file__).parent / "configs" / "metrics.yaml"))  # TorchServe's default
     metrics.initialize_cache()
     # The handler sets the process's thread count; keep this test process's.
     yaml_config = {"batchSize": 4, "handler": {"threads": torch.get_num_threads(), **settings}}
@@ -106,12 +111,39 @@ def test_a_batch_is_answered_request_by_request(encoder, edge):
     assert Image.open(io.BytesIO(results[3][2])).size == (100, 70)
 
 
+def test_a_frame_wider_than_a_payload_can_say_is_refused_before_encoding(encoder):
+    wide = png(1, wire.MAX_SIDE + 4464)
+    ((status, _, body),) = handle(*encoder, [{"frame0": wide, "frame1": wide}])
+    document = json.loads(body)
+    assert (status, document["type"]) == (413, "frame_too_large")
+    assert document["message"].startswith("frame0 is 70000x1: a side over 65536 pixels")
+
+
 def test_handlers_emit_their_metrics(encoder, edge):
     payload = handle(*encoder, [{"frame0": png(64, 96), "frame1": png(64, 96, 1)}])[0][2]
     assert handle(*edge, [{"body": payload}])[0][0] == 200
     for ctx, names in ((encoder[1], ["EdenEncodeMs", "EdenPayloadBytes"]), (edge[1], ["EdenPayloadBytes", "EdenDenoiseMs", "EdenDecodeMs"])):
         for name in names:
             assert ctx.metrics.get_metric(name, MetricTypes.GAUGE).dimension_names == ["ModelName", "Level"]
+
+
+class Body(bytearray):
+    """A request body that can be watched (bytes cannot be weakly referenced)."""
+
+
+def test_a_refused_body_dies_with_its_batch(encoder, edge):
+    """No reference cycle keeps a refused request's body (or what was made from it) alive until the
+    garbage collector runs: it is freed as soon as the batch is answered."""
+    bodies = {"edge": Body(wire.MAGIC + bytes(4096)), "encoder": Body(png(64, 96))}
+    watched = {name: weakref.ref(body) for name, body in bodies.items()}
+    gc.disable()
+    try:
+        (edge_reply,) = handle(*edge, [{"body": bodies.pop("edge")}])
+        (encoder_reply,) = handle(*encoder, [{"frame0": bodies.pop("encoder"), "frame1": png(32, 32)}])
+        assert (edge_reply[0], encoder_reply[0]) == (400, 400)
+        assert {name: ref() for name, ref in watched.items()} == {"edge": None, "encoder": None}
+    finally:
+        gc.enable()
 
 
 def test_unexpected_failure_is_a_short_500(edge):
@@ -159,12 +191,13 @@ def test_token_cap_is_tight_for_4k():
     assert four_k <= cap < 1.03 * four_k
 
 
-@pytest.mark.parametrize("value, seed", [(None, 0), ("0", 0), (b" 42\n", 42), (7, 7), (str(2**64 - 1), 2**64 - 1)])
+@pytest.mark.parametrize("value, seed", [(None, 0), ("0", 0), (b" 42\n", 42), (7, 7), (str(2**64 - 1), 2**64 - 1), ("0" * 5000 + "12", 12)])
 def test_seed(value, seed):
     assert fields.parse_seed(value) == seed
 
 
-@pytest.mark.parametrize("value", ["", "-1", "+1", "1e3", "0x10", "1 2", "²", "١", str(2**64), 2**64, -1, True, 1.5, [1], b"\xff"])
+@pytest.mark.parametrize("value", ["", "-1", "+1", "1e3", "0x10", "1 2", "²", "١", str(2**64), 2**64, -1, True, 1.5, [1], b"\xff",
+                                   "9" * 4301, "1" + "0" * 5000])
 def test_bad_seed(value):
     with pytest.raises(BadInputError):
         fields.parse_seed(value)
@@ -182,8 +215,43 @@ def test_upstream_error_documents():
         json.dumps({**document, "code": 200}).encode(),
         json.dumps({**document, "code": "413"}).encode(),
         [document],
+        b'{"a":' * 5000 + b"1" + b"}" * 5000,  # nested past the parser's recursion limit
+        json.dumps({**document, "message": "x" * 20_000}).encode(),  # no document of ours is that large
+        {**document, "message": "x" * 20_000},
     ]
     assert all(error_from_document(body) is None for body in not_errors)
+
+
+def test_a_large_json_body_is_not_parsed(edge, monkeypatch):
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("a large body was parsed")
+
+    monkeypatch.setattr(errors, "json", types.SimpleNamespace(loads=no_parsing))
+    document = json.dumps({"code": 400, "type": "bad_input", "message": "x" * (1 << 20)}).encode()
+    ((status, _, body),) = handle(*edge, [{"body": document}])
+    assert (status, json.loads(body)["type"]) == (400, "bad_payload")
+
+
+@pytest.mark.parametrize("body", [
+    b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    b'{"code": 400, "type": "bad_input", "message": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+])
+def test_deeply_nested_json_is_a_bad_payload(edge, body):
+    ((status, _, reply),) = handle(*edge, [{"body": body}])
+    assert (status, json.loads(reply)["type"]) == (400, "bad_payload")
+
+
+def test_the_edge_passes_on_only_what_an_encoder_sends(edge):
+    """A workflow hands the encoder's refusal to the edge, which answers with it; any other
+    document, which only someone else can have sent, is a bad payload."""
+    passed_on = [(400, "bad_input"), (413, "frame_too_large"), (413, "chunk_too_large"), (400, "bad_payload"),
+                 (507, "out_of_memory")]
+    foreign = [(599, "x"), (503, "unavailable"), (500, "internal_error"), (404, "bad_input"), (409, "model_mismatch"),
+               (413, "payload_too_large"), (400, "InvalidKeyException")]
+    documents = [{"code": code, "type": kind, "message": "m"} for code, kind in passed_on + foreign]
+    replies = handle(*edge, [{"body": json.dumps(d).encode()} for d in documents] + [{"body": d} for d in documents])
+    expected = [(code, kind) for code, kind in passed_on] + [(400, "bad_payload")] * len(foreign)
+    assert [(status, json.loads(body)["type"]) for status, _, body in replies] == expected * 2
 
 
 def test_default_threads_give_the_edge_every_core_and_the_encoder_a_share():

@@ -57,7 +57,11 @@ def parse_seed(value: Any) -> int:
         digits = text(value, "seed")
         if not (digits.isascii() and digits.isdigit()):  # no sign, inner spaces, 1e3, 0x10 or "²"
             raise BadInputError(f"seed must be a decimal integer in [0, {MAX_SEED}], got {digits!r:.40}")
-        seed = int(digits)
+        # Leading zeros aside, a seed in range has at most 20 digits; int() refuses over 4300.
+        significant = digits.lstrip("0") or "0"
+        if len(significant) > len(str(MAX_SEED)):
+            raise BadInputError(f"seed must be in [0, {MAX_SEED}], got a number of {len(significant)} digits")
+        seed = int(significant)
     if not 0 <= seed <= MAX_SEED:
         raise BadInputError(f"seed must be in [0, {MAX_SEED}], got {seed}")
     return seed

@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 BASE_CONFIG = REPO / "config.properties"
 # Entries of config.properties that name files, resolved against the file's own directory.
 PATH_KEYS = ("model_store", "workflow_store", "metrics_config")
+# TorchServe's allowed_urls pattern that matches no URL (config.properties says why).
+NO_URLS = "^$"
 
 
 def build_archives(
@@ -67,8 +69,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def read_properties(path: Path) -> dict[str, str]:
-    """A TorchServe config.properties as a dict, with its file entries made absolute."""
+def read_properties(path: Path, resolve: bool = True) -> dict[str, str]:
+    """A TorchServe config.properties as a dict, with its file entries made absolute (``resolve``)."""
     properties = {}
     for line in path.read_text().splitlines():
         line = line.strip()
@@ -76,7 +78,7 @@ def read_properties(path: Path) -> dict[str, str]:
             key, _, value = line.partition("=")
             properties[key.strip()] = value.strip()
     for key in PATH_KEYS:
-        if key in properties and not Path(properties[key]).is_absolute():
+        if resolve and key in properties and not Path(properties[key]).is_absolute():
             properties[key] = str((path.parent / properties[key]).resolve())
     return properties
 
@@ -159,6 +161,7 @@ def torchserve(
     prefix: Sequence[str] = (),
     config: str | Path = BASE_CONFIG,
     console: bool = False,
+    as_written: bool = False,
 ) -> Iterator[Server]:
     """A TorchServe serving ``models`` (archive names in ``model_store``, loaded at start) and
     ``workflows`` (registered through the management API), ready when yielded, stopped on exit.
@@ -166,7 +169,9 @@ def torchserve(
     ``host`` is the address it listens on; ``prefix`` is put before the torchserve command (e.g.
     ``ip netns exec cloud`` to start it on another network host); ``properties`` override entries
     of ``config`` (e.g. max_request_size). TorchServe's output goes to ``logs/launcher.out``, or
-    with ``console`` to this process's stdout (a container's log).
+    with ``console`` to this process's stdout (a container's log). ``as_written`` passes ``config``'s
+    stores and relative paths to TorchServe untouched, as a plain ``torchserve --ts-config FILE
+    --model-store STORE`` run from another directory would (the working directory is not the file's).
     """
     model_store = Path(model_store).resolve()
     workdir = Path(tempfile.mkdtemp(prefix="eden-torchserve-"))
@@ -178,7 +183,9 @@ def torchserve(
     probe = "127.0.0.1" if prefix else host
     ports = {n: free_port(probe) for n in ("inference", "management", "metrics", "grpc_inference", "grpc_management", "worker")}
 
-    settings = read_properties(Path(config))
+    settings = read_properties(Path(config), resolve=not as_written)
+    if not as_written:
+        settings.update(model_store=str(model_store), workflow_store=str(model_store))
     settings.update(
         inference_address=f"http://{host}:{ports['inference']}",
         management_address=f"http://{host}:{ports['management']}",
@@ -190,8 +197,7 @@ def torchserve(
         # Workers talk to the frontend over Unix sockets named after consecutive "ports" from
         # here, inside this instance's TMPDIR; a free port just keeps instances apart.
         initial_worker_port=str(ports["worker"]),
-        model_store=str(model_store),
-        workflow_store=str(model_store),
+        allowed_urls=NO_URLS,  # whatever the base file says: only archives already in the store register
         disable_token_authorization="false" if token_auth else "true",
     )
     settings.update(properties or {})

@@ -2,9 +2,9 @@
 :class:`EdgeService` (wire payload -> the middle frame as PNG).
 
 Every request of a batch is handled on its own: requests of a batch may differ in resolution, and
-one bad request must not fail the others. Each step maps a request to a value or to the exception it
-raised, and :meth:`Service.postprocess` turns each into its own status, content type and body.
-Every :class:`~eden_serve.errors.EdenError` becomes its 4xx JSON document, out of memory 507,
+one bad request must not fail the others. Each step maps a request to a value or to a
+:class:`Refusal`, and :meth:`Service.postprocess` turns each into its own status, content type and
+body. Every :class:`~eden_serve.errors.EdenError` becomes its 4xx JSON document, out of memory 507,
 anything else 500 with a short message (the traceback goes to the worker log); the worker survives.
 """
 
@@ -27,30 +27,13 @@ from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
-from ..errors import (
-    BadInputError,
-    ChunkTooLargeError,
-    EdenError,
-    FrameTooLargeError,
-    error_from_document,
-    error_response,
-)
+from ..errors import BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, encoder_refusal, error_response
 from ..frames import check_pair, load_frame, to_png
 from ..wire import Chunk
 from .fields import (
-    FORM_HELP,
-    JSON,
-    OCTET_STREAM,
-    PNG,
-    ZIP,
-    form_field,
-    image_bytes,
-    parse_codec,
-    parse_seed,
-    parse_threshold,
-    request_body,
+    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, parse_threshold, request_body,
 )
-from .worker import Settings, choose_device, configure_torch, max_tokens_for
+from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
 logger = logging.getLogger(__name__)
 FRAME_FIELD = re.compile(r"frame\d+")
@@ -61,33 +44,39 @@ class Reply(NamedTuple):
     content_type: str
 
 
-def each(step: Callable[[int, Any], Any], items: list) -> list:
-    """``step(idx, item)`` for every item of a batch, each failure caught and kept in its place.
+class Refusal(NamedTuple):
+    """A failed request, reduced to its answer. Not the exception: its traceback holds the frames
+    that held the request's body and what was made of it, and the batch's results list holding the
+    exception would keep them all alive, in a cycle, until the garbage collector runs."""
 
-    An item that is already an exception (an earlier step failed) is passed on untouched.
-    """
-    results = []
-    for idx, item in enumerate(items):
-        if isinstance(item, BaseException):
-            results.append(item)
-            continue
-        try:
-            results.append(step(idx, item))
-        except Exception as exc:  # one request's failure must not fail the batch
-            results.append(exc)
-    return results
+    status: int
+    document: dict
 
 
-def error_reply(exc: BaseException) -> tuple[int, Reply]:
-    """Status and JSON body for a failed request; unexpected failures are logged with traceback."""
+def refusal(exc: BaseException) -> Refusal:
+    """The answer to a failed request; unexpected failures are logged with their traceback."""
     if isinstance(exc, EdenError):
         logger.info("request refused: %d %s: %s", exc.status, exc.kind, exc)
     else:
         logger.error("request failed", exc_info=exc)
         if isinstance(exc, torch.OutOfMemoryError):
             torch.cuda.empty_cache()
-    status, document = error_response(exc)
-    return status, Reply(json.dumps(document).encode(), JSON)
+    return Refusal(*error_response(exc))
+
+
+def each(step: Callable[[int, Any], Any], items: list) -> list:
+    """``step(idx, item)`` for every item of a batch, each failure kept in its place as a
+    :class:`Refusal`. An item refused by an earlier step is passed on untouched."""
+    results = []
+    for idx, item in enumerate(items):
+        if isinstance(item, Refusal):
+            results.append(item)
+            continue
+        try:
+            results.append(step(idx, item))
+        except Exception as exc:  # one request's failure must not fail the batch
+            results.append(refusal(exc))
+    return results
 
 
 def _phrase(status: int) -> str:
@@ -116,6 +105,7 @@ class Service:
         settings = Settings.from_yaml(getattr(context, "model_yaml_config", None))
         device = choose_device(properties.get("gpu_id"))
         configure_torch(device, settings.threads, cls.side)
+        keep_bodies_raw()
         weights = Path(properties["model_dir"]) / WEIGHTS_FILES[cls.side]
         service = cls(cls.load_model(weights, device, settings), settings, context)
         logger.info(
@@ -144,7 +134,10 @@ class Service:
         """Per-request status and content type on the context; the bodies, in batch order."""
         bodies = []
         for idx, outcome in enumerate(outcomes):
-            status, reply = error_reply(outcome) if isinstance(outcome, BaseException) else (200, outcome)
+            if isinstance(outcome, Refusal):
+                status, reply = outcome.status, Reply(json.dumps(outcome.document).encode(), JSON)
+            else:
+                status, reply = 200, outcome
             self.context.set_response_status(status, _phrase(status), idx)
             self.context.set_response_content_type(idx, reply.content_type)
             bodies.append(reply.body)
@@ -190,7 +183,7 @@ class CloudService(Service):
         return EncodeJob(frames, seed, codec, parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold))
 
     def load_frame(self, data: bytes, name: str) -> torch.Tensor:
-        frame = load_frame(data, name, self.settings.max_pixels)
+        frame = load_frame(data, name, self.settings.max_pixels, max_side=wire.MAX_SIDE)
         ph, pw = self.model.config.patch_grid(*frame.shape[-2:])
         if ph * pw > self.max_tokens:
             raise FrameTooLargeError(
@@ -241,7 +234,7 @@ class EdgeService(Service):
     def parse(self, idx: int, request: dict) -> bytes:
         body = request_body(request)
         # A workflow hands a failed cloud node's error document on to this node (README: "Errors").
-        upstream = error_from_document(body)
+        upstream = encoder_refusal(body)
         if upstream is not None:
             raise upstream
         if isinstance(body, str):
@@ -260,8 +253,8 @@ class EdgeService(Service):
 
     def inference(self, jobs: list) -> list:
         chunks = each(self.decode, jobs)
-        # Per request: its middles as PNGs (a scene cut's is in the payload), or the exception that failed it.
-        middles: dict[int, list | Exception] = {}
+        # Per request: its middles as PNGs (a scene cut's is in the payload), or the Refusal that failed it.
+        middles: dict[int, list | Refusal] = {}
         seconds: dict[int, list[float]] = {}
         groups: dict[tuple, list[tuple[int, int]]] = {}
         for idx, chunk in enumerate(chunks):
@@ -283,8 +276,9 @@ class EdgeService(Service):
                     frames = self.model.decode_latents(latents, conditions)
                     decoded = time.perf_counter()
                 except Exception as exc:  # the batch's requests fail; the others go on
+                    failure = refusal(exc)
                     for idx, _ in batch:
-                        middles[idx] = exc
+                        middles[idx] = failure
                     continue
                 for (idx, j), frame in zip(batch, frames):
                     middles[idx][j] = to_png(frame)

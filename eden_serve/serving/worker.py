@@ -96,6 +96,18 @@ def configure_torch(device: torch.device, threads: int, side: str) -> None:
         logger.info("inter-op threads stay at %d", torch.get_num_interop_threads())
 
 
+def keep_bodies_raw() -> None:
+    """Bodies reach the handler as the bytes that were sent, whatever their content type.
+
+    TorchServe's worker parses an application/json body (a form part too) before the handler sees
+    it: an 80 MiB one costs it seconds and several times its size, and the handlers read bodies
+    themselves, bounded (:func:`~eden_serve.errors.error_from_document`). The worker reads this
+    variable at each request, so setting it while loading covers every start (torchserve, the
+    launcher, a container).
+    """
+    os.environ["TS_DECODE_INPUT_REQUEST"] = "false"
+
+
 def max_tokens_for(max_pixels: int, config: EdenConfig) -> int:
     """Tokens per frame that the pixel limit allows, for frames of aspect ratio up to 4:1.
 

@@ -1,0 +1,130 @@
+"""The client against a hostile or broken server: a small HTTP server on loopback that answers every
+POST with what a test sets (not TorchServe; tests/test_client.py runs the real one). Whatever comes
+back, the command line says one line and exits with 2, and writes no output."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import threading
+
+import pytest
+from PIL import Image
+
+from eden_serve.cli import main
+from eden_serve.client import Client
+from eden_serve.errors import PairError, ServerError
+from eden_serve.synthetic import image_header, scene
+
+SIZE = (200, 120)  # width, height of the input frames
+
+
+class Answer:
+    """What the fake server sends, and the paths it was sent to."""
+
+    def __init__(self):
+        self.status, self.content_type, self.body = 200, "application/json", b""
+        self.paths: list[str] = []
+
+
+@pytest.fixture
+def server():
+    answer = Answer()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            answer.paths.append(self.path)
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.content_type)
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            self.wfile.write(answer.body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", answer
+    finally:
+        httpd.shutdown()
+        thread.join()
+        httpd.server_close()
+
+
+def encoded(image: Image.Image, fmt: str = "PNG") -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+NESTED = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+
+
+@pytest.fixture
+def frames(tmp_path):
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"f{i}.png")
+        Image.fromarray(scene(SIZE[1], SIZE[0], i)).save(paths[-1])
+    return paths
+
+
+def one_line_and_exit_2(capsys, argv: list[str], output) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("eden-serve: error: "), err
+    assert not output.exists() and not list(output.parent.glob(f".{output.stem}*"))
+    return err
+
+
+HOSTILE = {
+    "a PNG header of 60000x60000": (200, "image/png", image_header("PNG", 60000, 60000), "60000x60000"),
+    "a 12000x12000 middle for a 200x120 pair": (200, "image/png", image_header("PNG", 12000, 12000), "12000x12000"),
+    "a middle in another mode": (200, "image/png", encoded(Image.new("L", SIZE)), "not in 8-bit RGB"),
+    "a JPEG middle": (200, "image/jpeg", encoded(Image.new("RGB", SIZE), "JPEG"), "not a PNG"),
+    "a deeply nested JSON answer": (200, "application/json", NESTED, "not a PNG"),
+    "a deeply nested JSON refusal": (400, "application/json", NESTED, "HTTP 400"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_pair_against_a_hostile_server(server, frames, tmp_path, capsys, case):
+    url, answer = server
+    answer.status, answer.content_type, answer.body, message = HOSTILE[case]
+    out = tmp_path / "middle.png"
+    err = one_line_and_exit_2(capsys, ["client", *map(str, frames), "-o", str(out), "--server", url], out)
+    assert message in err
+    assert answer.paths == ["/wfpredict/eden"]  # refused answers are not asked for again
+
+
+@pytest.mark.parametrize("case", ["a PNG header of 60000x60000", "a 12000x12000 middle for a 200x120 pair"])
+def test_a_clip_against_a_hostile_edge(server, frames, tmp_path, case):
+    url, answer = server
+    answer.status, answer.content_type, answer.body, message = HOSTILE[case]
+    with Client(cloud=url, edge=url) as client:
+        with pytest.raises(PairError, match=f"^pair 0 .*{message}"):
+            client.interpolate_clip(frames[0].parent, tmp_path / "out", progress=False)
+    assert answer.paths == ["/predictions/eden_encoder", "/predictions/eden_ditdec"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_python_client_raises_its_own_error(server, frames):
+    url, answer = server
+    answer.status, answer.content_type, answer.body, _ = HOSTILE["a PNG header of 60000x60000"]
+    with Client(url) as client, pytest.raises(ServerError) as info:
+        client.interpolate(*frames)
+    assert info.value.status == 502 and info.value.kind == "bad_answer"
+
+
+def test_a_body_over_the_servers_limit_is_said_so(server, frames, tmp_path, capsys):
+    """TorchServe answers a body over its max_request_size with 413 and an empty body."""
+    url, answer = server
+    answer.status, answer.content_type, answer.body = 413, "text/plain", b""
+    out = tmp_path / "middle.png"
+    err = one_line_and_exit_2(capsys, ["client", *map(str, frames), "-o", str(out), "--server", url], out)
+    assert "too large" in err and "max_request_size" in err and "HTTP 413" in err
