@@ -7,7 +7,8 @@ installs), resized to each size. Synthetic weights. Three tables:
 
 * bytes per pair on the wire, for pair mode and chunks of K = 4, 8, 16 pairs, per codec;
 * the cloud's work per pair (encode and wire encoding), pair mode against chunks;
-* the edge's work per pair, one pair at a time against batched forwards of B pairs.
+* the edge's work per pair, one pair at a time against batched forwards of B pairs, and of the
+  edge's default token budget.
 """
 
 from __future__ import annotations
@@ -47,15 +48,18 @@ def video_frames(name: str, count: int) -> list[Image.Image]:
     raise SystemExit(f"chunks.py: {name} has fewer than {count} frames")
 
 
-def timed(fn, repeat: int) -> float:
-    """Median seconds of ``repeat`` calls after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
+def timed(fns: dict, repeat: int) -> dict:
+    """Median seconds of ``repeat`` calls of each function after one warm-up each, the functions
+    taking turns, so that a busy spell on a shared machine slows them alike."""
+    times: dict = {name: [] for name in fns}
+    for name, fn in fns.items():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def chunked(frames: list, k: int) -> list[list]:
@@ -73,8 +77,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="480x854,720x1280", help="HxW list (default 480x854,720x1280)")
     parser.add_argument("--frames", type=int, default=17, help="frames of the clip (default 17: 16 pairs)")
     parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
-    parser.add_argument("--edge-sizes", default="256x448,480x854", help="HxW list for the edge table")
-    parser.add_argument("--batches", default="4,8", help="pairs per batched forward in the edge table")
+    parser.add_argument("--edge-sizes", default="136x240,256x448,480x854", help="HxW list for the edge table")
+    parser.add_argument("--batches", default="2,4,8", help="pairs per batched forward in the edge table")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -96,8 +100,9 @@ def main() -> None:
             sizes = {k: sum(len(wire.encode(cloud.encode_chunk(c), config, codec)) for c in chunked(frames, k)) for k in CHUNKS}
             bytes_rows.append([f"{width}x{height}", codec] + [
                 f"{sizes[k] / pairs / 1e6:.2f} MB" + ("" if k == 1 else f" ({sizes[k] / sizes[1]:.2f}x)") for k in CHUNKS])
-        work = {k: timed(lambda k=k: [wire.encode(cloud.encode_chunk(c), config, wire.DEFAULT_CODEC) for c in chunked(frames, k)],
-                         args.repeat) / pairs for k in CHUNKS}
+        work = timed({k: lambda k=k: [wire.encode(cloud.encode_chunk(c), config, wire.DEFAULT_CODEC) for c in chunked(frames, k)]
+                      for k in CHUNKS}, args.repeat)
+        work = {k: seconds / pairs for k, seconds in work.items()}
         cloud_rows.append([f"{width}x{height}"] + [
             f"{work[k] * 1000:.1f} ms" + ("" if k == 1 else f" ({work[k] / work[1]:.2f}x)") for k in CHUNKS])
     print(f"\nbytes per pair on the wire ({pairs} pairs; chunk K: K pairs per payload, each frame once)")
@@ -109,19 +114,22 @@ def main() -> None:
     edge_rows = []
     for size_text in args.edge_sizes.split(","):
         height, width = (int(v) for v in size_text.split("x"))
-        frames = [image_to_tensor(f.convert("RGB").resize((width, height), Image.BICUBIC)) for f in clip[: max(batches) + 1]]
+        grid = config.patch_grid(height, width)
+        default = max(1, edge.batch_tokens // (grid[0] * grid[1]))  # what the edge runs (edge.batches)
+        frames = [image_to_tensor(f.convert("RGB").resize((width, height), Image.BICUBIC)) for f in clip[: max(*batches, default) + 1]]
         chunk = cloud.encode_chunk(frames)
         conds = [chunk.pair(j) for j in range(chunk.pairs)]
-        single = timed(lambda: [edge.interpolate(c) for c in conds[: max(batches)]], args.repeat) / max(batches)
-        row = [f"{width}x{height}", f"{single * 1000:.0f} ms"]
-        for b in batches:
-            batched = timed(lambda b=b: [edge.interpolate_batch(conds[i : i + b]) for i in range(0, max(batches), b)],
-                            args.repeat) / max(batches)
-            row.append(f"{batched * 1000:.0f} ms ({single / batched:.2f}x)")
+        sizes = [1, *batches, default]
+        n = len(conds)
+        work = timed({b: lambda b=b: [edge.interpolate_batch(conds[i : i + b]) for i in range(0, n, b)] for b in dict.fromkeys(sizes)},
+                     args.repeat)
+        row = [f"{width}x{height}", f"{work[1] / n * 1000:.0f} ms"]
+        row += [f"{work[b] / n * 1000:.0f} ms ({work[1] / work[b]:.2f}x)" for b in [*batches, default]]
+        row[-1] = f"{default}: " + row[-1]
         edge_rows.append(row)
-    print(f"\nedge work per pair (fp32, fast path), one at a time against batches, median of {args.repeat}")
-    print(markdown(["frames", "one at a time", *(f"batches of {b}" for b in batches)], edge_rows))
-
+    print(f"\nedge work per pair (fp32, fast path), one at a time against batches of B pairs, median of {args.repeat}; "
+          f"the default budget is {edge.batch_tokens} condition tokens")
+    print(markdown(["frames", "one at a time", *(f"B = {b}" for b in batches), "default B"], edge_rows))
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ from PIL import Image
 from . import wire
 from .clips import Frame
 from .cloud import SCENE_THRESHOLD, CloudEncoder
-from .edge import DEFAULT_BATCH_TOKENS, AttentionPath, EdgeModel, batches
+from .edge import AttentionPath, EdgeModel, batches
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
 from .resume import model_identity
 from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_clip
@@ -46,25 +46,26 @@ def interpolate_chunk(
     frames: Sequence[torch.Tensor],
     seed: int = 0,
     codec: str = wire.DEFAULT_CODEC,
-    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    max_batch_tokens: int = 0,
     path: AttentionPath = "fast",
     scene_threshold: float | None = None,
 ) -> tuple[torch.Tensor, int]:
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
-    None: off) get the earlier frame, the others are computed in batched forwards."""
+    None: off) get the earlier frame, the others are computed in batched forwards of at most
+    ``max_batch_tokens`` condition tokens (0: the edge's default for its device)."""
     payload = wire.encode(cloud.encode_chunk(frames, seed, scene_threshold), cloud.config, codec)
     chunk = wire.decode(payload, edge.config)
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
-    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], max_batch_tokens):
+    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], max_batch_tokens or edge.batch_tokens):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
     return torch.stack(middles), len(payload)
 
 
 def in_process(
-    cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC, max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC, max_batch_tokens: int = 0,
     scene_threshold: float | None = SCENE_THRESHOLD,
 ) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
@@ -101,7 +102,7 @@ def interpolate_clip_in_process(
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
     fingerprint = None
     if resume:
-        fingerprint = {"codec": codec, "batch_tokens": DEFAULT_BATCH_TOKENS, "scene_threshold": scene_threshold,
+        fingerprint = {"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,
                        **model_identity(cloud, edge)}
     return interpolate_clip(src, dst, processor, chunk=chunk, seed=seed, inflight=inflight, progress=progress,
                             max_pixels=max_pixels, factor=factor, resume=resume, fingerprint=fingerprint)

@@ -1,14 +1,16 @@
 """The edge half, G_DiT + D_dec, against the official implementation's outputs (tests/golden), and
 its two attention paths against each other."""
 
+import math
+
 import numpy as np
 import torch
 
 from eden_serve import synthetic
 from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud import CloudEncoder
-from eden_serve.config import PRESETS
-from eden_serve.edge import EdgeModel, batches, initial_noise
+from eden_serve.config import PRESETS, preset
+from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, initial_noise
 from eden_serve.synthetic import frame_pair
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
@@ -75,3 +77,14 @@ def test_batches_stay_within_the_token_budget():
     assert [list(b) for b in batches(range(7), 100, 250)] == [[0, 1], [2, 3], [4, 5], [6]]
     assert [list(b) for b in batches(range(3), 100, 50)] == [[0], [1], [2]]  # at least one pair each
     assert [list(b) for b in batches(range(3), 100, 10**6)] == [[0, 1, 2]]
+
+
+def test_the_batch_budget_depends_on_the_device(tiny_models):
+    """On a CPU only small frames batch (README "Clip chunks"): 6 pairs at 136x240, 2 at 256x448,
+    one at 480x854 with the official patch grid; a GPU takes 16 times as many tokens."""
+    _, edge = tiny_models
+    assert edge.batch_tokens == BATCH_TOKENS["cpu"] == 1024 and BATCH_TOKENS["cuda"] == 16384
+    official = preset("official")
+    sizes = [len(next(batches(range(17), math.prod(official.patch_grid(h, w)), edge.batch_tokens)))
+             for h, w in ((136, 240), (256, 448), (480, 854))]
+    assert sizes == [6, 2, 1]

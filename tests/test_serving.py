@@ -161,7 +161,9 @@ def test_settings_from_model_config():
     assert worker.Settings.from_yaml({}) == worker.Settings()
     settings = worker.Settings.from_yaml({"handler": {"max_pixels": 1000, "codec": "fp32", "precision": "bf16", "threads": 3}})
     assert (settings.max_pixels, settings.codec, settings.precision, settings.threads) == (1000, "fp32", "bf16", 3)
-    for bad in ({"maxpixels": 5}, {"max_pixels": 0}, {"max_pixels": "4K"}, {"precision": "fp16"}, {"threads": -1}):
+    assert worker.Settings().max_batch_tokens == 0  # the edge's default for its device
+    for bad in ({"maxpixels": 5}, {"max_pixels": 0}, {"max_pixels": "4K"}, {"precision": "fp16"}, {"threads": -1},
+                {"max_batch_tokens": -1}):
         with pytest.raises(ValueError):
             worker.Settings.from_yaml({"handler": bad})
     with pytest.raises(BadInputError):
@@ -340,7 +342,7 @@ def test_the_edge_refuses_chunks_over_its_limits(model_dir, encoder):
     assert (status, json.loads(body)["type"]) == (400, "bad_payload")
 
 
-@pytest.mark.parametrize("max_batch_tokens", [24, 10**6])
+@pytest.mark.parametrize("max_batch_tokens", [0, 24, 10**6])
 def test_a_batch_of_requests_is_grouped_by_size(model_dir, encoder, max_batch_tokens):
     """Requests of one size share batched forwards, whatever the budget cuts them into; another size
     and a bad request in the same batch keep their own answers."""

@@ -24,11 +24,13 @@ from .precision import PRECISIONS, Bf16Check, check_bf16, resolve
 
 AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16", "auto"]
-# Condition tokens per batched forward (the pairs' frames together): the activations of a batch
-# grow with it (README "Clip chunks").
-DEFAULT_BATCH_TOKENS = 16384
+# Condition tokens (one frame's per pair) per batched forward, by device type. A batch's activations
+# grow with it. On a CPU, batching pays only where a pair's products are too thin to keep the cores
+# busy: measured at 136x240 and 256x448 it gains, at 480x854 a batch's attention outgrows the caches
+# and it loses (README "Clip chunks"); 1024 tokens is 6 pairs at 136x240, 2 at 256x448, 1 at 480p.
+BATCH_TOKENS = {"cpu": 1024, "cuda": 16384}
 
-__all__ = ["DEFAULT_BATCH_TOKENS", "PRECISIONS", "AttentionPath", "EdgeModel", "Precision", "batches", "initial_noise"]
+__all__ = ["BATCH_TOKENS", "PRECISIONS", "AttentionPath", "EdgeModel", "Precision", "batches", "initial_noise"]
 
 
 def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
@@ -61,6 +63,8 @@ class EdgeModel:
                     module.to(torch.bfloat16)
         fast_fp32_cpu = self.precision == "fp32" and onednn_linear_available(self.device, torch.float32)
         self.linears = Linears("onednn" if fast_fp32_cpu else "torch")
+        # Condition tokens per batched forward unless a caller sets its own (handler.max_batch_tokens).
+        self.batch_tokens = BATCH_TOKENS.get(self.device.type, BATCH_TOKENS["cuda"])
 
     def _path(self, path: AttentionPath) -> BlockPath:
         assert path in ("fast", "reference"), path

@@ -218,7 +218,7 @@ class EdgeService(Service):
 
     The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
     pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
-    tokens at a time."""
+    tokens at a time (0: the device's default, :data:`~eden_serve.edge.BATCH_TOKENS`)."""
 
     side = "edge"
     model: EdgeModel
@@ -264,7 +264,7 @@ class EdgeService(Service):
                 computed = [(idx, j) for j in range(chunk.pairs) if j not in chunk.cuts]
                 groups.setdefault((chunk.grid, chunk.size), []).extend(computed)
         for (grid, _), pairs in groups.items():
-            for batch in batches(pairs, grid[0] * grid[1], self.settings.max_batch_tokens):
+            for batch in batches(pairs, grid[0] * grid[1], self.settings.max_batch_tokens or self.model.batch_tokens):
                 batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
                 if not batch:
                     continue

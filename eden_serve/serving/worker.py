@@ -12,7 +12,7 @@ import torch
 from .. import wire
 from ..cloud import SCENE_THRESHOLD
 from ..config import EdenConfig
-from ..edge import DEFAULT_BATCH_TOKENS, PRECISIONS
+from ..edge import PRECISIONS
 from ..frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class Settings:
     codec: str = wire.DEFAULT_CODEC  # cloud: the codec of requests that name none
     scene_threshold: float | None = SCENE_THRESHOLD  # cloud: scene-cut test of requests that name none; null: off
     precision: str = "fp32"  # edge: compute precision
-    max_batch_tokens: int = DEFAULT_BATCH_TOKENS  # edge: condition tokens per batched forward
+    max_batch_tokens: int = 0  # edge: condition tokens per batched forward; 0: the device's default
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (README: "GPUs and threads")
 
     @classmethod
@@ -41,7 +41,7 @@ class Settings:
         if unknown:
             raise ValueError(f"model-config.yaml: unknown handler setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
         settings = cls(**section)
-        for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 1)):
+        for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 0)):
             value = getattr(settings, name)
             if type(value) is not int or value < least:
                 raise ValueError(f"model-config.yaml: handler.{name} must be an integer >= {least}, got {value!r}")
