@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="480x854,720x1280", help="HxW list (default 480x854,720x1280)")
     parser.add_argument("--frames", type=int, default=17, help="frames of the clip (default 17: 16 pairs)")
     parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
-    parser.add_argument("--edge-sizes", default="136x240,256x448,480x854", help="HxW list for the edge table")
+    parser.add_argument("--edge-sizes", default="136x240,256x448,480x854", help="HxW list for the edge table ('': no edge table)")
     parser.add_argument("--batches", default="2,4,8", help="pairs per batched forward in the edge table")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
@@ -112,7 +112,7 @@ def main() -> None:
 
     batches = [int(b) for b in args.batches.split(",")]
     edge_rows = []
-    for size_text in args.edge_sizes.split(","):
+    for size_text in filter(None, args.edge_sizes.split(",")):
         height, width = (int(v) for v in size_text.split("x"))
         grid = config.patch_grid(height, width)
         default = max(1, edge.batch_tokens // (grid[0] * grid[1]))  # what the edge runs (edge.batches)
@@ -127,6 +127,8 @@ def main() -> None:
         row += [f"{work[b] / n * 1000:.0f} ms ({work[1] / work[b]:.2f}x)" for b in [*batches, default]]
         row[-1] = f"{default}: " + row[-1]
         edge_rows.append(row)
+    if not edge_rows:
+        return
     print(f"\nedge work per pair (fp32, fast path), one at a time against batches of B pairs, median of {args.repeat}; "
           f"the default budget is {edge.batch_tokens} condition tokens")
     print(markdown(["frames", "one at a time", *(f"B = {b}" for b in batches), "default B"], edge_rows))

@@ -48,9 +48,14 @@ class CloudEncoder:
         assert len(frames) >= 2 and len(shape) == 3 and shape[0] == 3 and all(f.shape == shape for f in frames), "checked by the caller"
         height, width = shape[-2:]
         x = [frame.to(self.device, torch.float32) for frame in frames]
-        differences = [self._difference(x[j], x[j + 1]).item() for j in range(len(x) - 1)]
-        cut = [scene_threshold is not None and (torch.equal(x[j], x[j + 1]) or is_scene_cut(x[j], x[j + 1], scene_threshold))
-               for j in range(len(x) - 1)]
+        norms = [self._channel_norm(frame) for frame in x]  # each frame's once, not once per pair
+        differences = [self._difference(x[j], x[j + 1], norms[j], norms[j + 1]).item() for j in range(len(x) - 1)]
+        del norms
+        cut = [False] * (len(x) - 1)
+        if scene_threshold is not None:
+            features = [scene_features(frame) for frame in x]
+            cut = [torch.equal(x[j], x[j + 1]) or feature_change(features[j], features[j + 1]) > scene_threshold
+                   for j in range(len(x) - 1)]
         cuts = {j: png_bytes(Image.fromarray(to_uint8(x[j].cpu())), 1) for j in range(len(x) - 1) if cut[j]}
 
         ph, pw = self.config.patch_grid(height, width)
@@ -101,14 +106,19 @@ class CloudEncoder:
         # CPU runs several times faster than its convolution kernel for this shape.
         return F.linear(patches, conv.weight.flatten(1), conv.bias)
 
-    def _difference(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Standardised mean cosine similarity of two unpadded frames along channels.
+    @staticmethod
+    def _channel_norm(frame: torch.Tensor) -> torch.Tensor:
+        """[3, H, W] -> [H, W]: each pixel's colour norm, as ``cosine_similarity`` takes it (eps 1e-8)."""
+        return (frame * frame).sum(0).sqrt().clamp_min(1e-8)
 
-        Written out (as ``cosine_similarity`` defines it, eps 1e-8 on each norm): its norm kernel
-        reduces over the 3-channel axis about 20x slower than these sums.
+    def _difference(self, a: torch.Tensor, b: torch.Tensor, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
+        """Standardised mean cosine similarity of two unpadded frames along channels, given their
+        :meth:`_channel_norm`.
+
+        Written out (as ``cosine_similarity`` defines it): its norm kernel reduces over the
+        3-channel axis about 20x slower than these sums.
         """
-        norms = (a * a).sum(0).sqrt().clamp_min(1e-8) * (b * b).sum(0).sqrt().clamp_min(1e-8)
-        cos = ((a * b).sum(0) / norms).mean()
+        cos = ((a * b).sum(0) / (norm_a * norm_b)).mean()
         return (cos - self.config.cos_sim_mean) / self.config.cos_sim_std
 
 
@@ -147,14 +157,25 @@ def _histogram(thumbnail: torch.Tensor) -> torch.Tensor:
     return torch.bincount(index.flatten(), minlength=SCENE_BINS ** 3) / index.numel()
 
 
+def scene_features(frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What :func:`scene_change` compares of a [3, H, W] frame: its luma thumbnail and its colour
+    histogram (a clip's frames are each measured once, then compared pair by pair)."""
+    thumbnail = _thumbnail(frame)
+    luma = torch.tensor([0.299, 0.587, 0.114], device=thumbnail.device)[:, None, None]
+    return (thumbnail * luma).sum(0), _histogram(thumbnail)
+
+
+def feature_change(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> float:
+    """:func:`scene_change` from two frames' :func:`scene_features`."""
+    structure = 1 - _ssim(a[0], b[0])
+    colours = (a[1] - b[1]).abs().sum() / 2
+    return (structure + colours).item()
+
+
 def scene_change(frame0: torch.Tensor, frame1: torch.Tensor) -> float:
     """How unlike two [3, H, W] frames in [0, 1] are: 1 - SSIM of their luma thumbnails plus the
     total variation distance of their colour histograms; 0 for equal frames, at most 3."""
-    a, b = _thumbnail(frame0), _thumbnail(frame1)
-    luma = torch.tensor([0.299, 0.587, 0.114], device=a.device)[:, None, None]
-    structure = 1 - _ssim((a * luma).sum(0), (b * luma).sum(0))
-    colours = (_histogram(a) - _histogram(b)).abs().sum() / 2
-    return (structure + colours).item()
+    return feature_change(scene_features(frame0), scene_features(frame1))
 
 
 def is_scene_cut(frame0: torch.Tensor, frame1: torch.Tensor, threshold: float | None = SCENE_THRESHOLD) -> bool:
