@@ -116,6 +116,12 @@ def to_uint8(frame: torch.Tensor) -> np.ndarray:
     return (frame.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 
+# zlib level of the PNGs that travel between the client and the servers (frames up, middles down,
+# scene cuts' copies): on real frames level 1 encodes 3x faster than the default 6 for 7-15% more
+# bytes (85 ms against 26 ms at 854x480 here), which on a GPU edge would rival the model's time.
+TRANSPORT_PNG_LEVEL = 1
+
+
 def png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", compress_level=compress_level)
@@ -123,7 +129,8 @@ def png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:
 
 
 def to_png(frame: torch.Tensor) -> bytes:
-    return png_bytes(Image.fromarray(to_uint8(frame)))
+    """A middle frame as the edge answers it: an 8-bit RGB PNG at :data:`TRANSPORT_PNG_LEVEL`."""
+    return png_bytes(Image.fromarray(to_uint8(frame)), TRANSPORT_PNG_LEVEL)
 
 
 def match_mode(middle: Image.Image, before: Image.Image, after: Image.Image) -> Image.Image:

@@ -11,10 +11,8 @@ from typing import Iterator
 import torch
 from PIL import Image
 
-from ..frames import image_to_tensor, open_image, png_bytes
+from ..frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
 
-# Compression level of the PNGs sent to a server: speed matters more than bytes on the way out.
-UPLOAD_PNG_LEVEL = 1
 HALF = Fraction(1, 2)
 
 
@@ -57,7 +55,7 @@ class Frame:
     def encoded(self) -> bytes:
         if self.path is not None:
             return self._lazy("encoded", self.path.read_bytes)
-        return self._lazy("encoded", lambda: png_bytes(self.image, UPLOAD_PNG_LEVEL))
+        return self._lazy("encoded", lambda: png_bytes(self.image, TRANSPORT_PNG_LEVEL))
 
     def _load(self) -> Image.Image:
         # Oriented as image_to_tensor orients it, so alpha and mode matching see the frame the model sees.
