@@ -103,7 +103,7 @@ def run_clip(clip: Path, out: Path, processor, inflight: int, edge, chunk: int) 
 
 def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, chunk: int) -> Run:
     before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
-    run = run_clip(clip, out, client.processor(), inflight, edge, chunk)
+    run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, chunk)
     run.down_bytes = hosts.cloud.sent_bytes() - before[0]
     run.up_bytes = hosts.edge.sent_bytes() - before[1]
     return run

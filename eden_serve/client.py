@@ -33,7 +33,7 @@ import requests
 from PIL import Image, UnidentifiedImageError
 
 from .clips import Frame
-from .errors import BadInputError, ChunkTooLargeError, ServerError, TransientError, error_from_document
+from .errors import BadInputError, ChunkTooLargeError, ServerError, TransientError, UnavailableError, error_from_document
 from .frames import PNG_SIGNATURE, oriented_size, png_bytes
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 
@@ -125,6 +125,40 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
         raise BadInputError(f"cannot read {name} {str(frame)!r}: {exc.strerror}") from None
 
 
+class _Stage:
+    """At most ``limit`` requests of one step at a time, admitted in the order they ask. The split
+    client gives its cloud and its edge step one each, with a window of chunks twice as wide: so
+    payloads keep crossing the link while the edge computes earlier ones, rather than the two taking
+    turns (TorchServe answers a batch's requests together, which empties a shared window at once)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._changed = threading.Condition()
+        self._busy = 0
+        self._waiting: list[object] = []
+
+    @contextlib.contextmanager
+    def slot(self, cancel: threading.Event | None):
+        ticket = object()
+        with self._changed:
+            self._waiting.append(ticket)
+            try:
+                while self._waiting[0] is not ticket or self._busy >= self.limit:
+                    if cancel is not None and cancel.is_set():
+                        raise UnavailableError("cancelled while waiting for a request slot")
+                    self._changed.wait(0.5)
+            finally:
+                self._waiting.remove(ticket)
+                self._changed.notify_all()
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._busy -= 1
+                self._changed.notify_all()
+
+
 class Client:
     """Talks to ``server`` (the workflow) or to ``cloud`` and ``edge`` (encoder and DiT+decoder).
 
@@ -185,7 +219,7 @@ class Client:
             self._idle.put(session)
 
     def _post(self, step: str, cancel: threading.Event | None, headers: dict | None = None,
-              **kwargs) -> tuple[requests.Response, int]:
+              stage: _Stage | None = None, **kwargs) -> tuple[requests.Response, int]:
         """The answer to a POST to ``step``'s URL, and how many times it had to be retried."""
         url = self.urls[step]
         headers = {**self.headers[step], **(headers or {})}
@@ -202,11 +236,12 @@ class Client:
                 except requests.RequestException as exc:
                     raise BadInputError(f"{url}: {_reason(exc)}") from None
 
-        response = self.retry.call(attempt, cancel)
+        with stage.slot(cancel) if stage is not None else contextlib.nullcontext():
+            response = self.retry.call(attempt, cancel)
         return response, attempts - 1
 
     def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int],
-               cancel: threading.Event | None = None) -> Middles:
+               cancel: threading.Event | None = None, stages: dict[str, _Stage] | None = None) -> Middles:
         """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
         moved; pair j uses ``seed + j``."""
         form = {"seed": str(seed)}
@@ -217,11 +252,12 @@ class Client:
         files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(encoded)}
         payload_bytes = None
         if self.split:
-            encoded_answer, retries = self._post("encoder", cancel, files=files, data=form)
+            stages = stages or {}
+            encoded_answer, retries = self._post("encoder", cancel, files=files, data=form, stage=stages.get("encoder"))
             payload = encoded_answer.content
             payload_bytes = len(payload)
             headers = {"Content-Type": "application/octet-stream"}
-            answer, edge_retries = self._post("decoder", cancel, data=payload, headers=headers)
+            answer, edge_retries = self._post("decoder", cancel, data=payload, headers=headers, stage=stages.get("decoder"))
             retries += edge_retries
             sent = len(encoded_answer.request.body) + len(payload)
             received = len(payload) + len(answer.content)
@@ -252,18 +288,28 @@ class Client:
         """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request;
         pair i uses ``seed + i`` (``factor`` and ``resume``: see :func:`interpolate_clip`)."""
         cancel = threading.Event()
-        return interpolate_clip(src, dst, self.processor(cancel), chunk=chunk, seed=seed, inflight=inflight,
+        return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, seed=seed, inflight=self.window(inflight),
                                 progress=progress, cancel=cancel, factor=factor, resume=resume,
                                 fingerprint={"servers": self.urls, "codec": self.codec,
                                              "scene_threshold": self.scene_threshold})
 
-    def processor(self, cancel: threading.Event | None = None) -> Processor:
-        """This client as a :mod:`~eden_serve.streaming` processor; retries stop waiting once
-        ``cancel`` is set. A chunk a server finds too large is sent again as two halves."""
+    def window(self, inflight: int) -> int:
+        """The chunks to stream at once for ``inflight`` requests per server: in the split, as many
+        again are fetched from the cloud while the edge holds ``inflight`` (see :meth:`processor`)."""
+        return 2 * inflight if self.split else inflight
+
+    def processor(self, cancel: threading.Event | None = None, inflight: int | None = None) -> Processor:
+        """This client as a :mod:`~eden_serve.streaming` processor, to run with a window of
+        :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
+        caps the requests at each server (None: no cap), taken in the order the chunks ask. A chunk
+        a server finds too large is sent again as two halves."""
+        stages = None
+        if self.split and inflight is not None:
+            stages = {"encoder": _Stage(inflight), "decoder": _Stage(inflight)}
 
         def process(index: int, frames: list[Frame], seed: int) -> Middles:
             try:
-                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel)
+                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages)
             except ServerError as exc:
                 if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                     raise

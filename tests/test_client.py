@@ -174,6 +174,36 @@ def worker_pid(server, model: str) -> int:
     return pid
 
 
+def test_the_split_client_fetches_from_the_cloud_while_the_edge_works(tmp_path, cloud, edge, inputs, expected,
+                                                                     monkeypatch):
+    """With a slow edge and --inflight 1: at most one request at each server, and the cloud's next
+    chunk is fetched while the edge holds the one before (the two steps do not take turns)."""
+    active, peak, overlapped, lock = {"encoder": 0, "decoder": 0}, {"encoder": 0, "decoder": 0}, [], threading.Lock()
+    post = requests.Session.post
+
+    def counting_post(session, url, *args, **kwargs):
+        step = "encoder" if "/eden_encoder" in url else "decoder"
+        with lock:
+            active[step] += 1
+            peak[step] = max(peak[step], active[step])
+            overlapped.append(active["encoder"] > 0 and active["decoder"] > 0)
+        try:
+            if step == "decoder":
+                time.sleep(0.3)  # an edge slower than the cloud
+            return post(session, url, *args, **kwargs)
+        finally:
+            with lock:
+                active[step] -= 1
+
+    monkeypatch.setattr(requests.Session, "post", counting_post)
+    with make_client("split", cloud, edge) as client:
+        summary = client.interpolate_clip(inputs["directory"], tmp_path / "out", chunk=1, inflight=1, progress=False)
+    assert summary.pairs == FRAMES - 1
+    assert peak == {"encoder": 1, "decoder": 1}
+    assert any(overlapped)
+    assert_same_clip(tmp_path / "out", expected["directory"], inputs["directory"])
+
+
 @pytest.mark.parametrize("deployment", ["server", "split"])
 def test_killing_the_edge_worker_costs_no_frame(tmp_path, cloud, edge, inputs, expected, deployment):
     # The workflow runs its own copy of the edge model.

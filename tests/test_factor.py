@@ -268,8 +268,8 @@ def test_factor_4_in_the_split_equals_in_process(tmp_path, split):
 class StoppingClient(Client):
     """Stops the run (as Ctrl-C would) when asked for level 2's pairs from 6 on."""
 
-    def processor(self, cancel=None):
-        process = super().processor(cancel)
+    def processor(self, cancel=None, inflight=None):
+        process = super().processor(cancel, inflight)
 
         def stopping(index, frames, seed):
             if "+" in frames[0].name + frames[1].name and index >= 6:
