@@ -221,7 +221,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"pairs per request: K + 1 frames, each sent once (default {DEFAULT_CHUNK})")
     parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
                         help=f"requests (chunks) in flight at each server (default {DEFAULT_INFLIGHT}); with --cloud/--edge "
-                             "as many again are fetched from the cloud while the edge works")
+                             "as many again are fetched from the cloud (two at a time) while the edge works")
     parser.add_argument("--tries", type=int, default=5,
                         help="attempts per request on connection errors and 5xx (default 5)")
     parser.add_argument("--backoff", type=float, default=1.0,

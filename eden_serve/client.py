@@ -43,6 +43,7 @@ ENCODER = "eden_encoder"
 DECODER = "eden_ditdec"
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CONNECT_TIMEOUT = 10.0
+CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
 
 
 def read_token(token: str | None = None, token_file: str | Path | None = None) -> str | None:
@@ -301,11 +302,14 @@ class Client:
     def processor(self, cancel: threading.Event | None = None, inflight: int | None = None) -> Processor:
         """This client as a :mod:`~eden_serve.streaming` processor, to run with a window of
         :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
-        caps the requests at each server (None: no cap), taken in the order the chunks ask. A chunk
-        a server finds too large is sent again as two halves."""
+        caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
+        taken in the order the chunks ask. A chunk a server finds too large is sent again as two
+        halves."""
         stages = None
         if self.split and inflight is not None:
-            stages = {"encoder": _Stage(inflight), "decoder": _Stage(inflight)}
+            # Two at the cloud: one uploading and encoding while the other's payload comes down. More
+            # would only split the link between payloads, each arriving later.
+            stages = {"encoder": _Stage(min(inflight, CLOUD_REQUESTS)), "decoder": _Stage(inflight)}
 
         def process(index: int, frames: list[Frame], seed: int) -> Middles:
             try:
