@@ -1,5 +1,9 @@
+import contextlib
+import http.server
 import json
+import threading
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +13,9 @@ import torch
 from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
+from eden_serve import clips
 from eden_serve.edge import EdgeModel
+from eden_serve.serving.launcher import build_archives, torchserve
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -54,3 +60,44 @@ def tiny_models(tiny_state):
         return CloudEncoder(module_from_state(tiny_state, "cloud", config), config), EdgeModel(
             module_from_state(tiny_state, "edge", config), config
         )
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The tiny model's archives (eden_encoder.mar, eden_ditdec.mar, eden.war), once per test module."""
+    return build_archives(tmp_path_factory.mktemp("model_store"), config="tiny")
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    """One real TorchServe with both halves and the workflow, stopped after the module."""
+    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], workflows=["eden.war"]) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]):
+    """A small HTTP server of our own on a free loopback port, in a thread: yields its URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        thread.join()
+        httpd.server_close()
+
+
+@pytest.fixture
+def live_frames(monkeypatch) -> weakref.WeakSet:
+    """Every clips.Frame made from now on, while it is alive."""
+    live = weakref.WeakSet()
+    original_init = clips.Frame.__init__
+
+    def counting_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        live.add(self)
+
+    monkeypatch.setattr(clips.Frame, "__init__", counting_init)
+    return live

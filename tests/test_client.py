@@ -26,7 +26,7 @@ from eden_serve.cli import main
 from eden_serve.client import Client, read_token
 from eden_serve.errors import PairError, ServerError
 from eden_serve.pipeline import interpolate_clip_in_process
-from eden_serve.serving.launcher import REPO, build_archives, torchserve
+from eden_serve.serving.launcher import REPO, torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.streaming import interpolate_clip
 
@@ -51,11 +51,6 @@ def inputs(tmp_path_factory):
 
 def output_name(kind: str) -> str:
     return "out" if kind == "directory" else "out.gif"
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return build_archives(tmp_path_factory.mktemp("model_store"), config="tiny")
 
 
 @pytest.fixture(scope="module")

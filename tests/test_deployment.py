@@ -25,7 +25,7 @@ from eden_serve import synthetic, wire
 from eden_serve.checkpoint import load_archived
 from eden_serve.config import preset
 from eden_serve.frames import load_frame, to_png
-from eden_serve.serving.launcher import build_archives, torchserve
+from eden_serve.serving.launcher import torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.synthetic import image_header, scene
 
@@ -60,17 +60,6 @@ def pixels(data: bytes) -> np.ndarray:
 
 
 # --- servers and the in-process oracle -----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return build_archives(tmp_path_factory.mktemp("model_store"), config="tiny")
-
-
-@pytest.fixture(scope="module")
-def server(store):
-    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], workflows=["eden.war"]) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ writers place the middles at 1/F, 2/F, ... of each interval (video time stamps, 
 One test runs factor 4 through a real TorchServe in the split deployment.
 """
 
-import weakref
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import torch
 from PIL import Image
 from test_video import CFR_12, audio_end, frame_times, make_video, packets, video_end
 
-from eden_serve import clips, synthetic
+from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client
@@ -186,16 +185,9 @@ def test_video_rate_is_multiplied(tmp_path):
         assert b.streams.video[0].frames == 8 * 11 + 1
 
 
-def test_memory_is_bounded_by_the_windows_not_the_clip(tmp_path, monkeypatch):
+def test_memory_is_bounded_by_the_windows_not_the_clip(tmp_path, live_frames):
     """The most frames alive at once (originals and the middles handed on) does not grow with the clip."""
-    live = weakref.WeakSet()
-    original_init = clips.Frame.__init__
-
-    def counting_init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        live.add(self)
-
-    monkeypatch.setattr(clips.Frame, "__init__", counting_init)
+    live = live_frames
     most = {}
     for count in (40, 120):
         src = synthetic.write_clip(tmp_path / f"in{count}", count, SIZE[1], SIZE[0])

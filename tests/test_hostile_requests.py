@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,27 +18,13 @@ from PIL import Image
 
 from eden_serve import synthetic, wire
 from eden_serve.config import preset
-from eden_serve.serving.launcher import (
-    BASE_CONFIG,
-    build_archives,
-    read_properties,
-    torchserve,
-)
+from eden_serve.serving.launcher import BASE_CONFIG, read_properties, torchserve
+
+from conftest import loopback_http
 
 pytestmark = pytest.mark.serving
 
 TIMEOUT = 120
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return build_archives(tmp_path_factory.mktemp("model_store"), config="tiny")
-
-
-@pytest.fixture(scope="module")
-def server(store):
-    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], workflows=["eden.war"]) as s:
-        yield s
 
 
 @pytest.fixture
@@ -55,15 +40,8 @@ def web_server():
         def log_message(self, *args):
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
-    finally:
-        httpd.shutdown()
-        thread.join()
-        httpd.server_close()
+    with loopback_http(Recorder) as url:
+        yield url, seen
 
 
 def register(server, url: str) -> requests.Response:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import http.server
 import io
-import threading
 
 import pytest
 from PIL import Image
 
+from conftest import loopback_http
 from eden_serve.cli import main
 from eden_serve.client import Client
 from eden_serve.errors import PairError, ServerError
@@ -44,15 +44,8 @@ def server():
         def log_message(self, *args):
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", answer
-    finally:
-        httpd.shutdown()
-        thread.join()
-        httpd.server_close()
+    with loopback_http(Handler) as url:
+        yield url, answer
 
 
 def encoded(image: Image.Image, fmt: str = "PNG") -> bytes:

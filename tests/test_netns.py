@@ -20,7 +20,7 @@ from PIL import Image
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.pipeline import interpolate_clip_in_process
-from eden_serve.serving.launcher import build_archives, torchserve
+from eden_serve.serving.launcher import torchserve
 from eden_serve.serving.netns import two_hosts, unavailable
 from eden_serve.streaming import interpolate_clip
 
@@ -58,11 +58,6 @@ def hosts():
     cpus = sorted(os.sched_getaffinity(0))
     with two_hosts(RATE_MBIT, cloud_cpus=(cpus[0],), edge_cpus=(cpus[-1],)) as hosts:
         yield hosts
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return build_archives(tmp_path_factory.mktemp("model_store"), config="tiny")
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,11 @@ import random
 import socket
 import threading
 import time
-import weakref
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve import clips
 from eden_serve.client import Client
 from eden_serve.errors import (
     BadInputError,
@@ -61,16 +59,9 @@ def test_output_is_in_order_when_pairs_finish_out_of_order(tmp_path):
 
 
 @pytest.mark.parametrize("inflight", [1, 3])
-def test_the_window_bounds_pairs_in_flight_and_frames_held(tmp_path, monkeypatch, inflight):
+def test_the_window_bounds_pairs_in_flight_and_frames_held(tmp_path, live_frames, inflight):
     src = frame_dir(tmp_path / "in", 30)
-    live = weakref.WeakSet()
-    original_init = clips.Frame.__init__
-
-    def counting_init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        live.add(self)
-
-    monkeypatch.setattr(clips.Frame, "__init__", counting_init)
+    live = live_frames
     lock = threading.Lock()
     state = {"running": 0, "most_running": 0, "most_frames": 0}
 
