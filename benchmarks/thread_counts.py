@@ -16,10 +16,8 @@ import numpy as np
 import torch
 
 from eden_serve import synthetic
-from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import CloudEncoder
+from eden_serve.checkpoint import load_pair
 from eden_serve.config import preset
-from eden_serve.edge import EdgeModel
 from eden_serve.frames import image_to_tensor, to_uint8
 from eden_serve.pipeline import interpolate_pair
 
@@ -34,9 +32,7 @@ def main() -> None:
     height, width = (int(v) for v in args.size.split("x"))
     warnings.simplefilter("ignore")
     config = preset(args.config)
-    state = synthetic.state_dict(config)
-    cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
-    edge = EdgeModel(module_from_state(state, "edge", config), config)
+    cloud, edge = load_pair(None, config)
     frames = [image_to_tensor(image) for image in synthetic.clip(args.pairs + 1, height, width)]
 
     middles = {}

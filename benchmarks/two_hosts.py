@@ -31,6 +31,7 @@ import torch
 from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, Client
+from eden_serve.clips import open_clip
 from eden_serve.serving.launcher import REPO, build_archives, torchserve
 from eden_serve.serving.netns import two_hosts, unavailable
 from eden_serve.serving.worker import default_threads
@@ -160,23 +161,12 @@ def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, ar
     return [row(rate, codec, mode, run, alone[mode]) for (rate, mode), run in best.items()]
 
 
-def video_frames(src: Path, count: int) -> list[Image.Image]:
-    import av  # the video extra, which setup.sh installs
-
-    with av.open(str(src)) as container:
-        frames = []
-        for frame in container.decode(video=0):
-            frames.append(frame.to_image().convert("RGB"))
-            if len(frames) == count:
-                break
-    return frames
-
-
 def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
     """The first ``count`` frames of ``src`` (a directory of PNGs, or a video), as PNGs resized to
     ``size`` (height, width) if given."""
     if src.is_file():
-        images = video_frames(src, count)
+        with open_clip(src) as clip:
+            images = [frame.image.convert("RGB") for frame, _ in zip(clip, range(count))]
         frames = [dst / f"{i:05d}.png" for i in range(len(images))]
     else:
         frames = sorted(p for p in src.iterdir() if p.suffix.lower() == ".png")[:count]

@@ -12,10 +12,9 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from PIL import Image
 
 from .config import EdenConfig
-from .frames import TRANSPORT_PNG_LEVEL, png_bytes, to_uint8
+from .frames import to_png
 from .model import CloudWeights, pos_embedding
 from .wire import Chunk, Conditions, Tokens
 
@@ -56,7 +55,7 @@ class CloudEncoder:
             features = [scene_features(frame) for frame in x]
             cut = [torch.equal(x[j], x[j + 1]) or feature_change(features[j], features[j + 1]) > scene_threshold
                    for j in range(len(x) - 1)]
-        cuts = {j: png_bytes(Image.fromarray(to_uint8(x[j].cpu())), TRANSPORT_PNG_LEVEL) for j in range(len(x) - 1) if cut[j]}
+        cuts = {j: to_png(x[j].cpu()) for j in range(len(x) - 1) if cut[j]}
 
         ph, pw = self.config.patch_grid(height, width)
         pos = pos_embedding(self.config, ph, pw, 1).to(self.device)

@@ -7,8 +7,10 @@ precision. The pixel limit is checked from the header, before any pixel is decod
 
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -53,6 +55,26 @@ def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:
     return FrameTooLargeError(f"{name} declares more than {limit} pixels in its header, over the limit of {max_pixels or limit}")
 
 
+@contextlib.contextmanager
+def _opened(source: bytes | str | Path, name: str, max_pixels: int | None = None) -> Iterator[Image.Image]:
+    """Image bytes or a file path, opened by Pillow (header only). What goes wrong while the block
+    reads it is one clear error: unreadable is :class:`BadInputError`, too large (Pillow's own
+    header check, or ours) :class:`FrameTooLargeError`."""
+    try:
+        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
+    except OSError as exc:
+        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
+    with stream:
+        try:
+            yield Image.open(stream)
+        except FrameTooLargeError:
+            raise
+        except Image.DecompressionBombError:  # Pillow's own limit, checked from the header inside Image.open
+            raise _bomb(name, max_pixels) from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+            raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
+
+
 def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
                max_side: int | None = None) -> Image.Image:
     """Image bytes or a file path -> the decoded image, EXIF orientation applied.
@@ -60,42 +82,20 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
     ``max_pixels`` (None: no limit) and ``max_side`` are checked from the header, before any pixel
     is decoded.
     """
-    try:
-        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
-    except OSError as exc:
-        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
-    with stream:
-        try:
-            image = Image.open(stream)
-            if max_pixels is not None:
-                check_size(*image.size, max_pixels, name)
-            if max_side is not None:
-                check_sides(*image.size, max_side, name)
-            image.load()
-        except FrameTooLargeError:
-            raise
-        except Image.DecompressionBombError:  # Pillow's own limit, checked from the header inside Image.open
-            raise _bomb(name, max_pixels) from None
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-            raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
+    with _opened(source, name, max_pixels) as image:
+        if max_pixels is not None:
+            check_size(*image.size, max_pixels, name)
+        if max_side is not None:
+            check_sides(*image.size, max_side, name)
+        image.load()
     return ImageOps.exif_transpose(image)
 
 
 def oriented_size(source: bytes | str | Path, name: str = "frame") -> tuple[int, int]:
     """(width, height) of an image as :func:`open_image` returns it, read from its header: the EXIF
     orientations that turn it by 90 degrees swap the sides. Nothing is decoded."""
-    try:
-        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
-    except OSError as exc:
-        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
-    with stream:
-        try:
-            image = Image.open(stream)
-            turned = image.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8)
-        except Image.DecompressionBombError:
-            raise _bomb(name, None) from None
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-            raise BadInputError(f"{name} is not a readable image ({type(exc).__name__})") from None
+    with _opened(source, name) as image:
+        turned = image.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8)
         return (image.height, image.width) if turned else image.size
 
 

@@ -46,26 +46,25 @@ def interpolate_chunk(
     frames: Sequence[torch.Tensor],
     seed: int = 0,
     codec: str = wire.DEFAULT_CODEC,
-    max_batch_tokens: int = 0,
     path: AttentionPath = "fast",
     scene_threshold: float | None = None,
 ) -> tuple[torch.Tensor, int]:
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
     None: off) get the earlier frame, the others are computed in batched forwards of at most
-    ``max_batch_tokens`` condition tokens (0: the edge's default for its device)."""
+    ``edge.batch_tokens`` condition tokens."""
     payload = wire.encode(cloud.encode_chunk(frames, seed, scene_threshold), cloud.config, codec)
     chunk = wire.decode(payload, edge.config)
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
-    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], max_batch_tokens or edge.batch_tokens):
+    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], edge.batch_tokens):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
     return torch.stack(middles), len(payload)
 
 
 def in_process(
-    cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC, max_batch_tokens: int = 0,
+    cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC,
     scene_threshold: float | None = SCENE_THRESHOLD,
 ) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
@@ -75,7 +74,7 @@ def in_process(
         tensors = [frame.tensor for frame in frames]
         for tensor in tensors[1:]:
             check_pair(tensors[0], tensor)
-        middles, payload_bytes = interpolate_chunk(cloud, edge, tensors, seed, codec, max_batch_tokens,
+        middles, payload_bytes = interpolate_chunk(cloud, edge, tensors, seed, codec,
                                                    scene_threshold=scene_threshold)
         return Middles([Image.fromarray(to_uint8(middle)) for middle in middles], payload_bytes=payload_bytes)
 

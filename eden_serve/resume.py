@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -34,10 +33,21 @@ from PIL import Image
 
 from .atomic import check_destination, create_partial, remove_partial
 from .errors import BadInputError
+from .frames import png_bytes
 
 JOURNAL_VERSION = 1
 _HEAD_BYTES = 1 << 20  # of an input file, hashed: a changed file of the same size and time still differs
 _CACHE_PNG_LEVEL = 1
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` whole, on disk: written beside it, synced, then renamed onto it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
 
 
 def sync(*paths: Path) -> None:
@@ -112,12 +122,7 @@ class Journal:
 
     def _write(self, checkpoint: dict | None) -> None:
         data = {"version": JOURNAL_VERSION, "identity": self.identity, "checkpoint": checkpoint}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as file:
-            json.dump(data, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, self.path)
+        write_durably(self.path, json.dumps(data).encode())
         sync(self.path.parent)
 
     def _read(self) -> dict:
@@ -233,14 +238,7 @@ class Journal:
             if len(images) == len(paths):
                 self.cache.mkdir(exist_ok=True)
                 for path, image in zip(paths, images):
-                    buffer = io.BytesIO()
-                    image.save(buffer, format="PNG", compress_level=_CACHE_PNG_LEVEL)
-                    tmp = path.with_name(path.name + ".tmp")
-                    with open(tmp, "wb") as file:
-                        file.write(buffer.getvalue())
-                        file.flush()
-                        os.fsync(file.fileno())
-                    os.replace(tmp, path)
+                    write_durably(path, png_bytes(image, _CACHE_PNG_LEVEL))
                 sync(self.cache)
             return result
 

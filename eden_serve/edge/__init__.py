@@ -61,7 +61,7 @@ class EdgeModel:
             for module in self.weights.modules():
                 if isinstance(module, torch.nn.Linear):
                     module.to(torch.bfloat16)
-        fast_fp32_cpu = self.precision == "fp32" and onednn_linear_available(self.device, torch.float32)
+        fast_fp32_cpu = self.precision == "fp32" and onednn_linear_available(self.device)
         self.linears = Linears("onednn" if fast_fp32_cpu else "torch")
         # Condition tokens per batched forward unless a caller sets its own (handler.max_batch_tokens).
         self.batch_tokens = BATCH_TOKENS.get(self.device.type, BATCH_TOKENS["cuda"])

@@ -26,8 +26,9 @@ from ..model import Attention
 _PACK_ROWS = 512
 
 
-def onednn_linear_available(device: torch.device, dtype: torch.dtype) -> bool:
-    if device.type != "cpu" or dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+def onednn_linear_available(device: torch.device) -> bool:
+    """Whether fp32 matrix products on ``device`` can run through oneDNN on prepacked weights."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     try:  # private operators: check that they are there and agree with F.linear
         x = torch.linspace(-1, 1, 24).reshape(3, 8)

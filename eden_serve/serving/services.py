@@ -225,7 +225,10 @@ class EdgeService(Service):
 
     @staticmethod
     def load_model(weights, device, settings):
-        return load_edge(weights, device, settings.precision)
+        model = load_edge(weights, device, settings.precision)
+        if settings.max_batch_tokens:  # 0 keeps the device's default
+            model.batch_tokens = settings.max_batch_tokens
+        return model
 
     def __init__(self, model: EdgeModel, settings: Settings, context):
         super().__init__(model, settings, context)
@@ -264,7 +267,7 @@ class EdgeService(Service):
                 computed = [(idx, j) for j in range(chunk.pairs) if j not in chunk.cuts]
                 groups.setdefault((chunk.grid, chunk.size), []).extend(computed)
         for (grid, _), pairs in groups.items():
-            for batch in batches(pairs, grid[0] * grid[1], self.settings.max_batch_tokens or self.model.batch_tokens):
+            for batch in batches(pairs, grid[0] * grid[1], self.model.batch_tokens):
                 batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
                 if not batch:
                     continue
