@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -22,7 +23,9 @@ from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
 from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
-from .clips import Frame
+from .clips import PIPE, Encoding, Frame, Retiming
+from .clips.encoding import parse_option
+from .clips.timing import DEFAULT_TIME_ERROR, parse_rate
 from .cloud import SCENE_THRESHOLD
 from .config import PRESETS, preset
 from .edge import PRECISIONS
@@ -31,7 +34,7 @@ from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_u
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
 from .serving.launcher import BASE_CONFIG, REPO
 from .serving.node import ARCHIVES, serve
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, FACTORS
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
 
 PROG = "eden-serve"
 CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
@@ -85,22 +88,61 @@ def _threshold_text(text: str) -> str:
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
-    parser.add_argument("--codec", default=wire.DEFAULT_CODEC, help=f"wire codec: {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
+    parser.add_argument("--wire-codec", "--codec", dest="codec", default=wire.DEFAULT_CODEC,
+                        help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="edge compute precision; auto: bf16 where the hardware runs it fast (default: fp32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
 
 
 def _clip_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--factor", type=int, choices=FACTORS, default=2,
-                        help="frame rate multiplier of a clip: 4 and 8 interpolate again between the middles (default 2)")
+    """A clip's output: its frame rate, encoder and processing size (docs/video.md)."""
+    parser.add_argument("--factor", default="2",
+                        help="frame rate multiplier of a clip: 2, 4, 8 (every middle), or any N or N/D such as 3 or 5/2 "
+                             "(the nearest middles within --time-error) (default 2)")
+    parser.add_argument("--fps", help="output frames a second of a video, N, N/D or a decimal: 60, 24000/1001, 59.94")
+    parser.add_argument("--time-error", default=str(DEFAULT_TIME_ERROR),
+                        help=f"with --fps or a factor not a power of two: how far a frame may be from its time, in output "
+                             f"frames, up to 1/2 (default {DEFAULT_TIME_ERROR})")
     parser.add_argument("--resume", action="store_true",
                         help="if the run stops, keep its partial output and journal; continue one left by the same command")
+    parser.add_argument("--process-size", type=_size, metavar="HxW",
+                        help="interpolate at this size and scale the middles back (Lanczos down, bicubic up)")
+    video = parser.add_argument_group("video encoder (default: the input's codec; docs/video.md)")
+    video.add_argument("--vcodec", help="encoder or codec: libx264, libx265, libsvtav1, libvpx-vp9, ffv1, av1...")
+    video.add_argument("--crf", help="constant quality (x264 18, x265 20, AV1 30, VP9 31 by default)")
+    video.add_argument("--preset", help="speed preset (x264/x265: medium...; svt-av1: 0-13; aom/vpx: cpu-used)")
+    video.add_argument("--pix-fmt", help="pixel format (default: the input's where the encoder takes it, else yuv420p)")
+    video.add_argument("--encoder-opt", action="append", default=[], metavar="KEY=VALUE",
+                       help="an encoder option passed as it is (repeatable)")
+
+
+def _retiming(args) -> dict:
+    """The clip options of ``args`` as :func:`eden_serve.streaming.interpolate_clip` takes them."""
+    encoding = Encoding(args.vcodec, args.crf, args.preset, args.pix_fmt,
+                        tuple(parse_option(text) for text in args.encoder_opt))
+    factor = parse_rate(args.factor, "--factor")
+    return {"factor": int(factor) if factor.denominator == 1 else factor,
+            "fps": parse_rate(args.fps) if args.fps is not None else None,
+            "time_error": parse_rate(args.time_error, "--time-error"),
+            "encoding": encoding, "process_size": args.process_size}
 
 
 def _clip_only(args) -> None:
-    if args.factor != 2 or args.resume:
-        raise BadInputError("--factor and --resume apply to a clip; two frames give their middle frame")
+    options = _retiming(args)
+    if (options["factor"] != 2 or args.resume or options["fps"] is not None or options["encoding"].given
+            or args.process_size is not None):
+        raise BadInputError("--factor, --fps, --resume, --process-size and the video encoder options apply to a clip; "
+                            "two frames give their middle frame")
+
+
+def _report(summary, output: str) -> None:
+    """The summary on stdout (stderr when stdout carries the video), and for a directory of frames
+    the ffmpeg command that makes a video of it."""
+    print(summary, file=sys.stderr if output == PIPE else sys.stdout)
+    if output != PIPE and Path(output).is_dir():
+        print(f"make a video of it: ffmpeg -framerate RATE -i {Path(output) / '%06d.png'} -c:v libx264 -crf 18 "
+              f"-pix_fmt yuv420p {Path(output).name}.mp4  (RATE: the output's frames a second, the input's times the factor)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -154,13 +196,15 @@ def _interpolate(args) -> int:
     config, device = preset(args.config), _device(args.device)
     wire.parse_codec(args.codec)
     if len(args.inputs) == 1:
+        options = _retiming(args)
+        Retiming(Fraction(options["factor"]), options["fps"], options["time_error"])  # refused before the model loads
         cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
         summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
-            factor=args.factor, resume=args.resume,
+            resume=args.resume, **options,
         )
-        print(summary)
+        _report(summary, args.output)
         return 0
     if len(args.inputs) != 2:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
@@ -214,7 +258,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
     parser.add_argument("--seed", type=int, default=0,
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
-    parser.add_argument("--codec", help="wire codec asked of the encoder (default: the server's)")
+    parser.add_argument("--wire-codec", "--codec", dest="codec", help="wire codec asked of the encoder (default: the server's)")
     parser.add_argument("--scene-threshold", type=_threshold_text,
                         help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
@@ -255,9 +299,9 @@ def run_client(args: argparse.Namespace) -> int:
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
         summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk,
-                                          inflight=args.inflight, progress=args.progress, factor=args.factor,
-                                          resume=args.resume)
-        print(summary)
+                                          inflight=args.inflight, progress=args.progress, resume=args.resume,
+                                          **_retiming(args))
+        _report(summary, args.output)
     return 0
 
 
@@ -268,7 +312,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     weights.add_argument("--checkpoint", help=f"build the archives at start from this official eden.pt: a path or {CHECKPOINT_REFERENCE}")
     weights.add_argument("--synthetic", action="store_true", help="build the archives at start with synthetic weights (not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions of the archives built at start (default: official)")
-    parser.add_argument("--codec", help="encoder's default wire codec of the archives built at start")
+    parser.add_argument("--wire-codec", "--codec", dest="codec", help="encoder's default wire codec of the archives built at start")
     parser.add_argument("--threads", type=int, help="CPU threads per worker of the archives built at start (default: a share of the cores)")
     parser.add_argument("--ts-config", default=str(BASE_CONFIG), help="base TorchServe configuration (default: the checkout's config.properties)")
     parser.add_argument("--properties", action="append", default=[], help="a properties file over the base (repeatable; later wins)")

@@ -216,12 +216,12 @@ def test_mp4_round_trip_doubles_the_frame_rate(tmp_path):
 
 
 def test_missing_pyav_is_one_clear_error(tmp_path, monkeypatch):
+    """Videos are known by content, so without PyAV a file Pillow cannot read may be one."""
     (tmp_path / "clip.mp4").write_bytes(b"\0" * 64)
     monkeypatch.setitem(sys.modules, "av", None)  # makes "import av" raise ImportError
-    assert is_clip(tmp_path / "clip.mp4")
     with pytest.raises(BadInputError) as info:
         open_clip(tmp_path / "clip.mp4")
-    assert str(info.value) == clips.VIDEO_EXTRA and "\n" not in str(info.value)
+    assert str(info.value).endswith(clips.VIDEO_EXTRA) and "\n" not in str(info.value)
 
 
 def failing(at, exception):
