@@ -22,6 +22,8 @@ PIPE = "-"
 MAX_TIME_BASE_DENOMINATOR = 65535
 # Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
 # sets where the video ends.
+# Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
+_FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
 
 
@@ -146,7 +148,7 @@ class VideoWriter(ClipWriter):
         elif encoding.vcodec is not None:
             name = encoder(encoding.vcodec, "--vcodec")
         else:
-            name = encoder(source.codec.name, "the input's video codec")
+            name = encoder(source.codec.canonical_name, "the input's video codec")
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
             self.stream = self.container.add_stream(name, rate=rate)
@@ -155,6 +157,8 @@ class VideoWriter(ClipWriter):
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
         self.time_base = _time_base(clip.time_base, self.retiming)
+        if name in _FRAME_RATE_CODECS:
+            self.time_base = 1 / rate
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         configure(self.stream, encoding, source.pix_fmt)
         self.pix_fmt = self.stream.pix_fmt
