@@ -91,6 +91,26 @@ def test_directory_middle_alpha_is_the_mean_of_its_neighbours(tmp_path):
         assert np.array_equal(np.asarray(middle.getchannel("A"), np.int32), (alphas[0] + alphas[1]) // 2)
 
 
+def test_a_jpeg_directory_gives_only_png_frames_ffmpeg_reads_as_06d(tmp_path):
+    """Real frames (tests/data/scene_cut) as JPEG, one as a CMYK JPEG that a PNG cannot hold: every
+    output is %06d.png, the originals decoded exactly as the JPEG decodes (re-encoded losslessly)."""
+    src = tmp_path / "in"
+    src.mkdir()
+    real = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))[:3]
+    for i, path in enumerate(real):
+        with Image.open(path) as frame:
+            (frame.convert("CMYK") if i == 1 else frame.convert("RGB")).save(src / f"{i}.jpg", quality=90)
+    interpolate_clip(src, tmp_path / "out", pairwise(average), progress=False)
+    out = sorted((tmp_path / "out").iterdir())
+    assert [p.name for p in out] == [f"{k:06d}.png" for k in range(5)]
+    for k, path in enumerate(out):
+        with Image.open(path) as frame:
+            assert frame.format == "PNG"
+            if k % 2 == 0:
+                with Image.open(src / f"{k // 2}.jpg") as original:
+                    assert np.array_equal(np.asarray(frame), np.asarray(original.convert("RGB")))
+
+
 def animation(path, frames, **params):
     frames[0].save(path, save_all=True, append_images=frames[1:], **params)
     return path

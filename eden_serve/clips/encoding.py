@@ -29,7 +29,7 @@ class Tuning:
 # honour crf as constant quality instead of a cap under a bit rate.
 TUNINGS = {
     "libx264": Tuning({"crf": "18"}),
-    "libx265": Tuning({"crf": "20"}),
+    "libx265": Tuning({"crf": "20", "x265-params": "log-level=error"}),  # else a screenful of notes per run
     "libsvtav1": Tuning({"crf": "30", "preset": "8"}),
     "libaom-av1": Tuning({"crf": "30", "b": "0", "cpu-used": "6", "row-mt": "1"}, preset="cpu-used"),
     "libvpx-vp9": Tuning({"crf": "31", "b": "0", "row-mt": "1"}, preset="cpu-used"),

@@ -157,7 +157,7 @@ class VideoWriter(ClipWriter):
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
         self.time_base = _time_base(clip.time_base, self.retiming)
-        if name in _FRAME_RATE_CODECS:
+        if name in _FRAME_RATE_CODECS or raw:  # Y4M has a frame rate, no times
             self.time_base = 1 / rate
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         configure(self.stream, encoding, source.pix_fmt)
