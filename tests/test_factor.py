@@ -236,7 +236,9 @@ def split(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(default_threads("edge", usable_cores()))
     try:
-        interpolate_clip_in_process(src, root / "expected", *load_archived(store), seed=5, chunk=3, factor=4,
+        models = load_archived(store)
+        interpolate_clip_in_process(src, root / "expected", *models, seed=5, chunk=3, factor=4, progress=False)
+        interpolate_clip_in_process(src, root / "expected-5-2", *models, seed=5, chunk=3, factor=Fraction(5, 2),
                                     progress=False)
     finally:
         torch.set_num_threads(threads)
@@ -258,6 +260,17 @@ def test_factor_4_in_the_split_equals_in_process(tmp_path, split):
     assert (summary.pairs, summary.frames) == (12, 17)
     assert summary.payload_bytes > 0
     assert files(tmp_path / "out") == files(expected)
+
+
+@pytest.mark.serving
+def test_factor_5_2_in_the_split_equals_in_process(tmp_path, split):
+    """A retimed run sends the servers only the middles it shows and their ancestors, as in process."""
+    server, src, expected = split
+    with split_client(server) as client:
+        summary = client.interpolate_clip(src, tmp_path / "out", seed=5, chunk=3, factor=Fraction(5, 2), inflight=1,
+                                          progress=False)
+    assert (summary.pairs, summary.frames) == (8, 11)  # 4 intervals, 2 middles each; frames at k * 2/5 up to 4
+    assert files(tmp_path / "out") == files(expected.with_name("expected-5-2"))
 
 
 class StoppingClient(Client):
