@@ -297,6 +297,16 @@ def test_fps_60_gives_frames_at_exact_times_and_keeps_the_audio(tmp_path, rate, 
     assert "--fps 60: each frame within" in summary.retiming
 
 
+def test_a_factor_of_5_2_ends_where_the_input_does(tmp_path):
+    """Outputs at k * 2/5 frames up to the last original (15): 38 frames, the last (due at 14.8,
+    0.592 s) lasting until the input's video ends."""
+    src = real_video(tmp_path / "in.mp4", 16, Fraction(25))
+    summary = interpolate_clip(src, tmp_path / "out.mp4", pairwise(average), factor=Fraction(5, 2), progress=False)
+    assert summary.frames == 38
+    assert frame_times(tmp_path / "out.mp4") == [Fraction(2 * k, 125) for k in range(38)]
+    assert video_span(tmp_path / "out.mp4") == (0, Fraction(16, 25))
+
+
 def test_fps_on_a_directory_is_refused_in_one_line(tmp_path):
     (tmp_path / "in").mkdir()
     Image.new("RGB", (8, 8)).save(tmp_path / "in" / "0.png")

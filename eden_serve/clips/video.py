@@ -243,6 +243,7 @@ class VideoWriter(ClipWriter):
         self.held = (picture, pts)
 
     def _show(self, picture, time: Fraction, original: Frame) -> None:
+        """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
         self.end = original.end
         if isinstance(picture, Frame):
             frame = picture.raw
@@ -256,11 +257,11 @@ class VideoWriter(ClipWriter):
         self._show(frame, frame.time, frame)
 
     def add_middle(self, middle, before, after, position=HALF):
-        self._show(middle, before.time + position * (after.time - before.time), before)
+        self._show(middle, before.time + position * (after.time - before.time), after)
 
     def place(self, picture, before, after, position):
         stop = before.end if after is None else after.time
-        self._show(picture, before.time + position * (stop - before.time), before)
+        self._show(picture, before.time + position * (stop - before.time), after or before)
 
     def finish(self):
         last, start = self.held
