@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 from PIL import Image
 from tqdm import tqdm
 
-from .clips import Encoding, Frame, Retiming, open_clip, write_clip
+from .clips import PIPE, Encoding, Frame, Retiming, open_clip, write_clip
 from .clips.levels import Item, Level
 from .clips.resize import at_size
 from .clips.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
@@ -275,6 +275,8 @@ class _Run:
 def _identity(clip, retiming: Retiming, fingerprint: dict | None, encoding: Encoding | None, process_size, **run):
     """What a resumed run must share with the run it continues (the newer keys only where set, so
     a plain run's journal reads as before)."""
+    if str(clip.path) == PIPE:
+        raise BadInputError("--resume needs an input file, not -: a pipe cannot be read again")
     identity = {"input": input_identity(clip.path), "frames": clip.length, **run, "processor": fingerprint or {},
                 "factor": int(retiming.factor) if retiming.levels else str(retiming.factor)}
     extra = {"fps": retiming.fps and str(retiming.fps), "time_error": not retiming.levels and str(retiming.time_error),

