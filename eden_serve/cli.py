@@ -12,7 +12,6 @@ import signal
 import sys
 import time
 import warnings
-from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -23,9 +22,8 @@ from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
 from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
-from .clips import PIPE, Encoding, Frame, Retiming
-from .clips.encoding import parse_option
-from .clips.timing import DEFAULT_TIME_ERROR, parse_rate
+from .clip_options import add_clip_arguments, clip_options, parse_size, refuse_clip_options, report
+from .clips import Frame
 from .cloud import SCENE_THRESHOLD
 from .config import PRESETS, preset
 from .edge import PRECISIONS
@@ -58,16 +56,6 @@ def _device(name: str) -> str:
     return name
 
 
-def _size(text: str) -> tuple[int, int]:
-    try:
-        height, width = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected HxW such as 480x854, got {text!r}") from None
-    if height < 1 or width < 1:
-        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
-    return height, width
-
-
 def _threshold(text: str) -> float | None:
     if text == "off":
         return None
@@ -95,56 +83,6 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
 
 
-def _clip_options(parser: argparse.ArgumentParser) -> None:
-    """A clip's output: its frame rate, encoder and processing size (docs/video.md)."""
-    parser.add_argument("--factor", default="2",
-                        help="frame rate multiplier of a clip: 2, 4, 8 (every middle), or any N or N/D such as 3 or 5/2 "
-                             "(the nearest middles within --time-error) (default 2)")
-    parser.add_argument("--fps", help="output frames a second of a video, N, N/D or a decimal: 60, 24000/1001, 59.94")
-    parser.add_argument("--time-error", default=str(DEFAULT_TIME_ERROR),
-                        help=f"with --fps or a factor not a power of two: how far a frame may be from its time, in output "
-                             f"frames, up to 1/2 (default {DEFAULT_TIME_ERROR})")
-    parser.add_argument("--resume", action="store_true",
-                        help="if the run stops, keep its partial output and journal; continue one left by the same command")
-    parser.add_argument("--process-size", type=_size, metavar="HxW",
-                        help="interpolate at this size and scale the middles back (Lanczos down, bicubic up)")
-    video = parser.add_argument_group("video encoder (default: the input's codec; docs/video.md)")
-    video.add_argument("--vcodec", help="encoder or codec: libx264, libx265, libsvtav1, libvpx-vp9, ffv1, av1...")
-    video.add_argument("--crf", help="constant quality (x264 18, x265 20, AV1 30, VP9 31 by default)")
-    video.add_argument("--preset", help="speed preset (x264/x265: medium...; svt-av1: 0-13; aom/vpx: cpu-used)")
-    video.add_argument("--pix-fmt", help="pixel format (default: the input's where the encoder takes it, else yuv420p)")
-    video.add_argument("--encoder-opt", action="append", default=[], metavar="KEY=VALUE",
-                       help="an encoder option passed as it is (repeatable)")
-
-
-def _retiming(args) -> dict:
-    """The clip options of ``args`` as :func:`eden_serve.streaming.interpolate_clip` takes them."""
-    encoding = Encoding(args.vcodec, args.crf, args.preset, args.pix_fmt,
-                        tuple(parse_option(text) for text in args.encoder_opt))
-    factor = parse_rate(args.factor, "--factor")
-    return {"factor": int(factor) if factor.denominator == 1 else factor,
-            "fps": parse_rate(args.fps) if args.fps is not None else None,
-            "time_error": parse_rate(args.time_error, "--time-error"),
-            "encoding": encoding, "process_size": args.process_size}
-
-
-def _clip_only(args) -> None:
-    options = _retiming(args)
-    if (options["factor"] != 2 or args.resume or options["fps"] is not None or options["encoding"].given
-            or args.process_size is not None):
-        raise BadInputError("--factor, --fps, --resume, --process-size and the video encoder options apply to a clip; "
-                            "two frames give their middle frame")
-
-
-def _report(summary, output: str) -> None:
-    """The summary on stdout (stderr when stdout carries the video), and for a directory of frames
-    the ffmpeg command that makes a video of it."""
-    print(summary, file=sys.stderr if output == PIPE else sys.stdout)
-    if output != PIPE and Path(output).is_dir():
-        print(f"make a video of it: ffmpeg -framerate RATE -i {Path(output) / '%06d.png'} -c:v libx264 -crf 18 "
-              f"-pix_fmt yuv420p {Path(output).name}.mp4  (RATE: the output's frames a second, the input's times the factor)")
-
-
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="EDEN frame interpolation, split between a cloud encoder and an edge DiT+decoder.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -159,7 +97,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
                    help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
-    _clip_options(p)
+    add_clip_arguments(p)
     _model_options(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
@@ -169,7 +107,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
 
     p = commands.add_parser("bench", help="median time per pair: encode / codec / denoise / decode, vs the reference path")
-    p.add_argument("--size", type=_size, default=(480, 854), help="frame size HxW (default 480x854)")
+    p.add_argument("--size", type=parse_size, default=(480, 854), help="frame size HxW (default 480x854)")
     p.add_argument("--repeat", type=int, default=3, help="timed pairs after one warm-up (default 3)")
     p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
     _model_options(p)
@@ -196,19 +134,18 @@ def _interpolate(args) -> int:
     config, device = preset(args.config), _device(args.device)
     wire.parse_codec(args.codec)
     if len(args.inputs) == 1:
-        options = _retiming(args)
-        Retiming(Fraction(options["factor"]), options["fps"], options["time_error"])  # refused before the model loads
+        options = clip_options(args)  # checked before the model loads
         cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
         summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
             resume=args.resume, **options,
         )
-        _report(summary, args.output)
+        report(summary, args.output)
         return 0
     if len(args.inputs) != 2:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
-    _clip_only(args)
+    refuse_clip_options(args)
     _refuse_an_input_as_output(args.output, args.inputs)
     frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
@@ -274,7 +211,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar on stderr (default: when stderr is a terminal)")
-    _clip_options(parser)
+    add_clip_arguments(parser)
 
 
 def run_client(args: argparse.Namespace) -> int:
@@ -290,7 +227,7 @@ def run_client(args: argparse.Namespace) -> int:
                "backoff": args.backoff, "timeout": args.timeout}
     with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
         if len(args.inputs) == 2:
-            _clip_only(args)
+            refuse_clip_options(args)
             started = time.perf_counter()
             before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
             middle = client.interpolate(before.path, after.path, seed=args.seed)
@@ -300,8 +237,8 @@ def run_client(args: argparse.Namespace) -> int:
             return 0
         summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk,
                                           inflight=args.inflight, progress=args.progress, resume=args.resume,
-                                          **_retiming(args))
-        _report(summary, args.output)
+                                          **clip_options(args))
+        report(summary, args.output)
     return 0
 
 

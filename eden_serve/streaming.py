@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 from PIL import Image
 from tqdm import tqdm
 
-from .clips import PIPE, Encoding, Frame, Retiming, open_clip, write_clip
+from .clips import PIPE, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
 from .clips.levels import Item, Level
 from .clips.resize import at_size
 from .clips.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
@@ -318,6 +318,7 @@ def interpolate_clip(
     time_error: Fraction = DEFAULT_TIME_ERROR,
     encoding: Encoding | None = None,
     process_size: tuple[int, int] | None = None,
+    raw: RawVideo | None = None,
 ) -> Summary:
     """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
     write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8.
@@ -335,7 +336,8 @@ def interpolate_clip(
 
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
     ``time_error`` (:mod:`eden_serve.clips.timing`). ``encoding``: a video's encoder options.
-    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`).
+    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
+    input is headerless video of that size, pixel format and rate.
     """
     if inflight < 1:
         raise BadInputError(f"inflight must be at least 1, got {inflight}")
@@ -348,13 +350,14 @@ def interpolate_clip(
     cancel = cancel if cancel is not None else threading.Event()
     started = time.perf_counter()
     summary = Summary(pairs=0, frames=0, seconds=0.0)
-    with open_clip(src, max_pixels if process_size is None else None) as clip:
+    with open_clip(src, max_pixels if process_size is None else None, raw) as clip:
         if fps is not None and clip.kind != "video":
             raise BadInputError(f"--fps needs a video; a {clip.kind}'s frames have no times: give --factor FPS/RATE "
                                 "(24 to 60: --factor 5/2)")
         journal = None
         if resume:
-            journal = Journal(dst, _identity(clip, retiming, fingerprint, encoding, process_size, chunk=chunk, seed=seed))
+            journal = Journal(dst, _identity(clip, retiming, fingerprint, encoding, process_size, chunk=chunk, seed=seed,
+                                         **({"raw": str(raw)} if raw else {})))
         with write_clip(clip, dst, retiming, journal, encoding) as writer, _Workers(inflight, cancel) as workers:
             start = journal.checkpoint["position"] if depth and journal is not None and journal.checkpoint else 0
             levels = MAX_DEPTH if depth is None else depth

@@ -143,9 +143,9 @@ def test_a_y4m_pipe_round_trip(tmp_path):
 
     source = real_video(tmp_path / "in.y4m", 6, Fraction(25), video="rawvideo", audio=None).read_bytes()
 
-    def piped(*options):
+    def piped(*options, data=source):
         result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "interpolate", "-", "-o", "-", "--config", "tiny",
-                                 *options], input=source, capture_output=True, timeout=300)
+                                 *options], input=data, capture_output=True, timeout=300)
         assert result.returncode == 0, result.stderr.decode()
         with av.open(io.BytesIO(result.stdout)) as container:
             stream = container.streams.video[0]
@@ -153,7 +153,8 @@ def test_a_y4m_pipe_round_trip(tmp_path):
             return container.format.name, stream.average_rate, planes, result.stderr.decode()
 
     with av.open(io.BytesIO(source)) as container:
-        originals = [frame.to_ndarray() for frame in container.decode(video=0)]
+        decoded = list(container.decode(video=0))
+        originals = [frame.to_ndarray() for frame in decoded]
     fmt, rate, planes, err = piped()
     assert (fmt, rate, len(planes)) == ("yuv4mpegpipe", 50, 11)
     assert all(np.array_equal(planes[2 * i], originals[i]) for i in range(6))
@@ -161,6 +162,11 @@ def test_a_y4m_pipe_round_trip(tmp_path):
     fmt, rate, planes, err = piped("--fps", "60")
     assert (fmt, rate, len(planes)) == ("yuv4mpegpipe", 60, 15)  # 6 frames of 1/25 s: 0.24 s, ceil(14.4)
     assert "--fps 60: each frame within" in err
+    # The same frames without a header, as ffmpeg -f rawvideo sends them.
+    raw = b"".join(bytes(plane) for frame in decoded for plane in frame.planes)
+    fmt, rate, planes, err = piped("--input-size", "90x160", "--input-fps", "25", data=raw)
+    assert (fmt, rate, len(planes)) == ("yuv4mpegpipe", 50, 11)
+    assert all(np.array_equal(planes[2 * i], originals[i]) for i in range(6))
 
 
 def test_a_directory_output_prints_the_ffmpeg_command_that_assembles_it(tmp_path, capsys):

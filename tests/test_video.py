@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from eden_serve.clips import RawVideo
 from eden_serve.errors import BadInputError
 from eden_serve.streaming import interpolate_clip, pairwise
 
@@ -344,3 +345,21 @@ def test_resume_with_a_piped_input_is_refused_in_one_line(tmp_path, monkeypatch)
     with pytest.raises(BadInputError, match="--resume needs an input file, not -") as info:
         interpolate_clip("-", tmp_path / "out.mkv", pairwise(average), resume=True, progress=False)
     assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in.y4m"]
+
+
+def test_headerless_raw_video_reads_with_its_size_format_and_rate(tmp_path):
+    """The planes of a Y4M clip without its header (what ``-f rawvideo`` sends) read as the same frames."""
+    y4m = real_video(tmp_path / "in.y4m", 4, Fraction(25), video="rawvideo", audio=None)
+    with av.open(str(y4m)) as container:
+        frames = list(container.decode(video=0))
+    (tmp_path / "in.yuv").write_bytes(b"".join(bytes(plane) for frame in frames for plane in frame.planes))
+    summary = interpolate_clip(tmp_path / "in.yuv", tmp_path / "out.y4m", pairwise(average), progress=False,
+                               raw=RawVideo((90, 160), "yuv420p", Fraction(25)))
+    assert summary.frames == 7
+    with av.open(str(tmp_path / "out.y4m")) as container:
+        out = [frame.to_ndarray() for frame in container.decode(video=0)]
+    assert all(np.array_equal(out[2 * i], frame.to_ndarray()) for i, frame in enumerate(frames))
+    with pytest.raises(BadInputError, match="cannot read it as raw nosuch video of 160x90"):
+        interpolate_clip(tmp_path / "in.yuv", tmp_path / "bad.y4m", pairwise(average), progress=False,
+                         raw=RawVideo((90, 160), "nosuch"))
+    assert not (tmp_path / "bad.y4m").exists()

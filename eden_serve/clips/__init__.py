@@ -32,9 +32,9 @@ from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, Clip, ClipWriter, Frame
 from .encoding import VIDEO_EXTRA, Encoding
 from .timing import Retiming
-from .video import PIPE, VideoClip
+from .video import PIPE, RawVideo, VideoClip
 
-__all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
+__all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "RawVideo", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
            "open_clip", "write_clip"]
 
 
@@ -166,9 +166,11 @@ def is_clip(path: str | Path) -> bool:
     return True
 
 
-def open_clip(path: str | Path, max_pixels: int | None = None) -> Clip:
-    """The clip at ``path`` (``-``: a video on standard input); frames over ``max_pixels`` (None: no
-    limit) raise FrameTooLargeError."""
+def open_clip(path: str | Path, max_pixels: int | None = None, raw: RawVideo | None = None) -> Clip:
+    """The clip at ``path`` (``-``: a video on standard input; ``raw``: frames without a header);
+    frames over ``max_pixels`` (None: no limit) raise FrameTooLargeError."""
+    if raw is not None:
+        return VideoClip(Path(path), max_pixels, raw.open(Path(path)))
     if str(path) == PIPE:
         return VideoClip(Path(PIPE), max_pixels)
     path = Path(path)

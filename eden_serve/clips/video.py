@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
@@ -25,6 +26,24 @@ MAX_TIME_BASE_DENOMINATOR = 65535
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+
+
+@dataclass(frozen=True)
+class RawVideo:
+    """A headerless stream of frames: their size (height, width), pixel format and rate."""
+
+    size: tuple[int, int]
+    pix_fmt: str = "yuv420p"
+    rate: Fraction = Fraction(25)
+
+    def open(self, path: Path):
+        av = import_av()
+        height, width = self.size
+        options = {"video_size": f"{width}x{height}", "pixel_format": self.pix_fmt, "framerate": str(self.rate)}
+        try:
+            return av.open(sys.stdin.buffer if str(path) == PIPE else str(path), format="rawvideo", options=options)
+        except (av.error.FFmpegError, ValueError) as exc:
+            raise BadInputError(f"{path}: cannot read it as raw {self.pix_fmt} video of {width}x{height} ({exc})") from None
 
 
 class VideoClip(Clip):
