@@ -363,3 +363,11 @@ def test_headerless_raw_video_reads_with_its_size_format_and_rate(tmp_path):
         interpolate_clip(tmp_path / "in.yuv", tmp_path / "bad.y4m", pairwise(average), progress=False,
                          raw=RawVideo((90, 160), "nosuch"))
     assert not (tmp_path / "bad.y4m").exists()
+
+
+def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
+    times = [0, 40, 80, 200, 240, 250, 290]  # milliseconds: 245 and 250 ms would share a slot at 2x the average rate
+    src = make_video(tmp_path / "in.mkv", times, Fraction(1, 1000), audio=None)
+    summary = interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False)
+    with av.open(str(tmp_path / "out.y4m")) as container:
+        assert len(list(container.decode(video=0))) == summary.frames == 13

@@ -176,8 +176,10 @@ class VideoWriter(ClipWriter):
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
         self.time_base = _time_base(clip.time_base, self.retiming)
-        if name in _FRAME_RATE_CODECS or raw:  # Y4M has a frame rate, no times
+        if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
+        self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
+        self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         configure(self.stream, encoding, source.pix_fmt)
         self.pix_fmt = self.stream.pix_fmt
@@ -270,7 +272,8 @@ class VideoWriter(ClipWriter):
                 frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt)
         else:
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt)
-        self._hold(frame, round(time / self.time_base))
+        self._hold(frame, self.shown if self.counted else round(time / self.time_base))
+        self.shown += 1
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
@@ -284,7 +287,7 @@ class VideoWriter(ClipWriter):
 
     def finish(self):
         last, start = self.held
-        end = max(round(self.end / self.time_base), start + 1)
+        end = start + 1 if self.counted else max(round(self.end / self.time_base), start + 1)
         self._encode(last, start, end - start)
         try:
             packets = list(self.stream.encode(None))
