@@ -128,14 +128,17 @@ class DirectoryWriter(ClipWriter):
 
 def _animated(path: Path) -> Image.Image | None:
     """The opened image if ``path`` is an animation of a format we write, else None; raises
-    BadInputError for a still image (Pillow knows it, so it is no video)."""
+    BadInputError for a still image (Pillow knows it as one frame, so it is no video)."""
     try:
         image = Image.open(path)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         return None
-    if image.format in ANIMATION_FORMATS and getattr(image, "n_frames", 1) > 1:
+    frames = getattr(image, "n_frames", 1)
+    if image.format in ANIMATION_FORMATS and frames > 1:
         return image
     image.close()
+    if frames > 1:  # FLI, MPEG, multi-page TIFF: FFmpeg may read it as a video
+        return None
     raise BadInputError(f"{str(path)!r} is a still image, not a clip (a directory of frames, an animated "
                         "GIF/APNG/WebP or a video); give two frames to interpolate a single pair")
 
