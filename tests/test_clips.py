@@ -1,6 +1,7 @@
 """Reading and writing clips: directories, GIF, APNG, WebP and MP4, whole or not at all."""
 
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -294,3 +295,11 @@ def test_a_directory_output_must_be_new_or_empty(tmp_path):
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
     (tmp_path / "empty").mkdir()
     assert interpolate_clip(src, tmp_path / "empty", pairwise(average), progress=False).frames == 5
+
+
+def test_an_animation_takes_only_powers_of_two(tmp_path):
+    animation(tmp_path / "in.gif", [frame.quantize(16) for frame in random_frames(3)], duration=100)
+    with pytest.raises(BadInputError, match="an animated GIF takes --factor 2, 4 or 8, not --factor 5/2") as info:
+        interpolate_clip(tmp_path / "in.gif", tmp_path / "out.gif", pairwise(average), factor=Fraction(5, 2),
+                         progress=False)
+    assert "\n" not in str(info.value) and leftovers(tmp_path) == [] and not (tmp_path / "out.gif").exists()
