@@ -22,6 +22,7 @@ from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
 from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
+from .clip_options import add_clip_arguments, clip_options, parse_size, refuse_clip_options, report
 from .clips import Frame
 from .cloud import SCENE_THRESHOLD
 from .config import PRESETS, preset
@@ -31,7 +32,7 @@ from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_u
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
 from .serving.launcher import BASE_CONFIG, REPO
 from .serving.node import ARCHIVES, serve
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, FACTORS
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
 
 PROG = "eden-serve"
 CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
@@ -55,16 +56,6 @@ def _device(name: str) -> str:
     return name
 
 
-def _size(text: str) -> tuple[int, int]:
-    try:
-        height, width = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected HxW such as 480x854, got {text!r}") from None
-    if height < 1 or width < 1:
-        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
-    return height, width
-
-
 def _threshold(text: str) -> float | None:
     if text == "off":
         return None
@@ -85,22 +76,11 @@ def _threshold_text(text: str) -> str:
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
-    parser.add_argument("--codec", default=wire.DEFAULT_CODEC, help=f"wire codec: {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
+    parser.add_argument("--wire-codec", "--codec", dest="codec", default=wire.DEFAULT_CODEC,
+                        help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="edge compute precision; auto: bf16 where the hardware runs it fast (default: fp32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-
-
-def _clip_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--factor", type=int, choices=FACTORS, default=2,
-                        help="frame rate multiplier of a clip: 4 and 8 interpolate again between the middles (default 2)")
-    parser.add_argument("--resume", action="store_true",
-                        help="if the run stops, keep its partial output and journal; continue one left by the same command")
-
-
-def _clip_only(args) -> None:
-    if args.factor != 2 or args.resume:
-        raise BadInputError("--factor and --resume apply to a clip; two frames give their middle frame")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -117,7 +97,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
                    help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
-    _clip_options(p)
+    add_clip_arguments(p)
     _model_options(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
@@ -127,7 +107,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
 
     p = commands.add_parser("bench", help="median time per pair: encode / codec / denoise / decode, vs the reference path")
-    p.add_argument("--size", type=_size, default=(480, 854), help="frame size HxW (default 480x854)")
+    p.add_argument("--size", type=parse_size, default=(480, 854), help="frame size HxW (default 480x854)")
     p.add_argument("--repeat", type=int, default=3, help="timed pairs after one warm-up (default 3)")
     p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
     _model_options(p)
@@ -154,17 +134,18 @@ def _interpolate(args) -> int:
     config, device = preset(args.config), _device(args.device)
     wire.parse_codec(args.codec)
     if len(args.inputs) == 1:
+        options = clip_options(args)  # checked before the model loads
         cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
         summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
-            factor=args.factor, resume=args.resume,
+            resume=args.resume, **options,
         )
-        print(summary)
+        report(summary, args.output)
         return 0
     if len(args.inputs) != 2:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
-    _clip_only(args)
+    refuse_clip_options(args)
     _refuse_an_input_as_output(args.output, args.inputs)
     frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
@@ -214,7 +195,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
     parser.add_argument("--seed", type=int, default=0,
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
-    parser.add_argument("--codec", help="wire codec asked of the encoder (default: the server's)")
+    parser.add_argument("--wire-codec", "--codec", dest="codec", help="wire codec asked of the encoder (default: the server's)")
     parser.add_argument("--scene-threshold", type=_threshold_text,
                         help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
@@ -230,7 +211,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar on stderr (default: when stderr is a terminal)")
-    _clip_options(parser)
+    add_clip_arguments(parser)
 
 
 def run_client(args: argparse.Namespace) -> int:
@@ -246,7 +227,7 @@ def run_client(args: argparse.Namespace) -> int:
                "backoff": args.backoff, "timeout": args.timeout}
     with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
         if len(args.inputs) == 2:
-            _clip_only(args)
+            refuse_clip_options(args)
             started = time.perf_counter()
             before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
             middle = client.interpolate(before.path, after.path, seed=args.seed)
@@ -255,9 +236,9 @@ def run_client(args: argparse.Namespace) -> int:
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
         summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk,
-                                          inflight=args.inflight, progress=args.progress, factor=args.factor,
-                                          resume=args.resume)
-        print(summary)
+                                          inflight=args.inflight, progress=args.progress, resume=args.resume,
+                                          **clip_options(args))
+        report(summary, args.output)
     return 0
 
 
@@ -268,7 +249,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     weights.add_argument("--checkpoint", help=f"build the archives at start from this official eden.pt: a path or {CHECKPOINT_REFERENCE}")
     weights.add_argument("--synthetic", action="store_true", help="build the archives at start with synthetic weights (not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions of the archives built at start (default: official)")
-    parser.add_argument("--codec", help="encoder's default wire codec of the archives built at start")
+    parser.add_argument("--wire-codec", "--codec", dest="codec", help="encoder's default wire codec of the archives built at start")
     parser.add_argument("--threads", type=int, help="CPU threads per worker of the archives built at start (default: a share of the cores)")
     parser.add_argument("--ts-config", default=str(BASE_CONFIG), help="base TorchServe configuration (default: the checkout's config.properties)")
     parser.add_argument("--properties", action="append", default=[], help="a properties file over the base (repeatable; later wins)")

@@ -285,14 +285,16 @@ class Client:
         progress: bool | None = None,
         factor: int = 2,
         resume: bool = False,
+        **retiming,
     ) -> Summary:
         """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request;
-        pair i uses ``seed + i`` (``factor`` and ``resume``: see :func:`interpolate_clip`)."""
+        pair i uses ``seed + i`` (``factor``, ``resume`` and the ``retiming`` options ``fps``,
+        ``time_error``, ``encoding``, ``process_size``: see :func:`interpolate_clip`)."""
         cancel = threading.Event()
         return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, seed=seed, inflight=self.window(inflight),
                                 progress=progress, cancel=cancel, factor=factor, resume=resume,
                                 fingerprint={"servers": self.urls, "codec": self.codec,
-                                             "scene_threshold": self.scene_threshold})
+                                             "scene_threshold": self.scene_threshold}, **retiming)
 
     def window(self, inflight: int) -> int:
         """The chunks to stream at once for ``inflight`` requests per server: in the split, as many

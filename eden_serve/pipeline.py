@@ -95,8 +95,10 @@ def interpolate_clip_in_process(
     scene_threshold: float | None = SCENE_THRESHOLD,
     factor: int = 2,
     resume: bool = False,
+    **retiming,
 ) -> Summary:
-    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`."""
+    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`
+    (``retiming``: its ``fps``, ``time_error``, ``encoding`` and ``process_size``)."""
     wire.parse_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
     fingerprint = None
@@ -104,4 +106,4 @@ def interpolate_clip_in_process(
         fingerprint = {"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,
                        **model_identity(cloud, edge)}
     return interpolate_clip(src, dst, processor, chunk=chunk, seed=seed, inflight=inflight, progress=progress,
-                            max_pixels=max_pixels, factor=factor, resume=resume, fingerprint=fingerprint)
+                            max_pixels=max_pixels, factor=factor, resume=resume, fingerprint=fingerprint, **retiming)

@@ -9,7 +9,8 @@ on one of ``inflight`` worker threads. The main thread reads frames lazily, keep
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
-(:mod:`eden_serve.clips.levels`); ``resume`` keeps and continues a stopped run's output
+(:mod:`eden_serve.clips.levels`); any other factor, or a frame rate, computes only the middles its
+frames show (:mod:`eden_serve.clips.tree`); ``resume`` keeps and continues a stopped run's output
 (:mod:`eden_serve.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
@@ -34,8 +35,11 @@ from typing import Callable, Sequence
 from PIL import Image
 from tqdm import tqdm
 
-from .clips import Frame, open_clip, write_clip
+from .clips import PIPE, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
 from .clips.levels import Item, Level
+from .clips.resize import at_size
+from .clips.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
+from .clips.tree import retime
 from .errors import (
     BadInputError,
     EdenError,
@@ -48,7 +52,6 @@ from .resume import Journal, input_identity
 DEFAULT_INFLIGHT = 4
 # Pairs per request: the wire carries each frame once per chunk (README "Clip chunks").
 DEFAULT_CHUNK = 8
-FACTORS = (2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class Summary:
     payload_bytes: int | None = None  # total over the pairs, None where the payload is not seen
     retries: int = 0
     resumed: int = 0  # pairs an earlier run had done (not in ``pairs``)
+    retiming: str = ""  # a retimed run's time error and cost
 
     @property
     def pairs_per_second(self) -> float:
@@ -125,7 +129,8 @@ class Summary:
             per_pair.append(f"{_size(self.payload_bytes / self.pairs)} wire payload")
         line += f"; per pair: {', '.join(per_pair)}" if per_pair else ""
         line += f"; {self.retries} requests retried" if self.retries else ""
-        return line + (f"; resumed after {self.resumed} pairs done before" if self.resumed else "")
+        line += f"; resumed after {self.resumed} pairs done before" if self.resumed else ""
+        return line + (f"\n{self.retiming}" if self.retiming else "")
 
 
 Processor = Callable[[int, list[Frame], int], "Middles | Sequence[Image.Image]"]
@@ -258,14 +263,41 @@ class _Run:
                 and item.after.index % self.chunk == 0):
             self.journal.save({"position": item.after.index, "writer": self.writer.checkpoint()})
 
+    def place(self, picture, before: Frame, after: Frame | None, position: Fraction) -> None:
+        """The writer's end of a retimed run."""
+        self.writer.place(picture, before, after, position)
+        self.summary.frames += 1
+
     def close(self) -> None:
         pass
 
 
-def _levels(factor: int) -> int:
-    if factor not in FACTORS:
-        raise BadInputError(f"factor must be one of {', '.join(map(str, FACTORS))}, got {factor}")
-    return factor.bit_length() - 1
+def _identity(clip, retiming: Retiming, fingerprint: dict | None, encoding: Encoding | None, process_size, **run):
+    """What a resumed run must share with the run it continues (the newer keys only where set, so
+    a plain run's journal reads as before)."""
+    if str(clip.path) == PIPE:
+        raise BadInputError("--resume needs an input file, not -: a pipe cannot be read again")
+    identity = {"input": input_identity(clip.path), "frames": clip.length, **run, "processor": fingerprint or {},
+                "factor": int(retiming.factor) if retiming.levels else str(retiming.factor)}
+    extra = {"fps": retiming.fps and str(retiming.fps), "time_error": not retiming.levels and str(retiming.time_error),
+             "encoding": encoding and encoding.given and encoding.identity(), "process_size": process_size}
+    return identity | {key: value for key, value in extra.items() if value}
+
+
+def _leveled(clip, run: _Run, depth: int, start: int) -> int:
+    """A factor 2^depth output from original ``start`` on (a resumed run's output holds the frames
+    before); returns the frames read."""
+    sink = run
+    for level in range(depth, 0, -1):
+        sink = Level(level, start << (level - 1), sink, run)
+    read = 0
+    for frame in clip:
+        read += 1
+        if frame.index >= start:
+            sink.push(Item(frame))
+    if read:
+        sink.close()
+    return read
 
 
 def interpolate_clip(
@@ -275,13 +307,18 @@ def interpolate_clip(
     *,
     chunk: int = 1,
     seed: int = 0,
-    factor: int = 2,
+    factor: int | Fraction = 2,
     inflight: int = DEFAULT_INFLIGHT,
     progress: bool | None = None,
     cancel: threading.Event | None = None,
     max_pixels: int | None = None,
     resume: bool = False,
     fingerprint: dict | None = None,
+    fps: Fraction | None = None,
+    time_error: Fraction = DEFAULT_TIME_ERROR,
+    encoding: Encoding | None = None,
+    process_size: tuple[int, int] | None = None,
+    raw: RawVideo | None = None,
 ) -> Summary:
     """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
     write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8.
@@ -296,43 +333,49 @@ def interpolate_clip(
     output and a journal if the run stops, and continue from one left by an earlier run with the
     same input and options (:mod:`eden_serve.resume`); ``fingerprint`` is what else the middles
     depend on (the model, the servers, the codec), recorded in the journal.
+
+    Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
+    ``time_error`` (:mod:`eden_serve.clips.timing`). ``encoding``: a video's encoder options.
+    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
+    input is headerless video of that size, pixel format and rate.
     """
     if inflight < 1:
         raise BadInputError(f"inflight must be at least 1, got {inflight}")
     if chunk < 1:
         raise BadInputError(f"chunk must be at least 1 pair, got {chunk}")
-    depth = _levels(factor)
+    retiming = Retiming(Fraction(factor), fps, time_error)
+    depth = retiming.levels
+    if process_size is not None:
+        processor = at_size(processor, process_size, max_pixels)
     cancel = cancel if cancel is not None else threading.Event()
     started = time.perf_counter()
     summary = Summary(pairs=0, frames=0, seconds=0.0)
-    with open_clip(src, max_pixels) as clip:
+    with open_clip(src, max_pixels if process_size is None else None, raw) as clip:
+        if fps is not None and clip.kind != "video":
+            raise BadInputError(f"--fps needs a video; a {clip.kind}'s frames have no times: give --factor FPS/RATE "
+                                "(24 to 60: --factor 5/2)")
         journal = None
         if resume:
-            identity = {"input": input_identity(clip.path), "frames": clip.length, "factor": factor, "chunk": chunk,
-                        "seed": seed, "processor": fingerprint or {}}
-            journal = Journal(dst, identity)
-        with write_clip(clip, dst, factor, journal) as writer, _Workers(inflight, cancel) as workers:
-            start = journal.checkpoint["position"] if journal is not None and journal.checkpoint else 0
-            processors = [processor] * depth
-            if journal is not None and not writer.continues:
-                processors = [journal.cached_processor(processor, level) for level in range(1, depth + 1)]
+            journal = Journal(dst, _identity(clip, retiming, fingerprint, encoding, process_size, chunk=chunk, seed=seed,
+                                         **({"raw": str(raw)} if raw else {})))
+        with write_clip(clip, dst, retiming, journal, encoding) as writer, _Workers(inflight, cancel) as workers:
+            start = journal.checkpoint["position"] if depth and journal is not None and journal.checkpoint else 0
+            levels = MAX_DEPTH if depth is None else depth
+            processors = [processor] * levels
+            if journal is not None and (depth is None or not writer.continues):
+                processors = [journal.cached_processor(processor, level) for level in range(1, levels + 1)]
+            factor = 2**levels
             summary.resumed, summary.frames = (factor - 1) * start, factor * start
-            total = (factor - 1) * (clip.length - 1) if clip.length else None
+            total = (factor - 1) * (clip.length - 1) if clip.length and depth is not None else None
             with progress_bar(total, progress) as bar:
                 bar.update(summary.resumed)
                 run = _Run(processors, workers, summary, bar, chunk=chunk, inflight=inflight, seed=seed, factor=factor,
                            writer=writer, journal=journal)
-                sink = run
-                for level in range(depth, 0, -1):
-                    sink = Level(level, start << (level - 1), sink, run)
-                read = 0
-                for frame in clip:
-                    read += 1
-                    if frame.index >= start:  # a resumed run's output holds the frames before
-                        sink.push(Item(frame))
+                schedule = Schedule(retiming)
+                read = retime(clip, schedule, run) if depth is None else _leveled(clip, run, depth, start)
                 if not read:
                     raise BadInputError(f"{str(src)!r} holds no frames")
-                sink.close()
+            summary.retiming = schedule.report() if depth is None else ""
             if journal is not None:
                 summary.pairs -= journal.hits
                 summary.resumed += journal.hits

@@ -1,10 +1,12 @@
 """The eden-serve command: outputs, and one stderr line with exit code 2 for every bad input."""
 
+import io
 import json
 import shutil
 import socket
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +133,48 @@ def test_bench_prints_the_precision_it_ran(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["precision"] == "auto" and result["precision_used"] in ("fp32", "bf16")
     assert result["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_a_y4m_pipe_round_trip(tmp_path):
+    """PyAV writes Y4M into the command's standard input; the command writes Y4M to its standard
+    output; PyAV reads it back: the originals come out exactly (raw video, no RGB round trip)."""
+    av = pytest.importorskip("av")
+    from test_video import real_video
+
+    source = real_video(tmp_path / "in.y4m", 6, Fraction(25), video="rawvideo", audio=None).read_bytes()
+
+    def piped(*options, data=source):
+        result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "interpolate", "-", "-o", "-", "--config", "tiny",
+                                 *options], input=data, capture_output=True, timeout=300)
+        assert result.returncode == 0, result.stderr.decode()
+        with av.open(io.BytesIO(result.stdout)) as container:
+            stream = container.streams.video[0]
+            planes = [frame.to_ndarray() for frame in container.decode(stream)]
+            return container.format.name, stream.average_rate, planes, result.stderr.decode()
+
+    with av.open(io.BytesIO(source)) as container:
+        decoded = list(container.decode(video=0))
+        originals = [frame.to_ndarray() for frame in decoded]
+    fmt, rate, planes, err = piped()
+    assert (fmt, rate, len(planes)) == ("yuv4mpegpipe", 50, 11)
+    assert all(np.array_equal(planes[2 * i], originals[i]) for i in range(6))
+    assert "5 pairs, 11 frames written" in err
+    fmt, rate, planes, err = piped("--fps", "60")
+    assert (fmt, rate, len(planes)) == ("yuv4mpegpipe", 60, 15)  # 6 frames of 1/25 s: 0.24 s, ceil(14.4)
+    assert "--fps 60: each frame within" in err
+    # The same frames without a header, as ffmpeg -f rawvideo sends them.
+    raw = b"".join(bytes(plane) for frame in decoded for plane in frame.planes)
+    fmt, rate, planes, err = piped("--input-size", "90x160", "--input-fps", "25", data=raw)
+    assert (fmt, rate, len(planes)) == ("yuv4mpegpipe", 50, 11)
+    assert all(np.array_equal(planes[2 * i], originals[i]) for i in range(6))
+
+
+def test_a_directory_output_prints_the_ffmpeg_command_that_assembles_it(tmp_path, capsys):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i, frame in enumerate(frame_pair(40, 60)):
+        (src / f"{i}.png").write_bytes(to_png(frame))
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out"), "--config", "tiny", "--wire-codec", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert f"ffmpeg -framerate RATE -i {tmp_path / 'out' / '%06d.png'} -c:v libx264" in out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["000000.png", "000001.png", "000002.png"]

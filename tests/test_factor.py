@@ -203,10 +203,11 @@ def test_memory_is_bounded_by_the_windows_not_the_clip(tmp_path, live_frames):
     assert most[120] == most[40] <= 3 * (2 + 1) * 3, most
 
 
-def test_factor_must_be_2_4_or_8(tmp_path):
+@pytest.mark.parametrize("factor", [1, Fraction(1, 2), 65])
+def test_factor_must_be_above_1_and_at_most_64(tmp_path, factor):
     src = synthetic.write_clip(tmp_path / "in", 3, SIZE[1], SIZE[0])
-    with pytest.raises(BadInputError, match="factor must be one of 2, 4, 8, got 3"):
-        interpolate_clip(src, tmp_path / "out", pairwise(average), factor=3, progress=False)
+    with pytest.raises(BadInputError, match=f"--factor must be above 1 and at most 64, got {factor}"):
+        interpolate_clip(src, tmp_path / "out", pairwise(average), factor=factor, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
@@ -217,10 +218,12 @@ def test_command_line_factor(tmp_path, capsys):
     assert "14 pairs, 17 frames written" in capsys.readouterr().out
     frames = [str(src / "frame0.png"), str(src / "frame1.png")]
     assert main(["interpolate", *frames, "-o", str(tmp_path / "m.png"), "--factor", "4", "--config", "tiny"]) == 2
-    assert "error: --factor and --resume apply to a clip" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as info:
-        main(["interpolate", str(src), "-o", str(tmp_path / "x"), "--factor", "3"])
-    assert info.value.code == 2 and "invalid choice: 3" in capsys.readouterr().err
+    assert "error: --factor, --fps, --resume, --process-size and the video encoder options apply to a clip" in \
+        capsys.readouterr().err
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "x"), "--factor", "3x", "--config", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--factor takes N, N/D or a decimal" in err
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +236,9 @@ def split(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(default_threads("edge", usable_cores()))
     try:
-        interpolate_clip_in_process(src, root / "expected", *load_archived(store), seed=5, chunk=3, factor=4,
+        models = load_archived(store)
+        interpolate_clip_in_process(src, root / "expected", *models, seed=5, chunk=3, factor=4, progress=False)
+        interpolate_clip_in_process(src, root / "expected-5-2", *models, seed=5, chunk=3, factor=Fraction(5, 2),
                                     progress=False)
     finally:
         torch.set_num_threads(threads)
@@ -255,6 +260,17 @@ def test_factor_4_in_the_split_equals_in_process(tmp_path, split):
     assert (summary.pairs, summary.frames) == (12, 17)
     assert summary.payload_bytes > 0
     assert files(tmp_path / "out") == files(expected)
+
+
+@pytest.mark.serving
+def test_factor_5_2_in_the_split_equals_in_process(tmp_path, split):
+    """A retimed run sends the servers only the middles it shows and their ancestors, as in process."""
+    server, src, expected = split
+    with split_client(server) as client:
+        summary = client.interpolate_clip(src, tmp_path / "out", seed=5, chunk=3, factor=Fraction(5, 2), inflight=1,
+                                          progress=False)
+    assert (summary.pairs, summary.frames) == (8, 11)  # 4 intervals, 2 middles each; frames at k * 2/5 up to 4
+    assert files(tmp_path / "out") == files(expected.with_name("expected-5-2"))
 
 
 class StoppingClient(Client):

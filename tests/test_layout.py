@@ -23,7 +23,7 @@ LAYERS = [
     {"checkpoint", "resume"},
     {"serving", "clips"},
     {"streaming"},
-    {"pipeline", "client", "bench", "bench_wire"},
+    {"pipeline", "client", "bench", "bench_wire", "clip_options"},
     {"cli"},
 ]
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -281,3 +282,28 @@ def test_the_journal_records_what_makes_a_resume_valid(tmp_path, tiny_models, mo
     processor = journal_of(other, True)["identity"]["processor"]
     assert set(processor) == {"codec", "batch_tokens", "scene_threshold", "weights", "device", "precision", "torch", "threads", "cpu"}
     assert processor["codec"] == "bf16+zstd" and processor["device"] == "cpu" and len(processor["weights"]) == 32
+
+
+@pytest.mark.parametrize("kind, retiming", [("directory", {"factor": Fraction(5, 2)}), ("mkv", {"fps": Fraction(30)})])
+def test_a_retimed_run_resumes_from_its_cached_middles(tmp_path, kind, retiming):
+    """A retimed output is written again from the start, each middle computed before read back
+    from the cache, so only the middles not computed yet are computed again."""
+    src, dst = inputs(tmp_path, kind)
+    calls = []
+
+    def stopping(index, frames, seed):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(index)
+        return pairwise(average)(index, frames, seed)
+
+    options = dict(chunk=2, inflight=1, resume=True, fingerprint=STAND_IN, progress=False, **retiming)
+    with pytest.warns(UserWarning, match=r"journal keep \d+ middle frames"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stopping, **options)
+    done = sum(1 for p in (tmp_path / ".out.partial-resume{}.middles".format(dst.suffix)).iterdir())
+    summary = interpolate_clip(src, dst, pairwise(average), **options)
+    whole = interpolate_clip(src, tmp_path / f"whole{dst.suffix}", pairwise(average), chunk=2, progress=False,
+                             **retiming)
+    assert done >= 3 and (summary.resumed, summary.pairs) == (done, whole.pairs - done)
+    assert contents(dst) == contents(tmp_path / f"whole{dst.suffix}")
+    assert leftovers(tmp_path) == []

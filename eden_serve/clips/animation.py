@@ -56,14 +56,18 @@ class AnimationClip(Clip):
                 raise BadInputError(f"{self.path}: frame {i} is not readable ({type(exc).__name__})") from None
             yield Frame(i, f"frame {i}", image=frame, duration=float(image.info.get("duration") or 0))
 
-    def writer(self, tmp, dst, factor=2, state=None):
+    def writer(self, tmp, dst, retiming, state=None, encoding=None):
+        if retiming.levels is None:
+            raise BadInputError(f"an animated {self.format} takes --factor 2, 4 or 8, not {retiming.describe()}")
+        if encoding is not None and encoding.given:
+            raise BadInputError("--vcodec, --crf, --preset, --pix-fmt and --encoder-opt apply to a video output")
         if Image.registered_extensions().get(dst.suffix.lower()) != self.format:
             extension = {"GIF": ".gif", "PNG": ".png", "WEBP": ".webp"}[self.format]
             raise BadInputError(
                 f"output {str(dst)!r}: the input is an animated {self.format}, so is the output; name it *{extension}"
             )
         writer = {"GIF": GifWriter, "PNG": ApngWriter, "WEBP": WebpWriter}[self.format]
-        return writer(tmp, self, factor, state)
+        return writer(tmp, self, int(retiming.factor), state)
 
     def close(self) -> None:
         self._image.close()

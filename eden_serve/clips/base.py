@@ -12,6 +12,8 @@ import torch
 from PIL import Image
 
 from ..frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
+from .encoding import Encoding
+from .timing import Retiming
 
 HALF = Fraction(1, 2)
 
@@ -26,13 +28,15 @@ class Frame:
     """
 
     def __init__(self, index: int, name: str, *, image: Image.Image | None = None, path: Path | None = None,
-                 duration: float | None = None, raw=None, max_pixels: int | None = None):
+                 duration: float | None = None, raw=None, max_pixels: int | None = None,
+                 time: Fraction | None = None, end: Fraction | None = None):
         self.index = index
         self.name = name
         self.path = path
         self.max_pixels = max_pixels  # checked from the file's header, before decoding
         self.duration = duration  # milliseconds on screen, for animations
         self.raw = raw  # the decoded video frame, re-encoded as it is so that no RGB round trip alters it
+        self.time, self.end = time, end  # seconds, for video: when it is shown, and until when
         self._image = image
         self._cache: dict[str, object] = {}
         self._lock = threading.RLock()  # tensor and encoded compute image under it
@@ -74,9 +78,11 @@ class Clip:
     def __iter__(self) -> Iterator[Frame]:
         raise NotImplementedError
 
-    def writer(self, tmp: Path, dst: Path, factor: int = 2, state: dict | None = None) -> "ClipWriter":
-        """A writer of ``factor`` times the frames, building ``tmp``; ``state`` (from
-        :meth:`ClipWriter.checkpoint`) continues a partial ``tmp`` instead of starting it."""
+    def writer(self, tmp: Path, dst: Path, retiming: Retiming, state: dict | None = None,
+               encoding: Encoding | None = None) -> "ClipWriter":
+        """A writer of the frames at the rate of ``retiming``, building ``tmp``; ``state`` (from
+        :meth:`ClipWriter.checkpoint`) continues a partial ``tmp`` instead of starting it;
+        ``encoding``: a video's encoder options."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -101,6 +107,12 @@ class ClipWriter:
         raise NotImplementedError
 
     def add_middle(self, middle: Image.Image, before: Frame, after: Frame, position: Fraction = HALF) -> None:
+        raise NotImplementedError
+
+    def place(self, picture: "Frame | Image.Image", before: Frame, after: Frame | None, position: Fraction) -> None:
+        """A retimed output's next frame (:mod:`.tree`): an original (a :class:`Frame`) or a middle,
+        due at exact ``position`` between the originals ``before`` and ``after`` (None: after the
+        last original, ``position`` counting in its showing time)."""
         raise NotImplementedError
 
     def checkpoint(self) -> dict:

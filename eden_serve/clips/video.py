@@ -1,8 +1,13 @@
-"""Video clips through PyAV (the optional ``video`` extra)."""
+"""Video clips through PyAV (the optional ``video`` extra): any container FFmpeg recognises by its
+content (MP4, Matroska, MPEG-TS, MPEG-PS, Y4M...), a file or ``-`` (standard input and output,
+Y4M on the way out)."""
 
 from __future__ import annotations
 
+import math
+import sys
 import warnings
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
@@ -10,19 +15,35 @@ from typing import Iterator
 from ..errors import BadInputError
 from ..frames import check_size
 from .base import HALF, Clip, ClipWriter, Frame
+from .encoding import RAW_FORMATS, Encoding, configure, encoder, import_av
+from .timing import Retiming
 
-VIDEO_SUFFIXES = {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi"}
-VIDEO_EXTRA = "reading or writing video needs PyAV: pip install 'eden-serve[video]'"
+PIPE = "-"
 # Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits; see VideoWriter.
 MAX_TIME_BASE_DENOMINATOR = 65535
+# Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
+# sets where the video ends.
+# Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
+_FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
+_DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
 
 
-def import_av():
-    try:
-        import av
-    except ImportError:
-        raise BadInputError(VIDEO_EXTRA) from None
-    return av
+@dataclass(frozen=True)
+class RawVideo:
+    """A headerless stream of frames: their size (height, width), pixel format and rate."""
+
+    size: tuple[int, int]
+    pix_fmt: str = "yuv420p"
+    rate: Fraction = Fraction(25)
+
+    def open(self, path: Path):
+        av = import_av()
+        height, width = self.size
+        options = {"video_size": f"{width}x{height}", "pixel_format": self.pix_fmt, "framerate": str(self.rate)}
+        try:
+            return av.open(sys.stdin.buffer if str(path) == PIPE else str(path), format="rawvideo", options=options)
+        except (av.error.FFmpegError, ValueError) as exc:
+            raise BadInputError(f"{path}: cannot read it as raw {self.pix_fmt} video of {width}x{height} ({exc})") from None
 
 
 class VideoClip(Clip):
@@ -31,13 +52,14 @@ class VideoClip(Clip):
 
     kind = "video"
 
-    def __init__(self, path: Path, max_pixels: int | None = None):
+    def __init__(self, path: Path, max_pixels: int | None = None, container=None):
         super().__init__(path)
         av = import_av()
         self._error = av.error.FFmpegError
+        self.piped = str(path) == PIPE
         try:
-            self.container = av.open(str(path))
-        except self._error as exc:
+            self.container = container or av.open(sys.stdin.buffer if self.piped else str(path))
+        except (self._error, ValueError) as exc:
             raise BadInputError(f"{path}: not a readable video ({exc})") from None
         if not self.container.streams.video:
             self.container.close()
@@ -64,72 +86,106 @@ class VideoClip(Clip):
                     raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
                                         f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
                 previous = frame.pts
-                yield Frame(i, f"frame {i}", image=frame.to_image(), raw=frame)
+                time = frame.pts * self.time_base
+                duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
+                yield Frame(i, f"frame {i}", image=frame.to_image(), raw=frame, time=time, end=time + duration)
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
 
-    def writer(self, tmp, dst, factor=2, state=None):
-        return VideoWriter(tmp, dst, self, factor)
+    def writer(self, tmp, dst, retiming, state=None, encoding=None):
+        return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
 
     def close(self) -> None:
         self.container.close()
 
 
-class VideoWriter(ClipWriter):
-    """The input's codec and pixel format at ``factor`` times its frame rate, with its audio and
-    subtitles.
 
-    Timing: each original keeps its time stamp and each middle sits at its position between its
-    neighbours (halfway; for a factor 4, at 1/4, 2/4, 3/4), the last frame lasting as in the input,
-    so a variable frame rate stays variable and in sync. The time base is the input's divided by
-    the factor (every position exact), or by the largest power of two that keeps it within 16 bits,
-    where a position rounds to the nearest tick. Originals are re-encoded from their decoded
-    pictures (no RGB round trip); H.264/H.265 use CRF 18. An encoder's state cannot be saved, so a
-    resumed run encodes the whole video again (``continues`` is False).
+def _time_base(source: Fraction, retiming: Retiming) -> Fraction:
+    """A tick that every output time falls on: under a factor a/b the source's divided by a (times
+    fall on 1/a of an interval), under ``--fps`` the largest dividing both the source's tick and a
+    frame's time; where that exceeds 16 bits, a coarser one and times rounded to it."""
+    if retiming.fps is not None:
+        step = 1 / retiming.fps
+        common = Fraction(math.gcd(source.numerator * step.denominator, step.numerator * source.denominator),
+                          source.denominator * step.denominator)
+        return common if common.denominator <= MAX_TIME_BASE_DENOMINATOR else step
+    scale = retiming.factor.numerator
+    while scale > 1 and (source / scale).denominator > MAX_TIME_BASE_DENOMINATOR:
+        scale //= 2
+    return source / scale
+
+
+class VideoWriter(ClipWriter):
+    """The output video, with the input's audio and subtitles.
+
+    Timing: each frame is due at its time (an original at its own, a middle at its position
+    between its neighbours, a retimed frame at its exact time on the output clock) and lasts until
+    the next; the last lasts until the input's last frame ends, so the video ends where the audio
+    does. Rounding happens only where the time base had to be coarsened (:func:`_time_base`). A
+    variable frame rate stays variable and in sync. Originals are re-encoded from their decoded
+    pictures (no RGB round trip). The encoder follows :mod:`.encoding`. An encoder's state cannot
+    be saved, so a resumed run encodes the whole video again (``continues`` is False).
 
     Audio and subtitle streams are copied packet by packet, not re-encoded, from a second reader of
     the input, each muxed once the video has reached its time: memory holds a few packets, never the
     track. Attachments (fonts) are copied too, with each stream's language, title and flags. Audio
     the output container cannot hold is refused; subtitles and attachments it cannot hold are left
-    out with a warning; data streams (time codes) are not copied.
+    out with a warning; data streams (time codes) are not copied, nor anything from a piped input.
     """
 
-    def __init__(self, tmp: Path, dst: Path, clip: VideoClip, factor: int = 2):
+    def __init__(self, tmp: Path, dst: Path, clip: VideoClip, retiming: Retiming, encoding: Encoding):
         av = import_av()
-        self.factor = factor
+        self.retiming = retiming
         self._error = av.error.FFmpegError
         self.dst = dst
         self.copies = None
         try:
-            self.container = av.open(str(tmp), "w")  # the container format follows the extension
+            if str(dst) == PIPE:
+                self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe")
+            else:
+                self.container = av.open(str(tmp), "w")  # the container format follows the extension
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
         try:
-            self._add_video(clip, av)
-            self._add_copies(clip, av)
+            self._add_video(clip, encoding, av)
+            if clip.piped:
+                if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
+                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)")
+            else:
+                self._add_copies(clip, av)
         except BaseException:
             self.close()
             raise
 
-    def _add_video(self, clip: VideoClip, av) -> None:
+    def _add_video(self, clip: VideoClip, encoding: Encoding, av) -> None:
         source = clip.stream.codec_context
+        raw = self.container.format.name in RAW_FORMATS
+        if raw and encoding.vcodec not in (None, "rawvideo"):
+            raise BadInputError(f"output {str(self.dst)!r} is Y4M, raw video: --vcodec does not apply")
+        if raw:
+            name = "rawvideo"
+        elif encoding.vcodec is not None:
+            name = encoder(encoding.vcodec, "--vcodec")
+        else:
+            name = encoder(source.codec.canonical_name, "the input's video codec")
+        rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
-            self.stream = self.container.add_stream(source.name, rate=clip.rate * self.factor)
+            self.stream = self.container.add_stream(name, rate=rate)
         except (self._error, ValueError) as exc:
-            raise BadInputError(f"output {str(self.dst)!r}: cannot encode its {source.name} video ({exc}); "
-                                f"the video keeps the input's codec, so choose a container that holds it") from None
+            raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
+                                f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
-        self.stream.pix_fmt = source.pix_fmt
-        if self.stream.codec_context.name in ("libx264", "libx265"):
-            self.stream.options = {"crf": "18"}
-        self.scale = self.factor
-        while self.scale > 1 and (clip.time_base / self.scale).denominator > MAX_TIME_BASE_DENOMINATOR:
-            self.scale //= 2
-        self.time_base = clip.time_base / self.scale
+        self.time_base = _time_base(clip.time_base, self.retiming)
+        if name in _FRAME_RATE_CODECS or raw:
+            self.time_base = 1 / rate
+        self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
+        self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        self.default_duration = round(1 / (clip.rate * self.time_base))  # for a last frame without one
-        self.pix_fmt = source.pix_fmt
+        configure(self.stream, encoding, source.pix_fmt)
+        self.pix_fmt = self.stream.pix_fmt
         self.held = None
+        self.end = None  # when the video ends: the last original seen ends there
+        self.first = None  # (pts, dts) of the first packet
         self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
         self._from_image = av.VideoFrame.from_image
@@ -180,6 +236,8 @@ class VideoWriter(ClipWriter):
 
     def _mux(self, packets) -> None:
         for packet in packets:
+            if self.first is None:
+                self.first = (packet.pts, packet.dts)
             # The encoder may drop frame durations, and the muxer needs the last frame's.
             packet.duration = self.durations.pop(packet.pts, packet.duration)
             self.container.mux_one(packet)
@@ -200,25 +258,46 @@ class VideoWriter(ClipWriter):
         if self.held is not None:
             previous, start = self.held
             if pts <= start:
-                raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for {self.factor} frames "
-                                    f"between two of its frames (time stamps {start} and {pts}); try a lower factor")
+                raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for the frames "
+                                    f"between two of its frames (time stamps {start} and {pts}); ask fewer")
             self._encode(previous, start, pts - start)
         self.held = (picture, pts)
 
+    def _show(self, picture, time: Fraction, original: Frame) -> None:
+        """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
+        self.end = original.end
+        if isinstance(picture, Frame):
+            frame = picture.raw
+            if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
+                frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt)
+        else:
+            frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt)
+        self._hold(frame, self.shown if self.counted else round(time / self.time_base))
+        self.shown += 1
+
     def add(self, frame):
-        self.start = frame.raw.pts * self.scale  # read now: encoding the picture sets its pts to the output's
-        self._hold(frame.raw, self.start)
+        self._show(frame, frame.time, frame)
 
     def add_middle(self, middle, before, after, position=HALF):
-        start, stop = self.start, after.raw.pts * self.scale
-        picture = self._from_image(middle.convert("RGB")).reformat(format=self.pix_fmt)
-        self._hold(picture, round(start + position * (stop - start)))
+        self._show(middle, before.time + position * (after.time - before.time), after)
+
+    def place(self, picture, before, after, position):
+        stop = before.end if after is None else after.time
+        self._show(picture, before.time + position * (stop - before.time), after or before)
 
     def finish(self):
-        last, start = self.held  # lasts as long as in the input, so that the video ends where the audio does
-        self._encode(last, start, last.duration * self.scale if last.duration else self.default_duration)
+        last, start = self.held
+        end = start + 1 if self.counted else max(round(self.end / self.time_base), start + 1)
+        self._encode(last, start, end - start)
         try:
-            self._mux(self.stream.encode(None))
+            packets = list(self.stream.encode(None))
+            if packets and self.container.format.name in _DECODE_ORDER_FORMATS:
+                # These muxers end the video where the last packet decoded ends, counted from the
+                # first packet's decoding time: reordered (B-)frames would cut the last one short.
+                final = packets[-1]
+                first_pts, first_dts = self.first or (final.pts, final.dts)
+                self.durations[final.pts] = end - final.dts - (first_pts - first_dts)
+            self._mux(packets)
             if self.copies is not None:
                 self._copy_until(None)
         except self._error as exc:

@@ -1,0 +1,81 @@
+"""The command line's clip options: frame rate, encoder, processing size and headerless input
+(docs/video.md), parsed into what :func:`eden_serve.streaming.interpolate_clip` takes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .clips import PIPE, Encoding, RawVideo, Retiming
+from .clips.encoding import parse_option
+from .clips.timing import DEFAULT_TIME_ERROR, parse_rate
+from .errors import BadInputError
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    try:
+        height, width = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HxW such as 480x854, got {text!r}") from None
+    if height < 1 or width < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
+    return height, width
+
+
+def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
+    """A clip's output: its frame rate, encoder and processing size (docs/video.md)."""
+    parser.add_argument("--factor", default="2",
+                        help="frame rate multiplier of a clip: 2, 4, 8 (every middle), or any N or N/D such as 3 or 5/2 "
+                             "(the nearest middles within --time-error) (default 2)")
+    parser.add_argument("--fps", help="output frames a second of a video, N, N/D or a decimal: 60, 24000/1001, 59.94")
+    parser.add_argument("--time-error", default=str(DEFAULT_TIME_ERROR),
+                        help=f"with --fps or a factor not a power of two: how far a frame may be from its time, in output "
+                             f"frames, up to 1/2 (default {DEFAULT_TIME_ERROR})")
+    parser.add_argument("--resume", action="store_true",
+                        help="if the run stops, keep its partial output and journal; continue one left by the same command")
+    parser.add_argument("--process-size", type=parse_size, metavar="HxW",
+                        help="interpolate at this size and scale the middles back (Lanczos down, bicubic up)")
+    raw = parser.add_argument_group("headerless input (raw video on - or in a file; else the container says)")
+    raw.add_argument("--input-size", type=parse_size, metavar="HxW", help="the input is raw video of frames this size")
+    raw.add_argument("--input-pix-fmt", default="yuv420p", help="its pixel format (default yuv420p)")
+    raw.add_argument("--input-fps", default="25", help="its frames a second, N, N/D or a decimal (default 25)")
+    video = parser.add_argument_group("video encoder (default: the input's codec; docs/video.md)")
+    video.add_argument("--vcodec", help="encoder or codec: libx264, libx265, libsvtav1, libvpx-vp9, ffv1, av1...")
+    video.add_argument("--crf", help="constant quality (x264 18, x265 20, AV1 30, VP9 31 by default)")
+    video.add_argument("--preset", help="speed preset (x264/x265: medium...; svt-av1: 0-13; aom/vpx: cpu-used)")
+    video.add_argument("--pix-fmt", help="pixel format (default: the input's where the encoder takes it, else yuv420p)")
+    video.add_argument("--encoder-opt", action="append", default=[], metavar="KEY=VALUE",
+                       help="an encoder option passed as it is (repeatable)")
+
+
+def clip_options(args) -> dict:
+    """The clip options of ``args`` as :func:`eden_serve.streaming.interpolate_clip` takes them."""
+    encoding = Encoding(args.vcodec, args.crf, args.preset, args.pix_fmt,
+                        tuple(parse_option(text) for text in args.encoder_opt))
+    factor = parse_rate(args.factor, "--factor")
+    fps = parse_rate(args.fps) if args.fps is not None else None
+    time_error = parse_rate(args.time_error, "--time-error")
+    Retiming(factor, fps, time_error)  # refused here, before any model loads
+    return {"factor": int(factor) if factor.denominator == 1 else factor,
+            "fps": fps, "time_error": time_error,
+            "encoding": encoding, "process_size": args.process_size,
+            "raw": RawVideo(args.input_size, args.input_pix_fmt, parse_rate(args.input_fps, "--input-fps"))
+            if args.input_size else None}
+
+
+def refuse_clip_options(args) -> None:
+    options = clip_options(args)
+    if (options["factor"] != 2 or args.resume or options["fps"] is not None or options["encoding"].given
+            or args.process_size is not None or options["raw"] is not None):
+        raise BadInputError("--factor, --fps, --resume, --process-size and the video encoder options apply to a clip; "
+                            "two frames give their middle frame")
+
+
+def report(summary, output: str) -> None:
+    """The summary on stdout (stderr when stdout carries the video), and for a directory of frames
+    the ffmpeg command that makes a video of it."""
+    print(summary, file=sys.stderr if output == PIPE else sys.stdout)
+    if output != PIPE and Path(output).is_dir():
+        print(f"make a video of it: ffmpeg -framerate RATE -i {Path(output) / '%06d.png'} -c:v libx264 -crf 18 "
+              f"-pix_fmt yuv420p {Path(output).name}.mp4  (RATE: the output's frames a second, the input's times the factor)")

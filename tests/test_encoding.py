@@ -1,0 +1,99 @@
+"""The video encoder's options reach the file (probed), with defaults per encoder; AV1 inputs are
+written with an AV1 encoder PyAV has; options the encoder refuses stop the run before any work."""
+
+import re
+from fractions import Fraction
+
+import pytest
+from test_video import average, real_video
+
+from eden_serve.cli import main
+from eden_serve.clips import Encoding
+from eden_serve.clips.encoding import encoder
+from eden_serve.errors import BadInputError
+from eden_serve.streaming import interpolate_clip, pairwise
+
+av = pytest.importorskip("av")
+
+
+def x26x_settings(path):
+    """The settings x264 and x265 write into the stream (an SEI message), as {key: value}."""
+    data = path.read_bytes()
+    found = re.search(rb"(?:x264|x265)[^\0]*?options: ([\x20-\x7e]*)", data)
+    return dict(item.split("=", 1) for item in found.group(1).decode("ascii").split() if "=" in item)
+
+
+def probe(path):
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return stream.codec_context.codec.canonical_name, stream.codec_context.pix_fmt, len(list(container.decode(stream)))
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    return real_video(tmp_path_factory.mktemp("encoding") / "in.mp4", 4, Fraction(25), audio=None)
+
+
+def test_the_input_codec_keeps_its_default_quality(tmp_path, clip):
+    interpolate_clip(clip, tmp_path / "out.mp4", pairwise(average), progress=False)
+    assert probe(tmp_path / "out.mp4") == ("h264", "yuv420p", 7)
+    settings = x26x_settings(tmp_path / "out.mp4")
+    assert (settings["rc"], settings["crf"], settings["cabac"]) == ("crf", "18.0", "1")
+
+
+def test_x264_options_reach_the_file(tmp_path, clip):
+    encoding = Encoding("libx264", "23", "ultrafast", "yuv444p", (("x264-params", "keyint=7"),))
+    interpolate_clip(clip, tmp_path / "out.mp4", pairwise(average), encoding=encoding, progress=False)
+    assert probe(tmp_path / "out.mp4") == ("h264", "yuv444p", 7)
+    settings = x26x_settings(tmp_path / "out.mp4")
+    assert (settings["crf"], settings["keyint"]) == ("23.0", "7")
+    assert settings["cabac"] == "0"  # what the ultrafast preset turns off
+
+
+def test_another_codec_and_its_defaults(tmp_path, clip):
+    interpolate_clip(clip, tmp_path / "out.mkv", pairwise(average), encoding=Encoding("libx265"), progress=False)
+    assert probe(tmp_path / "out.mkv") == ("hevc", "yuv420p", 7)
+    assert x26x_settings(tmp_path / "out.mkv")["crf"] == "20.0"
+    interpolate_clip(clip, tmp_path / "out.webm", pairwise(average), encoding=Encoding("libvpx-vp9", crf="40"),
+                     progress=False)
+    assert probe(tmp_path / "out.webm") == ("vp9", "yuv420p", 7)
+
+
+def test_an_av1_input_is_written_with_an_av1_encoder(tmp_path):
+    """PyAV decodes AV1 with libdav1d, a name no encoder answers to: the codec's name picks one."""
+    try:
+        name = encoder("av1", "test")
+    except BadInputError:
+        pytest.skip("this PyAV build has no AV1 encoder (libsvtav1 or libaom-av1)")
+    src = real_video(tmp_path / "in.mkv", 4, Fraction(25), video=name, audio=None)
+    with av.open(str(src)) as container:
+        decoder = container.streams.video[0].codec_context.name
+    interpolate_clip(src, tmp_path / "out.mkv", pairwise(average), progress=False)
+    assert probe(tmp_path / "out.mkv") == ("av1", "yuv420p", 7)
+    assert decoder in ("libdav1d", "av1", "libaom-av1")
+
+
+def test_a_codec_without_an_encoder_is_one_clear_line():
+    with pytest.raises(BadInputError, match="the input's video codec is cavs, and this PyAV build has no cavs encoder"):
+        encoder("cavs", "the input's video codec")  # FFmpeg decodes Chinese AVS but cannot write it
+    with pytest.raises(BadInputError, match="--vcodec aac is a audio codec"):
+        encoder("aac", "--vcodec")
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--vcodec", "nosuch"], "--vcodec is nosuch, and this PyAV build has no nosuch encoder"),
+    (["--vcodec", "mpeg4", "--crf", "20"], "--crf applies to libx264, libx265"),
+    (["--pix-fmt", "bogus"], "--pix-fmt bogus: libx264 takes yuv420p"),
+    (["--preset", "banana"], "libx264 refuses these settings"),
+    (["--encoder-opt", "tune"], "--encoder-opt takes KEY=VALUE"),
+    (["--fps", "0"], "--fps must be above 0"),
+    (["--fps", "sixty"], "--fps takes N, N/D or a decimal"),
+    (["--time-error", "1"], "--time-error must be above 0 and at most 1/2"),
+    (["--factor", "1/2"], "--factor must be above 1"),
+])
+def test_bad_options_get_one_line_and_exit_2_leaving_nothing(tmp_path, clip, capsys, options, message):
+    out = tmp_path / "out.mp4"
+    assert main(["interpolate", str(clip), "-o", str(out), "--config", "tiny", *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
