@@ -1,4 +1,4 @@
-"""What the largest allowed requests cost a TorchServe node of eden-serve (README "Capacity").
+"""What the largest allowed requests cost a TorchServe node of eden-serve (docs/deploy.md "Capacity").
 
     .venv/bin/python benchmarks/capacity.py largest [--config tiny] [--size 2160x3840]
     .venv/bin/python benchmarks/capacity.py queue --heap 4g [--arriving 4]

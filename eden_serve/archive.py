@@ -93,7 +93,7 @@ def build(
     with tempfile.TemporaryDirectory(prefix="eden-archive-") as tmp:
         work = Path(tmp)
         weights = write_halves(state, work / "weights", dims)
-        del state
+        del state  # the halves are on disk: the whole model need not stay in memory while zipping
         lib = _package_sources(work / "lib")
         for name, side in (("eden_encoder", "cloud"), ("eden_ditdec", "edge")):
             model_config = work / name / "model-config.yaml"  # the manifest names it by its file name

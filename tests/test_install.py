@@ -8,6 +8,7 @@ environment (installing torch again would take minutes and the network)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,9 +28,13 @@ GLUE = ["config.properties", "eden.yaml", "eden_workflow_handler.py", "eden_enco
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of what the image's build context holds, so that the build needs nothing else
+    # and leaves no build/ directory in the checkout.
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    shutil.copy(REPO / "pyproject.toml", source)
+    shutil.copytree(REPO / "eden_serve", source / "eden_serve", ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                             "--wheel-dir", str(out), str(REPO)], capture_output=True, text=True, timeout=600)
+                             "--wheel-dir", str(out), str(source)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     return next(out.glob("eden_serve-*.whl"))
 
