@@ -4,12 +4,16 @@
 
 Runs ``eden-serve bench`` (synthetic weights, the optimised path) once per size and precision, each
 in its own process so that one run's caches do not favour the next, and keeps its last line (JSON).
+The processes run with ``OMP_WAIT_POLICY=PASSIVE``, as the servers' workers do: on a machine shared
+with other jobs, OpenMP threads that spin while waiting for a descheduled sibling made pairs many
+times slower (docs/serving.md, "GPUs and threads").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +33,8 @@ def main() -> None:
     rows = []
     for size in args.sizes.split(","):
         for precision in args.precisions.split(","):
-            run = subprocess.run([*command, "--size", size, "--precision", precision], capture_output=True, text=True)
+            run = subprocess.run([*command, "--size", size, "--precision", precision], capture_output=True, text=True,
+                                 env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")})
             if run.returncode != 0:
                 raise SystemExit(f"stages.py: eden-serve bench --size {size} --precision {precision} failed:\n{run.stderr}")
             result = json.loads(run.stdout.strip().splitlines()[-1])
