@@ -4,7 +4,7 @@
 #   docker build ... --build-arg CHECKPOINT=hf://zhZ524/EDEN/eden.pt    archives baked into /models
 #   docker run -p 8080:8080 eden-serve:cpu serve edge --model-store /models --checkpoint hf://zhZ524/EDEN/eden.pt \
 #       --properties /opt/eden-serve/deploy/docker/container.properties
-# README, "Deploying at scale", says more.
+# docs/deploy.md says more.
 
 ARG VARIANT=cpu
 
@@ -37,22 +37,23 @@ RUN pip install --no-cache-dir "torch==2.13.0"
 # One of the two stages above.
 # hadolint ignore=DL3006
 FROM torch-${VARIANT}
-# The checkout lives in /opt/eden-serve, owned by root: archive.sh, config.properties and the
-# handlers are found next to the package, and the serving user cannot change them.
+# A normal (not editable) install into the venv, owned by root, so the serving user cannot change
+# it: the package carries what TorchServe reads (handler files, model-configs, the workflow,
+# config.properties), and the sources are not kept. /opt/eden-serve holds the entrypoint and the
+# container's properties.
 WORKDIR /opt/eden-serve
-COPY pyproject.toml archive.sh config.properties ./
-COPY eden_serve eden_serve
-COPY handlers handlers
-COPY workflows workflows
+COPY pyproject.toml src/
+COPY eden_serve src/eden_serve
 COPY deploy/docker deploy/docker
-RUN pip install --no-cache-dir -e ".[serve,hub]" \
+RUN pip install --no-cache-dir "./src[serve,hub]" \
+    && rm -rf src \
     && useradd --uid 10001 --user-group --no-log-init --create-home eden \
     && install -d -o eden -g eden /models
 
 # A hub reference or a path in the build context: the archives are built now, into the image.
 ARG CHECKPOINT=""
 RUN if [ -n "$CHECKPOINT" ]; then \
-        HF_HOME=/tmp/hf bash archive.sh --checkpoint "$CHECKPOINT" --model-store /models \
+        HF_HOME=/tmp/hf eden-serve archive --checkpoint "$CHECKPOINT" --model-store /models \
         && rm -rf /tmp/hf && chown -R eden:eden /models; \
     fi
 

@@ -1,4 +1,4 @@
-"""What the largest allowed requests cost a TorchServe node of eden-serve (README "Capacity").
+"""What the largest allowed requests cost a TorchServe node of eden-serve (docs/deploy.md "Capacity").
 
     .venv/bin/python benchmarks/capacity.py largest [--config tiny] [--size 2160x3840]
     .venv/bin/python benchmarks/capacity.py queue --heap 4g [--arriving 4]
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -28,7 +29,10 @@ import torch
 
 from eden_serve import wire
 from eden_serve.config import preset
-from eden_serve.serving.launcher import BASE_CONFIG, build_archives, read_properties, torchserve
+from eden_serve.serving.launcher import BASE_CONFIG, read_properties
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
+from harness.servers import build_archives, torchserve
+import results
 
 OCTET = {"Content-Type": "application/octet-stream"}
 
@@ -57,6 +61,9 @@ def largest(store: Path, config: str, size: tuple[int, int]) -> None:
         started = time.perf_counter()
         response = requests.post(f"{server.inference_url}/predictions/eden_ditdec", data=payload, headers=OCTET, timeout=3600)
         wall = time.perf_counter() - started
+        cpu, peak = cpu_seconds(pid) - start_cpu, proc_status(pid, "VmHWM") - start_rss
+        results.write("capacity_largest", [{"config": config, "size": f"{size[1]}x{size[0]}", "payload_bytes": len(payload),
+                                            "status": response.status_code, "wall_s": wall, "worker_cpu_s": cpu, "peak_bytes": peak}])
         print(f"{config} dims, {size[1]}x{size[0]} frames: payload {len(payload)} bytes, HTTP {response.status_code}, "
               f"{wall:.1f} s wall, {cpu_seconds(pid) - start_cpu:.1f} s worker CPU, "
               f"peak +{(proc_status(pid, 'VmHWM') - start_rss) / 2**20:.0f} MiB")
@@ -100,6 +107,8 @@ def queue(store: Path, heap: str, arriving: int) -> None:
             after = f"/ping answers {requests.get(f'{server.inference_url}/ping', timeout=10).status_code}"
         except requests.RequestException:
             after = "the frontend is gone"
+    results.write("capacity_queue", [{"heap": heap, "body_bytes": limit, "request": name, "answer": answer, "after": after}
+                                     for name, answer in sorted(answers.items())])
     print(f"heap {heap}, {depth + 1} bodies of {limit} bytes held, {arriving} arriving: {dict(sorted(answers.items()))}; {after}")
 
 

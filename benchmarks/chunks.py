@@ -30,6 +30,7 @@ from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel
 from eden_serve.frames import image_to_tensor
+import results
 
 CHUNKS = (1, 4, 8, 16)
 
@@ -88,24 +89,28 @@ def main() -> None:
     print(f"{args.config} dimensions, synthetic weights; bigbuckbunny.mp4 frames 0-{args.frames - 1}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()}")
 
-    bytes_rows, cloud_rows = [], []
+    bytes_rows, cloud_rows, csv_bytes, csv_cloud = [], [], [], []
     for size_text in args.sizes.split(","):
         height, width = (int(v) for v in size_text.split("x"))
         frames = [image_to_tensor(f.convert("RGB").resize((width, height), Image.BICUBIC)) for f in clip]
         pairs = len(frames) - 1
         for codec in codecs:
             sizes = {k: sum(len(wire.encode(cloud.encode_chunk(c), config, codec)) for c in chunked(frames, k)) for k in CHUNKS}
+            csv_bytes += [{"frames": f"{width}x{height}", "codec": codec, "chunk": k, "bytes_per_pair": sizes[k] / pairs} for k in CHUNKS]
             bytes_rows.append([f"{width}x{height}", codec] + [
                 f"{sizes[k] / pairs / 1e6:.2f} MB" + ("" if k == 1 else f" ({sizes[k] / sizes[1]:.2f}x)") for k in CHUNKS])
         work = timed({k: lambda k=k: [wire.encode(cloud.encode_chunk(c), config, wire.DEFAULT_CODEC) for c in chunked(frames, k)]
                       for k in CHUNKS}, args.repeat)
         work = {k: seconds / pairs for k, seconds in work.items()}
+        csv_cloud += [{"frames": f"{width}x{height}", "chunk": k, "cloud_ms_per_pair": work[k] * 1000} for k in CHUNKS]
         cloud_rows.append([f"{width}x{height}"] + [
             f"{work[k] * 1000:.1f} ms" + ("" if k == 1 else f" ({work[k] / work[1]:.2f}x)") for k in CHUNKS])
     print(f"\nbytes per pair on the wire ({pairs} pairs; chunk K: K pairs per payload, each frame once)")
     print(markdown(["frames", "codec", "pair", *(f"K = {k}" for k in CHUNKS[1:])], bytes_rows))
     print(f"\ncloud work per pair: encode and wire encoding ({wire.DEFAULT_CODEC}), median of {args.repeat}")
     print(markdown(["frames", "pair", *(f"K = {k}" for k in CHUNKS[1:])], cloud_rows))
+    results.write("chunks_bytes", csv_bytes)
+    results.write("chunks_cloud", csv_cloud)
 
     batches = [int(b) for b in args.batches.split(",")]
     edge_rows = []

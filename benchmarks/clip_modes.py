@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -23,8 +24,10 @@ from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.pipeline import interpolate_clip_in_process
-from eden_serve.serving.launcher import build_archives, torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
+from harness.servers import build_archives, torchserve
+import results
 
 
 def best_of(runs: int, run) -> object:
@@ -93,6 +96,8 @@ def main() -> None:
     print("| --- | " + " | ".join("---:" for _ in chunks) + " |")
     for mode in ("in process", "--server", "--cloud/--edge"):
         print(f"| {mode} | " + " | ".join(f"{rows[mode, k].pairs_per_second:.2f}" for k in chunks) + " |")
+    results.write("clip_modes", [{"clip": args.clip or f"generated {shape}", "frames": args.frames, "config": args.config, "mode": mode,
+                                  "chunk": k, "pairs_per_second": summary.pairs_per_second} for (mode, k), summary in rows.items()])
 
 
 if __name__ == "__main__":

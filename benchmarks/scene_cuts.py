@@ -41,6 +41,7 @@ from eden_serve.cloud import (
 )
 from eden_serve.config import PRESETS
 from eden_serve.frames import image_to_tensor, load_frame
+import results
 
 KNOWN_CUTS = {"cut_640x272": {5}, "bikes": {29, 75, 136, 186, 241}}  # pair i: frames i and i + 1
 LOW_AT_A_CUT = {"difference", "correlation"}
@@ -146,6 +147,7 @@ def main() -> None:
     print("| --- | --- | ---: | ---: | ---: |")
     for name in within[0]:
         print(worst(name, [r[name] for r in within], [r[name] for r in cuts]))
+    results.write("scene_cuts", [{"pairs": kind, **row} for kind, rows in (("within a shot", within), ("across a cut", cuts)) for row in rows])
     print(f"SCENE_THRESHOLD = {SCENE_THRESHOLD}")
 
     official = PRESETS["official"]

@@ -1,4 +1,4 @@
-"""How many middle frames change with the number of CPU threads (README "Clips": reproducible).
+"""How many middle frames change with the number of CPU threads (docs/clips-and-video.md "Clips": reproducible).
 
     .venv/bin/python benchmarks/thread_counts.py [--config tiny] [--pairs 400] [--size 256x448] [--threads 1 2]
 
@@ -20,6 +20,7 @@ from eden_serve.checkpoint import load_pair
 from eden_serve.config import preset
 from eden_serve.frames import image_to_tensor, to_uint8
 from eden_serve.pipeline import interpolate_pair
+import results
 
 
 def main() -> None:
@@ -44,6 +45,8 @@ def main() -> None:
     levels = [int(np.abs(x - y).max()) for x, y in zip(a, b)]
     pixels = [int((x != y).any(axis=-1).sum()) for x, y in zip(a, b)]
     differing = sum(level > 0 for level in levels)
+    results.write("thread_counts", [{"config": args.config, "size": f"{width}x{height}", "pair": i, "max_level_difference": level,
+                                     "pixels_differing": count} for i, (level, count) in enumerate(zip(levels, pixels))])
     print(f"{args.config} dims, {width}x{height}, {args.pairs} pairs, threads {args.threads[0]} vs {args.threads[1]}: "
           f"{differing} pairs differ, by at most {max(levels)} level(s), in at most {max(pixels)} of {width * height} pixels; "
           f"CPU capability {torch.backends.cpu.get_cpu_capability()}")

@@ -19,6 +19,7 @@ import io
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -32,10 +33,12 @@ from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.clips import open_clip
-from eden_serve.serving.launcher import REPO, build_archives, torchserve
-from eden_serve.serving.netns import two_hosts, unavailable
 from eden_serve.serving.worker import default_threads
 from eden_serve.streaming import Middles, interpolate_clip
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
+from harness.netns import two_hosts, unavailable
+from harness.servers import REPO, build_archives, torchserve
+import results
 
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
 # Each mode is the number of pairs per request (the client's --chunk).
@@ -270,6 +273,7 @@ def main() -> None:
     rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), modes.index(r["mode"])))
     print()
     print(markdown(rows))
+    results.write("two_hosts", rows)
 
 
 if __name__ == "__main__":

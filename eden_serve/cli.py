@@ -1,4 +1,4 @@
-"""The ``eden-serve`` command: interpolate, client, split-checkpoint, bench, download, serve.
+"""The ``eden-serve`` command: interpolate, client, split-checkpoint, bench, download, archive, serve.
 
 Every error the user can cause ends as one line on stderr and exit code 2, never a traceback.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from . import pipeline, synthetic, wire
+from . import archive, pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
@@ -30,7 +30,7 @@ from .edge import PRECISIONS
 from .errors import BadInputError, EdenError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
-from .serving.launcher import BASE_CONFIG, REPO
+from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
 
@@ -117,6 +117,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", default=OFFICIAL_FILE, help=f"file in the repository (default {OFFICIAL_FILE})")
     p.add_argument("--revision", help="branch, tag or commit (default: the repository's default branch)")
     p.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions the file must have (default: official)")
+
+    p = commands.add_parser("archive", help="build the TorchServe archives (eden_encoder.mar, eden_ditdec.mar, eden.war)")
+    p.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
+    p.add_argument("--model-store", default="model_store", help="where to write the archives (default: ./model_store)")
+    p.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
+    _archive_options(p, "")
 
     add_serve_arguments(commands.add_parser("serve", help="one TorchServe node (cloud, edge or both) in the foreground: the container's process"))
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
@@ -242,18 +248,40 @@ def run_client(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive_options(parser: argparse.ArgumentParser, of: str) -> None:
+    """What a build writes into the archives' model-config.yaml; ``of`` qualifies the help."""
+    defaults = archive.Options()
+    parser.add_argument("--wire-codec", "--codec", dest="codec", default=defaults.codec, help=f"the encoder's wire codec for requests that name none{of} (default: {defaults.codec})")
+    parser.add_argument("--precision", choices=PRECISIONS, default=defaults.precision,
+                        help=f"the edge's compute precision{of}; auto: bf16 where the hardware runs it fast (default: {defaults.precision})")
+    parser.add_argument("--threads", type=int, default=defaults.threads,
+                        help=f"CPU threads per worker{of} (default {defaults.threads}: the half's share of the cores)")
+
+
+def _archive(args) -> int:
+    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads)
+    paths = archive.build(args.model_store, checkpoint=args.checkpoint, config=args.config, options=options)
+    print(archive.describe(paths, args.config, options))
+    return 0
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("side", choices=sorted(ARCHIVES), help="cloud (encoder), edge (DiT+decoder) or both (one node, two models)")
-    parser.add_argument("--model-store", default=str(REPO / "model_store"), help="the archives' directory (default: model_store of the checkout)")
+    parser.add_argument("--model-store", default="model_store", help="the archives' directory (default: ./model_store)")
     weights = parser.add_mutually_exclusive_group()
     weights.add_argument("--checkpoint", help=f"build the archives at start from this official eden.pt: a path or {CHECKPOINT_REFERENCE}")
     weights.add_argument("--synthetic", action="store_true", help="build the archives at start with synthetic weights (not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions of the archives built at start (default: official)")
-    parser.add_argument("--wire-codec", "--codec", dest="codec", help="encoder's default wire codec of the archives built at start")
-    parser.add_argument("--threads", type=int, help="CPU threads per worker of the archives built at start (default: a share of the cores)")
-    parser.add_argument("--ts-config", default=str(BASE_CONFIG), help="base TorchServe configuration (default: the checkout's config.properties)")
+    _archive_options(parser, " of the archives built at start")
+    parser.add_argument("--ts-config", default=str(BASE_CONFIG), help="base TorchServe configuration (default: the package's config.properties)")
     parser.add_argument("--properties", action="append", default=[], help="a properties file over the base (repeatable; later wins)")
     parser.add_argument("--startup-timeout", type=float, default=600, help="seconds for the workers to load (default 600)")
+
+
+def _serve(args) -> int:
+    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads)
+    return serve(args.side, args.model_store, checkpoint=args.checkpoint, synthetic=args.synthetic, config=args.config,
+                 options=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout)
 
 
 def _download(args) -> int:
@@ -270,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         commands = {"interpolate": _interpolate, "client": run_client, "split-checkpoint": _split_checkpoint,
-                    "bench": _bench, "download": _download, "serve": serve}
+                    "bench": _bench, "download": _download, "archive": _archive, "serve": _serve}
         return commands[args.command](args)
     except EdenError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

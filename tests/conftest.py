@@ -15,7 +15,7 @@ from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve import clips
 from eden_serve.edge import EdgeModel
-from eden_serve.serving.launcher import build_archives, torchserve
+from harness.servers import build_archives, torchserve
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

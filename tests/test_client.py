@@ -26,7 +26,7 @@ from eden_serve.cli import main
 from eden_serve.client import Client, read_token
 from eden_serve.errors import PairError, ServerError
 from eden_serve.pipeline import interpolate_clip_in_process
-from eden_serve.serving.launcher import REPO, torchserve
+from harness.servers import REPO, torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.streaming import interpolate_clip
 

@@ -29,14 +29,9 @@ from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.serving.launcher import (
-    BASE_CONFIG,
-    NO_URLS,
-    REPO,
-    build_archives,
-    free_port,
-    read_properties,
-)
+from eden_serve.archive import GLUE
+from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, read_properties
+from harness.servers import REPO, build_archives, free_port
 
 DEPLOY = REPO / "deploy"
 ENTRYPOINT = DEPLOY / "docker" / "entrypoint.sh"
@@ -84,7 +79,8 @@ def test_entrypoint_serves_from_another_directory_and_stops_on_sigterm(store, tm
     no token needed (token authorization is off in the cluster), then SIGTERM stops TorchServe."""
     ports = {name: free_port() for name in ("inference", "management", "metrics")}
     local = tmp_path / "local.properties"  # loopback and free ports over the cluster's addresses
-    local.write_text("".join(f"{name}_address=http://127.0.0.1:{port}\n" for name, port in ports.items()))
+    local.write_text("".join(f"{name}_address=http://127.0.0.1:{port}\n" for name, port in ports.items())
+                     + "".join(f"grpc_{api}_port={free_port()}\n" for api in ("inference", "management")))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     log = tmp_path / "entrypoint.log"
@@ -161,11 +157,11 @@ def test_no_configuration_lets_a_url_register():
 def test_workflow_nodes_wait_as_long_as_their_models_can_take():
     """A node's timeout covers a full queue ahead of it (two batches) and its own batch, each within
     its archive's responseTimeout; no retries inside the workflow (the client retries)."""
-    spec = yaml.safe_load((REPO / "workflows" / "eden.yaml").read_text())["models"]
+    spec = yaml.safe_load((GLUE / "eden.yaml").read_text())["models"]
     queue = int(read_properties(BASE_CONFIG)["job_queue_size"])
     assert spec["retry-attempts"] == 0
     for name in ("eden_encoder", "eden_ditdec"):
-        archive = yaml.safe_load((REPO / "handlers" / f"{name}-config.yaml").read_text())
+        archive = yaml.safe_load((GLUE / f"{name}-config.yaml").read_text())
         assert spec["batch-size"] == archive["batchSize"]
         batches = 1 + math.ceil(queue / archive["batchSize"])
         assert spec[name]["timeout-ms"] == batches * archive["responseTimeout"] * 1000, name

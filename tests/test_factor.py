@@ -21,7 +21,7 @@ from eden_serve.cli import main
 from eden_serve.client import Client
 from eden_serve.errors import BadInputError
 from eden_serve.pipeline import interpolate_clip_in_process
-from eden_serve.serving.launcher import build_archives, torchserve
+from harness.servers import build_archives, torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.streaming import interpolate_clip, pairwise
 

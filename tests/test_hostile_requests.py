@@ -18,7 +18,8 @@ from PIL import Image
 
 from eden_serve import synthetic, wire
 from eden_serve.config import preset
-from eden_serve.serving.launcher import BASE_CONFIG, read_properties, torchserve
+from eden_serve.serving.launcher import BASE_CONFIG, read_properties
+from harness.servers import torchserve
 
 from conftest import loopback_http
 

@@ -17,7 +17,7 @@ from eden_serve.checkpoint import load_half, split
 from eden_serve.config import PRESETS
 from eden_serve.errors import CheckpointError
 from eden_serve.hub import HubFile, parse_reference
-from eden_serve.serving.launcher import REPO
+from harness.servers import REPO
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 TINY = PRESETS["tiny"]

@@ -20,8 +20,8 @@ from PIL import Image
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.pipeline import interpolate_clip_in_process
-from eden_serve.serving.launcher import torchserve
-from eden_serve.serving.netns import two_hosts, unavailable
+from harness.netns import two_hosts, unavailable
+from harness.servers import torchserve
 from eden_serve.streaming import interpolate_clip
 
 pytestmark = [pytest.mark.network, pytest.mark.serving]

@@ -11,7 +11,7 @@ from eden_serve.checkpoint import load_pair
 from eden_serve.config import PRESETS
 from eden_serve.frames import load_frame, to_png
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.serving.launcher import build_archives, torchserve
+from harness.servers import build_archives, torchserve
 from eden_serve.synthetic import frame_pair
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 

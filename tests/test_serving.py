@@ -30,13 +30,13 @@ from eden_serve.config import preset
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.frames import DEFAULT_MAX_PIXELS
 from eden_serve.serving import fields, worker
-from eden_serve.serving.launcher import REPO as ROOT
+from eden_serve.archive import GLUE
 from eden_serve.serving.services import each
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 
 def handler_class(name: str, class_name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "handlers" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, GLUE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, class_name)
@@ -364,7 +364,7 @@ def test_a_batch_of_requests_is_grouped_by_size(model_dir, encoder, max_batch_to
 
 # --- scene cuts -----------------------------------------------------------------------------------
 
-CUT_CLIP = sorted((ROOT / "tests" / "data" / "scene_cut").glob("*.png"))
+CUT_CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))
 
 
 def test_a_pair_across_a_scene_cut_is_a_copy_of_its_earlier_frame(encoder, edge):
@@ -394,6 +394,6 @@ def test_scene_threshold_setting():
 
 @pytest.mark.parametrize("name", ["eden_encoder", "eden_ditdec"])
 def test_the_archives_model_configs_are_valid_settings(name):
-    document = yaml.safe_load((ROOT / "handlers" / f"{name}-config.yaml").read_text())
+    document = yaml.safe_load((GLUE / f"{name}-config.yaml").read_text())
     settings = worker.Settings.from_yaml(document)
     assert settings.max_pixels == 3840 * 2160 and settings.max_chunk_frames == 17

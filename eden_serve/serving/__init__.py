@@ -3,8 +3,11 @@
 * :mod:`.worker`: a worker's settings (model-config.yaml ``handler:``), device and threads;
 * :mod:`.fields`: the HTTP side of a request: form fields, bodies, content types;
 * :mod:`.services`: :class:`~.services.CloudService` and :class:`~.services.EdgeService`, request by request;
-* :mod:`.handler`: the one TorchServe handler class that ``handlers/*.py`` subclass (imports TorchServe);
-* :mod:`.launcher`: start and stop TorchServe instances (tests, benchmarks, the container).
+* :mod:`.handler`: the one TorchServe handler class that ``torchserve/*_handler.py`` subclass (imports TorchServe);
+* :mod:`.launcher`: start TorchServe on a configuration, wait until it is ready, stop it;
+* :mod:`.node`: ``eden-serve serve``, one node in the foreground (the container's process);
+* ``torchserve/``: what TorchServe reads: the archives' handler files and model-config.yaml, the
+  workflow, and the base config.properties (package data).
 
 Only :mod:`.handler` imports TorchServe, so the rest runs and is tested without it.
 """

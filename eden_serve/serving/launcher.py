@@ -1,14 +1,13 @@
-"""TorchServe instances of eden-serve, started from any directory and always stopped.
+"""TorchServe run as a program: started on a configuration file, waited for, and always stopped.
 
-    store = build_archives(tmp / "store", config="tiny")       # archive.sh, synthetic weights
-    with torchserve(store, models=["eden_encoder.mar"], workflows=["eden.war"]) as server:
-        requests.post(f"{server.inference_url}/wfpredict/eden", files=..., headers=server.inference_headers)
+    with running(config_file, model_store, workdir, models=["eden_ditdec.mar"]) as server:
+        requests.post(f"{server.inference_url}/predictions/eden_ditdec", data=payload, headers=...)
 
-Each instance gets its own working directory (its key_file.json), TMPDIR (TorchServe's pid file,
-the JVM's temp files, unpacked archives), log directory and free ports (HTTP, gRPC, worker), so
-several run side by side. Its configuration is the repository's ``config.properties`` with the
-relative paths resolved and those entries overridden. The tests, the benchmarks and the container
-entrypoint start their servers here; TorchServe is run as a program, never imported.
+``workdir`` is the instance's own: its working directory (TorchServe writes key_file.json there),
+TMPDIR (the pid file, the JVM's temp files, unpacked archives) and log directory, so instances
+with their own directories and addresses run side by side. ``eden-serve serve`` (the container's
+process) starts its node here; the tests and benchmarks add free ports and temporary directories on
+top (``harness/servers.py`` in the checkout). TorchServe is never imported.
 """
 
 from __future__ import annotations
@@ -18,10 +17,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,44 +26,12 @@ from typing import Iterable, Iterator, Sequence
 
 import requests
 
-# A source checkout: the directory above the package holds archive.sh, config.properties and handlers/.
-REPO = Path(__file__).resolve().parents[2]
-BASE_CONFIG = REPO / "config.properties"
+# The base configuration, shipped with the package next to the archives' handler files.
+BASE_CONFIG = Path(__file__).resolve().parent / "torchserve" / "config.properties"
 # Entries of config.properties that name files, resolved against the file's own directory.
 PATH_KEYS = ("model_store", "workflow_store", "metrics_config")
 # TorchServe's allowed_urls pattern that matches no URL (config.properties says why).
 NO_URLS = "^$"
-
-
-def build_archives(
-    model_store: str | Path,
-    config: str = "tiny",
-    codec: str | None = None,
-    checkpoint: str | Path | None = None,
-    threads: int | None = None,
-) -> Path:
-    """Run archive.sh into ``model_store`` (synthetic weights unless ``checkpoint``); returns it."""
-    model_store = Path(model_store)
-    command = ["bash", str(REPO / "archive.sh"), "--config", config, "--model-store", str(model_store)]
-    if codec is not None:
-        command += ["--codec", codec]
-    if checkpoint is not None:
-        command += ["--checkpoint", str(checkpoint)]
-    if threads is not None:
-        command += ["--threads", str(threads)]
-    # archive.sh finds the project's tools in .venv or on PATH; this interpreter's first.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"archive.sh failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return model_store
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def read_properties(path: Path, resolve: bool = True) -> dict[str, str]:
@@ -81,6 +46,11 @@ def read_properties(path: Path, resolve: bool = True) -> dict[str, str]:
         if resolve and key in properties and not Path(properties[key]).is_absolute():
             properties[key] = str((path.parent / properties[key]).resolve())
     return properties
+
+
+def write_properties(path: Path, settings: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    return path
 
 
 @dataclass
@@ -148,69 +118,43 @@ class Server:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no ts_log.log)"
 
 
+def find_torchserve() -> str:
+    """The torchserve command of this interpreter's environment, else the one on PATH."""
+    found = shutil.which("torchserve", path=str(Path(sys.executable).parent)) or shutil.which("torchserve")
+    if found is None:
+        raise RuntimeError("torchserve not found; install eden-serve with its serve extra")
+    return found
+
+
 @contextlib.contextmanager
-def torchserve(
-    model_store: str | Path,
+def running(
+    config_file: Path,
+    model_store: Path,
+    workdir: Path,
     *,
     models: Iterable[str] = (),
     workflows: Iterable[str] = (),
-    token_auth: bool = True,
-    properties: dict[str, str] | None = None,
     startup_timeout: float = 180,
-    host: str = "127.0.0.1",
     prefix: Sequence[str] = (),
-    config: str | Path = BASE_CONFIG,
     console: bool = False,
-    as_written: bool = False,
 ) -> Iterator[Server]:
-    """A TorchServe serving ``models`` (archive names in ``model_store``, loaded at start) and
-    ``workflows`` (registered through the management API), ready when yielded, stopped on exit.
+    """TorchServe on ``config_file`` serving ``models`` (archive names in ``model_store``, loaded at
+    start) and ``workflows`` (registered through the management API), ready when yielded, stopped on
+    exit. Its addresses and token authorization are the file's.
 
-    ``host`` is the address it listens on; ``prefix`` is put before the torchserve command (e.g.
-    ``ip netns exec cloud`` to start it on another network host); ``properties`` override entries
-    of ``config`` (e.g. max_request_size). TorchServe's output goes to ``logs/launcher.out``, or
-    with ``console`` to this process's stdout (a container's log). ``as_written`` passes ``config``'s
-    stores and relative paths to TorchServe untouched, as a plain ``torchserve --ts-config FILE
-    --model-store STORE`` run from another directory would (the working directory is not the file's).
+    ``prefix`` is put before the torchserve command (e.g. ``ip netns exec cloud`` to start it on
+    another network host). TorchServe's output goes to ``workdir/logs/launcher.out``, or with
+    ``console`` to this process's stdout (a container's log).
     """
-    model_store = Path(model_store).resolve()
-    workdir = Path(tempfile.mkdtemp(prefix="eden-torchserve-"))
+    settings = read_properties(config_file, resolve=False)
     tmp, log_dir = workdir / "tmp", workdir / "logs"
-    tmp.mkdir()
-    log_dir.mkdir()
-    # Ports are probed here; with a prefix that moves the server to another network namespace,
-    # they are probed on this side's loopback, which is as good as any guess there.
-    probe = "127.0.0.1" if prefix else host
-    ports = {n: free_port(probe) for n in ("inference", "management", "metrics", "grpc_inference", "grpc_management", "worker")}
-
-    settings = read_properties(Path(config), resolve=not as_written)
-    if not as_written:
-        settings.update(model_store=str(model_store), workflow_store=str(model_store))
-    settings.update(
-        inference_address=f"http://{host}:{ports['inference']}",
-        management_address=f"http://{host}:{ports['management']}",
-        metrics_address=f"http://{host}:{ports['metrics']}",
-        grpc_inference_address=host,
-        grpc_management_address=host,
-        grpc_inference_port=str(ports["grpc_inference"]),
-        grpc_management_port=str(ports["grpc_management"]),
-        # Workers talk to the frontend over Unix sockets named after consecutive "ports" from
-        # here, inside this instance's TMPDIR; a free port just keeps instances apart.
-        initial_worker_port=str(ports["worker"]),
-        allowed_urls=NO_URLS,  # whatever the base file says: only archives already in the store register
-        disable_token_authorization="false" if token_auth else "true",
-    )
-    settings.update(properties or {})
-    config_file = workdir / "config.properties"
-    config_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-
+    tmp.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(log_dir), "METRICS_LOCATION": str(log_dir)}
     # Workers share the cores (both halves, or other programs): an OpenMP thread that waits for a
-    # descheduled sibling must give its core up rather than spin on it (README: "GPUs and threads").
+    # descheduled sibling must give its core up rather than spin on it (docs/serving.md: "GPUs and threads").
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    launcher = shutil.which("torchserve", path=str(Path(sys.executable).parent)) or shutil.which("torchserve")
-    if launcher is None:
-        raise RuntimeError("torchserve not found; install the project with its serve extra")
+    launcher = find_torchserve()
     command = [*prefix, launcher, "--start", "--foreground", "--ncs", "--ts-config", str(config_file),
                "--model-store", str(model_store)]
     models = list(models)
@@ -223,7 +167,7 @@ def torchserve(
         metrics_url=settings["metrics_address"],
         workdir=workdir,
         log_dir=log_dir,
-        token_auth=token_auth,
+        token_auth=settings.get("disable_token_authorization", "false").lower() != "true",
     )
     with contextlib.nullcontext(None) if console else open(log_dir / "launcher.out", "wb") as out:
         # A session of its own: the launcher, the JVM and the workers form one process group that
@@ -242,7 +186,6 @@ def torchserve(
         yield server
     finally:
         _stop([*prefix, launcher], process, workdir, env)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _wait_started(server: Server, process: subprocess.Popen, timeout: float) -> None:

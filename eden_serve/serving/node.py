@@ -4,68 +4,72 @@
     eden-serve serve cloud --model-store /models --checkpoint hf://zhZ524/EDEN/eden.pt --threads 4
 
 It serves the cloud half (eden_encoder.mar), the edge half (eden_ditdec.mar) or both from a model
-store, building the archives first when given a checkpoint. The configuration is the repository's
-config.properties with the ``--properties`` files over it (addresses, token authorization...);
-TorchServe's log goes to stdout, and SIGTERM stops it in order (``torchserve --stop``). The
-process ends when TorchServe does, non-zero, so that a supervisor restarts it.
+store, building the archives first (:mod:`eden_serve.archive`, in this process) when given a
+checkpoint or ``--synthetic``. The configuration is the package's config.properties with the
+``--properties`` files over it (addresses, token authorization...); TorchServe runs in a temporary
+directory of its own (its key_file.json, logs), its log goes to stdout, and SIGTERM stops it in
+order (``torchserve --stop``). The process ends when TorchServe does, non-zero, so that a
+supervisor restarts it.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
+from typing import Sequence
 
-from ..checkpoint import load_official
-from ..config import preset
-from ..errors import BadInputError, CheckpointError
-from ..hub import resolve_checkpoint
-from .launcher import build_archives, read_properties, torchserve
+from ..archive import Options, build
+from ..errors import BadInputError
+from .launcher import BASE_CONFIG, NO_URLS, read_properties, running, write_properties
 
 ARCHIVES = {"cloud": ["eden_encoder.mar"], "edge": ["eden_ditdec.mar"], "both": ["eden_encoder.mar", "eden_ditdec.mar"]}
-# The launcher picks free ports for a test instance; a node keeps the ones its configuration names.
-ADDRESSES = ("inference_address", "management_address", "metrics_address")
 
 
-def _build(args, store: Path) -> None:
-    checkpoint = None
-    if args.checkpoint is not None:
-        # Checked here, so that a wrong checkpoint is one line, not archive.sh's output; a hub
-        # file is fetched once, and archive.sh gets its local copy.
-        checkpoint = resolve_checkpoint(args.checkpoint)
-        load_official(checkpoint, preset(args.config))
-    print(f"building the {args.config} archives into {store} from {checkpoint or 'synthetic weights'}", flush=True)
-    try:
-        build_archives(store, config=args.config, codec=args.codec, checkpoint=checkpoint, threads=args.threads)
-    except RuntimeError as exc:  # archive.sh's own last word, e.g. a tool missing
-        raise CheckpointError([line for line in str(exc).splitlines() if line.strip()][-1]) from None
+def serve(
+    side: str,
+    model_store: str | Path,
+    *,
+    checkpoint: str | None = None,
+    synthetic: bool = False,
+    config: str = "official",
+    options: Options = Options(),
+    ts_config: str | Path = BASE_CONFIG,
+    properties: Sequence[str | Path] = (),
+    startup_timeout: float = 600,
+) -> int:
+    """Serve ``side`` (cloud, edge or both) until TorchServe exits; returns the exit code to end with.
 
-
-def serve(args) -> int:
-    store = Path(args.model_store).resolve()
-    if args.checkpoint is not None or args.synthetic:
-        _build(args, store)
-    missing = [name for name in ARCHIVES[args.side] if not (store / name).is_file()]
+    With ``checkpoint`` (a path or an ``hf://`` reference) or ``synthetic``, the archives are built
+    into ``model_store`` first, with ``config``'s dimensions and ``options``.
+    """
+    if side not in ARCHIVES:
+        raise BadInputError(f"side must be one of {', '.join(ARCHIVES)}, got {side!r}")
+    store = Path(model_store).resolve()
+    if checkpoint is not None or synthetic:
+        print(f"building the {config} archives into {store} from {checkpoint or 'synthetic weights'}", flush=True)
+        build(store, checkpoint=checkpoint, config=config, options=options)
+    missing = [name for name in ARCHIVES[side] if not (store / name).is_file()]
     if missing:
         raise BadInputError(f"no {missing[0]} in {store}; build the archives (archive.sh), or pass --checkpoint")
-    base = Path(args.ts_config)
+    base = Path(ts_config)
     if not base.is_file():
         raise BadInputError(f"--ts-config {base}: no such file")
-    overrides = {}
-    for path in map(Path, args.properties):
+    # Only archives already in the store register, whatever the base says; --properties may say otherwise.
+    settings = read_properties(base) | {"model_store": str(store), "workflow_store": str(store), "allowed_urls": NO_URLS}
+    for path in map(Path, properties):
         if not path.is_file():
             raise BadInputError(f"--properties {path}: no such file")
-        overrides.update(read_properties(path))
-    settings = read_properties(base) | overrides
-    overrides = {key: settings[key] for key in ADDRESSES} | overrides
-    token_auth = settings.get("disable_token_authorization", "false").lower() != "true"
+        settings.update(read_properties(path))
 
-    with torchserve(
-        store, models=ARCHIVES[args.side], token_auth=token_auth, properties=overrides, startup_timeout=args.startup_timeout,
-        config=base, console=True,
-    ) as server:
-        keys = f"; keys in {server.workdir / 'key_file.json'}" if token_auth else "; token authorization off"
-        print(f"eden-serve: {args.side} ready: inference {server.inference_url}, management {server.management_url}, "
-              f"metrics {server.metrics_url}{keys}", flush=True)
-        code = server.process.wait()
+    with tempfile.TemporaryDirectory(prefix="eden-serve-") as tmp:
+        workdir = Path(tmp)
+        config_file = write_properties(workdir / "config.properties", settings)
+        with running(config_file, store, workdir, models=ARCHIVES[side], startup_timeout=startup_timeout,
+                     console=True) as server:
+            keys = f"; keys in {server.workdir / 'key_file.json'}" if server.token_auth else "; token authorization off"
+            print(f"eden-serve: {side} ready: inference {server.inference_url}, management {server.management_url}, "
+                  f"metrics {server.metrics_url}{keys}", flush=True)
+            code = server.process.wait()
     print(f"eden-serve: TorchServe exited with code {code}", file=sys.stderr)
     return code or 1

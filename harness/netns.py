@@ -9,7 +9,7 @@
 tbf, so each direction carries at most ``rate_mbit``. Namespace names are unique per run; the
 addresses exist only inside them. Everything is removed on leaving the block, on Ctrl-C and on
 SIGTERM too. Needs root (``ip netns``, ``tc``); :func:`unavailable` says why not where it fails.
-README.md ("Two hosts over a real link") explains the topology and the choice of tbf parameters.
+docs/performance.md ("Two hosts over a real link") explains the topology and the choice of tbf parameters.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Host:
 
     @property
     def prefix(self) -> list[str]:
-        """Put before a command to run it on this host (``launcher.torchserve(prefix=...)``)."""
+        """Put before a command to run it on this host (``harness.servers.torchserve(prefix=...)``)."""
         pinned = ["taskset", "--cpu-list", ",".join(map(str, self.cpus))] if self.cpus else []
         return ["ip", "netns", "exec", self.name, *pinned]
 

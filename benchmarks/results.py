@@ -1,0 +1,54 @@
+"""The benchmarks' results as CSV, for docs/performance.md's plots (benchmarks/plots.py draws them).
+
+    results.write("chunks_bytes", [{"frames": "448x256", "codec": "bf16+zstd", "chunk": 8, "bytes_per_pair": 1234}])
+
+writes ``benchmarks/results/chunks_bytes.csv``: the rows, each with the command that measured it,
+the CPU capability (``torch.backends.cpu.get_cpu_capability()``), the torch version, the machine's
+CPUs and the date, so that a figure never travels without them. A run replaces the file of
+the same name: a file holds one run.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CHECKOUT = RESULTS.parents[1]
+
+
+def command() -> str:
+    """This process's command line, as run from the checkout's root."""
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(CHECKOUT) if script.is_relative_to(CHECKOUT) else script
+    return shlex.join([".venv/bin/python", str(shown), *sys.argv[1:]])
+
+
+def write(name: str, rows: list[dict]) -> Path:
+    """``rows`` (dicts with the same keys) and this run's context into ``results/NAME.csv``."""
+    context = {
+        "command": command(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),  # the machine's; a benchmark may pin itself to fewer
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.csv"
+    with open(path, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=[*rows[0], *context])
+        writer.writeheader()
+        writer.writerows({**row, **context} for row in rows)
+    print(f"wrote {path}", flush=True)
+    return path
+
+
+def read(name: str) -> list[dict[str, str]]:
+    with open(RESULTS / f"{name}.csv", newline="") as source:
+        return list(csv.DictReader(source))

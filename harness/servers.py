@@ -1,0 +1,111 @@
+"""TorchServe instances for the tests and benchmarks, started from any directory and always stopped.
+
+    store = build_archives(tmp / "store", config="tiny")       # eden_serve.archive, synthetic weights
+    with torchserve(store, models=["eden_encoder.mar"], workflows=["eden.war"]) as server:
+        requests.post(f"{server.inference_url}/wfpredict/eden", files=..., headers=server.inference_headers)
+
+Each instance gets its own temporary working directory (its key_file.json, TMPDIR, logs) and free
+ports (HTTP, gRPC, worker), so several run side by side. Its configuration is the package's
+``config.properties`` with the relative paths resolved and those entries overridden; the server
+itself is started, waited for and stopped by :func:`eden_serve.serving.launcher.running`, as a
+production node is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from eden_serve.archive import Options, build
+from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, Server, read_properties, running, write_properties
+
+# The checkout: tests and benchmarks read its examples, test data and deployment files.
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build_archives(
+    model_store: str | Path,
+    config: str = "tiny",
+    codec: str | None = None,
+    checkpoint: str | Path | None = None,
+    threads: int | None = None,
+    precision: str | None = None,
+) -> Path:
+    """The archives in ``model_store`` (synthetic weights unless ``checkpoint``, without their
+    warning); returns the store. Options left ``None`` keep the build's defaults."""
+    given = {"codec": codec, "threads": threads, "precision": precision}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build(model_store, checkpoint=checkpoint, config=config,
+              options=Options(**{k: v for k, v in given.items() if v is not None}))
+    return Path(model_store)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def torchserve(
+    model_store: str | Path,
+    *,
+    models: Iterable[str] = (),
+    workflows: Iterable[str] = (),
+    token_auth: bool = True,
+    properties: dict[str, str] | None = None,
+    startup_timeout: float = 180,
+    host: str = "127.0.0.1",
+    prefix: Sequence[str] = (),
+    config: str | Path = BASE_CONFIG,
+    console: bool = False,
+    as_written: bool = False,
+) -> Iterator[Server]:
+    """A TorchServe serving ``models`` and ``workflows`` on free ports of ``host``, ready when
+    yielded, stopped and its directory removed on exit.
+
+    ``prefix`` is put before the torchserve command (e.g. ``ip netns exec cloud`` to start it on
+    another network host); ``properties`` override entries of ``config`` (e.g. max_request_size).
+    ``as_written`` passes ``config``'s stores and relative paths to TorchServe untouched, as a plain
+    ``torchserve --ts-config FILE --model-store STORE`` run from another directory would (the working
+    directory is not the file's).
+    """
+    model_store = Path(model_store).resolve()
+    workdir = Path(tempfile.mkdtemp(prefix="eden-torchserve-"))
+    # Ports are probed here; with a prefix that moves the server to another network namespace,
+    # they are probed on this side's loopback, which is as good as any guess there.
+    probe = "127.0.0.1" if prefix else host
+    ports = {n: free_port(probe) for n in ("inference", "management", "metrics", "grpc_inference", "grpc_management", "worker")}
+
+    settings = read_properties(Path(config), resolve=not as_written)
+    if not as_written:
+        settings.update(model_store=str(model_store), workflow_store=str(model_store))
+    settings.update(
+        inference_address=f"http://{host}:{ports['inference']}",
+        management_address=f"http://{host}:{ports['management']}",
+        metrics_address=f"http://{host}:{ports['metrics']}",
+        grpc_inference_address=host,
+        grpc_management_address=host,
+        grpc_inference_port=str(ports["grpc_inference"]),
+        grpc_management_port=str(ports["grpc_management"]),
+        # Workers talk to the frontend over Unix sockets named after consecutive "ports" from
+        # here, inside this instance's TMPDIR; a free port just keeps instances apart.
+        initial_worker_port=str(ports["worker"]),
+        allowed_urls=NO_URLS,  # whatever the base file says: only archives already in the store register
+        disable_token_authorization="false" if token_auth else "true",
+    )
+    settings.update(properties or {})
+    try:
+        with running(write_properties(workdir / "config.properties", settings), model_store, workdir,
+                     models=models, workflows=workflows, startup_timeout=startup_timeout, prefix=prefix,
+                     console=console) as server:
+            yield server
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
