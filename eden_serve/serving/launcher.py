@@ -29,6 +29,8 @@ from typing import Iterable, Iterator, Sequence
 
 import requests
 
+from .tls import ServerTLS
+
 # A source checkout: the directory above the package holds archive.sh, config.properties and handlers/.
 REPO = Path(__file__).resolve().parents[2]
 BASE_CONFIG = REPO / "config.properties"
@@ -93,6 +95,8 @@ class Server:
     token_auth: bool
     keys: dict[str, str] = field(default_factory=dict)  # "inference", "management" -> key
     process: subprocess.Popen | None = None  # the torchserve launcher, in the foreground
+    # The launcher's own requests (readiness, models); with TLS, pinned to the server's certificate.
+    session: requests.Session = field(default_factory=requests.Session)
 
     @property
     def inference_headers(self) -> dict[str, str]:
@@ -111,12 +115,12 @@ class Server:
         self.keys = {api: document[api]["key"] for api in ("inference", "management")}
 
     def models(self) -> list[str]:
-        response = requests.get(f"{self.management_url}/models", headers=self.management_headers, timeout=10)
+        response = self.session.get(f"{self.management_url}/models", headers=self.management_headers, timeout=10)
         response.raise_for_status()
         return [m["modelName"] for m in response.json()["models"]]
 
     def describe(self, model: str) -> dict:
-        response = requests.get(f"{self.management_url}/models/{model}", headers=self.management_headers, timeout=10)
+        response = self.session.get(f"{self.management_url}/models/{model}", headers=self.management_headers, timeout=10)
         response.raise_for_status()
         return response.json()[0]
 
@@ -137,7 +141,7 @@ class Server:
             time.sleep(0.5)
 
     def register_workflow(self, url: str, timeout: float = 300) -> None:
-        response = requests.post(
+        response = self.session.post(
             f"{self.management_url}/workflows", params={"url": url}, headers=self.management_headers, timeout=timeout
         )
         if response.status_code != 200:
@@ -162,6 +166,8 @@ def torchserve(
     config: str | Path = BASE_CONFIG,
     console: bool = False,
     as_written: bool = False,
+    tls: ServerTLS | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """A TorchServe serving ``models`` (archive names in ``model_store``, loaded at start) and
     ``workflows`` (registered through the management API), ready when yielded, stopped on exit.
@@ -172,6 +178,8 @@ def torchserve(
     with ``console`` to this process's stdout (a container's log). ``as_written`` passes ``config``'s
     stores and relative paths to TorchServe untouched, as a plain ``torchserve --ts-config FILE
     --model-store STORE`` run from another directory would (the working directory is not the file's).
+    ``tls`` makes every address HTTPS and gRPC TLS with its certificate (applied last, over
+    ``properties``); ``env`` adds to the environment of TorchServe and its workers.
     """
     model_store = Path(model_store).resolve()
     workdir = Path(tempfile.mkdtemp(prefix="eden-torchserve-"))
@@ -201,10 +209,12 @@ def torchserve(
         disable_token_authorization="false" if token_auth else "true",
     )
     settings.update(properties or {})
+    if tls is not None:
+        settings.update(tls.properties(settings))
     config_file = workdir / "config.properties"
     config_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
 
-    env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(log_dir), "METRICS_LOCATION": str(log_dir)}
+    env = {**os.environ, **(env or {}), "TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(log_dir), "METRICS_LOCATION": str(log_dir)}
     # Workers share the cores (both halves, or other programs): an OpenMP thread that waits for a
     # descheduled sibling must give its core up rather than spin on it (README: "GPUs and threads").
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -224,6 +234,7 @@ def torchserve(
         workdir=workdir,
         log_dir=log_dir,
         token_auth=token_auth,
+        session=tls.pinned_session() if tls is not None else requests.Session(),
     )
     with contextlib.nullcontext(None) if console else open(log_dir / "launcher.out", "wb") as out:
         # A session of its own: the launcher, the JVM and the workers form one process group that
@@ -242,6 +253,7 @@ def torchserve(
         yield server
     finally:
         _stop([*prefix, launcher], process, workdir, env)
+        server.session.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -256,7 +268,7 @@ def _wait_started(server: Server, process: subprocess.Popen, timeout: float) -> 
         try:
             if server.token_auth:
                 server.read_keys()
-            requests.get(f"{server.management_url}/models", headers=server.management_headers, timeout=5).raise_for_status()
+            server.session.get(f"{server.management_url}/models", headers=server.management_headers, timeout=5).raise_for_status()
             return
         except (OSError, ValueError, KeyError, requests.RequestException):
             pass  # not up yet: no key file, a half-written one, or no listener

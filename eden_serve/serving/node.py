@@ -2,12 +2,15 @@
 
     eden-serve serve edge --model-store /models --properties /etc/eden/serve.properties
     eden-serve serve cloud --model-store /models --checkpoint hf://zhZ524/EDEN/eden.pt --threads 4
+    eden-serve serve edge --tls-cert node.pem --tls-key node.key --wire-key-file /etc/eden/wire.key
 
 It serves the cloud half (eden_encoder.mar), the edge half (eden_ditdec.mar) or both from a model
 store, building the archives first when given a checkpoint. The configuration is the repository's
 config.properties with the ``--properties`` files over it (addresses, token authorization...);
 TorchServe's log goes to stdout, and SIGTERM stops it in order (``torchserve --stop``). The
-process ends when TorchServe does, non-zero, so that a supervisor restarts it.
+process ends when TorchServe does, non-zero, so that a supervisor restarts it. With a certificate
+(``--tls-cert``/``--tls-key``, or an https:// address in the properties) every address serves
+HTTPS and gRPC TLS; with a wire key file, the workers tag or check payloads (docs/tls.md).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from ..checkpoint import load_official
 from ..config import preset
 from ..errors import BadInputError, CheckpointError
 from ..hub import resolve_checkpoint
+from ..wire import keyed
 from .launcher import build_archives, read_properties, torchserve
+from .tls import ServerTLS
 
 ARCHIVES = {"cloud": ["eden_encoder.mar"], "edge": ["eden_ditdec.mar"], "both": ["eden_encoder.mar", "eden_ditdec.mar"]}
 # The launcher picks free ports for a test instance; a node keeps the ones its configuration names.
@@ -58,10 +63,12 @@ def serve(args) -> int:
     settings = read_properties(base) | overrides
     overrides = {key: settings[key] for key in ADDRESSES} | overrides
     token_auth = settings.get("disable_token_authorization", "false").lower() != "true"
+    tls = _tls(args.tls_cert, args.tls_key, settings)
+    env = _wire_key_environment(args.wire_key_file)
 
     with torchserve(
         store, models=ARCHIVES[args.side], token_auth=token_auth, properties=overrides, startup_timeout=args.startup_timeout,
-        config=base, console=True,
+        config=base, console=True, tls=tls, env=env,
     ) as server:
         keys = f"; keys in {server.workdir / 'key_file.json'}" if token_auth else "; token authorization off"
         print(f"eden-serve: {args.side} ready: inference {server.inference_url}, management {server.management_url}, "
@@ -69,3 +76,20 @@ def serve(args) -> int:
         code = server.process.wait()
     print(f"eden-serve: TorchServe exited with code {code}", file=sys.stderr)
     return code or 1
+
+
+def _tls(cert: str | None, key: str | None, settings: dict[str, str]) -> ServerTLS | None:
+    if (cert is None) != (key is None):
+        raise BadInputError("--tls-cert and --tls-key go together: the certificate and its private key")
+    return ServerTLS.from_files(cert, key) if cert is not None else ServerTLS.from_properties(settings)
+
+
+def _wire_key_environment(path: str | None) -> dict[str, str]:
+    """The workers' environment naming the key file; read here first, so that a bad file is one
+    line rather than workers failing to load. Without ``path``, a key file already named by the
+    environment is checked."""
+    if path is None:
+        keyed.key_from_environment()
+        return {}
+    keyed.read_key(path)
+    return {keyed.KEY_FILE_ENV: str(Path(path).resolve())}
