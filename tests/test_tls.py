@@ -83,6 +83,24 @@ def test_a_missing_or_broken_ca_file_is_one_line(tmp_path):
         ClientTLS.from_file(tmp_path / "junk.pem")
 
 
+@pytest.mark.parametrize("arguments, message", [
+    (["--tls-cert", "{cert}"], "--tls-cert and --tls-key go together"),
+    (["--tls-cert", "{cert}", "--tls-key", "{cert}"], "holds CERTIFICATE, not one unencrypted PKCS#8 PRIVATE KEY"),
+    (["--properties", "{https}"], "an https:// address needs certificate_file and private_key_file"),
+    (["--wire-key-file", "{short}"], "fewer than 16"),
+])
+def test_serve_refuses_bad_tls_and_key_files_in_one_line_before_starting(node_tls, tmp_path, capsys, arguments, message):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "eden_ditdec.mar").touch()  # never opened: the files are refused first
+    (tmp_path / "https.properties").write_text("inference_address=https://127.0.0.1:8443\n")
+    (tmp_path / "short").write_text("0123\n")
+    paths = {"cert": node_tls.cert, "https": tmp_path / "https.properties", "short": tmp_path / "short"}
+    code = main(["serve", "edge", "--model-store", str(store), *(a.format(**paths) for a in arguments)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
 @pytest.mark.serving
 class TestServedOverTLS:
     @pytest.fixture(scope="class")
