@@ -4,7 +4,11 @@ wire key, so that its encoder tags payloads and its DiT+decoder refuses untagged
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import requests
@@ -13,11 +17,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from eden_serve import synthetic, wire
 from eden_serve.cli import main
-from eden_serve.client import Client
+from eden_serve.client import Client, read_token
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError
 from eden_serve.serving.certificates import Authority
-from eden_serve.serving.launcher import read_properties, torchserve
+from eden_serve.serving.launcher import free_port, read_properties, torchserve
 from eden_serve.serving.tls import ClientTLS, ServerTLS
 from eden_serve.wire import keyed
 
@@ -182,3 +186,43 @@ class TestServedOverTLS:
                                    headers={**server.inference_headers, "Content-Type": "application/octet-stream"}, timeout=60)
             assert answer.status_code == 403, answer.text
             assert answer.json()["type"] == "unauthentic_payload"
+
+
+@pytest.mark.serving
+def test_serve_with_a_certificate_and_a_wire_key_serves_https_and_refuses_untagged_payloads(store, authority, node_tls,
+                                                                                           tmp_path):
+    """``eden-serve serve edge --tls-cert --tls-key --wire-key-file``, the container's process: its
+    ready line names https:// addresses, a client with the CA reaches it, and its workers got the key."""
+    local = tmp_path / "local.properties"
+    ports = {name: free_port() for name in ("inference", "management", "metrics")}
+    local.write_text("".join(f"{name}_address=http://127.0.0.1:{port}\n" for name, port in ports.items()))
+    (tmp_path / "wire.key").write_bytes(WIRE_KEY)
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "eden_serve.cli", "serve", "edge", "--model-store", str(store), "--properties", str(local),
+             "--tls-cert", str(node_tls.cert), "--tls-key", str(node_tls.key), "--wire-key-file", str(tmp_path / "wire.key")],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "eden-serve: edge ready" not in log.read_text(errors="replace"):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        url = f"https://127.0.0.1:{ports['inference']}"
+        assert f"inference {url}" in log.read_text()
+        key_file = next(line for line in log.read_text().splitlines() if "edge ready" in line).split("keys in ")[1].strip()
+        headers = {"Authorization": f"Bearer {read_token(token_file=key_file)}"}
+        assert requests.get(f"{url}/ping", headers=headers, verify=authority.client.verify, timeout=10).json() == {"status": "Healthy"}
+        config = PRESETS["tiny"]
+        answer = requests.post(f"{url}/predictions/eden_ditdec", data=wire.encode(synthetic.chunk(config, (64, 96)), config),
+                               headers={**headers, "Content-Type": "application/octet-stream"},
+                               verify=authority.client.verify, timeout=60)
+        assert answer.status_code == 403 and answer.json()["type"] == "unauthentic_payload"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
