@@ -151,7 +151,7 @@ def test_a_client_without_the_ca_is_one_line_and_exit_2(tmp_path, hosts, servers
     cloud, edge = servers
     with hosts.edge.entered():
         code = main(["client", str(clip), "-o", str(tmp_path / "out"), "--cloud", cloud.inference_url, "--edge",
-                     edge.inference_url, "--token", cloud.keys["inference"], "--no-progress"])
+                     edge.inference_url, f"--token={cloud.keys['inference']}", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "certificate is not trusted" in err
     assert not (tmp_path / "out").exists()

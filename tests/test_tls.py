@@ -146,7 +146,7 @@ class TestServedOverTLS:
     def test_a_client_without_the_ca_gets_one_line_and_exit_2(self, server, frames, tmp_path, capsys):
         url, out = server.inference_url, tmp_path / "middle.png"
         code = main(["client", *map(str, frames), "-o", str(out), "--cloud", url, "--edge", url,
-                     "--token", server.keys["inference"], "--tries", "3", "--backoff", "0.1"])
+                     f"--token={server.keys['inference']}", "--tries", "3", "--backoff", "0.1"])
         err = capsys.readouterr().err
         assert code == 2 and not out.exists()
         assert err.count("\n") == 1 and "Traceback" not in err
