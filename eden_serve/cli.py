@@ -32,7 +32,9 @@ from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_u
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
 from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
+from .serving.tls import ClientTLS
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
+from .wire.keyed import KEY_FILE_ENV
 
 PROG = "eden-serve"
 CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
@@ -199,6 +201,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
     auth.add_argument("--edge-token", metavar="TOKEN", help="the edge server's token, where it differs from the cloud's")
     auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
+    parser.add_argument("--cacert", metavar="PEM", help="the CA that signed the servers' TLS certificates (default: the system's)")
     parser.add_argument("--seed", type=int, default=0,
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
     parser.add_argument("--wire-codec", "--codec", dest="codec", help="wire codec asked of the encoder (default: the server's)")
@@ -230,7 +233,7 @@ def run_client(args: argparse.Namespace) -> int:
     edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
     options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,
                "scene_threshold": args.scene_threshold,
-               "backoff": args.backoff, "timeout": args.timeout}
+               "backoff": args.backoff, "timeout": args.timeout, "tls": ClientTLS.from_file(args.cacert)}
     with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
         if len(args.inputs) == 2:
             refuse_clip_options(args)
@@ -276,12 +279,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ts-config", default=str(BASE_CONFIG), help="base TorchServe configuration (default: the package's config.properties)")
     parser.add_argument("--properties", action="append", default=[], help="a properties file over the base (repeatable; later wins)")
     parser.add_argument("--startup-timeout", type=float, default=600, help="seconds for the workers to load (default 600)")
+    tls = parser.add_argument_group("TLS and keyed payloads (docs/tls.md)")
+    tls.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS and gRPC TLS with this certificate chain (RSA)")
+    tls.add_argument("--tls-key", metavar="PEM", help="the certificate's private key: unencrypted PKCS#8 RSA")
+    tls.add_argument("--wire-key-file", metavar="PATH",
+                     help=f"a key shared by cloud and edge: the cloud tags its payloads, the edge refuses untagged ones "
+                          f"with 403 (else ${KEY_FILE_ENV})")
 
 
 def _serve(args) -> int:
     options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads)
     return serve(args.side, args.model_store, checkpoint=args.checkpoint, synthetic=args.synthetic, config=args.config,
-                 options=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout)
+                 options=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout,
+                 tls_cert=args.tls_cert, tls_key=args.tls_key, wire_key_file=args.wire_key_file)
 
 
 def _download(args) -> int:

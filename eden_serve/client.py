@@ -35,6 +35,7 @@ from PIL import Image, UnidentifiedImageError
 from .clips import Frame
 from .errors import BadInputError, ChunkTooLargeError, ServerError, TransientError, UnavailableError, error_from_document
 from .frames import PNG_SIGNATURE, oriented_size, png_bytes
+from .serving.tls import ClientTLS, certificate_failure
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
@@ -167,7 +168,8 @@ class Client:
     differs (two TorchServes have two key files). ``codec`` is the wire codec asked of the encoder
     and ``scene_threshold`` its scene-cut test (a number, or "off"; None: the server's defaults);
     ``tries`` and ``backoff`` set the retries of each request;
-    ``timeout`` is seconds to wait for an answer.
+    ``timeout`` is seconds to wait for an answer; ``tls`` says which CA signed the servers'
+    certificates (https:// URLs).
     Safe to use from several threads: each request borrows an idle ``requests.Session``.
     """
 
@@ -184,6 +186,7 @@ class Client:
         tries: int = 5,
         backoff: float = 1.0,
         timeout: float = DEFAULT_TIMEOUT,
+        tls: ClientTLS | None = None,
     ):
         if server is not None and (cloud is not None or edge is not None):
             raise BadInputError("give either server, or cloud and edge, not both")
@@ -202,6 +205,7 @@ class Client:
         self.scene_threshold = scene_threshold
         self.retry = Retry(tries=tries, backoff=backoff)
         self.timeout = (CONNECT_TIMEOUT, timeout)
+        self.tls = tls or ClientTLS()
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
 
     @property
@@ -231,7 +235,13 @@ class Client:
             attempts += 1
             with self._session() as session:
                 try:
-                    return _check(session.post(url, headers=headers, timeout=self.timeout, **kwargs))
+                    # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
+                    return _check(session.post(url, headers=headers, timeout=self.timeout, verify=self.tls.verify, **kwargs))
+                except requests.exceptions.SSLError as exc:
+                    refused = certificate_failure(exc)
+                    if refused is None:
+                        raise TransientError(f"{_reason(exc)} ({url})") from exc
+                    raise BadInputError(f"{url}: {refused}") from None
                 except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
                     raise TransientError(f"{_reason(exc)} ({url})") from exc
                 except requests.RequestException as exc:

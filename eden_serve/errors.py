@@ -77,6 +77,14 @@ class ModelMismatchError(CodecError):
     kind = "model_mismatch"
 
 
+class UnauthenticPayloadError(CodecError):
+    """A payload whose keyed tag is missing or wrong, where the receiver holds a wire key: it was
+    not made by this edge's cloud (docs/tls.md, "The keyed digest")."""
+
+    status = 403
+    kind = "unauthentic_payload"
+
+
 class UnavailableError(EdenError):
     """A server still failing transiently (connection lost, 5xx) after every retry."""
 

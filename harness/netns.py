@@ -20,9 +20,12 @@ import json
 import os
 import secrets
 import signal
+import socket
+import struct
 import subprocess
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Iterator
 
 # A private /30 that exists only inside the two namespaces, so any run may use it.
@@ -31,6 +34,10 @@ EDGE_ADDRESS = "10.90.0.2"
 PREFIX_LENGTH = 30
 NETNS_DIR = "/var/run/netns"  # where ip netns keeps its namespaces
 CLONE_NEWNET = 0x40000000
+ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800
+# A veth hands whole TSO/GRO packets to a packet socket: up to 64 KiB of IP, and headers.
+MAX_PACKET = 1 << 17
 
 # tbf: a veth hands the qdisc TSO/GSO packets of up to 64 KiB, and tbf must never hold back one
 # packet for lack of tokens, so the bucket holds two of them, or 2 ms at the rate where that is more
@@ -101,6 +108,31 @@ class Host:
         qdisc = json.loads(_tc(self.name, "-s", "-j", "qdisc", "show", "dev", self.interface))[0]
         return qdisc["bytes"]
 
+    @contextlib.contextmanager
+    def captured(self, seconds: float, max_bytes: int) -> Iterator["Capture"]:
+        """What crosses this host's end of the link during the block, both ways, read by a raw
+        packet socket in a thread: for at most ``seconds`` and ``max_bytes`` of packets."""
+        with self.entered():
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        capture, done = Capture(), threading.Event()
+        with sock:
+            sock.bind((self.interface, 0))
+            sock.settimeout(0.1)
+            deadline = time.monotonic() + seconds
+
+            def read() -> None:
+                while not done.is_set() and time.monotonic() < deadline and capture.size < max_bytes:
+                    with contextlib.suppress(TimeoutError):
+                        capture.add(sock.recv(MAX_PACKET))
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            try:
+                yield capture
+            finally:
+                done.set()
+                reader.join()
+
     def set_link(self, up: bool) -> None:
         _ip("-n", self.name, "link", "set", self.interface, "up" if up else "down")
 
@@ -109,6 +141,45 @@ class Host:
         p = tbf_parameters(rate_mbit)
         _tc(self.name, "qdisc", "replace", "dev", self.interface, "root", "tbf",
             "rate", f"{rate_mbit}mbit", "burst", str(p["burst"]), "limit", str(p["limit"]))
+
+
+@dataclass
+class Capture:
+    """Ethernet frames as captured, and the TCP streams they carry, put back together."""
+
+    frames: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.size += len(frame)
+
+    def streams(self) -> dict[tuple, bytes]:
+        """(source, source port, destination, destination port) -> the bytes the segments carry,
+        each at its place by sequence number (retransmissions overlap, TSO packets are whole)."""
+        pieces: dict[tuple, list[tuple[int, bytes]]] = {}
+        for frame in self.frames:
+            if len(frame) < 34 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_IP or frame[23] != socket.IPPROTO_TCP:
+                continue
+            ip_header, total = (frame[14] & 0x0F) * 4, struct.unpack_from("!H", frame, 16)[0]
+            tcp = 14 + ip_header
+            source_port, destination_port, sequence = struct.unpack_from("!HHI", frame, tcp)
+            data = frame[tcp + (frame[tcp + 12] >> 4) * 4 : 14 + total]
+            if data:
+                flow = (socket.inet_ntoa(frame[26:30]), source_port, socket.inet_ntoa(frame[30:34]), destination_port)
+                pieces.setdefault(flow, []).append((sequence, data))
+        streams = {}
+        for flow, segments in pieces.items():
+            first = segments[0][0]
+            stream = bytearray()
+            for sequence, data in segments:
+                offset = (sequence - first) % (1 << 32)  # sequence numbers wrap
+                if offset >= 1 << 31:
+                    continue  # sent again from before the capture began
+                stream[len(stream):] = bytes(max(0, offset + len(data) - len(stream)))
+                stream[offset : offset + len(data)] = data
+            streams[flow] = bytes(stream)
+        return streams
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Iterable, Iterator, Sequence
 
 from eden_serve.archive import Options, build
 from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, Server, read_properties, running, write_properties
+from eden_serve.serving.tls import ServerTLS
 
 # The checkout: tests and benchmarks read its examples, test data and deployment files.
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +68,8 @@ def torchserve(
     config: str | Path = BASE_CONFIG,
     console: bool = False,
     as_written: bool = False,
+    tls: ServerTLS | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """A TorchServe serving ``models`` and ``workflows`` on free ports of ``host``, ready when
     yielded, stopped and its directory removed on exit.
@@ -75,7 +78,8 @@ def torchserve(
     another network host); ``properties`` override entries of ``config`` (e.g. max_request_size).
     ``as_written`` passes ``config``'s stores and relative paths to TorchServe untouched, as a plain
     ``torchserve --ts-config FILE --model-store STORE`` run from another directory would (the working
-    directory is not the file's).
+    directory is not the file's). ``tls`` makes every address HTTPS and gRPC TLS with its certificate
+    (applied last, over ``properties``); ``env`` adds to the environment of TorchServe and its workers.
     """
     model_store = Path(model_store).resolve()
     workdir = Path(tempfile.mkdtemp(prefix="eden-torchserve-"))
@@ -102,10 +106,12 @@ def torchserve(
         disable_token_authorization="false" if token_auth else "true",
     )
     settings.update(properties or {})
+    if tls is not None:
+        settings.update(tls.properties(settings))
     try:
         with running(write_properties(workdir / "config.properties", settings), model_store, workdir,
                      models=models, workflows=workflows, startup_timeout=startup_timeout, prefix=prefix,
-                     console=console) as server:
+                     console=console, tls=tls, env=env) as server:
             yield server
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

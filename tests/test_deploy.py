@@ -308,7 +308,7 @@ def test_deployment_image_ports_probes_and_resources(overlay, side):
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8080, "metrics": 8082}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/ping", "port": "http"}
+        assert container[probe]["httpGet"] == {"path": "/ping", "port": "http", "scheme": "HTTPS"}
 
     limits, requests_ = container["resources"]["limits"], container["resources"]["requests"]
     assert limits["cpu"] == requests_["cpu"]  # whole CPUs of its own: the worker threads follow the limit
@@ -343,6 +343,29 @@ def test_deployment_runs_non_root_unprivileged(overlay, side):
     assert writable == {"/models", "/tmp"}
     every = [c for d in find(docs, "Deployment") for key in ("containers", "initContainers") for c in d["spec"]["template"]["spec"].get(key, [])]
     assert not any(c.get("securityContext", {}).get("privileged") for c in every)
+
+
+@pytest.mark.parametrize("side", sorted(SIDES))
+def test_each_half_serves_tls_with_its_certificate_from_a_secret(overlay, side):
+    """The certificate and the wire key come from Secrets the operator makes (none is committed),
+    mounted read-only where the node's arguments look for them; the Ingress talks HTTPS to the pods."""
+    _, docs = overlay
+    pod, container = pod_of(one(docs, "Deployment", f"eden-{side}"))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    expected = {"tls": (f"eden-{side}-tls", {"tls.crt", "tls.key"}), "wire-key": ("eden-wire-key", {"key"})}
+    for name, (secret, keys) in expected.items():
+        assert volumes[name]["secret"]["secretName"] == secret
+        assert {item["key"] for item in volumes[name]["secret"]["items"]} == keys
+        assert volumes[name]["secret"]["defaultMode"] == 0o440
+        assert mounts[name]["readOnly"] is True
+    tls_dir, key_dir = mounts["tls"]["mountPath"], mounts["wire-key"]["mountPath"]
+    for argument in (f"--tls-cert={tls_dir}/tls.crt", f"--tls-key={tls_dir}/tls.key", f"--wire-key-file={key_dir}/key"):
+        assert argument in container["args"]
+    assert not find(docs, "Secret"), "no Secret is committed"
+    service = one(docs, "Service", f"eden-{side}")
+    assert {p["appProtocol"] for p in service["spec"]["ports"]} == {"https"}
+    assert one(docs, "Ingress", "eden-serve")["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "HTTPS"
 
 
 @pytest.mark.parametrize("side", sorted(SIDES))

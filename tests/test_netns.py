@@ -1,8 +1,10 @@
 """Cloud and edge on two network hosts joined by a rate-limited link (eden_serve.serving.netns), tiny model.
 
 Each host runs its own TorchServe on its own address, with token auth and its own keys, pinned to
-one CPU (so its workers use one thread, as the in-process oracle does). The client runs on the edge
-host, so each payload crosses the link once. Needs root and working ``ip netns``; skips otherwise.
+one CPU (so its workers use one thread, as the in-process oracle does), serving TLS with its own
+certificate from a CA made here, and the two share a wire key (keyed payloads). The client runs on
+the edge host, so each payload crosses the link once. Needs root and working ``ip netns``; skips
+otherwise.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ import torch
 from PIL import Image
 
 from eden_serve.checkpoint import load_archived
+from eden_serve.cli import main
 from eden_serve.client import Client
 from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.frames import PNG_SIGNATURE
+from eden_serve.serving.tls import ServerTLS
+from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
 from harness.servers import torchserve
 from eden_serve.streaming import interpolate_clip
+from eden_serve.wire import MAGIC, keyed
 
 pytestmark = [pytest.mark.network, pytest.mark.serving]
 
@@ -30,6 +37,8 @@ RATE_MBIT = 5
 SIZE = (96, 64)  # width, height
 FRAMES = 8
 OUTAGE_SECONDS = 4
+CAPTURE_SECONDS = 120
+CAPTURE_BYTES = 64 << 20
 
 
 def frame(t: float) -> Image.Image:
@@ -61,14 +70,27 @@ def hosts():
 
 
 @pytest.fixture(scope="module")
-def servers(hosts, store):
+def authority(tmp_path_factory) -> Authority:
+    return Authority.create(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def certificates(hosts, authority) -> dict[str, ServerTLS]:
+    return {side: authority.issue(side, [getattr(hosts, side).address]) for side in ("cloud", "edge")}
+
+
+@pytest.fixture(scope="module")
+def servers(hosts, store, authority, certificates):
     """(cloud, edge): started from the edge host, so readiness is seen from where the client runs."""
+    key_file = authority.directory / "wire.key"
+    key_file.write_text("a key that both halves share, never committed\n")
+    env = {keyed.KEY_FILE_ENV: str(key_file)}
     with contextlib.ExitStack() as stack:
         with hosts.edge.entered():
             cloud = stack.enter_context(torchserve(store, models=["eden_encoder.mar"], host=hosts.cloud.address,
-                                                   prefix=hosts.cloud.prefix))
+                                                   prefix=hosts.cloud.prefix, env=env, tls=certificates["cloud"]))
             edge = stack.enter_context(torchserve(store, models=["eden_ditdec.mar"], host=hosts.edge.address,
-                                                  prefix=hosts.edge.prefix))
+                                                  prefix=hosts.edge.prefix, env=env, tls=certificates["edge"]))
         yield cloud, edge
 
 
@@ -85,10 +107,10 @@ def expected(store, clip, tmp_path_factory):
     return root / "out"
 
 
-def client_for(servers, **options) -> Client:
+def client_for(servers, authority, **options) -> Client:
     cloud, edge = servers
     return Client(cloud=cloud.inference_url, edge=edge.inference_url, token=cloud.keys["inference"],
-                  edge_token=edge.keys["inference"], **options)
+                  edge_token=edge.keys["inference"], tls=authority.client, **options)
 
 
 def assert_same_frames(out, expected):
@@ -101,21 +123,45 @@ def assert_same_frames(out, expected):
         assert np.abs(a - b).max() <= 1 and (a != b).mean() < 1e-3, f"frame {k} differs"
 
 
-def test_a_clip_across_the_link_equals_in_process(tmp_path, hosts, servers, clip, expected):
+def test_a_clip_across_the_link_equals_in_process_and_nothing_on_the_link_is_readable(
+        tmp_path, hosts, servers, authority, certificates, clip, expected):
     sent_before = hosts.cloud.sent_bytes()
-    with hosts.edge.entered(), client_for(servers) as client:
-        summary = client.interpolate_clip(clip, tmp_path / "out", inflight=3, progress=False)
+    with hosts.edge.captured(CAPTURE_SECONDS, CAPTURE_BYTES) as capture:
+        with hosts.edge.entered(), client_for(servers, authority) as client:
+            summary = client.interpolate_clip(clip, tmp_path / "out", inflight=3, progress=False)
     assert summary.pairs == FRAMES - 1
     # Every payload went through the shaped link, from the cloud host to the edge host.
     assert hosts.cloud.sent_bytes() - sent_before > summary.payload_bytes > 0
     assert_same_frames(tmp_path / "out", expected)
 
+    streams = capture.streams()
+    cloud, edge = servers
+    from_cloud = b"".join(data for (source, *_), data in streams.items() if source == hosts.cloud.address)
+    assert len(from_cloud) > summary.payload_bytes, "the capture missed the payloads"
+    # TLS 1.2 sends the server's certificate in the clear: the capture sees what crosses the link.
+    assert certificates["cloud"].cert_der() in from_cloud
+    secrets = {"the cloud's token": cloud.keys["inference"].encode(), "the edge's token": edge.keys["inference"].encode(),
+               "a PNG signature": PNG_SIGNATURE, "the EDENWIRE magic": MAGIC, "the keyed tag's magic": keyed.TAG_MAGIC}
+    for flow, data in streams.items():
+        for name, secret in secrets.items():
+            assert secret not in data, f"{name} crossed the link readable ({flow})"
 
-def test_the_link_going_down_mid_clip_costs_no_frame(tmp_path, hosts, servers, clip, expected):
+
+def test_a_client_without_the_ca_is_one_line_and_exit_2(tmp_path, hosts, servers, clip, capsys):
+    cloud, edge = servers
+    with hosts.edge.entered():
+        code = main(["client", str(clip), "-o", str(tmp_path / "out"), "--cloud", cloud.inference_url, "--edge",
+                     edge.inference_url, f"--token={cloud.keys['inference']}", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "certificate is not trusted" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_link_going_down_mid_clip_costs_no_frame(tmp_path, hosts, servers, authority, clip, expected):
     outages = []
     # A request stuck on a connection the outage cut times out after 2 s and is retried; new
     # connections fail at once (no route) and back off 0.5, 1, 2, 4 s: past the outage.
-    with hosts.edge.entered(), client_for(servers, tries=8, backoff=0.5, timeout=2) as client:
+    with hosts.edge.entered(), client_for(servers, authority, tries=8, backoff=0.5, timeout=2) as client:
         process = client.processor()
 
         def outage_at_pair_three(index, frames, seed):

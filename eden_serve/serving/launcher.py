@@ -26,6 +26,8 @@ from typing import Iterable, Iterator, Sequence
 
 import requests
 
+from .tls import ServerTLS
+
 # The base configuration, shipped with the package next to the archives' handler files.
 BASE_CONFIG = Path(__file__).resolve().parent / "torchserve" / "config.properties"
 # Entries of config.properties that name files, resolved against the file's own directory.
@@ -63,6 +65,8 @@ class Server:
     token_auth: bool
     keys: dict[str, str] = field(default_factory=dict)  # "inference", "management" -> key
     process: subprocess.Popen | None = None  # the torchserve launcher, in the foreground
+    # The launcher's own requests (readiness, models); with TLS, pinned to the server's certificate.
+    session: requests.Session = field(default_factory=requests.Session)
 
     @property
     def inference_headers(self) -> dict[str, str]:
@@ -81,12 +85,12 @@ class Server:
         self.keys = {api: document[api]["key"] for api in ("inference", "management")}
 
     def models(self) -> list[str]:
-        response = requests.get(f"{self.management_url}/models", headers=self.management_headers, timeout=10)
+        response = self.session.get(f"{self.management_url}/models", headers=self.management_headers, timeout=10)
         response.raise_for_status()
         return [m["modelName"] for m in response.json()["models"]]
 
     def describe(self, model: str) -> dict:
-        response = requests.get(f"{self.management_url}/models/{model}", headers=self.management_headers, timeout=10)
+        response = self.session.get(f"{self.management_url}/models/{model}", headers=self.management_headers, timeout=10)
         response.raise_for_status()
         return response.json()[0]
 
@@ -107,7 +111,7 @@ class Server:
             time.sleep(0.5)
 
     def register_workflow(self, url: str, timeout: float = 300) -> None:
-        response = requests.post(
+        response = self.session.post(
             f"{self.management_url}/workflows", params={"url": url}, headers=self.management_headers, timeout=timeout
         )
         if response.status_code != 200:
@@ -137,6 +141,8 @@ def running(
     startup_timeout: float = 180,
     prefix: Sequence[str] = (),
     console: bool = False,
+    tls: ServerTLS | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """TorchServe on ``config_file`` serving ``models`` (archive names in ``model_store``, loaded at
     start) and ``workflows`` (registered through the management API), ready when yielded, stopped on
@@ -144,13 +150,16 @@ def running(
 
     ``prefix`` is put before the torchserve command (e.g. ``ip netns exec cloud`` to start it on
     another network host). TorchServe's output goes to ``workdir/logs/launcher.out``, or with
-    ``console`` to this process's stdout (a container's log).
+    ``console`` to this process's stdout (a container's log). ``tls`` is the certificate the file's
+    https:// addresses serve (its ``properties`` written into the file), which the launcher's own
+    requests pin;
+    ``env`` adds to the environment of TorchServe and its workers.
     """
     settings = read_properties(config_file, resolve=False)
     tmp, log_dir = workdir / "tmp", workdir / "logs"
     tmp.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(log_dir), "METRICS_LOCATION": str(log_dir)}
+    env = {**os.environ, **(env or {}), "TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(log_dir), "METRICS_LOCATION": str(log_dir)}
     # Workers share the cores (both halves, or other programs): an OpenMP thread that waits for a
     # descheduled sibling must give its core up rather than spin on it (docs/serving.md: "GPUs and threads").
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -168,6 +177,7 @@ def running(
         workdir=workdir,
         log_dir=log_dir,
         token_auth=settings.get("disable_token_authorization", "false").lower() != "true",
+        session=tls.pinned_session() if tls is not None else requests.Session(),
     )
     with contextlib.nullcontext(None) if console else open(log_dir / "launcher.out", "wb") as out:
         # A session of its own: the launcher, the JVM and the workers form one process group that
@@ -186,6 +196,7 @@ def running(
         yield server
     finally:
         _stop([*prefix, launcher], process, workdir, env)
+        server.session.close()
 
 
 def _wait_started(server: Server, process: subprocess.Popen, timeout: float) -> None:
@@ -199,7 +210,7 @@ def _wait_started(server: Server, process: subprocess.Popen, timeout: float) -> 
         try:
             if server.token_auth:
                 server.read_keys()
-            requests.get(f"{server.management_url}/models", headers=server.management_headers, timeout=5).raise_for_status()
+            server.session.get(f"{server.management_url}/models", headers=server.management_headers, timeout=5).raise_for_status()
             return
         except (OSError, ValueError, KeyError, requests.RequestException):
             pass  # not up yet: no key file, a half-written one, or no listener

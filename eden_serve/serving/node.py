@@ -2,6 +2,7 @@
 
     eden-serve serve edge --model-store /models --properties /etc/eden/serve.properties
     eden-serve serve cloud --model-store /models --checkpoint hf://zhZ524/EDEN/eden.pt --threads 4
+    eden-serve serve edge --tls-cert node.pem --tls-key node.key --wire-key-file /etc/eden/wire.key
 
 It serves the cloud half (eden_encoder.mar), the edge half (eden_ditdec.mar) or both from a model
 store, building the archives first (:mod:`eden_serve.archive`, in this process) when given a
@@ -9,7 +10,9 @@ checkpoint or ``--synthetic``. The configuration is the package's config.propert
 ``--properties`` files over it (addresses, token authorization...); TorchServe runs in a temporary
 directory of its own (its key_file.json, logs), its log goes to stdout, and SIGTERM stops it in
 order (``torchserve --stop``). The process ends when TorchServe does, non-zero, so that a
-supervisor restarts it.
+supervisor restarts it. With a certificate (``--tls-cert``/``--tls-key``, or an https:// address in
+the properties) every address serves HTTPS and gRPC TLS; with a wire key file, the workers tag or
+check payloads (docs/tls.md).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Sequence
 
 from ..archive import Options, build
 from ..errors import BadInputError
+from ..wire import keyed
 from .launcher import BASE_CONFIG, NO_URLS, read_properties, running, write_properties
+from .tls import ServerTLS
 
 ARCHIVES = {"cloud": ["eden_encoder.mar"], "edge": ["eden_ditdec.mar"], "both": ["eden_encoder.mar", "eden_ditdec.mar"]}
 
@@ -37,11 +42,15 @@ def serve(
     ts_config: str | Path = BASE_CONFIG,
     properties: Sequence[str | Path] = (),
     startup_timeout: float = 600,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    wire_key_file: str | None = None,
 ) -> int:
     """Serve ``side`` (cloud, edge or both) until TorchServe exits; returns the exit code to end with.
 
     With ``checkpoint`` (a path or an ``hf://`` reference) or ``synthetic``, the archives are built
-    into ``model_store`` first, with ``config``'s dimensions and ``options``.
+    into ``model_store`` first, with ``config``'s dimensions and ``options``. ``tls_cert`` and
+    ``tls_key`` serve TLS; ``wire_key_file`` is the key the workers tag or check payloads with.
     """
     if side not in ARCHIVES:
         raise BadInputError(f"side must be one of {', '.join(ARCHIVES)}, got {side!r}")
@@ -61,15 +70,36 @@ def serve(
         if not path.is_file():
             raise BadInputError(f"--properties {path}: no such file")
         settings.update(read_properties(path))
+    tls = _tls(tls_cert, tls_key, settings)
+    if tls is not None:
+        settings.update(tls.properties(settings))
+    env = _wire_key_environment(wire_key_file)
 
     with tempfile.TemporaryDirectory(prefix="eden-serve-") as tmp:
         workdir = Path(tmp)
         config_file = write_properties(workdir / "config.properties", settings)
         with running(config_file, store, workdir, models=ARCHIVES[side], startup_timeout=startup_timeout,
-                     console=True) as server:
+                     console=True, tls=tls, env=env) as server:
             keys = f"; keys in {server.workdir / 'key_file.json'}" if server.token_auth else "; token authorization off"
             print(f"eden-serve: {side} ready: inference {server.inference_url}, management {server.management_url}, "
                   f"metrics {server.metrics_url}{keys}", flush=True)
             code = server.process.wait()
     print(f"eden-serve: TorchServe exited with code {code}", file=sys.stderr)
     return code or 1
+
+
+def _tls(cert: str | None, key: str | None, settings: dict[str, str]) -> ServerTLS | None:
+    if (cert is None) != (key is None):
+        raise BadInputError("--tls-cert and --tls-key go together: the certificate and its private key")
+    return ServerTLS.from_files(cert, key) if cert is not None else ServerTLS.from_properties(settings)
+
+
+def _wire_key_environment(path: str | None) -> dict[str, str]:
+    """The workers' environment naming the key file; read here first, so that a bad file is one
+    line rather than workers failing to load. Without ``path``, a key file already named by the
+    environment is checked."""
+    if path is None:
+        keyed.key_from_environment()
+        return {}
+    keyed.read_key(path)
+    return {keyed.KEY_FILE_ENV: str(Path(path).resolve())}

@@ -29,7 +29,7 @@ from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
 from ..errors import BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, encoder_refusal, error_response
 from ..frames import check_pair, load_frame, to_png
-from ..wire import Chunk
+from ..wire import Chunk, keyed
 from .fields import (
     FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, parse_threshold, request_body,
 )
@@ -92,6 +92,7 @@ class Service:
     at a time), ``postprocess`` answers each request with its own status."""
 
     side: ClassVar[str]  # "cloud" or "edge": which weights, and which share of the threads
+    wire_key: bytes | None = None  # the key of the payloads' tags (wire/keyed.py); None: no tags
 
     def __init__(self, model: CloudEncoder | EdgeModel, settings: Settings, context):
         self.model = model
@@ -108,9 +109,11 @@ class Service:
         keep_bodies_raw()
         weights = Path(properties["model_dir"]) / WEIGHTS_FILES[cls.side]
         service = cls(cls.load_model(weights, device, settings), settings, context)
+        service.wire_key = keyed.key_from_environment()
         logger.info(
-            "%s: %s model on %s (%d intra-op threads), max_pixels %d; eden_serve from %s", context.model_name,
-            service.model.config.name, device, torch.get_num_threads(), settings.max_pixels, Path(__file__).parent.parent,
+            "%s: %s model on %s (%d intra-op threads), max_pixels %d, keyed payloads %s; eden_serve from %s", context.model_name,
+            service.model.config.name, device, torch.get_num_threads(), settings.max_pixels,
+            "on" if service.wire_key else "off", Path(__file__).parent.parent,
         )
         return service
 
@@ -207,6 +210,8 @@ class CloudService(Service):
         chunk = self.model.encode_chunk(frames, job.seed, job.scene_threshold)
         encoded = time.perf_counter()
         payload = wire.encode(chunk, self.model.config, job.codec)
+        if self.wire_key is not None:
+            payload = keyed.sign(payload, self.wire_key)
         self.time_metric("EdenEncodeMs", encoded - start, idx)
         self.size_metric("EdenPayloadBytes", len(payload), idx)
         return Reply(payload, OCTET_STREAM)
@@ -248,7 +253,7 @@ class EdgeService(Service):
 
     def decode(self, idx: int, payload: bytes) -> Chunk:
         chunk = wire.decode(
-            payload, self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
+            keyed.verify(payload, self.wire_key), self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
         self.size_metric("EdenPayloadBytes", len(payload), idx)
