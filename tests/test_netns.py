@@ -1,4 +1,4 @@
-"""Cloud and edge on two network hosts joined by a rate-limited link (eden_serve.serving.netns), tiny model.
+"""Cloud and edge on two network hosts joined by a rate-limited link (harness/netns.py), tiny model.
 
 Each host runs its own TorchServe on its own address, with token auth and its own keys, pinned to
 one CPU (so its workers use one thread, as the in-process oracle does), serving TLS with its own

@@ -20,10 +20,11 @@ from eden_serve.cli import main
 from eden_serve.client import Client, read_token
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError
-from harness.certificates import Authority
-from eden_serve.serving.launcher import free_port, read_properties, torchserve
+from eden_serve.serving.launcher import read_properties
 from eden_serve.serving.tls import ClientTLS, ServerTLS
 from eden_serve.wire import keyed
+from harness.certificates import Authority
+from harness.servers import free_port, torchserve
 
 WIRE_KEY = b"a shared key of thirty-two bytes"
 
