@@ -15,7 +15,7 @@ rm -f key_file.json
 mkdir -p logs
 # Both halves' workers share the cores: waiting OpenMP threads yield them (docs/serving.md: "GPUs and threads").
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-"$bin/torchserve" --start --ncs --ts-config eden_serve/serving/torchserve/config.properties --models eden_encoder.mar eden_ditdec.mar \
+"$bin/torchserve" --start --ncs --ts-config config.properties --models eden_encoder.mar eden_ditdec.mar \
     >logs/torchserve-console.log 2>&1
 
 # Wait for the workers, then register the workflow (the management API needs the management key).

@@ -127,3 +127,12 @@ def test_benchmarks_import(path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
     spec.loader.exec_module(module)
+
+
+@pytest.mark.parametrize("link", ["config.properties", "handlers/eden_encoder_handler.py", "handlers/eden_ditdec_handler.py",
+                                  "handlers/eden_encoder-config.yaml", "handlers/eden_ditdec-config.yaml",
+                                  "workflows/eden.yaml", "workflows/eden_workflow_handler.py"])
+def test_the_top_level_glue_is_the_package_data(link):
+    """The checkout shows the serving glue where TorchServe users look; the package holds the one copy."""
+    path = REPO / link
+    assert path.is_symlink() and path.resolve() == (PACKAGE / "serving" / "torchserve" / path.name).resolve()

@@ -1,0 +1,1 @@
+../eden_serve/serving/torchserve/eden_workflow_handler.py
