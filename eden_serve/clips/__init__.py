@@ -23,10 +23,10 @@ from typing import Iterator
 
 from PIL import Image, UnidentifiedImageError
 
-from ..atomic import atomic_output
+from ..atomic import atomic_output, remove_partial
 from ..errors import BadInputError
 from ..frames import PNG_MODES, match_mode
-from ..resume import Journal, sync
+from ..resume import Journal, Tally, start_afresh, sync
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, Clip, ClipWriter, Frame
 from .video import VIDEO_EXTRA, VIDEO_SUFFIXES, VideoClip
@@ -77,10 +77,29 @@ class DirectoryWriter(ClipWriter):
         self.width = max(6, len(str(factor * (length - 1))))
         self.count = 0 if state is None else state["count"]
         self.unsynced: list[Path] = []
-        if state is not None:  # frames written after the checkpoint, the last perhaps in part
-            for path in tmp.iterdir():
-                if not path.stem.isdigit() or int(path.stem) >= self.count:
-                    path.unlink()
+        self.tally = Tally()
+        if state is not None:
+            self._restore(state)
+
+    def _restore(self, state: dict) -> None:
+        """Continue from ``state``: the frames it counts must be there, exactly as written (its
+        checksum); those written after it (the last perhaps in part) go."""
+        kept: dict[int, Path] = {}
+        for path in self.dir.iterdir():
+            if path.stem.isdigit() and int(path.stem) < self.count and len(path.stem) == self.width and path.is_file():
+                kept[int(path.stem)] = path
+            else:
+                remove_partial(path)
+        problem = None
+        if len(kept) != self.count:
+            problem = f"holds {len(kept)} of the {self.count} frames its journal recorded"
+        else:
+            for k in range(self.count):
+                self.tally.add_file(kept[k])
+            if self.tally.digest() != state["digest"]:
+                problem = "differs from what its journal recorded"
+        if problem:
+            raise BadInputError(f"cannot resume: {self.dir.name} {problem}; {start_afresh(self.dir)}")
 
     def _next(self, suffix: str) -> Path:
         path = self.dir / f"{self.count:0{self.width}d}{suffix}"
@@ -98,8 +117,10 @@ class DirectoryWriter(ClipWriter):
 
     def checkpoint(self):
         sync(*self.unsynced, self.dir)
+        for path in self.unsynced:  # read back: the checksum is of what the disk holds
+            self.tally.add_file(path)
         self.unsynced = []
-        return {"count": self.count}
+        return {"count": self.count, "digest": self.tally.digest()}
 
 
 def _animated(path: Path) -> Image.Image | None:
@@ -159,6 +180,8 @@ def write_clip(clip: Clip, dst: str | Path, factor: int = 2, journal: Journal | 
     with atomic_output(dst, directory) if journal is None else journal.output(directory) as tmp:
         checkpoint = journal.checkpoint if journal is not None else None
         writer = clip.writer(tmp, dst, factor, checkpoint["writer"] if checkpoint else None)
+        if journal is not None:
+            journal.confirm()
         try:
             yield writer
             writer.finish()
