@@ -174,7 +174,7 @@ def write_clip(clip: Clip, dst: str | Path, factor: int = 2, journal: Journal | 
     """A writer of ``factor`` times ``clip``'s frame rate whose output appears at ``dst`` only if
     the block completes; with a ``journal``, a resumable output (:mod:`eden_serve.resume`)."""
     dst = Path(dst)
-    if dst.resolve() == clip.path.resolve():
+    if os.path.realpath(dst) == os.path.realpath(clip.path):  # realpath: a symlink loop is no error here
         raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
     directory = clip.kind == "directory"
     with atomic_output(dst, directory) if journal is None else journal.output(directory) as tmp:
