@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/hostile_chunk.py [--config tiny] [--repeat 5]
 
-Three requests against one real TorchServe encoder, each ``--repeat`` times: 17 black 3840x2160
+Four requests against one real TorchServe encoder, each ``--repeat`` times: 17 black 3840x2160
 PNGs (a few hundred kB; refused 413 for the chunk's tokens), 16 of them plus one 64x48 frame (400,
-frames of two sizes), and an accepted chunk of 17 small frames (64x48) for comparison. For each:
+frames of two sizes), an accepted chunk of 17 small frames (64x48) for comparison, and the largest
+chunk the server accepts: as many black 3840x2160 frames as its token budget takes. For each:
 the status, the median wall time and the median peak growth of the worker's resident memory during
 the request (VmHWM, reset before each request, over VmRSS before it).
 
@@ -24,7 +25,9 @@ import requests
 import torch
 from PIL import Image
 
+from eden_serve.config import preset
 from eden_serve.serving.launcher import build_archives, torchserve
+from eden_serve.serving.worker import Settings, max_tokens_for
 
 FRAMES = 17
 
@@ -57,10 +60,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="requests of each kind (default 5)")
     args = parser.parse_args()
     black_4k = png(3840, 2160)
+    config, settings = preset(args.config), Settings()
+    budget = max(settings.max_chunk_tokens, 2 * max_tokens_for(settings.max_pixels, config))
+    rows, columns = config.patch_grid(2160, 3840)
+    largest = min(settings.max_chunk_frames, budget // (rows * columns))
     cases = {
         f"{FRAMES} x 3840x2160 black": [black_4k] * FRAMES,
         f"{FRAMES - 1} x 3840x2160 + 64x48": [black_4k] * (FRAMES - 1) + [png(64, 48)],
         f"{FRAMES} x 64x48 (accepted)": [png(64, 48, 10 * i) for i in range(FRAMES)],
+        f"{largest} x 3840x2160 (the largest)": [black_4k] * largest,
     }
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, config {args.config}")
     with tempfile.TemporaryDirectory() as tmp:
