@@ -106,13 +106,6 @@ def _seal(data: dict) -> str:
     return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
-def _valid_checkpoint(checkpoint, frames) -> bool:
-    if checkpoint is None:
-        return True
-    return (isinstance(checkpoint, dict) and type(checkpoint.get("position")) is int and isinstance(checkpoint.get("writer"), dict)
-            and 0 < checkpoint["position"] < (frames if type(frames) is int else float("inf")))
-
-
 def input_identity(path: str | Path) -> dict:
     """What tells an input apart cheaply: a file's size, modification time and first MiB; a
     directory's names, sizes and times."""
@@ -196,8 +189,6 @@ class Journal:
         if difference is not None:
             raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} was made with {difference}; "
                                 f"give the same input and options, or {restart}")
-        if not _valid_checkpoint(data["checkpoint"], self.identity.get("frames")):
-            raise BadInputError(f"cannot resume {self.dst.name}: its journal names no valid checkpoint; {restart}")
         return data
 
     def _hold(self) -> None:
@@ -308,8 +299,8 @@ class Journal:
 
     def cached_processor(self, processor: Callable, level: int) -> Callable:
         """``processor`` for pairs of factor level ``level``, through the cache: a chunk whose
-        middles are all there is read back (PNG: exactly, once its checksum matches), any other is
-        computed and stored."""
+        middles are all there is read back (PNG: exactly; its checksum was checked when the run
+        opened), any other is computed and stored."""
 
         def process(index: int, frames: list, seed: int):
             cached = [self._cached.get((level, index + j)) for j in range(len(frames) - 1)]
