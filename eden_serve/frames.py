@@ -49,7 +49,7 @@ def image_to_tensor(image: Image.Image, out: torch.Tensor | None = None) -> torc
         gray = np.clip(np.asarray(image, dtype=np.float32) / scale, 0, 1)
         out.copy_(torch.from_numpy(gray)[None].expand(3, -1, -1))
         return out
-    rgb = np.asarray(image.convert("RGB"))
+    rgb = np.array(image.convert("RGB"))  # writable, as torch.from_numpy wants: an 8-bit copy, not a float one
     return out.copy_(torch.from_numpy(rgb).permute(2, 0, 1)).div_(255.0)
 
 
