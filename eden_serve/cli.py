@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _os_error(exc: OSError) -> str:
     where = " -> ".join(repr(str(name)) for name in (exc.filename, exc.filename2) if name is not None)
-    return f"{exc.strerror or type(exc).__name__}" + (f": {where}" if where else "")
+    reason = exc.strerror or " ".join(str(exc).split())[:200] or type(exc).__name__
+    return reason + (f": {where}" if where else "")
 
 
 def _leave(code: int, argv: list[str] | None, line: str | None = None) -> int:
