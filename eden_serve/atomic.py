@@ -21,7 +21,12 @@ from .errors import BadInputError
 
 
 def check_destination(dst: Path, directory: bool) -> None:
-    """Refuse a destination the output cannot replace; create its parent directory."""
+    """Refuse, before any work, a destination the output cannot replace; create its parent directory.
+
+    A symbolic link is refused whatever it points to (nothing, itself, an empty directory): the
+    output is renamed into place, which would replace the link, not write where it points."""
+    if dst.is_symlink():
+        raise BadInputError(f"output {str(dst)!r} is a symbolic link; give the path the output should have")
     if directory and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise BadInputError(f"output {str(dst)!r} exists and is not an empty directory; choose a new path")
     if not directory and dst.is_dir():
@@ -30,6 +35,18 @@ def check_destination(dst: Path, directory: bool) -> None:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {exc.strerror}") from None
+    if not os.access(dst.parent, os.W_OK | os.X_OK):  # read-only file systems included, even for root
+        raise BadInputError(f"cannot write output {str(dst)!r}: its directory is not writable")
+
+
+def place(tmp: Path, dst: Path) -> None:
+    """Rename the finished output onto ``dst``; a directory that appeared there meanwhile (another
+    run's output) is kept and this run's refused."""
+    try:
+        os.replace(tmp, dst)
+    except OSError as exc:
+        raise BadInputError(f"output {str(dst)!r} was created by something else while this run wrote it "
+                            f"({exc.strerror}); choose a new path") from None
 
 
 def create_partial(tmp: Path, directory: bool, dst: Path) -> None:
@@ -64,7 +81,7 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
     create_partial(tmp, directory, dst)
     try:
         yield tmp
-        os.replace(tmp, dst)
+        place(tmp, dst)
     except BaseException:
         remove_partial(tmp)
         raise

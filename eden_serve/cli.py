@@ -311,19 +311,32 @@ def main(argv: list[str] | None = None) -> int:
                     "bench": _bench, "download": _download, "archive": _archive, "serve": _serve}
         return commands[args.command](args)
     except EdenError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return _leave(2, argv, f"error: {exc}")
+    except OSError as exc:  # the disk, not the input: full, read-only, a file vanished under the run
+        return _leave(2, argv, f"error: {_os_error(exc)}")
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return _stopped(130, argv)
+        return _leave(130, argv, "interrupted")
     except SystemExit as exc:  # SIGTERM
-        return _stopped(exc.code, argv)
+        return _leave(exc.code, argv)
+    except MemoryError:
+        return _leave(2, argv, "error: out of memory; try smaller frames, a smaller --chunk or fewer --inflight")
+    except Exception as exc:  # a bug: still one line, and no abort from threads left in a forward
+        return _leave(2, argv, f"error: internal error ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); please report it")
 
 
-def _stopped(code: int, argv: list[str] | None) -> int:
-    """The exit code of a stopped run. The command itself (``argv`` None) leaves at once: a worker
-    thread may still be inside a torch forward, and finalising the interpreter under it aborts the
-    process ("terminate called without an active exception"). Outputs are settled by then."""
+def _os_error(exc: OSError) -> str:
+    where = " -> ".join(repr(str(name)) for name in (exc.filename, exc.filename2) if name is not None)
+    reason = exc.strerror or " ".join(str(exc).split())[:200] or type(exc).__name__
+    return reason + (f": {where}" if where else "")
+
+
+def _leave(code: int, argv: list[str] | None, line: str | None = None) -> int:
+    """The exit code of a run that failed or was stopped, its reason printed in one line. The
+    command itself (``argv`` None) leaves at once: a worker thread may still be inside a torch
+    forward, and finalising the interpreter under it aborts the process ("terminate called without
+    an active exception"). Outputs are settled by then."""
+    if line is not None:
+        print(f"{PROG}: {line}", file=sys.stderr)
     if argv is not None:
         return code
     sys.stdout.flush()

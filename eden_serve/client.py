@@ -33,7 +33,9 @@ import requests
 from PIL import Image, UnidentifiedImageError
 
 from .clips import Frame
-from .errors import BadInputError, ChunkTooLargeError, ServerError, TransientError, UnavailableError, error_from_document
+from .errors import (
+    BadInputError, ChunkTooLargeError, ServerError, TransientError, UnavailableError, connection_failure, error_from_document,
+)
 from .frames import PNG_SIGNATURE, oriented_size, png_bytes
 from .serving.tls import ClientTLS, certificate_failure
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
@@ -67,15 +69,6 @@ def _base(url: str, option: str) -> str:
     if not isinstance(url, str) or not re.match(r"https?://[^/]", url):
         raise BadInputError(f"{option} must be an http:// or https:// URL, got {url!r}")
     return url.rstrip("/")
-
-
-def _reason(exc: requests.RequestException) -> str:
-    """One short line for a connection failure; requests' own messages run to several hundred characters."""
-    text = " ".join(str(exc).split())
-    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
-    if errno:
-        return f"{type(exc).__name__} ({errno.group(0).strip()})"
-    return f"{type(exc).__name__} ({text[:160]})"
 
 
 def _check(response: requests.Response) -> requests.Response:
@@ -243,9 +236,9 @@ class Client:
                         raise TransientError(f"{_reason(exc)} ({url})") from exc
                     raise BadInputError(f"{url}: {refused}") from None
                 except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
-                    raise TransientError(f"{_reason(exc)} ({url})") from exc
+                    raise connection_failure(exc, url) from exc
                 except requests.RequestException as exc:
-                    raise BadInputError(f"{url}: {_reason(exc)}") from None
+                    raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
 
         with stage.slot(cancel) if stage is not None else contextlib.nullcontext():
             response = self.retry.call(attempt, cancel)

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from .config import EdenConfig
-from .frames import to_png
+from .errors import BadInputError, ChunkTooLargeError, FrameTooLargeError
+from .frames import check_frame, image_to_tensor, open_image, to_png
 from .model import CloudWeights, pos_embedding
 from .wire import Chunk, Conditions, Tokens
 
@@ -27,6 +28,46 @@ def pad_frames(frames: torch.Tensor, config: EdenConfig) -> torch.Tensor:
     """[B, 3, H, W] -> [B, 3, H_pad, W_pad], replicating the border."""
     top, bottom, left, right = config.padding(*frames.shape[-2:])
     return F.pad(frames, (left, right, top, bottom), mode="replicate")
+
+
+def read_chunk(images: Sequence[bytes], config: EdenConfig, max_pixels: int, max_side: int, max_tokens: int,
+               max_chunk_tokens: int) -> torch.Tensor:
+    """A request's frames, image files ``frame0`` ... ``frameK`` -> [F, 3, H, W] float32 in [0, 1].
+
+    Judged from the headers before a pixel is decoded, with the statuses decoding them first would
+    give: each frame readable (400), within ``max_pixels``, ``max_side`` and ``max_tokens`` (413);
+    all of one size (400); ``max_chunk_tokens`` in all (413). Then decoded one at a time into the
+    batch, so a request's memory is bounded by the chunk limit: the batch, plus one frame's
+    decoding (its 8-bit pixels), whatever its files declare.
+    """
+    sizes = []
+    for i, data in enumerate(images):
+        width, height = check_frame(data, f"frame{i}", max_pixels, max_side)
+        ph, pw = config.patch_grid(height, width)
+        if ph * pw > max_tokens:
+            raise FrameTooLargeError(
+                f"frame{i} is {width}x{height}, which pads to {ph * pw} tokens, over this server's {max_tokens} "
+                f"(frames of up to {max_pixels} pixels and aspect ratio up to 4:1)"
+            )
+        sizes.append((width, height))
+    (width, height), count = sizes[0], len(sizes)
+    for i, size in enumerate(sizes[1:], 1):
+        if size != (width, height):
+            raise BadInputError(f"frames differ in size: frame0 is {width}x{height}, frame{i} is {size[0]}x{size[1]}")
+    ph, pw = config.patch_grid(height, width)
+    if count * ph * pw > max_chunk_tokens:
+        raise ChunkTooLargeError(
+            f"{count} frames of {width}x{height} are {count * ph * pw} tokens, over this server's {max_chunk_tokens} "
+            f"per request; send at most {max_chunk_tokens // (ph * pw)} frames of this size"
+        )
+    batch = torch.empty(count, 3, height, width)
+    for i, data in enumerate(images):
+        image = open_image(data, f"frame{i}", max_pixels, max_side)
+        if image.size != (width, height):  # an orientation stated after the pixel data, which the header read skips
+            raise BadInputError(f"frame{i} decodes to {image.width}x{image.height}, not the {width}x{height} its header states")
+        image_to_tensor(image, batch[i])
+        del image
+    return batch
 
 
 class CloudEncoder:

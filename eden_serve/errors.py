@@ -7,9 +7,12 @@ else is a bug (HTTP 500, with a message that names no internals).
 
 from __future__ import annotations
 
+import errno
 import json
 import re
-from typing import Any
+import socket
+import ssl
+from typing import Any, Iterator
 
 import torch
 
@@ -92,6 +95,14 @@ class UnavailableError(EdenError):
     kind = "unavailable"
 
 
+class UnreachableError(EdenError):
+    """A server that cannot be reached in a way that trying again would not change: its
+    certificate is refused, its name does not resolve."""
+
+    status = 502
+    kind = "unreachable"
+
+
 class UpstreamError(EdenError):
     """An error document produced by an earlier workflow node, passed on with its own status."""
 
@@ -104,6 +115,50 @@ class UpstreamError(EdenError):
 class TransientError(Exception):
     """A failure that may pass if tried again: a lost connection, a 5xx, a restarting worker."""
 
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps, however the HTTP library wrapped it (causes, contexts, a
+    ``reason`` attribute, exceptions among its arguments), outermost first."""
+    seen, queue = set(), [exc]
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        inner = (current.__cause__, current.__context__, getattr(current, "reason", None), *current.args)
+        queue += [e for e in inner if isinstance(e, BaseException)]
+
+
+def _failure(exc: BaseException) -> tuple[str, bool]:
+    """(reason, whether another try can succeed) of a failed connection."""
+    causes = list(_causes(exc))
+    for cause in causes:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {cause.verify_message} ({cause.reason})", False
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS failed: {cause.reason or cause.strerror or cause}", False
+        if isinstance(cause, socket.gaierror):
+            return f"cannot resolve the host name ({cause.strerror})", cause.errno == socket.EAI_AGAIN
+    for cause in causes:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused", True
+        if isinstance(cause, TimeoutError):
+            return "timed out", True
+        if isinstance(cause, OSError) and cause.errno in (errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE):
+            return f"connection lost ({cause.strerror})", True
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__} ({text[:300]})", True
+
+
+def connection_failure(exc: BaseException, url: str) -> TransientError | UnreachableError:
+    """What a failed connection to ``url`` means: a :class:`TransientError` (retried) for what can
+    pass (refused while a server restarts, a timeout, a lost connection), an
+    :class:`UnreachableError` for what cannot (a refused certificate, a name that does not
+    resolve), with its reason either way."""
+    reason, transient = _failure(exc)
+    return TransientError(f"{reason} ({url})") if transient else UnreachableError(f"{url}: {reason}")
 
 
 class PairError(EdenError):

@@ -38,16 +38,19 @@ def check_sides(width: int, height: int, max_side: int, name: str = "frame") -> 
         raise FrameTooLargeError(f"{name} is {width}x{height}: a side over {max_side} pixels, more than the wire format can carry")
 
 
-def image_to_tensor(image: Image.Image) -> torch.Tensor:
-    """A decoded image (oriented already, see :func:`open_image`) -> [3, H, W] float32 in [0, 1]."""
-    if image.mode in _SIXTEEN_BIT_MODES:
-        gray = np.asarray(image, dtype=np.float32) / 65535.0
-        array = np.repeat(np.clip(gray, 0, 1)[..., None], 3, axis=-1)
-    elif image.mode == "F":
-        array = np.repeat(np.clip(np.asarray(image, dtype=np.float32), 0, 1)[..., None], 3, axis=-1)
-    else:
-        array = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
-    return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).contiguous()
+def image_to_tensor(image: Image.Image, out: torch.Tensor | None = None) -> torch.Tensor:
+    """A decoded image (oriented already, see :func:`open_image`) -> [3, H, W] float32 in [0, 1],
+    written into ``out`` where given (a frame of a batch): 8-bit pixels then cost no float copy
+    beyond it."""
+    if out is None:
+        out = torch.empty(3, image.height, image.width)
+    if image.mode in _SIXTEEN_BIT_MODES or image.mode == "F":
+        scale = 65535.0 if image.mode in _SIXTEEN_BIT_MODES else 1.0
+        gray = np.clip(np.asarray(image, dtype=np.float32) / scale, 0, 1)
+        out.copy_(torch.from_numpy(gray)[None].expand(3, -1, -1))
+        return out
+    rgb = np.array(image.convert("RGB"))  # writable, as torch.from_numpy wants: an 8-bit copy, not a float one
+    return out.copy_(torch.from_numpy(rgb).permute(2, 0, 1)).div_(255.0)
 
 
 def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:
@@ -91,12 +94,40 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
     return ImageOps.exif_transpose(image)
 
 
+def _orientation(image: Image.Image) -> int | None:
+    """The EXIF orientation, from the header only. Pillow's ``getexif()`` of a PNG decodes the whole
+    image to look for an eXIf chunk after the pixel data; one before it is all that is read here
+    (what the PNG specification asks of writers)."""
+    if image.format != "PNG":
+        return image.getexif().get(ExifTags.Base.Orientation)
+    exif = Image.Exif()
+    if image.info.get("exif"):
+        exif.load(image.info["exif"])
+    return exif.get(ExifTags.Base.Orientation)
+
+
+def header_size(image: Image.Image) -> tuple[int, int]:
+    """(width, height) of an opened image as :func:`open_image` returns it, from its header: the
+    EXIF orientations that turn it by 90 degrees swap the sides."""
+    return (image.height, image.width) if _orientation(image) in (5, 6, 7, 8) else image.size
+
+
 def oriented_size(source: bytes | str | Path, name: str = "frame") -> tuple[int, int]:
-    """(width, height) of an image as :func:`open_image` returns it, read from its header: the EXIF
-    orientations that turn it by 90 degrees swap the sides. Nothing is decoded."""
+    """(width, height) of an image as :func:`open_image` returns it, read from its header. Nothing
+    is decoded."""
     with _opened(source, name) as image:
-        turned = image.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8)
-        return (image.height, image.width) if turned else image.size
+        return header_size(image)
+
+
+def check_frame(source: bytes | str | Path, name: str, max_pixels: int, max_side: int | None = None) -> tuple[int, int]:
+    """(width, height) of an image as :func:`open_image` returns it, with the pixel and side limits
+    checked; from the header, before any pixel is decoded."""
+    with _opened(source, name, max_pixels) as image:
+        width, height = header_size(image)
+    check_size(width, height, max_pixels, name)
+    if max_side is not None:
+        check_sides(width, height, max_side, name)
+    return width, height
 
 
 def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,

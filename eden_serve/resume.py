@@ -6,13 +6,17 @@ Beside the destination ``NAME.EXT``:
 - ``.NAME.partial-resume.EXT``: the output being built (a file or a directory), renamed onto the
   destination once complete, as :mod:`eden_serve.atomic` does;
 - ``….journal``: JSON: what the run is (``identity``: the input's size, time and first bytes, the
-  factor, chunk, seed, the model or servers) and how far its output is durable (``checkpoint``);
+  factor, chunk, seed, the model or servers), how far its output is durable (``checkpoint``, with
+  the writer's :class:`Tally` of what the partial output holds up to there), and a ``seal``: a
+  checksum of the rest, so that an edited journal is refused rather than believed;
 - ``….middles``: for an output that cannot be continued in place (video: an encoder's state cannot
-  be saved), every middle frame computed so far, as PNG. A resumed run writes such an output again
-  from the start and computes only the middles it lacks.
+  be saved), every middle frame computed so far, as PNG named with its own checksum. A resumed run
+  writes such an output again from the start and computes only the middles it lacks.
 
 Whatever a checkpoint or the cache names is synced to disk first, so a killed process (or a power
-cut) loses at most the work since then. The partial output is locked while a run writes it.
+cut) loses at most the work since then. The partial output is locked while a run writes it. A
+resumed run trusts nothing it has not checked: a partial output, journal or cached middle that
+differs from what was recorded is refused in one line that says how to start afresh.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 import warnings
@@ -31,13 +36,14 @@ from typing import Callable, Iterator
 import torch
 from PIL import Image
 
-from .atomic import check_destination, create_partial, remove_partial
+from .atomic import check_destination, create_partial, place, remove_partial
 from .errors import BadInputError
 from .frames import png_bytes
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2  # 2: sealed, with the partial output's checksum
 _HEAD_BYTES = 1 << 20  # of an input file, hashed: a changed file of the same size and time still differs
 _CACHE_PNG_LEVEL = 1
+_CACHED = re.compile(r"(\d+)-(\d{9})-([0-9a-f]{32})\.png")  # level, pair, checksum of the file
 
 
 def write_durably(path: Path, data: bytes) -> None:
@@ -58,6 +64,46 @@ def sync(*paths: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def start_afresh(partial: Path) -> str:
+    """How to start again when ``partial`` (a resumable output) cannot be continued."""
+    return f"delete {partial.name}.journal and {partial.name} to start again"
+
+
+class Tally:
+    """A running checksum of the bytes a partial output holds, in the order they were written: the
+    journal records it at each checkpoint, and a resumed run recomputes it from the partial output
+    before adding anything (:meth:`ClipWriter.checkpoint <eden_serve.clips.ClipWriter.checkpoint>`)."""
+
+    def __init__(self):
+        self._hash = hashlib.blake2b(digest_size=16)
+
+    def add(self, data: bytes) -> None:
+        self._hash.update(data)
+
+    def add_file(self, path: Path) -> None:
+        """A file of a directory output: its name and its bytes."""
+        data = path.read_bytes()
+        self.add(f"{path.name}\0{len(data)}\0".encode())
+        self.add(data)
+
+    def add_range(self, file, start: int, end: int) -> None:
+        """Bytes ``start`` to ``end`` of an open file (whose position then is undefined)."""
+        file.seek(start)
+        while start < end:
+            block = file.read(min(end - start, 1 << 20))
+            if not block:
+                raise EOFError(f"{end - start} bytes short")
+            self.add(block)
+            start += len(block)
+
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _seal(data: dict) -> str:
+    return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
 def input_identity(path: str | Path) -> dict:
@@ -112,6 +158,8 @@ class Journal:
         self.identity = json.loads(json.dumps(identity))  # as it reads back: tuples become lists
         self.checkpoint: dict | None = None
         self.hits = 0  # middles taken from the cache
+        self._cached: dict[tuple[int, int], Path] = {}  # a stopped run's middles: (level, pair) -> file
+        self.verified = False  # whether the partial output was found as the checkpoint says (see confirm)
         self._hits_lock = threading.Lock()
 
     def _paths(self, directory: bool) -> None:
@@ -122,17 +170,21 @@ class Journal:
 
     def _write(self, checkpoint: dict | None) -> None:
         data = {"version": JOURNAL_VERSION, "identity": self.identity, "checkpoint": checkpoint}
-        write_durably(self.path, json.dumps(data).encode())
+        write_durably(self.path, json.dumps({**data, "seal": _seal(data)}).encode())
         sync(self.path.parent)
 
     def _read(self) -> dict:
-        restart = f"delete {self.path.name} and {self.partial.name} to start again"
+        restart = start_afresh(self.partial)
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError) as exc:
-            raise BadInputError(f"cannot resume {self.dst.name}: its journal is unreadable ({exc}); {restart}") from None
+            data = json.loads(self.path.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
+            raise BadInputError(f"cannot resume {self.dst.name}: its journal is unreadable ({reason}); {restart}") from None
         if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION:
             raise BadInputError(f"cannot resume {self.dst.name}: its journal is not version {JOURNAL_VERSION}; {restart}")
+        seal = data.pop("seal", None)
+        if seal != _seal(data) or data.keys() != {"version", "identity", "checkpoint"}:
+            raise BadInputError(f"cannot resume {self.dst.name}: its journal was changed after this program wrote it; {restart}")
         difference = next(_differences(data.get("identity"), self.identity), None)
         if difference is not None:
             raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} was made with {difference}; "
@@ -153,10 +205,15 @@ class Journal:
         self._paths(directory)
         if self.partial.exists() and not self.path.exists():
             raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} has no journal; delete it")
+        if self.partial.is_symlink() or self.partial.exists() and self.partial.is_dir() != directory:
+            kind = "a symbolic link" if self.partial.is_symlink() else "a directory" if self.partial.is_dir() else "a file"
+            raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} is {kind}, not what this output builds; "
+                                f"{start_afresh(self.partial)}")
         if self.partial.exists():
             self._hold()
             try:
                 self.checkpoint = self._read()["checkpoint"]
+                self._index_cache()
             except BaseException:
                 os.close(self._fd)
                 raise
@@ -165,6 +222,7 @@ class Journal:
             os.close(self._fd)
             remove_partial(self.partial)  # stopped before its first checkpoint: nothing to keep
         self._remove()  # a journal or cache without its partial output is stale
+        self.verified = True
         self._write(None)
         create_partial(self.partial, directory, self.dst)
         self._hold()
@@ -187,16 +245,23 @@ class Journal:
         self._open(directory)
         try:
             yield self.partial
+            place(self.partial, self.dst)
         except BaseException:
             self._stopped()
             raise
         else:
-            os.replace(self.partial, self.dst)
             self._remove()
         finally:
             os.close(self._fd)
 
+    def confirm(self) -> None:
+        """The partial output holds what the checkpoint recorded (its writer checked it): a run
+        stopped from now on keeps it for the next. One refused leaves everything as it was."""
+        self.verified = True
+
     def _stopped(self) -> None:
+        if not self.verified:
+            return
         try:  # what a resume would find, whatever this run had got to when it was stopped
             saved = json.loads(self.path.read_text())["checkpoint"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -215,30 +280,43 @@ class Journal:
         self._write(checkpoint)
         self.checkpoint = checkpoint
 
-    def _middle(self, level: int, pair: int) -> Path:
-        return self.cache / f"{level}-{pair:09d}.png"
+    def _index_cache(self) -> None:
+        """The middles a stopped run cached, each checked against the checksum its name records."""
+        for path in self.cache.iterdir() if self.cache.is_dir() else ():
+            match = _CACHED.fullmatch(path.name)
+            if not match:
+                continue
+            if hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() != match[3]:
+                raise BadInputError(f"cannot resume {self.dst.name}: the cached middle frame {path.name} is damaged; "
+                                    f"{start_afresh(self.partial)}")
+            self._cached[int(match[1]), int(match[2])] = path
+
+    @staticmethod
+    def _cached_middle(path: Path) -> Image.Image:
+        with Image.open(path, formats=["PNG"]) as image:
+            image.load()
+            return image
 
     def cached_processor(self, processor: Callable, level: int) -> Callable:
         """``processor`` for pairs of factor level ``level``, through the cache: a chunk whose
-        middles are all there is read back (PNG: exactly), any other is computed and stored."""
+        middles are all there is read back (PNG: exactly; its checksum was checked when the run
+        opened), any other is computed and stored."""
 
         def process(index: int, frames: list, seed: int):
-            paths = [self._middle(level, index + j) for j in range(len(frames) - 1)]
-            if all(path.exists() for path in paths):
-                images = []
-                for path in paths:
-                    with Image.open(path) as image:
-                        image.load()
-                        images.append(image)
+            cached = [self._cached.get((level, index + j)) for j in range(len(frames) - 1)]
+            if all(cached):
+                images = [self._cached_middle(path) for path in cached]
                 with self._hits_lock:
                     self.hits += len(images)
                 return images
             result = processor(index, frames, seed)
             images = getattr(result, "images", result)
-            if len(images) == len(paths):
+            if len(images) == len(cached):
                 self.cache.mkdir(exist_ok=True)
-                for path, image in zip(paths, images):
-                    write_durably(path, png_bytes(image, _CACHE_PNG_LEVEL))
+                for j, image in enumerate(images):
+                    data = png_bytes(image, _CACHE_PNG_LEVEL)
+                    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+                    write_durably(self.cache / f"{level}-{index + j:09d}-{digest}.png", data)
                 sync(self.cache)
             return result
 

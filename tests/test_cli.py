@@ -2,6 +2,7 @@
 
 import io
 import json
+import shlex
 import shutil
 import socket
 import subprocess
@@ -16,9 +17,11 @@ from PIL import Image
 
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
+from eden_serve.errors import BadInputError
 from eden_serve.frames import load_frame, to_png, to_uint8
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.synthetic import frame_pair
+from eden_serve.streaming import interpolate_clip, pairwise
+from eden_serve.synthetic import frame_pair, write_clip
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +181,78 @@ def test_a_directory_output_prints_the_ffmpeg_command_that_assembles_it(tmp_path
     out = capsys.readouterr().out
     assert f"ffmpeg -framerate RATE -i {tmp_path / 'out' / '%06d.png'} -c:v libx264" in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["000000.png", "000001.png", "000002.png"]
+
+
+def one_error(result) -> str:
+    """The one line of a failed run (the synthetic weights' warning aside); no abort, no traceback."""
+    lines = [line for line in result.stderr.splitlines() if "warning: no checkpoint given" not in line]
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("eden-serve: error: "), result.stderr
+    return lines[0]
+
+
+def test_an_error_while_workers_are_inside_a_forward_exits_2(tmp_path):
+    """Frame 12 of another size stops the run while other chunks are computing: one line and exit 2,
+    not an abort as the interpreter finalises under them."""
+    src = write_clip(tmp_path / "in", 16, 160, 256)
+    Image.new("RGB", (256, 162)).save(src / "frame12.png")
+    result = run("interpolate", src, "-o", tmp_path / "out", "--config", "tiny", "--chunk", "2", "--inflight", "4")
+    assert "frames differ in size" in one_error(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+@pytest.mark.parametrize("link", ["dangling", "loop", "empty directory"])
+def test_an_output_that_is_a_symlink_is_refused_before_any_pair(tmp_path, link):
+    src = write_clip(tmp_path / "in", 5, 32, 48)
+    out = tmp_path / "out"
+    (tmp_path / "empty").mkdir()
+    out.symlink_to({"dangling": tmp_path / "nothing", "loop": out, "empty directory": tmp_path / "empty"}[link])
+    result = run("interpolate", src, "-o", out, "--config", "tiny")
+    assert "is a symbolic link" in one_error(result)
+    assert out.is_symlink() and not list((tmp_path / "empty").iterdir()) and not list(tmp_path.glob(".out*"))
+
+
+def in_small_filesystem(tmp_path, command: list, size: str = "48k", options: str = ""):
+    """``command`` run with ``tmp_path / "small"`` a tmpfs of ``size`` of its own (a mount namespace);
+    prints what the tmpfs holds afterwards."""
+    small = tmp_path / "small"
+    small.mkdir(exist_ok=True)
+    script = (f"mount -t tmpfs -o size={size}{options} none {small} || exit 99; "
+              f"{' '.join(map(shlex.quote, map(str, command)))}; code=$?; ls -A {small}; exit $code")
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    if result.returncode == 99 or "unshare failed" in result.stderr:
+        pytest.skip("needs root and mount namespaces for a small file system")
+    return result
+
+
+@pytest.mark.parametrize("kind", ["directory", "gif", "apng"])
+def test_a_full_disk_ends_in_one_line_and_leaves_nothing(tmp_path, kind):
+    src = write_clip(tmp_path / "in", 9, 64, 96)
+    if kind != "directory":
+        frames = [Image.open(path).convert("RGB") for path in sorted(src.iterdir())]
+        src = tmp_path / ("in.gif" if kind == "gif" else "in.png")
+        frames[0].save(src, save_all=True, append_images=frames[1:], duration=40)
+    out = tmp_path / "small" / ("out" + src.suffix)
+    result = in_small_filesystem(tmp_path, [sys.executable, "-m", "eden_serve.cli", "interpolate", src, "-o", out,
+                                            "--config", "tiny", "--chunk", "2"])
+    assert "No space left on device" in one_error(result) and result.stdout == ""  # nothing left in the tmpfs
+
+
+def test_resume_into_a_read_only_directory_is_refused_in_one_line(tmp_path):
+    src = write_clip(tmp_path / "in", 5, 32, 48)
+    result = in_small_filesystem(tmp_path, [sys.executable, "-m", "eden_serve.cli", "interpolate", src, "-o",
+                                            tmp_path / "small" / "out", "--config", "tiny", "--resume"], options=",ro")
+    assert "its directory is not writable" in one_error(result)
+
+
+def test_an_output_directory_made_by_another_run_meanwhile_is_kept(tmp_path):
+    src, out = write_clip(tmp_path / "in", 7, 32, 48), tmp_path / "out"
+
+    def meanwhile(index, before, after, seed):
+        if index == 3:  # another run finishes first
+            out.mkdir()
+            (out / "000000.png").write_bytes(b"theirs")
+        return before.image
+
+    with pytest.raises(BadInputError, match=r"output '.*out' was created by something else while this run wrote it"):
+        interpolate_clip(src, out, pairwise(meanwhile), chunk=2, progress=False)
+    assert [p.name for p in out.iterdir()] == ["000000.png"] and not list(tmp_path.glob(".out*"))

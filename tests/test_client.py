@@ -8,9 +8,12 @@ torch thread count so that float reductions run in the same order.
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -24,7 +27,7 @@ from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client, read_token
-from eden_serve.errors import PairError, ServerError
+from eden_serve.errors import PairError, ServerError, UnavailableError, UnreachableError
 from eden_serve.pipeline import interpolate_clip_in_process
 from harness.servers import REPO, torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
@@ -285,7 +288,7 @@ def test_an_edge_that_stays_down_leaves_no_output(tmp_path, cloud, inputs):
     client = Client(cloud=cloud.inference_url, edge=f"http://127.0.0.1:{closed_port()}", token=cloud.keys["inference"],
                     tries=2, backoff=0.01)
     for kind in inputs:
-        with pytest.raises(PairError, match=r"^pairs 0-4 \(.*\): ConnectionError .*gave up after 2 tries"):
+        with pytest.raises(PairError, match=r"^pairs 0-4 \(.*\): connection refused \(.*\) \(gave up after 2 tries\)$"):
             client.interpolate_clip(inputs[kind], tmp_path / output_name(kind), progress=False)
     assert list(tmp_path.iterdir()) == []
 
@@ -330,3 +333,54 @@ def test_a_scene_cut_is_copied_in_every_mode(tmp_path, cloud, edge, store, deplo
     for a, b in zip(sorted((tmp_path / "local").iterdir()), sorted((tmp_path / "served").iterdir())):
         a, b = np.asarray(Image.open(a)).astype(int), np.asarray(Image.open(b)).astype(int)
         assert np.abs(a - b).max() <= 1 and (a != b).mean() < 1e-3
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory):
+    """An HTTPS server on loopback whose certificate no one signed; it counts the connections it gets."""
+    folder = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", folder / "key.pem", "-out", folder / "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+
+    class TLSServer(http.server.ThreadingHTTPServer):
+        connections = 0
+
+        def get_request(self):
+            sock, address = self.socket.accept()
+            TLSServer.connections += 1
+            return context.wrap_socket(sock, server_side=True), address  # a refused handshake fails here
+
+    httpd = TLSServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{httpd.server_address[1]}", TLSServer
+    finally:
+        httpd.shutdown()
+        thread.join()
+        httpd.server_close()
+
+
+def test_a_refused_certificate_is_said_once_and_not_retried(self_signed, inputs, tmp_path, capsys):
+    url, server = self_signed
+    frames = sorted(inputs["directory"].iterdir())[:2]
+    with Client(url, tries=5, backoff=1) as client, pytest.raises(UnreachableError) as info:
+        client.interpolate(*frames)
+    assert "certificate verify failed: self" in str(info.value) and "CERTIFICATE_VERIFY_FAILED" in str(info.value)
+    assert server.connections == 1
+    code = main(["client", *map(str, frames), "-o", str(tmp_path / "mid.png"), "--server", url])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert code == 2 and line.startswith(f"eden-serve: error: {url}/wfpredict/eden: certificate verify failed") and server.connections == 2
+
+
+def test_a_refused_connection_is_retried_and_says_so(inputs):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    frames = sorted(inputs["directory"].iterdir())[:2]
+    with Client(url, tries=2, backoff=0) as client, pytest.raises(UnavailableError) as info:
+        client.interpolate(*frames)
+    assert str(info.value) == f"connection refused ({url}/wfpredict/eden) (gave up after 2 tries)"

@@ -1,6 +1,15 @@
 """The cloud half, E_cond, against the official implementation's conditions (tests/golden)."""
 
+import pytest
 import torch
+
+from eden_serve import synthetic
+from eden_serve.cloud import read_chunk
+from eden_serve.config import PRESETS
+from eden_serve.errors import BadInputError, ChunkTooLargeError, FrameTooLargeError
+from eden_serve.frames import DEFAULT_MAX_PIXELS, load_frame, to_png
+from eden_serve.serving.worker import max_tokens_for
+from eden_serve.synthetic import image_header
 
 
 def test_cloud_conditions_match_golden(golden):
@@ -14,3 +23,30 @@ def test_cloud_conditions_match_golden(golden):
     assert abs(cond.difference - a["difference"].item()) < 1e-5
     h, w = golden.frame0.shape[1:]
     assert cond.grid == golden.config.patch_grid(h, w) and cond.size == (h, w)
+
+
+# A header that declares 4K pixels and holds none: a request judged from its headers is answered
+# without decoding one; decoding it would find it unreadable (400 bad_input).
+HEADER_4K = image_header("PNG", 3840, 2160)
+LIMITS = dict(max_pixels=DEFAULT_MAX_PIXELS, max_side=65535, max_tokens=max_tokens_for(DEFAULT_MAX_PIXELS, PRESETS["tiny"]))
+
+
+def test_a_chunk_over_the_token_budget_is_refused_from_its_headers():
+    with pytest.raises(ChunkTooLargeError, match=r"^17 frames of 3840x2160 are \d+ tokens, over this server's 131072 per request"):
+        read_chunk([HEADER_4K] * 17, PRESETS["tiny"], max_chunk_tokens=1 << 17, **LIMITS)
+
+
+def test_frames_of_two_sizes_are_refused_from_their_headers():
+    small = to_png(torch.zeros(3, 48, 64))
+    with pytest.raises(BadInputError, match=r"^frames differ in size: frame0 is 3840x2160, frame16 is 64x48$"):
+        read_chunk([HEADER_4K] * 16 + [small], PRESETS["tiny"], max_chunk_tokens=1 << 30, **LIMITS)
+    with pytest.raises(FrameTooLargeError, match=r"^frame1 is 3840x2160 = 8294400 pixels, over the limit of 100000$"):
+        read_chunk([small, HEADER_4K, b"not an image"], PRESETS["tiny"], max_chunk_tokens=1 << 30,
+                   **{**LIMITS, "max_pixels": 100_000})
+
+
+def test_a_chunk_is_decoded_into_one_batch_as_frames_decode_alone():
+    frames = [to_png(frame) for frame in synthetic.frame_pair(40, 60)] * 2
+    batch = read_chunk(frames, PRESETS["tiny"], max_chunk_tokens=1 << 17, **LIMITS)
+    assert batch.shape == (4, 3, 40, 60)
+    assert all(torch.equal(batch[i], load_frame(data)) for i, data in enumerate(frames))

@@ -1,6 +1,8 @@
 """Frames in any Pillow format and mode, the pixel limit, and the 8-bit PNG out."""
 
 import io
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -10,7 +12,9 @@ from PIL import Image
 from eden_serve.errors import BadInputError, FrameTooLargeError
 from eden_serve.frames import (
     DEFAULT_MAX_PIXELS,
+    check_frame,
     check_pair,
+    image_to_tensor,
     load_frame,
     open_image,
     oriented_size,
@@ -106,3 +110,35 @@ def test_png_out_rounds():
     frame = torch.tensor([0.0, 0.5 / 255, 0.6 / 255, 1.0]).reshape(1, 1, 4).expand(3, 1, 4)
     out = np.asarray(Image.open(io.BytesIO(to_png(frame))))
     assert out.dtype == np.uint8 and out[0, :, 0].tolist() == [0, 0, 1, 255]
+
+
+def png_header_with_orientation(width: int, height: int, orientation: int | None) -> bytes:
+    """A PNG header, an eXIf chunk before the (absent) pixel data unless ``orientation`` is None,
+    and no pixels."""
+    if orientation is None:
+        return image_header("PNG", width, height)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    body = b"eXIf" + exif.tobytes()
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+    header = image_header("PNG", width, height)
+    return header[:33] + chunk + header[33:]
+
+
+@pytest.mark.parametrize("orientation, size", [(None, (3840, 2160)), (1, (3840, 2160)), (6, (2160, 3840)), (8, (2160, 3840))])
+def test_oriented_size_of_a_png_reads_no_pixel_data(orientation, size):
+    """Pillow's getexif() of a PNG without an eXIf chunk before its pixel data decodes the whole
+    image to look for one after it; the header read does not (this PNG has no pixels to decode)."""
+    data = png_header_with_orientation(3840, 2160, orientation)
+    assert oriented_size(data) == size == check_frame(data, "frame0", DEFAULT_MAX_PIXELS)
+    with pytest.raises(BadInputError, match="not a readable image"):
+        load_frame(data)
+
+
+def test_a_frame_decoded_into_a_batch_equals_one_decoded_alone():
+    sixteen = Image.fromarray(np.arange(120, dtype=np.uint16).reshape(10, 12) * 500)
+    for image in (Image.fromarray(RGB), Image.fromarray(RGB).convert("P"), sixteen, Image.fromarray(RGB[..., 0]).convert("F")):
+        batch = torch.full((2, 3, 10, 12), 7.0)
+        image_to_tensor(image, batch[1])
+        assert torch.equal(batch[1], load_frame(encode(image, "TIFF" if image.mode == "F" else "PNG")))
+        assert torch.equal(batch[1], image_to_tensor(image)) and (batch[0] == 7).all()

@@ -124,6 +124,22 @@ def test_refused_4k_pairs_do_not_stay_in_the_encoder_worker(server):
     assert rss(pid) - start < RSS_MARGIN
 
 
+def test_a_4k_chunk_is_refused_from_its_headers(server):
+    """17 frames that declare 4K and hold no pixels: judged from their headers (413 for the chunk's
+    tokens; 400 for frames of two sizes), never decoded, which would find them unreadable; the
+    worker keeps nothing."""
+    (pid,) = server.worker_pids("eden_encoder")
+    start = rss(pid)
+    header = synthetic.image_header("PNG", 3840, 2160)
+    for _ in range(4):
+        response = encoder(server, {f"frame{i}": header for i in range(17)})
+        assert response.status_code == 413 and response.json()["type"] == "chunk_too_large", response.text
+        response = encoder(server, {**{f"frame{i}": header for i in range(16)}, "frame16": png(48, 64)})
+        assert response.status_code == 400 and "frame0 is 3840x2160, frame16 is 64x48" in response.json()["message"], response.text
+    assert server.worker_pids("eden_encoder") == [pid]
+    assert rss(pid) - start < RSS_MARGIN
+
+
 def test_a_body_over_the_request_limit_is_refused_by_its_length(server, tmp_path):
     """TorchServe's own 413, with an empty body (README "Capacity"); before, the limit was 480 MiB."""
     limit = int(read_properties(BASE_CONFIG)["max_request_size"])

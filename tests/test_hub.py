@@ -6,6 +6,7 @@ in huggingface_hub's layout: models--ORG--NAME/{blobs/SHA256, refs/REV, snapshot
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,39 @@ def test_archive_sh_refuses_a_missing_reference_offline(tmp_path):
     assert result.returncode == 2
     assert "HF_HUB_OFFLINE=1 forbids downloading it" in result.stderr
     assert not list((tmp_path / "store").glob("*.mar"))
+
+
+@pytest.mark.parametrize("reference", ["hf://a/b/../../x", "hf://../../x", "hf://a/b/./x", "hf://a/b/x//y", "hf://a/b/x@../../y",
+                                       "hf://a/b/..", "hf://a/b/x\\..\\y"])
+def test_references_that_leave_their_repository_are_refused(reference):
+    with pytest.raises(CheckpointError, match="is not allowed in a hub reference"):
+        parse_reference(reference)
+
+
+@pytest.mark.parametrize("option", [["--file", "../../x"], ["--file", "/etc/passwd"], ["--file", "a\\b"], ["--repo", "../.."],
+                                    ["--revision", "../../main"]])
+def test_download_refuses_paths_out_of_the_repository_before_any_access(tmp_path, option):
+    """Our own check, before huggingface_hub sees anything: one line, and no cache is created."""
+    result = cli(tmp_path / "cache", "download", *option)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "is not allowed in a hub reference" in result.stderr and not (tmp_path / "cache").exists()
+
+
+def test_an_unreachable_hub_is_one_try_and_one_line(hub_cache, tmp_path):
+    """Online, with the hub's port closed: our one line with the reason, not huggingface_hub's
+    retry warnings; a file in the cache is still found."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    env = {**offline_env(tmp_path / "empty-cache"), "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint, "NO_PROXY": "127.0.0.1"}
+    result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "download"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"eden-serve: error: hf://zhZ524/EDEN/eden.pt: the hub cannot be reached (127.0.0.1:{endpoint.rsplit(':', 1)[1]}: "
+        f"Connection refused) and the file is not in the hub cache ({tmp_path / 'empty-cache'})"
+    ]
+    env["HF_HUB_CACHE"] = str(hub_cache)
+    result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "download", "--config", "tiny"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert Path(result.stdout.strip()) == hub_cache / "models--zhZ524--EDEN" / "snapshots" / MAIN_COMMIT / "eden.pt"

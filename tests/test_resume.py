@@ -5,6 +5,7 @@ a run that was never interrupted; a resume with anything changed is refused in o
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -307,3 +308,105 @@ def test_a_retimed_run_resumes_from_its_cached_middles(tmp_path, kind, retiming)
     assert done >= 3 and (summary.resumed, summary.pairs) == (done, whole.pairs - done)
     assert contents(dst) == contents(tmp_path / f"whole{dst.suffix}")
     assert leftovers(tmp_path) == []
+
+
+def stopped_partial(tmp_path, kind, at=5):
+    """A clip and the partial output, journal (and cache) of a resumable run stopped at pair ``at``."""
+    src, dst = inputs(tmp_path, kind)
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stop_at(at), chunk=2, seed=3, resume=True, fingerprint=STAND_IN, progress=False)
+    return src, dst
+
+
+def resume_average(src, dst):
+    return interpolate_clip(src, dst, pairwise(average), chunk=2, seed=3, resume=True, fingerprint=STAND_IN, progress=False)
+
+
+def flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def edit_journal(dst: Path, directory: bool, edit) -> None:
+    path = dst.parent / f".{dst.stem}.partial-resume{'' if directory else dst.suffix}.journal"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("kind, damage, message", [
+    ("directory", lambda partial: [p.unlink() for p in sorted(partial.iterdir())[2:5]],
+     r"\.out\.partial-resume holds 5 of the 8 frames its journal recorded"),
+    ("directory", lambda partial: flip(sorted(partial.iterdir())[3], 200), r"\.out\.partial-resume differs from what its journal recorded"),
+    ("directory", lambda partial: sorted(partial.iterdir())[1].rename(partial / "000009.png"), "holds 7 of the 8 frames"),
+    ("apng", lambda partial: flip(partial, 300), r"\.out\.partial-resume\.png differs from what its journal recorded"),
+    ("gif", lambda partial: flip(partial, partial.stat().st_size // 2), "differs from what its journal recorded"),
+    ("gif", lambda partial: partial.write_bytes(partial.read_bytes()[:100]), "is shorter than its journal recorded"),
+])
+def test_a_damaged_partial_output_is_refused(tmp_path, kind, damage, message):
+    src, dst = stopped_partial(tmp_path, kind)
+    partial = dst.parent / f".{dst.stem}.partial-resume{'' if kind == 'directory' else dst.suffix}"
+    damage(partial)
+    with pytest.raises(BadInputError, match=message + r".*; delete \.out\.partial-resume(\.\w+)?\.journal and \.out\.partial-resume"):
+        resume_average(src, dst)
+    assert not dst.exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda j: j["checkpoint"].update(position=2), "its journal was changed after this program wrote it"),
+    (lambda j: j["checkpoint"].update(position=6), "its journal was changed"),
+    (lambda j: j["checkpoint"].update(position=-4), "its journal was changed"),
+    (lambda j: j.update(checkpoint="x"), "its journal was changed"),
+    (lambda j: j["checkpoint"].pop("writer"), "its journal was changed"),
+    (lambda j: j.pop("seal"), "its journal was changed"),
+    (lambda j: j.update(version=1), "its journal is not version 2"),
+])
+def test_an_edited_journal_is_refused(tmp_path, edit, message):
+    src, dst = stopped_partial(tmp_path, "directory")
+    edit_journal(dst, True, edit)
+    with pytest.raises(BadInputError, match=message):
+        resume_average(src, dst)
+    assert not dst.exists()
+
+
+def test_a_partial_output_of_the_wrong_kind_is_refused(tmp_path):
+    src, dst = stopped_partial(tmp_path, "directory")
+    partial = tmp_path / ".out.partial-resume"
+    shutil.rmtree(partial)
+    partial.write_bytes(b"a file")
+    with pytest.raises(BadInputError, match=r"\.out\.partial-resume is a file, not what this output builds; delete"):
+        resume_average(src, dst)
+
+
+def test_a_damaged_cached_middle_is_refused(tmp_path):
+    src, dst = inputs(tmp_path, "mkv")
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stop_at(5), chunk=2, seed=3, resume=True, fingerprint=STAND_IN, progress=False)
+    cached = sorted((tmp_path / ".out.partial-resume.mkv.middles").glob("*.png"))
+    assert len(cached) >= 2 and all(len(p.stem.split("-")[-1]) == 32 for p in cached)
+    flip(cached[1], cached[1].stat().st_size // 2)
+    with pytest.raises(BadInputError, match=r"the cached middle frame 1-000000001-\w+\.png is damaged; delete"):
+        resume_average(src, dst)
+    assert not dst.exists()
+
+
+@pytest.mark.parametrize("case", ["journal", "frames deleted", "partial is a file"])
+def test_the_command_refuses_a_bad_resume_in_one_line(tmp_path, tiny_models, case):
+    """A hand-edited journal, frames deleted from the partial output, a partial directory replaced by
+    a file: one line, exit 2, never exit 0 with fewer frames."""
+    src, dst = inputs(tmp_path, "directory")
+    assert killed_run(src, dst, "tiny", 2, 2, 3).returncode == -signal.SIGKILL
+    partial = tmp_path / ".out.partial-resume"
+    if case == "journal":
+        edit_journal(dst, True, lambda j: j["checkpoint"].update(position=2))
+    elif case == "frames deleted":
+        for path in sorted(partial.iterdir())[:2]:
+            path.unlink()
+    else:
+        shutil.rmtree(partial)
+        partial.write_bytes(b"")
+    result = subprocess.run(cli(src, "-o", dst, "--resume", "--seed", "3"), capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if ": warning: no checkpoint given" not in line]
+    assert result.returncode == 2 and len(errors) == 1 and errors[0].startswith("eden-serve: error: cannot resume"), result.stderr
+    assert "to start again" in errors[0] and not dst.exists()

@@ -24,10 +24,10 @@ from typing import Iterator
 
 from PIL import Image, UnidentifiedImageError
 
-from ..atomic import atomic_output
+from ..atomic import atomic_output, remove_partial
 from ..errors import BadInputError
 from ..frames import PNG_MODES, PNG_SIGNATURE, match_mode
-from ..resume import Journal, sync
+from ..resume import Journal, Tally, start_afresh, sync
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, Clip, ClipWriter, Frame
 from .encoding import VIDEO_EXTRA, Encoding
@@ -92,10 +92,29 @@ class DirectoryWriter(ClipWriter):
         self.dir = tmp
         self.count = 0 if state is None else state["count"]
         self.unsynced: list[Path] = []
-        if state is not None:  # frames written after the checkpoint, the last perhaps in part
-            for path in tmp.iterdir():
-                if not path.stem.isdigit() or int(path.stem) >= self.count:
-                    path.unlink()
+        self.tally = Tally()
+        if state is not None:
+            self._restore(state)
+
+    def _restore(self, state: dict) -> None:
+        """Continue from ``state``: the frames it counts must be there, exactly as written (its
+        checksum); those written after it (the last perhaps in part) go."""
+        kept: dict[int, Path] = {}
+        for path in self.dir.iterdir():
+            if path.stem.isdigit() and int(path.stem) < self.count and path.name == f"{int(path.stem):06d}.png" and path.is_file():
+                kept[int(path.stem)] = path
+            else:
+                remove_partial(path)
+        problem = None
+        if len(kept) != self.count:
+            problem = f"holds {len(kept)} of the {self.count} frames its journal recorded"
+        else:
+            for k in range(self.count):
+                self.tally.add_file(kept[k])
+            if self.tally.digest() != state["digest"]:
+                problem = "differs from what its journal recorded"
+        if problem:
+            raise BadInputError(f"cannot resume: {self.dir.name} {problem}; {start_afresh(self.dir)}")
 
     def _next(self) -> Path:
         path = self.dir / f"{self.count:06d}.png"
@@ -122,8 +141,10 @@ class DirectoryWriter(ClipWriter):
 
     def checkpoint(self):
         sync(*self.unsynced, self.dir)
+        for path in self.unsynced:  # read back: the checksum is of what the disk holds
+            self.tally.add_file(path)
         self.unsynced = []
-        return {"count": self.count}
+        return {"count": self.count, "digest": self.tally.digest()}
 
 
 def _animated(path: Path) -> Image.Image | None:
@@ -205,13 +226,16 @@ def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), jou
         output = contextlib.nullcontext(Path(PIPE))
     else:
         dst = Path(dst)
-        if str(clip.path) != PIPE and dst.resolve() == clip.path.resolve():
+        # realpath: a symlink loop is no error here
+        if str(clip.path) != PIPE and os.path.realpath(dst) == os.path.realpath(clip.path):
             raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
         directory = clip.kind == "directory"
         output = atomic_output(dst, directory) if journal is None else journal.output(directory)
     with output as tmp:
         checkpoint = journal.checkpoint if journal is not None else None
         writer = clip.writer(tmp, dst, retiming, checkpoint["writer"] if checkpoint else None, encoding)
+        if journal is not None:
+            journal.confirm()
         try:
             yield writer
             writer.finish()

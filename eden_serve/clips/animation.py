@@ -20,6 +20,7 @@ from PIL import GifImagePlugin, Image
 
 from ..errors import BadInputError
 from ..frames import check_size, match_mode, png_bytes
+from ..resume import Tally, start_afresh
 from .base import HALF, Clip, ClipWriter, Frame
 
 ANIMATION_FORMATS = {"GIF", "PNG", "WEBP"}
@@ -88,17 +89,35 @@ class _AnimationWriter(ClipWriter):
         self.clip = clip
         self.factor = factor
         self.ticks = 0  # the delay of the last original frame, shared with the middles after it
+        self.tally = Tally()  # of the bytes up to the last checkpoint, ``self.tallied``
+        self.tallied = 0
         if state is None:
-            self.file = open(tmp, "wb")
+            self.file = open(tmp, "w+b")
             self._start()
             return
         self.file = open(tmp, "r+b")
-        if self.file.seek(0, io.SEEK_END) < state["offset"]:
+        try:
+            self._check(tmp, state)
+        except BaseException:
             self.file.close()
-            raise BadInputError(f"cannot resume {tmp.name}: it is shorter than its journal says; delete it and its journal")
+            raise
         self.file.truncate(state["offset"])
         self.file.seek(state["offset"])
         self._restore(state)
+
+    def _check(self, tmp: Path, state: dict) -> None:
+        """The file must hold what the checkpoint recorded: at least its length, and those bytes
+        exactly (their checksum)."""
+        self.tallied = state["offset"]
+        problem = None
+        if self.file.seek(0, io.SEEK_END) < self.tallied:
+            problem = "is shorter than its journal recorded"
+        else:
+            self.tally.add_range(self.file, 0, self.tallied)
+            if self.tally.digest() != state["digest"]:
+                problem = "differs from what its journal recorded"
+        if problem:
+            raise BadInputError(f"cannot resume: {tmp.name} {problem}; {start_afresh(tmp)}")
 
     def _start(self) -> None:
         """Write the header of a new file."""
@@ -123,7 +142,11 @@ class _AnimationWriter(ClipWriter):
     def checkpoint(self):
         self.file.flush()
         os.fsync(self.file.fileno())
-        return {"offset": self.file.tell()}
+        offset = self.file.tell()
+        self.tally.add_range(self.file, self.tallied, offset)  # read back: the checksum is of what the disk holds
+        self.file.seek(offset)
+        self.tallied = offset
+        return {"offset": offset, "digest": self.tally.digest()}
 
     def close(self):
         self.file.close()

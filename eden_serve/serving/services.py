@@ -24,11 +24,11 @@ import torch
 
 from .. import wire
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
-from ..cloud import CloudEncoder
+from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
-from ..errors import BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, encoder_refusal, error_response
-from ..frames import check_pair, load_frame, to_png
+from ..errors import BadInputError, ChunkTooLargeError, EdenError, encoder_refusal, error_response
+from ..frames import to_png
 from ..wire import Chunk, keyed
 from .fields import (
     FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, parse_threshold, request_body,
@@ -185,27 +185,9 @@ class CloudService(Service):
         codec = parse_codec(request.get("codec"), self.settings.codec)
         return EncodeJob(frames, seed, codec, parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold))
 
-    def load_frame(self, data: bytes, name: str) -> torch.Tensor:
-        frame = load_frame(data, name, self.settings.max_pixels, max_side=wire.MAX_SIDE)
-        ph, pw = self.model.config.patch_grid(*frame.shape[-2:])
-        if ph * pw > self.max_tokens:
-            raise FrameTooLargeError(
-                f"{name} is {frame.shape[-1]}x{frame.shape[-2]}, which pads to {ph * pw} tokens, over this server's "
-                f"{self.max_tokens} (frames of up to {self.settings.max_pixels} pixels and aspect ratio up to 4:1)"
-            )
-        return frame
-
     def run(self, idx: int, job: EncodeJob) -> Reply:
-        frames = [self.load_frame(data, f"frame{i}") for i, data in enumerate(job.frames)]
-        for frame in frames[1:]:
-            check_pair(frames[0], frame)
-        ph, pw = self.model.config.patch_grid(*frames[0].shape[-2:])
-        if len(frames) * ph * pw > self.max_chunk_tokens:
-            fit = self.max_chunk_tokens // (ph * pw)
-            raise ChunkTooLargeError(
-                f"{len(frames)} frames of {frames[0].shape[-1]}x{frames[0].shape[-2]} are {len(frames) * ph * pw} tokens, "
-                f"over this server's {self.max_chunk_tokens} per request; send at most {fit} frames of this size"
-            )
+        frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
+                            self.max_chunk_tokens)
         start = time.perf_counter()
         chunk = self.model.encode_chunk(frames, job.seed, job.scene_threshold)
         encoded = time.perf_counter()
