@@ -58,7 +58,7 @@ class CloudEncoder:
         cuts = {j: to_png(x[j].cpu()) for j in range(len(x) - 1) if cut[j]}
 
         ph, pw = self.config.patch_grid(height, width)
-        pos = pos_embedding(self.config, ph, pw, 1).to(self.device)
+        pos = pos_embedding(self.config, ph, pw, 1, self.device)
         w = self.weights
         cond_dit = torch.empty(len(x), ph * pw, self.config.hidden_dim, device=self.device)
         cond_dec = torch.empty_like(cond_dit)
