@@ -34,7 +34,7 @@ def _sincos_1d(dim: int, coords: torch.Tensor) -> torch.Tensor:
 # Positional embeddings kept for reuse, in all (every device's together): a 4K frame's are about
 # 100 MB at stride 1 and 25 MB at stride 2, so a count of entries would not bound the memory of a
 # worker that sees many frame sizes.
-EMBEDDING_CACHE_BYTES = 512 << 20
+EMBEDDING_CACHE_BYTES = 256 << 20
 
 
 class EmbeddingCache:

@@ -163,6 +163,7 @@ class EdgeModel:
         pixels = self.decode_on_device(latents, batch, path).mul_(255).round_().to(torch.uint8)
         return pixels.permute(0, 2, 3, 1).contiguous().cpu()
 
+    @torch.inference_mode()
     def decode_on_device(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """:meth:`decode_latents` on this model's device."""
         cfg, w = self.config, self.weights
