@@ -244,7 +244,7 @@ def test_the_edge_passes_on_only_what_an_encoder_sends(edge):
     document, which only someone else can have sent, is a bad payload."""
     passed_on = [(400, "bad_input"), (413, "frame_too_large"), (413, "chunk_too_large"), (400, "bad_payload"),
                  (507, "out_of_memory")]
-    foreign = [(599, "x"), (503, "unavailable"), (500, "internal_error"), (404, "bad_input"), (409, "model_mismatch"),
+    foreign = [(599, "x"), (503, "unavailable"), (503, "device_failure"), (500, "internal_error"), (404, "bad_input"), (409, "model_mismatch"),
                (413, "payload_too_large"), (400, "InvalidKeyException")]
     documents = [{"code": code, "type": kind, "message": "m"} for code, kind in passed_on + foreign]
     replies = handle(*edge, [{"body": json.dumps(d).encode()} for d in documents] + [{"body": d} for d in documents])
@@ -422,7 +422,10 @@ def test_a_sticky_device_error_answers_503_and_the_worker_leaves(fresh_edge, enc
     assert [(status, json.loads(body)["type"]) for status, _, body in replies] == [(503, "device_failure"), (400, "unsupported_version")]
     assert left == [True]
     monkeypatch.undo()
-    assert handle(handler, ctx, [{"body": payload}])[0][0] == 200  # a healthy answer does not make it leave
+    monkeypatch.setattr(service, "leave", lambda: left.append(True))
+    forged = json.dumps({"code": 503, "type": "device_failure", "message": "m"}).encode()
+    # Neither a healthy answer nor a document claiming a device failure makes it leave.
+    assert [r[0] for r in handle(handler, ctx, [{"body": payload}, {"body": forged}])] == [200, 400]
     assert left == [True]
 
 

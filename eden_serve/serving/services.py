@@ -34,7 +34,7 @@ from ..cloud import CloudEncoder
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
 from ..errors import (
-    DEVICE_FAILURE, BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, encoder_refusal, error_response,
+    BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, encoder_refusal, error_response, is_device_failure,
 )
 from ..frames import check_pair, load_frame, png_of
 from ..wire import Chunk
@@ -65,6 +65,7 @@ class Refusal(NamedTuple):
 
     status: int
     document: dict
+    device_failure: bool = False  # this process's device broke (not a document passed on saying so)
 
 
 def refusal(exc: BaseException) -> Refusal:
@@ -75,7 +76,7 @@ def refusal(exc: BaseException) -> Refusal:
         # As text: a record holding the exception would keep its frames' tensors alive in any
         # handler that buffers records.
         logger.error("request failed\n%s", "".join(traceback.format_exception(exc)).rstrip())
-    return Refusal(*error_response(exc))
+    return Refusal(*error_response(exc), is_device_failure(exc))
 
 
 def release_cached_memory() -> None:
@@ -154,7 +155,7 @@ class Service:
     def postprocess(self, outcomes: list) -> list[bytes]:
         """Per-request status and content type on the context; the bodies, in batch order. After a
         sticky device error, the worker exits once these are sent (:meth:`leave`)."""
-        if any(isinstance(o, Refusal) and o.document.get("type") == DEVICE_FAILURE for o in outcomes):
+        if any(isinstance(o, Refusal) and o.device_failure for o in outcomes):
             self.leave()
         bodies = []
         for idx, outcome in enumerate(outcomes):
