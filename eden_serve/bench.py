@@ -1,7 +1,15 @@
-"""``eden-serve bench``: median time per pair, split by stage, optimised path vs reference path.
+"""``eden-serve bench``: median time per pair, split by stage, optimised path vs reference path,
+and the edge's roofline: its arithmetic rate against the peak of a matrix product of its own.
 
 The reference path always runs in fp32: it stands for the official implementation, so the speedup
 and the output difference printed are those of the chosen precision and path against it.
+
+The roofline: the floating-point operations of one pair's denoise and decode, counted on the meta
+device with ``F.linear`` products (:func:`pair_flops`), over their time, against the GEMM peak
+(:func:`gemm_rate`): the MLP's product on the decoder's tokens, in the edge's dtype and through
+its own kernels. The peak is measured between the pairs, in the same process, so that a machine
+shared with other work slows both alike; each round's fraction is its pair's rate over its
+peak, and the medians are printed.
 """
 
 from __future__ import annotations
@@ -11,19 +19,53 @@ import statistics
 import time
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from . import synthetic, wire
 from .checkpoint import load_pair
 from .config import EdenConfig
-from .edge import EdgeModel
+from .edge import EdgeModel, synchronize
+from .model import EdgeWeights
+from .wire import Conditions
+
+GEMM_TRIES = 3  # per round; the best is the round's peak
 
 
 def _timed(fn, device: torch.device):
+    synchronize(device)
     start = time.perf_counter()
     result = fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
     return result, (time.perf_counter() - start) * 1000
+
+
+def pair_flops(config: EdenConfig, size: tuple[int, int]) -> int:
+    """Floating-point operations of one pair's denoise and decode on the fast path, counted on
+    the meta device (nothing computed) with ``F.linear`` products: oneDNN's are not counted by
+    PyTorch, and they do the same arithmetic."""
+    with torch.device("meta"):
+        weights = EdgeWeights(config)
+    edge = EdgeModel(weights, config, "meta", "fp32")
+    ph, pw = config.patch_grid(*size)
+    tokens = torch.zeros(2, ph * pw, config.hidden_dim, device="meta")
+    pair = [Conditions(tokens, tokens, 0.5, 0.25, 0.0, (ph, pw), size)]
+    with FlopCounterMode(display=False) as counter:
+        edge.decode_on_device(edge.denoise(pair), pair)
+    return counter.get_total_flops()
+
+
+def gemm_rate(edge: EdgeModel, tokens: int) -> float:
+    """GFLOP/s of the edge's largest product (the MLP's first) on ``tokens`` tokens, in its dtype
+    and through its kernels: the best of a few."""
+    cfg = edge.config
+    fc1 = edge.weights.decoder_blocks[0].mlp.fc1
+    x = torch.randn(tokens, cfg.hidden_dim, generator=torch.Generator().manual_seed(0)).to(edge.device, edge.dtype)
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(GEMM_TRIES):
+            _, ms = _timed(lambda: edge.linears.module(fc1, x), edge.device)
+            best = min(best, ms)
+    return 2 * tokens * cfg.hidden_dim * cfg.mlp_dim / best / 1e6
 
 
 def _stages(cloud, edge: EdgeModel, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
@@ -77,7 +119,8 @@ def run_bench(
           f"({edge.precision_reason}), device {device}, CPU {capability}, {torch.get_num_threads()} threads, "
           f"{repeat} timed pairs after a warm-up")
 
-    jobs = {"optimised": lambda: _stages(cloud, edge, frames, codec, "fast")}
+    ph, pw = config.patch_grid(*size)
+    jobs = {"peak": lambda: gemm_rate(edge, ph * pw), "optimised": lambda: _stages(cloud, edge, frames, codec, "fast")}
     if reference:
         fp32_edge = edge if edge.precision == "fp32" else load_pair(checkpoint, config, device, "fp32")[1]
         jobs["reference"] = lambda: _stages(cloud, fp32_edge, frames, "fp32", "reference")
@@ -85,11 +128,20 @@ def run_bench(
     stages, total, frame, payload = _summary(runs["optimised"])
     print("optimised: " + ", ".join(f"{k} {v:.1f} ms" for k, v in stages.items()) + f"; total {total:.1f} ms/pair")
     print(f"payload {payload} bytes ({payload / raw_bytes:.2f}x the raw 8-bit frame pair, {raw_bytes} bytes)")
+    flops = pair_flops(config, size)
+    achieved = [flops / (r[0]["denoise"] + r[0]["decode"]) / 1e6 for r in runs["optimised"]]
+    fractions = [a / p for a, p in zip(achieved, runs["peak"])]
+    roofline = {"gflop_per_pair": round(flops / 1e9, 2), "achieved_gflops": round(statistics.median(achieved), 1),
+                "peak_gflops": round(statistics.median(runs["peak"]), 1), "roofline_fraction": round(statistics.median(fractions), 3)}
+    print(f"roofline: {roofline['gflop_per_pair']} GFLOP per pair (denoise + decode), {roofline['achieved_gflops']} GFLOP/s, "
+          f"{roofline['roofline_fraction']:.2f} of the {roofline['peak_gflops']} GFLOP/s of a {edge.precision} GEMM "
+          f"[{ph * pw} x {config.hidden_dim}] x [{config.hidden_dim} x {config.mlp_dim}] measured between the pairs")
     result = {
         "ms_per_pair": round(total, 2), "payload_bytes": payload, "raw_pair_bytes": raw_bytes,
         **{f"{k}_ms": round(v, 2) for k, v in stages.items()},
         "config": config.name, "size": f"{size[0]}x{size[1]}", "codec": codec, "precision": precision,
         "precision_used": edge.precision, "device": device, "cpu_capability": capability, "threads": torch.get_num_threads(),
+        **roofline,
     }
     if reference:
         ref_stages, ref_total, ref_frame, _ = _summary(runs["reference"])

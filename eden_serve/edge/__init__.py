@@ -78,8 +78,8 @@ class EdgeModel:
             for module in self.weights.modules():
                 if isinstance(module, torch.nn.Linear):
                     module.to(torch.bfloat16)
-        fast_fp32_cpu = self.precision == "fp32" and onednn_linear_available(self.device)
-        self.linears = Linears("onednn" if fast_fp32_cpu else "torch")
+        self.dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32  # of the matrix products
+        self.linears = Linears("onednn" if onednn_linear_available(self.device, self.dtype) else "torch")
         # Condition tokens per batched forward unless a caller sets its own (handler.max_batch_tokens).
         self.batch_tokens = BATCH_TOKENS.get(self.device.type, BATCH_TOKENS["cuda"])
 
@@ -110,7 +110,7 @@ class EdgeModel:
 
     def _path(self, path: AttentionPath) -> BlockPath:
         assert path in ("fast", "reference"), path
-        return FastPath(self.linears) if path == "fast" else ReferencePath()
+        return FastPath(self.linears, self.dtype) if path == "fast" else ReferencePath()
 
     def _autocast(self):
         if self.precision != "bf16":
