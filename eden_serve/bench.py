@@ -70,12 +70,15 @@ def gemm_rate(edge: EdgeModel, tokens: int) -> float:
 
 def _stages(cloud, edge: EdgeModel, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
     device = edge.device
+    on_device = codec == wire.NO_WIRE
 
     def round_trip(chunk):
+        if on_device:
+            return [edge.receive(chunk).pair(0)], 0
         payload = wire.encode(chunk, cloud.config, codec)
-        return [wire.decode(payload, edge.config).pair(0)], len(payload)
+        return [edge.receive(wire.decode(payload, edge.config)).pair(0)], len(payload)
 
-    chunk, encode_ms = _timed(lambda: cloud.encode_chunk(frames, seed=0), device)
+    chunk, encode_ms = _timed(lambda: cloud.encode_chunk(frames, seed=0, on_device=on_device), cloud.device)
     (received, payload_bytes), codec_ms = _timed(lambda: round_trip(chunk), device)
     latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
     frame, decode_ms = _timed(lambda: edge.decode_latents(latents, received, path)[0], device)
@@ -107,12 +110,14 @@ def run_bench(
     repeat: int,
     codec: str,
     precision: str,
-    device: str,
+    devices: tuple[str, str],
     reference: bool = True,
 ) -> dict:
-    wire.parse_codec(codec)
+    """``devices``: the cloud's and the edge's; the reference path runs on the edge's."""
+    wire.check_codec(codec)
     frames = synthetic.frame_pair(*size)
-    cloud, edge = load_pair(checkpoint, config, device, precision)
+    cloud, edge = load_pair(checkpoint, config, devices[0], precision, edge_device=devices[1])
+    device = devices[0] if devices[0] == devices[1] else ",".join(devices)
     raw_bytes = 2 * 3 * size[0] * size[1]
     capability = torch.backends.cpu.get_cpu_capability()
     print(f"config {config.name}, {size[0]}x{size[1]}, codec {codec}, precision {precision} -> {edge.precision} "
@@ -122,7 +127,7 @@ def run_bench(
     ph, pw = config.patch_grid(*size)
     jobs = {"peak": lambda: gemm_rate(edge, ph * pw), "optimised": lambda: _stages(cloud, edge, frames, codec, "fast")}
     if reference:
-        fp32_edge = edge if edge.precision == "fp32" else load_pair(checkpoint, config, device, "fp32")[1]
+        fp32_edge = edge if edge.precision == "fp32" else load_pair(checkpoint, config, devices[1], "fp32")[1]
         jobs["reference"] = lambda: _stages(cloud, fp32_edge, frames, "fp32", "reference")
     runs = _interleaved(jobs, repeat)
     stages, total, frame, payload = _summary(runs["optimised"])

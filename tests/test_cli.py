@@ -12,8 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
+from eden_serve import cli
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
+from eden_serve.errors import BadInputError
 from eden_serve.frames import load_frame, to_png, to_uint8
 from eden_serve.pipeline import interpolate_pair
 from eden_serve.synthetic import frame_pair
@@ -131,3 +133,51 @@ def test_bench_prints_the_precision_it_ran(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["precision"] == "auto" and result["precision_used"] in ("fp32", "bf16")
     assert result["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+# --- devices --------------------------------------------------------------------------------------
+
+
+def gpus(monkeypatch, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_device_auto_is_the_gpu_where_there_is_one(monkeypatch):
+    gpus(monkeypatch, 0)
+    assert cli._devices("auto") == ("cpu", "cpu")
+    gpus(monkeypatch, 1)
+    assert cli._devices("auto") == ("cuda", "cuda")
+    assert cli._build_parser().parse_args(["bench"]).device == "auto"
+
+
+def test_two_devices_cloud_then_edge(monkeypatch):
+    gpus(monkeypatch, 2)
+    assert cli._devices("cuda:0,cuda:1") == ("cuda:0", "cuda:1")
+    assert cli._devices("cpu,cuda:1") == ("cpu", "cuda:1")
+    gpus(monkeypatch, 0)
+    assert cli._devices("cpu,cpu") == ("cpu", "cpu")
+
+
+def test_two_gpus_asked_for_and_one_visible_share_it(monkeypatch):
+    gpus(monkeypatch, 1)
+    with pytest.warns(cli.DeviceFallbackWarning, match="only 1 GPU"):
+        assert cli._devices("cuda:0,cuda:1") == ("cuda:0", "cuda:0")
+
+
+@pytest.mark.parametrize("text, message", [("cuda:0,cuda:1", "CUDA is not available"), ("cpu,cpu,cpu", "one device or two"),
+                                           ("tpu", "unknown device 'tpu'"), ("cpu,", "unknown device ''")])
+def test_bad_devices(monkeypatch, text, message):
+    gpus(monkeypatch, 0)
+    with pytest.raises(BadInputError, match=message):
+        cli._devices(text)
+
+
+def test_interpolate_on_two_devices_without_the_wire(frames, tmp_path):
+    out = tmp_path / "mid.png"
+    result = run("interpolate", *frames, "-o", out, "--config", "tiny", "--device", "cpu,cpu", "--codec", "none", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert "payload 0 bytes, codec none" in result.stdout
+    wired = tmp_path / "wired.png"
+    assert run("interpolate", *frames, "-o", wired, "--config", "tiny", "--codec", "fp32", "--seed", "3").returncode == 0
+    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(wired)))
