@@ -13,6 +13,8 @@ import torch
 from PIL import Image
 
 from eden_serve import cli
+from eden_serve.bench import pair_flops
+from eden_serve.config import preset
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
 from eden_serve.errors import BadInputError
@@ -126,6 +128,10 @@ def test_bench_ends_with_json(capsys):
     result = json.loads(last)
     assert result["ms_per_pair"] > 0 and result["payload_bytes"] > 0 and result["speedup"] > 0
     assert result["max_abs_diff"] < 1e-2
+    # The roofline: operations counted on the meta device, rates measured in this run.
+    assert result["gflop_per_pair"] == round(pair_flops(preset("tiny"), (40, 60)) / 1e9, 2) > 0
+    assert result["achieved_gflops"] >= 0 and result["peak_gflops"] > 0
+    assert 0 < result["roofline_fraction"] and 0 < result["roofline_fraction_cpu_time"]
 
 
 def test_bench_prints_the_precision_it_ran(capsys):
