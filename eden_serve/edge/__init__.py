@@ -99,9 +99,9 @@ class EdgeModel:
         synchronize(self.device)
 
     def warm_up(self) -> None:
-        """One pair of the smallest frames (a 2 x 2 patch grid) through both halves at load: on a
-        GPU the lazy set-up (context, cuBLAS handles, kernels) then happens before the first
-        request, and a GPU that cannot run the model fails the load, not a request."""
+        """One pair of the smallest frames (a 2 x 2 patch grid) through the DiT and the decoder at
+        load: on a GPU the lazy set-up (context, cuBLAS handles, kernels) then happens before the
+        first request, and a GPU that cannot run the model fails the load, not a request."""
         side = self.config.pad_multiple
         tokens = torch.zeros(2, 4, self.config.hidden_dim, device=self.device)
         pair = Conditions(tokens, tokens, 0.5, 0.25, 0.0, (2, 2), (side, side))

@@ -45,8 +45,8 @@ from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, m
 
 logger = logging.getLogger(__name__)
 FRAME_FIELD = re.compile(r"frame\d+")
-# After a sticky device error: TorchServe's worker writes the answers to its socket as soon as the
-# handler returns them, and this leaves it the time to before the process exits.
+# After a sticky device error the process exits this long after the handler returns its answers,
+# which TorchServe's worker writes to its socket at once.
 EXIT_GRACE_S = 1.0
 DEVICE_FAILURE_EXIT = 75  # EX_TEMPFAIL: TorchServe restarts a worker whatever its exit code
 # Threads that PNG-encode an edge batch's middles while the next batch computes: zlib releases the GIL.
