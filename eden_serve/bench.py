@@ -144,12 +144,12 @@ def run_bench(
     achieved = [flops / (r[0]["denoise"] + r[0]["decode"]) / 1e6 for r in runs["optimised"]]
     fractions = [a / p for a, (p, _) in zip(achieved, runs["peak"])]
     cpu_fractions = [flops / r[3] / 1e6 / p for r, (_, p) in zip(runs["optimised"], runs["peak"])]
-    roofline = {"gflop_per_pair": round(flops / 1e9, 2), "achieved_gflops": round(statistics.median(achieved), 1),
-                "peak_gflops": round(statistics.median(p for p, _ in runs["peak"]), 1),
+    roofline = {"gflop_per_pair": round(flops / 1e9, 2), "achieved_gflops": round(statistics.median(achieved), 3),
+                "peak_gflops": round(statistics.median(p for p, _ in runs["peak"]), 3),
                 "roofline_fraction": round(statistics.median(fractions), 3),
                 "roofline_fraction_cpu_time": round(statistics.median(cpu_fractions), 3)}
-    print(f"roofline: {roofline['gflop_per_pair']} GFLOP per pair (denoise + decode), {roofline['achieved_gflops']} GFLOP/s, "
-          f"{roofline['roofline_fraction']:.2f} of the {roofline['peak_gflops']} GFLOP/s of a {edge.precision} GEMM "
+    print(f"roofline: {roofline['gflop_per_pair']} GFLOP per pair (denoise + decode), {roofline['achieved_gflops']:.1f} GFLOP/s, "
+          f"{roofline['roofline_fraction']:.2f} of the {roofline['peak_gflops']:.1f} GFLOP/s of a {edge.precision} GEMM "
           f"[{ph * pw} x {config.hidden_dim}] x [{config.hidden_dim} x {config.mlp_dim}] measured between the pairs; "
           f"{roofline['roofline_fraction_cpu_time']:.2f} in this process's CPU time")
     result = {
