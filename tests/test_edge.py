@@ -11,7 +11,7 @@ from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS, preset
-from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, initial_noise
+from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, initial_noise, upload
 from eden_serve.edge.kernels import modulated_layer_norm
 from eden_serve.edge.paths import _modulated
 from eden_serve.edge.precision import Bf16Check
@@ -164,3 +164,13 @@ class CountedOps(TorchDispatchMode):
 def test_warm_up_runs_the_smallest_frame(tiny_models):
     _, edge = tiny_models
     edge.warm_up()
+
+
+def test_an_upload_to_a_gpu_is_pinned_and_does_not_wait(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *args, **kwargs: calls.append((args, kwargs)) or self)
+    upload(torch.zeros(2), torch.device("cuda:1"))
+    upload(torch.zeros(2), torch.device("meta"))
+    monkeypatch.undo()
+    assert calls == ["pin", ((torch.device("cuda:1"),), {"non_blocking": True}), ((torch.device("meta"),), {})]
