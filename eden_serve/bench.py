@@ -1,7 +1,17 @@
-"""``eden-serve bench``: median time per pair, split by stage, optimised path vs reference path.
+"""``eden-serve bench``: median time per pair, split by stage, optimised path vs reference path,
+and the edge's roofline: its arithmetic rate against the peak of a matrix product of its own.
 
 The reference path always runs in fp32: it stands for the official implementation, so the speedup
 and the output difference printed are those of the chosen precision and path against it.
+
+The roofline: the floating-point operations of one pair's denoise and decode, counted on the meta
+device with ``F.linear`` products (:func:`pair_flops`), over their time, against the GEMM peak
+(:func:`gemm_rate`): the MLP's product on the decoder's tokens, in the edge's dtype and through
+its own kernels. The peak is measured between the pairs, in the same process, so that a machine
+shared with other work slows both alike; each round's fraction is its pair's rate over its
+peak, and the medians are printed. The same fraction in CPU time is printed too: where other jobs
+take the cores it is the steadier figure, exact on one thread (``OMP_NUM_THREADS=1``); on more,
+threads that wait for one another spin, and the waits count as work.
 """
 
 from __future__ import annotations
@@ -11,33 +21,75 @@ import statistics
 import time
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from . import synthetic, wire
 from .checkpoint import load_pair
 from .config import EdenConfig
-from .edge import EdgeModel
+from .edge import EdgeModel, synchronize
+from .model import EdgeWeights
+from .wire import Conditions
+
+GEMM_TRIES = 3  # per round; the best is the round's peak
 
 
 def _timed(fn, device: torch.device):
+    synchronize(device)
     start = time.perf_counter()
     result = fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
     return result, (time.perf_counter() - start) * 1000
+
+
+def pair_flops(config: EdenConfig, size: tuple[int, int]) -> int:
+    """Floating-point operations of one pair's denoise and decode on the fast path, counted on
+    the meta device (nothing computed) with ``F.linear`` products: oneDNN's are not counted by
+    PyTorch, and they do the same arithmetic."""
+    with torch.device("meta"):
+        weights = EdgeWeights(config)
+    edge = EdgeModel(weights, config, "meta", "fp32")
+    ph, pw = config.patch_grid(*size)
+    tokens = torch.zeros(2, ph * pw, config.hidden_dim, device="meta")
+    pair = [Conditions(tokens, tokens, 0.5, 0.25, 0.0, (ph, pw), size)]
+    with FlopCounterMode(display=False) as counter:
+        edge.decode_on_device(edge.denoise(pair), pair)
+    return counter.get_total_flops()
+
+
+def gemm_rate(edge: EdgeModel, tokens: int) -> tuple[float, float]:
+    """GFLOP/s of the edge's largest product (the MLP's first) on ``tokens`` tokens, in its dtype
+    and through its kernels, the best of a few: per second of wall time, and per second of this
+    process's CPU time (see :func:`run_bench`)."""
+    cfg = edge.config
+    fc1 = edge.weights.decoder_blocks[0].mlp.fc1
+    x = torch.randn(tokens, cfg.hidden_dim, generator=torch.Generator().manual_seed(0)).to(edge.device, edge.dtype)
+    best, best_cpu = float("inf"), float("inf")
+    with torch.inference_mode():
+        for _ in range(GEMM_TRIES):
+            cpu = time.process_time()
+            _, ms = _timed(lambda: edge.linears.module(fc1, x), edge.device)
+            best, best_cpu = min(best, ms), min(best_cpu, (time.process_time() - cpu) * 1000)
+    flops = 2 * tokens * cfg.hidden_dim * cfg.mlp_dim
+    return flops / best / 1e6, flops / best_cpu / 1e6
 
 
 def _stages(cloud, edge: EdgeModel, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
     device = edge.device
+    on_device = codec == wire.NO_WIRE
 
     def round_trip(chunk):
+        if on_device:
+            return [edge.receive(chunk).pair(0)], 0
         payload = wire.encode(chunk, cloud.config, codec)
-        return [wire.decode(payload, edge.config).pair(0)], len(payload)
+        return [edge.receive(wire.decode(payload, edge.config)).pair(0)], len(payload)
 
-    chunk, encode_ms = _timed(lambda: cloud.encode_chunk(frames, seed=0), device)
+    chunk, encode_ms = _timed(lambda: cloud.encode_chunk(frames, seed=0, on_device=on_device), cloud.device)
     (received, payload_bytes), codec_ms = _timed(lambda: round_trip(chunk), device)
+    cpu = time.process_time()
     latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
     frame, decode_ms = _timed(lambda: edge.decode_latents(latents, received, path)[0], device)
-    return {"encode": encode_ms, "codec": codec_ms, "denoise": denoise_ms, "decode": decode_ms}, frame, payload_bytes
+    edge_cpu_ms = (time.process_time() - cpu) * 1000
+    return {"encode": encode_ms, "codec": codec_ms, "denoise": denoise_ms, "decode": decode_ms}, frame, payload_bytes, edge_cpu_ms
 
 
 def _interleaved(jobs: dict, repeat: int) -> dict[str, list]:
@@ -65,31 +117,47 @@ def run_bench(
     repeat: int,
     codec: str,
     precision: str,
-    device: str,
+    devices: tuple[str, str],
     reference: bool = True,
 ) -> dict:
-    wire.parse_codec(codec)
+    """``devices``: the cloud's and the edge's; the reference path runs on the edge's."""
+    wire.check_codec(codec)
     frames = synthetic.frame_pair(*size)
-    cloud, edge = load_pair(checkpoint, config, device, precision)
+    cloud, edge = load_pair(checkpoint, config, devices[0], precision, edge_device=devices[1])
+    device = devices[0] if devices[0] == devices[1] else ",".join(devices)
     raw_bytes = 2 * 3 * size[0] * size[1]
     capability = torch.backends.cpu.get_cpu_capability()
     print(f"config {config.name}, {size[0]}x{size[1]}, codec {codec}, precision {precision} -> {edge.precision} "
           f"({edge.precision_reason}), device {device}, CPU {capability}, {torch.get_num_threads()} threads, "
           f"{repeat} timed pairs after a warm-up")
 
-    jobs = {"optimised": lambda: _stages(cloud, edge, frames, codec, "fast")}
+    ph, pw = config.patch_grid(*size)
+    jobs = {"peak": lambda: gemm_rate(edge, ph * pw), "optimised": lambda: _stages(cloud, edge, frames, codec, "fast")}
     if reference:
-        fp32_edge = edge if edge.precision == "fp32" else load_pair(checkpoint, config, device, "fp32")[1]
+        fp32_edge = edge if edge.precision == "fp32" else load_pair(checkpoint, config, devices[1], "fp32")[1]
         jobs["reference"] = lambda: _stages(cloud, fp32_edge, frames, "fp32", "reference")
     runs = _interleaved(jobs, repeat)
     stages, total, frame, payload = _summary(runs["optimised"])
     print("optimised: " + ", ".join(f"{k} {v:.1f} ms" for k, v in stages.items()) + f"; total {total:.1f} ms/pair")
     print(f"payload {payload} bytes ({payload / raw_bytes:.2f}x the raw 8-bit frame pair, {raw_bytes} bytes)")
+    flops = pair_flops(config, size)
+    achieved = [flops / (r[0]["denoise"] + r[0]["decode"]) / 1e6 for r in runs["optimised"]]
+    fractions = [a / p for a, (p, _) in zip(achieved, runs["peak"])]
+    cpu_fractions = [flops / r[3] / 1e6 / p for r, (_, p) in zip(runs["optimised"], runs["peak"])]
+    roofline = {"gflop_per_pair": round(flops / 1e9, 2), "achieved_gflops": round(statistics.median(achieved), 3),
+                "peak_gflops": round(statistics.median(p for p, _ in runs["peak"]), 3),
+                "roofline_fraction": round(statistics.median(fractions), 3),
+                "roofline_fraction_cpu_time": round(statistics.median(cpu_fractions), 3)}
+    print(f"roofline: {roofline['gflop_per_pair']} GFLOP per pair (denoise + decode), {roofline['achieved_gflops']:.1f} GFLOP/s, "
+          f"{roofline['roofline_fraction']:.2f} of the {roofline['peak_gflops']:.1f} GFLOP/s of a {edge.precision} GEMM "
+          f"[{ph * pw} x {config.hidden_dim}] x [{config.hidden_dim} x {config.mlp_dim}] measured between the pairs; "
+          f"{roofline['roofline_fraction_cpu_time']:.2f} in this process's CPU time")
     result = {
         "ms_per_pair": round(total, 2), "payload_bytes": payload, "raw_pair_bytes": raw_bytes,
         **{f"{k}_ms": round(v, 2) for k, v in stages.items()},
         "config": config.name, "size": f"{size[0]}x{size[1]}", "codec": codec, "precision": precision,
         "precision_used": edge.precision, "device": device, "cpu_capability": capability, "threads": torch.get_num_threads(),
+        **roofline,
     }
     if reference:
         ref_stages, ref_total, ref_frame, _ = _summary(runs["reference"])

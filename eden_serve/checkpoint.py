@@ -144,15 +144,17 @@ def load_pair(
     device: str = "cpu",
     precision: Precision = "fp32",
     seed: int = 0,
+    edge_device: str | None = None,
 ) -> tuple[CloudEncoder, EdgeModel]:
-    """Both halves in one process, from an official checkpoint or synthetic weights (with a warning)."""
+    """Both halves in one process, from an official checkpoint or synthetic weights (with a warning):
+    the cloud on ``device``, the edge on ``edge_device`` (default: the same)."""
     if checkpoint is None:
         warnings.warn(synthetic.WEIGHTS_WARNING.format(seed=seed), stacklevel=2)
         state = synthetic.state_dict(config, seed)
     else:
         state = load_official(checkpoint, config)
     cloud = CloudEncoder(module_from_state(state, "cloud", config), config, device)
-    edge = EdgeModel(module_from_state(state, "edge", config), config, device, precision)
+    edge = EdgeModel(module_from_state(state, "edge", config), config, edge_device or device, precision)
     return cloud, edge
 
 

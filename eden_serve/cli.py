@@ -45,10 +45,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class DeviceFallbackWarning(UserWarning):
+    """Two devices asked for, fewer visible: both halves run on one."""
+
+
 def _device(name: str) -> str:
+    """cpu, cuda, cuda:N or auto (the GPU where there is one) -> the device, checked to exist."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
     match = re.fullmatch(r"cpu|cuda(?::(\d+))?", name)
     if match is None:
-        raise BadInputError(f"unknown device {name!r}; use cpu, cuda or cuda:N")
+        raise BadInputError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N, or CLOUD,EDGE such as cuda:0,cuda:1")
     if name == "cpu":
         return name
     if not torch.cuda.is_available():
@@ -56,6 +63,23 @@ def _device(name: str) -> str:
     if int(match.group(1) or 0) >= torch.cuda.device_count():
         raise BadInputError(f"device {name} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
     return name
+
+
+def _devices(text: str) -> tuple[str, str]:
+    """``--device``: one device for both halves, or ``CLOUD,EDGE``. Two GPUs asked for where fewer
+    are visible run both halves on the first one, with a warning."""
+    names = text.split(",")
+    if len(names) == 1:
+        return (_device(names[0]),) * 2
+    if len(names) != 2:
+        raise BadInputError(f"--device takes one device or two (CLOUD,EDGE), got {text!r}")
+    gpus = [int(name.partition(":")[2] or 0) for name in names if name.startswith("cuda")]
+    if gpus and torch.cuda.is_available() and max(gpus) >= torch.cuda.device_count():
+        warnings.warn(f"--device {text}: only {torch.cuda.device_count()} GPU(s) visible; the cloud and the edge "
+                      "both run on cuda:0", DeviceFallbackWarning, stacklevel=2)
+        return "cuda:0", "cuda:0"
+    cloud, edge = (_device(name) for name in names)
+    return cloud, edge
 
 
 def _threshold(text: str) -> float | None:
@@ -79,10 +103,13 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
     parser.add_argument("--wire-codec", "--codec", dest="codec", default=wire.DEFAULT_CODEC,
-                        help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)} (default: {wire.DEFAULT_CODEC})")
+                        help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)}, or {wire.NO_WIRE}: "
+                             f"the tensors handed from the cloud's device to the edge's in this process (default: {wire.DEFAULT_CODEC})")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="edge compute precision; auto: bf16 where the hardware runs it fast (default: fp32)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (the GPU where there is one, else the CPU), cpu, cuda or cuda:N; or CLOUD,EDGE such as "
+                             "cuda:0,cuda:1, the encoder on one and the DiT+decoder on the other (default: auto)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -139,11 +166,11 @@ def _refuse_an_input_as_output(output: str, inputs: list[str]) -> None:
 
 
 def _interpolate(args) -> int:
-    config, device = preset(args.config), _device(args.device)
-    wire.parse_codec(args.codec)
+    config, (cloud_device, edge_device) = preset(args.config), _devices(args.device)
+    wire.check_codec(args.codec)
     if len(args.inputs) == 1:
         options = clip_options(args)  # checked before the model loads
-        cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
+        cloud, edge = load_pair(args.checkpoint, config, cloud_device, args.precision, edge_device=edge_device)
         summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
@@ -158,7 +185,7 @@ def _interpolate(args) -> int:
     frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
-    cloud, edge = load_pair(args.checkpoint, config, device, args.precision)
+    cloud, edge = load_pair(args.checkpoint, config, cloud_device, args.precision, edge_device=edge_device)
     middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec,
                                                       scene_threshold=args.scene_threshold)
     save_image(Image.fromarray(to_uint8(middle)), args.output)
@@ -181,7 +208,7 @@ def _split_checkpoint(args) -> int:
 def _bench(args) -> int:
     run_bench(
         checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat,
-        codec=args.codec, precision=args.precision, device=_device(args.device), reference=not args.no_reference,
+        codec=args.codec, precision=args.precision, devices=_devices(args.device), reference=not args.no_reference,
     )
     return 0
 

@@ -77,13 +77,15 @@ class CloudEncoder:
         self.weights = weights.to(self.device).eval()
 
     @torch.inference_mode()
-    def encode_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None) -> Chunk:
+    def encode_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
+                     on_device: bool = False) -> Chunk:
         """F >= 2 consecutive [3, H, W] float frames in [0, 1] -> their chunk for the edge: every frame
         embedded once, in batched patch embeddings; pair j gets seed ``seed + j``. A pair whose
         :func:`scene_change` passes ``scene_threshold`` (None: detection off) is a cut: its middle
         is the earlier frame, which travels as a PNG instead of costing the edge its DiT. So is a
         pair of equal frames, such as a cut's copy and its earlier frame at the next level of a 4x
-        run: all the frames across a cut are then copies."""
+        run: all the frames across a cut are then copies. The tokens come back on the CPU for the
+        wire, or with ``on_device`` where they were made, for an edge in the same process."""
         shape = frames[0].shape
         assert len(frames) >= 2 and len(shape) == 3 and shape[0] == 3 and all(f.shape == shape for f in frames), "checked by the caller"
         height, width = shape[-2:]
@@ -99,7 +101,7 @@ class CloudEncoder:
         cuts = {j: to_png(x[j].cpu()) for j in range(len(x) - 1) if cut[j]}
 
         ph, pw = self.config.patch_grid(height, width)
-        pos = pos_embedding(self.config, ph, pw, 1).to(self.device)
+        pos = pos_embedding(self.config, ph, pw, 1, self.device)
         w = self.weights
         cond_dit = torch.empty(len(x), ph * pw, self.config.hidden_dim, device=self.device)
         cond_dec = torch.empty_like(cond_dit)
@@ -118,8 +120,8 @@ class CloudEncoder:
             means += mean.flatten().tolist()
             stds += std.flatten().tolist()
         return Chunk(
-            cond_dit=Tokens(cond_dit.cpu()),
-            cond_dec=Tokens(cond_dec.cpu()),
+            cond_dit=Tokens(cond_dit if on_device else cond_dit.cpu()),
+            cond_dec=Tokens(cond_dec if on_device else cond_dec.cpu()),
             means=means,
             stds=stds,
             differences=differences,

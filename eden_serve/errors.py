@@ -1,8 +1,9 @@
 """One error hierarchy for the package, and its mapping to HTTP statuses.
 
 Every failure a user can cause is an :class:`EdenError`; the handlers turn it into a 4xx JSON body,
-the command line into one line on stderr and exit code 2. Running out of memory is 507; anything
-else is a bug (HTTP 500, with a message that names no internals).
+the command line into one line on stderr and exit code 2. Running out of memory is 507; a broken
+device (:func:`is_device_failure`) 503; anything else is a bug (HTTP 500, with a message that names
+no internals).
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ import torch
 MAX_DOCUMENT_BYTES = 16 * 1024
 _OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
 OUT_OF_MEMORY = "out_of_memory"
+DEVICE_FAILURE = "device_failure"
+# Allocation failures that reach Python as plain RuntimeErrors (cuBLAS, cuDNN, the CUDA runtime)
+# rather than as torch.OutOfMemoryError.
+_OOM_MESSAGES = re.compile(r"out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation")
+# CUDA errors that corrupt the context: every later kernel of the process fails too, so the worker
+# must be replaced, not asked again.
+_STICKY_MESSAGES = re.compile(
+    r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|ECC error"
+    r"|device-side assert|uncorrectable|launch timed out|hardware stop|CUDA error: unknown error"
+)
 
 
 class EdenError(Exception):
@@ -110,6 +121,11 @@ class UpstreamError(EdenError):
         super().__init__(message)
         self.status = status
         self.kind = kind
+
+
+class DeviceUnavailableError(Exception):
+    """A worker was assigned a GPU that this process cannot use (a CPU build of PyTorch, an old
+    driver, the GPU hidden from it): it refuses to load rather than run on the CPU unnoticed."""
 
 
 class TransientError(Exception):
@@ -224,11 +240,27 @@ def encoder_refusal(body: Any) -> UpstreamError | None:
     )
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure, on the host or on a device, under any of its names."""
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and _OOM_MESSAGES.search(str(exc)) is not None
+
+
+def is_device_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a sticky device error (illegal address, ECC, device-side assert): the
+    process's CUDA context is lost, and only a new process can use the GPU again."""
+    return isinstance(exc, RuntimeError) and not is_out_of_memory(exc) and _STICKY_MESSAGES.search(str(exc)) is not None
+
+
 def error_response(exc: BaseException) -> tuple[int, dict]:
     """HTTP status and JSON body for any exception; internals never leak into the body."""
     if isinstance(exc, EdenError):
         return exc.status, exc.to_json()
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+    if is_device_failure(exc):
+        message = "the server's GPU failed; this worker is being replaced, retry shortly"
+        return 503, {"code": 503, "type": DEVICE_FAILURE, "message": message}
+    if is_out_of_memory(exc):
         message = "the server ran out of memory for this request; retry with smaller frames or later"
         return 507, {"code": 507, "type": OUT_OF_MEMORY, "message": message}
     return 500, {"code": 500, "type": "internal_error", "message": f"internal error ({type(exc).__name__}); see the server log"}

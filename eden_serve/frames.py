@@ -161,7 +161,12 @@ def png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:
 
 def to_png(frame: torch.Tensor) -> bytes:
     """A middle frame as the edge answers it: an 8-bit RGB PNG at :data:`TRANSPORT_PNG_LEVEL`."""
-    return png_bytes(Image.fromarray(to_uint8(frame)), TRANSPORT_PNG_LEVEL)
+    return png_of(to_uint8(frame))
+
+
+def png_of(pixels: np.ndarray) -> bytes:
+    """H x W x 3 uint8 pixels (:func:`to_uint8`'s) as :func:`to_png` encodes them."""
+    return png_bytes(Image.fromarray(pixels), TRANSPORT_PNG_LEVEL)
 
 
 def match_mode(middle: Image.Image, before: Image.Image, after: Image.Image) -> Image.Image:

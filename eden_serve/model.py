@@ -9,7 +9,8 @@ The computations that use these modules live in ``cloud.py`` and ``edge.py``.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+import threading
+from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
@@ -30,14 +31,59 @@ def _sincos_1d(dim: int, coords: torch.Tensor) -> torch.Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=1)
 
 
-@lru_cache(maxsize=64)
-def pos_embedding(config: EdenConfig, ph: int, pw: int, stride: int) -> torch.Tensor:
-    """[ (ph//stride)*(pw//stride), D ] positional embedding of a token grid, row-major.
+# Positional embeddings kept for reuse, in all (every device's together): a 4K frame's are about
+# 100 MB at stride 1 and 25 MB at stride 2, so a count of entries would not bound the memory of a
+# worker that sees many frame sizes.
+EMBEDDING_CACHE_BYTES = 256 << 20
+
+
+class EmbeddingCache:
+    """Least recently used positional embeddings, by grid, stride and device, within a byte budget."""
+
+    def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()  # a worker's chunks may be encoded on several threads
+
+    def get(self, key: tuple, make) -> torch.Tensor:
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        value = make()
+        size = value.numel() * value.element_size()
+        with self._lock:
+            if size <= self.max_bytes and key not in self._entries:
+                self._entries[key] = value
+                self.bytes += size
+                while self.bytes > self.max_bytes:
+                    _, old = self._entries.popitem(last=False)
+                    self.bytes -= old.numel() * old.element_size()
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.bytes = 0
+
+
+EMBEDDINGS = EmbeddingCache()
+
+
+def pos_embedding(config: EdenConfig, ph: int, pw: int, stride: int, device: str | torch.device = "cpu") -> torch.Tensor:
+    """[ (ph//stride)*(pw//stride), D ] positional embedding of a token grid, row-major, on ``device``
+    (cached there: see :data:`EMBEDDINGS`). Callers must not modify it.
 
     Coordinates are scaled by the *full* patch grid in units of ``config.pos_grid`` (row i at
     i / (ph / 16), column j at j / (pw / 28)), even for the stride-2 query grid; the first half of
     the channels embeds the column, the second the row.
     """
+    device = torch.device(device)
+    return EMBEDDINGS.get((config, ph, pw, stride, device), lambda: _pos_embedding(config, ph, pw, stride).to(device))
+
+
+def _pos_embedding(config: EdenConfig, ph: int, pw: int, stride: int) -> torch.Tensor:
     dim, (unit_rows, unit_cols) = config.hidden_dim, config.pos_grid
     gh, gw = ph // stride, pw // stride
     rows = torch.arange(gh, dtype=torch.float64) / (ph / unit_rows)

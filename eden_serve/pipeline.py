@@ -1,7 +1,9 @@
 """The whole computation in one process: a pair, and a clip, through cloud -> wire -> edge.
 
 What the two servers compute together, payload included, so the results equal theirs bit for bit
-for the same seed, codec and thread count.
+for the same seed, codec and thread count. With the codec ``none`` the chunk skips the wire: its
+tensors go from the cloud's device to the edge's as they are (float32, device to device), as
+codec ``fp32`` would deliver them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_c
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
+
+
+def hand_over(cloud: CloudEncoder, edge: EdgeModel, frames: Sequence[torch.Tensor], seed: int, codec: str,
+              scene_threshold: float | None) -> tuple[wire.Chunk, int]:
+    """The cloud's chunk of ``frames`` as the edge receives it, on its device, and the bytes of the
+    payload it crossed as (0 without the wire)."""
+    if codec == wire.NO_WIRE:
+        return edge.receive(cloud.encode_chunk(frames, seed, scene_threshold, on_device=True)), 0
+    payload = wire.encode(cloud.encode_chunk(frames, seed, scene_threshold), cloud.config, codec)
+    return edge.receive(wire.decode(payload, edge.config)), len(payload)
 
 
 def interpolate_pair(
@@ -53,14 +65,13 @@ def interpolate_chunk(
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
     None: off) get the earlier frame, the others are computed in batched forwards of at most
     ``edge.batch_tokens`` condition tokens."""
-    payload = wire.encode(cloud.encode_chunk(frames, seed, scene_threshold), cloud.config, codec)
-    chunk = wire.decode(payload, edge.config)
+    chunk, payload_bytes = hand_over(cloud, edge, frames, seed, codec, scene_threshold)
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
     for batch in batches(computed, chunk.grid[0] * chunk.grid[1], edge.batch_tokens):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
-    return torch.stack(middles), len(payload)
+    return torch.stack(middles), payload_bytes
 
 
 def in_process(
@@ -76,7 +87,8 @@ def in_process(
             check_pair(tensors[0], tensor)
         middles, payload_bytes = interpolate_chunk(cloud, edge, tensors, seed, codec,
                                                    scene_threshold=scene_threshold)
-        return Middles([Image.fromarray(to_uint8(middle)) for middle in middles], payload_bytes=payload_bytes)
+        return Middles([Image.fromarray(to_uint8(middle)) for middle in middles],
+                       payload_bytes=None if codec == wire.NO_WIRE else payload_bytes)
 
     return process
 
@@ -99,7 +111,7 @@ def interpolate_clip_in_process(
 ) -> Summary:
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`
     (``retiming``: its ``fps``, ``time_error``, ``encoding`` and ``process_size``)."""
-    wire.parse_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
+    wire.check_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
     fingerprint = None
     if resume:

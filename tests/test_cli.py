@@ -15,6 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
+from eden_serve import cli
+from eden_serve.bench import pair_flops
+from eden_serve.config import preset
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
 from eden_serve.errors import BadInputError
@@ -129,6 +132,10 @@ def test_bench_ends_with_json(capsys):
     result = json.loads(last)
     assert result["ms_per_pair"] > 0 and result["payload_bytes"] > 0 and result["speedup"] > 0
     assert result["max_abs_diff"] < 1e-2
+    # The roofline: operations counted on the meta device, rates measured in this run.
+    assert result["gflop_per_pair"] == round(pair_flops(preset("tiny"), (40, 60)) / 1e9, 2) > 0
+    assert result["achieved_gflops"] >= 0 and result["peak_gflops"] > 0
+    assert 0 < result["roofline_fraction"] and 0 < result["roofline_fraction_cpu_time"]
 
 
 def test_bench_prints_the_precision_it_ran(capsys):
@@ -256,3 +263,51 @@ def test_an_output_directory_made_by_another_run_meanwhile_is_kept(tmp_path):
     with pytest.raises(BadInputError, match=r"output '.*out' was created by something else while this run wrote it"):
         interpolate_clip(src, out, pairwise(meanwhile), chunk=2, progress=False)
     assert [p.name for p in out.iterdir()] == ["000000.png"] and not list(tmp_path.glob(".out*"))
+
+
+# --- devices --------------------------------------------------------------------------------------
+
+
+def gpus(monkeypatch, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_device_auto_is_the_gpu_where_there_is_one(monkeypatch):
+    gpus(monkeypatch, 0)
+    assert cli._devices("auto") == ("cpu", "cpu")
+    gpus(monkeypatch, 1)
+    assert cli._devices("auto") == ("cuda", "cuda")
+    assert cli._build_parser().parse_args(["bench"]).device == "auto"
+
+
+def test_two_devices_cloud_then_edge(monkeypatch):
+    gpus(monkeypatch, 2)
+    assert cli._devices("cuda:0,cuda:1") == ("cuda:0", "cuda:1")
+    assert cli._devices("cpu,cuda:1") == ("cpu", "cuda:1")
+    gpus(monkeypatch, 0)
+    assert cli._devices("cpu,cpu") == ("cpu", "cpu")
+
+
+def test_two_gpus_asked_for_and_one_visible_share_it(monkeypatch):
+    gpus(monkeypatch, 1)
+    with pytest.warns(cli.DeviceFallbackWarning, match="only 1 GPU"):
+        assert cli._devices("cuda:0,cuda:1") == ("cuda:0", "cuda:0")
+
+
+@pytest.mark.parametrize("text, message", [("cuda:0,cuda:1", "CUDA is not available"), ("cpu,cpu,cpu", "one device or two"),
+                                           ("tpu", "unknown device 'tpu'"), ("cpu,", "unknown device ''")])
+def test_bad_devices(monkeypatch, text, message):
+    gpus(monkeypatch, 0)
+    with pytest.raises(BadInputError, match=message):
+        cli._devices(text)
+
+
+def test_interpolate_on_two_devices_without_the_wire(frames, tmp_path):
+    out = tmp_path / "mid.png"
+    result = run("interpolate", *frames, "-o", out, "--config", "tiny", "--device", "cpu,cpu", "--codec", "none", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert "payload 0 bytes, codec none" in result.stdout
+    wired = tmp_path / "wired.png"
+    assert run("interpolate", *frames, "-o", wired, "--config", "tiny", "--codec", "fp32", "--seed", "3").returncode == 0
+    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(wired)))

@@ -315,6 +315,8 @@ def test_deployment_image_ports_probes_and_resources(overlay, side):
     threads = {e["name"]: e for e in container["env"]}["EDEN_THREADS"]["valueFrom"]["resourceFieldRef"]
     assert threads == {"resource": "limits.cpu", "divisor": "1"}
     assert "--threads=$(EDEN_THREADS)" in container["args"]
+    precision = [arg for arg in container["args"] if arg.startswith("--precision")]
+    assert precision == (["--precision=auto"] if (name, side) == ("gpu", "edge") else [])  # a CPU's default stays fp32
     if name == "gpu":
         assert limits["nvidia.com/gpu"] == 1 and requests_["nvidia.com/gpu"] == 1
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]

@@ -5,12 +5,18 @@ import math
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from eden_serve import synthetic
+from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS, preset
-from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, initial_noise
+from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, initial_noise, upload
+from eden_serve.edge.kernels import modulated_layer_norm
+from eden_serve.edge.paths import _modulated
+from eden_serve.edge.precision import Bf16Check
+from eden_serve.frames import to_uint8
+from eden_serve.model import EdgeWeights
 from eden_serve.synthetic import frame_pair
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
@@ -88,3 +94,83 @@ def test_the_batch_budget_depends_on_the_device(tiny_models):
     sizes = [len(next(batches(range(17), math.prod(official.patch_grid(h, w)), edge.batch_tokens)))
              for h, w in ((136, 240), (256, 448), (480, 854))]
     assert sizes == [6, 2, 1]
+
+
+# --- devices ------------------------------------------------------------------------------------
+
+
+def meta_edge(precision: str = "fp32") -> EdgeModel:
+    """The tiny edge on the meta device: shapes and devices are checked, nothing is computed, so a
+    tensor made on the wrong device fails here as it would on a GPU."""
+    config = PRESETS["tiny"]
+    with torch.device("meta"):
+        weights = EdgeWeights(config)
+    return EdgeModel(weights, config, "meta", precision, bf16_check=lambda device: Bf16Check(True, "meta"))
+
+
+def test_both_paths_keep_every_tensor_on_the_models_device(tiny_models):
+    cloud, _ = tiny_models
+    edge = meta_edge()
+    frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(3, 40, 60)]
+    for codec in ("fp32", "bf16+zstd", "int8"):
+        chunk = edge.receive(wire.decode(wire.encode(cloud.encode_chunk(frames), cloud.config, codec), edge.config))
+        dtype = {"fp32": torch.float32, "bf16+zstd": torch.bfloat16, "int8": torch.int8}[codec]
+        assert (chunk.cond_dit.values.device.type, chunk.cond_dit.values.dtype) == ("meta", dtype)  # as it travelled
+        pairs = [chunk.pair(j) for j in range(chunk.pairs)]
+        assert pairs[0].cond_dec.device.type == "meta" and pairs[0].cond_dec.dtype == torch.float32
+        for path in ("fast", "reference"):
+            latents = edge.denoise(pairs, path)
+            assert latents.device.type == "meta" and latents.shape == (2, 4, edge.config.latent_dim)
+            pixels = edge.decode_on_device(latents, pairs, path)
+            assert pixels.device.type == "meta" and pixels.shape == (2, 3, 40, 60)
+
+
+def test_uint8_middles_round_as_to_uint8_does(tiny_models):
+    cloud, edge = tiny_models
+    frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(3, 40, 60)]
+    chunk = cloud.encode_chunk(frames, seed=4)
+    pairs = [chunk.pair(j) for j in range(chunk.pairs)]
+    latents = edge.denoise(pairs)
+    u8 = edge.decode_uint8(latents, pairs)
+    assert u8.dtype == torch.uint8 and u8.shape == (2, 40, 60, 3)
+    assert all(np.array_equal(u8[i].numpy(), to_uint8(frame)) for i, frame in enumerate(edge.decode_latents(latents, pairs)))
+
+
+def test_a_batch_is_modulated_by_one_layer_norm():
+    """One LayerNorm kernel for the whole batch (not one per pair), equal to each pair's own."""
+    norm = torch.nn.LayerNorm(16, eps=1e-6)
+    torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(norm.bias)
+    generator = torch.Generator().manual_seed(0)
+    x, shift, scale = torch.randn(5, 7, 16, generator=generator), torch.randn(5, 1, 16, generator=generator), torch.randn(5, 1, 16, generator=generator)
+    with CountedOps() as counted, torch.no_grad():
+        batched = _modulated(norm, x, shift, scale)
+    assert counted.ops.count("aten.native_layer_norm.default") == 1
+    with torch.no_grad():
+        one_by_one = torch.stack([modulated_layer_norm(norm, x[b], shift[b, 0], scale[b, 0]) for b in range(5)])
+    assert (batched - one_by_one).abs().max().item() < 1e-5
+
+
+class CountedOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_warm_up_runs_the_smallest_frame(tiny_models):
+    _, edge = tiny_models
+    edge.warm_up()
+
+
+def test_an_upload_to_a_gpu_is_pinned_and_does_not_wait(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *args, **kwargs: calls.append((args, kwargs)) or self)
+    upload(torch.zeros(2), torch.device("cuda:1"))
+    upload(torch.zeros(2), torch.device("meta"))
+    monkeypatch.undo()
+    assert calls == ["pin", ((torch.device("cuda:1"),), {"non_blocking": True}), ((torch.device("meta"),), {})]

@@ -31,6 +31,16 @@ from eden_serve.errors import (
         (UpstreamError(413, "frame_too_large", "from the encoder"), 413, "frame_too_large"),
         (MemoryError(), 507, "out_of_memory"),
         (torch.OutOfMemoryError("CUDA out of memory"), 507, "out_of_memory"),
+        # Allocation failures that other libraries raise as plain errors.
+        (torch.AcceleratorError("CUDA error: out of memory"), 507, "out_of_memory"),
+        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), 507, "out_of_memory"),
+        (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), 507, "out_of_memory"),
+        # Sticky device errors: the worker must be replaced.
+        (torch.AcceleratorError("CUDA error: an illegal memory access was encountered"), 503, "device_failure"),
+        (RuntimeError("CUDA error: uncorrectable ECC error encountered"), 503, "device_failure"),
+        (RuntimeError("CUDA error: device-side assert triggered"), 503, "device_failure"),
+        (RuntimeError("CUDA error: unspecified launch failure"), 503, "device_failure"),
+        (RuntimeError("shape mismatch"), 500, "internal_error"),
     ],
 )
 def test_statuses(exc, status, kind):

@@ -7,9 +7,12 @@ fp16 6.5e-5, bf16 6.3e-4, int8 per-channel 1.5e-3, int8 per-token 2.7e-3.
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from eden_serve import synthetic, wire
+from eden_serve.checkpoint import load_pair
+from eden_serve.config import preset
 from eden_serve.errors import BadInputError, PairError
 from eden_serve.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_clip_in_process, interpolate_pair
@@ -64,3 +67,28 @@ def test_in_process_checks_the_pixel_limit(tmp_path, tiny_models):
     assert info.value.status == 413
     assert not (tmp_path / "out").exists()
 
+
+
+def test_without_the_wire_the_edge_gets_what_fp32_delivers(golden):
+    """Codec none: the chunk's tensors handed over in the process, equal to the lossless codec's."""
+    cloud, edge = golden.cloud(), golden.edge()
+    handed, none_bytes = interpolate_pair(cloud, edge, golden.frame0, golden.frame1, golden.seed, wire.NO_WIRE)
+    wired, _ = interpolate_pair(cloud, edge, golden.frame0, golden.frame1, golden.seed, "fp32")
+    assert torch.equal(handed, wired) and none_bytes == 0
+    assert (handed - golden.arrays["output"]).abs().max().item() <= bound("fp32")
+
+
+def test_the_halves_on_two_devices_in_one_process(tmp_path):
+    """cloud on one device, edge on another (two CPU devices here; cuda:0,cuda:1 on a GPU host):
+    the same middles as on one."""
+    config = preset("tiny")
+    with pytest.warns(UserWarning, match="synthetic"):
+        two = load_pair(None, config, "cpu", edge_device="cpu:0")
+        one = load_pair(None, config, "cpu")
+    assert (two[0].device, two[1].device) == (torch.device("cpu"), torch.device("cpu:0"))
+    src = synthetic.write_clip(tmp_path / "in", 3, 64, 96)
+    for name, (cloud, edge) in (("two", two), ("one", one)):
+        summary = interpolate_clip_in_process(src, tmp_path / name, cloud, edge, codec=wire.NO_WIRE, progress=False)
+        assert summary.pairs == 2 and summary.payload_bytes is None
+    assert all(np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
+               for a, b in zip(sorted((tmp_path / "two").iterdir()), sorted((tmp_path / "one").iterdir())))

@@ -5,7 +5,7 @@ import torch
 
 from eden_serve.checkpoint import module_from_state
 from eden_serve.config import PRESETS
-from eden_serve.edge import EdgeModel
+from eden_serve.edge import EdgeModel, precision
 from eden_serve.edge.precision import (
     Bf16Check,
     SlowPrecisionWarning,
@@ -74,3 +74,11 @@ def test_unknown_precision_is_refused():
 
 def test_probe_measures_both_precisions():
     assert probe_speedup((16, 32, 32), rounds=2) > 0
+
+
+@pytest.mark.parametrize("capability, chosen", [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp32")])
+def test_auto_on_a_gpu_follows_its_compute_capability(monkeypatch, capability, chosen):
+    """handler.precision auto on CUDA: bf16 where tensor cores take it, without a timed probe."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(precision, "probe_speedup", lambda *a, **k: pytest.fail("no CPU probe for a GPU"))
+    assert precision.resolve("auto", torch.device("cuda:0"))[0] == chosen

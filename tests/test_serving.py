@@ -4,6 +4,8 @@ RequestProcessor and metrics cache (no server; tests/test_deployment.py runs the
 from __future__ import annotations
 
 import gc
+import threading
+import time
 import importlib.util
 import io
 import json
@@ -170,12 +172,6 @@ def test_settings_from_model_config():
         worker.Settings.from_yaml({"handler": {"codec": "fp8"}})
 
 
-def test_device_without_cuda_is_the_cpu():
-    assert worker.choose_device(None) == torch.device("cpu")
-    if not torch.cuda.is_available():
-        assert worker.choose_device(1) == torch.device("cpu")
-
-
 @given(st.integers(1, 3000), st.floats(1.0, 4.0), st.booleans())
 def test_token_cap_admits_every_frame_within_the_pixel_limit(height, ratio, portrait):
     config = preset("official")
@@ -248,7 +244,7 @@ def test_the_edge_passes_on_only_what_an_encoder_sends(edge):
     document, which only someone else can have sent, is a bad payload."""
     passed_on = [(400, "bad_input"), (413, "frame_too_large"), (413, "chunk_too_large"), (400, "bad_payload"),
                  (507, "out_of_memory")]
-    foreign = [(599, "x"), (503, "unavailable"), (500, "internal_error"), (404, "bad_input"), (409, "model_mismatch"),
+    foreign = [(599, "x"), (503, "unavailable"), (503, "device_failure"), (500, "internal_error"), (404, "bad_input"), (409, "model_mismatch"),
                (413, "payload_too_large"), (400, "InvalidKeyException")]
     documents = [{"code": code, "type": kind, "message": "m"} for code, kind in passed_on + foreign]
     replies = handle(*edge, [{"body": json.dumps(d).encode()} for d in documents] + [{"body": d} for d in documents])
@@ -397,3 +393,157 @@ def test_the_archives_model_configs_are_valid_settings(name):
     document = yaml.safe_load((GLUE / f"{name}-config.yaml").read_text())
     settings = worker.Settings.from_yaml(document)
     assert settings.max_pixels == 3840 * 2160 and settings.max_chunk_frames == 17
+
+
+# --- device failures, retries and timing (CUDA's behaviour injected: no GPU here) -------------------
+
+
+@pytest.fixture
+def fresh_edge(model_dir):
+    """An edge handler of its own, whose model a test may rewire; batches of up to 16 pairs."""
+    ctx = context(model_dir, "eden_ditdec", max_batch_tokens=16 * 24)
+    handler = handler_class("eden_ditdec_handler", "EdenDitDecHandler")()
+    handler.initialize(ctx)
+    return handler, ctx
+
+
+def test_a_sticky_device_error_answers_503_and_the_worker_leaves(fresh_edge, encoder, monkeypatch):
+    handler, ctx = fresh_edge
+    service = handler.service
+    left = []
+    monkeypatch.setattr(service, "leave", lambda: left.append(True))
+
+    def broken(batch, path="fast"):
+        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(service.model, "denoise", broken)
+    payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
+    replies = handle(handler, ctx, [{"body": payload}, {"body": b"EDENWIRE" + bytes(40)}])
+    assert [(status, json.loads(body)["type"]) for status, _, body in replies] == [(503, "device_failure"), (400, "unsupported_version")]
+    assert left == [True]
+    monkeypatch.undo()
+    monkeypatch.setattr(service, "leave", lambda: left.append(True))
+    forged = json.dumps({"code": 503, "type": "device_failure", "message": "m"}).encode()
+    # Neither a healthy answer nor a document claiming a device failure makes it leave.
+    assert [r[0] for r in handle(handler, ctx, [{"body": payload}, {"body": forged}])] == [200, 400]
+    assert left == [True]
+
+
+def test_leaving_exits_the_process_after_the_answers(fresh_edge, monkeypatch):
+    exits = []
+
+    class Timer:
+        def __init__(self, delay, function, args):
+            self.delay, self.call = delay, lambda: function(*args)
+            self.daemon = False
+
+        def start(self):
+            exits.append((self.delay, self.daemon))
+            self.call()
+
+    from eden_serve.serving import services
+    monkeypatch.setattr(services.threading, "Timer", Timer)
+    monkeypatch.setattr(services.os, "_exit", lambda code: exits.append(code))
+    fresh_edge[0].service.leave()
+    assert exits == [(services.EXIT_GRACE_S, True), services.DEVICE_FAILURE_EXIT]
+
+
+def test_a_batch_out_of_memory_is_tried_again_in_halves(fresh_edge, encoder, monkeypatch):
+    handler, ctx = fresh_edge
+    model = handler.service.model
+    requests = [chunk_request(0, 4, 0), chunk_request(3, 2, 3)]  # 3 + 1 pairs of one size: one batch
+    payloads = [reply[2] for reply in handle(*encoder, requests)]
+    expected = [body for _, _, body in handle(handler, ctx, [{"body": p} for p in payloads])]
+    sizes = []
+    real = model.denoise
+
+    def small_batches_only(batch, path="fast"):
+        sizes.append(len(batch))
+        if len(batch) > 1:
+            raise RuntimeError("CUDA error: out of memory")  # not a torch.OutOfMemoryError: cuBLAS and others
+        return real(batch, path)
+
+    monkeypatch.setattr(model, "denoise", small_batches_only)
+    replies = handle(handler, ctx, [{"body": p} for p in payloads])
+    assert [status for status, _, _ in replies] == [200, 200]
+    assert sizes == [4, 2, 1, 1, 2, 1, 1]
+    middles = [unzip(replies[0][2])[0] + [np.asarray(Image.open(io.BytesIO(replies[1][2])))]]
+    before = [unzip(expected[0])[0] + [np.asarray(Image.open(io.BytesIO(expected[1])))]]
+    assert len(middles[0]) == 4
+    assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 1 for a, b in zip(middles[0], before[0]))
+
+    monkeypatch.setattr(model, "denoise", lambda batch, path="fast": (_ for _ in ()).throw(torch.OutOfMemoryError("out of memory")))
+    replies = handle(handler, ctx, [{"body": payloads[1]}])
+    assert [(status, json.loads(body)["type"]) for status, _, body in replies] == [(507, "out_of_memory")]
+
+
+def test_the_cache_is_emptied_once_the_failed_batch_is_freed(fresh_edge, encoder, monkeypatch):
+    """torch.cuda.empty_cache cannot return blocks that the failure's traceback still holds."""
+    handler, ctx = fresh_edge
+    held, alive_at_release = [], []
+
+    def runs_out(batch, path="fast"):
+        activations = torch.ones(1 << 16)
+        held.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(handler.service.model, "denoise", runs_out)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: alive_at_release.append(held[-1]() is not None))
+    payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
+    assert handle(handler, ctx, [{"body": payload}])[0][0] == 507
+    assert alive_at_release == [False]
+
+
+def test_stage_timers_wait_for_the_device(fresh_edge, encoder, monkeypatch):
+    """A GPU runs a stage's kernels after the call returns: the timer must wait for them. Here
+    denoise 'queues' 0.3 s of work that only the device synchronisation waits out."""
+    handler, ctx = fresh_edge
+    model, recorded = handler.service.model, {}
+    queued = []
+    real = model.denoise
+
+    def asynchronous(batch, path="fast"):
+        queued.append(0.3)
+        return real(batch, path)
+
+    def synchronize():
+        while queued:
+            time.sleep(queued.pop())
+
+    monkeypatch.setattr(model, "denoise", asynchronous)
+    monkeypatch.setattr(model, "synchronize", synchronize)
+    monkeypatch.setattr(handler.service, "time_metric", lambda name, seconds, idx: recorded.setdefault(name, seconds))
+    payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
+    assert handle(handler, ctx, [{"body": payload}])[0][0] == 200
+    assert recorded["EdenDenoiseMs"] >= 0.3 > recorded["EdenDecodeMs"]
+
+
+def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, encoder, monkeypatch):
+    """The first batch's PNG encoding waits until the second batch is being denoised: on the worker
+    thread, before the second batch, it would wait in vain."""
+    from eden_serve.serving import services
+
+    handler, ctx = fresh_edge
+    model = handler.service.model
+    second_batch = threading.Event()
+    waited = []
+    real_denoise, real_png = model.denoise, services.png_of
+
+    def denoise(batch, path="fast"):
+        if len(waited) or model.calls:
+            second_batch.set()
+        model.calls += 1
+        return real_denoise(batch, path)
+
+    def png_of(pixels):
+        waited.append(second_batch.wait(timeout=60))
+        return real_png(pixels)
+
+    model.calls = 0
+    monkeypatch.setattr(model, "denoise", denoise)
+    monkeypatch.setattr(services, "png_of", png_of)
+    requests = [chunk_request(0, 2, 0), {"frame0": scene_png(0, 70, 100), "frame1": scene_png(1, 70, 100)}]
+    payloads = [reply[2] for reply in handle(*encoder, requests)]
+    replies = handle(handler, ctx, [{"body": p} for p in payloads])
+    assert [r[:2] for r in replies] == [(200, fields.PNG), (200, fields.PNG)]
+    assert waited and all(waited)

@@ -10,6 +10,7 @@ or repeats and runs its arithmetic through :mod:`.kernels`. :mod:`.precision` pi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Callable, Iterator, Literal, Sequence
 
 import torch
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 
 from ..config import EdenConfig
 from ..model import EdgeWeights, pos_embedding
-from ..wire import Conditions
+from ..wire import Chunk, Conditions, Tokens
 from .kernels import Linears, onednn_linear_available
 from .paths import BlockPath, FastPath, ReferencePath, query_blocks
 from .precision import PRECISIONS, Bf16Check, check_bf16, resolve
@@ -30,7 +31,23 @@ Precision = Literal["fp32", "bf16", "auto"]
 # and it loses (README "Clip chunks"); 1024 tokens is 6 pairs at 136x240, 2 at 256x448, 1 at 480p.
 BATCH_TOKENS = {"cpu": 1024, "cuda": 16384}
 
-__all__ = ["BATCH_TOKENS", "PRECISIONS", "AttentionPath", "EdgeModel", "Precision", "batches", "initial_noise"]
+__all__ = ["BATCH_TOKENS", "PRECISIONS", "AttentionPath", "EdgeModel", "Precision", "batches", "initial_noise", "synchronize",
+           "upload"]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued work: CUDA kernels run after the call that launched them returns,
+    so a timer read without this charges a stage's kernels to whichever stage waits next."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device`` in its own dtype; to a GPU from page-locked memory, without
+    waiting for the copy (later kernels on the stream are ordered after it)."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
@@ -61,14 +78,39 @@ class EdgeModel:
             for module in self.weights.modules():
                 if isinstance(module, torch.nn.Linear):
                     module.to(torch.bfloat16)
-        fast_fp32_cpu = self.precision == "fp32" and onednn_linear_available(self.device)
-        self.linears = Linears("onednn" if fast_fp32_cpu else "torch")
+        self.dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32  # of the matrix products
+        self.linears = Linears("onednn" if onednn_linear_available(self.device, self.dtype) else "torch")
         # Condition tokens per batched forward unless a caller sets its own (handler.max_batch_tokens).
         self.batch_tokens = BATCH_TOKENS.get(self.device.type, BATCH_TOKENS["cuda"])
 
+    def receive(self, chunk: Chunk) -> Chunk:
+        """``chunk`` with its tokens on this model's device, in their wire dtype (bf16 or int8 move
+        half or a quarter of float32's bytes): each frame crosses once, where its pairs would carry it
+        twice, and :meth:`Chunk.pair` then converts them on the device."""
+        if self.device.type == "cpu":
+            return chunk
+
+        def moved(tokens: Tokens) -> Tokens:
+            return Tokens(*(None if t is None else upload(t, self.device) for t in tokens))
+
+        return dataclasses.replace(chunk, cond_dit=moved(chunk.cond_dit), cond_dec=moved(chunk.cond_dec))
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
+
+    def warm_up(self) -> None:
+        """One pair of the smallest frames (a 2 x 2 patch grid) through the DiT and the decoder at
+        load: on a GPU the lazy set-up (context, cuBLAS handles, kernels) then happens before the
+        first request, and a GPU that cannot run the model fails the load, not a request."""
+        side = self.config.pad_multiple
+        tokens = torch.zeros(2, 4, self.config.hidden_dim, device=self.device)
+        pair = Conditions(tokens, tokens, 0.5, 0.25, 0.0, (2, 2), (side, side))
+        self.decode_uint8(self.denoise([pair]), [pair])
+        self.synchronize()
+
     def _path(self, path: AttentionPath) -> BlockPath:
         assert path in ("fast", "reference"), path
-        return FastPath(self.linears) if path == "fast" else ReferencePath()
+        return FastPath(self.linears, self.dtype) if path == "fast" else ReferencePath()
 
     def _autocast(self):
         if self.precision != "bf16":
@@ -94,8 +136,8 @@ class EdgeModel:
         # Each query token's 2x2 block of condition tokens in frame 0 and frame 1: [B Nq, 4, D] each.
         c0, c1 = (torch.cat([query_blocks(c.cond_dit[i].to(self.device), ph, pw) for c in batch]) for i in (0, 1))
         difference = torch.tensor([[c.difference] for c in batch], device=self.device)  # [B, 1]
-        pos = pos_embedding(cfg, ph, pw, 2).to(self.device)
-        z = torch.cat([initial_noise(c.seed, (ph // 2) * (pw // 2), cfg) for c in batch]).to(self.device)
+        pos = pos_embedding(cfg, ph, pw, 2, self.device)
+        z = upload(torch.cat([initial_noise(c.seed, (ph // 2) * (pw // 2), cfg) for c in batch]), self.device)
         with self._autocast():
             for t0, t1 in zip(cfg.timesteps[:-1], cfg.timesteps[1:]):
                 t = torch.tensor([t0], device=self.device)
@@ -112,6 +154,18 @@ class EdgeModel:
     def decode_latents(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped:
         [B, 3, H, W] float32 in [0, 1] on the CPU."""
+        return self.decode_on_device(latents, batch, path).cpu()
+
+    @torch.inference_mode()
+    def decode_uint8(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """:meth:`decode_latents` as 8-bit pixels, [B, H, W, 3] uint8 on the CPU: the rounding of
+        :func:`~eden_serve.frames.to_uint8` done on the device, so a quarter of the bytes come back."""
+        pixels = self.decode_on_device(latents, batch, path).mul_(255).round_().to(torch.uint8)
+        return pixels.permute(0, 2, 3, 1).contiguous().cpu()
+
+    @torch.inference_mode()
+    def decode_on_device(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
+        """:meth:`decode_latents` on this model's device."""
         cfg, w = self.config, self.weights
         ph, pw = _same_grid(batch)
         p, b = cfg.patch_size, len(batch)
@@ -121,8 +175,8 @@ class EdgeModel:
             q = w.proj_token(latents)  # [B, Nq, D]
             grid = q.transpose(1, 2).reshape(b, cfg.hidden_dim, ph // 2, pw // 2)
             up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
-            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg, ph, pw, 1).to(self.device)  # [B, N, D]
-            q = q + pos_embedding(cfg, ph, pw, 2).to(self.device)
+            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg, ph, pw, 1, self.device)  # [B, N, D]
+            q = q + pos_embedding(cfg, ph, pw, 2, self.device)
             for blk in w.decoder_blocks:
                 r = impl.decoder_block(blk, r, q, c0, c1)
             patches = w.unpatchify(r).float()  # [B, N, 3 p^2], each patch (p1, p2, channel)
@@ -131,7 +185,7 @@ class EdgeModel:
         image = image * stats[:, 1] + stats[:, 0]
         height, width = batch[0].size
         top, _, left, _ = cfg.padding(height, width)
-        return image[:, :, top : top + height, left : left + width].clamp(0, 1).cpu()
+        return image[:, :, top : top + height, left : left + width].clamp(0, 1)
 
 
 def batches(items: Sequence, tokens_each: int, max_batch_tokens: int) -> Iterator[Sequence]:

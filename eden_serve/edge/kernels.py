@@ -26,25 +26,26 @@ from ..model import Attention
 _PACK_ROWS = 512
 
 
-def onednn_linear_available(device: torch.device) -> bool:
-    """Whether fp32 matrix products on ``device`` can run through oneDNN on prepacked weights."""
+def onednn_linear_available(device: torch.device, dtype: torch.dtype = torch.float32) -> bool:
+    """Whether ``dtype`` matrix products on ``device`` can run through oneDNN on prepacked weights."""
     if device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     try:  # private operators: check that they are there and agree with F.linear
-        x = torch.linspace(-1, 1, 24).reshape(3, 8)
-        w, b = torch.linspace(-1, 1, 40).reshape(5, 8).flip(0), torch.linspace(0, 1, 5)
+        x = torch.linspace(-1, 1, 24).reshape(3, 8).to(dtype)
+        w, b = torch.linspace(-1, 1, 40).reshape(5, 8).flip(0).to(dtype), torch.linspace(0, 1, 5).to(dtype)
         packed = torch.ops.mkldnn._reorder_linear_weight(w, _PACK_ROWS)
         out = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
     except (AttributeError, RuntimeError):
         return False
-    return torch.allclose(out, F.linear(x, w, b), atol=1e-5)
+    return torch.allclose(out.float(), F.linear(x, w, b).float(), atol=1e-5 if dtype == torch.float32 else 2e-2)
 
 
 class Linears:
     """The blocks' matrix products, by ``kind``:
 
     * ``torch``: ``F.linear`` (any device, and bf16 under autocast);
-    * ``onednn``: fp32 on a CPU through oneDNN, on weights reordered once.
+    * ``onednn``: on a CPU through oneDNN, on weights reordered once, in the weights' dtype (fp32,
+      or bf16 whose inputs are cast here): ``F.linear`` would reorder the weights at every call.
 
     Prepared weights are made on first use and kept, keyed by the weight and the rows used: they
     are a second copy of the block weights (about 600 MB with the official dimensions).
@@ -61,7 +62,7 @@ class Linears:
         key = (id(weight), start, stop)
         if key not in self._prepared:
             self._prepared[key] = torch.ops.mkldnn._reorder_linear_weight(weight[rows].contiguous(), _PACK_ROWS)
-        return torch.ops.mkldnn._linear_pointwise(x, self._prepared[key], bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x.to(weight.dtype), self._prepared[key], bias, "none", [], "")
 
     def module(self, linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return self(x, linear.weight, linear.bias)

@@ -5,7 +5,9 @@ Every request of a batch is handled on its own: requests of a batch may differ i
 one bad request must not fail the others. Each step maps a request to a value or to a
 :class:`Refusal`, and :meth:`Service.postprocess` turns each into its own status, content type and
 body. Every :class:`~eden_serve.errors.EdenError` becomes its 4xx JSON document, out of memory 507,
-anything else 500 with a short message (the traceback goes to the worker log); the worker survives.
+anything else 500 with a short message (the traceback goes to the worker log); the worker survives,
+except a sticky device error (503): the GPU is then lost to this process, and the worker exits once
+it has answered so that TorchServe starts a new one.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ import http
 import io
 import json
 import logging
+import os
 import re
+import threading
 import time
+import traceback
 import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
 import torch
 
@@ -27,8 +33,8 @@ from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
-from ..errors import BadInputError, ChunkTooLargeError, EdenError, encoder_refusal, error_response
-from ..frames import to_png
+from ..errors import BadInputError, ChunkTooLargeError, EdenError, encoder_refusal, error_response, is_device_failure
+from ..frames import png_of
 from ..wire import Chunk, keyed
 from .fields import (
     FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, parse_threshold, request_body,
@@ -37,6 +43,12 @@ from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, m
 
 logger = logging.getLogger(__name__)
 FRAME_FIELD = re.compile(r"frame\d+")
+# After a sticky device error the process exits this long after the handler returns its answers,
+# which TorchServe's worker writes to its socket at once.
+EXIT_GRACE_S = 1.0
+DEVICE_FAILURE_EXIT = 75  # EX_TEMPFAIL: TorchServe restarts a worker whatever its exit code
+# Threads that PNG-encode an edge batch's middles while the next batch computes: zlib releases the GIL.
+PNG_THREADS = 2
 
 
 class Reply(NamedTuple):
@@ -51,6 +63,7 @@ class Refusal(NamedTuple):
 
     status: int
     document: dict
+    device_failure: bool = False  # this process's device broke (not a document passed on saying so)
 
 
 def refusal(exc: BaseException) -> Refusal:
@@ -58,10 +71,17 @@ def refusal(exc: BaseException) -> Refusal:
     if isinstance(exc, EdenError):
         logger.info("request refused: %d %s: %s", exc.status, exc.kind, exc)
     else:
-        logger.error("request failed", exc_info=exc)
-        if isinstance(exc, torch.OutOfMemoryError):
-            torch.cuda.empty_cache()
-    return Refusal(*error_response(exc))
+        # As text: a record holding the exception would keep its frames' tensors alive in any
+        # handler that buffers records.
+        logger.error("request failed\n%s", "".join(traceback.format_exception(exc)).rstrip())
+    return Refusal(*error_response(exc), is_device_failure(exc))
+
+
+def release_cached_memory() -> None:
+    """Return the CUDA allocator's cached blocks after an out-of-memory error (a no-op where CUDA
+    was never used). Called once the failed work's traceback, and the tensors its frames hold,
+    are gone: while they live their blocks cannot be released."""
+    torch.cuda.empty_cache()
 
 
 def each(step: Callable[[int, Any], Any], items: list) -> list:
@@ -134,7 +154,10 @@ class Service:
         return each(self.run, jobs)
 
     def postprocess(self, outcomes: list) -> list[bytes]:
-        """Per-request status and content type on the context; the bodies, in batch order."""
+        """Per-request status and content type on the context; the bodies, in batch order. After a
+        sticky device error, the worker exits once these are sent (:meth:`leave`)."""
+        if any(isinstance(o, Refusal) and o.device_failure for o in outcomes):
+            self.leave()
         bodies = []
         for idx, outcome in enumerate(outcomes):
             if isinstance(outcome, Refusal):
@@ -145,6 +168,14 @@ class Service:
             self.context.set_response_content_type(idx, reply.content_type)
             bodies.append(reply.body)
         return bodies
+
+    def leave(self) -> None:
+        """Exit this worker process shortly: its CUDA context is broken, so every later request
+        would fail while TorchServe's /ping still answers 200. TorchServe starts a replacement."""
+        logger.critical("%s: the device failed; this worker exits so that TorchServe replaces it", self.context.model_name)
+        timer = threading.Timer(EXIT_GRACE_S, os._exit, (DEVICE_FAILURE_EXIT,))
+        timer.daemon = True
+        timer.start()
 
     # Fresh dimension lists: TorchServe fills in ModelName and Level, into its mutable default otherwise.
     def time_metric(self, name: str, seconds: float, idx: int) -> None:
@@ -215,11 +246,13 @@ class EdgeService(Service):
         model = load_edge(weights, device, settings.precision)
         if settings.max_batch_tokens:  # 0 keeps the device's default
             model.batch_tokens = settings.max_batch_tokens
+        model.warm_up()
         return model
 
     def __init__(self, model: EdgeModel, settings: Settings, context):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
+        self.pngs = ThreadPoolExecutor(PNG_THREADS, thread_name_prefix="eden-png")
 
     def parse(self, idx: int, request: dict) -> bytes:
         body = request_body(request)
@@ -239,11 +272,12 @@ class EdgeService(Service):
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
         self.size_metric("EdenPayloadBytes", len(payload), idx)
-        return chunk
+        return self.model.receive(chunk)
 
     def inference(self, jobs: list) -> list:
         chunks = each(self.decode, jobs)
-        # Per request: its middles as PNGs (a scene cut's is in the payload), or the Refusal that failed it.
+        # Per request: its middles as PNGs, or futures of them (a scene cut's is in the payload), or
+        # the Refusal that failed it.
         middles: dict[int, list | Refusal] = {}
         seconds: dict[int, list[float]] = {}
         groups: dict[tuple, list[tuple[int, int]]] = {}
@@ -256,33 +290,61 @@ class EdgeService(Service):
         for (grid, _), pairs in groups.items():
             for batch in batches(pairs, grid[0] * grid[1], self.model.batch_tokens):
                 batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
-                if not batch:
-                    continue
-                try:
-                    conditions = [chunks[idx].pair(j) for idx, j in batch]
-                    start = time.perf_counter()
-                    latents = self.model.denoise(conditions)
-                    denoised = time.perf_counter()
-                    frames = self.model.decode_latents(latents, conditions)
-                    decoded = time.perf_counter()
-                except Exception as exc:  # the batch's requests fail; the others go on
-                    failure = refusal(exc)
-                    for idx, _ in batch:
-                        middles[idx] = failure
-                    continue
-                for (idx, j), frame in zip(batch, frames):
-                    middles[idx][j] = to_png(frame)
-                    seconds[idx][0] += (denoised - start) / len(batch)
-                    seconds[idx][1] += (decoded - denoised) / len(batch)
+                for part, outcome, denoise_s, decode_s in self.forward(batch, chunks):
+                    for n, (idx, j) in enumerate(part):
+                        if isinstance(outcome, Refusal):
+                            middles[idx] = outcome
+                        elif isinstance(middles[idx], list):
+                            middles[idx][j] = self.pngs.submit(png_of, outcome[n].numpy())
+                            seconds[idx][0] += denoise_s / len(part)
+                            seconds[idx][1] += decode_s / len(part)
         results = []
         for idx, chunk in enumerate(chunks):
             outcome = middles.get(idx, chunk)
             if isinstance(outcome, list):
                 self.time_metric("EdenDenoiseMs", seconds[idx][0], idx)
                 self.time_metric("EdenDecodeMs", seconds[idx][1], idx)
+                outcome = [png.result() if isinstance(png, Future) else png for png in outcome]
                 outcome = Reply(outcome[0], PNG) if len(outcome) == 1 else Reply(zip_of(outcome), ZIP)
             results.append(outcome)
         return results
+
+    def forward(self, batch: list[tuple[int, int]], chunks: list) -> Iterator[tuple[list, torch.Tensor | Refusal, float, float]]:
+        """(pairs, their middles [B, H, W, 3] uint8 or the Refusal of them all, denoise and decode
+        seconds) for the (request, pair) of ``batch``. A batch that runs out of memory is tried
+        again in halves, down to single pairs, before its pairs are refused with 507."""
+        if not batch:
+            return
+        outcome = self.attempt([chunks[idx] for idx, _ in batch], [j for _, j in batch])
+        # Out of attempt(): the failure's traceback, and the batch's tensors it held, are gone.
+        if isinstance(outcome, Refusal) and outcome.status == 507:
+            release_cached_memory()
+            if len(batch) > 1:
+                half = len(batch) // 2
+                logger.warning("a batch of %d pairs ran out of memory; trying %d and %d", len(batch), half, len(batch) - half)
+                yield from self.forward(batch[:half], chunks)
+                yield from self.forward(batch[half:], chunks)
+                return
+        if isinstance(outcome, Refusal):
+            yield batch, outcome, 0.0, 0.0
+        else:
+            yield (batch, *outcome)
+
+    def attempt(self, chunks: list[Chunk], pairs: list[int]) -> tuple[torch.Tensor, float, float] | Refusal:
+        """One batched forward, timed stage by stage: the device is synchronised at each clock
+        reading, so that each stage is charged its own kernels."""
+        try:
+            conditions = [chunk.pair(j) for chunk, j in zip(chunks, pairs)]
+            self.model.synchronize()
+            start = time.perf_counter()
+            latents = self.model.denoise(conditions)
+            self.model.synchronize()
+            denoised = time.perf_counter()
+            frames = self.model.decode_uint8(latents, conditions)
+            self.model.synchronize()
+            return frames, denoised - start, time.perf_counter() - denoised
+        except Exception as exc:  # the batch's requests fail (or are tried in halves); the others go on
+            return refusal(exc)
 
 
 def frame_fields(request: dict, max_frames: int) -> list[str]:

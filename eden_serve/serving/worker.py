@@ -6,6 +6,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import torch
 
@@ -13,6 +14,7 @@ from .. import wire
 from ..cloud import SCENE_THRESHOLD
 from ..config import EdenConfig
 from ..edge import PRECISIONS
+from ..errors import DeviceUnavailableError
 from ..frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
@@ -57,39 +59,70 @@ class Settings:
 
 
 def choose_device(gpu_id: int | None) -> torch.device:
-    """The GPU TorchServe assigned (``gpu_id``), or the CPU when it assigned none or CUDA is absent.
+    """The GPU TorchServe assigned (``gpu_id``), or the CPU when it assigned none.
 
+    A worker assigned a GPU that it cannot use fails to load (:class:`DeviceUnavailableError`):
+    running on the CPU instead would be tens of times slower with nothing but a log line to say so.
     TorchServe drops a model's ``deviceIds`` when one is not below its GPU count and then deals the
     GPUs out round-robin, so on one GPU both halves share GPU 0. The modulo only matters when the
     worker sees fewer GPUs than TorchServe counted (CUDA_VISIBLE_DEVICES set for the workers).
     """
-    if gpu_id is None or not torch.cuda.is_available():
+    if gpu_id is None:
         return torch.device("cpu")
+    if not torch.cuda.is_available():
+        built = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, but no usable GPU (driver, CUDA_VISIBLE_DEVICES)"
+        raise DeviceUnavailableError(
+            f"TorchServe assigned GPU {gpu_id} to this worker, but this PyTorch {torch.__version__} has {built}; "
+            "install the CUDA build, or run TorchServe without GPUs (number_of_gpu=0) to serve on the CPU"
+        )
     return torch.device(f"cuda:{gpu_id % torch.cuda.device_count()}")
 
 
+def cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The CPU limit of this container in whole cores (cgroup v2 ``cpu.max``, rounded up), or None.
+
+    A Kubernetes CPU limit leaves every core of the node visible to the scheduler's affinity, so
+    threads sized by the core count would each get a sliver of the quota and stall in throttling.
+    """
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
 def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cpu_quota()
+    return min(cores, quota) if quota else cores
 
 
-def default_threads(side: str, cores: int) -> int:
-    """CPU threads of one worker when ``handler.threads`` is 0: the edge, the bottleneck, every
-    core; the encoder, busy a few percent of the time, an eighth of them (README: "GPUs and threads")."""
+def default_threads(side: str, cores: int, device_type: str = "cpu") -> int:
+    """CPU threads of one worker when ``handler.threads`` is 0: on a CPU, the edge, the bottleneck,
+    every core and the encoder, busy a few percent of the time, an eighth of them; on a GPU the
+    host only launches kernels and encodes PNGs, and a few threads do (README: "GPUs and threads")."""
+    if device_type == "cuda":
+        return max(1, min(4, cores // 2))
     return max(1, cores // 8) if side == "cloud" else cores
 
 
 def configure_torch(device: torch.device, threads: int, side: str) -> None:
     """Process-wide PyTorch settings of a worker, made once when it loads.
 
-    On CUDA, importing TorchServe's BaseHandler switches float32 matmuls to TF32 on Ampere and
-    newer: back to full float32, so the server computes what ``eden-serve interpolate`` computes.
-    On the CPU, the intra-op threads (see :func:`default_threads`); inter-op parallelism is unused,
-    and PyTorch accepts that setting only before any parallel work, which holds at a worker's start.
+    The intra-op threads on either device (see :func:`default_threads`): on a GPU the host's own
+    work (conversions, PNGs) otherwise spreads over every core of the node. Inter-op parallelism
+    is unused, and PyTorch accepts that setting only before any parallel work, which holds at a
+    worker's start. On CUDA, this worker's GPU becomes the current device (libraries that allocate
+    on the current device then use it, not GPU 0), and float32 matmuls go back to full float32:
+    importing TorchServe's BaseHandler switches them to TF32 on Ampere and newer, and the server
+    computes what ``eden-serve interpolate`` computes.
     """
     if device.type == "cuda":
+        torch.cuda.set_device(device)
         torch.set_float32_matmul_precision("highest")
-        return
-    torch.set_num_threads(threads or default_threads(side, usable_cores()))
+    torch.set_num_threads(threads or default_threads(side, usable_cores(), device.type))
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # set before in this process, or inter-op work has started

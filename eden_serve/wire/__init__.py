@@ -50,12 +50,15 @@ from .envelope import (
 )
 from .tensors import CODECS, Codec, Tokens, finite, layout, pack, parse_codec, unpack
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "MAGIC", "MAX_FRAMES", "MAX_TOKENS", "Chunk", "Codec",
-           "Conditions", "Tokens", "decode", "encode", "parse_codec"]
+__all__ = ["CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "MAGIC", "MAX_FRAMES", "MAX_TOKENS", "NO_WIRE", "Chunk", "Codec",
+           "Conditions", "Tokens", "check_codec", "decode", "encode", "parse_codec"]
 
 # bf16+zstd: half of fp32's bytes and less again inside a chunk, a relative error of at most 2**-8
 # whatever the token distribution, and fp32's range (README "The wire").
 DEFAULT_CODEC = "bf16+zstd"
+# Where both halves share a process: the chunk's tensors handed from the cloud's device to the
+# edge's, never encoded (so exactly what fp32 would deliver).
+NO_WIRE = "none"
 # Format-wide caps, so that a payload can never make a receiver allocate without bound; receivers
 # lower them (decode's max_* arguments). 8K UHD (4320x7680) is 129,600 tokens per frame.
 MAX_TOKENS = 1 << 17
@@ -110,6 +113,12 @@ class Chunk:
             self.cond_dit.frames(j, j + 2), self.cond_dec.frames(j, j + 2), stats[0].item(), stats[1].item(),
             self.differences[j], self.grid, self.size, self.seeds[j],
         )
+
+
+def check_codec(name: str) -> None:
+    """A codec of one process: a wire codec (:func:`parse_codec`) or :data:`NO_WIRE`."""
+    if name != NO_WIRE:
+        parse_codec(name)
 
 
 def encode(chunk: Chunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> bytes:
