@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,8 +27,10 @@ import torch
 from PIL import Image
 
 from eden_serve.config import preset
-from eden_serve.serving.launcher import build_archives, torchserve
 from eden_serve.serving.worker import Settings, max_tokens_for
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
+from harness.servers import build_archives, torchserve
+import results
 
 FRAMES = 17
 
@@ -76,6 +79,7 @@ def main() -> None:
         with torchserve(store, models=["eden_encoder.mar"], token_auth=False) as server:
             url = f"{server.inference_url}/predictions/eden_encoder"
             (pid,) = server.worker_pids("eden_encoder")
+            rows = []
             measure(url, pid, cases[f"{FRAMES} x 64x48 (accepted)"])  # warm-up
             for name, frames in cases.items():
                 runs = [measure(url, pid, frames) for _ in range(args.repeat)]
@@ -84,7 +88,12 @@ def main() -> None:
                       f"median {statistics.median(s for _, s, _ in runs) * 1e3:7.1f} ms  "
                       f"peak RSS growth median {statistics.median(g for _, _, g in runs) / 2**20:6.1f} MiB, "
                       f"max {max(g for _, _, g in runs) / 2**20:6.1f} MiB")
+                rows.append({"config": args.config, "request": name, "body_bytes": sum(map(len, frames)),
+                             "statuses": " ".join(map(str, statuses)), "median_ms": statistics.median(s for _, s, _ in runs) * 1e3,
+                             "rss_growth_median_mib": statistics.median(g for _, _, g in runs) / 2**20,
+                             "rss_growth_max_mib": max(g for _, _, g in runs) / 2**20})
             assert server.worker_pids("eden_encoder") == [pid], "the worker restarted"
+    results.write("hostile_chunk", rows)
 
 
 if __name__ == "__main__":
