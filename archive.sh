@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the TorchServe archives of eden-serve:
 #   MODEL_STORE/eden_encoder.mar  cloud half (eden_cloud.safetensors + handler + eden_serve package)
-#   MODEL_STORE/eden_ditdec.mar   edge half (eden_edge.safetensors + handler + eden_serve package)
+#   MODEL_STORE/eden_ditdec.mar   edge half (eden_edge.safetensors, and eden_cloud.safetensors for the
+#                                 frames codec, + handler + eden_serve package)
 #   MODEL_STORE/eden.war          workflow eden_encoder -> eden_ditdec
 # Each .mar carries the eden_serve package, so workers import it from the archive, not from the
 # environment TorchServe runs in.
@@ -90,13 +91,14 @@ grep -q "^  threads: $threads " "$work/ditdec/model-config.yaml"
 
 # zip-store: float weights barely deflate (the official edge half: 7% smaller for 24 s of CPU),
 # and TorchServe reads stored zip entries just the same.
-archive() {  # NAME HANDLER WEIGHTS CONFIG
+archive() {  # NAME HANDLER WEIGHTS(comma-separated) CONFIG
     "$model_archiver" --model-name "$1" --version 1.0 --handler "$2" \
         --extra-files "$3,$work/lib" --config-file "$4" \
         --archive-format zip-store --export-path "$store" --force
 }
 archive eden_encoder "$root/handlers/eden_encoder_handler.py" "$work/weights/eden_cloud.safetensors" "$work/encoder/model-config.yaml"
-archive eden_ditdec "$root/handlers/eden_ditdec_handler.py" "$work/weights/eden_edge.safetensors" "$work/ditdec/model-config.yaml"
+archive eden_ditdec "$root/handlers/eden_ditdec_handler.py" "$work/weights/eden_edge.safetensors,$work/weights/eden_cloud.safetensors" \
+    "$work/ditdec/model-config.yaml"
 "$workflow_archiver" --workflow-name eden --spec-file "$root/workflows/eden.yaml" \
     --handler "$root/workflows/eden_workflow_handler.py" --export-path "$store" --force
 

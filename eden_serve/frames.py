@@ -46,8 +46,15 @@ def image_to_tensor(image: Image.Image) -> torch.Tensor:
     elif image.mode == "F":
         array = np.repeat(np.clip(np.asarray(image, dtype=np.float32), 0, 1)[..., None], 3, axis=-1)
     else:
-        array = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+        return from_uint8(np.asarray(image.convert("RGB")))
     return torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1).contiguous()
+
+
+def from_uint8(pixels: np.ndarray) -> torch.Tensor:
+    """H x W x 3 uint8 -> [3, H, W] float32 in [0, 1], x / 255: every 8-bit frame goes through here,
+    so that the edge re-derives from a frames payload exactly the tensor the cloud computed from."""
+    array = pixels.astype(np.float32) / 255.0
+    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
 
 
 def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:

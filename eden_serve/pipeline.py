@@ -52,9 +52,13 @@ def interpolate_chunk(
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
     None: off) get the earlier frame, the others are computed in batched forwards of at most
-    ``edge.batch_tokens`` condition tokens."""
-    payload = wire.encode(cloud.encode_chunk(frames, seed, scene_threshold), cloud.config, codec)
+    ``edge.batch_tokens`` condition tokens. With the frames codec the payload carries the frames,
+    and the edge's E_cond (here ``cloud`` itself) re-derives their conditions."""
+    make = cloud.frames_chunk if wire.parse_codec(codec) == wire.FRAMES_CODEC else cloud.encode_chunk
+    payload = wire.encode(make(frames, seed, scene_threshold), cloud.config, codec)
     chunk = wire.decode(payload, edge.config)
+    if isinstance(chunk, wire.FramesChunk):
+        chunk = cloud.restore(chunk)  # the edge's copy of E_cond: in one process, the cloud's own
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
     for batch in batches(computed, chunk.grid[0] * chunk.grid[1], edge.batch_tokens):

@@ -27,7 +27,9 @@ from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
-from ..errors import BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, encoder_refusal, error_response
+from ..errors import (
+    BadInputError, ChunkTooLargeError, EdenError, FrameTooLargeError, ModelMismatchError, encoder_refusal, error_response,
+)
 from ..frames import check_pair, load_frame, to_png
 from ..wire import Chunk
 from .fields import (
@@ -204,7 +206,8 @@ class CloudService(Service):
                 f"over this server's {self.max_chunk_tokens} per request; send at most {fit} frames of this size"
             )
         start = time.perf_counter()
-        chunk = self.model.encode_chunk(frames, job.seed, job.scene_threshold)
+        make = self.model.frames_chunk if job.codec == wire.FRAMES_CODEC else self.model.encode_chunk
+        chunk = make(frames, job.seed, job.scene_threshold)
         encoded = time.perf_counter()
         payload = wire.encode(chunk, self.model.config, job.codec)
         self.time_metric("EdenEncodeMs", encoded - start, idx)
@@ -233,6 +236,9 @@ class EdgeService(Service):
     def __init__(self, model: EdgeModel, settings: Settings, context):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
+        # The cloud half, where the archive carries it, re-derives the conditions of frames payloads.
+        cloud_weights = Path(context.system_properties["model_dir"]) / WEIGHTS_FILES["cloud"]
+        self.e_cond = load_cloud(cloud_weights, model.device) if cloud_weights.is_file() else None
 
     def parse(self, idx: int, request: dict) -> bytes:
         body = request_body(request)
@@ -252,6 +258,13 @@ class EdgeService(Service):
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
         self.size_metric("EdenPayloadBytes", len(payload), idx)
+        if isinstance(chunk, wire.FramesChunk):
+            if self.e_cond is None:
+                raise ModelMismatchError("this edge's archive carries no cloud weights to derive conditions from frames with; "
+                                         f"rebuild it with this release's archive.sh, or ask the cloud for codec {wire.DEFAULT_CODEC}")
+            start = time.perf_counter()
+            chunk = self.e_cond.restore(chunk)
+            self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
         return chunk
 
     def inference(self, jobs: list) -> list:
