@@ -31,9 +31,13 @@ def _stages(cloud, edge: EdgeModel, frames, codec: str, path: str) -> tuple[dict
 
     def round_trip(chunk):
         payload = wire.encode(chunk, cloud.config, codec)
-        return [wire.decode(payload, edge.config).pair(0)], len(payload)
+        received = wire.decode(payload, edge.config)
+        if isinstance(received, wire.FramesChunk):  # the edge's E_cond counts as codec work
+            received = cloud.restore(received)
+        return [received.pair(0)], len(payload)
 
-    chunk, encode_ms = _timed(lambda: cloud.encode_chunk(frames, seed=0), device)
+    make = cloud.frames_chunk if codec == wire.FRAMES_CODEC else cloud.encode_chunk
+    chunk, encode_ms = _timed(lambda: make(frames, seed=0), device)
     (received, payload_bytes), codec_ms = _timed(lambda: round_trip(chunk), device)
     latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
     frame, decode_ms = _timed(lambda: edge.decode_latents(latents, received, path)[0], device)
