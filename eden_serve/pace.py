@@ -50,10 +50,14 @@ class BusyTime:
 
 
 class AutoCodec:
-    """The split client's codec per chunk. Each candidate goes once first (a chunk's payload size per
-    pair is only known once sent); then every chunk takes :func:`choose_codec` of the latest
-    measurements: payload bytes per pair per codec, the link's rate from the payloads' downloads,
-    and the edge's pairs per busy second. Thread-safe: chunks start and end on several threads."""
+    """The split client's codec per chunk, from the latest measurements: payload bytes per pair per
+    codec, the link's rate from the payloads' downloads, and the edge's pairs per busy second.
+
+    It starts with the frames codec, the smallest payload, and keeps to it while it has no
+    measurement or while the link is what holds it back (any other codec's larger payloads would be
+    held back more). Where the edge is the bottleneck, each other codec is tried once (its payload
+    size is known only once sent), and from then on every chunk takes :func:`choose_codec`'s pick.
+    Thread-safe: chunks start and end on several threads."""
 
     def __init__(self, candidates: tuple[str, ...] = CANDIDATES):
         self.candidates = candidates
@@ -64,15 +68,17 @@ class AutoCodec:
         self._lock = threading.Lock()
 
     def next(self) -> str:
+        first = self.candidates[0]
         with self._lock:
+            self._started.add(first)
+            link, edge, sizes = self.link.rate(), self.edge.rate(), self.payload_bytes_per_pair
+            if link is None or edge is None or first not in sizes:
+                return first
             untried = [codec for codec in self.candidates if codec not in self._started]
-            if untried:
+            if untried and link / sizes[first] > edge:  # the edge holds the first codec back: another may do as well
                 self._started.add(untried[0])
                 return untried[0]
-            link, edge = self.link.rate(), self.edge.rate()
-            if link is None or edge is None or len(self.payload_bytes_per_pair) < len(self.candidates):
-                return self.candidates[0]  # the tries are still in flight
-            return choose_codec(self.payload_bytes_per_pair, link, edge)
+            return choose_codec(sizes, link, edge)
 
     def downloaded(self, codec: str, pairs: int, payload_bytes: int, start: float, end: float) -> None:
         """A payload of ``pairs`` pairs came down from the cloud between ``start`` (its first byte) and ``end``."""

@@ -47,21 +47,32 @@ def test_busy_time_follows_the_last_spans():
     assert busy.rate() == pytest.approx(10)
 
 
-def test_auto_tries_each_codec_once_then_chooses_from_measurements():
+def test_auto_keeps_to_frames_while_the_link_holds_it_back():
     auto = AutoCodec()
-    assert [auto.next(), auto.next()] == ["frames", "bf16+zstd"]
-    assert auto.next() == "frames"  # nothing measured yet
-    # a slow link (1 MB/s) and a fast edge (20 pairs/s)
-    auto.downloaded("frames", 8, 8 * 70e3, 0.0, 0.56)
-    auto.answered(8, 0.6, 1.0)
-    auto.downloaded("bf16+zstd", 8, 8 * 1.5e6, 1.0, 13.0)
-    auto.answered(8, 13.0, 13.4)
+    assert [auto.next(), auto.next()] == ["frames", "frames"]  # nothing measured yet
+    # a slow link (0.5 MB/s) and a fast edge (20 pairs/s): frames is link bound at 3.3 pairs/s,
+    # so bf16's ten times larger payloads could only be slower, and are never tried
+    auto.downloaded("frames", 8, 8 * 150e3, 0.0, 2.4)
+    auto.answered(8, 2.4, 2.8)
+    assert {auto.next() for _ in range(5)} == {"frames"}
+    assert "bf16+zstd" not in auto.payload_bytes_per_pair
+
+
+def test_auto_tries_the_default_where_the_edge_is_the_bottleneck_then_chooses():
+    auto = AutoCodec()
     assert auto.next() == "frames"
-    # then the edge slows to a crawl (0.2 pairs/s): the link no longer matters
-    for start in range(20, 100, 5):
-        auto.answered(1, float(start), start + 5.0)
-    assert auto.edge.rate() == pytest.approx(0.2)
-    assert auto.next() == "bf16+zstd"
+    # a fast link (12.5 MB/s) and a CPU edge (0.5 pairs/s): frames is edge bound
+    auto.downloaded("frames", 8, 8 * 150e3, 0.0, 0.096)
+    auto.answered(8, 0.1, 16.1)
+    assert auto.next() == "bf16+zstd"  # tried once
+    assert auto.next() == "frames"  # its size is not known yet
+    auto.downloaded("bf16+zstd", 8, 8 * 1.5e6, 16.1, 17.06)
+    auto.answered(8, 17.1, 33.1)
+    assert auto.next() == "bf16+zstd"  # both edge bound at 0.5 pairs/s: the default, which costs the edge less
+    # then the link drops to 0.25 MB/s: bf16 would manage 0.17 pairs/s, frames still 0.5
+    for start in range(40, 200, 10):
+        auto.downloaded("bf16+zstd", 1, 1.5e6, float(start), start + 6.0)
+    assert auto.next() == "frames"
 
 
 def test_auto_is_safe_from_many_threads():
@@ -72,11 +83,13 @@ def test_auto_is_safe_from_many_threads():
         codec = auto.next()
         seen.append(codec)
         auto.downloaded(codec, 4, 4000 if codec == "frames" else 40000, i, i + 0.5)
-        auto.answered(4, i + 0.5, i + 1.0)
+        auto.answered(4, i + 0.5, i + 10.0)
 
     threads = [threading.Thread(target=chunk, args=(i,)) for i in range(32)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(seen) == 32 and {"frames", "bf16+zstd"} <= set(seen)
+    assert len(seen) == 32 and set(seen) <= {"frames", "bf16+zstd"}
+    assert len(auto.link._spans) == len(auto.edge._spans) == 16  # each window kept its last 16, none lost
+    assert auto.next() in ("frames", "bf16+zstd")
