@@ -262,7 +262,7 @@ class Client:
         if self.split:
             stages = stages or {}
             first_byte: list[float] = []  # a response hook runs once the headers are in, before the body is read
-            hooks = {"response": lambda response, **_: first_byte.append(time.perf_counter())}
+            hooks = {"response": lambda response, **_: first_byte.append(time.perf_counter())} if self.auto is not None else None
             encoded_answer, retries = self._post("encoder", cancel, files=files, data=form, stage=stages.get("encoder"), hooks=hooks)
             payload = encoded_answer.content
             payload_bytes = len(payload)
