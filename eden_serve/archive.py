@@ -5,7 +5,8 @@
 writes into the model store:
 
 * ``eden_encoder.mar``: the cloud half (``eden_cloud.safetensors``, its handler, the package);
-* ``eden_ditdec.mar``: the edge half (``eden_edge.safetensors``, its handler, the package);
+* ``eden_ditdec.mar``: the edge half (``eden_edge.safetensors``, and ``eden_cloud.safetensors`` with
+  which the edge re-derives the conditions of frames payloads; its handler, the package);
 * ``eden.war``: the workflow eden_encoder -> eden_ditdec.
 
 The checkpoint is read once (or synthetic weights are made, with a warning), checked strictly and
@@ -95,11 +96,12 @@ def build(
         weights = write_halves(state, work / "weights", dims)
         del state  # the halves are on disk: the whole model need not stay in memory while zipping
         lib = _package_sources(work / "lib")
-        for name, side in (("eden_encoder", "cloud"), ("eden_ditdec", "edge")):
+        # The edge carries the cloud half too: it re-derives the conditions of frames payloads.
+        for name, halves in (("eden_encoder", ["cloud"]), ("eden_ditdec", ["edge", "cloud"])):
             model_config = work / name / "model-config.yaml"  # the manifest names it by its file name
             model_config.parent.mkdir()
             model_config.write_text(model_config_text(name, options))
-            _model_archive(name, GLUE / f"{name}_handler.py", [weights[side], lib], model_config, store, work)
+            _model_archive(name, GLUE / f"{name}_handler.py", [*(weights[h] for h in halves), lib], model_config, store, work)
         _workflow_archive(store, work)
     return {name: store / name for name in ARCHIVES}
 

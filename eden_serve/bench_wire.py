@@ -1,7 +1,8 @@
-"""Payload size, token error and speed of every wire codec: ``python -m eden_serve.bench_wire``.
+"""Payload size, token error and speed of every token codec: ``python -m eden_serve.bench_wire``.
 
 Conditions are pairs of :func:`eden_serve.synthetic.chunk` (LayerNorm outputs) with the official
-dimensions, in its two token profiles, ``plain`` and ``outliers``.
+dimensions, in its two token profiles, ``plain`` and ``outliers``. The frames codec carries frames, not
+tokens: benchmarks/chunks.py measures it on real video.
 
 Token errors are over cond_dit and cond_dec together, the RMS error also relative to the tokens' RMS.
 ``--frames`` adds the error of the edge's output frame (480p, against fp32 conditions), with
@@ -20,7 +21,7 @@ import torch
 from . import synthetic
 from .checkpoint import load_pair
 from .config import PRESETS, EdenConfig
-from .wire import CODECS, DEFAULT_CODEC, Chunk, decode, encode
+from .wire import DEFAULT_CODEC, TOKEN_CODECS, Chunk, decode, encode
 
 RESOLUTIONS = {"480p": (480, 854), "1080p": (1080, 1920), "4K": (2160, 3840)}
 
@@ -38,7 +39,7 @@ def frame_errors(config: EdenConfig, checkpoint: str | None, chunks: dict[str, C
     edge = load_pair(checkpoint, config)[1]
     edge_bf16 = load_pair(checkpoint, config, precision="bf16")[1]
     refs = {profile: edge.interpolate(chunk.pair(0)) for profile, chunk in chunks.items()}
-    rows = {codec: lambda chunk, codec=codec: edge.interpolate(decode(encode(chunk, config, codec), config).pair(0)) for codec in CODECS}
+    rows = {codec: lambda chunk, codec=codec: edge.interpolate(decode(encode(chunk, config, codec), config).pair(0)) for codec in TOKEN_CODECS}
     rows["edge in bf16"] = lambda chunk: edge_bf16.interpolate(chunk.pair(0))
     print(f"{'codec':<18}" + "".join(f"{profile:>20}" for profile in chunks))
     for label, run in rows.items():
@@ -63,10 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     sizes = {}
     for res, size in RESOLUTIONS.items():
         cond = synthetic.chunk(config, size, profile="plain")
-        sizes[res] = {codec: len(encode(cond, config, codec)) for codec in CODECS}
+        sizes[res] = {codec: len(encode(cond, config, codec)) for codec in TOKEN_CODECS}
         print(f"  {res} {size[0]}x{size[1]}: grid {cond.grid}, N = {cond.grid[0] * cond.grid[1]}")
     print(f"{'codec':<18}" + "".join(f"{res:>22}" for res in RESOLUTIONS))
-    for codec in CODECS:
+    for codec in TOKEN_CODECS:
         cells = "".join(f"{sizes[res][codec]:>14,} ({sizes[res]['fp32'] / sizes[res][codec]:4.2f}x)" for res in RESOLUTIONS)
         print(f"{codec:<18}{cells}")
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     conds = {profile: synthetic.chunk(config, RESOLUTIONS["480p"], profile=profile) for profile in ("plain", "outliers")}
     big = synthetic.chunk(config, RESOLUTIONS["1080p"], profile="plain")
     print(f"{'codec':<18}{'plain':>30}{'outliers':>30}{'enc ms':>9}{'dec ms':>9}")
-    for codec in CODECS:
+    for codec in TOKEN_CODECS:
         cells = "".join("{:>9.2e} {:>9.2e} {:>9.2e}".format(*token_errors(cond, config, codec)) for cond in conds.values())
         start = time.perf_counter()
         payload = encode(big, config, codec)

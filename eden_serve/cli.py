@@ -231,7 +231,9 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cacert", metavar="PEM", help="the CA that signed the servers' TLS certificates (default: the system's)")
     parser.add_argument("--seed", type=int, default=0,
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
-    parser.add_argument("--wire-codec", "--codec", dest="codec", help="wire codec asked of the encoder (default: the server's)")
+    parser.add_argument("--wire-codec", "--codec", dest="codec",
+                        help="wire codec asked of the encoder, or auto (with --cloud/--edge: chosen per chunk from the measured "
+                             "link and edge rates; docs/wire-codecs.md) (default: the server's)")
     parser.add_argument("--scene-threshold", type=_threshold_text,
                         help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,

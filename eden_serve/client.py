@@ -25,6 +25,7 @@ import queue
 import re
 import struct
 import threading
+import time
 import zipfile
 from pathlib import Path
 from typing import Sequence
@@ -37,6 +38,7 @@ from .errors import (
     BadInputError, ChunkTooLargeError, ServerError, TransientError, UnavailableError, connection_failure, error_from_document,
 )
 from .frames import PNG_SIGNATURE, oriented_size, png_bytes
+from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS, certificate_failure
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 
@@ -159,7 +161,8 @@ class Client:
 
     ``token`` is the inference token (None: no auth); ``edge_token`` the edge server's, where it
     differs (two TorchServes have two key files). ``codec`` is the wire codec asked of the encoder
-    and ``scene_threshold`` its scene-cut test (a number, or "off"; None: the server's defaults);
+    ("auto", in the split only: chosen per chunk by :class:`~eden_serve.pace.AutoCodec`) and
+    ``scene_threshold`` its scene-cut test (a number, or "off"; None: the server's defaults);
     ``tries`` and ``backoff`` set the retries of each request;
     ``timeout`` is seconds to wait for an answer; ``tls`` says which CA signed the servers'
     certificates (https:// URLs).
@@ -194,7 +197,10 @@ class Client:
             }
         tokens = {"workflow": token, "encoder": token, "decoder": edge_token or token}
         self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
+        if codec == AUTO and server is not None:
+            raise BadInputError("codec auto picks a codec for the link between cloud and edge: give cloud and edge, not server")
         self.codec = codec
+        self.auto = AutoCodec() if codec == AUTO else None
         self.scene_threshold = scene_threshold
         self.retry = Retry(tries=tries, backoff=backoff)
         self.timeout = (CONNECT_TIMEOUT, timeout)
@@ -233,7 +239,7 @@ class Client:
                 except requests.exceptions.SSLError as exc:
                     refused = certificate_failure(exc)
                     if refused is None:
-                        raise TransientError(f"{_reason(exc)} ({url})") from exc
+                        raise connection_failure(exc, url) from exc
                     raise BadInputError(f"{url}: {refused}") from None
                 except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
                     raise connection_failure(exc, url) from exc
@@ -249,19 +255,26 @@ class Client:
         """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
         moved; pair j uses ``seed + j``."""
         form = {"seed": str(seed)}
-        if self.codec:
-            form["codec"] = self.codec
+        codec = self.auto.next() if self.auto is not None else self.codec
+        if codec:
+            form["codec"] = codec
         if self.scene_threshold is not None:
             form["scene_threshold"] = str(self.scene_threshold)
         files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(encoded)}
         payload_bytes = None
         if self.split:
             stages = stages or {}
-            encoded_answer, retries = self._post("encoder", cancel, files=files, data=form, stage=stages.get("encoder"))
+            first_byte: list[float] = []  # a response hook runs once the headers are in, before the body is read
+            hooks = {"response": lambda response, **_: first_byte.append(time.perf_counter())} if self.auto is not None else None
+            encoded_answer, retries = self._post("encoder", cancel, files=files, data=form, stage=stages.get("encoder"), hooks=hooks)
             payload = encoded_answer.content
             payload_bytes = len(payload)
             headers = {"Content-Type": "application/octet-stream"}
+            sent = time.perf_counter()
             answer, edge_retries = self._post("decoder", cancel, data=payload, headers=headers, stage=stages.get("decoder"))
+            if self.auto is not None:
+                self.auto.downloaded(codec, len(encoded) - 1, payload_bytes, first_byte[-1], sent)
+                self.auto.answered(len(encoded) - 1, sent, time.perf_counter())
             retries += edge_retries
             sent = len(encoded_answer.request.body) + len(payload)
             received = len(payload) + len(answer.content)

@@ -4,20 +4,27 @@ Pad to whole query patches, normalise each frame by its own statistics, embed pa
 embedding for the DiT, one for the decoder), add positions, LayerNorm; plus the frame-difference
 scalar. Only the four ``*_cond_*`` modules' weights are needed here. And the scene-cut test
 (:func:`scene_change`), so that a pair across a cut costs the edge nothing.
+
+With the frames codec the cloud sends the frames and its decisions instead
+(:meth:`CloudEncoder.frames_chunk`), and the edge runs this same E_cond on them
+(:meth:`CloudEncoder.restore`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .config import EdenConfig
-from .errors import BadInputError, ChunkTooLargeError, FrameTooLargeError
-from .frames import check_frame, image_to_tensor, open_image, to_png
+from .errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
+from .frames import check_frame, from_uint8, image_to_tensor, open_image, to_png, to_uint8
 from .model import CloudWeights, pos_embedding
-from .wire import Chunk, Conditions, Tokens
+from .wire import DEFAULT_CODEC, Chunk, Conditions, FramesChunk, Tokens
 
 
 # Tokens per batched patch embedding (see encode_chunk): 8192 x 768 float32 is 25 MB.
@@ -86,10 +93,69 @@ class CloudEncoder:
         pair of equal frames, such as a cut's copy and its earlier frame at the next level of a 4x
         run: all the frames across a cut are then copies. The tokens come back on the CPU for the
         wire, or with ``on_device`` where they were made, for an edge in the same process."""
+        x = self._frames(frames)
+        differences, cuts = self._pairs(x, scene_threshold)
+        cond_dit, cond_dec, means, stds = self._embed_frames(x)
+        return Chunk(
+            cond_dit=Tokens(cond_dit if on_device else cond_dit.cpu()),
+            cond_dec=Tokens(cond_dec if on_device else cond_dec.cpu()),
+            means=means,
+            stds=stds,
+            differences=differences,
+            seeds=[seed + j for j in range(len(x) - 1)],
+            grid=self.config.patch_grid(*x[0].shape[-2:]),
+            size=tuple(x[0].shape[-2:]),
+            cuts={j: to_png(x[j].cpu()) for j in cuts},
+        )
+
+    @torch.inference_mode()
+    def frames_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None) -> FramesChunk:
+        """What the frames codec sends: the frames as 8-bit pixels, and the same decisions about
+        their pairs as :meth:`encode_chunk` makes (differences, cuts, seeds). The edge makes the
+        tokens with :meth:`restore`. Frames of more than 8 bits (16-bit grey) are refused: their
+        pixels would not give back the same tensors."""
+        x = self._frames(frames)
+        pixels = np.stack([to_uint8(frame.cpu()) for frame in x])
+        for i, frame in enumerate(x):
+            if not torch.equal(from_uint8(pixels[i]).to(self.device), frame):
+                raise BadInputError(f"frame{i} has more than 8 bits per channel, which the frames codec does not carry; "
+                                    f"use a token codec such as {DEFAULT_CODEC}")
+        differences, cuts = self._pairs(x, scene_threshold)
+        return FramesChunk(pixels, differences, [seed + j for j in range(len(x) - 1)], cuts, self.digest)
+
+    @torch.inference_mode()
+    def restore(self, chunk: FramesChunk) -> Chunk:
+        """The edge's half of the frames codec: the chunk :meth:`encode_chunk` makes of these
+        frames, with the cloud's decisions. The same weights, frames and threads give the same
+        tokens bit for bit, so the edge computes what the fp32 codec would have given it."""
+        if chunk.cloud != self.digest:
+            raise ModelMismatchError(
+                f"payload's frames are for cloud weights {chunk.cloud[:16]}, but this edge derives conditions with "
+                f"{self.digest[:16]}; deploy the archives of one archive.sh run to cloud and edge"
+            )
+        x = [from_uint8(frame).to(self.device) for frame in chunk.pixels]
+        cond_dit, cond_dec, means, stds = self._embed_frames(x)
+        return Chunk(
+            Tokens(cond_dit.cpu()), Tokens(cond_dec.cpu()), means, stds, chunk.differences, chunk.seeds,
+            self.config.patch_grid(*chunk.size), chunk.size, {j: to_png(x[j].cpu()) for j in chunk.cuts},
+        )
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """SHA-256 of the weights (names, shapes and float32 values), which a frames payload names."""
+        hasher = hashlib.sha256()
+        for name, value in sorted(self.weights.state_dict().items()):
+            hasher.update(f"{name}:{tuple(value.shape)}:".encode())
+            hasher.update(value.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        return hasher.hexdigest()
+
+    def _frames(self, frames: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         shape = frames[0].shape
         assert len(frames) >= 2 and len(shape) == 3 and shape[0] == 3 and all(f.shape == shape for f in frames), "checked by the caller"
-        height, width = shape[-2:]
-        x = [frame.to(self.device, torch.float32) for frame in frames]
+        return [frame.to(self.device, torch.float32) for frame in frames]
+
+    def _pairs(self, x: list[torch.Tensor], scene_threshold: float | None) -> tuple[list[float], list[int]]:
+        """Each pair's difference scalar, and the pairs across a scene cut."""
         norms = [self._channel_norm(frame) for frame in x]  # each frame's once, not once per pair
         differences = [self._difference(x[j], x[j + 1], norms[j], norms[j + 1]).item() for j in range(len(x) - 1)]
         del norms
@@ -98,9 +164,11 @@ class CloudEncoder:
             features = [scene_features(frame) for frame in x]
             cut = [torch.equal(x[j], x[j + 1]) or feature_change(features[j], features[j + 1]) > scene_threshold
                    for j in range(len(x) - 1)]
-        cuts = {j: to_png(x[j].cpu()) for j in range(len(x) - 1) if cut[j]}
+        return differences, [j for j in range(len(x) - 1) if cut[j]]
 
-        ph, pw = self.config.patch_grid(height, width)
+    def _embed_frames(self, x: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[float], list[float]]:
+        """Every frame's tokens [F, N, D] for the DiT and for the decoder, and its statistics."""
+        ph, pw = self.config.patch_grid(*x[0].shape[-2:])
         pos = pos_embedding(self.config, ph, pw, 1, self.device)
         w = self.weights
         cond_dit = torch.empty(len(x), ph * pw, self.config.hidden_dim, device=self.device)
@@ -119,17 +187,7 @@ class CloudEncoder:
                 out[start : start + step] = norm(self._embed(conv, patches).add_(pos))
             means += mean.flatten().tolist()
             stds += std.flatten().tolist()
-        return Chunk(
-            cond_dit=Tokens(cond_dit if on_device else cond_dit.cpu()),
-            cond_dec=Tokens(cond_dec if on_device else cond_dec.cpu()),
-            means=means,
-            stds=stds,
-            differences=differences,
-            seeds=[seed + j for j in range(len(x) - 1)],
-            grid=(ph, pw),
-            size=(height, width),
-            cuts=cuts,
-        )
+        return cond_dit, cond_dec, means, stds
 
     def encode(self, frame0: torch.Tensor, frame1: torch.Tensor, seed: int = 0) -> Conditions:
         """Two frames -> the conditions of their pair (the chunk of two, unpacked)."""

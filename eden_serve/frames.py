@@ -53,6 +53,13 @@ def image_to_tensor(image: Image.Image, out: torch.Tensor | None = None) -> torc
     return out.copy_(torch.from_numpy(rgb).permute(2, 0, 1)).div_(255.0)
 
 
+def from_uint8(pixels: np.ndarray) -> torch.Tensor:
+    """H x W x 3 uint8 -> [3, H, W] float32 in [0, 1], x / 255: every 8-bit frame goes through here,
+    so that the edge re-derives from a frames payload exactly the tensor the cloud computed from."""
+    array = pixels.astype(np.float32) / 255.0
+    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
 def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:
     limit = 2 * Image.MAX_IMAGE_PIXELS
     return FrameTooLargeError(f"{name} declares more than {limit} pixels in its header, over the limit of {max_pixels or limit}")

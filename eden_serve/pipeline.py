@@ -32,8 +32,12 @@ def hand_over(cloud: CloudEncoder, edge: EdgeModel, frames: Sequence[torch.Tenso
     payload it crossed as (0 without the wire)."""
     if codec == wire.NO_WIRE:
         return edge.receive(cloud.encode_chunk(frames, seed, scene_threshold, on_device=True)), 0
-    payload = wire.encode(cloud.encode_chunk(frames, seed, scene_threshold), cloud.config, codec)
-    return edge.receive(wire.decode(payload, edge.config)), len(payload)
+    make = cloud.frames_chunk if codec == wire.FRAMES_CODEC else cloud.encode_chunk
+    payload = wire.encode(make(frames, seed, scene_threshold), cloud.config, codec)
+    chunk = wire.decode(payload, edge.config)
+    if isinstance(chunk, wire.FramesChunk):
+        chunk = cloud.restore(chunk)  # the edge's copy of E_cond: in one process, the cloud's own
+    return edge.receive(chunk), len(payload)
 
 
 def interpolate_pair(
@@ -64,7 +68,8 @@ def interpolate_chunk(
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
     None: off) get the earlier frame, the others are computed in batched forwards of at most
-    ``edge.batch_tokens`` condition tokens."""
+    ``edge.batch_tokens`` condition tokens. With the frames codec the payload carries the frames,
+    and the edge's E_cond (here ``cloud`` itself) re-derives their conditions."""
     chunk, payload_bytes = hand_over(cloud, edge, frames, seed, codec, scene_threshold)
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]

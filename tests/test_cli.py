@@ -138,6 +138,13 @@ def test_bench_ends_with_json(capsys):
     assert 0 < result["roofline_fraction"] and 0 < result["roofline_fraction_cpu_time"]
 
 
+def test_bench_runs_the_frames_codec(capsys):
+    """The edge re-derives fp32 conditions: its output is the fp32 reference's up to the fast path's rounding."""
+    assert main(["bench", "--config", "tiny", "--size", "40x60", "--repeat", "1", "--codec", "frames"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["codec"] == "frames" and result["payload_bytes"] > 0 and result["max_abs_diff"] < 1e-4
+
+
 def test_bench_prints_the_precision_it_ran(capsys):
     assert main(["bench", "--config", "tiny", "--size", "40x60", "--repeat", "1", "--precision", "auto", "--no-reference"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -27,7 +27,7 @@ from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client, read_token
-from eden_serve.errors import PairError, ServerError, UnavailableError, UnreachableError
+from eden_serve.errors import BadInputError, PairError, ServerError, UnavailableError, UnreachableError
 from eden_serve.pipeline import interpolate_clip_in_process
 from harness.servers import REPO, torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
@@ -384,3 +384,35 @@ def test_a_refused_connection_is_retried_and_says_so(inputs):
     with Client(url, tries=2, backoff=0) as client, pytest.raises(UnavailableError) as info:
         client.interpolate(*frames)
     assert str(info.value) == f"connection refused ({url}/wfpredict/eden) (gave up after 2 tries)"
+
+
+def test_codec_auto_tries_both_codecs_then_keeps_choosing(tmp_path, cloud, edge, store):
+    """--codec auto through a real cloud and edge: the first chunks try the frames codec and
+    bf16+zstd, the rest take the measured choice; every middle is what that chunk's codec gives in
+    process, on real video frames."""
+    src = tmp_path / "clip"
+    src.mkdir()
+    clip = sorted((REPO / "tests" / "data" / "scene_cut").glob("*.png"))
+    for path in clip:
+        (src / path.name).write_bytes(path.read_bytes())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(default_threads("edge", usable_cores()))
+    try:
+        for codec in ("frames", "bf16+zstd"):
+            interpolate_clip_in_process(src, tmp_path / codec, *load_archived(store), codec=codec, chunk=2, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    with make_client("split", cloud, edge, codec="auto") as client:
+        summary = client.interpolate_clip(src, tmp_path / "auto", chunk=2, inflight=1, progress=False)
+        sizes = client.auto.payload_bytes_per_pair
+    assert summary.pairs == len(clip) - 1
+    assert set(sizes) == {"frames", "bf16+zstd"} and min(sizes.values()) > 0  # the tiny model's tokens are smaller than frames
+    assert client.auto.link.rate() > 0 and client.auto.edge.rate() > 0
+    outputs = {run: [np.asarray(Image.open(p)) for p in sorted((tmp_path / run).iterdir())] for run in ("auto", "frames", "bf16+zstd")}
+    for i, got in enumerate(outputs["auto"]):
+        assert np.array_equal(got, outputs["frames"][i]) or np.array_equal(got, outputs["bf16+zstd"][i]), i
+
+
+def test_codec_auto_needs_the_split():
+    with pytest.raises(BadInputError, match="codec auto"):
+        Client("http://127.0.0.1:1", codec="auto")

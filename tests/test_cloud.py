@@ -1,15 +1,21 @@
-"""The cloud half, E_cond, against the official implementation's conditions (tests/golden)."""
+"""The cloud half, E_cond, against the official implementation's conditions (tests/golden); and its
+frames-codec side: the decisions sent with the frames, and the conditions re-derived from them."""
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
-from eden_serve import synthetic
-from eden_serve.cloud import read_chunk
+from eden_serve import synthetic, wire
+from eden_serve.checkpoint import module_from_state
+from eden_serve.cloud import SCENE_THRESHOLD, CloudEncoder, read_chunk
 from eden_serve.config import PRESETS
-from eden_serve.errors import BadInputError, ChunkTooLargeError, FrameTooLargeError
+from eden_serve.errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
 from eden_serve.frames import DEFAULT_MAX_PIXELS, load_frame, to_png
 from eden_serve.serving.worker import max_tokens_for
 from eden_serve.synthetic import image_header
+from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 
 def test_cloud_conditions_match_golden(golden):
@@ -50,3 +56,43 @@ def test_a_chunk_is_decoded_into_one_batch_as_frames_decode_alone():
     batch = read_chunk(frames, PRESETS["tiny"], max_chunk_tokens=1 << 17, **LIMITS)
     assert batch.shape == (4, 3, 40, 60)
     assert all(torch.equal(batch[i], load_frame(data)) for i, data in enumerate(frames))
+
+
+# --- the frames codec: the edge's E_cond re-derives what the cloud would have sent -----------------
+
+CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))  # real video, a scene cut after 05.png
+
+
+def test_restored_chunk_equals_the_encoded_one_bit_for_bit(tiny_models, tiny_state):
+    cloud, _ = tiny_models
+    frames = [load_frame(path) for path in CLIP[:6]]
+    expected = cloud.encode_chunk(frames, seed=11, scene_threshold=SCENE_THRESHOLD)
+    sent = cloud.frames_chunk(frames, seed=11, scene_threshold=SCENE_THRESHOLD)
+    assert sent.cuts == sorted(expected.cuts) == [3]
+    # the edge's own copy of the cloud half, loaded apart from the cloud's
+    edge_cond = CloudEncoder(module_from_state(tiny_state, "cloud", PRESETS["tiny"]), PRESETS["tiny"])
+    got = edge_cond.restore(wire.decode(wire.encode(sent, cloud.config, "frames"), cloud.config))
+    for name in ("cond_dit", "cond_dec"):
+        assert torch.equal(getattr(got, name).values, getattr(expected, name).values)
+    assert (got.means, got.stds, got.seeds, got.grid, got.size) == (expected.means, expected.stds, expected.seeds, expected.grid, expected.size)
+    assert got.differences == [float(np.float32(d)) for d in expected.differences]
+    assert got.cuts == expected.cuts  # the cut's copy: the same PNG bytes
+
+
+def test_frames_of_more_than_8_bits_are_refused(tiny_models):
+    cloud, _ = tiny_models
+    frames = [load_frame(path) for path in CLIP[:2]]
+    frames[1] = frames[1].clone()
+    frames[1][0, 0, 0] = 0.5 / 65535  # a 16-bit grey level
+    with pytest.raises(BadInputError, match="frame1 has more than 8 bits"):
+        cloud.frames_chunk(frames)
+
+
+def test_restore_refuses_frames_for_other_cloud_weights(tiny_models):
+    cloud, _ = tiny_models
+    other = CloudEncoder(module_from_state(synthetic_state_dict(PRESETS["tiny"], seed=1), "cloud", PRESETS["tiny"]), PRESETS["tiny"])
+    assert other.digest != cloud.digest and len(cloud.digest) == 64
+    sent = cloud.frames_chunk([load_frame(path) for path in CLIP[:2]])
+    with pytest.raises(ModelMismatchError, match="cloud weights") as caught:
+        other.restore(sent)
+    assert caught.value.status == 409

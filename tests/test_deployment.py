@@ -14,6 +14,7 @@ import json
 import re
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -431,3 +432,47 @@ def test_scale_edge_workers(server, good_payload):
     assert len(workers) == 2 and len({w["pid"] for w in workers}) == 2
     server.wait_ready()
     assert all(decode(server, good_payload).status_code == 200 for _ in range(4))
+
+
+# --- the frames codec ----------------------------------------------------------------------------
+
+CUT_CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))  # real video, a cut after frame 3
+
+
+def test_frames_codec_middles_equal_the_fp32_codecs(server):
+    """The edge archive carries the cloud half: from a frames payload it re-derives the conditions
+    the fp32 codec would have carried, so the middles are the same bit for bit, two steps and
+    through the workflow."""
+    fields = {f"frame{i}": path.read_bytes() for i, path in enumerate(CUT_CLIP[:6])} | {"seed": 5}
+    answers = {}
+    for codec in ("fp32", "frames"):
+        encoded = encode(server, fields | {"codec": codec})
+        assert encoded.status_code == 200, encoded.text
+        answers[codec] = decode(server, encoded.content)
+        assert answers[codec].status_code == 200, answers[codec].text
+    assert encoded.content[8:10] == (3).to_bytes(2, "little")  # wire format 3
+    through_workflow = workflow(server, fields | {"codec": "frames"})
+    expected = unzip(answers["fp32"].content)
+    for middles in (unzip(answers["frames"].content), unzip(through_workflow.content)):
+        assert len(middles) == 5 and all(np.array_equal(a, b) for a, b in zip(middles, expected))
+
+
+def test_bad_frames_payloads_are_4xx_and_the_worker_lives(server):
+    payload = encode(server, chunk_fields(0, 3, 0) | {"codec": "frames"}).content
+    header_len = int.from_bytes(payload[12:16], "little")
+    header = json.loads(payload[16 : 16 + header_len])
+    body = payload[16 + header_len : -16]
+    other = io.BytesIO()
+    Image.fromarray(np.zeros((64, 95, 3), np.uint8)).save(other, format="WEBP", lossless=True)
+    first = header["lengths"][0]
+
+    def forged(header: dict, body: bytes) -> bytes:
+        head = json.dumps(header).encode()
+        unsigned = payload[:12] + len(head).to_bytes(4, "little") + head + body
+        return unsigned + hashlib.blake2b(unsigned, digest_size=16).digest()
+
+    pids = server.worker_pids("eden_ditdec")
+    mixed = forged(header | {"lengths": [len(other.getvalue()), *header["lengths"][1:]]}, other.getvalue() + body[first:])
+    assert_error(decode(server, mixed), 400, "bad_payload")
+    assert_error(decode(server, forged(header | {"size": [6000, 6000]}, body)), 413, "payload_too_large")
+    assert server.worker_pids("eden_ditdec") == pids

@@ -19,7 +19,7 @@ LAYERS = [
     {"errors"},
     {"config"},
     {"model", "wire", "frames", "atomic", "hub"},
-    {"cloud", "edge", "synthetic"},
+    {"cloud", "edge", "synthetic", "pace"},
     {"checkpoint", "resume"},
     {"archive"},
     {"serving", "clips"},

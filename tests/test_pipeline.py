@@ -5,6 +5,8 @@ Bounds are about 4x the errors measured on tests/golden (max abs, on a [0, 1] sc
 fp16 6.5e-5, bf16 6.3e-4, int8 per-channel 1.5e-3, int8 per-token 2.7e-3.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -15,9 +17,11 @@ from eden_serve.checkpoint import load_pair
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, PairError
 from eden_serve.frames import load_frame, to_uint8
-from eden_serve.pipeline import interpolate_clip_in_process, interpolate_pair
+from eden_serve.cloud import SCENE_THRESHOLD
+from eden_serve.pipeline import interpolate_chunk, interpolate_clip_in_process, interpolate_pair
 
-BOUNDS = {"fp32": 1e-4, "fp16": 3e-4, "bf16": 3e-3, "int8": 1e-2, "int8-token": 1e-2}
+# The frames codec re-derives the float32 conditions at the edge: fp32's bound.
+BOUNDS = {"fp32": 1e-4, "fp16": 3e-4, "bf16": 3e-3, "int8": 1e-2, "int8-token": 1e-2, "frames": 1e-4}
 
 
 def bound(codec: str) -> float:
@@ -36,9 +40,21 @@ def test_output_error_per_codec(golden, codec, path):
 
 def test_lossy_codecs_are_smaller(golden):
     chunk = golden.cloud().encode_chunk([golden.frame0, golden.frame1], seed=golden.seed)
-    sizes = {codec: len(wire.encode(chunk, golden.config, codec)) for codec in wire.CODECS}
+    sizes = {codec: len(wire.encode(chunk, golden.config, codec)) for codec in wire.TOKEN_CODECS}
     assert sizes["fp16"] < 0.6 * sizes["fp32"]
     assert sizes[wire.DEFAULT_CODEC] < 0.6 * sizes["fp32"]
+
+
+def test_frames_codec_middles_equal_the_fp32_codecs_bit_for_bit(tiny_models):
+    """Real video frames with a scene cut, in one chunk: the edge's re-derived conditions are the
+    cloud's float32 ones, so every middle is the fp32 codec's."""
+    cloud, edge = tiny_models
+    frames = [load_frame(path) for path in sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))[:6]]
+    fp32, fp32_bytes = interpolate_chunk(cloud, edge, frames, seed=3, codec="fp32", scene_threshold=SCENE_THRESHOLD)
+    got, frames_bytes = interpolate_chunk(cloud, edge, frames, seed=3, codec="frames", scene_threshold=SCENE_THRESHOLD)
+    assert torch.equal(got, fp32)
+    assert torch.equal(got[3], frames[3])  # the cut's middle is its earlier frame
+    assert frames_bytes < 0.5 * fp32_bytes  # with the tiny model's 64 channels; official 768-channel tokens are 12x more
 
 
 def test_in_process_equals_the_pair_pipeline(tmp_path, tiny_models):

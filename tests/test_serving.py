@@ -547,3 +547,40 @@ def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, e
     replies = handle(handler, ctx, [{"body": p} for p in payloads])
     assert [r[:2] for r in replies] == [(200, fields.PNG), (200, fields.PNG)]
     assert waited and all(waited)
+
+
+# --- the frames codec -----------------------------------------------------------------------------
+
+
+def test_frames_payloads_answer_what_fp32_payloads_answer(encoder, edge):
+    """The edge re-derives the conditions with the cloud half its model directory holds: the same
+    middles, bit for bit, as the fp32 codec's, a scene cut's copy included."""
+    request_ = {f"frame{i}": path.read_bytes() for i, path in enumerate(CUT_CLIP[:6])} | {"seed": "4"}
+    fp32, frames = (handle(*encoder, [request_ | {"codec": codec}])[0] for codec in ("fp32", "frames"))
+    assert fp32[:2] == frames[:2] == (200, fields.OCTET_STREAM)
+    assert isinstance(wire.decode(frames[2], preset("tiny")), wire.FramesChunk)
+    answers = handle(*edge, [{"body": fp32[2]}, {"body": frames[2]}])
+    assert [a[:2] for a in answers] == [(200, fields.ZIP)] * 2
+    (expected, _), (got, _) = unzip(answers[0][2]), unzip(answers[1][2])
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected)) and len(got) == 5
+    assert np.array_equal(got[3], np.asarray(Image.open(CUT_CLIP[3])))
+    assert edge[1].metrics.get_metric("EdenConditionsMs", MetricTypes.GAUGE).dimension_names == ["ModelName", "Level"]
+
+
+def test_16_bit_frames_are_refused_by_the_frames_codec(encoder):
+    grey = io.BytesIO()
+    Image.fromarray(np.arange(64 * 96, dtype=np.uint16).reshape(64, 96) * 7).save(grey, format="PNG")
+    ((status, _, body),) = handle(*encoder, [{"frame0": grey.getvalue(), "frame1": grey.getvalue(), "codec": "frames"}])
+    document = json.loads(body)
+    assert (status, document["type"]) == (400, "bad_input") and "more than 8 bits" in document["message"]
+
+
+def test_an_edge_without_the_cloud_half_refuses_frames_payloads(tmp_path, model_dir, encoder):
+    (tmp_path / "eden_edge.safetensors").symlink_to(model_dir / "eden_edge.safetensors")
+    ctx = context(tmp_path, "eden_ditdec")
+    handler = handler_class("eden_ditdec_handler", "EdenDitDecHandler")()
+    handler.initialize(ctx)
+    ((_, _, payload),) = handle(*encoder, [chunk_request(0, 3, 0, codec="frames")])
+    ((status, _, body),) = handle(handler, ctx, [{"body": payload}])
+    document = json.loads(body)
+    assert (status, document["type"]) == (409, "model_mismatch") and "no cloud weights" in document["message"]

@@ -32,11 +32,13 @@ from eden_serve.errors import (
 from eden_serve.wire import (
     CODECS,
     DEFAULT_CODEC,
+    TOKEN_CODECS,
     Chunk,
     Tokens,
     decode,
     encode,
     parse_codec,
+    token_codec,
 )
 
 TINY = PRESETS["tiny"]
@@ -87,10 +89,12 @@ def f32(value: float) -> float:
 
 
 def test_codec_names():
-    assert set(CODECS) == {c + z for c in ("fp32", "fp16", "bf16", "int8", "int8-token") for z in ("", "+zstd")}
-    assert DEFAULT_CODEC in CODECS
-    assert parse_codec("bf16+zstd") == wire.Codec("bf16", True)
-    assert parse_codec("int8").name == "int8"
+    assert set(TOKEN_CODECS) == {c + z for c in ("fp32", "fp16", "bf16", "int8", "int8-token") for z in ("", "+zstd")}
+    assert CODECS == (*TOKEN_CODECS, "frames")
+    assert DEFAULT_CODEC in TOKEN_CODECS
+    assert token_codec("bf16+zstd") == wire.Codec("bf16", True)
+    assert token_codec("int8").name == "int8"
+    assert [parse_codec(name) for name in CODECS] == list(CODECS)
 
 
 @pytest.mark.parametrize("codec", ["fp32", "fp32+zstd"])
@@ -125,7 +129,7 @@ def lossy_bound(codec: str, x: torch.Tensor) -> torch.Tensor:
 RELATIVE_RMS = {"fp16": 5e-4, "bf16": 4e-3, "int8": 1.2e-2, "int8-token": 1.2e-2}
 
 
-@pytest.mark.parametrize("codec", [c for c in CODECS if not c.startswith("fp32")])
+@pytest.mark.parametrize("codec", [c for c in TOKEN_CODECS if not c.startswith("fp32")])
 @pytest.mark.parametrize("size", list(SIZES))
 def test_lossy_round_trip_within_bounds(codec, size):
     chunk = make_chunk(size, frames=3, seed=3)
@@ -136,7 +140,7 @@ def test_lossy_round_trip_within_bounds(codec, size):
         assert got.dtype == torch.float32 and got.shape == x.shape
         err = (got - x).abs()
         assert (err <= lossy_bound(codec, x)).all()
-        assert err.square().mean().sqrt() <= RELATIVE_RMS[parse_codec(codec).encoding] * x.square().mean().sqrt()
+        assert err.square().mean().sqrt() <= RELATIVE_RMS[token_codec(codec).encoding] * x.square().mean().sqrt()
 
 
 @pytest.mark.parametrize("encoding", ["fp32", "fp16", "bf16", "int8", "int8-token"])
@@ -150,7 +154,7 @@ def test_inter_frame_coding_is_exact(encoding):
         assert (a.scale is None and b.scale is None) or torch.equal(a.scale, b.scale)
 
 
-@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("codec", TOKEN_CODECS)
 def test_a_frame_decodes_the_same_in_any_chunk(codec):
     """Scales are per frame, so pair j of a chunk equals the pair chunk of the same two frames."""
     chunk = video_chunk(frames=5)
@@ -254,10 +258,12 @@ def test_other_model_is_a_mismatch():
 
 def test_other_versions_are_unsupported():
     header, body = split(encode(make_chunk(), TINY))
-    with pytest.raises(UnsupportedVersionError, match="version 1.*only version 2"):
+    with pytest.raises(UnsupportedVersionError, match="version 1.*only versions 2 and 3"):
         decode(reframe(header, body, version=1), TINY)  # the pair-only format of eden-serve 0.1
-    with pytest.raises(UnsupportedVersionError, match="version 3"):
-        decode(reframe(header, body, version=3), TINY)
+    with pytest.raises(UnsupportedVersionError, match="version 4"):
+        decode(reframe(header, body, version=4), TINY)
+    with pytest.raises(CodecError, match="keys .* of the frames codec"):
+        decode(reframe(header, body, version=3), TINY)  # a format 2 header under format 3
     with pytest.raises(UnsupportedVersionError, match="flags"):
         decode(reframe(header, body, flags=1), TINY)
 
@@ -382,7 +388,7 @@ def test_decode_allocates_its_result_and_one_frame(codec):
     result = sum(t.values.nbytes + (t.scale.nbytes if t.scale is not None else 0) for t in (out.cond_dit, out.cond_dec))
     frame = out.cond_dit.values[0].nbytes
     assert peak <= result + 2 * frame + (1 << 20), f"peak {peak}, result {result}, payload {len(payload)}"
-    if not parse_codec(codec).zstd:
+    if not token_codec(codec).zstd:
         assert peak <= 1.05 * len(payload)
 
 
@@ -390,7 +396,7 @@ def test_decode_allocates_its_result_and_one_frame(codec):
 def payloads(draw) -> bytes:
     size = (draw(st.integers(1, 80)), draw(st.integers(1, 80)))
     chunk = make_chunk(size, frames=draw(st.integers(2, 5)), seed=draw(st.integers(0, 2**32)))
-    return encode(chunk, TINY, draw(st.sampled_from(CODECS)))
+    return encode(chunk, TINY, draw(st.sampled_from(TOKEN_CODECS)))
 
 
 @st.composite

@@ -33,7 +33,9 @@ from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
-from ..errors import BadInputError, ChunkTooLargeError, EdenError, encoder_refusal, error_response, is_device_failure
+from ..errors import (
+    BadInputError, ChunkTooLargeError, EdenError, ModelMismatchError, encoder_refusal, error_response, is_device_failure,
+)
 from ..frames import png_of
 from ..wire import Chunk, keyed
 from .fields import (
@@ -220,7 +222,8 @@ class CloudService(Service):
         frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
                             self.max_chunk_tokens)
         start = time.perf_counter()
-        chunk = self.model.encode_chunk(frames, job.seed, job.scene_threshold)
+        make = self.model.frames_chunk if job.codec == wire.FRAMES_CODEC else self.model.encode_chunk
+        chunk = make(frames, job.seed, job.scene_threshold)
         encoded = time.perf_counter()
         payload = wire.encode(chunk, self.model.config, job.codec)
         if self.wire_key is not None:
@@ -253,6 +256,9 @@ class EdgeService(Service):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
         self.pngs = ThreadPoolExecutor(PNG_THREADS, thread_name_prefix="eden-png")
+        # The cloud half, where the archive carries it, re-derives the conditions of frames payloads.
+        cloud_weights = Path(context.system_properties["model_dir"]) / WEIGHTS_FILES["cloud"]
+        self.e_cond = load_cloud(cloud_weights, model.device) if cloud_weights.is_file() else None
 
     def parse(self, idx: int, request: dict) -> bytes:
         body = request_body(request)
@@ -272,6 +278,13 @@ class EdgeService(Service):
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
         self.size_metric("EdenPayloadBytes", len(payload), idx)
+        if isinstance(chunk, wire.FramesChunk):
+            if self.e_cond is None:
+                raise ModelMismatchError("this edge's archive carries no cloud weights to derive conditions from frames with; "
+                                         f"rebuild it with this release's archive.sh, or ask the cloud for codec {wire.DEFAULT_CODEC}")
+            start = time.perf_counter()
+            chunk = self.e_cond.restore(chunk)
+            self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
         return self.model.receive(chunk)
 
     def inference(self, jobs: list) -> list:

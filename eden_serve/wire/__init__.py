@@ -11,12 +11,15 @@ exactly these keys: ``fingerprint`` and ``hidden_dim`` of the model that made it
 (height, width), ``grid`` (the patch grid), ``frames`` (F), ``means`` and ``stds`` (F float32 values),
 ``differences`` (K float32 values), ``seeds`` (K integers) and ``cuts`` (``[pair, bytes]`` of each
 pair across a scene cut, in pair order; the PNGs follow the tensors in the body, in that order).
+That is wire format 2. The ``frames`` codec (format 3, :mod:`.pixels`) sends a :class:`FramesChunk`
+instead: the frames themselves, from which the edge re-derives the chunk.
 
 :func:`decode` never unpickles, and checks in order: prefix, magic, version, header length, the
 digest, the header's keys, types and ranges, model fingerprint and width, grid against size, the
 frame count, the tokens and pixels against the receiver's limits, the body's size against what the
-header implies, and only then reads the tensors, frame by frame, into arrays of the body's own
-dtype. It raises only :class:`CodecError` (or a subclass).
+header implies (format 3: every frame's image header), and only then reads the tensors (or
+decompresses the frames), frame by frame, into arrays of the body's own dtype. It raises only
+:class:`CodecError` (or a subclass).
 """
 
 from __future__ import annotations
@@ -30,16 +33,19 @@ import torch
 import zstandard
 
 from ..config import MAX_SEED, EdenConfig
-from ..errors import (
-    ChunkTooLargeError,
-    CodecError,
-    ModelMismatchError,
-    PayloadTooLargeError,
-)
+from ..errors import BadInputError, CodecError
 from .envelope import (
     FORMAT_VERSION,
+    FRAMES_VERSION,
     MAGIC,
+    MAX_FRAMES,
+    MAX_SIDE,
+    MAX_TOKENS,
     REENCODE,
+    TOKENS_VERSION,
+    Limits,
+    check_limits,
+    check_model,
     float32_list,
     integer,
     integer_pair,
@@ -48,22 +54,21 @@ from .envelope import (
     seal,
     to_float32,
 )
-from .tensors import CODECS, Codec, Tokens, finite, layout, pack, parse_codec, unpack
+from .pixels import FRAMES_CODEC, FramesChunk, decode_frames, encode_frames
+from .tensors import CODECS as TOKEN_CODECS
+from .tensors import Codec, Tokens, finite, layout, pack, unpack
+from .tensors import parse_codec as token_codec
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "MAGIC", "MAX_FRAMES", "MAX_TOKENS", "NO_WIRE", "Chunk", "Codec",
-           "Conditions", "Tokens", "check_codec", "decode", "encode", "parse_codec"]
+__all__ = ["CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "FRAMES_CODEC", "MAGIC", "MAX_FRAMES", "MAX_TOKENS", "NO_WIRE", "TOKEN_CODECS",
+           "Chunk", "Codec", "Conditions", "FramesChunk", "Tokens", "check_codec", "decode", "encode", "parse_codec", "token_codec"]
 
+CODECS: tuple[str, ...] = (*TOKEN_CODECS, FRAMES_CODEC)
 # bf16+zstd: half of fp32's bytes and less again inside a chunk, a relative error of at most 2**-8
 # whatever the token distribution, and fp32's range (README "The wire").
 DEFAULT_CODEC = "bf16+zstd"
 # Where both halves share a process: the chunk's tensors handed from the cloud's device to the
 # edge's, never encoded (so exactly what fp32 would deliver).
 NO_WIRE = "none"
-# Format-wide caps, so that a payload can never make a receiver allocate without bound; receivers
-# lower them (decode's max_* arguments). 8K UHD (4320x7680) is 129,600 tokens per frame.
-MAX_TOKENS = 1 << 17
-MAX_FRAMES = 1 << 10
-MAX_SIDE = 1 << 16  # pixels per frame side
 _ZSTD_LEVEL = 3  # higher levels cost several times the CPU for under 1% smaller payloads
 _HEADER_KEYS = {"fingerprint", "hidden_dim", "codec", "size", "grid", "frames", "means", "stds", "differences", "seeds", "cuts"}
 _PNG_RGB8 = struct.Struct(">8sI4sIIBB")  # signature, IHDR length and type, width, height, bit depth, colour type
@@ -115,15 +120,28 @@ class Chunk:
         )
 
 
+def parse_codec(name: str) -> str:
+    """``name`` if it is a codec of this release (:data:`CODECS`), else :class:`BadInputError`."""
+    if not isinstance(name, str) or name not in CODECS:
+        raise BadInputError(f"unknown codec {name!r:.60}; choose one of {', '.join(CODECS)}")
+    return name
+
+
 def check_codec(name: str) -> None:
     """A codec of one process: a wire codec (:func:`parse_codec`) or :data:`NO_WIRE`."""
     if name != NO_WIRE:
         parse_codec(name)
 
 
-def encode(chunk: Chunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> bytes:
-    """Serialise ``chunk`` for a receiver running a model with the same ``config``."""
-    spec = parse_codec(codec)
+def encode(chunk: Chunk | FramesChunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> bytes:
+    """Serialise ``chunk`` for a receiver running a model with the same ``config``: a :class:`Chunk`
+    with a token codec, a :class:`FramesChunk` with the frames codec."""
+    if parse_codec(codec) == FRAMES_CODEC or isinstance(chunk, FramesChunk):
+        if codec != FRAMES_CODEC or not isinstance(chunk, FramesChunk):
+            raise CodecError(f"codec {codec} does not carry a {type(chunk).__name__}: the frames codec carries the frames "
+                             "(CloudEncoder.frames_chunk), the others the tokens (CloudEncoder.encode_chunk)")
+        return encode_frames(chunk, config)
+    spec = token_codec(codec)
     size = integer_pair(chunk.size, "size", MAX_SIDE, payload=False)
     grid = integer_pair(chunk.grid, "grid", MAX_SIDE, payload=False)
     n = _tokens(grid, size, config)
@@ -160,7 +178,7 @@ def encode(chunk: Chunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> byte
     copies = [chunk.cuts[j] for j in sorted(chunk.cuts)]
     for png in copies:
         _check_png(png, size, payload=False)
-    return seal(header, parts + copies)
+    return seal(header, parts + copies, TOKENS_VERSION)
 
 
 def decode(
@@ -171,8 +189,9 @@ def decode(
     max_frames: int | None = None,
     max_chunk_tokens: int | None = None,
     max_pixels: int | None = None,
-) -> Chunk:
-    """Parse and validate a payload for a receiver running ``config``.
+) -> Chunk | FramesChunk:
+    """Parse and validate a payload for a receiver running ``config``: a :class:`Chunk`, or for the
+    frames codec a :class:`FramesChunk` (its conditions are then ``CloudEncoder.restore``'s to make).
 
     ``max_tokens`` caps the tokens per frame, ``max_frames`` the frames, ``max_chunk_tokens`` the
     tokens of all frames together and ``max_pixels`` each frame's pixels (on top of the format's own
@@ -180,34 +199,24 @@ def decode(
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise CodecError(f"payload must be bytes, got {type(data).__name__}; pass the raw request body")
-    header, body = open_envelope(memoryview(data).cast("B"))
+    version, header, body = open_envelope(memoryview(data).cast("B"))
+    limits = Limits(max_tokens, max_frames, max_chunk_tokens, max_pixels)
+    if version == FRAMES_VERSION:
+        return decode_frames(header, body, config, limits)
     keys = set(header)
     if keys != _HEADER_KEYS:
         raise CodecError(f"malformed payload: header has {str(sorted(keys)):.200}, not the keys {sorted(_HEADER_KEYS)}; {REENCODE}")
 
-    hidden_dim = integer(header["hidden_dim"], "hidden_dim", 1 << 20)
-    fingerprint = header["fingerprint"]
-    if not isinstance(fingerprint, str):
-        raise invalid("fingerprint", f"must be a string, got {fingerprint!r:.40}")
-    if hidden_dim != config.hidden_dim:
-        raise ModelMismatchError(
-            f"payload carries {hidden_dim}-dim tokens but this edge's model has hidden_dim {config.hidden_dim}; "
-            "deploy matching weights (the same config) to cloud and edge"
-        )
-    if fingerprint != config.fingerprint():
-        raise ModelMismatchError(
-            f"payload was made by a model with fingerprint {fingerprint:.40} but this edge runs "
-            f"{config.fingerprint()} ({config.name}); deploy matching weights to both sides"
-        )
+    check_model(header, config)
     codec = header["codec"]
-    if codec not in CODECS:
-        raise invalid("codec", f"is {codec!r:.40}, not one this edge knows ({', '.join(CODECS)})")
-    spec = parse_codec(codec)
+    if codec not in TOKEN_CODECS:
+        raise invalid("codec", f"is {codec!r:.40}, not one of format {TOKENS_VERSION} ({', '.join(TOKEN_CODECS)})")
+    spec = token_codec(codec)
     size = integer_pair(header["size"], "size", MAX_SIDE)
     grid = integer_pair(header["grid"], "grid", MAX_SIDE)
     n = _tokens(grid, size, config)
     frames = integer(header["frames"], "frames", MAX_FRAMES, lo=2)
-    _check_limits(size, n, frames, max_tokens, max_frames, max_chunk_tokens, max_pixels)
+    check_limits(size, n, frames, limits)
     means, stds = (float32_list(header[key], key, frames) for key in ("means", "stds"))
     differences = float32_list(header["differences"], "differences", frames - 1)
     seeds = header["seeds"]
@@ -251,26 +260,6 @@ def _check_png(data: bytes, size: tuple[int, int], *, payload: bool = True) -> N
     signature, length, kind, width, height, depth, colour = _PNG_RGB8.unpack_from(data) if len(data) >= _PNG_RGB8.size else (None,) * 7
     if (signature, length, kind, depth, colour) != (b"\x89PNG\r\n\x1a\n", 13, b"IHDR", 8, 2) or (height, width) != size:
         raise invalid("cuts", f"must name 8-bit RGB PNGs of {size[1]}x{size[0]}, the frames' size", payload=payload)
-
-
-def _check_limits(size, n, frames, max_tokens, max_frames, max_chunk_tokens, max_pixels) -> None:
-    where = f"{frames} frames of {size[1]}x{size[0]}"
-    if max_pixels is not None and size[0] * size[1] > max_pixels:
-        raise PayloadTooLargeError(
-            f"payload carries {where}, over this edge's limit of {max_pixels} pixels per frame; send smaller frames"
-        )
-    limit = MAX_TOKENS if max_tokens is None else min(max_tokens, MAX_TOKENS)
-    if n > limit:
-        raise PayloadTooLargeError(
-            f"payload carries {where} of {n} tokens each, but this edge accepts at most {limit}; send smaller frames"
-        )
-    if max_frames is not None and frames > max_frames:
-        raise ChunkTooLargeError(f"payload carries {where}, over this edge's {max_frames} frames per chunk; send shorter chunks")
-    if max_chunk_tokens is not None and frames * n > max_chunk_tokens:
-        raise ChunkTooLargeError(
-            f"payload carries {where}, {frames * n} tokens in all, over this edge's {max_chunk_tokens} per chunk; "
-            "send shorter chunks"
-        )
 
 
 def _reader(body: memoryview, expected: int, compressed: bool):

@@ -4,11 +4,12 @@ Byte layout (integers little-endian)::
 
     offset   size  field
     0        8     magic b"EDENWIRE"
-    8        2     format version, u16 (2; version 1 payloads are refused)
+    8        2     format version, u16: 2 (condition tokens) or 3 (the frames codec); 1 is refused
     10       2     flags, u16, reserved: must be 0
     12       4     header length H, u32, at most MAX_HEADER_BYTES
     16       H     header: a UTF-8 JSON object
-    16+H     B     body: the tensors (``tensors.py``), one zstd frame when the codec ends in "+zstd"
+    16+H     B     body: version 2 the tensors (``tensors.py``), one zstd frame when the codec ends in
+                   "+zstd"; version 3 the frames (``pixels.py``)
     16+H+B   16    BLAKE2b-128 digest of every byte before it
 
 The digest detects corruption; it is no signature, so authenticate the channel (TLS) against forgery.
@@ -20,41 +21,53 @@ import hashlib
 import json
 import struct
 
+from typing import NamedTuple
+
 import numpy as np
 
-from ..errors import CodecError, UnsupportedVersionError
+from ..config import EdenConfig
+from ..errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
 
 MAGIC = b"EDENWIRE"
-FORMAT_VERSION = 2
+# The version names the body's layout. A token codec's payload keeps version 2, which edges of
+# earlier releases read; the frames codec's is version 3.
+TOKENS_VERSION = 2
+FRAMES_VERSION = 3
+FORMAT_VERSION = FRAMES_VERSION  # the newest this release reads and writes
 MAX_HEADER_BYTES = 64 * 1024
+# Format-wide caps, so that a payload can never make a receiver allocate without bound; receivers
+# lower them (:class:`Limits`). 8K UHD (4320x7680) is 129,600 tokens per frame.
+MAX_TOKENS = 1 << 17
+MAX_FRAMES = 1 << 10
+MAX_SIDE = 1 << 16  # pixels per frame side
 PREFIX = struct.Struct("<8sHHI")
 DIGEST_SIZE = 16
 REENCODE = "re-encode it with eden_serve.wire.encode of the same eden-serve release"
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
-def seal(header: dict, body_parts: list) -> bytes:
+def seal(header: dict, body_parts: list, version: int = TOKENS_VERSION) -> bytes:
     """The payload of ``header`` and the body written out from ``body_parts`` (bytes-like objects)."""
     head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
-    prefix = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(head))
+    prefix = PREFIX.pack(MAGIC, version, 0, len(head))
     digest = hashlib.blake2b(prefix + head, digest_size=DIGEST_SIZE)
     for part in body_parts:
         digest.update(part)
     return b"".join((prefix, head, *body_parts, digest.digest()))
 
 
-def open_envelope(data: memoryview) -> tuple[dict, memoryview]:
-    """(header, body) of a payload, after the prefix, the version and the digest are checked."""
+def open_envelope(data: memoryview) -> tuple[int, dict, memoryview]:
+    """(version, header, body) of a payload, after the prefix, the version and the digest are checked."""
     total = len(data)
     if total < PREFIX.size + DIGEST_SIZE:
         raise CodecError(f"payload is only {total} bytes, too short for EDEN conditions; send the whole payload")
     magic, version, flags, header_len = PREFIX.unpack_from(data)
     if magic != MAGIC:
         raise CodecError(f"payload does not start with {MAGIC!r}, so it is not EDEN conditions; send the cloud encoder's output")
-    if version != FORMAT_VERSION or flags:
-        what = f"wire format version {version}" if version != FORMAT_VERSION else f"flags {flags:#06x}"
+    if version not in (TOKENS_VERSION, FRAMES_VERSION) or flags:
+        what = f"wire format version {version}" if flags == 0 else f"flags {flags:#06x}"
         raise UnsupportedVersionError(
-            f"payload uses {what}, but this edge reads only version {FORMAT_VERSION} without flags; "
+            f"payload uses {what}, but this edge reads only versions {TOKENS_VERSION} and {FRAMES_VERSION} without flags; "
             "run the same eden-serve release on cloud and edge"
         )
     body_start = PREFIX.size + header_len
@@ -66,7 +79,7 @@ def open_envelope(data: memoryview) -> tuple[dict, memoryview]:
         )
     if hashlib.blake2b(data[:body_end], digest_size=DIGEST_SIZE).digest() != data[body_end:]:
         raise CodecError("payload digest does not match its contents; it was truncated or corrupted in transit, send it again")
-    return parse_json(data[PREFIX.size : body_start]), data[body_start:body_end]
+    return version, parse_json(data[PREFIX.size : body_start]), data[body_start:body_end]
 
 
 def parse_json(raw: memoryview) -> dict:
@@ -125,3 +138,51 @@ def to_float32(value: object, name: str) -> float:
     if not abs(number) <= _F32_MAX:  # also false for NaN
         raise invalid(name, f"is {number}, not a finite float32", payload=False)
     return float(np.float32(number))
+
+
+class Limits(NamedTuple):
+    """A receiver's caps, on top of the format's own (``decode``'s ``max_*`` arguments; None: none)."""
+
+    tokens: int | None = None  # per frame
+    frames: int | None = None  # per chunk
+    chunk_tokens: int | None = None  # all the chunk's frames together
+    pixels: int | None = None  # per frame
+
+
+def check_model(header: dict, config: EdenConfig) -> None:
+    """The payload was made for a model of ``config``'s dimensions."""
+    hidden_dim = integer(header["hidden_dim"], "hidden_dim", 1 << 20)
+    fingerprint = header["fingerprint"]
+    if not isinstance(fingerprint, str):
+        raise invalid("fingerprint", f"must be a string, got {fingerprint!r:.40}")
+    if hidden_dim != config.hidden_dim:
+        raise ModelMismatchError(
+            f"payload carries {hidden_dim}-dim tokens but this edge's model has hidden_dim {config.hidden_dim}; "
+            "deploy matching weights (the same config) to cloud and edge"
+        )
+    if fingerprint != config.fingerprint():
+        raise ModelMismatchError(
+            f"payload was made by a model with fingerprint {fingerprint:.40} but this edge runs "
+            f"{config.fingerprint()} ({config.name}); deploy matching weights to both sides"
+        )
+
+
+def check_limits(size: tuple[int, int], n: int, frames: int, limits: Limits) -> None:
+    """Frames of ``size`` (``n`` tokens each, ``frames`` of them) within the receiver's limits: 413 otherwise."""
+    where = f"{frames} frames of {size[1]}x{size[0]}"
+    if limits.pixels is not None and size[0] * size[1] > limits.pixels:
+        raise PayloadTooLargeError(
+            f"payload carries {where}, over this edge's limit of {limits.pixels} pixels per frame; send smaller frames"
+        )
+    limit = MAX_TOKENS if limits.tokens is None else min(limits.tokens, MAX_TOKENS)
+    if n > limit:
+        raise PayloadTooLargeError(
+            f"payload carries {where} of {n} tokens each, but this edge accepts at most {limit}; send smaller frames"
+        )
+    if limits.frames is not None and frames > limits.frames:
+        raise ChunkTooLargeError(f"payload carries {where}, over this edge's {limits.frames} frames per chunk; send shorter chunks")
+    if limits.chunk_tokens is not None and frames * n > limits.chunk_tokens:
+        raise ChunkTooLargeError(
+            f"payload carries {where}, {frames * n} tokens in all, over this edge's {limits.chunk_tokens} per chunk; "
+            "send shorter chunks"
+        )

@@ -1,0 +1,231 @@
+"""The frames codec (wire format 3): round trips of real video frames, the documented header, and
+the refusals of hostile payloads (limits, bombs, mixed sizes, foreign images) before any pixel is
+decoded. Payloads are forged with a valid digest, so each check is reached on its own."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import struct
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from eden_serve import synthetic, wire
+from eden_serve.config import PRESETS
+from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError
+from eden_serve.wire import FramesChunk, decode, encode
+
+TINY = PRESETS["tiny"]
+PREFIX = struct.Struct("<8sHHI")
+CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))  # 160x68 real video, a cut after frame 3
+DIGEST = hashlib.sha256(b"cloud weights").hexdigest()
+
+
+def real_pixels(count: int = 5) -> np.ndarray:
+    return np.stack([np.asarray(Image.open(path).convert("RGB")) for path in CLIP[:count]])
+
+
+def frames_chunk(pixels: np.ndarray | None = None) -> FramesChunk:
+    pixels = real_pixels() if pixels is None else pixels
+    pairs = len(pixels) - 1
+    return FramesChunk(pixels, [0.1 * j - 1.3 for j in range(pairs)], [2**64 - 1 - j for j in range(pairs)], [pairs - 1], DIGEST)
+
+
+def split(payload: bytes) -> tuple[dict, bytes]:
+    magic, version, flags, header_len = PREFIX.unpack_from(payload)
+    assert (magic, version, flags) == (b"EDENWIRE", 3, 0)
+    assert hashlib.blake2b(payload[:-16], digest_size=16).digest() == payload[-16:]
+    return json.loads(payload[16 : 16 + header_len]), payload[16 + header_len : -16]
+
+
+def reframe(header: dict, body: bytes, version: int = 3) -> bytes:
+    head = json.dumps(header).encode()
+    out = PREFIX.pack(b"EDENWIRE", version, 0, len(head)) + head + body
+    return out + hashlib.blake2b(out, digest_size=16).digest()
+
+
+def images(header: dict, body: bytes) -> list[bytes]:
+    starts = np.cumsum([0, *header["lengths"]])
+    return [body[a:b] for a, b in zip(starts[:-1], starts[1:])]
+
+
+def with_images(header: dict, parts: list[bytes]) -> bytes:
+    return reframe({**header, "lengths": [len(p) for p in parts]}, b"".join(parts))
+
+
+def webp(array: np.ndarray, **options) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="WEBP", **({"lossless": True} | options))
+    return buffer.getvalue()
+
+
+# --- round trips -------------------------------------------------------------------------------
+
+
+def test_real_frames_round_trip_exactly():
+    chunk = frames_chunk()
+    out = decode(encode(chunk, TINY, "frames"), TINY)
+    assert isinstance(out, FramesChunk)
+    assert out.pixels.dtype == np.uint8 and np.array_equal(out.pixels, chunk.pixels)
+    assert out.differences == [float(np.float32(d)) for d in chunk.differences]
+    assert (out.seeds, out.cuts, out.cloud, out.size) == (chunk.seeds, chunk.cuts, DIGEST, (68, 160))
+
+
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(2, 4), st.integers(0, 2**32))
+@settings(max_examples=30, deadline=None)
+def test_any_pixels_round_trip_exactly(height, width, frames, seed):
+    pixels = np.random.default_rng(seed).integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
+    assert np.array_equal(decode(encode(frames_chunk(pixels), TINY, "frames"), TINY).pixels, pixels)
+
+
+def test_the_header_is_as_documented():
+    header, body = split(encode(frames_chunk(), TINY, "frames"))
+    assert set(header) == {"fingerprint", "hidden_dim", "codec", "cloud", "size", "frames", "differences", "seeds", "cuts", "lengths"}
+    assert (header["codec"], header["size"], header["frames"], header["cuts"]) == ("frames", [68, 160], 5, [3])
+    assert sum(header["lengths"]) == len(body)
+    for part in images(header, body):  # each a lossless WebP in the simple format
+        assert part[:4] == b"RIFF" and part[8:16] == b"WEBPVP8L"
+        assert Image.open(io.BytesIO(part)).size == (160, 68)
+
+
+def test_real_video_frames_are_far_smaller_than_tokens():
+    pixels = real_pixels(5)
+    payload = encode(frames_chunk(pixels), TINY, "frames")
+    assert len(payload) < 0.6 * pixels.nbytes  # lossless, yet well under the raw pixels
+
+
+def test_format_2_payloads_still_decode():
+    payload = encode(synthetic.chunk(TINY, (68, 160), 3), TINY, wire.DEFAULT_CODEC)
+    assert PREFIX.unpack_from(payload)[1] == 2
+    assert isinstance(decode(payload, TINY), wire.Chunk)
+
+
+def test_encode_refuses_what_the_codec_cannot_carry():
+    with pytest.raises(CodecError, match="uint8"):
+        encode(frames_chunk(real_pixels().astype(np.uint16)), TINY, "frames")
+    with pytest.raises(CodecError, match="number 4"):
+        encode(replace(frames_chunk(), seeds=[0]), TINY, "frames")
+    with pytest.raises(CodecError, match="digest"):
+        encode(replace(frames_chunk(), cloud="abc"), TINY, "frames")
+    with pytest.raises(CodecError, match="does not carry a FramesChunk"):
+        encode(frames_chunk(), TINY, "bf16+zstd")
+
+
+# --- hostile payloads ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def good() -> tuple[dict, bytes]:
+    return split(encode(frames_chunk(), TINY, "frames"))
+
+
+LIMITS = [
+    ({"max_pixels": 160 * 68 - 1}, PayloadTooLargeError, "pixels per frame"),
+    ({"max_tokens": 23}, PayloadTooLargeError, "tokens each"),
+    ({"max_frames": 4}, ChunkTooLargeError, "frames per chunk"),
+    ({"max_chunk_tokens": 4 * 24}, ChunkTooLargeError, "per chunk"),
+]
+
+
+@pytest.mark.parametrize("limits, error, message", LIMITS)
+def test_the_receivers_limits_are_413(good, limits, error, message):
+    with pytest.raises(error, match=message) as caught:
+        decode(reframe(*good), TINY, **limits)
+    assert caught.value.status == 413
+
+
+def test_a_bomb_is_refused_from_the_headers(good):
+    """A payload that states a huge size is over the limits (413); a frame whose own header states
+    more than the chunk's size is refused (400) before it is decoded."""
+    header, body = good
+    huge = {**header, "size": [16000, 16000]}
+    with pytest.raises(PayloadTooLargeError):
+        decode(reframe(huge, body), TINY, max_pixels=3840 * 2160)
+    big = webp(np.zeros((4000, 4000, 3), np.uint8))  # 4000x4000, a few kB
+    parts = images(header, body)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CodecError, match="frame 2 is 4000x4000, but the chunk's frames are 160x68") as caught:
+            decode(with_images(header, parts[:2] + [big] + parts[3:]), TINY)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.status == 400 and peak < 8 << 20  # nothing of the 48 MB decoded
+
+
+def test_mixed_sizes_are_refused(good):
+    header, body = good
+    parts = images(header, body)
+    other = webp(np.zeros((68, 159, 3), np.uint8))
+    with pytest.raises(CodecError, match="frame 4 is 159x68.*share one size") as caught:
+        decode(with_images(header, parts[:4] + [other]), TINY)
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize("kind", ["png", "lossy webp", "rgba webp", "garbage after the header"])
+def test_frames_that_are_not_lossless_rgb_webp_are_refused(good, kind):
+    header, body = good
+    parts = images(header, body)
+    frame = real_pixels(1)[0]
+    if kind == "png":
+        buffer = io.BytesIO()
+        Image.fromarray(frame).save(buffer, format="PNG")
+        bad = buffer.getvalue()
+    elif kind == "lossy webp":
+        bad = webp(frame, lossless=False)
+    elif kind == "rgba webp":
+        bad = webp(np.dstack([frame, np.full(frame.shape[:2], 7, np.uint8)]))
+    else:
+        bad = parts[0][:40] + bytes(len(parts[0]) - 40)
+    with pytest.raises(CodecError, match="frame 0") as caught:
+        decode(with_images(header, [bad] + parts[1:]), TINY)
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lengths": [1, 2, 3]}, "lengths must be a list of 5"),
+    ({"lengths": [100] * 5}, "the frames take 500 bytes"),
+    ({"lengths": [10**12] * 5}, "lengths must be an integer"),
+    ({"cuts": [3, 1]}, "cuts must be an integer in \\[4"),
+    ({"cuts": [4]}, "cuts must be an integer"),
+    ({"seeds": [0, 1, 2]}, "seeds must be a list of 4"),
+    ({"differences": [float("1e39")] * 4}, "differences must be a finite float32"),
+    ({"cloud": "0" * 63}, "cloud must be the cloud weights' digest"),
+    ({"codec": "bf16+zstd"}, "format 3 carries only 'frames'"),
+    ({"size": [68, 20000]}, "size must be an integer"),
+    ({"frames": 1}, "frames must be an integer in \\[2"),
+    ({"extra": 1}, "not the keys"),
+])
+def test_malformed_headers_are_400(good, change, message):
+    header, body = good
+    with pytest.raises(CodecError, match=message) as caught:
+        decode(reframe({**header, **change}, body), TINY)
+    assert caught.value.status == 400
+
+
+def test_another_model_is_409(good):
+    with pytest.raises(ModelMismatchError):
+        decode(reframe(*good), PRESETS["official"])
+
+
+@given(st.data())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_forged_bodies_raise_only_codec_errors(good, data):
+    """Any bytes in the body, under a valid digest: a CodecError, never another exception."""
+    header, body = good
+    body = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 8))):
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        out = decode(reframe(header, bytes(body)), TINY)
+    except CodecError:
+        return
+    assert out.pixels.shape == (5, 68, 160, 3)  # damage the WebP decoder does not notice is still the right shape
