@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import sys
 import warnings
 from pathlib import Path
 
@@ -27,7 +28,8 @@ from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel
 from eden_serve.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_chunk
-from eden_serve.serving.launcher import REPO
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
+from harness.servers import REPO
 
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
 

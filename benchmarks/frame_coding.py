@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import io
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +24,8 @@ import zstandard
 from PIL import Image
 
 from eden_serve.clips import open_clip
-from eden_serve.serving.launcher import REPO
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
+from harness.servers import REPO
 
 CLIPS = [REPO.parent / "shared" / "clips" / name for name in ("bikes_640x272", "carphone_176x144")]
 
