@@ -222,7 +222,7 @@ class Journal:
         """``processor`` for pairs of factor level ``level``, through the cache: a chunk whose
         middles are all there is read back (PNG: exactly), any other is computed and stored."""
 
-        def process(index: int, frames: list, seed: int):
+        def process(index: int, frames: list, seed: int, *arrived):
             paths = [self._middle(level, index + j) for j in range(len(frames) - 1)]
             if all(path.exists() for path in paths):
                 images = []
@@ -233,7 +233,7 @@ class Journal:
                 with self._hits_lock:
                     self.hits += len(images)
                 return images
-            result = processor(index, frames, seed)
+            result = processor(index, frames, seed, *arrived)
             images = getattr(result, "images", result)
             if len(images) == len(paths):
                 self.cache.mkdir(exist_ok=True)
@@ -242,4 +242,5 @@ class Journal:
                 sync(self.cache)
             return result
 
+        process.streams = getattr(processor, "streams", False)
         return process

@@ -8,6 +8,10 @@ on one of ``inflight`` worker threads. The main thread reads frames lazily, keep
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
+``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs (:func:`~eden_serve.clips.levels.chunk_end`),
+so that its first middle needs one pair's work. A processor with ``streams = True`` is also given
+``arrived(j, image)`` to hand over each middle of its chunk as soon as it has it; they are written
+as they come, in order, and its final result must hold the same images.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
 (:mod:`eden_serve.clips.levels`); ``resume`` keeps and continues a stopped run's output
 (:mod:`eden_serve.resume`).
@@ -29,7 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from PIL import Image
 from tqdm import tqdm
@@ -196,6 +200,35 @@ class _Workers:
             self.jobs.put(None)
 
 
+class Arrivals:
+    """The middles of one chunk that a streaming processor has handed over so far."""
+
+    def __init__(self, pairs: int):
+        self.images: list[Image.Image | None] = [None] * pairs
+        self._changed = threading.Condition()
+
+    def watch(self, future: Future) -> None:
+        self.future = future
+        future.add_done_callback(self._wake)
+
+    def _wake(self, _future: Future) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def put(self, j: int, image: Image.Image) -> None:
+        with self._changed:
+            if self.images[j] is None:  # a retried request may hand over a middle again
+                self.images[j] = image
+                self._changed.notify_all()
+
+    def wait(self, j: int) -> Image.Image | None:
+        """Middle ``j`` once it has arrived; None if the processor finished without handing it over."""
+        with self._changed:
+            while self.images[j] is None and not self.future.done():
+                self._changed.wait(0.5)
+            return self.images[j]
+
+
 def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
     """pairs/s on stderr; ``enabled=None`` shows it only when stderr is a terminal."""
     disable = not sys.stderr.isatty() if enabled is None else not enabled
@@ -224,16 +257,37 @@ class _Run:
     """What the levels share: the processors (one per level), the workers, the summary and the
     writer, with the checkpoints of a resumable output."""
 
-    def __init__(self, processors, workers, summary, bar, *, chunk, inflight, seed, factor, writer, journal):
+    def __init__(self, processors, workers, summary, bar, *, chunk, ramp, inflight, seed, factor, writer, journal):
         self.processors, self.workers, self.summary, self.bar = processors, workers, summary, bar
-        self.chunk, self.inflight, self.seed = chunk, inflight, seed
+        self.chunk, self.ramp, self.inflight, self.seed = chunk, ramp, inflight, seed
         self.closing = 1 - Fraction(1, factor)  # the position of the last middle before an original
         self.writer, self.journal = writer, journal
 
     def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
-        return self.workers.submit(self.processors[depth - 1], index, frames, self.seed + index)
+        processor = self.processors[depth - 1]
+        if not getattr(processor, "streams", False):
+            return self.workers.submit(processor, index, frames, self.seed + index)
+        arrivals = Arrivals(len(frames) - 1)
+        future = self.workers.submit(processor, index, frames, self.seed + index, arrivals.put)
+        arrivals.watch(future)
+        future.arrivals = arrivals
+        return future
 
-    def collect(self, future: Future, index: int, frames: list[Frame]) -> list[Image.Image]:
+    def collect(self, future: Future, index: int, frames: list[Frame]) -> Iterator[Image.Image]:
+        """The chunk's middles in order: each as it arrives where the processor streams them, the
+        rest (all, otherwise) once it has finished."""
+        given = 0
+        arrivals = getattr(future, "arrivals", None)
+        while arrivals is not None and given < len(frames) - 1:
+            image = arrivals.wait(given)
+            if image is None:
+                break
+            if image.size != frames[0].image.size:
+                raise PairError(index, frames[0], frames[-1], BadInputError(
+                    f"a middle frame is {image.size}, the input frames {frames[0].image.size}"), len(frames) - 1)
+            given += 1
+            self.bar.update(1)
+            yield image
         middles = _middles(future, index, frames)
         summary = self.summary
         summary.pairs += len(middles.images)
@@ -242,8 +296,8 @@ class _Run:
         summary.retries += middles.retries
         if middles.payload_bytes is not None:
             summary.payload_bytes = (summary.payload_bytes or 0) + middles.payload_bytes
-        self.bar.update(len(middles.images))
-        return middles.images
+        self.bar.update(len(middles.images) - given)
+        yield from middles.images[given:]
 
     def push(self, item: Item) -> None:
         """The writer's end of the last level."""
@@ -274,6 +328,7 @@ def interpolate_clip(
     processor: Processor,
     *,
     chunk: int = 1,
+    ramp: bool = False,
     seed: int = 0,
     factor: int = 2,
     inflight: int = DEFAULT_INFLIGHT,
@@ -284,7 +339,8 @@ def interpolate_clip(
     fingerprint: dict | None = None,
 ) -> Summary:
     """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
-    write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8.
+    write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8. ``ramp``: each level's first
+    chunks are 1, 1, 2, 4, ... pairs (the first middle sooner; see the module's note).
 
     Factor 2^L runs L levels, each a 2x pass over the frames of the one before (its middles in
     their neighbours' pixel format), chunked and seeded as a pass of its own: pair k of a level
@@ -320,7 +376,7 @@ def interpolate_clip(
             total = (factor - 1) * (clip.length - 1) if clip.length else None
             with progress_bar(total, progress) as bar:
                 bar.update(summary.resumed)
-                run = _Run(processors, workers, summary, bar, chunk=chunk, inflight=inflight, seed=seed, factor=factor,
+                run = _Run(processors, workers, summary, bar, chunk=chunk, ramp=ramp, inflight=inflight, seed=seed, factor=factor,
                            writer=writer, journal=journal)
                 sink = run
                 for level in range(depth, 0, -1):
