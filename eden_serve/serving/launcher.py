@@ -93,6 +93,7 @@ class Server:
     token_auth: bool
     keys: dict[str, str] = field(default_factory=dict)  # "inference", "management" -> key
     process: subprocess.Popen | None = None  # the torchserve launcher, in the foreground
+    grpc_url: str = ""  # grpc://HOST:PORT of the gRPC inference API
 
     @property
     def inference_headers(self) -> dict[str, str]:
@@ -224,6 +225,7 @@ def torchserve(
         workdir=workdir,
         log_dir=log_dir,
         token_auth=token_auth,
+        grpc_url=f"grpc://{settings['grpc_inference_address']}:{settings['grpc_inference_port']}",
     )
     with contextlib.nullcontext(None) if console else open(log_dir / "launcher.out", "wb") as out:
         # A session of its own: the launcher, the JVM and the workers form one process group that

@@ -11,18 +11,17 @@ anything else 500 with a short message (the traceback goes to the worker log); t
 from __future__ import annotations
 
 import http
-import io
 import json
 import logging
 import re
 import time
-import zipfile
 from pathlib import Path
 from typing import Any, Callable, ClassVar, NamedTuple
 
 import torch
 
 from .. import wire
+from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder
 from ..config import MAX_SEED
@@ -31,7 +30,8 @@ from ..errors import BadInputError, ChunkTooLargeError, EdenError, FrameTooLarge
 from ..frames import check_pair, load_frame, to_png
 from ..wire import Chunk
 from .fields import (
-    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, parse_threshold, request_body,
+    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_first, parse_seed, parse_stream,
+    parse_threshold, request_body, stream_of, with_headers,
 )
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
@@ -51,6 +51,12 @@ class Refusal(NamedTuple):
 
     status: int
     document: dict
+
+
+# TorchServe's gRPC StreamPredictions ends a call on the answer whose ts_stream_next header is
+# "false", and fails on one without the header; over HTTP, "false" on an answer with no part sent
+# before would send the body with no status line. So it is set only on a gRPC stream's sole answer.
+STREAM_NEXT = "ts_stream_next"
 
 
 def refusal(exc: BaseException) -> Refusal:
@@ -92,12 +98,16 @@ class Service:
     at a time), ``postprocess`` answers each request with its own status."""
 
     side: ClassVar[str]  # "cloud" or "edge": which weights, and which share of the threads
+    # (idx, body, content type): a part of request idx's answer, sent before the batch is answered
+    # (TorchServe's intermediate responses); the handler sets it.
+    send_part: Callable[[int, bytes, str], None] | None = None
 
     def __init__(self, model: CloudEncoder | EdgeModel, settings: Settings, context):
         self.model = model
         self.settings = settings
         self.context = context
         self.max_tokens = max_tokens_for(settings.max_pixels, model.config)
+        self.closing: set[int] = set()  # requests of this batch whose answer must close a gRPC stream
 
     @classmethod
     def load(cls, context) -> "Service":
@@ -140,6 +150,8 @@ class Service:
                 status, reply = 200, outcome
             self.context.set_response_status(status, _phrase(status), idx)
             self.context.set_response_content_type(idx, reply.content_type)
+            if idx in self.closing:
+                self.context.set_response_header(idx, STREAM_NEXT, "false")
             bodies.append(reply.body)
         return bodies
 
@@ -212,9 +224,17 @@ class CloudService(Service):
         return Reply(payload, OCTET_STREAM)
 
 
+class EdgeJob(NamedTuple):
+    payload: bytes
+    stream: str | None  # None (a whole answer), or the transport that carries a streamed one: http, grpc
+    first: int  # the chunk's first pair to answer: a client asking again for what did not arrive
+
+
 class EdgeService(Service):
     """Wire payload (or an upstream error document) -> the middle frame as PNG, or for a chunk a
-    zip of ``000.png``, ``001.png``, ...
+    zip of ``000.png``, ``001.png``, ...; fields ``stream`` and ``first`` (headers over HTTP,
+    :data:`~.fields.FIELD_HEADERS`) ask for the middles from pair ``first`` on, each streamed as soon as it is computed
+    (:mod:`eden_serve.answers`; docs/streaming.md).
 
     The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
     pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
@@ -234,7 +254,17 @@ class EdgeService(Service):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
 
-    def parse(self, idx: int, request: dict) -> bytes:
+    def preprocess(self, batch: list[dict]) -> list:
+        batch = [with_headers(request, self.context.get_all_request_header(idx)) for idx, request in enumerate(batch)]
+        # Known before any field is judged: a refusal on a gRPC stream must close it too.
+        self.closing = {idx for idx, request in enumerate(batch) if stream_of(request) == "grpc"}
+        return super().preprocess(batch)
+
+    def parse(self, idx: int, request: dict) -> EdgeJob:
+        stream, first = parse_stream(request.get("stream")), parse_first(request.get("first"))
+        return EdgeJob(self.parse_payload(request), stream, first)
+
+    def parse_payload(self, request: dict) -> bytes:
         body = request_body(request)
         # A workflow hands a failed cloud node's error document on to this node (README: "Errors").
         upstream = encoder_refusal(body)
@@ -246,13 +276,21 @@ class EdgeService(Service):
             raise BadInputError(f"request body must be the encoder's wire payload ({OCTET_STREAM}), got a JSON {type(body).__name__}")
         return body
 
-    def decode(self, idx: int, payload: bytes) -> Chunk:
+    def decode(self, idx: int, job: EdgeJob) -> Chunk:
         chunk = wire.decode(
-            payload, self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
+            job.payload, self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
-        self.size_metric("EdenPayloadBytes", len(payload), idx)
+        if job.first >= chunk.pairs:
+            raise BadInputError(f"first is {job.first}, but the payload holds {chunk.pairs} pairs (0 to {chunk.pairs - 1})")
+        self.size_metric("EdenPayloadBytes", len(job.payload), idx)
         return chunk
+
+    def send_ready(self, idx: int, middles: list, sent: dict[int, int]) -> None:
+        """Streams request ``idx``'s middles that are ready and next in order."""
+        while sent[idx] < len(middles) and middles[sent[idx]] is not None:
+            self.send_part(idx, record(MIDDLE, sent[idx], middles[sent[idx]]), STREAMED)
+            sent[idx] += 1
 
     def inference(self, jobs: list) -> list:
         chunks = each(self.decode, jobs)
@@ -260,12 +298,16 @@ class EdgeService(Service):
         middles: dict[int, list | Refusal] = {}
         seconds: dict[int, list[float]] = {}
         groups: dict[tuple, list[tuple[int, int]]] = {}
+        sent: dict[int, int] = {}  # per streamed request: the pair whose middle it sends next
         for idx, chunk in enumerate(chunks):
             if isinstance(chunk, Chunk):
                 middles[idx] = [chunk.cuts.get(j) for j in range(chunk.pairs)]
                 seconds[idx] = [0.0, 0.0]
-                computed = [(idx, j) for j in range(chunk.pairs) if j not in chunk.cuts]
+                computed = [(idx, j) for j in range(jobs[idx].first, chunk.pairs) if j not in chunk.cuts]
                 groups.setdefault((chunk.grid, chunk.size), []).extend(computed)
+                if jobs[idx].stream:
+                    sent[idx] = jobs[idx].first
+                    self.send_ready(idx, middles[idx], sent)
         for (grid, _), pairs in groups.items():
             for batch in batches(pairs, grid[0] * grid[1], self.model.batch_tokens):
                 batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
@@ -287,12 +329,20 @@ class EdgeService(Service):
                     middles[idx][j] = to_png(frame)
                     seconds[idx][0] += (denoised - start) / len(batch)
                     seconds[idx][1] += (decoded - denoised) / len(batch)
+                for idx in dict.fromkeys(idx for idx, _ in batch if idx in sent):
+                    self.send_ready(idx, middles[idx], sent)
         results = []
         for idx, chunk in enumerate(chunks):
             outcome = middles.get(idx, chunk)
             if isinstance(outcome, list):
                 self.time_metric("EdenDenoiseMs", seconds[idx][0], idx)
                 self.time_metric("EdenDecodeMs", seconds[idx][1], idx)
+            if idx in sent and sent[idx] > jobs[idx].first:  # streamed: what was sent stands, and this ends it
+                failed = isinstance(outcome, Refusal)
+                outcome = Reply(record(FAILED, 0, json.dumps(outcome.document).encode()) if failed else record(END, 0), STREAMED)
+                self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
+            elif isinstance(outcome, list):
+                outcome = outcome[jobs[idx].first:]
                 outcome = Reply(outcome[0], PNG) if len(outcome) == 1 else Reply(zip_of(outcome), ZIP)
             results.append(outcome)
         return results
@@ -308,12 +358,3 @@ def frame_fields(request: dict, max_frames: int) -> list[str]:
     if missing:
         raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
     return names
-
-
-def zip_of(pngs) -> bytes:
-    """A stored (not deflated) zip of ``000.png``, ``001.png``, ...: PNGs are compressed already."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for j, png in enumerate(pngs):
-            archive.writestr(f"{j:03d}.png", png)
-    return buffer.getvalue()
