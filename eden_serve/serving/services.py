@@ -233,8 +233,8 @@ class EdgeJob(NamedTuple):
 class EdgeService(Service):
     """Wire payload (or an upstream error document) -> the middle frame as PNG, or for a chunk a
     zip of ``000.png``, ``001.png``, ...; fields ``stream`` and ``first`` (headers over HTTP,
-    :data:`~.fields.FIELD_HEADERS`) ask for the middles from pair ``first`` on, each streamed as soon as it is computed
-    (:mod:`eden_serve.answers`; docs/streaming.md).
+    :data:`~.fields.FIELD_HEADERS`) ask for the middles from pair ``first`` on, each streamed as
+    soon as it is computed (:mod:`eden_serve.answers`; docs/streaming.md).
 
     The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
     pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
