@@ -6,5 +6,7 @@ cd "$(dirname "$0")"
 python3 -m venv .venv
 # torch first and pinned: the CPU wheel on this machine; an unpinned torch pulls CUDA wheels.
 .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0"
-.venv/bin/pip install --quiet --disable-pip-version-check -e ".[serve,video,hub,test,deploy-check,bench]"
+.venv/bin/pip install --quiet --disable-pip-version-check -e ".[serve,video,hub,test,deploy-check,bench,grpc]"
+# The gRPC client's messages, from the inference.proto inside the TorchServe just installed.
+.venv/bin/python -m eden_serve.transports.protos
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, ts; print(f"torch {torch.__version__}, torchserve {ts.__version__}")'))"

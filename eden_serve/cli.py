@@ -223,6 +223,9 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
     where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
     where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
+    where.add_argument("--transport", choices=("http", "grpc"), default="http",
+                       help="http, or grpc with grpc:// or grpcs:// URLs of the gRPC inference ports; over gRPC "
+                            "--server names a server with eden_encoder and eden_ditdec (default http)")
     auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
     auth.add_argument("--token", help="inference token")
     auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
@@ -238,6 +241,8 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                         help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
                         help=f"pairs per request: K + 1 frames, each sent once (default {DEFAULT_CHUNK})")
+    parser.add_argument("--ramp", action=argparse.BooleanOptionalAction, default=True,
+                        help="start with chunks of 1, 1, 2, 4, ... pairs up to --chunk, for a sooner first middle (default on)")
     parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
                         help=f"requests (chunks) in flight at each server (default {DEFAULT_INFLIGHT}); with --cloud/--edge "
                              "as many again are fetched from the cloud (two at a time) while the edge works")
@@ -262,7 +267,8 @@ def run_client(args: argparse.Namespace) -> int:
     edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
     options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,
                "scene_threshold": args.scene_threshold,
-               "backoff": args.backoff, "timeout": args.timeout, "tls": ClientTLS.from_file(args.cacert)}
+               "backoff": args.backoff, "timeout": args.timeout, "tls": ClientTLS.from_file(args.cacert),
+               "transport": args.transport}
     with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
         if len(args.inputs) == 2:
             refuse_clip_options(args)
@@ -273,7 +279,7 @@ def run_client(args: argparse.Namespace) -> int:
             print(f"wrote {args.output} ({middle.width}x{middle.height}, seed {args.seed}) "
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
-        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk,
+        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk, ramp=args.ramp,
                                           inflight=args.inflight, progress=args.progress, resume=args.resume,
                                           **clip_options(args))
         report(summary, args.output)

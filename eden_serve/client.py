@@ -1,4 +1,4 @@
-"""HTTP client for EDEN on TorchServe: one pair, or a whole clip streamed through the servers.
+"""Client for EDEN on TorchServe: one pair, or a whole clip streamed through the servers.
 
 Two deployments::
 
@@ -9,37 +9,42 @@ Two deployments::
     with Client(cloud="http://cloud:8080", edge="http://edge:8080") as client:  # split: we carry the payload
         summary = client.interpolate_clip("clip.gif", "out.gif", inflight=4)
 
+over HTTP (:class:`HttpTransport`) or gRPC (``transport="grpc"``, :mod:`eden_serve.transports`). In
+the split the edge streams each middle as soon as it is computed, and the clip's first chunks ramp
+up (1, 1, 2, 4, ... pairs), so the first middle comes after one pair's work (docs/streaming.md).
+
 Every request is retried with exponential backoff on connection errors and 5xx answers (a worker
 being restarted answers 503 or drops the connection); a 4xx answer is final and raised as
 :class:`ServerError` with the server's own message. In the split deployment each step is retried on
-its own, so an edge failure does not re-run the encoder.
+its own, so an edge failure does not re-run the encoder, and asks only for the middles that did not
+arrive.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import queue
 import re
-import struct
 import threading
 import time
-import zipfile
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import requests
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
+from .answers import STREAMED, StreamedAnswer, whole_answer
 from .clips import Frame
 from .errors import (
-    BadInputError, ChunkTooLargeError, ServerError, TransientError, UnavailableError, connection_failure, error_from_document,
+    BadInputError, ChunkTooLargeError, ServerError, TransientError, connection_failure, error_from_document,
 )
-from .frames import PNG_SIGNATURE, oriented_size, png_bytes
+from .frames import oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS, certificate_failure
+from .transports import Stage
+from .transports.grpc import GrpcTransport
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
@@ -95,22 +100,6 @@ def _check(response: requests.Response) -> requests.Response:
     raise ServerError(status, kind, f"{message} ({where})")
 
 
-def _middle_image(content: bytes, size: tuple[int, int], where: str) -> Image.Image:
-    """A middle frame: an 8-bit RGB PNG of ``size`` (width, height), read from its header first."""
-    if content[:8] != PNG_SIGNATURE or content[12:16] != b"IHDR" or len(content) < 26:
-        start = " ".join(content[:100].decode(errors="replace").split())
-        raise ServerError(502, "bad_answer", f"the answer is not a PNG: {start!r} {where}")
-    width, height, depth, colour = struct.unpack(">IIBB", content[16:26])
-    if (width, height) != size or (depth, colour) != (8, 2):  # colour type 2: RGB
-        mode = "" if (depth, colour) == (8, 2) else f" not in 8-bit RGB (depth {depth}, colour type {colour})"
-        raise ServerError(502, "bad_answer", f"the answer is a {width}x{height} PNG{mode}, for frames of {size[0]}x{size[1]} {where}")
-    try:
-        image = Image.open(io.BytesIO(content), formats=["PNG"])
-        image.load()
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
-        raise ServerError(502, "bad_answer", f"the answer is a broken PNG ({type(exc).__name__}) {where}") from None
-    return image
-
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
     if isinstance(frame, (bytes, bytearray)):
         return bytes(frame)
@@ -122,42 +111,116 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
         raise BadInputError(f"cannot read {name} {str(frame)!r}: {exc.strerror}") from None
 
 
-class _Stage:
-    """At most ``limit`` requests of one step at a time, admitted in the order they ask. The split
-    client gives its cloud and its edge step one each, with a window of chunks twice as wide: so
-    payloads keep crossing the link while the edge computes earlier ones, rather than the two taking
-    turns (TorchServe answers a batch's requests together, which empties a shared window at once)."""
+@contextlib.contextmanager
+def _connection_errors(url: str):
+    """A failure to reach ``url`` or to read its answer, as the error to raise: a dropped or stalled
+    connection is worth retrying (a worker being restarted drops it), a malformed request is not."""
+    try:
+        yield
+    except requests.exceptions.SSLError as exc:
+        refused = certificate_failure(exc)
+        if refused is None:
+            raise connection_failure(exc, url) from exc
+        raise BadInputError(f"{url}: {refused}") from None
+    except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+        raise connection_failure(exc, url) from exc
+    except requests.RequestException as exc:
+        raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
 
-    def __init__(self, limit: int):
-        self.limit = limit
-        self._changed = threading.Condition()
-        self._busy = 0
-        self._waiting: list[object] = []
+
+class HttpTransport:
+    """TorchServe's HTTP inference API: the workflow at ``server``, or the encoder at ``cloud`` and
+    the DiT+decoder at ``edge``, whose answers stream in chunks (HTTP chunked transfer). Each call is
+    one attempt; :class:`Client` retries. Safe to use from several threads: each request borrows an
+    idle ``requests.Session``."""
+
+    name = "http"
+
+    def __init__(self, server: str | None, cloud: str | None, edge: str | None, tokens: dict[str, str | None], timeout: float,
+                 tls: ClientTLS):
+        if server is not None:
+            self.urls = {"workflow": f"{_base(server, 'server')}/wfpredict/{WORKFLOW}"}
+        else:
+            self.urls = {"encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
+                         "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}"}
+        self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
+        self.timeout = (CONNECT_TIMEOUT, timeout)
+        self.tls = tls
+        self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
+
+    @property
+    def split(self) -> bool:
+        return "encoder" in self.urls
 
     @contextlib.contextmanager
-    def slot(self, cancel: threading.Event | None):
-        ticket = object()
-        with self._changed:
-            self._waiting.append(ticket)
-            try:
-                while self._waiting[0] is not ticket or self._busy >= self.limit:
-                    if cancel is not None and cancel.is_set():
-                        raise UnavailableError("cancelled while waiting for a request slot")
-                    self._changed.wait(0.5)
-            finally:
-                self._waiting.remove(ticket)
-                self._changed.notify_all()
-            self._busy += 1
+    def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[requests.Response]:
+        """The answer to a POST to ``step``'s URL, refusals raised; errors reading it are mapped too."""
+        url = self.urls[step]
         try:
-            yield
+            session = self._idle.get_nowait()
+        except queue.Empty:
+            session = requests.Session()
+        try:
+            with _connection_errors(url):
+                # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
+                with session.post(url, headers={**self.headers[step], **(headers or {})}, timeout=self.timeout,
+                                  verify=self.tls.verify, **kwargs) as response:
+                    yield response
         finally:
-            with self._changed:
-                self._busy -= 1
-                self._changed.notify_all()
+            self._idle.put(session)
+
+    def workflow(self, frames: list[bytes], form: dict[str, str], pairs: int, size: tuple[int, int]):
+        """The middles of a chunk through the workflow, the bytes sent and the bytes received."""
+        with self._post("workflow", files=_files(frames), data=form) as response:
+            content = _check(response).content
+            return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
+
+    def encode(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None) -> tuple[bytes, int]:
+        """The wire payload of a chunk's frames, and the bytes sent for it; ``first_byte`` gets the
+        time its answer began to arrive."""
+        # A response hook runs once the headers are in, before the body is read.
+        hooks = {"response": lambda response, **_: first_byte(time.perf_counter())} if first_byte is not None else None
+        with self._post("encoder", files=_files(frames), data=form, hooks=hooks) as response:
+            return _check(response).content, len(response.request.body)
+
+    def decode(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
+               receive: Callable[[int, Image.Image], None]) -> int:
+        """Streams the middles of pairs ``first`` ... ``pairs - 1`` of ``payload`` to ``receive``;
+        the bytes received. Raises TransientError where the answer ends early."""
+        headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
+        with self._post("decoder", headers, data=payload, stream=True) as response:
+            if response.headers.get("Content-Type", "").split(";")[0].strip() != STREAMED:  # a refusal, or an edge that does not stream
+                content = _check(response).content
+                for j, image in enumerate(whole_answer(content, pairs - first, size, f"(from {response.url})"), first):
+                    receive(j, image)
+                return len(content)
+            answer = StreamedAnswer(first, pairs, size, f"(from {response.url})")
+            received = 0
+            for data in response.iter_content(chunk_size=None):
+                received += len(data)
+                for j, image in answer.feed(data):
+                    receive(j, image)
+        if not answer.finish():
+            raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
+        return received
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+def _files(frames: Sequence[bytes]) -> dict:
+    return {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(frames)}
 
 
 class Client:
-    """Talks to ``server`` (the workflow) or to ``cloud`` and ``edge`` (encoder and DiT+decoder).
+    """Talks to ``server`` (the workflow) or to ``cloud`` and ``edge`` (encoder and DiT+decoder),
+    over ``transport`` http (:class:`HttpTransport`) or grpc
+    (:class:`~eden_serve.transports.grpc.GrpcTransport`; TorchServe has no gRPC workflow API, so
+    ``server`` then names a server with both models).
 
     ``token`` is the inference token (None: no auth); ``edge_token`` the edge server's, where it
     differs (two TorchServes have two key files). ``codec`` is the wire codec asked of the encoder
@@ -165,8 +228,7 @@ class Client:
     ``scene_threshold`` its scene-cut test (a number, or "off"; None: the server's defaults);
     ``tries`` and ``backoff`` set the retries of each request;
     ``timeout`` is seconds to wait for an answer; ``tls`` says which CA signed the servers'
-    certificates (https:// URLs).
-    Safe to use from several threads: each request borrows an idle ``requests.Session``.
+    certificates (https:// and grpcs:// URLs). Safe to use from several threads.
     """
 
     def __init__(
@@ -182,107 +244,77 @@ class Client:
         tries: int = 5,
         backoff: float = 1.0,
         timeout: float = DEFAULT_TIMEOUT,
+        transport: str = "http",
         tls: ClientTLS | None = None,
     ):
         if server is not None and (cloud is not None or edge is not None):
             raise BadInputError("give either server, or cloud and edge, not both")
         if server is None and (cloud is None or edge is None):
             raise BadInputError("give server (the workflow), or both cloud (the encoder) and edge (the DiT+decoder)")
-        if server is not None:
-            self.urls = {"workflow": f"{_base(server, 'server')}/wfpredict/{WORKFLOW}"}
-        else:
-            self.urls = {
-                "encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
-                "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}",
-            }
-        tokens = {"workflow": token, "encoder": token, "decoder": edge_token or token}
-        self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
         if codec == AUTO and server is not None:
             raise BadInputError("codec auto picks a codec for the link between cloud and edge: give cloud and edge, not server")
+        tokens = {"workflow": token, "encoder": token, "decoder": edge_token or token}
+        tls = tls or ClientTLS()
+        if transport == "http":
+            self.transport = HttpTransport(server, cloud, edge, tokens, timeout, tls)
+        elif transport == "grpc":
+            cloud, edge = (server, server) if server is not None else (cloud, edge)
+            self.transport = GrpcTransport({"encoder": (ENCODER, cloud), "decoder": (DECODER, edge)}, tokens, timeout, tls)
+        else:
+            raise BadInputError(f"transport must be http or grpc, got {transport!r}")
         self.codec = codec
         self.auto = AutoCodec() if codec == AUTO else None
         self.scene_threshold = scene_threshold
         self.retry = Retry(tries=tries, backoff=backoff)
-        self.timeout = (CONNECT_TIMEOUT, timeout)
-        self.tls = tls or ClientTLS()
-        self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
 
     @property
     def split(self) -> bool:
-        return "encoder" in self.urls
+        return self.transport.split
 
-    @contextlib.contextmanager
-    def _session(self):
-        try:
-            session = self._idle.get_nowait()
-        except queue.Empty:
-            session = requests.Session()
-        try:
-            yield session
-        finally:
-            self._idle.put(session)
-
-    def _post(self, step: str, cancel: threading.Event | None, headers: dict | None = None,
-              stage: _Stage | None = None, **kwargs) -> tuple[requests.Response, int]:
-        """The answer to a POST to ``step``'s URL, and how many times it had to be retried."""
-        url = self.urls[step]
-        headers = {**self.headers[step], **(headers or {})}
+    def _retried(self, operation: Callable, cancel: threading.Event | None, stage: Stage | None = None):
+        """``operation()`` with retries, in a slot of ``stage``; and how many times it had to be retried."""
         attempts = 0
 
-        def attempt() -> requests.Response:
+        def attempt():
             nonlocal attempts
             attempts += 1
-            with self._session() as session:
-                try:
-                    # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
-                    return _check(session.post(url, headers=headers, timeout=self.timeout, verify=self.tls.verify, **kwargs))
-                except requests.exceptions.SSLError as exc:
-                    refused = certificate_failure(exc)
-                    if refused is None:
-                        raise connection_failure(exc, url) from exc
-                    raise BadInputError(f"{url}: {refused}") from None
-                except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
-                    raise connection_failure(exc, url) from exc
-                except requests.RequestException as exc:
-                    raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
+            return operation()
 
         with stage.slot(cancel) if stage is not None else contextlib.nullcontext():
-            response = self.retry.call(attempt, cancel)
-        return response, attempts - 1
+            return self.retry.call(attempt, cancel), attempts - 1
 
-    def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int],
-               cancel: threading.Event | None = None, stages: dict[str, _Stage] | None = None) -> Middles:
+    def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int], cancel: threading.Event | None = None,
+               stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None) -> Middles:
         """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
-        moved; pair j uses ``seed + j``."""
+        moved; pair j uses ``seed + j``. In the split each middle goes to ``arrived`` as it comes,
+        and a retry of the edge step asks only for the middles that did not."""
         form = {"seed": str(seed)}
         codec = self.auto.next() if self.auto is not None else self.codec
         if codec:
             form["codec"] = codec
         if self.scene_threshold is not None:
             form["scene_threshold"] = str(self.scene_threshold)
-        files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(encoded)}
-        payload_bytes = None
-        if self.split:
-            stages = stages or {}
-            first_byte: list[float] = []  # a response hook runs once the headers are in, before the body is read
-            hooks = {"response": lambda response, **_: first_byte.append(time.perf_counter())} if self.auto is not None else None
-            encoded_answer, retries = self._post("encoder", cancel, files=files, data=form, stage=stages.get("encoder"), hooks=hooks)
-            payload = encoded_answer.content
-            payload_bytes = len(payload)
-            headers = {"Content-Type": "application/octet-stream"}
-            sent = time.perf_counter()
-            answer, edge_retries = self._post("decoder", cancel, data=payload, headers=headers, stage=stages.get("decoder"))
-            if self.auto is not None:
-                self.auto.downloaded(codec, len(encoded) - 1, payload_bytes, first_byte[-1], sent)
-                self.auto.answered(len(encoded) - 1, sent, time.perf_counter())
-            retries += edge_retries
-            sent = len(encoded_answer.request.body) + len(payload)
-            received = len(payload) + len(answer.content)
-        else:
-            answer, retries = self._post("workflow", cancel, files=files, data=form)
-            sent, received = len(answer.request.body), len(answer.content)
-        images = _middle_frames(answer, len(encoded) - 1, size)
-        return Middles(images, sent, received, payload_bytes, retries)
+        pairs, stages = len(encoded) - 1, stages or {}
+        if not self.split:
+            (images, sent, received), retries = self._retried(lambda: self.transport.workflow(encoded, form, pairs, size), cancel)
+            return Middles(images, sent, received, None, retries)
+        first_byte: list[float] = []  # when the payload began to come down, for --codec auto's link rate
+        (payload, sent), retries = self._retried(lambda: self.transport.encode(encoded, form, first_byte.append), cancel,
+                                                 stages.get("encoder"))
+        images: list[Image.Image] = []
+
+        def receive(j: int, image: Image.Image) -> None:
+            images.append(image)
+            if arrived is not None:
+                arrived(j, image)
+
+        asked = time.perf_counter()
+        received, edge_retries = self._retried(lambda: self.transport.decode(payload, len(images), pairs, size, receive),
+                                               cancel, stages.get("decoder"))
+        if self.auto is not None:
+            self.auto.downloaded(codec, pairs, len(payload), first_byte[-1], asked)
+            self.auto.answered(pairs, asked, time.perf_counter())
+        return Middles(images, sent + len(payload), len(payload) + received, len(payload), retries + edge_retries)
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
@@ -297,20 +329,22 @@ class Client:
         *,
         seed: int = 0,
         chunk: int = DEFAULT_CHUNK,
+        ramp: bool = True,
         inflight: int = DEFAULT_INFLIGHT,
         progress: bool | None = None,
         factor: int = 2,
         resume: bool = False,
         **retiming,
     ) -> Summary:
-        """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request;
-        pair i uses ``seed + i`` (``factor``, ``resume`` and the ``retiming`` options ``fps``,
-        ``time_error``, ``encoding``, ``process_size``: see :func:`interpolate_clip`)."""
+        """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request
+        (``ramp``: 1, 1, 2, 4, ... first); pair i uses ``seed + i`` (``factor``, ``resume`` and the
+        ``retiming`` options ``fps``, ``time_error``, ``encoding``, ``process_size``: see
+        :func:`~eden_serve.streaming.interpolate_clip`)."""
         cancel = threading.Event()
-        return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, seed=seed, inflight=self.window(inflight),
-                                progress=progress, cancel=cancel, factor=factor, resume=resume,
-                                fingerprint={"servers": self.urls, "codec": self.codec,
-                                             "scene_threshold": self.scene_threshold}, **retiming)
+        return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, ramp=ramp, seed=seed,
+                                inflight=self.window(inflight), progress=progress, cancel=cancel, factor=factor,
+                                resume=resume, fingerprint={"servers": self.transport.urls, "codec": self.codec,
+                                                            "scene_threshold": self.scene_threshold}, **retiming)
 
     def window(self, inflight: int) -> int:
         """The chunks to stream at once for ``inflight`` requests per server: in the split, as many
@@ -321,59 +355,36 @@ class Client:
         """This client as a :mod:`~eden_serve.streaming` processor, to run with a window of
         :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
         caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
-        taken in the order the chunks ask. A chunk a server finds too large is sent again as two
-        halves."""
+        taken in the order the chunks ask, and middles stream as they come. A chunk a server finds
+        too large is sent again as two halves."""
         stages = None
         if self.split and inflight is not None:
             # Two at the cloud: one uploading and encoding while the other's payload comes down. More
             # would only split the link between payloads, each arriving later.
-            stages = {"encoder": _Stage(min(inflight, CLOUD_REQUESTS)), "decoder": _Stage(inflight)}
+            stages = {"encoder": Stage(min(inflight, CLOUD_REQUESTS)), "decoder": Stage(inflight)}
 
-        def process(index: int, frames: list[Frame], seed: int) -> Middles:
+        def process(index: int, frames: list[Frame], seed: int, arrived=None) -> Middles:
             try:
-                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages)
+                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived)
             except ServerError as exc:
                 if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                     raise
             half = len(frames) // 2
-            first, second = process(index, frames[: half + 1], seed), process(index + half, frames[half:], seed + half)
+            later = None if arrived is None else (lambda j, image: arrived(half + j, image))
+            first, second = process(index, frames[: half + 1], seed, arrived), process(index + half, frames[half:], seed + half, later)
             return Middles(first.images + second.images, first.sent_bytes + second.sent_bytes,
                            first.received_bytes + second.received_bytes,
                            None if first.payload_bytes is None else first.payload_bytes + second.payload_bytes,
                            first.retries + second.retries)
 
+        process.streams = self.split
         return process
 
     def close(self) -> None:
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
+        self.transport.close()
 
     def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _middle_frames(answer: requests.Response, pairs: int, size: tuple[int, int]) -> list[Image.Image]:
-    """The middle frames of an answer: one PNG for a pair, else a stored zip of ``000.png``,
-    ``001.png``, ... Each is judged by its header (an 8-bit RGB PNG of the frames' size, as the edge
-    makes them) before any pixel is decoded, so a broken or hostile server cannot make the client
-    decode a bomb, or write frames of another size."""
-    where = f"(from {answer.url})"
-    if pairs == 1:
-        return [_middle_image(answer.content, size, where)]
-    names = [f"{j:03d}.png" for j in range(pairs)]
-    most = size[1] * (3 * size[0] + 1) * 2 + (1 << 16)  # an uncompressed PNG of the frame, twice over
-    try:
-        with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
-            entries = archive.infolist()
-            if [e.filename for e in entries] != names or any(e.compress_type != zipfile.ZIP_STORED or e.file_size > most for e in entries):
-                raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} stored PNGs {names[0]}...{names[-1]} {where}")
-            return [_middle_image(archive.read(name), size, where) for name in names]
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        start = " ".join(answer.content[:100].decode(errors="replace").split())
-        raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} PNGs ({exc}): {start!r} {where}") from None

@@ -302,14 +302,14 @@ class Journal:
         middles are all there is read back (PNG: exactly; its checksum was checked when the run
         opened), any other is computed and stored."""
 
-        def process(index: int, frames: list, seed: int):
+        def process(index: int, frames: list, seed: int, *arrived):
             cached = [self._cached.get((level, index + j)) for j in range(len(frames) - 1)]
             if all(cached):
                 images = [self._cached_middle(path) for path in cached]
                 with self._hits_lock:
                     self.hits += len(images)
                 return images
-            result = processor(index, frames, seed)
+            result = processor(index, frames, seed, *arrived)
             images = getattr(result, "images", result)
             if len(images) == len(cached):
                 self.cache.mkdir(exist_ok=True)
@@ -320,4 +320,5 @@ class Journal:
                 sync(self.cache)
             return result
 
+        process.streams = getattr(processor, "streams", False)
         return process

@@ -8,6 +8,10 @@ on one of ``inflight`` worker threads. The main thread reads frames lazily, keep
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
+``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs (:func:`~eden_serve.clips.levels.chunk_end`),
+so that its first middle needs one pair's work. A processor with ``streams = True`` is also given
+``arrived(j, image)`` to hand over each middle of its chunk as soon as it has it; they are written
+as they come, in order, and its final result must hold the same images.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
 (:mod:`eden_serve.clips.levels`); any other factor, or a frame rate, computes only the middles its
 frames show (:mod:`eden_serve.clips.tree`); ``resume`` keeps and continues a stopped run's output
@@ -22,7 +26,6 @@ that processors waiting to retry give up.
 
 from __future__ import annotations
 
-import queue
 import sys
 import threading
 import time
@@ -30,7 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from PIL import Image
 from tqdm import tqdm
@@ -48,6 +51,7 @@ from .errors import (
     UnavailableError,
 )
 from .resume import Journal, input_identity
+from .workers import Arrivals, Workers
 
 DEFAULT_INFLIGHT = 4
 # Pairs per request: the wire carries each frame once per chunk (README "Clip chunks").
@@ -159,48 +163,6 @@ def pairwise(process_pair: PairProcessor) -> Processor:
     return process
 
 
-class _Workers:
-    """A fixed set of daemon threads: an interrupted run exits at once instead of waiting for the
-    pairs in flight to finish (their results are not wanted any more)."""
-
-    def __init__(self, count: int, cancel: threading.Event):
-        self.cancel = cancel
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._run, name=f"eden-pair-{i}", daemon=True) for i in range(count)]
-        for thread in self.threads:
-            thread.start()
-
-    def submit(self, function: Callable, *args) -> Future:
-        future: Future = Future()
-        self.jobs.put((future, function, args))
-        return future
-
-    def _run(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            self._do(*job)
-            del job  # an idle worker must not keep its last pair's frames alive
-
-    def _do(self, future: Future, function: Callable, args: tuple) -> None:
-        if self.cancel.is_set() or not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(function(*args))
-        except BaseException as exc:  # handed to the main thread, KeyboardInterrupt included
-            future.set_exception(exc)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, *rest) -> None:
-        if exc_type is not None:
-            self.cancel.set()
-        for _ in self.threads:
-            self.jobs.put(None)
-
-
 def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
     """pairs/s on stderr; ``enabled=None`` shows it only when stderr is a terminal."""
     disable = not sys.stderr.isatty() if enabled is None else not enabled
@@ -229,16 +191,37 @@ class _Run:
     """What the levels share: the processors (one per level), the workers, the summary and the
     writer, with the checkpoints of a resumable output."""
 
-    def __init__(self, processors, workers, summary, bar, *, chunk, inflight, seed, factor, writer, journal):
+    def __init__(self, processors, workers, summary, bar, *, chunk, ramp, inflight, seed, factor, writer, journal):
         self.processors, self.workers, self.summary, self.bar = processors, workers, summary, bar
-        self.chunk, self.inflight, self.seed = chunk, inflight, seed
+        self.chunk, self.ramp, self.inflight, self.seed = chunk, ramp, inflight, seed
         self.closing = 1 - Fraction(1, factor)  # the position of the last middle before an original
         self.writer, self.journal = writer, journal
 
     def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
-        return self.workers.submit(self.processors[depth - 1], index, frames, self.seed + index)
+        processor = self.processors[depth - 1]
+        if not getattr(processor, "streams", False):
+            return self.workers.submit(processor, index, frames, self.seed + index)
+        arrivals = Arrivals(len(frames) - 1)
+        future = self.workers.submit(processor, index, frames, self.seed + index, arrivals.put)
+        arrivals.watch(future)
+        future.arrivals = arrivals
+        return future
 
-    def collect(self, future: Future, index: int, frames: list[Frame]) -> list[Image.Image]:
+    def collect(self, future: Future, index: int, frames: list[Frame]) -> Iterator[Image.Image]:
+        """The chunk's middles in order: each as it arrives where the processor streams them, the
+        rest (all, otherwise) once it has finished."""
+        given = 0
+        arrivals = getattr(future, "arrivals", None)
+        while arrivals is not None and given < len(frames) - 1:
+            image = arrivals.wait(given)
+            if image is None:
+                break
+            if image.size != frames[0].image.size:
+                raise PairError(index, frames[0], frames[-1], BadInputError(
+                    f"a middle frame is {image.size}, the input frames {frames[0].image.size}"), len(frames) - 1)
+            given += 1
+            self.bar.update(1)
+            yield image
         middles = _middles(future, index, frames)
         summary = self.summary
         summary.pairs += len(middles.images)
@@ -247,8 +230,8 @@ class _Run:
         summary.retries += middles.retries
         if middles.payload_bytes is not None:
             summary.payload_bytes = (summary.payload_bytes or 0) + middles.payload_bytes
-        self.bar.update(len(middles.images))
-        return middles.images
+        self.bar.update(len(middles.images) - given)
+        yield from middles.images[given:]
 
     def push(self, item: Item) -> None:
         """The writer's end of the last level."""
@@ -306,6 +289,7 @@ def interpolate_clip(
     processor: Processor,
     *,
     chunk: int = 1,
+    ramp: bool = False,
     seed: int = 0,
     factor: int | Fraction = 2,
     inflight: int = DEFAULT_INFLIGHT,
@@ -321,7 +305,8 @@ def interpolate_clip(
     raw: RawVideo | None = None,
 ) -> Summary:
     """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
-    write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8.
+    write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8. ``ramp``: each level's first
+    chunks are 1, 1, 2, 4, ... pairs (the first middle sooner; see the module's note).
 
     Factor 2^L runs L levels, each a 2x pass over the frames of the one before (its middles in
     their neighbours' pixel format), chunked and seeded as a pass of its own: pair k of a level
@@ -358,7 +343,7 @@ def interpolate_clip(
         if resume:
             journal = Journal(dst, _identity(clip, retiming, fingerprint, encoding, process_size, chunk=chunk, seed=seed,
                                          **({"raw": str(raw)} if raw else {})))
-        with write_clip(clip, dst, retiming, journal, encoding) as writer, _Workers(inflight, cancel) as workers:
+        with write_clip(clip, dst, retiming, journal, encoding) as writer, Workers(inflight, cancel) as workers:
             start = journal.checkpoint["position"] if depth and journal is not None and journal.checkpoint else 0
             levels = MAX_DEPTH if depth is None else depth
             processors = [processor] * levels
@@ -369,7 +354,7 @@ def interpolate_clip(
             total = (factor - 1) * (clip.length - 1) if clip.length and depth is not None else None
             with progress_bar(total, progress) as bar:
                 bar.update(summary.resumed)
-                run = _Run(processors, workers, summary, bar, chunk=chunk, inflight=inflight, seed=seed, factor=factor,
+                run = _Run(processors, workers, summary, bar, chunk=chunk, ramp=ramp, inflight=inflight, seed=seed, factor=factor,
                            writer=writer, journal=journal)
                 schedule = Schedule(retiming)
                 read = retime(clip, schedule, run) if depth is None else _leveled(clip, run, depth, start)

@@ -107,10 +107,11 @@ def expected(store, clip, tmp_path_factory):
     return root / "out"
 
 
-def client_for(servers, authority, **options) -> Client:
+def client_for(servers, authority, transport="http", **options) -> Client:
     cloud, edge = servers
-    return Client(cloud=cloud.inference_url, edge=edge.inference_url, token=cloud.keys["inference"],
-                  edge_token=edge.keys["inference"], tls=authority.client, **options)
+    urls = (cloud.grpc_url, edge.grpc_url) if transport == "grpc" else (cloud.inference_url, edge.inference_url)
+    return Client(cloud=urls[0], edge=urls[1], token=cloud.keys["inference"], edge_token=edge.keys["inference"],
+                  tls=authority.client, transport=transport, **options)
 
 
 def assert_same_frames(out, expected):
@@ -157,17 +158,20 @@ def test_a_client_without_the_ca_is_one_line_and_exit_2(tmp_path, hosts, servers
     assert not (tmp_path / "out").exists()
 
 
-def test_the_link_going_down_mid_clip_costs_no_frame(tmp_path, hosts, servers, authority, clip, expected):
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_the_link_going_down_mid_clip_costs_no_frame(tmp_path, hosts, servers, authority, clip, expected, transport):
     outages = []
     # A request stuck on a connection the outage cut times out after 2 s and is retried; new
     # connections fail at once (no route) and back off 0.5, 1, 2, 4 s: past the outage.
-    with hosts.edge.entered(), client_for(servers, authority, tries=8, backoff=0.5, timeout=2) as client:
+    with hosts.edge.entered(), client_for(servers, authority, transport, tries=8, backoff=0.5, timeout=2) as client:
         process = client.processor()
 
-        def outage_at_pair_three(index, frames, seed):
+        def outage_at_pair_three(index, frames, seed, arrived):
             if index == 3:  # pairs 1 and 2 are in flight
                 outages.append(hosts.link_down(OUTAGE_SECONDS))
-            return process(index, frames, seed)
+            return process(index, frames, seed, arrived)
+
+        outage_at_pair_three.streams = True  # as the client's own: the edge's answers stream
 
         try:
             summary = interpolate_clip(clip, tmp_path / "out", outage_at_pair_three, inflight=3, progress=False)

@@ -198,6 +198,7 @@ def test_a_server_that_is_down_stops_the_run_after_the_retries(tmp_path):
     client = Client(f"http://127.0.0.1:{closed_port()}", tries=3, backoff=0.01)
     with pytest.raises(PairError, match=r"^pairs 0-2 \(frame0\.png → frame3\.png\): connection refused \(http://.*\) \(gave up after 3 tries\)$"):
         client.interpolate_clip(src, tmp_path / "out", progress=False)
+        client.interpolate_clip(src, tmp_path / "out", ramp=False, progress=False)
     assert [p.name for p in tmp_path.iterdir()] == ["in"]
 
 
@@ -214,3 +215,96 @@ def test_progress_bar_shows_pairs_per_second(tmp_path, capsys):
     src = frame_dir(tmp_path / "in", 3)
     interpolate_clip(src, tmp_path / "out", pairwise(lambda i, a, b, s: Middles([solid(i)], payload_bytes=10)), progress=True)
     assert "pair/s" in capsys.readouterr().err
+
+
+def chunks_of(src, tmp_path, name, **options) -> list[tuple[int, int]]:
+    """(first pair, pairs) of every chunk a run hands its processor."""
+    calls = []
+
+    def process(index, frames, seed):
+        calls.append((index, len(frames) - 1))
+        return [solid(index + j) for j in range(len(frames) - 1)]
+
+    interpolate_clip(src, tmp_path / name, process, progress=False, **options)
+    return sorted(calls)
+
+
+def test_ramped_chunks_grow_to_k_and_then_end_where_unramped_ones_do(tmp_path):
+    src = frame_dir(tmp_path / "in", 40)
+    ramped = chunks_of(src, tmp_path, "ramped", chunk=8, ramp=True)
+    fixed = chunks_of(src, tmp_path, "fixed", chunk=8)
+    assert ramped == [(0, 1), (1, 1), (2, 2), (4, 4), (8, 8), (16, 8), (24, 8), (32, 7)]
+    assert fixed == [(0, 8), (8, 8), (16, 8), (24, 8), (32, 7)]
+    assert middles(tmp_path / "ramped") == middles(tmp_path / "fixed") == list(range(39))
+
+
+def test_ramping_costs_a_few_frames_per_clip(tmp_path):
+    """Each chunk sends its K + 1 frames; on a long clip the ramp adds 3 (K = 8), under 5%."""
+    src = frame_dir(tmp_path / "in", 241)
+    sent = {ramp: sum(pairs + 1 for _, pairs in chunks_of(src, tmp_path, f"out{ramp}", chunk=8, ramp=ramp))
+            for ramp in (False, True)}
+    assert sent == {False: 270, True: 273}
+    assert sent[True] / sent[False] < 1.05
+
+
+def test_a_ramp_shorter_than_the_chunk_and_a_chunk_of_one(tmp_path):
+    src = frame_dir(tmp_path / "in", 14)
+    assert chunks_of(src, tmp_path, "six", chunk=6, ramp=True) == [(0, 1), (1, 1), (2, 2), (4, 2), (6, 6), (12, 1)]
+    assert chunks_of(src, tmp_path, "one", chunk=1, ramp=True) == [(i, 1) for i in range(13)]
+
+
+def streaming(process):
+    process.streams = True
+    return process
+
+
+def test_streamed_middles_are_written_as_they_arrive_in_order(tmp_path):
+    """Middle 0 of a chunk of 4 is on disk while the processor still holds the other three."""
+    src = frame_dir(tmp_path / "in", 5)
+    seen_on_disk = []
+
+    @streaming
+    def process(index, frames, seed, arrived):
+        arrived(0, solid(0))
+        arrived(2, solid(2))  # ahead of 1: held back until 1 is written
+        deadline = time.monotonic() + 30
+        written = []
+        while time.monotonic() < deadline and len(written) < 2:
+            written = sorted(p.name for p in tmp_path.glob(".out.partial-*/*"))
+            time.sleep(0.01)
+        seen_on_disk.append(len(written))
+        time.sleep(0.2)  # had middle 2 been written before 1, a third file would be there by now
+        seen_on_disk.append(len(list(tmp_path.glob(".out.partial-*/*"))))
+        return [solid(j) for j in range(4)]
+
+    summary = interpolate_clip(src, tmp_path / "out", process, chunk=4, progress=False)
+    assert seen_on_disk == [2, 2]  # original 0 and middle 0
+    assert (summary.pairs, summary.frames) == (4, 9)
+    assert middles(tmp_path / "out") == [0, 1, 2, 3]
+
+
+def test_a_middle_handed_over_twice_is_written_once(tmp_path):
+    src = frame_dir(tmp_path / "in", 4)
+
+    @streaming
+    def process(index, frames, seed, arrived):
+        arrived(0, solid(10 + index))
+        arrived(0, solid(99))  # a retried request sending it again: the first stands
+        return [solid(10 + index + j) for j in range(len(frames) - 1)]
+
+    summary = interpolate_clip(src, tmp_path / "out", process, chunk=3, progress=False)
+    assert (summary.pairs, summary.frames) == (3, 7)
+    assert middles(tmp_path / "out") == [10, 11, 12]
+
+
+def test_a_stream_that_fails_after_some_middles_leaves_no_output(tmp_path):
+    src = frame_dir(tmp_path / "in", 4)
+
+    @streaming
+    def process(index, frames, seed, arrived):
+        arrived(0, solid(0))
+        raise ServerError(400, "bad_input", "refused after one middle")
+
+    with pytest.raises(PairError, match=r"^pairs 0-2 .*refused after one middle"):
+        interpolate_clip(src, tmp_path / "out", process, chunk=3, progress=False)
+    assert list(tmp_path.iterdir()) == [tmp_path / "in"]

@@ -98,3 +98,45 @@ def request_body(request: dict) -> Any:
         if value not in (None, b"", ""):
             return value
     raise BadInputError("empty request; POST the wire payload made by the encoder as the request body")
+
+
+STREAMS = ("http", "grpc")
+# TorchServe hands a handler a prediction's HTTP headers but not its query parameters, so over HTTP
+# the edge's stream and first fields come as these headers (over gRPC: as inputs).
+FIELD_HEADERS = {"stream": "x-eden-stream", "first": "x-eden-first"}
+
+
+def with_headers(request: dict, headers: dict[str, str] | None) -> dict:
+    """``request`` with the fields its HTTP ``headers`` carry (:data:`FIELD_HEADERS`)."""
+    lowered = {str(key).lower(): value for key, value in (headers or {}).items()}
+    fields = {name: lowered[header] for name, header in FIELD_HEADERS.items() if header in lowered and name not in request}
+    return {**request, **fields} if fields else request
+
+
+def stream_of(request: dict) -> str | None:
+    """The transport a request says carries its streamed answer, read leniently (before any field is
+    judged); None where it asks for none or says it badly."""
+    value = request.get("stream")
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("ascii", errors="replace")
+    return value.strip() if isinstance(value, str) and value.strip() in STREAMS else None
+
+
+def parse_stream(value: Any) -> str | None:
+    """The ``stream`` field: http or grpc, the transport of a streamed answer; absent: a whole answer."""
+    if value is None:
+        return None
+    name = text(value, "stream")
+    if name not in STREAMS:
+        raise BadInputError(f"stream must be one of {', '.join(STREAMS)}, got {name!r:.40}")
+    return name
+
+
+def parse_first(value: Any) -> int:
+    """The ``first`` field: the first pair of the chunk to answer (default 0)."""
+    if value is None:
+        return 0
+    digits = text(value, "first")
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
+        raise BadInputError(f"first must be a small decimal integer, got {digits!r:.40}")
+    return int(digits)

@@ -67,6 +67,7 @@ class Server:
     process: subprocess.Popen | None = None  # the torchserve launcher, in the foreground
     # The launcher's own requests (readiness, models); with TLS, pinned to the server's certificate.
     session: requests.Session = field(default_factory=requests.Session)
+    grpc_url: str = ""  # grpc://HOST:PORT (grpcs:// with TLS) of the gRPC inference API
 
     @property
     def inference_headers(self) -> dict[str, str]:
@@ -178,6 +179,9 @@ def running(
         log_dir=log_dir,
         token_auth=settings.get("disable_token_authorization", "false").lower() != "true",
         session=tls.pinned_session() if tls is not None else requests.Session(),
+        # TorchServe's defaults where the file names none.
+        grpc_url=f"{'grpcs' if tls is not None else 'grpc'}://{settings.get('grpc_inference_address', '127.0.0.1')}:"
+                 f"{settings.get('grpc_inference_port', '7070')}",
     )
     with contextlib.nullcontext(None) if console else open(log_dir / "launcher.out", "wb") as out:
         # A session of its own: the launcher, the JVM and the workers form one process group that

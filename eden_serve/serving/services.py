@@ -13,15 +13,12 @@ it has answered so that TorchServe starts a new one.
 from __future__ import annotations
 
 import http
-import io
 import json
 import logging
 import os
 import re
 import threading
 import time
-import traceback
-import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, NamedTuple
@@ -29,18 +26,19 @@ from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 import torch
 
 from .. import wire
+from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
-from ..errors import (
-    BadInputError, ChunkTooLargeError, EdenError, ModelMismatchError, encoder_refusal, error_response, is_device_failure,
-)
+from ..errors import BadInputError, ChunkTooLargeError, ModelMismatchError, encoder_refusal
 from ..frames import png_of
 from ..wire import Chunk, keyed
 from .fields import (
-    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_seed, parse_threshold, request_body,
+    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_first, parse_seed, parse_stream,
+    parse_threshold, request_body, stream_of, with_headers,
 )
+from .refusals import Refusal, each, refusal, release_cached_memory
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
 logger = logging.getLogger(__name__)
@@ -58,47 +56,10 @@ class Reply(NamedTuple):
     content_type: str
 
 
-class Refusal(NamedTuple):
-    """A failed request, reduced to its answer. Not the exception: its traceback holds the frames
-    that held the request's body and what was made of it, and the batch's results list holding the
-    exception would keep them all alive, in a cycle, until the garbage collector runs."""
-
-    status: int
-    document: dict
-    device_failure: bool = False  # this process's device broke (not a document passed on saying so)
-
-
-def refusal(exc: BaseException) -> Refusal:
-    """The answer to a failed request; unexpected failures are logged with their traceback."""
-    if isinstance(exc, EdenError):
-        logger.info("request refused: %d %s: %s", exc.status, exc.kind, exc)
-    else:
-        # As text: a record holding the exception would keep its frames' tensors alive in any
-        # handler that buffers records.
-        logger.error("request failed\n%s", "".join(traceback.format_exception(exc)).rstrip())
-    return Refusal(*error_response(exc), is_device_failure(exc))
-
-
-def release_cached_memory() -> None:
-    """Return the CUDA allocator's cached blocks after an out-of-memory error (a no-op where CUDA
-    was never used). Called once the failed work's traceback, and the tensors its frames hold,
-    are gone: while they live their blocks cannot be released."""
-    torch.cuda.empty_cache()
-
-
-def each(step: Callable[[int, Any], Any], items: list) -> list:
-    """``step(idx, item)`` for every item of a batch, each failure kept in its place as a
-    :class:`Refusal`. An item refused by an earlier step is passed on untouched."""
-    results = []
-    for idx, item in enumerate(items):
-        if isinstance(item, Refusal):
-            results.append(item)
-            continue
-        try:
-            results.append(step(idx, item))
-        except Exception as exc:  # one request's failure must not fail the batch
-            results.append(refusal(exc))
-    return results
+# TorchServe's gRPC StreamPredictions ends a call on the answer whose ts_stream_next header is
+# "false", and fails on one without the header; over HTTP, "false" on an answer with no part sent
+# before would send the body with no status line. So it is set only on a gRPC stream's sole answer.
+STREAM_NEXT = "ts_stream_next"
 
 
 def _phrase(status: int) -> str:
@@ -115,12 +76,16 @@ class Service:
 
     side: ClassVar[str]  # "cloud" or "edge": which weights, and which share of the threads
     wire_key: bytes | None = None  # the key of the payloads' tags (wire/keyed.py); None: no tags
+    # (idx, body, content type): a part of request idx's answer, sent before the batch is answered
+    # (TorchServe's intermediate responses); the handler sets it.
+    send_part: Callable[[int, bytes, str], None] | None = None
 
     def __init__(self, model: CloudEncoder | EdgeModel, settings: Settings, context):
         self.model = model
         self.settings = settings
         self.context = context
         self.max_tokens = max_tokens_for(settings.max_pixels, model.config)
+        self.closing: set[int] = set()  # requests of this batch whose answer must close a gRPC stream
 
     @classmethod
     def load(cls, context) -> "Service":
@@ -168,6 +133,8 @@ class Service:
                 status, reply = 200, outcome
             self.context.set_response_status(status, _phrase(status), idx)
             self.context.set_response_content_type(idx, reply.content_type)
+            if idx in self.closing:
+                self.context.set_response_header(idx, STREAM_NEXT, "false")
             bodies.append(reply.body)
         return bodies
 
@@ -233,9 +200,17 @@ class CloudService(Service):
         return Reply(payload, OCTET_STREAM)
 
 
+class EdgeJob(NamedTuple):
+    payload: bytes
+    stream: str | None  # None (a whole answer), or the transport that carries a streamed one: http, grpc
+    first: int  # the chunk's first pair to answer: a client asking again for what did not arrive
+
+
 class EdgeService(Service):
     """Wire payload (or an upstream error document) -> the middle frame as PNG, or for a chunk a
-    zip of ``000.png``, ``001.png``, ...
+    zip of ``000.png``, ``001.png``, ...; fields ``stream`` and ``first`` (headers over HTTP,
+    :data:`~.fields.FIELD_HEADERS`) ask for the middles from pair ``first`` on, each streamed as
+    soon as it is computed (:mod:`eden_serve.answers`; docs/streaming.md).
 
     The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
     pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
@@ -260,7 +235,17 @@ class EdgeService(Service):
         cloud_weights = Path(context.system_properties["model_dir"]) / WEIGHTS_FILES["cloud"]
         self.e_cond = load_cloud(cloud_weights, model.device) if cloud_weights.is_file() else None
 
-    def parse(self, idx: int, request: dict) -> bytes:
+    def preprocess(self, batch: list[dict]) -> list:
+        batch = [with_headers(request, self.context.get_all_request_header(idx)) for idx, request in enumerate(batch)]
+        # Known before any field is judged: a refusal on a gRPC stream must close it too.
+        self.closing = {idx for idx, request in enumerate(batch) if stream_of(request) == "grpc"}
+        return super().preprocess(batch)
+
+    def parse(self, idx: int, request: dict) -> EdgeJob:
+        stream, first = parse_stream(request.get("stream")), parse_first(request.get("first"))
+        return EdgeJob(self.parse_payload(request), stream, first)
+
+    def parse_payload(self, request: dict) -> bytes:
         body = request_body(request)
         # A workflow hands a failed cloud node's error document on to this node (README: "Errors").
         upstream = encoder_refusal(body)
@@ -272,12 +257,14 @@ class EdgeService(Service):
             raise BadInputError(f"request body must be the encoder's wire payload ({OCTET_STREAM}), got a JSON {type(body).__name__}")
         return body
 
-    def decode(self, idx: int, payload: bytes) -> Chunk:
+    def decode(self, idx: int, job: EdgeJob) -> Chunk:
         chunk = wire.decode(
-            keyed.verify(payload, self.wire_key), self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
+            keyed.verify(job.payload, self.wire_key), self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
-        self.size_metric("EdenPayloadBytes", len(payload), idx)
+        if job.first >= chunk.pairs:
+            raise BadInputError(f"first is {job.first}, but the payload holds {chunk.pairs} pairs (0 to {chunk.pairs - 1})")
+        self.size_metric("EdenPayloadBytes", len(job.payload), idx)
         if isinstance(chunk, wire.FramesChunk):
             if self.e_cond is None:
                 raise ModelMismatchError("this edge's archive carries no cloud weights to derive conditions from frames with; "
@@ -287,6 +274,14 @@ class EdgeService(Service):
             self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
         return self.model.receive(chunk)
 
+    def send_ready(self, idx: int, middles: list, sent: dict[int, int]) -> None:
+        """Streams request ``idx``'s middles that are computed and next in order (a PNG still being
+        encoded is waited for: a streamed answer wants each middle as soon as it can have it)."""
+        while sent[idx] < len(middles) and middles[sent[idx]] is not None:
+            png = middles[sent[idx]]
+            self.send_part(idx, record(MIDDLE, sent[idx], png.result() if isinstance(png, Future) else png), STREAMED)
+            sent[idx] += 1
+
     def inference(self, jobs: list) -> list:
         chunks = each(self.decode, jobs)
         # Per request: its middles as PNGs, or futures of them (a scene cut's is in the payload), or
@@ -294,12 +289,16 @@ class EdgeService(Service):
         middles: dict[int, list | Refusal] = {}
         seconds: dict[int, list[float]] = {}
         groups: dict[tuple, list[tuple[int, int]]] = {}
+        sent: dict[int, int] = {}  # per streamed request: the pair whose middle it sends next
         for idx, chunk in enumerate(chunks):
             if isinstance(chunk, Chunk):
                 middles[idx] = [chunk.cuts.get(j) for j in range(chunk.pairs)]
                 seconds[idx] = [0.0, 0.0]
-                computed = [(idx, j) for j in range(chunk.pairs) if j not in chunk.cuts]
+                computed = [(idx, j) for j in range(jobs[idx].first, chunk.pairs) if j not in chunk.cuts]
                 groups.setdefault((chunk.grid, chunk.size), []).extend(computed)
+                if jobs[idx].stream:
+                    sent[idx] = jobs[idx].first
+                    self.send_ready(idx, middles[idx], sent)
         for (grid, _), pairs in groups.items():
             for batch in batches(pairs, grid[0] * grid[1], self.model.batch_tokens):
                 batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
@@ -311,6 +310,8 @@ class EdgeService(Service):
                             middles[idx][j] = self.pngs.submit(png_of, outcome[n].numpy())
                             seconds[idx][0] += denoise_s / len(part)
                             seconds[idx][1] += decode_s / len(part)
+                    for idx in dict.fromkeys(idx for idx, _ in part if idx in sent and isinstance(middles[idx], list)):
+                        self.send_ready(idx, middles[idx], sent)
         results = []
         for idx, chunk in enumerate(chunks):
             outcome = middles.get(idx, chunk)
@@ -318,6 +319,12 @@ class EdgeService(Service):
                 self.time_metric("EdenDenoiseMs", seconds[idx][0], idx)
                 self.time_metric("EdenDecodeMs", seconds[idx][1], idx)
                 outcome = [png.result() if isinstance(png, Future) else png for png in outcome]
+            if idx in sent and sent[idx] > jobs[idx].first:  # streamed: what was sent stands, and this ends it
+                failed = isinstance(outcome, Refusal)
+                outcome = Reply(record(FAILED, 0, json.dumps(outcome.document).encode()) if failed else record(END, 0), STREAMED)
+                self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
+            elif isinstance(outcome, list):
+                outcome = outcome[jobs[idx].first:]
                 outcome = Reply(outcome[0], PNG) if len(outcome) == 1 else Reply(zip_of(outcome), ZIP)
             results.append(outcome)
         return results
@@ -371,11 +378,3 @@ def frame_fields(request: dict, max_frames: int) -> list[str]:
         raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
     return names
 
-
-def zip_of(pngs) -> bytes:
-    """A stored (not deflated) zip of ``000.png``, ``001.png``, ...: PNGs are compressed already."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for j, png in enumerate(pngs):
-            archive.writestr(f"{j:03d}.png", png)
-    return buffer.getvalue()

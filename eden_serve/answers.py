@@ -1,0 +1,131 @@
+"""What the edge answers the client: a chunk's middle frames as PNGs, whole or streamed.
+
+Whole: one PNG for a pair, else a stored zip of ``000.png``, ``001.png``, ... Streamed (a request
+that asks for it, docs/streaming.md): a sequence of records, each sent as soon as it is known,
+which a transport may cut or join anywhere (HTTP chunks, gRPC messages)::
+
+    kind (1 byte)  index (u32, big-endian)  length (u32)  data (length bytes)
+
+``M``: the middle of the chunk's pair ``index``, a PNG; ``E``: the request failed after some middles
+were sent, data its JSON error document; ``Z``: the end (``index`` 0, no data).
+Every answer is judged before a pixel is decoded: a PNG by its header (8-bit RGB of the frames'
+size, as the edge makes them), a record by its length, so a broken or hostile server can make the
+client neither decode a bomb nor write frames of another size.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+
+from PIL import Image, UnidentifiedImageError
+
+from .errors import ServerError, TransientError, error_from_document
+from .frames import PNG_SIGNATURE
+
+MIDDLE, FAILED, END = b"M", b"E", b"Z"
+RECORD_HEADER = struct.Struct(">cII")
+STREAMED = "application/x-eden-middles"  # the content type of a streamed answer
+
+
+def record(kind: bytes, index: int, data: bytes = b"") -> bytes:
+    return RECORD_HEADER.pack(kind, index, len(data)) + data
+
+
+def most_png_bytes(size: tuple[int, int]) -> int:
+    """The largest PNG of a middle frame of ``size`` (width, height) we accept: an uncompressed one, twice over."""
+    return size[1] * (3 * size[0] + 1) * 2 + (1 << 16)
+
+
+def middle_image(content: bytes, size: tuple[int, int], where: str) -> Image.Image:
+    """A middle frame: an 8-bit RGB PNG of ``size`` (width, height), read from its header first."""
+    if content[:8] != PNG_SIGNATURE or content[12:16] != b"IHDR" or len(content) < 26:
+        start = " ".join(content[:100].decode(errors="replace").split())
+        raise ServerError(502, "bad_answer", f"the answer is not a PNG: {start!r} {where}")
+    width, height, depth, colour = struct.unpack(">IIBB", content[16:26])
+    if (width, height) != size or (depth, colour) != (8, 2):  # colour type 2: RGB
+        mode = "" if (depth, colour) == (8, 2) else f" not in 8-bit RGB (depth {depth}, colour type {colour})"
+        raise ServerError(502, "bad_answer", f"the answer is a {width}x{height} PNG{mode}, for frames of {size[0]}x{size[1]} {where}")
+    try:
+        image = Image.open(io.BytesIO(content), formats=["PNG"])
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
+        raise ServerError(502, "bad_answer", f"the answer is a broken PNG ({type(exc).__name__}) {where}") from None
+    return image
+
+
+def zip_of(pngs) -> bytes:
+    """A stored (not deflated) zip of ``000.png``, ``001.png``, ...: PNGs are compressed already."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for j, png in enumerate(pngs):
+            archive.writestr(f"{j:03d}.png", png)
+    return buffer.getvalue()
+
+
+def whole_answer(content: bytes, pairs: int, size: tuple[int, int], where: str) -> list[Image.Image]:
+    """The middle frames of a whole answer to ``pairs`` pairs of frames of ``size``."""
+    if pairs == 1:
+        return [middle_image(content, size, where)]
+    names = [f"{j:03d}.png" for j in range(pairs)]
+    most = most_png_bytes(size)
+    try:
+        with zipfile.ZipFile(io.BytesIO(content)) as archive:
+            entries = archive.infolist()
+            if [e.filename for e in entries] != names or any(e.compress_type != zipfile.ZIP_STORED or e.file_size > most for e in entries):
+                raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} stored PNGs {names[0]}...{names[-1]} {where}")
+            return [middle_image(archive.read(name), size, where) for name in names]
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        start = " ".join(content[:100].decode(errors="replace").split())
+        raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} PNGs ({exc}): {start!r} {where}") from None
+
+
+class StreamedAnswer:
+    """Reads a streamed answer to the pairs ``first`` ... ``pairs - 1`` of a chunk of frames of
+    ``size``, as its bytes come: :meth:`feed` returns the middles completed, ``(j, image)`` in
+    order; :meth:`finish` says whether the end record came (False: the answer was cut short, and
+    what did not arrive must be asked for again). A failure record raises its error."""
+
+    def __init__(self, first: int, pairs: int, size: tuple[int, int], where: str):
+        self.next, self.pairs, self.size, self.where = first, pairs, size, where
+        self.most = most_png_bytes(size)
+        self.buffer = bytearray()
+        self.ended = False
+
+    def _bad(self, problem: str) -> ServerError:
+        return ServerError(502, "bad_answer", f"the streamed answer {problem} {self.where}")
+
+    def feed(self, data: bytes) -> list[tuple[int, Image.Image]]:
+        self.buffer += data
+        middles = []
+        while len(self.buffer) >= RECORD_HEADER.size:
+            kind, index, length = RECORD_HEADER.unpack_from(self.buffer)
+            if self.ended or kind not in (MIDDLE, FAILED, END) or length > self.most:
+                raise self._bad(f"holds a record it should not ({kind!r}, {length} bytes)")
+            if len(self.buffer) < RECORD_HEADER.size + length:
+                break
+            data = bytes(self.buffer[RECORD_HEADER.size:RECORD_HEADER.size + length])
+            del self.buffer[:RECORD_HEADER.size + length]
+            if kind == FAILED:
+                refused = error_from_document(data)
+                if refused is None:
+                    raise self._bad("failed without an error document")
+                if refused.status >= 500:  # as a 5xx answer: worth asking again
+                    raise TransientError(f"{refused} (HTTP {refused.status}) {self.where}")
+                raise ServerError(refused.status, refused.kind, f"{refused} {self.where}")
+            if kind == END:
+                if self.next != self.pairs:
+                    raise self._bad(f"ended after pair {self.next - 1} of a chunk of {self.pairs}")
+                self.ended = True
+                continue
+            if index != self.next:
+                raise self._bad(f"sent pair {index} where pair {self.next} was due")
+            middles.append((index, middle_image(data, self.size, self.where)))
+            self.next += 1
+        return middles
+
+    def finish(self) -> bool:
+        if self.buffer and self.ended:
+            raise self._bad("goes on after its end")
+        return self.ended

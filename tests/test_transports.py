@@ -1,0 +1,178 @@
+"""The client's transports against a real TorchServe with both halves (tiny model): the edge's
+streamed answers, HTTP against gRPC, refusals over gRPC; and a stream cut short by a server of our
+own, asked again only for what did not arrive."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import zipfile
+
+import numpy as np
+import pytest
+import requests
+from PIL import Image
+
+from conftest import loopback_http
+from eden_serve import synthetic
+from eden_serve.answers import END, MIDDLE, STREAMED, record
+from eden_serve.cli import main
+from eden_serve.client import DECODER, ENCODER, Client
+from eden_serve.errors import ServerError
+from eden_serve.frames import png_bytes
+
+pytestmark = pytest.mark.serving
+
+SIZE = (96, 64)  # width, height
+FRAMES = 7
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("clip")
+    for i, frame in enumerate(synthetic.clip(FRAMES, SIZE[1], SIZE[0])):
+        frame.save(folder / f"{i:02d}.png")
+    return folder
+
+
+def payload_of(server, clip, frames: int) -> bytes:
+    files = {f"frame{i}": path.read_bytes() for i, path in enumerate(sorted(clip.iterdir())[:frames])}
+    response = requests.post(f"{server.inference_url}/predictions/{ENCODER}", files=files, data={"seed": "3"},
+                             headers=server.inference_headers, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def edge_answer(server, payload: bytes, headers: dict | None = None) -> requests.Response:
+    return requests.post(f"{server.inference_url}/predictions/{DECODER}", data=payload, timeout=120,
+                         headers={**server.inference_headers, "Content-Type": "application/octet-stream", **(headers or {})})
+
+
+def records(content: bytes) -> list[tuple[bytes, int, bytes]]:
+    out = []
+    while content:
+        kind, index, length = content[0:1], int.from_bytes(content[1:5], "big"), int.from_bytes(content[5:9], "big")
+        out.append((kind, index, content[9:9 + length]))
+        content = content[9 + length:]
+    return out
+
+
+def test_streamed_chunk_answers_equal_whole_ones(server, clip):
+    payload = payload_of(server, clip, 6)  # 5 pairs
+    whole = edge_answer(server, payload)
+    assert whole.headers["Content-Type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(whole.content)) as archive:
+        pngs = [archive.read(f"{j:03d}.png") for j in range(5)]
+    streamed = edge_answer(server, payload, {"X-Eden-Stream": "http"})
+    assert streamed.headers["Content-Type"] == STREAMED and streamed.headers.get("Transfer-Encoding") == "chunked"
+    assert records(streamed.content) == [(MIDDLE, j, png) for j, png in enumerate(pngs)] + [(END, 0, b"")]
+    later = edge_answer(server, payload, {"X-Eden-Stream": "http", "X-Eden-First": "3"})
+    assert records(later.content) == [(MIDDLE, 3, pngs[3]), (MIDDLE, 4, pngs[4]), (END, 0, b"")]
+    tail = edge_answer(server, payload, {"X-Eden-First": "3"})  # not streamed: a zip of the two
+    with zipfile.ZipFile(io.BytesIO(tail.content)) as archive:
+        assert [archive.read(name) for name in archive.namelist()] == pngs[3:]
+
+
+def test_a_stream_refused_before_its_first_middle_is_a_4xx(server, clip):
+    refused = edge_answer(server, b"not a payload", {"X-Eden-Stream": "http"})
+    assert refused.status_code == 400 and refused.json()["type"] == "bad_payload"
+    beyond = edge_answer(server, payload_of(server, clip, 3), {"X-Eden-Stream": "http", "X-Eden-First": "2"})
+    assert beyond.status_code == 400 and "first is 2" in beyond.json()["message"]
+
+
+def client(server, transport: str, **options) -> Client:
+    url = server.grpc_url if transport == "grpc" else server.inference_url
+    return Client(cloud=url, edge=url, token=server.keys["inference"], transport=transport, **options)
+
+
+def frames_of(folder) -> list[np.ndarray]:
+    return [np.asarray(Image.open(p)) for p in sorted(folder.iterdir())]
+
+
+def test_the_grpc_client_equals_the_http_client_frame_for_frame(server, clip, tmp_path):
+    summaries = {}
+    for transport in ("http", "grpc"):
+        with client(server, transport) as c:
+            # One request at the edge at a time: the same batches, so the same arithmetic, bit for bit.
+            summaries[transport] = c.interpolate_clip(clip, tmp_path / transport, chunk=4, inflight=1, progress=False)
+    assert summaries["grpc"].pairs == summaries["http"].pairs == FRAMES - 1
+    assert summaries["grpc"].payload_bytes == summaries["http"].payload_bytes
+    http, grpc = frames_of(tmp_path / "http"), frames_of(tmp_path / "grpc")
+    assert len(http) == len(grpc) == 2 * FRAMES - 1
+    assert all(np.array_equal(a, b) for a, b in zip(http, grpc))
+
+
+def test_a_grpc_edge_refusal_ends_its_stream(server, clip):
+    with client(server, "grpc", tries=1, timeout=60) as c:
+        with pytest.raises(ServerError) as info:
+            c.transport.decode(b"not a payload", 0, 1, SIZE, lambda j, image: None)
+    assert info.value.status == 400 and info.value.kind == "bad_payload"
+
+
+def one_line_and_exit_2(capsys, *argv) -> str:
+    code = main(["client", *map(str, argv)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("eden-serve: error: "), err
+    return err
+
+
+def test_bad_input_over_grpc_is_one_line_and_exit_2(server, clip, tmp_path, capsys):
+    frame0 = sorted(clip.iterdir())[0]
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    token = ["--token", server.keys["inference"]]
+    out = tmp_path / "middle.png"
+    err = one_line_and_exit_2(capsys, frame0, tmp_path / "bad.png", "-o", out, "--server", server.grpc_url,
+                              "--transport", "grpc", *token)
+    assert "frame1 is not a readable image" in err
+    err = one_line_and_exit_2(capsys, frame0, frame0, "-o", out, "--server", server.grpc_url, "--transport", "grpc",
+                              "--token", "wrong")
+    assert "PERMISSION_DENIED" in err and "Token Authorization failed" in err
+    err = one_line_and_exit_2(capsys, frame0, frame0, "-o", out, "--server", server.inference_url, "--transport", "grpc")
+    assert "grpc:// or grpcs://" in err
+    assert not out.exists()
+    assert main(["client", str(frame0), str(frame0), "-o", str(out), "--server", server.grpc_url,
+                 "--transport", "grpc", *token]) == 0
+    assert Image.open(out).size == SIZE
+
+
+def test_a_stream_cut_short_is_asked_again_for_what_did_not_arrive(tmp_path):
+    """A server of our own: the encoder's answer is any payload; the edge sends two middles of
+    four and drops the connection, then answers whatever it is asked from there."""
+    middles = [png_bytes(Image.new("RGB", SIZE, (40 * j, 0, 0))) for j in range(4)]
+    asked = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path.endswith(ENCODER):
+                self.send_response(200)
+                self.send_header("Content-Length", "7")
+                self.end_headers()
+                self.wfile.write(b"payload")
+                return
+            first = int(self.headers["X-Eden-First"])
+            asked.append(first)
+            self.send_response(200)
+            self.send_header("Content-Type", STREAMED)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            end = 2 if first == 0 else 4
+            for part in [record(MIDDLE, j, middles[j]) for j in range(first, end)] + ([record(END, 0)] if end == 4 else []):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            if end == 4:
+                self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = True
+
+        def log_message(self, *args):
+            pass
+
+    arrived = []
+    with loopback_http(Handler) as url, Client(cloud=url, edge=url, backoff=0.01) as c:
+        frames = [png_bytes(Image.new("RGB", SIZE)) for _ in range(5)]
+        result = c._chunk(frames, 0, SIZE, arrived=lambda j, image: arrived.append(j))
+    assert asked == [0, 2]
+    assert arrived == [0, 1, 2, 3] and result.retries == 1
+    assert [image.getpixel((0, 0))[0] for image in result.images] == [0, 40, 80, 120]
+
