@@ -79,7 +79,7 @@ def _base(url: str, option: str) -> str:
 
 
 def _check(response: requests.Response) -> requests.Response:
-    """The response, or the error it means, looked for in the body rather than the status (README:
+    """The response, or the error it means, looked for in the body rather than the status (docs/serving.md:
     "Workflow caveat")."""
     refused = error_from_document(response.content)
     if refused is None and response.status_code < 400:
@@ -90,7 +90,7 @@ def _check(response: requests.Response) -> requests.Response:
         status, kind = 413, "request_too_large"
         sent = len(response.request.body or b"")
         message = (f"the server refused a request of {sent} bytes as too large: over its max_request_size "
-                   "(README: Capacity); send smaller frames, or a smaller codec to the edge")
+                   "(docs/deploy.md: Capacity); send smaller frames, or a smaller codec to the edge")
     else:
         status, kind = response.status_code, "http_error"
         message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason

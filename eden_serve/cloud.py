@@ -224,7 +224,7 @@ class CloudEncoder:
 
 # Scene cuts: a pair across a cut changes both its structure and its colours, a pair within a shot
 # at most one of them (fast motion blurs the structure, light shifts the colours). Measured on real
-# clips (README, "Video"); 0.9 sits about 0.3 from the nearest score on either side.
+# clips (docs/clips-and-video.md, "Video"); 0.9 sits about 0.3 from the nearest score on either side.
 SCENE_THRESHOLD = 0.9
 SCENE_THUMBNAIL_WIDTH = 64
 SCENE_BINS = 8  # per RGB channel: a joint histogram of 512 bins

@@ -197,7 +197,7 @@ def error_from_document(body: Any) -> UpstreamError | None:
     """The error a ``{code, type, message}`` document states (ours, or TorchServe's own), if ``body``
     is one: bytes of JSON or an already parsed object.
 
-    The edge handler and the client look for it in bodies (README: "Workflow caveat"). Wire payloads
+    The edge handler and the client look for it in bodies (docs/serving.md, "Workflow caveat"). Wire payloads
     start with ``EDENWIRE`` and PNGs with ``\\x89PNG``, which no JSON text can, so an object with
     exactly these keys is unambiguous. Only a small body that starts as a JSON object is parsed, and
     nothing of a large one is copied.
@@ -219,7 +219,7 @@ def error_from_document(body: Any) -> UpstreamError | None:
     return UpstreamError(code, kind, message)
 
 
-# What an encoder's handler answers with, by type (README "Errors"): in a workflow the edge node gets
+# What an encoder's handler answers with, by type (docs/serving.md "Errors"): in a workflow the edge node gets
 # it as its request body and passes it on, with its status. A 500 is not passed on.
 ENCODER_REFUSALS = {BadInputError.kind: 400, FrameTooLargeError.kind: 413, ChunkTooLargeError.kind: 413, CodecError.kind: 400,
                     OUT_OF_MEMORY: 507}

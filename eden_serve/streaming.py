@@ -54,7 +54,7 @@ from .resume import Journal, input_identity
 from .workers import Arrivals, Workers
 
 DEFAULT_INFLIGHT = 4
-# Pairs per request: the wire carries each frame once per chunk (README "Clip chunks").
+# Pairs per request: the wire carries each frame once per chunk (docs/performance.md "Clip chunks").
 DEFAULT_CHUNK = 8
 
 

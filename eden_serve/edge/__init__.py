@@ -28,7 +28,7 @@ Precision = Literal["fp32", "bf16", "auto"]
 # Condition tokens (one frame's per pair) per batched forward, by device type. A batch's activations
 # grow with it. On a CPU, batching pays only where a pair's products are too thin to keep the cores
 # busy: measured at 136x240 and 256x448 it gains, at 480x854 a batch's attention outgrows the caches
-# and it loses (README "Clip chunks"); 1024 tokens is 6 pairs at 136x240, 2 at 256x448, 1 at 480p.
+# and it loses (docs/performance.md "Clip chunks"); 1024 tokens is 6 pairs at 136x240, 2 at 256x448, 1 at 480p.
 BATCH_TOKENS = {"cpu": 1024, "cuda": 16384}
 
 __all__ = ["BATCH_TOKENS", "PRECISIONS", "AttentionPath", "EdgeModel", "Precision", "batches", "initial_noise", "synchronize",

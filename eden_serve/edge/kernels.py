@@ -5,7 +5,7 @@ Everything here computes what the reference computes, up to float rounding:
 * :class:`Linears` runs every matrix product of the blocks. On a CPU in fp32 it calls oneDNN with
   the weights reordered once into its blocked layout. PyTorch's own fp32 ``F.linear`` goes to MKL,
   which on AMD CPUs runs its AVX2 kernels even where AVX-512 is there: oneDNN is 2x faster on such
-  a CPU, and 1.1-1.5x faster on an AVX2 one (README, Performance).
+  a CPU, and 1.1-1.5x faster on an AVX2 one (docs/performance.md).
 * :func:`modulated_layer_norm`: ``LN(x) * (1 + scale) + shift`` with per-channel ``scale`` and
   ``shift`` is one LayerNorm whose affine parameters absorb them: one pass over the tokens, not three.
 * :func:`absorbed_temporal_attention`: the DiT's temporal attention without projecting the eight

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "auto")
 # bf16 must beat fp32 by this factor on the probe to be chosen. Measured on this probe: about 3x
-# faster with AVX512-BF16 and 3.5x slower on AVX2 (README), so the threshold sits far from both.
+# faster with AVX512-BF16 and 3.5x slower on AVX2 (docs/performance.md), so the threshold sits far from both.
 MIN_PROBE_SPEEDUP = 1.5
 PROBE_SHAPE = (64, 768, 256)  # tokens x inputs -> outputs: 15-25 ms of one core in all, on either kind
 PROBE_ROUNDS = 5

@@ -247,7 +247,7 @@ class EdgeService(Service):
 
     def parse_payload(self, request: dict) -> bytes:
         body = request_body(request)
-        # A workflow hands a failed cloud node's error document on to this node (README: "Errors").
+        # A workflow hands a failed cloud node's error document on to this node (docs/serving.md: "Errors").
         upstream = encoder_refusal(body)
         if upstream is not None:
             raise upstream

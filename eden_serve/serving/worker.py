@@ -31,7 +31,7 @@ class Settings:
     scene_threshold: float | None = SCENE_THRESHOLD  # cloud: scene-cut test of requests that name none; null: off
     precision: str = "fp32"  # edge: compute precision
     max_batch_tokens: int = 0  # edge: condition tokens per batched forward; 0: the device's default
-    threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (README: "GPUs and threads")
+    threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (docs/serving.md: "GPUs and threads")
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
@@ -102,7 +102,7 @@ def usable_cores() -> int:
 def default_threads(side: str, cores: int, device_type: str = "cpu") -> int:
     """CPU threads of one worker when ``handler.threads`` is 0: on a CPU, the edge, the bottleneck,
     every core and the encoder, busy a few percent of the time, an eighth of them; on a GPU the
-    host only launches kernels and encodes PNGs, and a few threads do (README: "GPUs and threads")."""
+    host only launches kernels and encodes PNGs, and a few threads do (docs/serving.md: "GPUs and threads")."""
     if device_type == "cuda":
         return max(1, min(4, cores // 2))
     return max(1, cores // 8) if side == "cloud" else cores

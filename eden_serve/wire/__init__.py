@@ -64,7 +64,7 @@ __all__ = ["CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "FRAMES_CODEC", "MAGIC",
 
 CODECS: tuple[str, ...] = (*TOKEN_CODECS, FRAMES_CODEC)
 # bf16+zstd: half of fp32's bytes and less again inside a chunk, a relative error of at most 2**-8
-# whatever the token distribution, and fp32's range (README "The wire").
+# whatever the token distribution, and fp32's range (docs/wire-format.md).
 DEFAULT_CODEC = "bf16+zstd"
 # Where both halves share a process: the chunk's tensors handed from the cloud's device to the
 # edge's, never encoded (so exactly what fp32 would deliver).

@@ -13,7 +13,7 @@ The encodings:
 With ``+zstd`` (``delta``), each frame after the first is stored as its change from the frame before,
 exactly: floats as the XOR of their bit patterns, split into byte planes per frame (all low bytes,
 then all high bytes: a video's consecutive frames share most high bytes, which zstd then squeezes),
-int8 as differences modulo 256. README "The wire" has the measurements behind this.
+int8 as differences modulo 256. docs/wire-format.md has the measurements behind this.
 
 Body layout, in order, for ``cond_dit`` then ``cond_dec``: the values (F x N x D elements, frame by
 frame; with ``delta`` and floats, frame f is its byte planes [size, N * D]), then for int8 its
