@@ -42,7 +42,7 @@ from .errors import (
 )
 from .frames import oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
-from .serving.tls import ClientTLS, certificate_failure
+from .serving.tls import ClientTLS
 from .transports import Stage
 from .transports.grpc import GrpcTransport
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
@@ -117,11 +117,6 @@ def _connection_errors(url: str):
     connection is worth retrying (a worker being restarted drops it), a malformed request is not."""
     try:
         yield
-    except requests.exceptions.SSLError as exc:
-        refused = certificate_failure(exc)
-        if refused is None:
-            raise connection_failure(exc, url) from exc
-        raise BadInputError(f"{url}: {refused}") from None
     except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
         raise connection_failure(exc, url) from exc
     except requests.RequestException as exc:

@@ -152,7 +152,9 @@ def _failure(exc: BaseException) -> tuple[str, bool]:
     causes = list(_causes(exc))
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
-            return f"certificate verify failed: {cause.verify_message} ({cause.reason})", False
+            return (f"certificate verify failed: {cause.verify_message} ({cause.reason}): the server's TLS certificate is not "
+                    "trusted; give the CA that signed it (--cacert), and reach the server by a name or address its "
+                    "certificate holds"), False
         if isinstance(cause, ssl.SSLError):
             return f"TLS failed: {cause.reason or cause.strerror or cause}", False
         if isinstance(cause, socket.gaierror):

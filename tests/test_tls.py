@@ -19,7 +19,7 @@ from eden_serve import synthetic, wire
 from eden_serve.cli import main
 from eden_serve.client import Client, read_token
 from eden_serve.config import PRESETS
-from eden_serve.errors import BadInputError
+from eden_serve.errors import BadInputError, UnreachableError
 from eden_serve.serving.launcher import read_properties
 from eden_serve.serving.tls import ClientTLS, ServerTLS
 from eden_serve.wire import keyed
@@ -151,12 +151,12 @@ class TestServedOverTLS:
         err = capsys.readouterr().err
         assert code == 2 and not out.exists()
         assert err.count("\n") == 1 and "Traceback" not in err
-        assert "certificate is not trusted (unable to get local issuer certificate)" in err and "--cacert" in err
+        assert "certificate verify failed: unable to get local issuer certificate" in err and "--cacert" in err
 
     def test_a_certificate_for_another_name_is_refused_the_same_way(self, server, authority, frames):
         other = server.inference_url.replace("127.0.0.1", "localhost")  # the certificate names 127.0.0.1 only
         with Client(cloud=other, edge=other, token=server.keys["inference"], tls=authority.client) as client:
-            with pytest.raises(BadInputError, match="not trusted .*mismatch"):
+            with pytest.raises(UnreachableError, match="verify failed: .*mismatch.*not trusted"):
                 client.interpolate(*frames)
 
     def test_plain_http_is_refused(self, server):

@@ -26,7 +26,6 @@ ADDRESSES = ("inference_address", "management_address", "metrics_address")
 # The rsaEncryption algorithm identifier (1.2.840.113549.1.1.1) as DER, inside a PKCS#8 key.
 _RSA_OID = bytes.fromhex("06092a864886f70d010101")
 _PEM = re.compile(rb"-----BEGIN ([A-Z ]+)-----\s*([A-Za-z0-9+/=\s]+?)-----END \1-----")
-_VERIFY_FAILED = re.compile(r"certificate verify failed: (.*?)\s*\(_ssl\.c")
 
 
 def _pem_blocks(path: Path, what: str) -> list[tuple[str, bytes]]:
@@ -144,12 +143,3 @@ class ClientTLS:
         except (ssl.SSLError, OSError, ValueError) as exc:
             raise BadInputError(f"--cacert {str(self.cacert)!r} is not a PEM CA certificate ({exc})") from None
 
-
-def certificate_failure(exc: BaseException) -> str | None:
-    """Why a server's certificate was refused, in one line, if that is what ``exc`` says; None for
-    any other failure (a connection lost mid-handshake is worth retrying, a refused certificate is not)."""
-    match = _VERIFY_FAILED.search(" ".join(str(exc).split()))
-    if match is None:
-        return None
-    return (f"the server's TLS certificate is not trusted ({match.group(1).rstrip('.')}); give the CA that signed it "
-            "(--cacert), and reach the server by a name or address its certificate holds")
