@@ -155,7 +155,8 @@ def retime(frames: Iterable[Frame], schedule: Schedule, run) -> int:
             finished, _ = wait(list(outstanding), return_when=FIRST_COMPLETED)
             for future in sorted(finished, key=list(outstanding).index):
                 window, depth, pairs, chunk = outstanding.pop(future)
-                window.receive(depth, pairs, run.collect(future, pairs[0], chunk))
+                # Whole: collect tallies the chunk once its last middle has been taken.
+                window.receive(depth, pairs, list(run.collect(future, pairs[0], chunk)))
     if previous is not None:
         for target in schedule.tail(clock(previous), end(previous)):
             run.place(previous, previous, None, target.position)

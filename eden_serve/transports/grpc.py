@@ -77,13 +77,13 @@ class GrpcTransport:
         self.metadata = {step: (("authorization", f"Bearer {t}"),) if t else () for step, t in tokens.items()}
         self.channels, self.calls = {}, {}
         for step, (_, url) in urls.items():
-            address, tls = target(url, step)
-            if (address, tls) not in self.channels:
+            address, secure = target(url, step)
+            if (address, secure) not in self.channels:
                 options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
-                self.channels[address, tls] = (self.grpc.secure_channel(address, credentials(self.grpc, tls), options)
-                                               if tls else self.grpc.insecure_channel(address, options))
-            channel = self.channels[address, tls]
+                self.channels[address, secure] = (self.grpc.secure_channel(address, credentials(self.grpc, tls), options)
+                                                  if secure else self.grpc.insecure_channel(address, options))
+            channel = self.channels[address, secure]
             kind = channel.unary_stream if step == "decoder" else channel.unary_unary
             method = "StreamPredictions" if step == "decoder" else "Predictions"
             self.calls[step] = kind(f"{SERVICE}/{method}", request_serializer=self.messages.PredictionsRequest.SerializeToString,
