@@ -22,7 +22,6 @@ weights. Four tables:
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import statistics
 import time
@@ -90,29 +89,16 @@ def received(cloud: CloudEncoder, payload: bytes, config) -> wire.Chunk:
 
 
 def plot(prefix: Path, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    with open(prefix.with_suffix(".csv"), "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    figure, axes = pyplot.subplots(figsize=(7, 4))
-    for size in dict.fromkeys(r["frames"] for r in rows):
-        for codec in dict.fromkeys(r["codec"] for r in rows):
-            mine = [r for r in rows if (r["frames"], r["codec"]) == (size, codec)]
-            axes.plot([r["chunk"] for r in mine], [r["bytes_per_pair"] / 1e6 for r in mine], marker="o", label=f"{codec}, {size}")
-    axes.set(xscale="log", yscale="log", xlabel="pairs per chunk K (1: pair mode)", ylabel="MB per pair on the wire",
-             title="Wire bytes per pair (official dimensions, real video)")
-    axes.set_xticks(list(CHUNKS), [str(k) for k in CHUNKS])
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(prefix.with_suffix(".png"), dpi=120)
-    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
+    with results.plotted(prefix, rows) as axes:
+        for size in dict.fromkeys(r["frames"] for r in rows):
+            for codec in dict.fromkeys(r["codec"] for r in rows):
+                mine = [r for r in rows if (r["frames"], r["codec"]) == (size, codec)]
+                axes.plot([r["chunk"] for r in mine], [r["bytes_per_pair"] / 1e6 for r in mine], marker="o", label=f"{codec}, {size}")
+        axes.set(xscale="log", yscale="log", xlabel="pairs per chunk K (1: pair mode)", ylabel="MB per pair on the wire",
+                 title="Wire bytes per pair (official dimensions, real video)")
+        axes.set_xticks(list(CHUNKS), [str(k) for k in CHUNKS])
+        axes.grid(True, which="both", alpha=0.3)
+        axes.legend(fontsize=7)
 
 
 def main() -> None:

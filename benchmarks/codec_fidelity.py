@@ -13,7 +13,6 @@ payload bytes per pair; ``--plot PREFIX`` writes PREFIX.csv and PREFIX.png.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import warnings
@@ -30,6 +29,7 @@ from eden_serve.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_chunk
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.servers import REPO
+import results
 
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
 
@@ -44,28 +44,15 @@ def compare(got: torch.Tensor, reference: torch.Tensor) -> tuple[float, float, f
 
 
 def plot(prefix: Path, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    with open(prefix.with_suffix(".csv"), "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    figure, axes = pyplot.subplots(figsize=(7, 4))
-    for codec in dict.fromkeys(r["codec"] for r in rows):
-        mine = [r for r in rows if r["codec"] == codec and math.isfinite(r["psnr_db"])]
-        if mine:
-            axes.plot([r["pair"] for r in mine], [r["psnr_db"] for r in mine], marker="o", label=codec)
-    axes.set(xlabel="pair position in the chunk", ylabel="PSNR against the fp32 codec's middle (dB)",
-             title="Output fidelity per codec (frames codec: identical, not drawn)")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(prefix.with_suffix(".png"), dpi=120)
-    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
+    with results.plotted(prefix, rows) as axes:
+        for codec in dict.fromkeys(r["codec"] for r in rows):
+            mine = [r for r in rows if r["codec"] == codec and math.isfinite(r["psnr_db"])]
+            if mine:
+                axes.plot([r["pair"] for r in mine], [r["psnr_db"] for r in mine], marker="o", label=codec)
+        axes.set(xlabel="pair position in the chunk", ylabel="PSNR against the fp32 codec's middle (dB)",
+                 title="Output fidelity per codec (frames codec: identical, not drawn)")
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ the same name: a file holds one run.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shlex
@@ -52,3 +53,25 @@ def write(name: str, rows: list[dict]) -> Path:
 def read(name: str) -> list[dict[str, str]]:
     with open(RESULTS / f"{name}.csv", newline="") as source:
         return list(csv.DictReader(source))
+
+
+@contextlib.contextmanager
+def plotted(prefix: Path, rows: list[dict], size: tuple[float, float] = (7, 4)):
+    """``rows`` as PREFIX.csv, and the figure drawn on the yielded axes as PREFIX.png (a
+    benchmark's ``--plot PREFIX``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_suffix(".csv"), "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    figure, axes = pyplot.subplots(figsize=size)
+    yield axes
+    figure.tight_layout()
+    figure.savefig(prefix.with_suffix(".png"), dpi=120)
+    pyplot.close(figure)
+    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import io
 import os
 import re
@@ -255,29 +254,16 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(prefix: Path, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    with open(prefix.with_suffix(".csv"), "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
     labels = list(dict.fromkeys(f"{r['R Mbit/s']} Mbit/s, {r['mode']}" for r in rows))
     codecs = list(dict.fromkeys(r["codec"] for r in rows))
-    figure, axes = pyplot.subplots(figsize=(8, 4))
-    width = 0.8 / len(codecs)
-    for i, codec in enumerate(codecs):
-        rate = {f"{r['R Mbit/s']} Mbit/s, {r['mode']}": float(r["pairs/s"]) for r in rows if r["codec"] == codec}
-        axes.bar([x + i * width for x in range(len(labels))], [rate.get(label, 0) for label in labels], width, label=codec)
-    axes.set_xticks([x + width * (len(codecs) - 1) / 2 for x in range(len(labels))], labels, fontsize=8)
-    axes.set(ylabel="pairs/s", title="Served pairs/s per codec, cloud and edge on two hosts")
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(prefix.with_suffix(".png"), dpi=120)
-    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
+    with results.plotted(prefix, rows, size=(8, 4)) as axes:
+        width = 0.8 / len(codecs)
+        for i, codec in enumerate(codecs):
+            rate = {f"{r['R Mbit/s']} Mbit/s, {r['mode']}": float(r["pairs/s"]) for r in rows if r["codec"] == codec}
+            axes.bar([x + i * width for x in range(len(labels))], [rate.get(label, 0) for label in labels], width, label=codec)
+        axes.set_xticks([x + width * (len(codecs) - 1) / 2 for x in range(len(labels))], labels, fontsize=8)
+        axes.set(ylabel="pairs/s", title="Served pairs/s per codec, cloud and edge on two hosts")
+        axes.legend(fontsize=8)
 
 
 def main() -> None:
