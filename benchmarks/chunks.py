@@ -31,12 +31,11 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import module_from_state
+from eden_serve import wire
+from eden_serve.checkpoint import load_pair
 from eden_serve.clips import open_clip
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
-from eden_serve.edge import EdgeModel
 from eden_serve.frames import image_to_tensor
 import results
 
@@ -115,9 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     config = PRESETS[args.config]
-    state = synthetic.state_dict(config, 0)
-    cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
-    edge = EdgeModel(module_from_state(state, "edge", config), config)
+    cloud, edge = load_pair(None, config)  # synthetic weights, seed 0
     codecs = args.codecs.split(",")
     clip = video_frames(args.video, args.frames)
     print(f"{args.config} dimensions, synthetic weights; {args.video} frames 0-{args.frames - 1}; "

@@ -20,11 +20,8 @@ from pathlib import Path
 
 import torch
 
-from eden_serve import synthetic
-from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import CloudEncoder
+from eden_serve.checkpoint import load_pair
 from eden_serve.config import PRESETS
-from eden_serve.edge import EdgeModel
 from eden_serve.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_chunk
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
@@ -65,9 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     config = PRESETS[args.config]
-    state = synthetic.state_dict(config, 0)
-    cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
-    edge = EdgeModel(module_from_state(state, "edge", config), config)
+    cloud, edge = load_pair(None, config)  # synthetic weights, seed 0
     paths = sorted(p for p in args.clip.iterdir() if p.suffix.lower() == ".png")[: args.frames]
     frames = [load_frame(path) for path in paths]
     pairs = len(frames) - 1

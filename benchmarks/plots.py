@@ -36,6 +36,14 @@ def figure(title: str, rows: list[dict[str, str]]):
     return fig, ax
 
 
+def log_x(ax, lines: dict[tuple, list[tuple[float, float]]], base: int) -> None:
+    """A log x axis ticked at the lines' own x values, written as plain numbers."""
+    ax.set_xscale("log", base=base)
+    ax.set_xticks(sorted({x for points in lines.values() for x, _ in points}))
+    ax.get_xaxis().set_major_formatter(ScalarFormatter())
+    ax.minorticks_off()
+
+
 def save(fig, name: str) -> Path:
     IMAGES.mkdir(parents=True, exist_ok=True)
     path = IMAGES / f"{name}.png"
@@ -55,10 +63,7 @@ def two_hosts(rows: list[dict[str, str]]) -> Path:
     for (codec, mode), points in sorted(lines.items()):
         points.sort()
         ax.plot(*zip(*points), marker="o", linestyle="-" if mode == "pair" else "--", label=f"{codec}, {mode}")
-    ax.set_xscale("log")
-    ax.set_xticks(sorted({rate for points in lines.values() for rate, _ in points}))
-    ax.get_xaxis().set_major_formatter(ScalarFormatter())
-    ax.minorticks_off()
+    log_x(ax, lines, base=10)
     ax.set_xlabel("link rate (Mbit/s, each direction)")
     ax.set_ylabel("pairs/s")
     ax.legend(fontsize=8)
@@ -90,10 +95,7 @@ def chunks_bytes(rows: list[dict[str, str]]) -> Path:
     for (frames, codec), points in sorted(lines.items()):
         points.sort()
         ax.plot(*zip(*points), marker="o", label=f"{frames}, {codec}")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted({k for points in lines.values() for k, _ in points}))
-    ax.get_xaxis().set_major_formatter(ScalarFormatter())
-    ax.minorticks_off()
+    log_x(ax, lines, base=2)
     ax.set_xlabel("pairs per payload K (1: pair mode)")
     ax.set_ylabel("MB per pair")
     ax.legend(fontsize=8)
