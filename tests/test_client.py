@@ -8,6 +8,7 @@ torch thread count so that float reductions run in the same order.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import signal
@@ -16,6 +17,7 @@ import ssl
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,14 +75,30 @@ def expected(store, inputs, tmp_path_factory):
     """The in-process outputs: the weights out of the archives, the workers' thread count."""
     root = tmp_path_factory.mktemp("expected")
     halves = load_archived(store)
+    with edge_threads():
+        for kind, src in inputs.items():
+            interpolate_clip_in_process(src, root / output_name(kind), *halves, progress=False)
+    return {kind: root / output_name(kind) for kind in inputs}
+
+
+@contextlib.contextmanager
+def edge_threads():
+    """This process computes with the edge workers' thread count, whose results the servers' must equal."""
     threads = torch.get_num_threads()
     torch.set_num_threads(default_threads("edge", usable_cores()))
     try:
-        for kind, src in inputs.items():
-            interpolate_clip_in_process(src, root / output_name(kind), *halves, progress=False)
+        yield
     finally:
         torch.set_num_threads(threads)
-    return {kind: root / output_name(kind) for kind in inputs}
+
+
+def scene_cut_clip(folder: Path) -> list[Path]:
+    """A copy in ``folder`` of the real frames of two videos joined at a cut; the originals."""
+    folder.mkdir()
+    clip = sorted((REPO / "tests" / "data" / "scene_cut").glob("*.png"))
+    for path in clip:
+        (folder / path.name).write_bytes(path.read_bytes())
+    return clip
 
 
 def frames_of(path) -> list[np.ndarray]:
@@ -314,16 +332,9 @@ def test_a_scene_cut_is_copied_in_every_mode(tmp_path, cloud, edge, store, deplo
     """Real frames of two videos joined at a cut: the cloud's decision travels in the payload, so the
     workflow, --cloud/--edge and in-process runs copy the same pair and agree on the rest."""
     src = tmp_path / "clip"
-    src.mkdir()
-    clip = sorted((REPO / "tests" / "data" / "scene_cut").glob("*.png"))
-    for path in clip:
-        (src / path.name).write_bytes(path.read_bytes())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(default_threads("edge", usable_cores()))
-    try:
+    clip = scene_cut_clip(src)
+    with edge_threads():
         interpolate_clip_in_process(src, tmp_path / "local", *load_archived(store), chunk=4, progress=False)
-    finally:
-        torch.set_num_threads(threads)
     with make_client(deployment, cloud, edge) as client:
         client.interpolate_clip(src, tmp_path / "served", chunk=4, progress=False)
     originals = [np.asarray(Image.open(p)) for p in clip]
@@ -391,17 +402,10 @@ def test_codec_auto_tries_both_codecs_then_keeps_choosing(tmp_path, cloud, edge,
     bf16+zstd, the rest take the measured choice; every middle is what that chunk's codec gives in
     process, on real video frames."""
     src = tmp_path / "clip"
-    src.mkdir()
-    clip = sorted((REPO / "tests" / "data" / "scene_cut").glob("*.png"))
-    for path in clip:
-        (src / path.name).write_bytes(path.read_bytes())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(default_threads("edge", usable_cores()))
-    try:
+    clip = scene_cut_clip(src)
+    with edge_threads():
         for codec in ("frames", "bf16+zstd"):
             interpolate_clip_in_process(src, tmp_path / codec, *load_archived(store), codec=codec, chunk=2, progress=False)
-    finally:
-        torch.set_num_threads(threads)
     with make_client("split", cloud, edge, codec="auto") as client:
         summary = client.interpolate_clip(src, tmp_path / "auto", chunk=2, inflight=1, progress=False)
         sizes = client.auto.payload_bytes_per_pair
