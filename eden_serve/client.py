@@ -9,9 +9,10 @@ Two deployments::
     with Client(cloud="http://cloud:8080", edge="http://edge:8080") as client:  # split: we carry the payload
         summary = client.interpolate_clip("clip.gif", "out.gif", inflight=4)
 
-over HTTP (:class:`~eden_serve.transports.http.HttpTransport`) or gRPC (``transport="grpc"``, :mod:`eden_serve.transports`). In
-the split the edge streams each middle as soon as it is computed, and the clip's first chunks ramp
-up (1, 1, 2, 4, ... pairs), so the first middle comes after one pair's work (docs/streaming.md).
+over HTTP (:class:`~eden_serve.transports.http.HttpTransport`) or gRPC (``transport="grpc"``,
+:mod:`eden_serve.transports`). In the split the edge streams each middle as soon as it is computed,
+the clip's first chunks ramp up (1, 1, 2, 4, ... pairs), and each step takes the chunks in their
+order, so the first middle comes after one pair's work (docs/streaming.md).
 
 Every request is retried with exponential backoff on connection errors and 5xx answers (a worker
 being restarted answers 503 or drops the connection); a 4xx answer is final and raised as
@@ -38,7 +39,7 @@ from .errors import BadInputError, ChunkTooLargeError, ServerError
 from .frames import oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS
-from .transports import DECODER, ENCODER, WORKFLOW, Stage
+from .transports import DECODER, ENCODER, Stage
 from .transports.grpc import GrpcTransport
 from .transports.http import HttpTransport
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip

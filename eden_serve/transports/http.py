@@ -63,8 +63,8 @@ def _connection_errors(url: str):
 class HttpTransport:
     """TorchServe's HTTP inference API: the workflow at ``server``, or the encoder at ``cloud`` and
     the DiT+decoder at ``edge``, whose answers stream in chunks (HTTP chunked transfer). Each call is
-    one attempt; :class:`~eden_serve.client.Client` retries. Safe to use from several threads: each request borrows an
-    idle ``requests.Session``."""
+    one attempt; :class:`~eden_serve.client.Client` retries. Safe to use from several threads: each
+    request borrows an idle ``requests.Session``."""
 
     name = "http"
 
