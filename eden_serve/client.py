@@ -9,9 +9,10 @@ Two deployments::
     with Client(cloud="http://cloud:8080", edge="http://edge:8080") as client:  # split: we carry the payload
         summary = client.interpolate_clip("clip.gif", "out.gif", inflight=4)
 
-over HTTP (:class:`HttpTransport`) or gRPC (``transport="grpc"``, :mod:`eden_serve.transports`). In
-the split the edge streams each middle as soon as it is computed, and the clip's first chunks ramp
-up (1, 1, 2, 4, ... pairs), so the first middle comes after one pair's work (docs/streaming.md).
+over HTTP (:class:`~eden_serve.transports.http.HttpTransport`) or gRPC (``transport="grpc"``,
+:mod:`eden_serve.transports`). In the split the edge streams each middle as soon as it is computed,
+the clip's first chunks ramp up (1, 1, 2, 4, ... pairs), and each step takes the chunks in their
+order, so the first middle comes after one pair's work (docs/streaming.md).
 
 Every request is retried with exponential backoff on connection errors and 5xx answers (a worker
 being restarted answers 503 or drops the connection); a 4xx answer is final and raised as
@@ -24,36 +25,31 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
-import queue
-import re
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-import requests
 from PIL import Image
 
-from .answers import STREAMED, StreamedAnswer, whole_answer
 from .clips import Frame
-from .errors import (
-    BadInputError, ChunkTooLargeError, ServerError, TransientError, connection_failure, error_from_document,
-)
+from .errors import BadInputError, ChunkTooLargeError, ServerError
 from .frames import oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS
-from .transports import Stage
+from .transports import DECODER, ENCODER, Stage
 from .transports.grpc import GrpcTransport
+from .transports.http import HttpTransport
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 
 TOKEN_ENV = "EDEN_TOKEN"
-WORKFLOW = "eden"
-ENCODER = "eden_encoder"
-DECODER = "eden_ditdec"
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
-CONNECT_TIMEOUT = 10.0
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
+# The split's per-chunk events at DEBUG, each record's time when it happened (benchmarks/two_hosts.py
+# --timeline): "cloud asked", "payload in", "edge asked", "middle J" and "done"; args (first pair, pairs, event).
+TIMELINE = logging.getLogger("eden_serve.timeline")
 
 
 def read_token(token: str | None = None, token_file: str | Path | None = None) -> str | None:
@@ -71,35 +67,6 @@ def read_token(token: str | None = None, token_file: str | Path | None = None) -
             raise BadInputError(f"{str(token_file)!r} is not a TorchServe key file (no inference key)") from None
     return os.environ.get(TOKEN_ENV) or None
 
-
-def _base(url: str, option: str) -> str:
-    if not isinstance(url, str) or not re.match(r"https?://[^/]", url):
-        raise BadInputError(f"{option} must be an http:// or https:// URL, got {url!r}")
-    return url.rstrip("/")
-
-
-def _check(response: requests.Response) -> requests.Response:
-    """The response, or the error it means, looked for in the body rather than the status (docs/serving.md:
-    "Workflow caveat")."""
-    refused = error_from_document(response.content)
-    if refused is None and response.status_code < 400:
-        return response
-    if refused is not None:
-        status, kind, message = refused.status, refused.kind, str(refused)
-    elif response.status_code == 413 and not response.content:  # TorchServe's own, before any handler
-        status, kind = 413, "request_too_large"
-        sent = len(response.request.body or b"")
-        message = (f"the server refused a request of {sent} bytes as too large: over its max_request_size "
-                   "(docs/deploy.md: Capacity); send smaller frames, or a smaller codec to the edge")
-    else:
-        status, kind = response.status_code, "http_error"
-        message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason
-    where = f"HTTP {status} from {response.url}"
-    if status >= 500:
-        raise TransientError(f"{message} ({where})")
-    raise ServerError(status, kind, f"{message} ({where})")
-
-
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
     if isinstance(frame, (bytes, bytearray)):
         return bytes(frame)
@@ -110,110 +77,9 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
     except OSError as exc:
         raise BadInputError(f"cannot read {name} {str(frame)!r}: {exc.strerror}") from None
 
-
-@contextlib.contextmanager
-def _connection_errors(url: str):
-    """A failure to reach ``url`` or to read its answer, as the error to raise: a dropped or stalled
-    connection is worth retrying (a worker being restarted drops it), a malformed request is not."""
-    try:
-        yield
-    except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
-        raise connection_failure(exc, url) from exc
-    except requests.RequestException as exc:
-        raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
-
-
-class HttpTransport:
-    """TorchServe's HTTP inference API: the workflow at ``server``, or the encoder at ``cloud`` and
-    the DiT+decoder at ``edge``, whose answers stream in chunks (HTTP chunked transfer). Each call is
-    one attempt; :class:`Client` retries. Safe to use from several threads: each request borrows an
-    idle ``requests.Session``."""
-
-    name = "http"
-
-    def __init__(self, server: str | None, cloud: str | None, edge: str | None, tokens: dict[str, str | None], timeout: float,
-                 tls: ClientTLS):
-        if server is not None:
-            self.urls = {"workflow": f"{_base(server, 'server')}/wfpredict/{WORKFLOW}"}
-        else:
-            self.urls = {"encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
-                         "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}"}
-        self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
-        self.timeout = (CONNECT_TIMEOUT, timeout)
-        self.tls = tls
-        self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
-
-    @property
-    def split(self) -> bool:
-        return "encoder" in self.urls
-
-    @contextlib.contextmanager
-    def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[requests.Response]:
-        """The answer to a POST to ``step``'s URL, refusals raised; errors reading it are mapped too."""
-        url = self.urls[step]
-        try:
-            session = self._idle.get_nowait()
-        except queue.Empty:
-            session = requests.Session()
-        try:
-            with _connection_errors(url):
-                # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
-                with session.post(url, headers={**self.headers[step], **(headers or {})}, timeout=self.timeout,
-                                  verify=self.tls.verify, **kwargs) as response:
-                    yield response
-        finally:
-            self._idle.put(session)
-
-    def workflow(self, frames: list[bytes], form: dict[str, str], pairs: int, size: tuple[int, int]):
-        """The middles of a chunk through the workflow, the bytes sent and the bytes received."""
-        with self._post("workflow", files=_files(frames), data=form) as response:
-            content = _check(response).content
-            return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
-
-    def encode(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None) -> tuple[bytes, int]:
-        """The wire payload of a chunk's frames, and the bytes sent for it; ``first_byte`` gets the
-        time its answer began to arrive."""
-        # A response hook runs once the headers are in, before the body is read.
-        hooks = {"response": lambda response, **_: first_byte(time.perf_counter())} if first_byte is not None else None
-        with self._post("encoder", files=_files(frames), data=form, hooks=hooks) as response:
-            return _check(response).content, len(response.request.body)
-
-    def decode(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
-               receive: Callable[[int, Image.Image], None]) -> int:
-        """Streams the middles of pairs ``first`` ... ``pairs - 1`` of ``payload`` to ``receive``;
-        the bytes received. Raises TransientError where the answer ends early."""
-        headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
-        with self._post("decoder", headers, data=payload, stream=True) as response:
-            if response.headers.get("Content-Type", "").split(";")[0].strip() != STREAMED:  # a refusal, or an edge that does not stream
-                content = _check(response).content
-                for j, image in enumerate(whole_answer(content, pairs - first, size, f"(from {response.url})"), first):
-                    receive(j, image)
-                return len(content)
-            answer = StreamedAnswer(first, pairs, size, f"(from {response.url})")
-            received = 0
-            for data in response.iter_content(chunk_size=None):
-                received += len(data)
-                for j, image in answer.feed(data):
-                    receive(j, image)
-        if not answer.finish():
-            raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
-        return received
-
-    def close(self) -> None:
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
-
-
-def _files(frames: Sequence[bytes]) -> dict:
-    return {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(frames)}
-
-
 class Client:
     """Talks to ``server`` (the workflow) or to ``cloud`` and ``edge`` (encoder and DiT+decoder),
-    over ``transport`` http (:class:`HttpTransport`) or grpc
+    over ``transport`` http (:class:`~eden_serve.transports.http.HttpTransport`) or grpc
     (:class:`~eden_serve.transports.grpc.GrpcTransport`; TorchServe has no gRPC workflow API, so
     ``server`` then names a server with both models).
 
@@ -266,8 +132,10 @@ class Client:
     def split(self) -> bool:
         return self.transport.split
 
-    def _retried(self, operation: Callable, cancel: threading.Event | None, stage: Stage | None = None):
-        """``operation()`` with retries, in a slot of ``stage``; and how many times it had to be retried."""
+    def _retried(self, operation: Callable, cancel: threading.Event | None, stage: Stage | None = None,
+                 order: int | None = None):
+        """``operation()`` with retries, in a slot of ``stage`` (taken in chunk ``order``); and how many
+        times it had to be retried."""
         attempts = 0
 
         def attempt():
@@ -275,14 +143,16 @@ class Client:
             attempts += 1
             return operation()
 
-        with stage.slot(cancel) if stage is not None else contextlib.nullcontext():
+        with stage.slot(cancel, order) if stage is not None else contextlib.nullcontext():
             return self.retry.call(attempt, cancel), attempts - 1
 
     def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int], cancel: threading.Event | None = None,
-               stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None) -> Middles:
+               stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None,
+               index: int = 0, order: int | None = None) -> Middles:
         """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
         moved; pair j uses ``seed + j``. In the split each middle goes to ``arrived`` as it comes,
-        and a retry of the edge step asks only for the middles that did not."""
+        and a retry of the edge step asks only for the middles that did not; ``index`` (the chunk's
+        first pair) labels its timeline, ``order`` is its place in the stages' queues."""
         form = {"seed": str(seed)}
         codec = self.auto.next() if self.auto is not None else self.codec
         if codec:
@@ -294,18 +164,31 @@ class Client:
             (images, sent, received), retries = self._retried(lambda: self.transport.workflow(encoded, form, pairs, size), cancel)
             return Middles(images, sent, received, None, retries)
         first_byte: list[float] = []  # when the payload began to come down, for --codec auto's link rate
-        (payload, sent), retries = self._retried(lambda: self.transport.encode(encoded, form, first_byte.append), cancel,
-                                                 stages.get("encoder"))
+
+        link = stages.get("link")
+        turn = None if link is None else (lambda: link.slot(cancel, order))
+
+        def encode():
+            TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "cloud asked")
+            return self.transport.encode(encoded, form, first_byte.append, turn)
+
+        (payload, sent), retries = self._retried(encode, cancel, stages.get("encoder"), order)
+        TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "payload in")
         images: list[Image.Image] = []
 
         def receive(j: int, image: Image.Image) -> None:
+            TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, f"middle {j}")
             images.append(image)
             if arrived is not None:
                 arrived(j, image)
 
+        def decode():
+            TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "edge asked")
+            return self.transport.decode(payload, len(images), pairs, size, receive)
+
         asked = time.perf_counter()
-        received, edge_retries = self._retried(lambda: self.transport.decode(payload, len(images), pairs, size, receive),
-                                               cancel, stages.get("decoder"))
+        received, edge_retries = self._retried(decode, cancel, stages.get("decoder"), order)
+        TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "done")
         if self.auto is not None:
             self.auto.downloaded(codec, pairs, len(payload), first_byte[-1], asked)
             self.auto.answered(pairs, asked, time.perf_counter())
@@ -350,28 +233,43 @@ class Client:
         """This client as a :mod:`~eden_serve.streaming` processor, to run with a window of
         :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
         caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
-        taken in the order the chunks ask, and middles stream as they come. A chunk a server finds
-        too large is sent again as two halves."""
-        stages = None
+        each taken in the order of the chunks (:class:`~eden_serve.transports.Stage`), and middles
+        stream as they come. A chunk a server finds too large is sent again as two halves."""
+        stages = {}
         if self.split and inflight is not None:
-            # Two at the cloud: one uploading and encoding while the other's payload comes down. More
-            # would only split the link between payloads, each arriving later.
-            stages = {"encoder": Stage(min(inflight, CLOUD_REQUESTS)), "decoder": Stage(inflight)}
+            # Two at the cloud: one uploading and encoding while the other's payload comes down, and
+            # one payload on the link at a time, each arriving as early as it can.
+            stages = {"encoder": Stage(min(inflight, CLOUD_REQUESTS)), "link": Stage(1), "decoder": Stage(inflight)}
 
-        def process(index: int, frames: list[Frame], seed: int, arrived=None) -> Middles:
+        def chunk(index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
             try:
-                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived)
+                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived,
+                                   index, order)
             except ServerError as exc:
                 if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                     raise
             half = len(frames) // 2
             later = None if arrived is None else (lambda j, image: arrived(half + j, image))
-            first, second = process(index, frames[: half + 1], seed, arrived), process(index + half, frames[half:], seed + half, later)
+            first = chunk(index, frames[: half + 1], seed, arrived, order)
+            second = chunk(index + half, frames[half:], seed + half, later, order)
             return Middles(first.images + second.images, first.sent_bytes + second.sent_bytes,
                            first.received_bytes + second.received_bytes,
                            None if first.payload_bytes is None else first.payload_bytes + second.payload_bytes,
                            first.retries + second.retries)
 
+        def process(index: int, frames: list[Frame], seed: int, arrived=None) -> Middles:
+            order = getattr(arrived, "order", None)
+            try:
+                return chunk(index, frames, seed, arrived, order)
+            finally:  # a chunk that failed before a stage must not hold back the later ones there
+                for stage in stages.values():
+                    stage.forget(order)
+
+        def queued(order: int) -> None:
+            for stage in stages.values():
+                stage.expect(order)
+
+        process.queued = queued
         process.streams = self.split
         return process
 

@@ -11,7 +11,10 @@ middles, whatever the clip length. :func:`pairwise` makes a processor of one pai
 ``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs (:func:`~eden_serve.clips.levels.chunk_end`),
 so that its first middle needs one pair's work. A processor with ``streams = True`` is also given
 ``arrived(j, image)`` to hand over each middle of its chunk as soon as it has it; they are written
-as they come, in order, and its final result must hold the same images.
+as they come, in order, and its final result must hold the same images. ``arrived.order`` numbers
+the chunks 0, 1, 2, ... as they are submitted (all levels together), and a streaming processor with
+a ``queued(order)`` method is told each number on the main thread as its chunk is submitted, before
+any worker thread runs it: so it can serve chunks in their order whatever order its threads ask in.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
 (:mod:`eden_serve.clips.levels`); any other factor, or a frame rate, computes only the middles its
 frames show (:mod:`eden_serve.clips.tree`); ``resume`` keeps and continues a stopped run's output
@@ -196,13 +199,18 @@ class _Run:
         self.chunk, self.ramp, self.inflight, self.seed = chunk, ramp, inflight, seed
         self.closing = 1 - Fraction(1, factor)  # the position of the last middle before an original
         self.writer, self.journal = writer, journal
+        self.submitted = 0  # streamed chunks so far: the next one's order
 
     def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
         processor = self.processors[depth - 1]
         if not getattr(processor, "streams", False):
             return self.workers.submit(processor, index, frames, self.seed + index)
-        arrivals = Arrivals(len(frames) - 1)
-        future = self.workers.submit(processor, index, frames, self.seed + index, arrivals.put)
+        arrivals = Arrivals(len(frames) - 1, self.submitted)
+        self.submitted += 1
+        queued = getattr(processor, "queued", None)
+        if queued is not None:
+            queued(arrivals.order)
+        future = self.workers.submit(processor, index, frames, self.seed + index, arrivals)
         arrivals.watch(future)
         future.arrivals = arrivals
         return future

@@ -54,10 +54,13 @@ class Workers:
 
 
 class Arrivals:
-    """The middles of one chunk that a streaming processor has handed over so far."""
+    """The middles of one chunk that a streaming processor has handed over so far; called as
+    ``arrivals(j, image)`` by the processor. ``order`` is the chunk's place among the run's chunks
+    (0, 1, 2, ... as submitted), for a processor that serves them in that order."""
 
-    def __init__(self, pairs: int):
+    def __init__(self, pairs: int, order: int | None = None):
         self.images: list[Image.Image | None] = [None] * pairs
+        self.order = order
         self._changed = threading.Condition()
 
     def watch(self, future: Future) -> None:
@@ -73,6 +76,8 @@ class Arrivals:
             if self.images[j] is None:  # a retried request may hand over a middle again
                 self.images[j] = image
                 self._changed.notify_all()
+
+    __call__ = put
 
     def wait(self, j: int) -> Image.Image | None:
         """Middle ``j`` once it has arrived; None if the processor finished without handing it over."""

@@ -11,7 +11,7 @@ from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS, preset
-from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, initial_noise, upload
+from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, earliest_first, initial_noise, upload
 from eden_serve.edge.kernels import modulated_layer_norm
 from eden_serve.edge.paths import _modulated
 from eden_serve.edge.precision import Bf16Check
@@ -174,3 +174,12 @@ def test_an_upload_to_a_gpu_is_pinned_and_does_not_wait(monkeypatch):
     upload(torch.zeros(2), torch.device("meta"))
     monkeypatch.undo()
     assert calls == ["pin", ((torch.device("cuda:1"),), {"non_blocking": True}), ((torch.device("meta"),), {})]
+
+
+def test_a_worker_calls_requests_run_in_their_clips_order(tiny_models):
+    """Chunks that arrived as pairs 8-9, 0-1, a refusal, and 2-3 asked from its second pair on run
+    refusal first, then by the seed of the first pair asked: 0, 3, 8 (not in arrival order)."""
+    cloud, _ = tiny_models
+    frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(3, 32, 32)]
+    later, first, middle = (cloud.encode_chunk(frames, seed=seed) for seed in (8, 0, 2))
+    assert earliest_first([later, first, ValueError("refused"), middle], [0, 0, 0, 1]) == [2, 1, 3, 0]

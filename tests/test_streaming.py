@@ -307,3 +307,20 @@ def test_a_stream_that_fails_after_some_middles_leaves_no_output(tmp_path):
     with pytest.raises(PairError, match=r"^pairs 0-2 .*refused after one middle"):
         interpolate_clip(src, tmp_path / "out", process, chunk=3, progress=False)
     assert list(tmp_path.iterdir()) == [tmp_path / "in"]
+
+
+def test_a_streaming_processor_learns_each_chunks_order_on_the_main_thread_before_it_runs(tmp_path):
+    """Ramped chunks of 1, 1, 2 and 4 pairs are numbered 0 to 3 as submitted; ``queued`` hears each
+    number on the main thread before the chunk's worker calls the processor with it."""
+    src = frame_dir(tmp_path / "in", 9)
+    queued, calls = [], []
+
+    @streaming
+    def process(index, frames, seed, arrived):
+        calls.append((index, arrived.order, arrived.order in [order for order, _ in queued]))
+        return [solid(j) for j in range(len(frames) - 1)]
+
+    process.queued = lambda order: queued.append((order, threading.current_thread() is threading.main_thread()))
+    interpolate_clip(src, tmp_path / "out", process, chunk=8, ramp=True, progress=False)
+    assert queued == [(0, True), (1, True), (2, True), (3, True)]
+    assert sorted(calls) == [(0, 0, True), (1, 1, True), (2, 2, True), (4, 3, True)]

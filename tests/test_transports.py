@@ -1,11 +1,16 @@
 """The client's transports against a real TorchServe with both halves (tiny model): the edge's
-streamed answers, HTTP against gRPC, refusals over gRPC; and a stream cut short by a server of our
-own, asked again only for what did not arrive."""
+streamed answers, HTTP against gRPC, refusals over gRPC; with servers of our own, a stream cut short
+asked again only for what did not arrive, and chunks taken in their order by the cloud, the link and
+the edge; and the stages' order on their own."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import io
+import re
+import threading
+import time
 import zipfile
 
 import numpy as np
@@ -17,9 +22,13 @@ from conftest import loopback_http
 from eden_serve import synthetic
 from eden_serve.answers import END, MIDDLE, STREAMED, record
 from eden_serve.cli import main
+from eden_serve.clips import Frame
 from eden_serve.client import DECODER, ENCODER, Client
-from eden_serve.errors import ServerError
+from eden_serve.errors import ServerError, UnavailableError
 from eden_serve.frames import png_bytes
+from eden_serve.transports import Stage
+from eden_serve.transports.http import HttpTransport
+from eden_serve.workers import Arrivals
 
 pytestmark = pytest.mark.serving
 
@@ -176,3 +185,120 @@ def test_a_stream_cut_short_is_asked_again_for_what_did_not_arrive(tmp_path):
     assert arrived == [0, 1, 2, 3] and result.retries == 1
     assert [image.getpixel((0, 0))[0] for image in result.images] == [0, 40, 80, 120]
 
+
+
+def test_the_split_client_takes_chunks_in_their_order_whatever_order_its_threads_ask_in(monkeypatch):
+    """Four chunks queued 0, 1, 2, 3 whose threads ask in the order 3, 2, 1, 0 (as a first chunk's
+    thread does when it is the one encoding the clip's first frames): the cloud is asked, the
+    payloads read off the link and the edge asked in the chunks' order. One request per step, so
+    that each record is made while its step's slot is held."""
+    seen = {"cloud": [], "link": [], "edge": []}
+    middle = record(MIDDLE, 0, png_bytes(Image.new("RGB", SIZE))) + record(END, 0)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path.endswith(ENCODER):
+                answer, kind = b"payload %s" % re.search(rb'name="seed"\r\n\r\n(\d+)', body).group(1), "application/octet-stream"
+            else:
+                answer, kind = middle, STREAMED
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    encode, decode = HttpTransport.encode, HttpTransport.decode
+
+    def recording_encode(self, frames, form, first_byte=None, turn=None):
+        seen["cloud"].append(int(form["seed"]))
+
+        @contextlib.contextmanager
+        def recorded_turn():
+            with turn():
+                seen["link"].append(int(form["seed"]))
+                yield
+
+        return encode(self, frames, form, first_byte, recorded_turn)
+
+    def recording_decode(self, payload, *args):
+        seen["edge"].append(int(payload.split()[1]))
+        return decode(self, payload, *args)
+
+    monkeypatch.setattr(HttpTransport, "encode", recording_encode)
+    monkeypatch.setattr(HttpTransport, "decode", recording_decode)
+    frames = [Frame(i, str(i), image=Image.new("RGB", SIZE, (i, 0, 0))) for i in range(5)]
+    with loopback_http(Handler) as url, Client(cloud=url, edge=url, backoff=0.01) as client:
+        process = client.processor(inflight=1)
+        for order in range(4):
+            process.queued(order)
+        threads = {k: threading.Thread(target=process, args=(k, frames[k : k + 2], k, Arrivals(1, k))) for k in range(4)}
+        for k in (3, 2, 1):
+            threads[k].start()
+        time.sleep(0.3)  # chunks 3, 2 and 1 asking while chunk 0 has yet to
+        threads[0].start()
+        for thread in threads.values():
+            thread.join(60)
+    assert seen == {"cloud": [0, 1, 2, 3], "link": [0, 1, 2, 3], "edge": [0, 1, 2, 3]}
+
+
+def entries(stage: Stage, orders: list[int | None], expected: list[int] = (), forgotten: list[int] = ()) -> list:
+    """The order in which requests of ``orders``, asking in that order (each once the one before is
+    waiting), enter ``stage``, one at a time; ``expected`` are announced first, ``forgotten`` withdrawn
+    once all ask."""
+    for order in expected:
+        stage.expect(order)
+    entered, lock, threads = [], threading.Lock(), []
+    holding = threading.Event()
+
+    def ask(order):
+        with stage.slot(None, order):
+            with lock:
+                entered.append(order)
+            holding.wait(0.05)
+
+    for order in orders:
+        threads.append(threading.Thread(target=ask, args=(order,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 10
+        while len(stage._waiting) + len(entered) + stage._busy < len(threads) and time.monotonic() < deadline:
+            time.sleep(0.001)
+    for order in forgotten:
+        stage.forget(order)
+    for thread in threads:
+        thread.join(30)
+    return entered
+
+
+def test_a_stage_admits_announced_chunks_in_their_order():
+    assert entries(Stage(1), [3, 2, 1, 0], expected=[0, 1, 2, 3]) == [0, 1, 2, 3]
+
+
+def test_a_stage_waits_for_an_earlier_chunk_until_it_is_forgotten():
+    """Chunk 0 never asks (it failed before this step): once it is forgotten, 1 and 2 go in order."""
+    assert entries(Stage(1), [2, 1], expected=[0, 1, 2], forgotten=[0]) == [1, 2]
+
+
+def test_a_stage_admits_unannounced_requests_as_they_ask():
+    assert entries(Stage(1), [None, 5, None]) == [None, 5, None]
+
+
+def test_a_stage_admits_up_to_its_limit_in_order():
+    """Limit 2: the two earliest enter together; neither 2 nor 3 before them."""
+    entered = entries(Stage(2), [3, 2, 1, 0], expected=[0, 1, 2, 3])
+    assert set(entered[:2]) == {0, 1} and set(entered[2:]) == {2, 3}
+
+
+def test_a_request_waiting_for_an_earlier_chunk_gives_up_when_cancelled():
+    stage, cancel = Stage(1), threading.Event()
+    stage.expect(0)
+    stage.expect(1)
+    cancel.set()
+    with pytest.raises(UnavailableError, match="cancelled"):
+        with stage.slot(cancel, 1):
+            pass

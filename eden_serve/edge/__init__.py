@@ -196,6 +196,21 @@ def batches(items: Sequence, tokens_each: int, max_batch_tokens: int) -> Iterato
         yield items[start : start + size]
 
 
+def earliest_first(chunks: Sequence, firsts: Sequence[int]) -> list[int]:
+    """The requests of one worker call (indices into ``chunks``, each a wire Chunk or the refusal
+    that failed it) in the order to compute their pairs: by the seed of the first pair each asks for
+    (``firsts``). A client gives pair i of a clip the seed base + i, so a clip's chunks queued behind
+    a busy worker run in the clip's order, not in the order their payloads happened to arrive:
+    otherwise a first chunk that arrives last waits for the pairs of all the others
+    (docs/streaming.md, "Where the first middle's time went"). Refusals come first (they cost nothing)."""
+
+    def key(idx: int) -> int:
+        chunk = chunks[idx]
+        return chunk.seeds[firsts[idx]] if isinstance(chunk, Chunk) else -1
+
+    return sorted(range(len(chunks)), key=key)
+
+
 def _same_grid(batch: Sequence[Conditions]) -> tuple[int, int]:
     assert batch and all(c.grid == batch[0].grid and c.size == batch[0].size for c in batch), "one frame size per batch"
     return batch[0].grid

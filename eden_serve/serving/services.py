@@ -30,7 +30,7 @@ from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
-from ..edge import EdgeModel, batches
+from ..edge import EdgeModel, batches, earliest_first
 from ..errors import BadInputError, ChunkTooLargeError, ModelMismatchError, encoder_refusal
 from ..frames import png_of
 from ..wire import Chunk, keyed
@@ -284,13 +284,18 @@ class EdgeService(Service):
 
     def inference(self, jobs: list) -> list:
         chunks = each(self.decode, jobs)
+        # What a worker call took and in which order, for timelines (benchmarks/two_hosts.py --timeline):
+        # each request by its first pair's seed, which is the pair's index in a clip from seed 0.
+        logger.info("edge call at %.3f: requests (first seed, pairs) %s", time.time(),
+                    [(c.seeds[0], c.pairs) if isinstance(c, Chunk) else None for c in chunks])
         # Per request: its middles as PNGs, or futures of them (a scene cut's is in the payload), or
         # the Refusal that failed it.
         middles: dict[int, list | Refusal] = {}
         seconds: dict[int, list[float]] = {}
         groups: dict[tuple, list[tuple[int, int]]] = {}
         sent: dict[int, int] = {}  # per streamed request: the pair whose middle it sends next
-        for idx, chunk in enumerate(chunks):
+        for idx in earliest_first(chunks, [job.first if isinstance(job, EdgeJob) else 0 for job in jobs]):
+            chunk = chunks[idx]
             if isinstance(chunk, Chunk):
                 middles[idx] = [chunk.cuts.get(j) for j in range(chunk.pairs)]
                 seconds[idx] = [0.0, 0.0]
@@ -335,7 +340,9 @@ class EdgeService(Service):
         again in halves, down to single pairs, before its pairs are refused with 507."""
         if not batch:
             return
+        start = time.time()
         outcome = self.attempt([chunks[idx] for idx, _ in batch], [j for _, j in batch])
+        logger.info("edge forward of seeds %s from %.3f to %.3f", [chunks[idx].seeds[j] for idx, j in batch], start, time.time())
         # Out of attempt(): the failure's traceback, and the batch's tensors it held, are gone.
         if isinstance(outcome, Refusal) and outcome.status == 507:
             release_cached_memory()

@@ -108,9 +108,12 @@ class GrpcTransport:
                 raise TransientError(message)
             raise ServerError(refused.status, refused.kind, message)
 
-    def encode(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None) -> tuple[bytes, int]:
+    def encode(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
+               turn=None) -> tuple[bytes, int]:
         """The wire payload of a chunk's frames, and the bytes sent for it; ``first_byte`` gets the
-        time it arrived (whole: a unary call has no earlier moment to report)."""
+        time it arrived (whole: a unary call has no earlier moment to report). ``turn`` is not
+        taken: a unary call's answer crosses as soon as the cloud has it, and taking the link's
+        turn for the whole call would keep the cloud idle while a payload crosses."""
         inputs = {f"frame{i}": data for i, data in enumerate(frames)}
         inputs.update((key, value.encode()) for key, value in form.items())
         request = self._request("encoder", inputs)
