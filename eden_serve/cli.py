@@ -294,10 +294,13 @@ def _archive_options(parser: argparse.ArgumentParser, of: str) -> None:
                         help=f"the edge's compute precision{of}; auto: bf16 where the hardware runs it fast (default: {defaults.precision})")
     parser.add_argument("--threads", type=int, default=defaults.threads,
                         help=f"CPU threads per worker{of} (default {defaults.threads}: the half's share of the cores)")
+    parser.add_argument("--media-root", metavar="DIR", default=defaults.media_root,
+                        help=f"the directory of videos that requests may name as server-side sources{of} "
+                             "(an absolute path; default: off; docs/cloud-sources.md)")
 
 
 def _archive(args) -> int:
-    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads)
+    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
     paths = archive.build(args.model_store, checkpoint=args.checkpoint, config=args.config, options=options)
     print(archive.describe(paths, args.config, options))
     return 0
@@ -323,7 +326,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args) -> int:
-    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads)
+    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
     return serve(args.side, args.model_store, checkpoint=args.checkpoint, synthetic=args.synthetic, config=args.config,
                  options=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout,
                  tls_cert=args.tls_cert, tls_key=args.tls_key, wire_key_file=args.wire_key_file)

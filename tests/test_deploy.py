@@ -271,7 +271,8 @@ def test_overlays_render_the_expected_objects(overlay):
     names = sorted((d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "ConfigMap")
     expected = [("Deployment", f"eden-{s}") for s in SIDES] + [("HorizontalPodAutoscaler", f"eden-{s}") for s in SIDES]
     expected += [("PodDisruptionBudget", f"eden-{s}") for s in SIDES] + [("Service", f"eden-{s}") for s in SIDES]
-    expected += [("Ingress", "eden-serve"), ("NetworkPolicy", "eden-serve"), ("PersistentVolumeClaim", "eden-weights")]
+    expected += [("Ingress", "eden-serve"), ("NetworkPolicy", "eden-serve"), ("PersistentVolumeClaim", "eden-weights"),
+                 ("PersistentVolumeClaim", "eden-media")]
     assert names == sorted(expected)
     assert [d["metadata"]["name"].startswith("eden-config-") for d in find(docs, "ConfigMap")] == [True]
 
@@ -405,6 +406,12 @@ def test_config_map_turns_token_auth_off_and_feeds_the_pods(overlay):
         assert f"--properties={mounts['config']}/serve.properties" in container["args"]
         assert config_map["data"]["checkpoint"].startswith(mounts["weights"] + "/")
         assert volumes["weights"]["persistentVolumeClaim"]["claimName"] == "eden-weights"
+    # Only the cloud opens server-side sources: its media root is the read-only media volume.
+    pod, container = pod_of(one(docs, "Deployment", "eden-cloud"))
+    media = {m["name"]: m for m in container["volumeMounts"]}["media"]
+    assert media["readOnly"] and f"--media-root={media['mountPath']}" in container["args"]
+    assert {v["name"]: v for v in pod["volumes"]}["media"]["persistentVolumeClaim"] == {"claimName": "eden-media", "readOnly": True}
+    assert not any(a.startswith("--media-root") for a in pod_of(one(docs, "Deployment", "eden-edge"))[1]["args"])
 
 
 def test_network_policy_admits_only_inference_and_metrics(overlay):

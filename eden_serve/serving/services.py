@@ -38,6 +38,7 @@ from .fields import (
     FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
+from .sources import ProbeJob, parse_source, probe, read_source
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
@@ -155,15 +156,18 @@ class Service:
 
 
 class EncodeJob(NamedTuple):
-    frames: list[bytes]  # image files, decoded in run()
+    frames: list[bytes] | range  # image files, decoded in run(); or the frames of a server-side source
     seed: int
     codec: str
     scene_threshold: float | None
+    source: str | None = None  # a video's name under the media root (docs/cloud-sources.md)
 
 
 class CloudService(Service):
     """Form fields frame0 ... frameK (2 <= K + 1 <= max_chunk_frames), seed, codec, scene_threshold ->
-    one chunk payload."""
+    one chunk payload. Or, with ``handler.media_root`` set, field ``source`` naming a video under it
+    and ``start``, ``frames`` (frames ``start`` ... ``start + frames - 1``) instead of the frames; or
+    ``source`` and ``ask=probe``: the video's frame count, rate, size and streams as JSON."""
 
     side = "cloud"
     model: CloudEncoder
@@ -176,18 +180,30 @@ class CloudService(Service):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
 
-    def parse(self, idx: int, request: dict) -> EncodeJob:
+    def parse(self, idx: int, request: dict) -> EncodeJob | ProbeJob:
+        if request.get("source") is not None:
+            named = parse_source(request, self.settings)
+            return named if isinstance(named, ProbeJob) else self.parse_options(request, named[1], named[0])
         names = frame_fields(request, self.settings.max_chunk_frames)
         frames = [image_bytes(form_field(request, name), name) for name in names]
+        return self.parse_options(request, frames)
+
+    def parse_options(self, request: dict, frames: list[bytes] | range, source: str | None = None) -> EncodeJob:
         seed = parse_seed(request.get("seed"))
         if seed + len(frames) - 2 > MAX_SEED:
             raise BadInputError(f"seed {seed} leaves no room for the seeds of {len(frames) - 1} pairs below {MAX_SEED}")
         codec = parse_codec(request.get("codec"), self.settings.codec)
-        return EncodeJob(frames, seed, codec, parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold))
+        threshold = parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold)
+        return EncodeJob(frames, seed, codec, threshold, source)
 
-    def run(self, idx: int, job: EncodeJob) -> Reply:
-        frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
-                            self.max_chunk_tokens)
+    def run(self, idx: int, job: EncodeJob | ProbeJob) -> Reply:
+        if isinstance(job, ProbeJob):
+            return Reply(probe(self.settings, job), JSON)
+        if job.source is not None:
+            frames = read_source(self.settings, job.source, job.frames, self.model.config, self.max_tokens, self.max_chunk_tokens)
+        else:
+            frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
+                                self.max_chunk_tokens)
         start = time.perf_counter()
         make = self.model.frames_chunk if job.codec == wire.FRAMES_CODEC else self.model.encode_chunk
         chunk = make(frames, job.seed, job.scene_threshold)

@@ -1,0 +1,65 @@
+"""The cloud's requests that name a server-side source instead of uploading frames
+(docs/cloud-sources.md): field ``source``, a video's path under ``handler.media_root``, with
+``start`` and ``frames`` (a chunk of frames ``start`` ... ``start + frames - 1``), or with
+``ask=probe`` (the video's frame count, rate, size and streams)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from .. import wire
+from ..clips.sources import SourceVideo, resolve
+from ..cloud import check_tokens
+from ..config import EdenConfig
+from ..errors import BadInputError, ChunkTooLargeError
+from ..frames import check_sides, image_to_tensor
+from .fields import ASKS, SOURCE_HELP, parse_index, text
+from .worker import Settings
+
+
+class ProbeJob(NamedTuple):
+    source: str
+
+
+def parse_source(request: dict, settings: Settings) -> ProbeJob | tuple[str, range]:
+    """A probe, or the source and the frames a chunk request names (checked against the chunk
+    limit before anything is opened)."""
+    source = text(request["source"], "source")
+    ask = text(request["ask"], "ask") if request.get("ask") is not None else "chunk"
+    if ask not in ASKS:
+        raise BadInputError(f"ask must be one of {', '.join(ASKS)}, got {ask!r:.40}; {SOURCE_HELP}")
+    if ask == "probe":
+        return ProbeJob(source)
+    start, count = parse_index(request.get("start"), "start", 0), parse_index(request.get("frames"), "frames")
+    if count > settings.max_chunk_frames:
+        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {settings.max_chunk_frames}; send shorter chunks")
+    if count < 2:
+        raise BadInputError(f"frames must be at least 2 (a pair), got {count}")
+    return source, range(start, start + count)
+
+
+def open_source(settings: Settings, name: str) -> SourceVideo:
+    root = settings.media_root
+    return SourceVideo(resolve(None if root is None else Path(root), name), settings.max_pixels)
+
+
+def probe(settings: Settings, job: ProbeJob) -> bytes:
+    return json.dumps(open_source(settings, job.source).probe()).encode()
+
+
+def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
+                max_chunk_tokens: int) -> torch.Tensor:
+    """[F, 3, H, W] float32 in [0, 1]: the frames a request names, held to the limits uploaded
+    frames are held to (judged from the stream's headers before a frame is decoded)."""
+    video = open_source(settings, name)
+    width, height = video.scan.width, video.scan.height
+    check_sides(width, height, wire.MAX_SIDE, name)
+    check_tokens(width, height, len(frames), config, settings.max_pixels, max_tokens, max_chunk_tokens, name)
+    batch = torch.empty(len(frames), 3, height, width)
+    for i, image in enumerate(video.read(frames.start, len(frames))):
+        image_to_tensor(image, batch[i])
+    return batch
