@@ -37,10 +37,11 @@ from PIL import Image
 
 from .answers import STREAMED, StreamedAnswer, whole_answer
 from .clips import Frame
+from .clips.remote import named_fields, open_remote, source_name
 from .errors import (
     BadInputError, ChunkTooLargeError, ServerError, TransientError, connection_failure, error_from_document,
 )
-from .frames import oriented_size, png_bytes
+from .frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS
 from .transports import Stage
@@ -166,7 +167,7 @@ class HttpTransport:
 
     def workflow(self, frames: list[bytes], form: dict[str, str], pairs: int, size: tuple[int, int]):
         """The middles of a chunk through the workflow, the bytes sent and the bytes received."""
-        with self._post("workflow", files=_files(frames), data=form) as response:
+        with self._post("workflow", files=_files(frames, form)) as response:
             content = _check(response).content
             return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
 
@@ -175,9 +176,8 @@ class HttpTransport:
         time its answer began to arrive."""
         # A response hook runs once the headers are in, before the body is read.
         hooks = {"response": lambda response, **_: first_byte(time.perf_counter())} if first_byte is not None else None
-        with self._post("encoder", files=_files(frames), data=form, hooks=hooks) as response:
+        with self._post("encoder", files=_files(frames, form), hooks=hooks) as response:
             return _check(response).content, len(response.request.body)
-
     def decode(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
                receive: Callable[[int, Image.Image], None]) -> int:
         """Streams the middles of pairs ``first`` ... ``pairs - 1`` of ``payload`` to ``receive``;
@@ -207,8 +207,10 @@ class HttpTransport:
                 return
 
 
-def _files(frames: Sequence[bytes]) -> dict:
-    return {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(frames)}
+def _files(frames: Sequence[bytes], form: dict[str, str]) -> dict:
+    """A multipart form, also for a request that names a server-side source instead of frames."""
+    files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(frames)}
+    return files | {key: (None, value) for key, value in form.items()}
 
 
 class Client:
@@ -279,17 +281,19 @@ class Client:
             return self.retry.call(attempt, cancel), attempts - 1
 
     def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int], cancel: threading.Event | None = None,
-               stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None) -> Middles:
+               stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None,
+               named: dict[str, str] | None = None) -> Middles:
         """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
         moved; pair j uses ``seed + j``. In the split each middle goes to ``arrived`` as it comes,
-        and a retry of the edge step asks only for the middles that did not."""
-        form = {"seed": str(seed)}
+        and a retry of the edge step asks only for the middles that did not. ``named``: the
+        frames are not sent but named (a server-side source's ``source``, ``start`` and ``frames``)."""
+        form = {"seed": str(seed), **(named or {})}
         codec = self.auto.next() if self.auto is not None else self.codec
         if codec:
             form["codec"] = codec
         if self.scene_threshold is not None:
             form["scene_threshold"] = str(self.scene_threshold)
-        pairs, stages = len(encoded) - 1, stages or {}
+        pairs, stages = (int(named["frames"]) if named else len(encoded)) - 1, stages or {}
         if not self.split:
             (images, sent, received), retries = self._retried(lambda: self.transport.workflow(encoded, form, pairs, size), cancel)
             return Middles(images, sent, received, None, retries)
@@ -336,6 +340,12 @@ class Client:
         ``retiming`` options ``fps``, ``time_error``, ``encoding``, ``process_size``: see
         :func:`~eden_serve.streaming.interpolate_clip`)."""
         cancel = threading.Event()
+        name = source_name(src)
+        if name is not None:  # the cloud holds the video: planned from its probe, originals from its packets
+            if not isinstance(self.transport, HttpTransport) or not self.split:
+                raise BadInputError("a cloud: source is read from --cloud (and --edge) over --transport http")
+            src = open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0],
+                              DEFAULT_MAX_PIXELS if retiming.get("process_size") is None else None)
         return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, ramp=ramp, seed=seed,
                                 inflight=self.window(inflight), progress=progress, cancel=cancel, factor=factor,
                                 resume=resume, fingerprint={"servers": self.transport.urls, "codec": self.codec,
@@ -359,8 +369,10 @@ class Client:
             stages = {"encoder": Stage(min(inflight, CLOUD_REQUESTS)), "decoder": Stage(inflight)}
 
         def process(index: int, frames: list[Frame], seed: int, arrived=None) -> Middles:
+            named = named_fields(frames)
             try:
-                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived)
+                return self._chunk([] if named else [frame.encoded for frame in frames], seed, frames[0].image.size, cancel,
+                                   stages, arrived, named)
             except ServerError as exc:
                 if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                     raise

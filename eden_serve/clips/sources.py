@@ -28,6 +28,7 @@ from PIL import Image
 from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from ..frames import check_size
 from .encoding import import_av
+from .pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
 MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
@@ -190,3 +191,39 @@ class SourceVideo:
                 return None
             raise BadInputError(f"{self.path.name}: frames {first} to {first + count - 1} do not all decode")
         return [found[key] for key in keys]
+
+    def page(self, index: int | None, start: int) -> Page:
+        """Packets ``start`` ... of stream ``index`` (None: the video), in the file's order, as
+        many as a page holds (:mod:`.pages`)."""
+        av = import_av()
+        try:
+            with av.open(str(self.path)) as container:
+                streams = container.streams
+                if index is None:
+                    index = streams.video[0].index
+                if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
+                    raise BadInputError(f"{self.path.name} has no video, audio or subtitle stream {index}")
+                stream = streams[index]
+                packets, size, following = [], 0, None
+                for n, packet in enumerate(p for p in container.demux(stream) if p.size):
+                    if n < start:
+                        continue
+                    if len(packets) == MAX_PAGE_PACKETS or (packets and size + packet.size > MAX_PAGE_BYTES):
+                        following = n
+                        break
+                    packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe))
+                    size += packet.size
+                return Page(_parameters(stream), bytes(stream.codec_context.extradata or b""), packets, following)
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{self.path.name}: cannot read stream {index}'s packets ({exc})") from None
+
+
+def _parameters(stream) -> dict:
+    """What a client needs to decode (video) or mux (audio, subtitles) a stream's packets."""
+    context = stream.codec_context
+    found = {"index": stream.index, "type": stream.type, "codec": context.name, "time_base": str(stream.time_base)}
+    if stream.type == "video":
+        found |= {"width": context.width, "height": context.height, "pix_fmt": context.format.name if context.format else ""}
+    elif stream.type == "audio":
+        found |= {"sample_rate": context.sample_rate, "layout": context.layout.name, "format": context.format.name}
+    return found

@@ -19,9 +19,9 @@ JSON = "application/json"
 ZIP = "application/zip"
 FORM_HELP = ("send multipart/form-data with image fields frame0, frame1 (... frameK), optional seed (integer), "
              "codec and scene_threshold")
-SOURCE_HELP = ("name a video under the cloud's media root in field source, with ask=probe, or a chunk's first frame "
-               "(start) and frames (2 or more), and optional seed, codec and scene_threshold")
-ASKS = ("chunk", "probe")
+SOURCE_HELP = ("name a video under the cloud's media root in field source, with ask=probe, ask=packets (and stream, "
+               "start), or a chunk's first frame (start) and frames (2 or more), and optional seed, codec and scene_threshold")
+ASKS = ("chunk", "probe", "packets")
 
 
 def form_field(request: dict, name: str) -> Any:

@@ -38,7 +38,7 @@ from .fields import (
     FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
-from .sources import ProbeJob, parse_source, probe, read_source
+from .sources import PacketsJob, ProbeJob, answer, parse_source, read_source
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
@@ -167,7 +167,7 @@ class CloudService(Service):
     """Form fields frame0 ... frameK (2 <= K + 1 <= max_chunk_frames), seed, codec, scene_threshold ->
     one chunk payload. Or, with ``handler.media_root`` set, field ``source`` naming a video under it
     and ``start``, ``frames`` (frames ``start`` ... ``start + frames - 1``) instead of the frames; or
-    ``source`` and ``ask=probe``: the video's frame count, rate, size and streams as JSON."""
+    ``source`` and ``ask=probe`` or ``ask=packets`` (:mod:`.sources`)."""
 
     side = "cloud"
     model: CloudEncoder
@@ -180,10 +180,10 @@ class CloudService(Service):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
 
-    def parse(self, idx: int, request: dict) -> EncodeJob | ProbeJob:
+    def parse(self, idx: int, request: dict) -> EncodeJob | ProbeJob | PacketsJob:
         if request.get("source") is not None:
             named = parse_source(request, self.settings)
-            return named if isinstance(named, ProbeJob) else self.parse_options(request, named[1], named[0])
+            return named if isinstance(named, (ProbeJob, PacketsJob)) else self.parse_options(request, named[1], named[0])
         names = frame_fields(request, self.settings.max_chunk_frames)
         frames = [image_bytes(form_field(request, name), name) for name in names]
         return self.parse_options(request, frames)
@@ -196,9 +196,9 @@ class CloudService(Service):
         threshold = parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold)
         return EncodeJob(frames, seed, codec, threshold, source)
 
-    def run(self, idx: int, job: EncodeJob | ProbeJob) -> Reply:
-        if isinstance(job, ProbeJob):
-            return Reply(probe(self.settings, job), JSON)
+    def run(self, idx: int, job: EncodeJob | ProbeJob | PacketsJob) -> Reply:
+        if not isinstance(job, EncodeJob):
+            return Reply(*answer(self.settings, job))
         if job.source is not None:
             frames = read_source(self.settings, job.source, job.frames, self.model.config, self.max_tokens, self.max_chunk_tokens)
         else:

@@ -1,7 +1,8 @@
 """The cloud's requests that name a server-side source instead of uploading frames
 (docs/cloud-sources.md): field ``source``, a video's path under ``handler.media_root``, with
 ``start`` and ``frames`` (a chunk of frames ``start`` ... ``start + frames - 1``), or with
-``ask=probe`` (the video's frame count, rate, size and streams)."""
+``ask=probe`` (the video's frame count, rate, size and streams), or with ``ask=packets``, ``stream``
+and ``start`` (a page of that stream's compressed packets)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from typing import NamedTuple
 import torch
 
 from .. import wire
+from ..clips.pages import pack
 from ..clips.sources import SourceVideo, resolve
 from ..cloud import check_tokens
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
 from ..frames import check_sides, image_to_tensor
-from .fields import ASKS, SOURCE_HELP, parse_index, text
+from .fields import ASKS, JSON, OCTET_STREAM, SOURCE_HELP, parse_index, text
 from .worker import Settings
 
 
@@ -25,15 +27,24 @@ class ProbeJob(NamedTuple):
     source: str
 
 
-def parse_source(request: dict, settings: Settings) -> ProbeJob | tuple[str, range]:
-    """A probe, or the source and the frames a chunk request names (checked against the chunk
-    limit before anything is opened)."""
+class PacketsJob(NamedTuple):
+    source: str
+    stream: int | None  # None: the video
+    start: int  # the page's first packet
+
+
+def parse_source(request: dict, settings: Settings) -> ProbeJob | PacketsJob | tuple[str, range]:
+    """A probe, a page of packets, or the source and the frames a chunk request names (checked
+    against the chunk limit before anything is opened)."""
     source = text(request["source"], "source")
     ask = text(request["ask"], "ask") if request.get("ask") is not None else "chunk"
     if ask not in ASKS:
         raise BadInputError(f"ask must be one of {', '.join(ASKS)}, got {ask!r:.40}; {SOURCE_HELP}")
     if ask == "probe":
         return ProbeJob(source)
+    if ask == "packets":
+        stream = parse_index(request["stream"], "stream") if request.get("stream") is not None else None
+        return PacketsJob(source, stream, parse_index(request.get("start"), "start", 0))
     start, count = parse_index(request.get("start"), "start", 0), parse_index(request.get("frames"), "frames")
     if count > settings.max_chunk_frames:
         raise ChunkTooLargeError(f"{count} frames in one request, over this server's {settings.max_chunk_frames}; send shorter chunks")
@@ -47,8 +58,12 @@ def open_source(settings: Settings, name: str) -> SourceVideo:
     return SourceVideo(resolve(None if root is None else Path(root), name), settings.max_pixels)
 
 
-def probe(settings: Settings, job: ProbeJob) -> bytes:
-    return json.dumps(open_source(settings, job.source).probe()).encode()
+def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
+    """The body and content type of a probe (JSON) or of a page of packets (:mod:`~eden_serve.clips.pages`)."""
+    video = open_source(settings, job.source)
+    if isinstance(job, ProbeJob):
+        return json.dumps(video.probe()).encode(), JSON
+    return pack(video.page(job.stream, job.start)), OCTET_STREAM
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,

@@ -1,0 +1,140 @@
+"""A server-side source as the client reads it (docs/cloud-sources.md): the cloud holds the video,
+the client plans the run from the cloud's probe and writes the output where it runs.
+
+The originals come down as the video's own compressed packets, a page at a time
+(:mod:`.pages`), and are decoded here by the decoder a local run uses: frame for frame the pixels
+and times :class:`~.video.VideoClip` gives for the same file, so the output is written by the same
+:class:`~.video.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
+(:attr:`~.base.Frame.source`), so that a chunk of originals is asked of the cloud by its frame
+numbers rather than uploaded.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Iterator, Sequence
+
+from ..errors import BadInputError, CodecError
+from ..frames import check_size
+from .base import Clip, Frame
+from .encoding import import_av
+from .pages import Page, unpack
+from .video import VideoClip
+
+PREFIX = "cloud:"
+# (stream, first packet) -> the page's bytes; stream None: the video.
+Fetch = Callable[[int | None, int], bytes]
+
+
+def source_name(src) -> str | None:
+    """The name under the cloud's media root that ``src`` gives as ``cloud:NAME``, else None."""
+    text = str(src)
+    return text[len(PREFIX):] if isinstance(src, str) and text.startswith(PREFIX) else None
+
+
+def _fraction(value, what: str) -> Fraction:
+    try:
+        fraction = Fraction(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        fraction = Fraction(0)
+    if fraction <= 0:
+        raise CodecError(f"the cloud's probe: {what} {str(value)[:20]!r} is not a positive fraction")
+    return fraction
+
+
+class RemoteVideo(VideoClip):
+    """The server-side video ``name`` from its ``probe`` (the cloud's answer) and ``fetch``."""
+
+    container = None  # no local file: the writer copies no streams from one
+    piped = False
+
+    def __init__(self, name: str, probe: dict, fetch: Fetch, max_pixels: int | None = None):
+        Clip.__init__(self, Path(PREFIX + name))
+        av = import_av()
+        self._error = av.error.FFmpegError
+        self.name, self.probe, self.fetch = name, probe, fetch
+        if not isinstance(probe, dict) or type(probe.get("frames")) is not int or not isinstance(probe.get("streams"), list):
+            raise CodecError("the cloud's probe is not a probe document (frames, rate, streams)")
+        self.rate, self.time_base = _fraction(probe.get("rate"), "rate"), _fraction(probe.get("time_base"), "time base")
+        self.length = probe["frames"] or None
+        self.first = self.page(0)
+        video = self.first.stream
+        if video.get("type") != "video" or not {"width", "height", "pix_fmt"} <= set(video):
+            raise CodecError("the cloud's first page is not of a video stream")
+        if max_pixels is not None:
+            check_size(video["width"], video["height"], max_pixels, str(self.path))
+        self.stream = SimpleNamespace(codec_context=self.decoder())  # what the writer copies: codec, size, pixel format
+        self.others = sorted({f"{s.get('type')} streams" for s in probe["streams"]
+                              if isinstance(s, dict) and s.get("type") in ("audio", "subtitle")})
+
+    def page(self, start: int) -> Page:
+        page = unpack(self.fetch(None, start))
+        if start and page.stream != self.first.stream:
+            raise CodecError(f"the cloud's page at packet {start} is of another stream than its first")
+        return page
+
+    def decoder(self):
+        av = import_av()
+        stream = self.first.stream
+        try:
+            context = av.CodecContext.create(stream["codec"], "r")
+        except (self._error, ValueError):
+            raise BadInputError(f"{self.path}: this client cannot decode {stream['codec']!r} video") from None
+        context.extradata = self.first.extradata or None
+        context.width, context.height, context.pix_fmt = stream["width"], stream["height"], stream["pix_fmt"] or None
+        context.thread_type = "AUTO"
+        return context
+
+    def _decoded(self) -> Iterator:
+        av = import_av()
+        decoder, page = self.decoder(), self.first
+        time_base = page.time_base
+        while True:
+            for p in page.packets:
+                packet = av.Packet(p.data)
+                packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, time_base
+                yield from decoder.decode(packet)
+            if page.next is None:
+                break
+            page = self.page(page.next)
+        yield from decoder.decode(None)
+
+    def __iter__(self) -> Iterator:
+        try:
+            yield from self.timed(self._decoded(), self.name)
+        except self._error as exc:
+            raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
+
+    def identity(self) -> dict:
+        """What a resumed run checks it continues: the cloud's account of the file."""
+        return {"cloud": self.name, **{key: self.probe.get(key) for key in ("bytes", "video_bytes", "frames", "rate")}}
+
+    def close(self) -> None:
+        pass
+
+
+def open_remote(name: str, ask: Callable[[dict[str, str]], bytes], max_pixels: int | None = None) -> RemoteVideo:
+    """The server-side source ``name``; ``ask`` posts a form to the cloud's encoder and returns its answer."""
+    try:
+        probe = json.loads(ask({"source": name, "ask": "probe"}))
+    except ValueError:
+        raise CodecError(f"the cloud's probe of {name!r} is not JSON") from None
+
+    def fetch(stream: int | None, start: int) -> bytes:
+        form = {"source": name, "ask": "packets", "start": str(start)}
+        return ask(form if stream is None else {**form, "stream": str(stream)})
+
+    return RemoteVideo(name, probe, fetch, max_pixels)
+
+
+def named_fields(frames: Sequence[Frame]) -> dict[str, str] | None:
+    """The fields that name a chunk's frames on the cloud where they are consecutive originals of
+    one server-side source; None where they must be sent (middles of a 4x run's second level,
+    frames resized for --process-size)."""
+    source = frames[0].source
+    if source is None or any(f.source != source or f.index != frames[0].index + i for i, f in enumerate(frames)):
+        return None
+    return {"source": source, "start": str(frames[0].index), "frames": str(len(frames))}

@@ -1,0 +1,131 @@
+"""A server-side source through the client (eden_serve/clips/remote.py, eden_serve/clips/pages.py):
+pages of packets checked before use, and ``cloud:NAME`` inputs written locally exactly as the same
+file given locally, on a real TorchServe with the tiny model."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from eden_serve import wire
+from eden_serve.cli import main
+from eden_serve.client import Client
+from eden_serve.clips import Encoding
+from eden_serve.clips.pages import MAGIC, Packet, Page, pack, unpack
+from eden_serve.errors import CodecError
+from harness.servers import build_archives, torchserve
+from test_video import real_video
+
+av = pytest.importorskip("av")
+
+
+def page(**changes) -> Page:
+    fields = {"stream": {"index": 0, "type": "video", "codec": "h264", "time_base": "1/12800", "width": 96, "height": 64,
+                         "pix_fmt": "yuv420p"},
+              "extradata": b"\x01\x02", "packets": [Packet(b"abc", 0, -512, 512, True), Packet(b"", None, None, 0, False)],
+              "next": 7}
+    return Page(**(fields | changes))
+
+
+def test_a_page_round_trips():
+    assert unpack(pack(page())) == page()
+    assert unpack(pack(page(next=None, packets=[]))) == page(next=None, packets=[])
+
+
+def _header(data: bytes) -> tuple[dict, bytes]:
+    length = int.from_bytes(data[5:9], "big")
+    return json.loads(data[9:9 + length]), data[9 + length:]
+
+
+def _forged(edit) -> bytes:
+    header, body = _header(pack(page()))
+    edit(header)
+    text = json.dumps(header).encode()
+    return MAGIC + b"\x01" + len(text).to_bytes(4, "big") + text + body
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"EDP", "too short"),
+    (b"XXXX\x01\0\0\0\0", "wrong magic"),
+    (b"EDPK\x02\0\0\0\0", "version 2"),
+    (b"EDPK\x01\xff\xff\xff\xff{}", "over the limit or past the end"),
+    (pack(page())[:-1], "runs past the end"),
+    (pack(page()) + b"x", "1 bytes after the last packet"),
+    (_forged(lambda h: h["packets"][0].__setitem__(0, 10**6)), "runs past the end"),
+    (_forged(lambda h: h["packets"][0].__setitem__(0, -1)), "must be \\[size, pts, dts, duration, key\\]"),
+    (_forged(lambda h: h["packets"][0].__setitem__(1, "0")), "pts must be an integer"),
+    (_forged(lambda h: h["packets"].extend([[0, 0, 0, 0, False]] * 300)), "at most 256"),
+    (_forged(lambda h: h["stream"].__setitem__("time_base", "1/0")), "not a positive fraction"),
+    (_forged(lambda h: h["stream"].__setitem__("width", 2**40)), "width is not a small int"),
+    (_forged(lambda h: h["stream"].__setitem__("__class__", "x")), "stream parameters must be among"),
+    (_forged(lambda h: h.__setitem__("extradata", 10**9)), "extradata runs past the end"),
+    (_forged(lambda h: h.__setitem__("more", 1)), "exactly stream, extradata, next and packets"),
+])
+def test_hostile_pages_are_refused_with_a_reason(data, message):
+    with pytest.raises(CodecError, match=message):
+        unpack(data)
+
+
+# --- cloud: sources end to end ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    root = tmp_path_factory.mktemp("media")
+    real_video(root / "gops.mp4", 24, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
+               options={"g": "6", "bf": "2", "sc_threshold": "0"})
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(media, tmp_path_factory):
+    store = build_archives(tmp_path_factory.mktemp("store"), config="tiny", media_root=media)
+    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], token_auth=False) as server:
+        yield server
+
+
+def frames_and_times(path) -> list[tuple[int, np.ndarray]]:
+    with av.open(str(path)) as container:
+        return [(frame.pts, frame.to_ndarray(format="rgb24")) for frame in container.decode(video=0)]
+
+
+def same_video(a, b) -> bool:
+    x, y = frames_and_times(a), frames_and_times(b)
+    return len(x) == len(y) and all(p == q and np.array_equal(f, g) for (p, f), (q, g) in zip(x, y))
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec, options", [
+    (wire.DEFAULT_CODEC, {}),
+    (wire.FRAMES_CODEC, {"fps": Fraction(60)}),
+    (wire.DEFAULT_CODEC, {"fps": Fraction(60)}),
+    (wire.DEFAULT_CODEC, {"factor": 4}),
+])
+def test_a_cloud_source_equals_the_same_file_sent_from_here(servers, media, tmp_path, codec, options):
+    url = servers.inference_url
+    # Lossless: x264's own output varies from run to run. One chunk at the edge at a time: pairs of
+    # two chunks batched together round otherwise as the timing of their requests has it.
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1"), **options}
+    with Client(cloud=url, edge=url, codec=codec) as client:
+        remote = client.interpolate_clip("cloud:gops.mp4", tmp_path / "remote.mkv", **run)
+        local = client.interpolate_clip(media / "gops.mp4", tmp_path / "local.mkv", **run)
+    assert same_video(tmp_path / "remote.mkv", tmp_path / "local.mkv")
+    assert remote.pairs == local.pairs > 0
+    if "factor" not in options:  # every chunk named, none uploaded: a few hundred bytes of form per chunk
+        assert remote.sent_bytes - remote.payload_bytes < local.sent_bytes - local.payload_bytes < local.sent_bytes
+
+
+@pytest.mark.serving
+def test_the_command_reads_a_cloud_source_and_refuses_a_path_outside(servers, media, tmp_path, capsys):
+    url = servers.inference_url
+    assert main(["client", "cloud:gops.mp4", "-o", str(tmp_path / "out.mp4"), "--cloud", url, "--edge", url,
+                 "--chunk", "8"]) == 0
+    assert len(frames_and_times(tmp_path / "out.mp4")) == 2 * 24 - 1
+    capsys.readouterr()
+    assert main(["client", "cloud:../gops.mp4", "-o", str(tmp_path / "bad.mp4"), "--cloud", url, "--edge", url]) == 2
+    error = capsys.readouterr().err
+    assert "leaves the media root" in error and "HTTP 403" in error and error.count("\n") == 1
+    assert not (tmp_path / "bad.mp4").exists()
