@@ -77,6 +77,7 @@ def media(tmp_path_factory):
     root = tmp_path_factory.mktemp("media")
     real_video(root / "gops.mp4", 24, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
                options={"g": "6", "bf": "2", "sc_threshold": "0"})
+    real_video(root / "sine.mp4", 12, Fraction(25), source="bikes.mp4", size=(96, 64), audio="aac")
     return root
 
 
@@ -129,3 +130,32 @@ def test_the_command_reads_a_cloud_source_and_refuses_a_path_outside(servers, me
     error = capsys.readouterr().err
     assert "leaves the media root" in error and "HTTP 403" in error and error.count("\n") == 1
     assert not (tmp_path / "bad.mp4").exists()
+
+
+def audio_of(path) -> tuple[tuple, list[tuple]]:
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        context = stream.codec_context
+        packets = [(bytes(p), p.pts * p.time_base, p.duration) for p in container.demux(stream) if p.size]
+        return (context.name, context.sample_rate, context.layout.name, stream.start_time * stream.time_base), packets
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_a_cloud_sources_audio_is_copied_as_from_a_local_file(servers, media, tmp_path, suffix):
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1" if suffix == ".mkv" else None)}
+    with Client(cloud=url, edge=url) as client:
+        client.interpolate_clip("cloud:sine.mp4", tmp_path / f"remote{suffix}", **run)
+        client.interpolate_clip(media / "sine.mp4", tmp_path / f"local{suffix}", **run)
+    remote, local = audio_of(tmp_path / f"remote{suffix}"), audio_of(tmp_path / f"local{suffix}")
+    source = audio_of(media / "sine.mp4")
+    assert [p[0] for p in remote[1]] == [p[0] for p in local[1]] == [p[0] for p in source[1]]  # copied, not re-encoded
+    assert remote[0][:3] == local[0][:3] == source[0][:3]
+    if suffix == ".mp4":  # the same file as a local run makes
+        assert remote == local
+    else:  # Matroska: the copy declares the AAC priming (CodecDelay) where a local copy shifts every stream by it
+        video = frames_and_times(tmp_path / f"remote{suffix}")
+        assert all(np.array_equal(f, g) for (_, f), (_, g) in zip(video, frames_and_times(tmp_path / f"local{suffix}")))
+        assert [t for t, _ in video] == [20 * k for k in range(len(video))]  # ms: on the source's clock, at 50 fps
+        assert all(abs(p[1] - q[1]) <= Fraction(1, 1000) for p, q in zip(remote[1], source[1]))  # Matroska's ms

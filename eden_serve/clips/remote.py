@@ -11,7 +11,9 @@ numbers rather than uploaded.
 
 from __future__ import annotations
 
+import heapq
 import json
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,6 +35,11 @@ def source_name(src) -> str | None:
     """The name under the cloud's media root that ``src`` gives as ``cloud:NAME``, else None."""
     text = str(src)
     return text[len(PREFIX):] if isinstance(src, str) and text.startswith(PREFIX) else None
+
+
+def _time(packet) -> Fraction:
+    stamp = packet.dts if packet.dts is not None else packet.pts
+    return (stamp or 0) * packet.time_base
 
 
 def _fraction(value, what: str) -> Fraction:
@@ -60,21 +67,62 @@ class RemoteVideo(VideoClip):
             raise CodecError("the cloud's probe is not a probe document (frames, rate, streams)")
         self.rate, self.time_base = _fraction(probe.get("rate"), "rate"), _fraction(probe.get("time_base"), "time base")
         self.length = probe["frames"] or None
-        self.first = self.page(0)
+        self.first = unpack(fetch(None, 0))
         video = self.first.stream
         if video.get("type") != "video" or not {"width", "height", "pix_fmt"} <= set(video):
             raise CodecError("the cloud's first page is not of a video stream")
         if max_pixels is not None:
             check_size(video["width"], video["height"], max_pixels, str(self.path))
         self.stream = SimpleNamespace(codec_context=self.decoder())  # what the writer copies: codec, size, pixel format
-        self.others = sorted({f"{s.get('type')} streams" for s in probe["streams"]
-                              if isinstance(s, dict) and s.get("type") in ("audio", "subtitle")})
+        self.others = [s["index"] for s in probe["streams"] if isinstance(s, dict) and s.get("type") in ("audio", "subtitle")
+                       and type(s.get("index")) is int]
 
-    def page(self, start: int) -> Page:
-        page = unpack(self.fetch(None, start))
-        if start and page.stream != self.first.stream:
-            raise CodecError(f"the cloud's page at packet {start} is of another stream than its first")
+    def page(self, start: int, stream: int | None = None, first: Page | None = None) -> Page:
+        """The page of ``stream`` (None: the video) from packet ``start``, of the same stream as its ``first``."""
+        page = unpack(self.fetch(stream, start))
+        first = first or (self.first if stream is None else None)
+        if first is not None and page.stream != first.stream or stream is not None and page.stream["index"] != stream:
+            raise CodecError(f"the cloud's page at packet {start} is of another stream than asked")
         return page
+
+    def copied(self, container, dst: Path) -> Iterator | None:
+        """Output streams in ``container`` for the source's audio and subtitles, and their packets
+        merged in time order, fetched a page at a time as the writer reaches them (None: none to
+        copy). As :class:`~.video.VideoWriter` does for a local file: audio the output cannot hold
+        is refused, subtitles it cannot hold are left out with a warning."""
+        av = import_av()
+        streams = []
+        for index in self.others:
+            first = self.page(0, index)
+            kind, codec = first.stream["type"], first.stream["codec"]
+            try:
+                if kind == "audio":
+                    output = container.add_stream(codec, rate=first.stream["sample_rate"])
+                    output.codec_context.layout, output.codec_context.format = first.stream["layout"], first.stream["format"]
+                    output.codec_context.extradata = first.extradata or None
+                else:
+                    output = container.add_mux_stream(codec)
+                output.time_base = first.time_base
+            except (self._error, ValueError, KeyError):
+                if kind == "audio":
+                    raise BadInputError(f"output {str(dst)!r} cannot hold the source's {codec} audio as it is; "
+                                        f"write a {Path(self.name).suffix} file instead") from None
+                warnings.warn(f"{dst.name} cannot hold the source's {codec} subtitles (stream {index}); they are left out")
+                continue
+            streams.append(self._packets(first, index, output, av))
+        return heapq.merge(*streams, key=_time) if streams else None
+
+    def _packets(self, page: Page, index: int, output, av) -> Iterator:
+        first = page
+        while True:
+            for p in page.packets:
+                packet = av.Packet(p.data)
+                packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, page.time_base
+                packet.stream = output
+                yield packet
+            if page.next is None:
+                return
+            page = self.page(page.next, index, first)
 
     def decoder(self):
         av = import_av()

@@ -152,9 +152,11 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
         try:
             self._add_video(clip, encoding, av)
-            if clip.container is None:  # a server-side source (.remote): its video only, for now
-                if clip.others:
-                    warnings.warn(f"the cloud source's {' and '.join(clip.others)} are not copied yet")
+            if clip.container is None:  # a server-side source (.remote): its streams come from the cloud
+                self.packets = clip.copied(self.container, self.dst)
+                if self.packets is not None:
+                    self.copies = clip
+                    self.pending = self._next_copy()
             elif clip.piped:
                 if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
                     warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)")
