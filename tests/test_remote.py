@@ -17,7 +17,7 @@ from eden_serve.clips import Encoding
 from eden_serve.clips.pages import MAGIC, Packet, Page, pack, unpack
 from eden_serve.errors import CodecError
 from harness.servers import build_archives, torchserve
-from test_video import real_video
+from test_video import make_video, real_video
 
 av = pytest.importorskip("av")
 
@@ -78,6 +78,8 @@ def media(tmp_path_factory):
     real_video(root / "gops.mp4", 24, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
                options={"g": "6", "bf": "2", "sc_threshold": "0"})
     real_video(root / "sine.mp4", 12, Fraction(25), source="bikes.mp4", size=(96, 64), audio="aac")
+    make_video(root / "subtitled.mkv", list(range(10)), Fraction(1, 25), subtitle_codec="subrip",
+               subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
     return root
 
 
@@ -159,3 +161,19 @@ def test_a_cloud_sources_audio_is_copied_as_from_a_local_file(servers, media, tm
         assert all(np.array_equal(f, g) for (_, f), (_, g) in zip(video, frames_and_times(tmp_path / f"local{suffix}")))
         assert [t for t, _ in video] == [20 * k for k in range(len(video))]  # ms: on the source's clock, at 50 fps
         assert all(abs(p[1] - q[1]) <= Fraction(1, 1000) for p, q in zip(remote[1], source[1]))  # Matroska's ms
+
+
+@pytest.mark.serving
+def test_a_cloud_sources_subtitles_are_copied_with_their_language(servers, media, tmp_path):
+    url = servers.inference_url
+    with Client(cloud=url, edge=url) as client:
+        client.interpolate_clip("cloud:subtitled.mkv", tmp_path / "remote.mkv", chunk=4, inflight=1, progress=False)
+        client.interpolate_clip(media / "subtitled.mkv", tmp_path / "local.mkv", chunk=4, inflight=1, progress=False)
+
+    def subtitles(path):
+        with av.open(str(path)) as container:
+            stream = container.streams.subtitles[0]
+            return stream.metadata.get("language"), [(bytes(p), p.pts, p.duration) for p in container.demux(stream) if p.size]
+
+    assert subtitles(tmp_path / "remote.mkv") == subtitles(tmp_path / "local.mkv")
+    assert subtitles(tmp_path / "remote.mkv")[0] == "fra" and len(subtitles(tmp_path / "remote.mkv")[1]) == 2

@@ -74,8 +74,9 @@ class RemoteVideo(VideoClip):
         if max_pixels is not None:
             check_size(video["width"], video["height"], max_pixels, str(self.path))
         self.stream = SimpleNamespace(codec_context=self.decoder())  # what the writer copies: codec, size, pixel format
-        self.others = [s["index"] for s in probe["streams"] if isinstance(s, dict) and s.get("type") in ("audio", "subtitle")
-                       and type(s.get("index")) is int]
+        # Stream index -> its language, of the audio and subtitle streams to copy.
+        self.others = {s["index"]: s.get("language") for s in probe["streams"] if isinstance(s, dict)
+                       and s.get("type") in ("audio", "subtitle") and type(s.get("index")) is int}
 
     def page(self, start: int, stream: int | None = None, first: Page | None = None) -> Page:
         """The page of ``stream`` (None: the video) from packet ``start``, of the same stream as its ``first``."""
@@ -92,7 +93,7 @@ class RemoteVideo(VideoClip):
         is refused, subtitles it cannot hold are left out with a warning."""
         av = import_av()
         streams = []
-        for index in self.others:
+        for index, language in self.others.items():
             first = self.page(0, index)
             kind, codec = first.stream["type"], first.stream["codec"]
             try:
@@ -103,6 +104,8 @@ class RemoteVideo(VideoClip):
                 else:
                     output = container.add_mux_stream(codec)
                 output.time_base = first.time_base
+                if isinstance(language, str):
+                    output.metadata["language"] = language
             except (self._error, ValueError, KeyError):
                 if kind == "audio":
                     raise BadInputError(f"output {str(dst)!r} cannot hold the source's {codec} audio as it is; "
