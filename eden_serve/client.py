@@ -37,7 +37,7 @@ from PIL import Image
 
 from .answers import STREAMED, StreamedAnswer, whole_answer
 from .clips import Frame
-from .clips.remote import named_fields, open_remote, source_name
+from .clips.remote import RemoteVideo, named_fields, open_remote, source_name
 from .errors import (
     BadInputError, ChunkTooLargeError, ServerError, TransientError, connection_failure, error_from_document,
 )
@@ -340,16 +340,18 @@ class Client:
         ``retiming`` options ``fps``, ``time_error``, ``encoding``, ``process_size``: see
         :func:`~eden_serve.streaming.interpolate_clip`)."""
         cancel = threading.Event()
-        name = source_name(src)
-        if name is not None:  # the cloud holds the video: planned from its probe, originals from its packets
-            if not isinstance(self.transport, HttpTransport) or not self.split:
-                raise BadInputError("a cloud: source is read from --cloud (and --edge) over --transport http")
-            src = open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0],
-                              DEFAULT_MAX_PIXELS if retiming.get("process_size") is None else None)
+        if source_name(src) is not None:
+            src = self.source(source_name(src), DEFAULT_MAX_PIXELS if retiming.get("process_size") is None else None)
         return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, ramp=ramp, seed=seed,
                                 inflight=self.window(inflight), progress=progress, cancel=cancel, factor=factor,
                                 resume=resume, fingerprint={"servers": self.transport.urls, "codec": self.codec,
                                                             "scene_threshold": self.scene_threshold}, **retiming)
+
+    def source(self, name: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> RemoteVideo:
+        """The video ``name`` under the cloud's media root, planned from its probe (docs/cloud-sources.md)."""
+        if not isinstance(self.transport, HttpTransport) or not self.split:
+            raise BadInputError("a cloud: source is read from --cloud (and --edge) over --transport http")
+        return open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0], max_pixels)
 
     def window(self, inflight: int) -> int:
         """The chunks to stream at once for ``inflight`` requests per server: in the split, as many

@@ -134,6 +134,18 @@ def test_serve_without_archives_is_one_line_and_exit_2(tmp_path):
     ]
 
 
+def test_serve_takes_a_media_root_only_for_archives_it_builds(tmp_path):
+    result = subprocess.run(
+        ["bash", str(ENTRYPOINT), "serve", "cloud", "--model-store", str(tmp_path), "--media-root", "/media"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "eden-serve: error: --media-root is written into the archives built at start: give --checkpoint or --synthetic, "
+        "or build the archives with eden-serve archive --media-root"
+    ]
+
+
 def test_serve_refuses_a_wrong_checkpoint_before_building(tmp_path):
     checkpoint = tmp_path / "eden.pt"
     checkpoint.write_bytes(b"junk")
