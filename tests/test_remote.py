@@ -78,6 +78,7 @@ def media(tmp_path_factory):
     real_video(root / "gops.mp4", 24, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
                options={"g": "6", "bf": "2", "sc_threshold": "0"})
     real_video(root / "sine.mp4", 12, Fraction(25), source="bikes.mp4", size=(96, 64), audio="aac")
+    make_video(root / "vfr.mkv", [0, 1, 3, 4, 7, 8, 9, 12, 13, 15], Fraction(1, 25), audio=None)  # a variable rate
     make_video(root / "subtitled.mkv", list(range(10)), Fraction(1, 25), subtitle_codec="subrip",
                subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
     return root
@@ -119,6 +120,18 @@ def test_a_cloud_source_equals_the_same_file_sent_from_here(servers, media, tmp_
     assert remote.pairs == local.pairs > 0
     if "factor" not in options:  # every chunk named, none uploaded: a few hundred bytes of form per chunk
         assert remote.sent_bytes - remote.payload_bytes < local.sent_bytes - local.payload_bytes < local.sent_bytes
+
+
+@pytest.mark.serving
+def test_a_variable_rate_cloud_source_keeps_its_times(servers, media, tmp_path):
+    url = servers.inference_url
+    run = {"chunk": 3, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with Client(cloud=url, edge=url) as client:
+        client.interpolate_clip("cloud:vfr.mkv", tmp_path / "remote.mkv", **run)
+        client.interpolate_clip(media / "vfr.mkv", tmp_path / "local.mkv", **run)
+    assert same_video(tmp_path / "remote.mkv", tmp_path / "local.mkv")
+    times = [t for t, _ in frames_and_times(tmp_path / "remote.mkv")]
+    assert len(times) == 19 and times[:8] == [0, 20, 40, 80, 120, 140, 160, 220]  # ms: originals at 0, 40, 120, 160, 280
 
 
 @pytest.mark.serving
