@@ -202,12 +202,12 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, t
     return [row(rate, codec, transport, mode, run, alone.get(mode)) for (rate, transport, mode), run in best.items()]
 
 
-def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
-    """The first ``count`` frames of ``src`` (a directory of PNGs, or a video), as PNGs resized to
-    ``size`` (height, width) if given."""
+def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None, start: int = 0) -> Path:
+    """``count`` frames of ``src`` (a directory of PNGs, or a video from frame ``start``), as PNGs
+    resized to ``size`` (height, width) if given."""
     if src.is_file():
         with open_clip(src) as clip:
-            images = [frame.image.convert("RGB") for frame, _ in zip(clip, range(count))]
+            images = [frame.image.convert("RGB") for frame, _ in zip(clip, range(start + count))][start:]
         frames = [dst / f"{i:05d}.png" for i in range(len(images))]
     else:
         frames = sorted(p for p in src.iterdir() if p.suffix.lower() == ".png")[:count]
@@ -315,7 +315,7 @@ def main() -> None:
     parser.add_argument("--source", choices=("upload", "cloud"), default="upload",
                         help="upload: the client sends the frames; cloud: the video lies in the cloud's media root (default upload)")
     parser.add_argument("--netns", default="eden", help="the start of the network namespaces' names (default eden)")
-    parser.add_argument("--start", type=int, default=76, help="--source cloud: the frame of --clip to start at (default 76)")
+    parser.add_argument("--start", type=int, help="the frame of a video --clip to start at (default: 76 for --source cloud, else 0)")
     args = parser.parse_args()
     if args.source == "cloud" and (not args.clip.is_file() or args.size):
         parser.exit(2, "two_hosts.py: --source cloud takes a video as --clip, and no --size\n")
@@ -334,11 +334,11 @@ def main() -> None:
         args.source_name, media = None, None
         if args.source == "cloud":
             media = root / "media"
-            args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", args.start, args.frames).name
+            args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", args.start or 76, args.frames).name
             with av.open(str(media / args.source_name)) as video:
                 args.frames = sum(1 for p in video.demux(video=0) if p.size)
-            args.clip = media / args.source_name
-        clip = prepare_clip(args.clip, root / "clip", args.frames, size)
+            args.clip, args.start = media / args.source_name, 0
+        clip = prepare_clip(args.clip, root / "clip", args.frames, size, args.start or 0)
         width, height = Image.open(next(clip.iterdir())).size
         store = build_archives(root / "store", config=args.config, media_root=media)
         print(f"{args.frames} frames of {width}x{height} from {args.clip} ({args.source}), {args.config} dimensions, synthetic weights; "
