@@ -106,6 +106,14 @@ class ModelMismatchError(CodecError):
     kind = "model_mismatch"
 
 
+class DigestMismatchError(CodecError):
+    """An intact bitstream payload whose packets decode, on this edge, to other pixels than the
+    cloud's digests state: another decoder build. The frames codec carries the same chunk."""
+
+    status = 409
+    kind = "digest_mismatch"
+
+
 class UnauthenticPayloadError(CodecError):
     """A payload whose keyed tag is missing or wrong, where the receiver holds a wire key: it was
     not made by this edge's cloud (docs/tls.md, "The keyed digest")."""

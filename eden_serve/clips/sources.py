@@ -29,6 +29,7 @@ from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from ..frames import check_size
 from .encoding import import_av
 from .pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
+from .video import rgb
 
 MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
@@ -177,12 +178,12 @@ class SourceVideo:
                     self.decoded += 1
                     if wanted is None:
                         if i >= first:
-                            found[i] = frame.to_image()
+                            found[i] = rgb(frame)
                         if len(found) == count:
                             break
                         continue
                     if frame.pts in wanted and frame.pts not in found:
-                        found[frame.pts] = frame.to_image()
+                        found[frame.pts] = rgb(frame)
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.path.name}: cannot decode the video ({exc})") from None
         keys = range(first, first + count) if wanted is None else wanted

@@ -12,6 +12,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
+from PIL import Image
+
 from ..errors import BadInputError
 from ..frames import check_size
 from .base import HALF, Clip, ClipWriter, Frame
@@ -26,6 +28,14 @@ MAX_TIME_BASE_DENOMINATOR = 65535
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+
+
+def rgb(frame) -> Image.Image:
+    """A decoded frame as the 8-bit RGB image that the model and every codec take: PyAV's own
+    conversion (swscale, bilinear, to rgb24 by the frame's colour matrix and range, which the
+    decoder takes from the bitstream or, where the bitstream leaves them out, from its context).
+    ``clips.packets`` decodes a chunk's packets through this same function, for the same pixels."""
+    return frame.to_image()
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,7 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-            yield Frame(i, f"frame {i}", image=frame.to_image(), raw=frame, time=time, end=time + duration, source=source)
+            yield Frame(i, f"frame {i}", image=rgb(frame), raw=frame, time=time, end=time + duration, source=source)
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
