@@ -23,12 +23,11 @@ arrive.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import queue
 import re
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -39,38 +38,25 @@ from .answers import STREAMED, StreamedAnswer, whole_answer
 from .clips import Frame
 from .clips.remote import RemoteVideo, named_fields, open_remote, source_name
 from .errors import (
-    BadInputError, ChunkTooLargeError, ServerError, TransientError, connection_failure, error_from_document,
+    BadInputError, ChunkTooLargeError, CodecError, DigestMismatchError, ServerError, TransientError, connection_failure, error_from_document,
 )
 from .frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS
-from .transports import Stage
+from .transports import TOKEN_ENV, Stage, read_token
 from .transports.grpc import GrpcTransport
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
+from .wire import BITSTREAM_CODEC, FRAMES_CODEC
 
-TOKEN_ENV = "EDEN_TOKEN"
 WORKFLOW = "eden"
 ENCODER = "eden_encoder"
 DECODER = "eden_ditdec"
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CONNECT_TIMEOUT = 10.0
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
-
-
-def read_token(token: str | None = None, token_file: str | Path | None = None) -> str | None:
-    """The inference token: ``token`` itself, else the inference key of a TorchServe
-    ``key_file.json``, else the ``EDEN_TOKEN`` environment variable, else None (no auth)."""
-    if token:
-        return token
-    if token_file:
-        try:
-            keys = json.loads(Path(token_file).read_text())
-            return keys["inference"]["key"]
-        except OSError as exc:
-            raise BadInputError(f"cannot read token file {str(token_file)!r}: {exc.strerror}") from None
-        except (ValueError, KeyError, TypeError):
-            raise BadInputError(f"{str(token_file)!r} is not a TorchServe key file (no inference key)") from None
-    return os.environ.get(TOKEN_ENV) or None
+# A bitstream chunk the edge decodes to other pixels (another libavcodec), or one put together wrong:
+# the frames codec carries it instead.
+BITSTREAM_FAILURES = {DigestMismatchError.kind, CodecError.kind}
 
 
 def _base(url: str, option: str) -> str:
@@ -263,6 +249,7 @@ class Client:
         self.auto = AutoCodec() if codec == AUTO else None
         self.scene_threshold = scene_threshold
         self.retry = Retry(tries=tries, backoff=backoff)
+        self.sources: dict[str, RemoteVideo] = {}  # the cloud: sources read, by name: their packets held
 
     @property
     def split(self) -> bool:
@@ -282,13 +269,15 @@ class Client:
 
     def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int], cancel: threading.Event | None = None,
                stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None,
-               named: dict[str, str] | None = None) -> Middles:
+               named: dict[str, str] | None = None, codec: str | None = None) -> Middles:
         """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
         moved; pair j uses ``seed + j``. In the split each middle goes to ``arrived`` as it comes,
         and a retry of the edge step asks only for the middles that did not. ``named``: the
         frames are not sent but named (a server-side source's ``source``, ``start`` and ``frames``)."""
         form = {"seed": str(seed), **(named or {})}
-        codec = self.auto.next() if self.auto is not None else self.codec
+        if codec is None and named is not None and self.codec in (AUTO, BITSTREAM_CODEC):
+            codec = BITSTREAM_CODEC  # a cloud source's own packets: the fewest bytes there are
+        codec = codec or (self.auto.next() if self.auto is not None else self.codec)
         if codec:
             form["codec"] = codec
         if self.scene_threshold is not None:
@@ -300,6 +289,9 @@ class Client:
         first_byte: list[float] = []  # when the payload began to come down, for --codec auto's link rate
         (payload, sent), retries = self._retried(lambda: self.transport.encode(encoded, form, first_byte.append), cancel,
                                                  stages.get("encoder"))
+        down = len(payload)  # from the cloud: a bitstream payload without the packets, which we hold
+        if codec == BITSTREAM_CODEC:
+            payload = self.sources[named["source"]].restore(payload)
         images: list[Image.Image] = []
 
         def receive(j: int, image: Image.Image) -> None:
@@ -310,10 +302,10 @@ class Client:
         asked = time.perf_counter()
         received, edge_retries = self._retried(lambda: self.transport.decode(payload, len(images), pairs, size, receive),
                                                cancel, stages.get("decoder"))
-        if self.auto is not None:
+        if self.auto is not None and codec != BITSTREAM_CODEC:
             self.auto.downloaded(codec, pairs, len(payload), first_byte[-1], asked)
             self.auto.answered(pairs, asked, time.perf_counter())
-        return Middles(images, sent + len(payload), len(payload) + received, len(payload), retries + edge_retries)
+        return Middles(images, sent + len(payload), down + received, len(payload), retries + edge_retries)
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
@@ -351,7 +343,9 @@ class Client:
         """The video ``name`` under the cloud's media root, planned from its probe (docs/cloud-sources.md)."""
         if not isinstance(self.transport, HttpTransport) or not self.split:
             raise BadInputError("a cloud: source is read from --cloud (and --edge) over --transport http")
-        return open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0], max_pixels)
+        remote = open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0], max_pixels)
+        self.sources[name] = remote
+        return remote
 
     def window(self, inflight: int) -> int:
         """The chunks to stream at once for ``inflight`` requests per server: in the split, as many
@@ -372,10 +366,14 @@ class Client:
 
         def process(index: int, frames: list[Frame], seed: int, arrived=None) -> Middles:
             named = named_fields(frames)
+            chunk = ([] if named else [frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived, named)
             try:
-                return self._chunk([] if named else [frame.encoded for frame in frames], seed, frames[0].image.size, cancel,
-                                   stages, arrived, named)
-            except ServerError as exc:
+                return self._chunk(*chunk)
+            except (CodecError, ServerError) as exc:
+                if named is not None and self.codec in (AUTO, BITSTREAM_CODEC) and exc.kind in BITSTREAM_FAILURES:
+                    warnings.warn(f"frames {index} to {index + len(frames) - 1}: {str(exc).split(';')[0]}; sent with the "
+                                  f"{FRAMES_CODEC} codec instead")
+                    return self._chunk(*chunk, FRAMES_CODEC)
                 if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                     raise
             half = len(frames) // 2

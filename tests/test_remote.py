@@ -5,6 +5,7 @@ file given locally, on a real TorchServe with the tiny model."""
 from __future__ import annotations
 
 import json
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -14,6 +15,9 @@ from eden_serve import wire
 from eden_serve.cli import main
 from eden_serve.client import Client
 from eden_serve.clips import Encoding
+from eden_serve.clips.remote import RemoteVideo
+from eden_serve.config import preset
+from eden_serve.wire.bitstream import BITSTREAM_CODEC
 from eden_serve.clips.pages import MAGIC, Packet, Page, pack, unpack
 from eden_serve.errors import CodecError
 from harness.servers import build_archives, torchserve
@@ -190,3 +194,42 @@ def test_a_cloud_sources_subtitles_are_copied_with_their_language(servers, media
 
     assert subtitles(tmp_path / "remote.mkv") == subtitles(tmp_path / "local.mkv")
     assert subtitles(tmp_path / "remote.mkv")[0] == "fra" and len(subtitles(tmp_path / "remote.mkv")[1]) == 2
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec", [BITSTREAM_CODEC, "auto"])
+def test_a_bitstream_cloud_source_equals_the_frames_codec(servers, tmp_path, codec):
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with warnings.catch_warnings(record=True) as caught, Client(cloud=url, edge=url, codec=codec) as client:
+        warnings.simplefilter("always")
+        bits = client.interpolate_clip("cloud:gops.mp4", tmp_path / "bits.mkv", **run)
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        frames = client.interpolate_clip("cloud:gops.mp4", tmp_path / "frames.mkv", **run)
+    assert not [w for w in caught if "instead" in str(w.message)]
+    assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
+    assert bits.pairs == frames.pairs == 23 and bits.received_bytes < frames.received_bytes
+
+
+@pytest.mark.serving
+def test_a_digest_mismatch_falls_back_to_the_frames_codec_for_that_chunk(servers, tmp_path, monkeypatch):
+    restore, config, lied = RemoteVideo.restore, preset("tiny"), []
+
+    def lying(self, elided):  # as an edge whose decoder gives other pixels would see it: one frame's digest differs
+        chunk = wire.decode(restore(self, elided), config)
+        if not lied:
+            chunk.digests[-1] = "f" * len(chunk.digests[-1])
+            lied.append(chunk.frames)
+        return wire.encode(chunk, config, BITSTREAM_CODEC)
+
+    monkeypatch.setattr(RemoteVideo, "restore", lying)
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with pytest.warns(UserWarning) as caught, Client(cloud=url, edge=url, codec=BITSTREAM_CODEC) as client:
+        client.interpolate_clip("cloud:gops.mp4", tmp_path / "bits.mkv", **run)
+    monkeypatch.undo()
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        client.interpolate_clip("cloud:gops.mp4", tmp_path / "frames.mkv", **run)
+    fallbacks = [str(w.message) for w in caught if "instead" in str(w.message)]
+    assert len(fallbacks) == 1 and "\n" not in fallbacks[0] and "other pixels than on the cloud" in fallbacks[0], fallbacks
+    assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")

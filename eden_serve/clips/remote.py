@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import threading
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -21,12 +22,14 @@ from typing import Callable, Iterator, Sequence
 
 from ..errors import BadInputError, CodecError
 from ..frames import check_size
+from ..wire import elision
 from .base import Clip, Frame
 from .encoding import import_av
-from .pages import Page, unpack
+from .pages import Packet, Page, unpack
 from .video import VideoClip
 
 PREFIX = "cloud:"
+HELD_PACKETS = 1024  # at least: more than the frames of every chunk in flight
 # (stream, first packet) -> the page's bytes; stream None: the video.
 Fetch = Callable[[int | None, int], bytes]
 
@@ -68,6 +71,8 @@ class RemoteVideo(VideoClip):
         self.rate, self.time_base = _fraction(probe.get("rate"), "rate"), _fraction(probe.get("time_base"), "time base")
         self.length = probe["frames"] or None
         self.first = unpack(fetch(None, 0))
+        self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
+        self._lock = threading.Lock()
         video = self.first.stream
         if video.get("type") != "video" or not {"width", "height", "pix_fmt"} <= set(video):
             raise CodecError("the cloud's first page is not of a video stream")
@@ -145,6 +150,7 @@ class RemoteVideo(VideoClip):
         time_base = page.time_base
         while True:
             for p in page.packets:
+                self._hold(p)
                 packet = av.Packet(p.data)
                 packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, time_base
                 yield from decoder.decode(packet)
@@ -152,6 +158,30 @@ class RemoteVideo(VideoClip):
                 break
             page = self.page(page.next)
         yield from decoder.decode(None)
+
+    def _hold(self, packet: Packet) -> None:
+        """Keep ``packet`` for the bitstream payloads of the chunks to come: the packets since the
+        key frame before the last :data:`HELD_PACKETS`, so the GOP of every chunk in flight."""
+        with self._lock:
+            if packet.key and len(self._held) > HELD_PACKETS:
+                drop = max((i for i, p in enumerate(self._held) if p.key and i <= len(self._held) - HELD_PACKETS), default=0)
+                self._held = self._held[drop:]
+            self._held.append(packet)
+
+    def packets(self, wanted: list[tuple[int, int | None, int]]) -> list[bytes]:
+        """The bytes of the packets that ``wanted`` lists by (pts, dts, length), consecutive in
+        decode order, from those held; CodecError where they are not held as listed."""
+        with self._lock:
+            held = list(self._held)
+        starts = [i for i, p in enumerate(held) if (p.pts, p.dts) == wanted[0][:2]] if wanted else []
+        found = held[starts[0]:starts[0] + len(wanted)] if starts else []
+        if [(p.pts, p.dts, len(p.data)) for p in found] != wanted:
+            raise CodecError("the packets a bitstream chunk names are not those held here")
+        return [p.data for p in found]
+
+    def restore(self, elided: bytes) -> bytes:
+        """A bitstream payload that the cloud sent without its packets, whole again from those held."""
+        return elision.restore(elided, self.packets(elision.wanted(elided)))
 
     def __iter__(self) -> Iterator:
         try:

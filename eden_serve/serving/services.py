@@ -38,7 +38,7 @@ from .fields import (
     FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
-from .sources import PacketsJob, ProbeJob, answer, parse_source, read_source
+from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
@@ -192,7 +192,7 @@ class CloudService(Service):
         seed = parse_seed(request.get("seed"))
         if seed + len(frames) - 2 > MAX_SEED:
             raise BadInputError(f"seed {seed} leaves no room for the seeds of {len(frames) - 1} pairs below {MAX_SEED}")
-        codec = parse_codec(request.get("codec"), self.settings.codec)
+        codec = codec_of(request, source, self.settings.codec)
         threshold = parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold)
         return EncodeJob(frames, seed, codec, threshold, source)
 
@@ -205,12 +205,10 @@ class CloudService(Service):
             frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
                                 self.max_chunk_tokens)
         start = time.perf_counter()
-        make = self.model.frames_chunk if job.codec == wire.FRAMES_CODEC else self.model.encode_chunk
+        make = self.model.frames_chunk if job.codec in (wire.FRAMES_CODEC, wire.BITSTREAM_CODEC) else self.model.encode_chunk
         chunk = make(frames, job.seed, job.scene_threshold)
         encoded = time.perf_counter()
-        payload = wire.encode(chunk, self.model.config, job.codec)
-        if self.wire_key is not None:
-            payload = keyed.sign(payload, self.wire_key)
+        payload = sealed(self.settings, job.codec, job.source, job.frames, chunk, self.model.config, self.wire_key)
         self.time_metric("EdenEncodeMs", encoded - start, idx)
         self.size_metric("EdenPayloadBytes", len(payload), idx)
         return Reply(payload, OCTET_STREAM)

@@ -13,13 +13,17 @@ from typing import NamedTuple
 import torch
 
 from .. import wire
+from ..wire import FramesChunk, keyed
+from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
+from ..wire.elision import elide
+from ..clips.packets import PacketReader, frame_digest
 from ..clips.pages import pack
 from ..clips.sources import SourceVideo, resolve
 from ..cloud import check_tokens
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
 from ..frames import check_sides, image_to_tensor
-from .fields import ASKS, JSON, OCTET_STREAM, SOURCE_HELP, parse_index, text
+from .fields import ASKS, JSON, OCTET_STREAM, SOURCE_HELP, parse_codec, parse_index, text
 from .worker import Settings
 
 
@@ -64,6 +68,35 @@ def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
     if isinstance(job, ProbeJob):
         return json.dumps(video.probe()).encode(), JSON
     return pack(video.page(job.stream, job.start)), OCTET_STREAM
+
+
+def codec_of(request: dict, source: str | None, default: str) -> str:
+    """A chunk request's codec; the bitstream codec carries a named source's own packets, and only those."""
+    if source is not None and request.get("codec") in (BITSTREAM_CODEC, BITSTREAM_CODEC.encode()):
+        return BITSTREAM_CODEC
+    return parse_codec(request.get("codec"), default)
+
+
+def sealed(settings: Settings, codec: str, source: str | None, frames, chunk, config: EdenConfig, key: bytes | None) -> bytes:
+    """The payload of a chunk the cloud encoded, signed where it holds a wire key."""
+    if codec == BITSTREAM_CODEC:
+        return bitstream(settings, source, frames, chunk, config, key)
+    payload = wire.encode(chunk, config, codec)
+    return payload if key is None else keyed.sign(payload, key)
+
+
+def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChunk, config: EdenConfig, key: bytes | None) -> bytes:
+    """The bitstream payload of a named chunk, with the ``decisions`` the cloud made from its pixels
+    (and their digests), sealed and signed, then sent without the packets' bytes, which the client
+    holds already (:mod:`~eden_serve.wire.elision`)."""
+    root = settings.media_root
+    reader = PacketReader(resolve(None if root is None else Path(root), name), settings.max_pixels)
+    span = reader.needed(frames.start, frames.stop - 1)
+    packets = [p for p in reader if span.key <= p.index <= span.end]
+    chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
+                           decisions.differences, decisions.seeds, decisions.cuts, decisions.cloud)
+    payload = wire.encode(chunk, config, BITSTREAM_CODEC)
+    return elide(payload if key is None else keyed.sign(payload, key))
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
