@@ -142,7 +142,11 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
     height, width = parameters.size
     if max_pixels is not None and width * height > max_pixels:
         raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
-    av = import_av()
+    try:
+        av = import_av()
+    except BadInputError:
+        raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
+                                  "chunk with the frames codec") from None
     context = _decoder(parameters, av)
     pixels = np.empty((count, height, width, 3), np.uint8)
     start, shown, got = packets[0].pts, 0, 0

@@ -28,6 +28,7 @@ import torch
 from .. import wire
 from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
+from ..clips.packets import to_frames_chunk
 from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches
@@ -279,11 +280,13 @@ class EdgeService(Service):
         if job.first >= chunk.pairs:
             raise BadInputError(f"first is {job.first}, but the payload holds {chunk.pairs} pairs (0 to {chunk.pairs - 1})")
         self.size_metric("EdenPayloadBytes", len(job.payload), idx)
-        if isinstance(chunk, wire.FramesChunk):
+        if isinstance(chunk, (wire.FramesChunk, wire.BitstreamChunk)):
             if self.e_cond is None:
                 raise ModelMismatchError("this edge's archive carries no cloud weights to derive conditions from frames with; "
                                          f"rebuild it with this release's archive.sh, or ask the cloud for codec {wire.DEFAULT_CODEC}")
             start = time.perf_counter()
+            if isinstance(chunk, wire.BitstreamChunk):
+                chunk = to_frames_chunk(chunk, self.settings.max_pixels)  # 409 where a frame's digest differs
             chunk = self.e_cond.restore(chunk)
             self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
         return self.model.receive(chunk)
