@@ -14,7 +14,8 @@ serves HTTPS with its own certificate from a CA made for the run, and the two sh
 (keyed payloads; docs/tls.md). Prints one line per run, then a markdown table, and writes the rows
 to benchmarks/results/two_hosts.csv; docs/streaming.md explains the modes and transports. Codec ``auto`` is the client's ``--codec auto`` (its "edge
 alone" column is measured with the default codec); ``--plot PREFIX`` writes the table as PREFIX.csv
-and its pairs/s per codec as PREFIX.png. ``--source cloud`` puts the video itself (whole GOPs of
+and its pairs/s per codec as PREFIX.png (codec ``bitstream``: cloud sources only; its "edge alone"
+is measured with the frames codec). ``--source cloud`` puts the video itself (whole GOPs of
 --clip, stream-copied from the key frame at or before --start, --frames frames at least) in the
 cloud's media root and the client names it (docs/cloud-sources.md): nothing goes up but forms, and
 "video/pair" is the source's own packets per pair, the floor of what must come down.
@@ -48,7 +49,7 @@ from eden_serve.pace import AUTO
 from eden_serve.serving.tls import ClientTLS
 from eden_serve.serving.worker import default_threads
 from eden_serve.streaming import Middles, interpolate_clip
-from eden_serve.wire import DEFAULT_CODEC, keyed
+from eden_serve.wire import BITSTREAM_CODEC, DEFAULT_CODEC, FRAMES_CODEC, keyed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
@@ -58,6 +59,10 @@ import results
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
 # Each mode is the pairs per request (the client's --chunk) and whether the first chunks ramp up to it (--ramp).
 MODES = {"pair": (1, False), "chunk8": (8, False), "ramp8": (8, True)}
+# The codec of the "edge alone" column where a codec's payloads cannot be fetched by uploading frames:
+# auto's default, and for bitstream (cloud sources only) the frames codec, whose edge work it shares
+# but for decoding the packets instead of WebP.
+ALONE_CODECS = {AUTO: DEFAULT_CODEC, BITSTREAM_CODEC: FRAMES_CODEC}
 
 
 @dataclass
@@ -181,8 +186,7 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, t
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
         for mode in modes if args.alone else ():
-            run = edge_alone(cloud, edge, clip, out, DEFAULT_CODEC if codec == AUTO else codec, args.inflight, mode,
-                             options["tls"])
+            run = edge_alone(cloud, edge, clip, out, ALONE_CODECS.get(codec, codec), args.inflight, mode, options["tls"])
             print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
                   f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
             alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
