@@ -18,7 +18,9 @@ from eden_serve.clips import Encoding
 from eden_serve.clips.remote import RemoteVideo
 from eden_serve.config import preset
 from eden_serve.wire.bitstream import BITSTREAM_CODEC
+from eden_serve.clips import open_clip, sources
 from eden_serve.clips.pages import MAGIC, Packet, Page, pack, unpack
+from eden_serve.clips.sources import SourceVideo
 from eden_serve.errors import CodecError
 from harness.servers import build_archives, torchserve
 from test_video import make_video, real_video
@@ -71,6 +73,34 @@ def _forged(edit) -> bytes:
 def test_hostile_pages_are_refused_with_a_reason(data, message):
     with pytest.raises(CodecError, match=message):
         unpack(data)
+
+
+def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "MAX_PAGE_PACKETS", 7)  # the cloud's pages, shorter: several of them
+    path = real_video(tmp_path / "gops.mp4", 20, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
+                      options={"g": "6", "bf": "2"})
+    video = SourceVideo(path, 10**7)
+    asked = []
+
+    def fetch(stream, start):
+        asked.append(start)
+        return pack(video.page(stream, start))
+
+    remote = RemoteVideo("gops.mp4", json.loads(json.dumps(video.probe())), fetch)
+    with open_clip(path) as clip:
+        local = [(f.index, f.time, f.end, np.asarray(f.image)) for f in clip]
+    read = [(f.index, f.time, f.end, np.asarray(f.image)) for f in remote]
+    assert len(read) == len(local) == 20
+    assert all(a[:3] == b[:3] and np.array_equal(a[3], b[3]) for a, b in zip(read, local))
+    assert asked == [0, 7, 14]  # each page once: the first (read to plan) serves the first frames too
+
+
+@pytest.mark.parametrize("probe", [[], {"frames": -1, "rate": "25", "time_base": "1/25", "streams": []},
+                                   {"frames": 3, "rate": "0", "time_base": "1/25", "streams": []},
+                                   {"frames": 3, "rate": "25", "time_base": "x", "streams": []}])
+def test_a_probe_that_is_no_probe_is_refused(probe):
+    with pytest.raises(CodecError, match="probe"):
+        RemoteVideo("x.mp4", probe, lambda stream, start: pack(page()))
 
 
 # --- cloud: sources end to end ----------------------------------------------------------------------

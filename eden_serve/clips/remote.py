@@ -66,7 +66,8 @@ class RemoteVideo(VideoClip):
         av = import_av()
         self._error = av.error.FFmpegError
         self.name, self.probe, self.fetch = name, probe, fetch
-        if not isinstance(probe, dict) or type(probe.get("frames")) is not int or not isinstance(probe.get("streams"), list):
+        if not isinstance(probe, dict) or type(probe.get("frames")) is not int or probe["frames"] < 0 or not isinstance(
+                probe.get("streams"), list):
             raise CodecError("the cloud's probe is not a probe document (frames, rate, streams)")
         self.rate, self.time_base = _fraction(probe.get("rate"), "rate"), _fraction(probe.get("time_base"), "time base")
         self.length = probe["frames"] or None
