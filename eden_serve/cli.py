@@ -21,7 +21,7 @@ from . import archive, pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
-from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
+from .client import DEFAULT_TIMEOUT, Client
 from .clip_options import add_clip_arguments, clip_options, parse_size, refuse_clip_options, report
 from .clips import Frame
 from .cloud import SCENE_THRESHOLD
@@ -34,6 +34,7 @@ from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
 from .serving.tls import ClientTLS
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
+from .transports import TOKEN_ENV, read_token
 from .wire.keyed import KEY_FILE_ENV
 
 PROG = "eden-serve"

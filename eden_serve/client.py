@@ -43,7 +43,7 @@ from .errors import (
 from .frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS
-from .transports import TOKEN_ENV, Stage, read_token
+from .transports import Stage
 from .transports.grpc import GrpcTransport
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
 from .wire import BITSTREAM_CODEC, FRAMES_CODEC

@@ -36,7 +36,7 @@ from ..errors import BadInputError, ChunkTooLargeError, ModelMismatchError, enco
 from ..frames import png_of
 from ..wire import Chunk, keyed
 from .fields import (
-    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_first, parse_seed, parse_stream,
+    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
 from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
