@@ -217,7 +217,8 @@ def _bench(args) -> int:
 def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``eden-serve client``; :func:`run_client` takes the parsed namespace."""
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="two frames, or one clip: a directory of frames, an animated GIF/APNG/WebP, or a video")
+                        help="two frames, or one clip: a directory of frames, an animated GIF/APNG/WebP, or a video; or "
+                             "cloud:NAME, a video under the cloud's media root (docs/cloud-sources.md)")
     parser.add_argument("-o", "--output", required=True,
                         help="the middle frame for two frames; for a clip, a clip of the same kind (2N-1 frames)")
     where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
@@ -237,7 +238,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
     parser.add_argument("--wire-codec", "--codec", dest="codec",
                         help="wire codec asked of the encoder, or auto (with --cloud/--edge: chosen per chunk from the measured "
-                             "link and edge rates; docs/wire-codecs.md) (default: the server's)")
+                             "link and edge rates; docs/wire-codecs.md; bitstream for a cloud: source) (default: the server's)")
     parser.add_argument("--scene-threshold", type=_threshold_text,
                         help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
