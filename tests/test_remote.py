@@ -263,3 +263,15 @@ def test_a_digest_mismatch_falls_back_to_the_frames_codec_for_that_chunk(servers
     fallbacks = [str(w.message) for w in caught if "instead" in str(w.message)]
     assert len(fallbacks) == 1 and "\n" not in fallbacks[0] and "other pixels than on the cloud" in fallbacks[0], fallbacks
     assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("name", ["vfr.mkv", "sine.mp4"])
+def test_auto_on_other_cloud_sources_gives_the_frames_codecs_output(servers, tmp_path, name):
+    url = servers.inference_url
+    run = {"chunk": 3, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with Client(cloud=url, edge=url, codec="auto") as client:
+        client.interpolate_clip(f"cloud:{name}", tmp_path / "auto.mkv", **run)
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        client.interpolate_clip(f"cloud:{name}", tmp_path / "frames.mkv", **run)
+    assert same_video(tmp_path / "auto.mkv", tmp_path / "frames.mkv")
