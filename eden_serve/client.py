@@ -54,9 +54,10 @@ DECODER = "eden_ditdec"
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CONNECT_TIMEOUT = 10.0
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
-# A bitstream chunk the edge decodes to other pixels (another libavcodec), or one put together wrong:
-# the frames codec carries it instead.
-BITSTREAM_FAILURES = {DigestMismatchError.kind, CodecError.kind}
+# A bitstream chunk the edge decodes to other pixels (another libavcodec), one put together wrong, or
+# one of a video whose packets the cloud cannot send so (untimed, cut by an edit list): the frames
+# codec carries it instead (a chunk bad for any codec then fails with the frames codec's answer).
+BITSTREAM_FAILURES = {DigestMismatchError.kind, CodecError.kind, BadInputError.kind}
 
 
 def _base(url: str, option: str) -> str:

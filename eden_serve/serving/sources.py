@@ -7,6 +7,8 @@ and ``start`` (a page of that stream's compressed packets)."""
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,7 +20,7 @@ from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
 from ..wire.elision import elide
 from ..clips.packets import PacketReader, frame_digest
 from ..clips.pages import pack
-from ..clips.sources import SourceVideo, resolve
+from ..clips.sources import SCANS_KEPT, SourceVideo, resolve
 from ..cloud import check_tokens
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
@@ -90,13 +92,39 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     (and their digests), sealed and signed, then sent without the packets' bytes, which the client
     holds already (:mod:`~eden_serve.wire.elision`)."""
     root = settings.media_root
-    reader = PacketReader(resolve(None if root is None else Path(root), name), settings.max_pixels)
+    reader = packet_reader(resolve(None if root is None else Path(root), name), settings.max_pixels)
     span = reader.needed(frames.start, frames.stop - 1)
-    packets = [p for p in reader if span.key <= p.index <= span.end]
+    packets = []
+    for packet in reader:  # the file's packets up to the chunk's last
+        if packet.index > span.end:
+            break
+        if packet.index >= span.key:
+            packets.append(packet)
     chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
                            decisions.differences, decisions.seeds, decisions.cuts, decisions.cloud)
     payload = wire.encode(chunk, config, BITSTREAM_CODEC)
     return elide(payload if key is None else keyed.sign(payload, key))
+
+
+_readers: OrderedDict[tuple, PacketReader] = OrderedDict()
+_readers_lock = threading.Lock()
+
+
+def packet_reader(path: Path, max_pixels: int) -> PacketReader:
+    """The :class:`PacketReader` of ``path`` (its packets' times, read once), kept for the last
+    :data:`~eden_serve.clips.sources.SCANS_KEPT` files while their size and modification time stay."""
+    status = path.stat()
+    key = (str(path), status.st_size, status.st_mtime_ns, max_pixels)
+    with _readers_lock:
+        if key in _readers:
+            _readers.move_to_end(key)
+            return _readers[key]
+    reader = PacketReader(path, max_pixels)
+    with _readers_lock:
+        _readers[key] = reader
+        while len(_readers) > SCANS_KEPT:
+            _readers.popitem(last=False)
+    return reader
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
