@@ -82,9 +82,11 @@ def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypat
     video = SourceVideo(path, 10**7)
     asked = []
 
-    def fetch(stream, start):
+    def fetch(stream, start, after):
         asked.append(start)
-        return pack(video.page(stream, start))
+        page = video.page(stream, start, after and (after.pts, after.dts, len(after.data)))
+        assert video.demuxed <= 2 * 7 + 6 if start else True  # from the key frame before the page, not from the start
+        return pack(page)
 
     remote = RemoteVideo("gops.mp4", json.loads(json.dumps(video.probe())), fetch)
     with open_clip(path) as clip:
@@ -100,7 +102,7 @@ def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypat
                                    {"frames": 3, "rate": "25", "time_base": "x", "streams": []}])
 def test_a_probe_that_is_no_probe_is_refused(probe):
     with pytest.raises(CodecError, match="probe"):
-        RemoteVideo("x.mp4", probe, lambda stream, start: pack(page()))
+        RemoteVideo("x.mp4", probe, lambda stream, start, after: pack(page()))
 
 
 # --- cloud: sources end to end ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from eden_serve import wire
-from eden_serve.clips import open_clip
+from eden_serve.clips import open_clip, sources
 from eden_serve.clips.sources import SourceVideo, resolve
 from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from harness.servers import build_archives, torchserve
@@ -159,6 +159,8 @@ def test_the_probe_tells_frames_rate_size_and_streams(cloud):
     ({"source": "gops.mp4", "start": 0}, 400, "bad_input"),
     ({"source": "gops.mp4", "start": "-1", "frames": 2}, 400, "bad_input"),
     ({"source": "gops.mp4", "ask": "everything"}, 400, "bad_input"),
+    ({"source": "gops.mp4", "ask": "packets", "start": 3, "after": "1:2"}, 400, "bad_input"),
+    ({"source": "gops.mp4", "ask": "packets", "stream": 7}, 400, "bad_input"),
 ])
 def test_bad_source_requests_get_their_status_and_the_worker_goes_on(cloud, fields, status, kind):
     answer = ask(cloud, fields)
@@ -174,3 +176,24 @@ def test_a_cloud_without_a_media_root_refuses_sources(tmp_path):
         answer = ask(server, {"source": "gops.mp4", "ask": "probe"})
     assert answer.status_code == 403 and answer.json()["type"] == "source_forbidden"
     assert "media_root is off" in answer.json()["message"]
+
+
+@pytest.mark.parametrize("kind", ["video", "audio"])
+def test_pages_continue_from_the_packet_before_them_without_reading_from_the_start(tmp_path, monkeypatch, kind):
+    monkeypatch.setattr(sources, "MAX_PAGE_PACKETS", 5)
+    path = real_video(tmp_path / "sine.mp4", 40, Fraction(25), source="bikes.mp4", size=(96, 64),
+                      options={"g": str(KEY_INTERVAL), "bf": "2", "sc_threshold": "0"})
+    video = SourceVideo(path, 10**7)
+    index = next(s["index"] for s in video.probe()["streams"] if s["type"] == kind)
+    with av.open(str(path)) as container:
+        every = [(bytes(p), p.pts, p.dts) for p in container.demux(container.streams[index]) if p.size]
+    read, start, after = [], 0, None
+    while start is not None:
+        page = video.page(index, start, after)
+        if start:
+            assert video.demuxed <= 5 + 1 + (KEY_INTERVAL + 3 if kind == "video" else 2), (start, video.demuxed)
+        read += [(p.data, p.pts, p.dts) for p in page.packets]
+        last = page.packets[-1]
+        start, after = page.next, (last.pts, last.dts, len(last.data))
+    assert read == every and len(every) > 20
+    assert video.page(index, 10, (123, 456, 7)).packets == video.page(index, 10).packets  # a wrong one: from the start

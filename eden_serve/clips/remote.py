@@ -30,8 +30,8 @@ from .video import VideoClip
 
 PREFIX = "cloud:"
 HELD_PACKETS = 1024  # at least: more than the frames of every chunk in flight
-# (stream, first packet) -> the page's bytes; stream None: the video.
-Fetch = Callable[[int | None, int], bytes]
+# (stream, first packet, the packet before it) -> the page's bytes; stream None: the video.
+Fetch = Callable[[int | None, int, "Packet | None"], bytes]
 
 
 def source_name(src) -> str | None:
@@ -71,7 +71,7 @@ class RemoteVideo(VideoClip):
             raise CodecError("the cloud's probe is not a probe document (frames, rate, streams)")
         self.rate, self.time_base = _fraction(probe.get("rate"), "rate"), _fraction(probe.get("time_base"), "time base")
         self.length = probe["frames"] or None
-        self.first = unpack(fetch(None, 0))
+        self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
         video = self.first.stream
@@ -84,9 +84,10 @@ class RemoteVideo(VideoClip):
         self.others = {s["index"]: s.get("language") for s in probe["streams"] if isinstance(s, dict)
                        and s.get("type") in ("audio", "subtitle") and type(s.get("index")) is int}
 
-    def page(self, start: int, stream: int | None = None, first: Page | None = None) -> Page:
-        """The page of ``stream`` (None: the video) from packet ``start``, of the same stream as its ``first``."""
-        page = unpack(self.fetch(stream, start))
+    def page(self, start: int, stream: int | None = None, first: Page | None = None, after: Packet | None = None) -> Page:
+        """The page of ``stream`` (None: the video) from packet ``start``, which follows packet
+        ``after`` (where the cloud seeks to), of the same stream as its ``first``."""
+        page = unpack(self.fetch(stream, start, after))
         first = first or (self.first if stream is None else None)
         if first is not None and page.stream != first.stream or stream is not None and page.stream["index"] != stream:
             raise CodecError(f"the cloud's page at packet {start} is of another stream than asked")
@@ -131,7 +132,7 @@ class RemoteVideo(VideoClip):
                 yield packet
             if page.next is None:
                 return
-            page = self.page(page.next, index, first)
+            page = self.page(page.next, index, first, page.packets[-1] if page.packets else None)
 
     def decoder(self):
         av = import_av()
@@ -157,7 +158,7 @@ class RemoteVideo(VideoClip):
                 yield from decoder.decode(packet)
             if page.next is None:
                 break
-            page = self.page(page.next)
+            page = self.page(page.next, after=page.packets[-1] if page.packets else None)
         yield from decoder.decode(None)
 
     def _hold(self, packet: Packet) -> None:
@@ -205,8 +206,10 @@ def open_remote(name: str, ask: Callable[[dict[str, str]], bytes], max_pixels: i
     except ValueError:
         raise CodecError(f"the cloud's probe of {name!r} is not JSON") from None
 
-    def fetch(stream: int | None, start: int) -> bytes:
+    def fetch(stream: int | None, start: int, after: Packet | None) -> bytes:
         form = {"source": name, "ask": "packets", "start": str(start)}
+        if after is not None:  # the packet before the page: the cloud seeks to it
+            form["after"] = ":".join("none" if v is None else str(v) for v in (after.pts, after.dts, len(after.data)))
         return ask(form if stream is None else {**form, "stream": str(stream)})
 
     return RemoteVideo(name, probe, fetch, max_pixels)

@@ -193,10 +193,18 @@ class SourceVideo:
             raise BadInputError(f"{self.path.name}: frames {first} to {first + count - 1} do not all decode")
         return [found[key] for key in keys]
 
-    def page(self, index: int | None, start: int) -> Page:
+    def page(self, index: int | None, start: int, after: tuple | None = None) -> Page:
         """Packets ``start`` ... of stream ``index`` (None: the video), in the file's order, as
-        many as a page holds (:mod:`.pages`)."""
+        many as a page holds (:mod:`.pages`). ``after``: (pts, dts, size) of packet ``start - 1``,
+        which the demuxer seeks to rather than reading the stream from its start; where it is not
+        met there, the stream is read from its start."""
+        stamp = None if after is None else after[1] if after[1] is not None else after[0]
+        found = self._page(index, start, after, stamp) if start and stamp is not None else None
+        return found or self._page(index, start, None, None)
+
+    def _page(self, index: int | None, start: int, after: tuple | None, stamp: int | None) -> Page | None:
         av = import_av()
+        self.demuxed = 0  # packets read for the last page: what a seek saved shows here
         try:
             with av.open(str(self.path)) as container:
                 streams = container.streams
@@ -205,15 +213,28 @@ class SourceVideo:
                 if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
                     raise BadInputError(f"{self.path.name} has no video, audio or subtitle stream {index}")
                 stream = streams[index]
-                packets, size, following = [], 0, None
-                for n, packet in enumerate(p for p in container.demux(stream) if p.size):
-                    if n < start:
+                if after is not None:
+                    container.seek(stamp, stream=stream, backward=True)
+                packets, size, following, n = [], 0, None, None if after is not None else 0
+                for packet in container.demux(stream):
+                    if not packet.size:
                         continue
-                    if len(packets) == MAX_PAGE_PACKETS or (packets and size + packet.size > MAX_PAGE_BYTES):
-                        following = n
-                        break
-                    packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe))
-                    size += packet.size
+                    self.demuxed += 1
+                    if n is None:  # still looking for the packet before the page
+                        if (packet.pts, packet.dts, packet.size) == after:
+                            n = start
+                        elif (packet.dts if packet.dts is not None else packet.pts or 0) > stamp:
+                            return None
+                        continue
+                    if n >= start:
+                        if len(packets) == MAX_PAGE_PACKETS or (packets and size + packet.size > MAX_PAGE_BYTES):
+                            following = n
+                            break
+                        packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe))
+                        size += packet.size
+                    n += 1
+                if n is None:
+                    return None
                 return Page(_parameters(stream), bytes(stream.codec_context.extradata or b""), packets, following)
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.path.name}: cannot read stream {index}'s packets ({exc})") from None

@@ -37,6 +37,7 @@ class PacketsJob(NamedTuple):
     source: str
     stream: int | None  # None: the video
     start: int  # the page's first packet
+    after: tuple | None  # (pts, dts, size) of the packet before it, where the client holds it
 
 
 def parse_source(request: dict, settings: Settings) -> ProbeJob | PacketsJob | tuple[str, range]:
@@ -50,13 +51,27 @@ def parse_source(request: dict, settings: Settings) -> ProbeJob | PacketsJob | t
         return ProbeJob(source)
     if ask == "packets":
         stream = parse_index(request["stream"], "stream") if request.get("stream") is not None else None
-        return PacketsJob(source, stream, parse_index(request.get("start"), "start", 0))
+        return PacketsJob(source, stream, parse_index(request.get("start"), "start", 0), parse_after(request.get("after")))
     start, count = parse_index(request.get("start"), "start", 0), parse_index(request.get("frames"), "frames")
     if count > settings.max_chunk_frames:
         raise ChunkTooLargeError(f"{count} frames in one request, over this server's {settings.max_chunk_frames}; send shorter chunks")
     if count < 2:
         raise BadInputError(f"frames must be at least 2 (a pair), got {count}")
     return source, range(start, start + count)
+
+
+def parse_after(value) -> tuple | None:
+    """The ``after`` field: ``PTS:DTS:SIZE`` of the packet before a page (``none`` for a missing time)."""
+    if value is None:
+        return None
+    parts = text(value, "after").split(":")
+    try:
+        if len(parts) != 3 or any(len(p) > 20 for p in parts):
+            raise ValueError
+        pts, dts = (None if p == "none" else int(p) for p in parts[:2])
+        return pts, dts, int(parts[2])
+    except ValueError:
+        raise BadInputError(f"after must be PTS:DTS:SIZE, integers (or none for a time), got {parts!r:.60}") from None
 
 
 def open_source(settings: Settings, name: str) -> SourceVideo:
@@ -69,7 +84,7 @@ def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
     video = open_source(settings, job.source)
     if isinstance(job, ProbeJob):
         return json.dumps(video.probe()).encode(), JSON
-    return pack(video.page(job.stream, job.start)), OCTET_STREAM
+    return pack(video.page(job.stream, job.start, job.after)), OCTET_STREAM
 
 
 def codec_of(request: dict, source: str | None, default: str) -> str:
