@@ -68,7 +68,8 @@ _KEYS = {"fingerprint", "hidden_dim", "codec", "cloud", "stream", "packets", "sk
 _STREAM_KEYS = {"decoder", "extradata", "width", "height", "pix_fmt", "codec_tag", "color_range", "colorspace", "color_primaries",
                 "color_trc"}
 _COLOURS = ("color_range", "colorspace", "color_primaries", "color_trc")
-_RECORD = np.dtype([("length", "<u4"), ("flags", "<u4"), ("pts", "<i8"), ("dts", "<i8")])
+# A packet's record in the body's table (wire.elision reads it too).
+RECORD = np.dtype([("length", "<u4"), ("flags", "<u4"), ("pts", "<i8"), ("dts", "<i8")])
 _PIX_FMT = re.compile(r"[a-z0-9_]{1,32}")
 
 
@@ -166,7 +167,7 @@ def encode_bitstream(chunk: BitstreamChunk, config: EdenConfig) -> bytes:
     if len(chunk.differences) != frames - 1 or len(chunk.seeds) != frames - 1:
         raise invalid("differences", f"and seeds must number {frames - 1}, one per pair", payload=False)
     skip = integer(chunk.skip, "skip", MAX_PACKETS, payload=False)
-    table = np.array([_record(p) for p in chunk.packets], _RECORD)
+    table = np.array([_record(p) for p in chunk.packets], RECORD)
     _check_table(table, skip, frames, parameters, payload=False)
     header = {
         "fingerprint": config.fingerprint(),
@@ -204,11 +205,11 @@ def decode_bitstream(header: dict, body: memoryview, config: EdenConfig, limits:
     digests = _digests(header["digests"], frames)
     skip = integer(header["skip"], "skip", MAX_PACKETS)
     count = integer(header["packets"], "packets", MAX_PACKETS, lo=1)
-    if len(body) < count * _RECORD.itemsize:
+    if len(body) < count * RECORD.itemsize:
         raise CodecError(f"malformed payload: the body has {len(body)} bytes, too few for a table of {count} packets")
-    table = np.frombuffer(body, _RECORD, count)
+    table = np.frombuffer(body, RECORD, count)
     _check_table(table, skip, frames, parameters)
-    data = body[count * _RECORD.itemsize :]
+    data = body[count * RECORD.itemsize :]
     if int(table["length"].sum()) != len(data):
         raise CodecError(f"malformed payload: the packets take {int(table['length'].sum())} bytes, but the body holds {len(data)}")
     starts = np.cumsum([0, *table["length"].tolist()]).tolist()
