@@ -140,6 +140,8 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
     frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives. The decoder
     refuses, as it parses the stream's own headers, any frame larger than ``parameters`` declare."""
     height, width = parameters.size
+    if not packets:
+        raise CodecError("malformed payload: it holds no packets")
     if max_pixels is not None and width * height > max_pixels:
         raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
     try:

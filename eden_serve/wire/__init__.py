@@ -19,8 +19,9 @@ edge decodes to those frames (``eden_serve.clips.packets.to_frames_chunk``).
 :func:`decode` never unpickles, and checks in order: prefix, magic, version, header length, the
 digest, the header's keys, types and ranges, model fingerprint and width, grid against size, the
 frame count, the tokens and pixels against the receiver's limits, the body's size against what the
-header implies (format 3: every frame's image header), and only then reads the tensors (or
-decompresses the frames), frame by frame, into arrays of the body's own dtype. It raises only
+header implies (format 3: every frame's image header; format 4: the packet table), and only then
+reads the tensors (or decompresses the frames), frame by frame, into arrays of the body's own dtype;
+a format 4 payload's packets are decoded later, by ``clips.packets``. It raises only
 :class:`CodecError` (or a subclass).
 """
 
