@@ -338,7 +338,7 @@ def main() -> None:
         args.source_name, media = None, None
         if args.source == "cloud":
             media = root / "media"
-            args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", args.start or 76, args.frames).name
+            args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", 76 if args.start is None else args.start, args.frames).name
             with av.open(str(media / args.source_name)) as video:
                 args.frames = sum(1 for p in video.demux(video=0) if p.size)
             args.clip, args.start = media / args.source_name, 0
