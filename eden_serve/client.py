@@ -24,48 +24,37 @@ arrive.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
 from PIL import Image
 
 from .clips import Frame
-from .errors import BadInputError, ChunkTooLargeError, ServerError
-from .frames import oriented_size, png_bytes
+from .clips.remote import RemoteVideo, named_fields, open_remote, source_name
+from .errors import BadInputError, ChunkTooLargeError, CodecError, DigestMismatchError, ServerError
+from .frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
 from .pace import AUTO, AutoCodec
 from .serving.tls import ClientTLS
 from .transports import DECODER, ENCODER, Stage
 from .transports.grpc import GrpcTransport
 from .transports.http import HttpTransport
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
+from .wire import BITSTREAM_CODEC, FRAMES_CODEC
 
-TOKEN_ENV = "EDEN_TOKEN"
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
 # The split's per-chunk events at DEBUG, each record's time when it happened (benchmarks/two_hosts.py
 # --timeline): "cloud asked", "payload in", "edge asked", "middle J" and "done"; args (first pair, pairs, event).
 TIMELINE = logging.getLogger("eden_serve.timeline")
+# A bitstream chunk the edge decodes to other pixels (another libavcodec), one put together wrong, or
+# one of a video whose packets the cloud cannot send so (untimed, cut by an edit list): the frames
+# codec carries it instead (a chunk bad for any codec then fails with the frames codec's answer).
+BITSTREAM_FAILURES = {DigestMismatchError.kind, CodecError.kind, BadInputError.kind}
 
-
-def read_token(token: str | None = None, token_file: str | Path | None = None) -> str | None:
-    """The inference token: ``token`` itself, else the inference key of a TorchServe
-    ``key_file.json``, else the ``EDEN_TOKEN`` environment variable, else None (no auth)."""
-    if token:
-        return token
-    if token_file:
-        try:
-            keys = json.loads(Path(token_file).read_text())
-            return keys["inference"]["key"]
-        except OSError as exc:
-            raise BadInputError(f"cannot read token file {str(token_file)!r}: {exc.strerror}") from None
-        except (ValueError, KeyError, TypeError):
-            raise BadInputError(f"{str(token_file)!r} is not a TorchServe key file (no inference key)") from None
-    return os.environ.get(TOKEN_ENV) or None
 
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
     if isinstance(frame, (bytes, bytearray)):
@@ -127,6 +116,7 @@ class Client:
         self.auto = AutoCodec() if codec == AUTO else None
         self.scene_threshold = scene_threshold
         self.retry = Retry(tries=tries, backoff=backoff)
+        self.sources: dict[str, RemoteVideo] = {}  # the cloud: sources read, by name: their packets held
 
     @property
     def split(self) -> bool:
@@ -148,18 +138,22 @@ class Client:
 
     def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int], cancel: threading.Event | None = None,
                stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None,
-               index: int = 0, order: int | None = None) -> Middles:
+               index: int = 0, order: int | None = None, named: dict[str, str] | None = None,
+               codec: str | None = None) -> Middles:
         """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
         moved; pair j uses ``seed + j``. In the split each middle goes to ``arrived`` as it comes,
         and a retry of the edge step asks only for the middles that did not; ``index`` (the chunk's
-        first pair) labels its timeline, ``order`` is its place in the stages' queues."""
-        form = {"seed": str(seed)}
-        codec = self.auto.next() if self.auto is not None else self.codec
+        first pair) labels its timeline, ``order`` is its place in the stages' queues. ``named``: the
+        frames are not sent but named (a server-side source's ``source``, ``start`` and ``frames``)."""
+        form = {"seed": str(seed), **(named or {})}
+        if codec is None and named is not None and self.codec in (AUTO, BITSTREAM_CODEC):
+            codec = BITSTREAM_CODEC  # a cloud source's own packets: the fewest bytes there are
+        codec = codec or (self.auto.next() if self.auto is not None else self.codec)
         if codec:
             form["codec"] = codec
         if self.scene_threshold is not None:
             form["scene_threshold"] = str(self.scene_threshold)
-        pairs, stages = len(encoded) - 1, stages or {}
+        pairs, stages = (int(named["frames"]) if named else len(encoded)) - 1, stages or {}
         if not self.split:
             (images, sent, received), retries = self._retried(lambda: self.transport.workflow(encoded, form, pairs, size), cancel)
             return Middles(images, sent, received, None, retries)
@@ -174,6 +168,9 @@ class Client:
 
         (payload, sent), retries = self._retried(encode, cancel, stages.get("encoder"), order)
         TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "payload in")
+        down = len(payload)  # from the cloud: a bitstream payload without the packets, which we hold
+        if codec == BITSTREAM_CODEC:
+            payload = self.sources[named["source"]].restore(payload)
         images: list[Image.Image] = []
 
         def receive(j: int, image: Image.Image) -> None:
@@ -189,10 +186,10 @@ class Client:
         asked = time.perf_counter()
         received, edge_retries = self._retried(decode, cancel, stages.get("decoder"), order)
         TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "done")
-        if self.auto is not None:
+        if self.auto is not None and codec != BITSTREAM_CODEC:
             self.auto.downloaded(codec, pairs, len(payload), first_byte[-1], asked)
             self.auto.answered(pairs, asked, time.perf_counter())
-        return Middles(images, sent + len(payload), len(payload) + received, len(payload), retries + edge_retries)
+        return Middles(images, sent + len(payload), down + received, len(payload), retries + edge_retries)
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
@@ -219,10 +216,20 @@ class Client:
         ``retiming`` options ``fps``, ``time_error``, ``encoding``, ``process_size``: see
         :func:`~eden_serve.streaming.interpolate_clip`)."""
         cancel = threading.Event()
+        if source_name(src) is not None:
+            src = self.source(source_name(src), DEFAULT_MAX_PIXELS if retiming.get("process_size") is None else None)
         return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, ramp=ramp, seed=seed,
                                 inflight=self.window(inflight), progress=progress, cancel=cancel, factor=factor,
                                 resume=resume, fingerprint={"servers": self.transport.urls, "codec": self.codec,
                                                             "scene_threshold": self.scene_threshold}, **retiming)
+
+    def source(self, name: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> RemoteVideo:
+        """The video ``name`` under the cloud's media root, planned from its probe (docs/cloud-sources.md)."""
+        if not isinstance(self.transport, HttpTransport) or not self.split:
+            raise BadInputError("a cloud: source is read from --cloud (and --edge) over --transport http")
+        remote = open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0], max_pixels)
+        self.sources[name] = remote
+        return remote
 
     def window(self, inflight: int) -> int:
         """The chunks to stream at once for ``inflight`` requests per server: in the split, as many
@@ -242,10 +249,16 @@ class Client:
             stages = {"encoder": Stage(min(inflight, CLOUD_REQUESTS)), "link": Stage(1), "decoder": Stage(inflight)}
 
         def chunk(index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
+            named = named_fields(frames)
+            args = ([] if named else [frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived,
+                    index, order, named)
             try:
-                return self._chunk([frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived,
-                                   index, order)
-            except ServerError as exc:
+                return self._chunk(*args)
+            except (CodecError, ServerError) as exc:
+                if named is not None and self.codec in (AUTO, BITSTREAM_CODEC) and exc.kind in BITSTREAM_FAILURES:
+                    warnings.warn(f"frames {index} to {index + len(frames) - 1}: {str(exc).split(';')[0]}; sent with the "
+                                  f"{FRAMES_CODEC} codec instead")
+                    return self._chunk(*args, FRAMES_CODEC)
                 if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                     raise
             half = len(frames) // 2

@@ -50,23 +50,13 @@ def read_chunk(images: Sequence[bytes], config: EdenConfig, max_pixels: int, max
     sizes = []
     for i, data in enumerate(images):
         width, height = check_frame(data, f"frame{i}", max_pixels, max_side)
-        ph, pw = config.patch_grid(height, width)
-        if ph * pw > max_tokens:
-            raise FrameTooLargeError(
-                f"frame{i} is {width}x{height}, which pads to {ph * pw} tokens, over this server's {max_tokens} "
-                f"(frames of up to {max_pixels} pixels and aspect ratio up to 4:1)"
-            )
+        check_tokens(width, height, 1, config, max_pixels, max_tokens, max_chunk_tokens, f"frame{i}")
         sizes.append((width, height))
     (width, height), count = sizes[0], len(sizes)
     for i, size in enumerate(sizes[1:], 1):
         if size != (width, height):
             raise BadInputError(f"frames differ in size: frame0 is {width}x{height}, frame{i} is {size[0]}x{size[1]}")
-    ph, pw = config.patch_grid(height, width)
-    if count * ph * pw > max_chunk_tokens:
-        raise ChunkTooLargeError(
-            f"{count} frames of {width}x{height} are {count * ph * pw} tokens, over this server's {max_chunk_tokens} "
-            f"per request; send at most {max_chunk_tokens // (ph * pw)} frames of this size"
-        )
+    check_tokens(width, height, count, config, max_pixels, max_tokens, max_chunk_tokens)
     batch = torch.empty(count, 3, height, width)
     for i, data in enumerate(images):
         image = open_image(data, f"frame{i}", max_pixels, max_side)
@@ -75,6 +65,23 @@ def read_chunk(images: Sequence[bytes], config: EdenConfig, max_pixels: int, max
         image_to_tensor(image, batch[i])
         del image
     return batch
+
+
+def check_tokens(width: int, height: int, count: int, config: EdenConfig, max_pixels: int, max_tokens: int,
+                 max_chunk_tokens: int, name: str = "frame") -> None:
+    """``count`` frames of ``width`` x ``height`` within the token limits of one frame (413
+    ``frame_too_large``) and of one request (413 ``chunk_too_large``)."""
+    ph, pw = config.patch_grid(height, width)
+    if ph * pw > max_tokens:
+        raise FrameTooLargeError(
+            f"{name} is {width}x{height}, which pads to {ph * pw} tokens, over this server's {max_tokens} "
+            f"(frames of up to {max_pixels} pixels and aspect ratio up to 4:1)"
+        )
+    if count * ph * pw > max_chunk_tokens:
+        raise ChunkTooLargeError(
+            f"{count} frames of {width}x{height} are {count * ph * pw} tokens, over this server's {max_chunk_tokens} "
+            f"per request; send at most {max_chunk_tokens // (ph * pw)} frames of this size"
+        )
 
 
 class CloudEncoder:

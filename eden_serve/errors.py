@@ -54,6 +54,21 @@ class FrameTooLargeError(BadInputError):
     kind = "frame_too_large"
 
 
+class SourceForbiddenError(BadInputError):
+    """A server-side source the cloud will not open: its media root is off, or the path leaves the
+    root (``..``, an absolute path, a symbolic link pointing out of it)."""
+
+    status = 403
+    kind = "source_forbidden"
+
+
+class SourceNotFoundError(BadInputError):
+    """A server-side source that is not under the media root: no such file, or a dangling link."""
+
+    status = 404
+    kind = "source_not_found"
+
+
 class CheckpointError(EdenError):
     """A checkpoint or weights file that does not fit the model."""
 
@@ -89,6 +104,14 @@ class ModelMismatchError(CodecError):
 
     status = 409
     kind = "model_mismatch"
+
+
+class DigestMismatchError(CodecError):
+    """An intact bitstream payload whose packets decode, on this edge, to other pixels than the
+    cloud's digests state: another decoder build. The frames codec carries the same chunk."""
+
+    status = 409
+    kind = "digest_mismatch"
 
 
 class UnauthenticPayloadError(CodecError):

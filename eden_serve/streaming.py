@@ -41,7 +41,7 @@ from typing import Callable, Iterator, Sequence
 from PIL import Image
 from tqdm import tqdm
 
-from .clips import PIPE, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
+from .clips import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
 from .clips.levels import Item, Level
 from .clips.resize import at_size
 from .clips.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
@@ -53,7 +53,7 @@ from .errors import (
     TransientError,
     UnavailableError,
 )
-from .resume import Journal, input_identity
+from .resume import Journal
 from .workers import Arrivals, Workers
 
 DEFAULT_INFLIGHT = 4
@@ -268,7 +268,7 @@ def _identity(clip, retiming: Retiming, fingerprint: dict | None, encoding: Enco
     a plain run's journal reads as before)."""
     if str(clip.path) == PIPE:
         raise BadInputError("--resume needs an input file, not -: a pipe cannot be read again")
-    identity = {"input": input_identity(clip.path), "frames": clip.length, **run, "processor": fingerprint or {},
+    identity = {"input": clip.identity(), "frames": clip.length, **run, "processor": fingerprint or {},
                 "factor": int(retiming.factor) if retiming.levels else str(retiming.factor)}
     extra = {"fps": retiming.fps and str(retiming.fps), "time_error": not retiming.levels and str(retiming.time_error),
              "encoding": encoding and encoding.given and encoding.identity(), "process_size": process_size}
@@ -292,7 +292,7 @@ def _leveled(clip, run: _Run, depth: int, start: int) -> int:
 
 
 def interpolate_clip(
-    src: str | Path,
+    src: str | Path | Clip,
     dst: str | Path,
     processor: Processor,
     *,
@@ -330,7 +330,8 @@ def interpolate_clip(
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
     ``time_error`` (:mod:`eden_serve.clips.timing`). ``encoding``: a video's encoder options.
     ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
-    input is headerless video of that size, pixel format and rate.
+    input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
+    already opened (a server-side source, :mod:`eden_serve.clips.remote`).
     """
     if inflight < 1:
         raise BadInputError(f"inflight must be at least 1, got {inflight}")
@@ -343,7 +344,8 @@ def interpolate_clip(
     cancel = cancel if cancel is not None else threading.Event()
     started = time.perf_counter()
     summary = Summary(pairs=0, frames=0, seconds=0.0)
-    with open_clip(src, max_pixels if process_size is None else None, raw) as clip:
+    opened = src if isinstance(src, Clip) else open_clip(src, max_pixels if process_size is None else None, raw)
+    with opened as clip:
         if fps is not None and clip.kind != "video":
             raise BadInputError(f"--fps needs a video; a {clip.kind}'s frames have no times: give --factor FPS/RATE "
                                 "(24 to 60: --factor 5/2)")

@@ -219,15 +219,15 @@ def unavailable() -> str | None:
 
 @contextlib.contextmanager
 def two_hosts(
-    rate_mbit: float, cloud_cpus: tuple[int, ...] = (), edge_cpus: tuple[int, ...] = ()
+    rate_mbit: float, cloud_cpus: tuple[int, ...] = (), edge_cpus: tuple[int, ...] = (), name: str = "eden"
 ) -> Iterator[TwoHosts]:
     """A cloud host and an edge host joined by a link of ``rate_mbit`` each way; removed on exit.
     The hosts share this machine's CPUs unless given their own (``*_cpus``; commands run through a
-    host's ``prefix`` are pinned to them)."""
+    host's ``prefix`` are pinned to them). Their namespaces' names start with ``name``."""
     tag = f"{os.getpid()}-{secrets.token_hex(3)}"
     hosts = TwoHosts(
-        cloud=Host(f"eden-{tag}-cloud", "link-cloud", CLOUD_ADDRESS, tuple(cloud_cpus)),
-        edge=Host(f"eden-{tag}-edge", "link-edge", EDGE_ADDRESS, tuple(edge_cpus)),
+        cloud=Host(f"{name}-{tag}-cloud", "link-cloud", CLOUD_ADDRESS, tuple(cloud_cpus)),
+        edge=Host(f"{name}-{tag}-edge", "link-edge", EDGE_ADDRESS, tuple(edge_cpus)),
         rate_mbit=rate_mbit,
     )
     with _terminate_unwinds():

@@ -36,10 +36,11 @@ def build_archives(
     checkpoint: str | Path | None = None,
     threads: int | None = None,
     precision: str | None = None,
+    media_root: str | Path | None = None,
 ) -> Path:
     """The archives in ``model_store`` (synthetic weights unless ``checkpoint``, without their
     warning); returns the store. Options left ``None`` keep the build's defaults."""
-    given = {"codec": codec, "threads": threads, "precision": precision}
+    given = {"codec": codec, "threads": threads, "precision": precision, "media_root": media_root and str(media_root)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build(model_store, checkpoint=checkpoint, config=config,

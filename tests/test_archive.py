@@ -99,10 +99,18 @@ def test_the_model_configs_keep_their_comments_and_take_the_options():
     assert yaml.safe_load(archive.model_config_text("eden_encoder", archive.Options()))["handler"]["codec"] == wire.DEFAULT_CODEC
 
 
+@pytest.mark.parametrize("root", [None, "/srv/media", '/srv/a "quoted" dir: #1'])
+def test_the_media_root_is_written_as_yaml_and_read_back(root):
+    text = archive.model_config_text("eden_encoder", archive.Options(media_root=root))
+    assert Settings.from_yaml(yaml.safe_load(text)).media_root == root
+    assert "media_root" not in archive.model_config_text("eden_ditdec", archive.Options(media_root=root))
+
+
 @pytest.mark.parametrize("options, message", [
     (archive.Options(codec="gzip"), "--codec: unknown codec 'gzip'"),
     (archive.Options(precision="fp8"), "--precision must be one of fp32, bf16, auto"),
     (archive.Options(threads=-1), "--threads must be an integer >= 0"),
+    (archive.Options(media_root="media"), "--media-root must be an absolute directory path"),
 ])
 def test_bad_options_are_refused_before_any_work(options, message, tmp_path):
     with pytest.raises(BadInputError, match=message.replace("(", r"\(")):

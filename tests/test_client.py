@@ -28,7 +28,8 @@ from PIL import Image
 from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
-from eden_serve.client import Client, read_token
+from eden_serve.client import Client
+from eden_serve.transports import read_token
 from eden_serve.errors import BadInputError, PairError, ServerError, UnavailableError, UnreachableError
 from eden_serve.pipeline import interpolate_clip_in_process
 from harness.servers import REPO, torchserve

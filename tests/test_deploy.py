@@ -134,6 +134,18 @@ def test_serve_without_archives_is_one_line_and_exit_2(tmp_path):
     ]
 
 
+def test_serve_takes_a_media_root_only_for_archives_it_builds(tmp_path):
+    result = subprocess.run(
+        ["bash", str(ENTRYPOINT), "serve", "cloud", "--model-store", str(tmp_path), "--media-root", "/media"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "eden-serve: error: --media-root is written into the archives built at start: give --checkpoint or --synthetic, "
+        "or build the archives with eden-serve archive --media-root"
+    ]
+
+
 def test_serve_refuses_a_wrong_checkpoint_before_building(tmp_path):
     checkpoint = tmp_path / "eden.pt"
     checkpoint.write_bytes(b"junk")
@@ -271,7 +283,8 @@ def test_overlays_render_the_expected_objects(overlay):
     names = sorted((d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "ConfigMap")
     expected = [("Deployment", f"eden-{s}") for s in SIDES] + [("HorizontalPodAutoscaler", f"eden-{s}") for s in SIDES]
     expected += [("PodDisruptionBudget", f"eden-{s}") for s in SIDES] + [("Service", f"eden-{s}") for s in SIDES]
-    expected += [("Ingress", "eden-serve"), ("NetworkPolicy", "eden-serve"), ("PersistentVolumeClaim", "eden-weights")]
+    expected += [("Ingress", "eden-serve"), ("NetworkPolicy", "eden-serve"), ("PersistentVolumeClaim", "eden-weights"),
+                 ("PersistentVolumeClaim", "eden-media")]
     assert names == sorted(expected)
     assert [d["metadata"]["name"].startswith("eden-config-") for d in find(docs, "ConfigMap")] == [True]
 
@@ -405,6 +418,12 @@ def test_config_map_turns_token_auth_off_and_feeds_the_pods(overlay):
         assert f"--properties={mounts['config']}/serve.properties" in container["args"]
         assert config_map["data"]["checkpoint"].startswith(mounts["weights"] + "/")
         assert volumes["weights"]["persistentVolumeClaim"]["claimName"] == "eden-weights"
+    # Only the cloud opens server-side sources: its media root is the read-only media volume.
+    pod, container = pod_of(one(docs, "Deployment", "eden-cloud"))
+    media = {m["name"]: m for m in container["volumeMounts"]}["media"]
+    assert media["readOnly"] and f"--media-root={media['mountPath']}" in container["args"]
+    assert {v["name"]: v for v in pod["volumes"]}["media"]["persistentVolumeClaim"] == {"claimName": "eden-media", "readOnly": True}
+    assert not any(a.startswith("--media-root") for a in pod_of(one(docs, "Deployment", "eden-edge"))[1]["args"])
 
 
 def test_network_policy_admits_only_inference_and_metrics(overlay):

@@ -165,7 +165,7 @@ def test_settings_from_model_config():
     assert (settings.max_pixels, settings.codec, settings.precision, settings.threads) == (1000, "fp32", "bf16", 3)
     assert worker.Settings().max_batch_tokens == 0  # the edge's default for its device
     for bad in ({"maxpixels": 5}, {"max_pixels": 0}, {"max_pixels": "4K"}, {"precision": "fp16"}, {"threads": -1},
-                {"max_batch_tokens": -1}):
+                {"max_batch_tokens": -1}, {"media_root": "media"}, {"media_root": 5}):
         with pytest.raises(ValueError):
             worker.Settings.from_yaml({"handler": bad})
     with pytest.raises(BadInputError):

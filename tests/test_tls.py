@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from eden_serve import synthetic, wire
 from eden_serve.cli import main
-from eden_serve.client import Client, read_token
+from eden_serve.client import Client
+from eden_serve.transports import read_token
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, UnreachableError
 from eden_serve.serving.launcher import read_properties

@@ -258,10 +258,12 @@ def test_other_model_is_a_mismatch():
 
 def test_other_versions_are_unsupported():
     header, body = split(encode(make_chunk(), TINY))
-    with pytest.raises(UnsupportedVersionError, match="version 1.*only versions 2 and 3"):
+    with pytest.raises(UnsupportedVersionError, match="version 1.*only versions 2, 3 and 4"):
         decode(reframe(header, body, version=1), TINY)  # the pair-only format of eden-serve 0.1
-    with pytest.raises(UnsupportedVersionError, match="version 4"):
-        decode(reframe(header, body, version=4), TINY)
+    with pytest.raises(UnsupportedVersionError, match="version 5"):
+        decode(reframe(header, body, version=5), TINY)
+    with pytest.raises(CodecError, match="keys .* of the bitstream codec"):
+        decode(reframe(header, body, version=4), TINY)  # a format 2 header under format 4
     with pytest.raises(CodecError, match="keys .* of the frames codec"):
         decode(reframe(header, body, version=3), TINY)  # a format 2 header under format 3
     with pytest.raises(UnsupportedVersionError, match="flags"):

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from ..frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
+from ..resume import input_identity
 from .encoding import Encoding
 from .timing import Retiming
 
@@ -29,7 +30,7 @@ class Frame:
 
     def __init__(self, index: int, name: str, *, image: Image.Image | None = None, path: Path | None = None,
                  duration: float | None = None, raw=None, max_pixels: int | None = None,
-                 time: Fraction | None = None, end: Fraction | None = None):
+                 time: Fraction | None = None, end: Fraction | None = None, source: str | None = None):
         self.index = index
         self.name = name
         self.path = path
@@ -37,6 +38,7 @@ class Frame:
         self.duration = duration  # milliseconds on screen, for animations
         self.raw = raw  # the decoded video frame, re-encoded as it is so that no RGB round trip alters it
         self.time, self.end = time, end  # seconds, for video: when it is shown, and until when
+        self.source = source  # an original of this server-side source (docs/cloud-sources.md): the cloud holds it
         self._image = image
         self._cache: dict[str, object] = {}
         self._lock = threading.RLock()  # tensor and encoded compute image under it
@@ -84,6 +86,10 @@ class Clip:
         :meth:`ClipWriter.checkpoint`) continues a partial ``tmp`` instead of starting it;
         ``encoding``: a video's encoder options."""
         raise NotImplementedError
+
+    def identity(self) -> dict:
+        """What a resumed run checks to know it continues with the same input."""
+        return input_identity(self.path)
 
     def close(self) -> None:
         pass

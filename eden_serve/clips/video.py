@@ -12,6 +12,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
+from PIL import Image
+
 from ..errors import BadInputError
 from ..frames import check_size
 from .base import HALF, Clip, ClipWriter, Frame
@@ -26,6 +28,14 @@ MAX_TIME_BASE_DENOMINATOR = 65535
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+
+
+def rgb(frame) -> Image.Image:
+    """A decoded frame as the 8-bit RGB image that the model and every codec take: PyAV's own
+    conversion (swscale, bilinear, to rgb24 by the frame's colour matrix and range, which the
+    decoder takes from the bitstream or, where the bitstream leaves them out, from its context).
+    ``clips.packets`` decodes a chunk's packets through this same function, for the same pixels."""
+    return frame.to_image()
 
 
 @dataclass(frozen=True)
@@ -77,20 +87,24 @@ class VideoClip(Clip):
         self.time_base = self.stream.time_base or 1 / self.rate
 
     def __iter__(self) -> Iterator[Frame]:
-        previous = None
         try:
-            for i, frame in enumerate(self.container.decode(self.stream)):
-                if frame.pts is None:  # raw streams leave timing to the player: one frame at the average rate
-                    frame.pts = 0 if previous is None else previous + max(1, round(1 / (self.rate * self.time_base)))
-                elif previous is not None and frame.pts <= previous:
-                    raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
-                                        f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
-                previous = frame.pts
-                time = frame.pts * self.time_base
-                duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-                yield Frame(i, f"frame {i}", image=frame.to_image(), raw=frame, time=time, end=time + duration)
+            yield from self.timed(self.container.decode(self.stream))
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
+
+    def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
+        """The decoded frames as :class:`Frame` objects, each timed after the one before."""
+        previous = None
+        for i, frame in enumerate(decoded):
+            if frame.pts is None:  # raw streams leave timing to the player: one frame at the average rate
+                frame.pts = 0 if previous is None else previous + max(1, round(1 / (self.rate * self.time_base)))
+            elif previous is not None and frame.pts <= previous:
+                raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
+                                    f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
+            previous = frame.pts
+            time = frame.pts * self.time_base
+            duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
+            yield Frame(i, f"frame {i}", image=rgb(frame), raw=frame, time=time, end=time + duration, source=source)
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
@@ -148,7 +162,12 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
         try:
             self._add_video(clip, encoding, av)
-            if clip.piped:
+            if clip.container is None:  # a server-side source (.remote): its streams come from the cloud
+                self.packets = clip.copied(self.container, self.dst)
+                if self.packets is not None:
+                    self.copies = clip
+                    self.pending = self._next_copy()
+            elif clip.piped:
                 if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
                     warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)")
             else:

@@ -19,6 +19,9 @@ JSON = "application/json"
 ZIP = "application/zip"
 FORM_HELP = ("send multipart/form-data with image fields frame0, frame1 (... frameK), optional seed (integer), "
              "codec and scene_threshold")
+SOURCE_HELP = ("name a video under the cloud's media root in field source, with ask=probe, ask=packets (and stream, "
+               "start), or a chunk's first frame (start) and frames (2 or more), and optional seed, codec and scene_threshold")
+ASKS = ("chunk", "probe", "packets")
 
 
 def form_field(request: dict, name: str) -> Any:
@@ -130,6 +133,18 @@ def parse_stream(value: Any) -> str | None:
     if name not in STREAMS:
         raise BadInputError(f"stream must be one of {', '.join(STREAMS)}, got {name!r:.40}")
     return name
+
+
+def parse_index(value: Any, name: str, default: int | None = None) -> int:
+    """A frame number or count field: a decimal integer of at most 9 digits."""
+    if value is None:
+        if default is None:
+            raise BadInputError(f"missing form field {name!r}; {SOURCE_HELP}")
+        return default
+    digits = text(value, name)
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 9:
+        raise BadInputError(f"{name} must be a decimal integer of at most 9 digits, got {digits!r:.40}")
+    return int(digits)
 
 
 def parse_first(value: Any) -> int:

@@ -55,6 +55,9 @@ def serve(
     if side not in ARCHIVES:
         raise BadInputError(f"side must be one of {', '.join(ARCHIVES)}, got {side!r}")
     store = Path(model_store).resolve()
+    if options.media_root is not None and checkpoint is None and not synthetic:
+        raise BadInputError("--media-root is written into the archives built at start: give --checkpoint or --synthetic, "
+                            "or build the archives with eden-serve archive --media-root")
     if checkpoint is not None or synthetic:
         print(f"building the {config} archives into {store} from {checkpoint or 'synthetic weights'}", flush=True)
         build(store, checkpoint=checkpoint, config=config, options=options)

@@ -28,6 +28,7 @@ import torch
 from .. import wire
 from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
+from ..clips.packets import to_frames_chunk
 from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, batches, earliest_first
@@ -35,16 +36,16 @@ from ..errors import BadInputError, ChunkTooLargeError, ModelMismatchError, enco
 from ..frames import png_of
 from ..wire import Chunk, keyed
 from .fields import (
-    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_codec, parse_first, parse_seed, parse_stream,
+    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
+from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
 logger = logging.getLogger(__name__)
 FRAME_FIELD = re.compile(r"frame\d+")
-# After a sticky device error the process exits this long after the handler returns its answers,
-# which TorchServe's worker writes to its socket at once.
+# A sticky device error's exit comes this long after the answers, which TorchServe writes at once.
 EXIT_GRACE_S = 1.0
 DEVICE_FAILURE_EXIT = 75  # EX_TEMPFAIL: TorchServe restarts a worker whatever its exit code
 # Threads that PNG-encode an edge batch's middles while the next batch computes: zlib releases the GIL.
@@ -155,15 +156,18 @@ class Service:
 
 
 class EncodeJob(NamedTuple):
-    frames: list[bytes]  # image files, decoded in run()
+    frames: list[bytes] | range  # image files, decoded in run(); or the frames of a server-side source
     seed: int
     codec: str
     scene_threshold: float | None
+    source: str | None = None  # a video's name under the media root (docs/cloud-sources.md)
 
 
 class CloudService(Service):
     """Form fields frame0 ... frameK (2 <= K + 1 <= max_chunk_frames), seed, codec, scene_threshold ->
-    one chunk payload."""
+    one chunk payload. Or, with ``handler.media_root`` set, field ``source`` naming a video under it
+    and ``start``, ``frames`` (frames ``start`` ... ``start + frames - 1``) instead of the frames; or
+    ``source`` and ``ask=probe`` or ``ask=packets`` (:mod:`.sources`)."""
 
     side = "cloud"
     model: CloudEncoder
@@ -176,25 +180,34 @@ class CloudService(Service):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
 
-    def parse(self, idx: int, request: dict) -> EncodeJob:
-        names = frame_fields(request, self.settings.max_chunk_frames)
-        frames = [image_bytes(form_field(request, name), name) for name in names]
+    def parse(self, idx: int, request: dict) -> EncodeJob | ProbeJob | PacketsJob:
+        if request.get("source") is not None:
+            named = parse_source(request, self.settings)
+            return named if isinstance(named, (ProbeJob, PacketsJob)) else self.parse_options(request, named[1], named[0])
+        frames = [image_bytes(form_field(request, name), name) for name in frame_fields(request, self.settings.max_chunk_frames)]
+        return self.parse_options(request, frames)
+
+    def parse_options(self, request: dict, frames: list[bytes] | range, source: str | None = None) -> EncodeJob:
         seed = parse_seed(request.get("seed"))
         if seed + len(frames) - 2 > MAX_SEED:
             raise BadInputError(f"seed {seed} leaves no room for the seeds of {len(frames) - 1} pairs below {MAX_SEED}")
-        codec = parse_codec(request.get("codec"), self.settings.codec)
-        return EncodeJob(frames, seed, codec, parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold))
+        codec = codec_of(request, source, self.settings.codec)
+        threshold = parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold)
+        return EncodeJob(frames, seed, codec, threshold, source)
 
-    def run(self, idx: int, job: EncodeJob) -> Reply:
-        frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
-                            self.max_chunk_tokens)
+    def run(self, idx: int, job: EncodeJob | ProbeJob | PacketsJob) -> Reply:
+        if not isinstance(job, EncodeJob):
+            return Reply(*answer(self.settings, job))
+        if job.source is not None:
+            frames = read_source(self.settings, job.source, job.frames, self.model.config, self.max_tokens, self.max_chunk_tokens)
+        else:
+            frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
+                                self.max_chunk_tokens)
         start = time.perf_counter()
-        make = self.model.frames_chunk if job.codec == wire.FRAMES_CODEC else self.model.encode_chunk
+        make = self.model.frames_chunk if job.codec in (wire.FRAMES_CODEC, wire.BITSTREAM_CODEC) else self.model.encode_chunk
         chunk = make(frames, job.seed, job.scene_threshold)
         encoded = time.perf_counter()
-        payload = wire.encode(chunk, self.model.config, job.codec)
-        if self.wire_key is not None:
-            payload = keyed.sign(payload, self.wire_key)
+        payload = sealed(self.settings, job.codec, job.source, job.frames, chunk, self.model.config, self.wire_key)
         self.time_metric("EdenEncodeMs", encoded - start, idx)
         self.size_metric("EdenPayloadBytes", len(payload), idx)
         return Reply(payload, OCTET_STREAM)
@@ -265,11 +278,13 @@ class EdgeService(Service):
         if job.first >= chunk.pairs:
             raise BadInputError(f"first is {job.first}, but the payload holds {chunk.pairs} pairs (0 to {chunk.pairs - 1})")
         self.size_metric("EdenPayloadBytes", len(job.payload), idx)
-        if isinstance(chunk, wire.FramesChunk):
+        if isinstance(chunk, (wire.FramesChunk, wire.BitstreamChunk)):
             if self.e_cond is None:
                 raise ModelMismatchError("this edge's archive carries no cloud weights to derive conditions from frames with; "
                                          f"rebuild it with this release's archive.sh, or ask the cloud for codec {wire.DEFAULT_CODEC}")
             start = time.perf_counter()
+            if isinstance(chunk, wire.BitstreamChunk):
+                chunk = to_frames_chunk(chunk, self.settings.max_pixels)  # 409 where a frame's digest differs
             chunk = self.e_cond.restore(chunk)
             self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
         return self.model.receive(chunk)
@@ -284,12 +299,9 @@ class EdgeService(Service):
 
     def inference(self, jobs: list) -> list:
         chunks = each(self.decode, jobs)
-        # What a worker call took and in which order, for timelines (benchmarks/two_hosts.py --timeline):
-        # each request by its first pair's seed, which is the pair's index in a clip from seed 0.
-        logger.info("edge call at %.3f: requests (first seed, pairs) %s", time.time(),
-                    [(c.seeds[0], c.pairs) if isinstance(c, Chunk) else None for c in chunks])
-        # Per request: its middles as PNGs, or futures of them (a scene cut's is in the payload), or
-        # the Refusal that failed it.
+        # For timelines (two_hosts.py --timeline): each request by its first seed, its pair's place in a clip.
+        logger.info("edge call at %.3f: requests (first seed, pairs) %s", time.time(), [(c.seeds[0], c.pairs) if isinstance(c, Chunk) else None for c in chunks])
+        # Per request: its middles as PNGs or futures of them (a cut's is in the payload), or its Refusal.
         middles: dict[int, list | Refusal] = {}
         seconds: dict[int, list[float]] = {}
         groups: dict[tuple, list[tuple[int, int]]] = {}

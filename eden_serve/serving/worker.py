@@ -32,6 +32,7 @@ class Settings:
     precision: str = "fp32"  # edge: compute precision
     max_batch_tokens: int = 0  # edge: condition tokens per batched forward; 0: the device's default
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (docs/serving.md: "GPUs and threads")
+    media_root: str | None = None  # cloud: the directory of server-side sources; null: off (docs/cloud-sources.md)
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
@@ -54,6 +55,9 @@ class Settings:
         threshold = settings.scene_threshold
         if threshold is not None and (type(threshold) not in (int, float) or not 0 <= threshold <= 3):
             raise ValueError(f"model-config.yaml: handler.scene_threshold must be a number in [0, 3] or null, got {threshold!r}")
+        root = settings.media_root
+        if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
+            raise ValueError(f"model-config.yaml: handler.media_root must be an absolute directory path or null, got {root!r}")
         wire.parse_codec(settings.codec)
         return settings
 

@@ -103,7 +103,7 @@ class HttpTransport:
 
     def workflow(self, frames: list[bytes], form: dict[str, str], pairs: int, size: tuple[int, int]):
         """The middles of a chunk through the workflow, the bytes sent and the bytes received."""
-        with self._post("workflow", files=_files(frames), data=form) as response:
+        with self._post("workflow", files=_files(frames, form)) as response:
             content = _check(response).content
             return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
 
@@ -113,7 +113,7 @@ class HttpTransport:
         time its answer began to arrive. Its body is read in a ``turn()`` (the link's, in chunk
         order): until then TCP's flow control holds it at the cloud, all but what the receive
         buffer takes, so that it does not share the link with the payload before it."""
-        with self._post("encoder", files=_files(frames), data=form, stream=True) as response:
+        with self._post("encoder", files=_files(frames, form), stream=True) as response:
             with turn() if turn is not None else contextlib.nullcontext():
                 if first_byte is not None:
                     first_byte(time.perf_counter())
@@ -148,6 +148,8 @@ class HttpTransport:
                 return
 
 
-def _files(frames: Sequence[bytes]) -> dict:
-    return {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(frames)}
+def _files(frames: Sequence[bytes], form: dict[str, str]) -> dict:
+    """A multipart form, also for a request that names a server-side source instead of frames."""
+    files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(frames)}
+    return files | {key: (None, value) for key, value in form.items()}
 

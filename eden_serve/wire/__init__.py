@@ -12,13 +12,16 @@ exactly these keys: ``fingerprint`` and ``hidden_dim`` of the model that made it
 ``differences`` (K float32 values), ``seeds`` (K integers) and ``cuts`` (``[pair, bytes]`` of each
 pair across a scene cut, in pair order; the PNGs follow the tensors in the body, in that order).
 That is wire format 2. The ``frames`` codec (format 3, :mod:`.pixels`) sends a :class:`FramesChunk`
-instead: the frames themselves, from which the edge re-derives the chunk.
+instead: the frames themselves, from which the edge re-derives the chunk. The ``bitstream`` codec
+(format 4, :mod:`.bitstream`) sends a :class:`BitstreamChunk`: the video's own packets, which the
+edge decodes to those frames (``eden_serve.clips.packets.to_frames_chunk``).
 
 :func:`decode` never unpickles, and checks in order: prefix, magic, version, header length, the
 digest, the header's keys, types and ranges, model fingerprint and width, grid against size, the
 frame count, the tokens and pixels against the receiver's limits, the body's size against what the
-header implies (format 3: every frame's image header), and only then reads the tensors (or
-decompresses the frames), frame by frame, into arrays of the body's own dtype. It raises only
+header implies (format 3: every frame's image header; format 4: the packet table), and only then
+reads the tensors (or decompresses the frames), frame by frame, into arrays of the body's own dtype;
+a format 4 payload's packets are decoded later, by ``clips.packets``. It raises only
 :class:`CodecError` (or a subclass).
 """
 
@@ -34,7 +37,9 @@ import zstandard
 
 from ..config import MAX_SEED, EdenConfig
 from ..errors import BadInputError, CodecError
+from .bitstream import BITSTREAM_CODEC, BitstreamChunk, decode_bitstream, encode_bitstream
 from .envelope import (
+    BITSTREAM_VERSION,
     FORMAT_VERSION,
     FRAMES_VERSION,
     MAGIC,
@@ -59,8 +64,8 @@ from .tensors import CODECS as TOKEN_CODECS
 from .tensors import Codec, Tokens, finite, layout, pack, unpack
 from .tensors import parse_codec as token_codec
 
-__all__ = ["CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "FRAMES_CODEC", "MAGIC", "MAX_FRAMES", "MAX_TOKENS", "NO_WIRE", "TOKEN_CODECS",
-           "Chunk", "Codec", "Conditions", "FramesChunk", "Tokens", "check_codec", "decode", "encode", "parse_codec", "token_codec"]
+__all__ = ["BITSTREAM_CODEC", "CODECS", "DEFAULT_CODEC", "FORMAT_VERSION", "FRAMES_CODEC", "MAGIC", "MAX_FRAMES", "MAX_TOKENS", "NO_WIRE", "TOKEN_CODECS",
+           "BitstreamChunk", "Chunk", "Codec", "Conditions", "FramesChunk", "Tokens", "check_codec", "decode", "encode", "parse_codec", "token_codec"]
 
 CODECS: tuple[str, ...] = (*TOKEN_CODECS, FRAMES_CODEC)
 # bf16+zstd: half of fp32's bytes and less again inside a chunk, a relative error of at most 2**-8
@@ -133,9 +138,16 @@ def check_codec(name: str) -> None:
         parse_codec(name)
 
 
-def encode(chunk: Chunk | FramesChunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> bytes:
+def encode(chunk: Chunk | FramesChunk | BitstreamChunk, config: EdenConfig, codec: str = DEFAULT_CODEC) -> bytes:
     """Serialise ``chunk`` for a receiver running a model with the same ``config``: a :class:`Chunk`
-    with a token codec, a :class:`FramesChunk` with the frames codec."""
+    with a token codec, a :class:`FramesChunk` with the frames codec, a :class:`BitstreamChunk`
+    with the bitstream codec (:data:`BITSTREAM_CODEC`, not one of :data:`CODECS`: only a cloud that
+    holds the video can make one)."""
+    if codec == BITSTREAM_CODEC or isinstance(chunk, BitstreamChunk):
+        if codec != BITSTREAM_CODEC or not isinstance(chunk, BitstreamChunk):
+            raise CodecError(f"codec {codec} does not carry a {type(chunk).__name__}: the bitstream codec carries a "
+                             "BitstreamChunk, made of a video's packets")
+        return encode_bitstream(chunk, config)
     if parse_codec(codec) == FRAMES_CODEC or isinstance(chunk, FramesChunk):
         if codec != FRAMES_CODEC or not isinstance(chunk, FramesChunk):
             raise CodecError(f"codec {codec} does not carry a {type(chunk).__name__}: the frames codec carries the frames "
@@ -189,9 +201,10 @@ def decode(
     max_frames: int | None = None,
     max_chunk_tokens: int | None = None,
     max_pixels: int | None = None,
-) -> Chunk | FramesChunk:
+) -> Chunk | FramesChunk | BitstreamChunk:
     """Parse and validate a payload for a receiver running ``config``: a :class:`Chunk`, or for the
-    frames codec a :class:`FramesChunk` (its conditions are then ``CloudEncoder.restore``'s to make).
+    frames codec a :class:`FramesChunk` (its conditions are then ``CloudEncoder.restore``'s to make),
+    for the bitstream codec a :class:`BitstreamChunk` (``clips.packets.to_frames_chunk`` decodes it).
 
     ``max_tokens`` caps the tokens per frame, ``max_frames`` the frames, ``max_chunk_tokens`` the
     tokens of all frames together and ``max_pixels`` each frame's pixels (on top of the format's own
@@ -203,6 +216,8 @@ def decode(
     limits = Limits(max_tokens, max_frames, max_chunk_tokens, max_pixels)
     if version == FRAMES_VERSION:
         return decode_frames(header, body, config, limits)
+    if version == BITSTREAM_VERSION:
+        return decode_bitstream(header, body, config, limits)
     keys = set(header)
     if keys != _HEADER_KEYS:
         raise CodecError(f"malformed payload: header has {str(sorted(keys)):.200}, not the keys {sorted(_HEADER_KEYS)}; {REENCODE}")

@@ -4,12 +4,14 @@ Byte layout (integers little-endian)::
 
     offset   size  field
     0        8     magic b"EDENWIRE"
-    8        2     format version, u16: 2 (condition tokens) or 3 (the frames codec); 1 is refused
+    8        2     format version, u16: 2 (condition tokens), 3 (the frames codec) or 4 (the
+                   bitstream codec); 1 is refused
     10       2     flags, u16, reserved: must be 0
     12       4     header length H, u32, at most MAX_HEADER_BYTES
     16       H     header: a UTF-8 JSON object
     16+H     B     body: version 2 the tensors (``tensors.py``), one zstd frame when the codec ends in
-                   "+zstd"; version 3 the frames (``pixels.py``)
+                   "+zstd"; version 3 the frames (``pixels.py``); version 4 the packet table and
+                   the video's own packets (``bitstream.py``)
     16+H+B   16    BLAKE2b-128 digest of every byte before it
 
 The digest detects corruption; it is no signature, so authenticate the channel (TLS) against forgery.
@@ -25,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..config import EdenConfig
+from ..config import MAX_SEED, EdenConfig
 from ..errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
 
 MAGIC = b"EDENWIRE"
@@ -33,7 +35,8 @@ MAGIC = b"EDENWIRE"
 # earlier releases read; the frames codec's is version 3.
 TOKENS_VERSION = 2
 FRAMES_VERSION = 3
-FORMAT_VERSION = FRAMES_VERSION  # the newest this release reads and writes
+BITSTREAM_VERSION = 4
+FORMAT_VERSION = BITSTREAM_VERSION  # the newest this release reads and writes
 MAX_HEADER_BYTES = 64 * 1024
 # Format-wide caps, so that a payload can never make a receiver allocate without bound; receivers
 # lower them (:class:`Limits`). 8K UHD (4320x7680) is 129,600 tokens per frame.
@@ -42,6 +45,7 @@ MAX_FRAMES = 1 << 10
 MAX_SIDE = 1 << 16  # pixels per frame side
 PREFIX = struct.Struct("<8sHHI")
 DIGEST_SIZE = 16
+_CLOUD_DIGEST_CHARS = 64  # SHA-256, hex
 REENCODE = "re-encode it with eden_serve.wire.encode of the same eden-serve release"
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -64,11 +68,11 @@ def open_envelope(data: memoryview) -> tuple[int, dict, memoryview]:
     magic, version, flags, header_len = PREFIX.unpack_from(data)
     if magic != MAGIC:
         raise CodecError(f"payload does not start with {MAGIC!r}, so it is not EDEN conditions; send the cloud encoder's output")
-    if version not in (TOKENS_VERSION, FRAMES_VERSION) or flags:
+    if version not in (TOKENS_VERSION, FRAMES_VERSION, BITSTREAM_VERSION) or flags:
         what = f"wire format version {version}" if flags == 0 else f"flags {flags:#06x}"
         raise UnsupportedVersionError(
-            f"payload uses {what}, but this edge reads only versions {TOKENS_VERSION} and {FRAMES_VERSION} without flags; "
-            "run the same eden-serve release on cloud and edge"
+            f"payload uses {what}, but this edge reads only versions {TOKENS_VERSION}, {FRAMES_VERSION} and "
+            f"{BITSTREAM_VERSION} without flags; run the same eden-serve release on cloud and edge"
         )
     body_start = PREFIX.size + header_len
     body_end = total - DIGEST_SIZE
@@ -186,3 +190,28 @@ def check_limits(size: tuple[int, int], n: int, frames: int, limits: Limits) -> 
             f"payload carries {where}, {frames * n} tokens in all, over this edge's {limits.chunk_tokens} per chunk; "
             "send shorter chunks"
         )
+
+
+def cut_pairs(value: object, pairs: int) -> list[int]:
+    """The pairs across a scene cut: at most ``pairs`` pair numbers, increasing."""
+    if not isinstance(value, list) or len(value) > pairs:
+        raise invalid("cuts", f"must be a list of at most {pairs} pair numbers, got {value!r:.60}")
+    cuts, last = [], -1
+    for entry in value:
+        last = integer(entry, "cuts", pairs - 1, lo=last + 1)
+        cuts.append(last)
+    return cuts
+
+
+def cloud_digest(value: object, *, payload: bool = True) -> str:
+    """The digest of the cloud weights that a payload's conditions are to be derived with."""
+    if not isinstance(value, str) or len(value) != _CLOUD_DIGEST_CHARS or value.strip("0123456789abcdef"):
+        raise invalid("cloud", f"must be the cloud weights' digest, {_CLOUD_DIGEST_CHARS} hex digits, got {value!r:.70}", payload=payload)
+    return value
+
+
+def seed_list(value: object, length: int) -> list[int]:
+    """The noise seed of each of ``length`` pairs."""
+    if not isinstance(value, list) or len(value) != length:
+        raise invalid("seeds", f"must be a list of {length} integers, got {value!r:.60}")
+    return [integer(s, "seeds", MAX_SEED) for s in value]

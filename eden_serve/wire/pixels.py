@@ -35,11 +35,14 @@ from .envelope import (
     Limits,
     check_limits,
     check_model,
+    cloud_digest,
+    cut_pairs,
     float32_list,
     integer,
     integer_pair,
     invalid,
     seal,
+    seed_list,
     to_float32,
 )
 
@@ -49,7 +52,6 @@ _FRAMES_KEYS = {"fingerprint", "hidden_dim", "codec", "cloud", "size", "frames",
 # RIFF header, chunk header and the VP8L signature byte, then 14 bits width - 1, 14 bits height - 1,
 # 1 bit alpha (must be 0: RGB), 3 bits version (0).
 _VP8L = struct.Struct("<4sI4s4sIBI")
-_DIGEST_CHARS = 64
 
 
 @dataclass
@@ -92,7 +94,7 @@ def encode_frames(chunk: FramesChunk, config: EdenConfig) -> bytes:
         "fingerprint": config.fingerprint(),
         "hidden_dim": config.hidden_dim,
         "codec": FRAMES_CODEC,
-        "cloud": _digest(chunk.cloud, payload=False),
+        "cloud": cloud_digest(chunk.cloud, payload=False),
         "size": list(size),
         "frames": frames,
         "differences": [to_float32(v, "differences") for v in chunk.differences],
@@ -111,17 +113,14 @@ def decode_frames(header: dict, body: memoryview, config: EdenConfig, limits: Li
     check_model(header, config)
     if header["codec"] != FRAMES_CODEC:
         raise invalid("codec", f"is {header['codec']!r:.40}, but format {FRAMES_VERSION} carries only {FRAMES_CODEC!r}")
-    cloud = _digest(header["cloud"])
+    cloud = cloud_digest(header["cloud"])
     size = integer_pair(header["size"], "size", WEBP_MAX_SIDE)
     n = math.prod(config.patch_grid(*size))
     frames = integer(header["frames"], "frames", MAX_FRAMES, lo=2)
     check_limits(size, n, frames, limits)
     differences = float32_list(header["differences"], "differences", frames - 1)
-    seeds = header["seeds"]
-    if not isinstance(seeds, list) or len(seeds) != frames - 1:
-        raise invalid("seeds", f"must be a list of {frames - 1} integers, got {seeds!r:.60}")
-    seeds = [integer(s, "seeds", MAX_SEED) for s in seeds]
-    cuts = _cuts(header["cuts"], frames - 1)
+    seeds = seed_list(header["seeds"], frames - 1)
+    cuts = cut_pairs(header["cuts"], frames - 1)
     lengths = header["lengths"]
     # A lossless WebP of noise takes a little over the raw pixels; four bytes a pixel is plenty.
     most = 4 * size[0] * size[1] + 4096
@@ -172,19 +171,3 @@ def _unwebp(data: memoryview, size: tuple[int, int], index: int) -> np.ndarray:
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
         raise CodecError(f"malformed payload: frame {index} does not decode as a lossless WebP ({type(exc).__name__})") from None
     return array
-
-
-def _cuts(value: object, pairs: int) -> list[int]:
-    if not isinstance(value, list) or len(value) > pairs:
-        raise invalid("cuts", f"must be a list of at most {pairs} pair numbers, got {value!r:.60}")
-    cuts, last = [], -1
-    for entry in value:
-        last = integer(entry, "cuts", pairs - 1, lo=last + 1)
-        cuts.append(last)
-    return cuts
-
-
-def _digest(value: object, *, payload: bool = True) -> str:
-    if not isinstance(value, str) or len(value) != _DIGEST_CHARS or value.strip("0123456789abcdef"):
-        raise invalid("cloud", f"must be the cloud weights' digest, {_DIGEST_CHARS} hex digits, got {value!r:.70}", payload=payload)
-    return value

@@ -1,0 +1,220 @@
+"""A video's own packets, for the bitstream codec (wire format 4, :mod:`eden_serve.wire.bitstream`):
+read from a file in decode order (:class:`PacketReader`), which of them a chunk of frames needs
+(:meth:`PacketReader.needed`), and decoded again (:func:`decode`) to exactly the pixels that
+:class:`~.video.VideoClip` gives, through the same conversion (:func:`.video.rgb`).
+
+Frames are numbered in display order, as VideoClip numbers them: by time stamp, one frame a packet.
+A video whose packets are untimed (raw streams), or which its container discards in part (an edit
+list that starts between key frames), is refused: the frames codec carries those.
+
+A chunk starts at the last key frame at or before its first frame. From a key frame that opens an
+open GOP, the frames timed before it (its leading pictures) reference the GOP before and may or may
+not come out of a decoder starting there; they are dropped by time, whatever the decoder does, and
+then ``skip`` frames more. Reordering (B-frames) decides how far the packets go: to the last one
+shown within the chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+from ..errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError
+from ..wire import FramesChunk
+from ..wire.bitstream import DECODERS, BitstreamChunk, Packet, StreamParameters
+from .encoding import import_av
+from .video import PIPE, VideoClip, rgb
+
+__all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "frame_digest", "to_frames_chunk"]
+
+# Decoders check max_pixels against sizes rounded up to their coding blocks and strides, so the
+# decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
+_BLOCK = 128
+
+
+class Span(NamedTuple):
+    """The packets a chunk of frames needs, by decode index, and the frames to drop before it."""
+
+    key: int  # the key frame to start decoding at
+    end: int  # the last packet needed
+    skip: int  # frames shown from the key frame on before the chunk's first
+
+
+class PacketReader:
+    """The first video stream of a file, as packets: ``parameters`` to decode them with, iterate for
+    the packets in decode order (each read from the file again), ``len()`` the frames."""
+
+    def __init__(self, path: Path, max_pixels: int | None = None):
+        if str(path) == PIPE:
+            raise BadInputError("the bitstream codec reads a video file twice, so it cannot take a pipe; use the frames codec")
+        self.path = path
+        clip = VideoClip(path, max_pixels)  # the same stream, and the same checks, as a local run's
+        try:
+            self.parameters = parameters_of(clip.stream, path)
+            self._pts, self._keys = self._index(clip.container.demux(clip.stream))
+        finally:
+            clip.close()
+        self._display = sorted(range(len(self._pts)), key=self._pts.__getitem__)
+
+    def _index(self, demuxed) -> tuple[list[int], list[int]]:
+        pts, keys, seen = [], [], set()
+        try:
+            for packet in demuxed:
+                if not packet.size:  # the demuxer ends a stream with an empty packet
+                    continue
+                problem = ("is untimed" if packet.pts is None else "is discarded by its container (an edit list)" if packet.is_discard
+                           else "repeats an earlier time stamp" if packet.pts in seen else None)
+                if problem:
+                    raise BadInputError(f"{self.path}: packet {len(pts)} of its video {problem}, which the bitstream codec does not "
+                                        "carry; use the frames codec")
+                seen.add(packet.pts)
+                if packet.is_keyframe:
+                    keys.append(len(pts))
+                pts.append(packet.pts)
+        except import_av().error.FFmpegError as exc:
+            raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
+        if not keys or keys[0] != 0:
+            raise BadInputError(f"{self.path}: its video does not start with a key frame; use the frames codec")
+        return pts, keys
+
+    def __len__(self) -> int:
+        return len(self._pts)
+
+    def __iter__(self) -> Iterator[Packet]:
+        av = import_av()
+        try:
+            with av.open(str(self.path)) as container:
+                stream = container.streams.video[0]
+                index = 0
+                for packet in container.demux(stream):
+                    if packet.size:
+                        yield Packet(bytes(packet), packet.pts, packet.dts, packet.is_keyframe, index)
+                        index += 1
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
+
+    def frames(self) -> list[int]:
+        """For each frame, in display order, the decode index of its packet: once that packet and
+        every one before it from a key frame is decoded, the frame can be shown."""
+        return list(self._display)
+
+    def needed(self, first: int, last: int) -> Span:
+        """The packets that frames ``first`` to ``last`` (display order, inclusive) need."""
+        if not 0 <= first <= last < len(self):
+            raise BadInputError(f"frames {first} to {last} are not frames of {self.path}, which has {len(self)}")
+        packets = self._display[first : last + 1]
+        start = self._pts[packets[0]]
+        key = max(k for k in self._keys if k <= min(packets) and self._pts[k] <= start)
+        end = max(packets)
+        skip = sum(self._pts[key] <= self._pts[d] < start for d in range(key, end + 1))
+        return Span(key, end, skip)
+
+
+def parameters_of(stream, path: Path) -> StreamParameters:
+    """The parameters of a PyAV video stream, as its container states them."""
+    context = stream.codec_context
+    name = context.codec.name
+    if name not in DECODERS:
+        raise BadInputError(f"{path}: its video decodes with {name}, which the bitstream codec does not carry (it carries "
+                            f"{', '.join(DECODERS)}); use the frames codec")
+    if context.pix_fmt is None:
+        raise BadInputError(f"{path}: its video's pixel format is unknown; use the frames codec")
+    return StreamParameters(
+        name, bytes(context.extradata or b""), context.width, context.height, context.pix_fmt, context.codec_tag,
+        int(context.color_range), int(context.colorspace), int(context.color_primaries), int(context.color_trc),
+    )
+
+
+def frame_digest(pixels: np.ndarray) -> str:
+    """BLAKE2b-128 of an RGB frame's size and bytes, in hex."""
+    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}:".encode(), digest_size=16)
+    digest.update(np.ascontiguousarray(pixels, np.uint8))
+    return digest.hexdigest()
+
+
+def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None) -> np.ndarray:
+    """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
+    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives. The decoder
+    refuses, as it parses the stream's own headers, any frame larger than ``parameters`` declare."""
+    height, width = parameters.size
+    if not packets:
+        raise CodecError("malformed payload: it holds no packets")
+    if max_pixels is not None and width * height > max_pixels:
+        raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
+    try:
+        av = import_av()
+    except BadInputError:
+        raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
+                                  "chunk with the frames codec") from None
+    context = _decoder(parameters, av)
+    pixels = np.empty((count, height, width, 3), np.uint8)
+    start, shown, got = packets[0].pts, 0, 0
+    try:
+        for i, packet in enumerate([*packets, None]):
+            where = f"packet {i}" if packet else "the end of the packets"
+            for frame in context.decode(None if packet is None else _av_packet(packet, av)):
+                if frame.pts is None or frame.pts < start:
+                    continue  # a leading picture of an open GOP
+                if shown >= skip:
+                    pixels[got] = _rgb(frame, parameters, shown)
+                    got += 1
+                shown += 1
+                if got == count:
+                    return pixels
+    except (av.error.FFmpegError, ValueError) as exc:
+        raise CodecError(f"malformed payload: {where} does not decode as {parameters.decoder} ({str(exc):.200})") from None
+    raise CodecError(f"malformed payload: its packets show {shown} frames from the key frame on, fewer than the "
+                     f"{skip} skipped and {count} declared")
+
+
+def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None) -> FramesChunk:
+    """The frames chunk that ``chunk``'s packets decode to, each frame checked against the cloud's
+    digest of it: a mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
+    pixels = decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
+    for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
+        if frame_digest(frame) != expected:
+            av = import_av()
+            raise DigestMismatchError(
+                f"frame {i} of the chunk decodes on this edge to other pixels than on the cloud: its {chunk.parameters.decoder} "
+                f"decoder (libavcodec {'.'.join(map(str, av.library_versions['libavcodec']))}) is another build; "
+                "send this chunk with the frames codec"
+            )
+    return FramesChunk(pixels, chunk.differences, chunk.seeds, chunk.cuts, chunk.cloud)
+
+
+def _decoder(parameters: StreamParameters, av):
+    try:
+        context = av.CodecContext.create(parameters.decoder, "r")
+    except (av.error.FFmpegError, ValueError):
+        raise DigestMismatchError(f"this edge's FFmpeg has no {parameters.decoder} decoder, so it cannot decode the cloud's "
+                                  "packets; send this chunk with the frames codec") from None
+    context.extradata = parameters.extradata or None
+    context.width, context.height = parameters.width, parameters.height
+    context.codec_tag = parameters.codec_tag
+    for name in ("color_range", "colorspace", "color_primaries", "color_trc"):
+        setattr(context, name, getattr(parameters, name))
+    # Slice threads only: with frame threads, FFmpeg 8's decoders hung the process on the next decode
+    # after refusing a frame over max_pixels. A decoder's output does not depend on its threads.
+    context.thread_type = "SLICE"
+    context.options = {"max_pixels": str(_padded(parameters.width) * _padded(parameters.height))}
+    return context
+
+
+def _padded(side: int) -> int:
+    return -(-side // _BLOCK) * _BLOCK
+
+
+def _av_packet(packet: Packet, av):
+    out = av.Packet(packet.data)
+    out.pts, out.dts, out.is_keyframe = packet.pts, packet.dts, packet.key
+    return out
+
+
+def _rgb(frame, parameters: StreamParameters, shown: int) -> np.ndarray:
+    if (frame.width, frame.height, frame.format.name) != (parameters.width, parameters.height, parameters.pix_fmt):
+        raise CodecError(f"malformed payload: frame {shown} decodes as {frame.format.name} {frame.width}x{frame.height}, but the "
+                         f"header declares {parameters.pix_fmt} {parameters.width}x{parameters.height}")
+    return np.asarray(rgb(frame))

@@ -1,0 +1,156 @@
+"""The cloud's requests that name a server-side source instead of uploading frames
+(docs/cloud-sources.md): field ``source``, a video's path under ``handler.media_root``, with
+``start`` and ``frames`` (a chunk of frames ``start`` ... ``start + frames - 1``), or with
+``ask=probe`` (the video's frame count, rate, size and streams), or with ``ask=packets``, ``stream``
+and ``start`` (a page of that stream's compressed packets)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from .. import wire
+from ..wire import FramesChunk, keyed
+from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
+from ..wire.elision import elide
+from ..clips.packets import PacketReader, frame_digest
+from ..clips.pages import pack
+from ..clips.sources import SCANS_KEPT, SourceVideo, resolve
+from ..cloud import check_tokens
+from ..config import EdenConfig
+from ..errors import BadInputError, ChunkTooLargeError
+from ..frames import check_sides, image_to_tensor
+from .fields import ASKS, JSON, OCTET_STREAM, SOURCE_HELP, parse_codec, parse_index, text
+from .worker import Settings
+
+
+class ProbeJob(NamedTuple):
+    source: str
+
+
+class PacketsJob(NamedTuple):
+    source: str
+    stream: int | None  # None: the video
+    start: int  # the page's first packet
+    after: tuple | None  # (pts, dts, size) of the packet before it, where the client holds it
+
+
+def parse_source(request: dict, settings: Settings) -> ProbeJob | PacketsJob | tuple[str, range]:
+    """A probe, a page of packets, or the source and the frames a chunk request names (checked
+    against the chunk limit before anything is opened)."""
+    source = text(request["source"], "source")
+    ask = text(request["ask"], "ask") if request.get("ask") is not None else "chunk"
+    if ask not in ASKS:
+        raise BadInputError(f"ask must be one of {', '.join(ASKS)}, got {ask!r:.40}; {SOURCE_HELP}")
+    if ask == "probe":
+        return ProbeJob(source)
+    if ask == "packets":
+        stream = parse_index(request["stream"], "stream") if request.get("stream") is not None else None
+        return PacketsJob(source, stream, parse_index(request.get("start"), "start", 0), parse_after(request.get("after")))
+    start, count = parse_index(request.get("start"), "start", 0), parse_index(request.get("frames"), "frames")
+    if count > settings.max_chunk_frames:
+        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {settings.max_chunk_frames}; send shorter chunks")
+    if count < 2:
+        raise BadInputError(f"frames must be at least 2 (a pair), got {count}")
+    return source, range(start, start + count)
+
+
+def parse_after(value) -> tuple | None:
+    """The ``after`` field: ``PTS:DTS:SIZE`` of the packet before a page (``none`` for a missing time)."""
+    if value is None:
+        return None
+    parts = text(value, "after").split(":")
+    try:
+        if len(parts) != 3 or any(len(p) > 20 for p in parts):
+            raise ValueError
+        pts, dts = (None if p == "none" else int(p) for p in parts[:2])
+        return pts, dts, int(parts[2])
+    except ValueError:
+        raise BadInputError(f"after must be PTS:DTS:SIZE, integers (or none for a time), got {parts!r:.60}") from None
+
+
+def open_source(settings: Settings, name: str) -> SourceVideo:
+    root = settings.media_root
+    return SourceVideo(resolve(None if root is None else Path(root), name), settings.max_pixels)
+
+
+def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
+    """The body and content type of a probe (JSON) or of a page of packets (:mod:`~eden_serve.clips.pages`)."""
+    video = open_source(settings, job.source)
+    if isinstance(job, ProbeJob):
+        return json.dumps(video.probe()).encode(), JSON
+    return pack(video.page(job.stream, job.start, job.after)), OCTET_STREAM
+
+
+def codec_of(request: dict, source: str | None, default: str) -> str:
+    """A chunk request's codec; the bitstream codec carries a named source's own packets, and only those."""
+    if source is not None and request.get("codec") in (BITSTREAM_CODEC, BITSTREAM_CODEC.encode()):
+        return BITSTREAM_CODEC
+    return parse_codec(request.get("codec"), default)
+
+
+def sealed(settings: Settings, codec: str, source: str | None, frames, chunk, config: EdenConfig, key: bytes | None) -> bytes:
+    """The payload of a chunk the cloud encoded, signed where it holds a wire key."""
+    if codec == BITSTREAM_CODEC:
+        return bitstream(settings, source, frames, chunk, config, key)
+    payload = wire.encode(chunk, config, codec)
+    return payload if key is None else keyed.sign(payload, key)
+
+
+def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChunk, config: EdenConfig, key: bytes | None) -> bytes:
+    """The bitstream payload of a named chunk, with the ``decisions`` the cloud made from its pixels
+    (and their digests), sealed and signed, then sent without the packets' bytes, which the client
+    holds already (:mod:`~eden_serve.wire.elision`)."""
+    root = settings.media_root
+    reader = packet_reader(resolve(None if root is None else Path(root), name), settings.max_pixels)
+    span = reader.needed(frames.start, frames.stop - 1)
+    packets = []
+    for packet in reader:  # the file's packets up to the chunk's last
+        if packet.index > span.end:
+            break
+        if packet.index >= span.key:
+            packets.append(packet)
+    chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
+                           decisions.differences, decisions.seeds, decisions.cuts, decisions.cloud)
+    payload = wire.encode(chunk, config, BITSTREAM_CODEC)
+    return elide(payload if key is None else keyed.sign(payload, key))
+
+
+_readers: OrderedDict[tuple, PacketReader] = OrderedDict()
+_readers_lock = threading.Lock()
+
+
+def packet_reader(path: Path, max_pixels: int) -> PacketReader:
+    """The :class:`PacketReader` of ``path`` (its packets' times, read once), kept for the last
+    :data:`~eden_serve.clips.sources.SCANS_KEPT` files while their size and modification time stay."""
+    status = path.stat()
+    key = (str(path), status.st_size, status.st_mtime_ns, max_pixels)
+    with _readers_lock:
+        if key in _readers:
+            _readers.move_to_end(key)
+            return _readers[key]
+    reader = PacketReader(path, max_pixels)
+    with _readers_lock:
+        _readers[key] = reader
+        while len(_readers) > SCANS_KEPT:
+            _readers.popitem(last=False)
+    return reader
+
+
+def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
+                max_chunk_tokens: int) -> torch.Tensor:
+    """[F, 3, H, W] float32 in [0, 1]: the frames a request names, held to the limits uploaded
+    frames are held to (judged from the stream's headers before a frame is decoded)."""
+    video = open_source(settings, name)
+    width, height = video.scan.width, video.scan.height
+    check_sides(width, height, wire.MAX_SIDE, name)
+    check_tokens(width, height, len(frames), config, settings.max_pixels, max_tokens, max_chunk_tokens, name)
+    batch = torch.empty(len(frames), 3, height, width)
+    for i, image in enumerate(video.read(frames.start, len(frames))):
+        image_to_tensor(image, batch[i])
+    return batch

