@@ -138,6 +138,39 @@ def test_bench_ends_with_json(capsys):
     assert 0 < result["roofline_fraction"] and 0 < result["roofline_fraction_cpu_time"]
 
 
+def _counted_by_hand(config, size: tuple[int, int]) -> int:
+    """The edge's arithmetic for one pair, written out from EDEN_ARCHITECTURE.md and the fast path's
+    algebra (2 flops per multiply-add; attention's two products; elementwise work not counted)."""
+    ph, pw = config.patch_grid(*size)
+    n, t = ph * pw, (ph // 2) * (pw // 2)  # condition and query tokens
+    d, heads, mlp, latent, cond_tokens = config.hidden_dim, config.num_heads, config.mlp_dim, config.latent_dim, 8
+    hd = d // heads
+
+    def linear(rows, inputs, outputs):
+        return 2 * rows * inputs * outputs
+
+    conditioning = linear(1, 256, d) + linear(1, d, d) + linear(1, 1, d) + linear(1, d, 6 * d)
+    dit_block = (linear(t, d, 3 * d) + 4 * heads * t * t * hd + linear(t, d, d)  # self-attention
+                 # temporal attention, the condition tokens' keys and values absorbed into the query's side
+                 + linear(t, d, 3 * d) + 2 * 2 * t * heads * hd * d + 2 * 2 * t * heads * d * cond_tokens + linear(t, d, d)
+                 + linear(t, d, mlp) + linear(t, mlp, d))
+    step = conditioning + linear(t, latent, d) + config.dit_depth * dit_block + linear(t, d, 2 * latent)
+    decoder_block = (linear(n, d, d) + linear(n + t, d, 2 * d) + 4 * heads * n * (n + t) * hd + linear(n, d, d)
+                     + linear(2 * n, d, 2 * d) + linear(n, d, 3 * d) + linear(n, d, d)
+                     + linear(n, d, mlp) + linear(n, mlp, d))
+    patch = 3 * config.patch_size ** 2
+    decode = linear(t, latent, d) + config.decoder_depth * decoder_block + linear(n, d, patch) + linear(n, patch, patch)
+    return (len(config.timesteps) - 1) * step + decode
+
+
+@pytest.mark.parametrize("config, size", [("official", (256, 448)), ("official", (480, 854)), ("tiny", (40, 60))])
+def test_the_roofline_counts_the_models_arithmetic_not_the_kernels(config, size):
+    """The operations the roofline divides by are the model's (106.3 GFLOP per pair at 256x448 with
+    the official dimensions), whatever kernels run them: a kernel that fuses or skips work does not
+    change the count, so it shows as time saved, never as extra throughput (docs/gpu.md)."""
+    assert pair_flops(preset(config), size) == _counted_by_hand(preset(config), size)
+
+
 def test_bench_runs_the_frames_codec(capsys):
     """The edge re-derives fp32 conditions: its output is the fp32 reference's up to the fast path's rounding."""
     assert main(["bench", "--config", "tiny", "--size", "40x60", "--repeat", "1", "--codec", "frames"]) == 0
