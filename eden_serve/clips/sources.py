@@ -109,24 +109,31 @@ def _scan(path: Path, max_pixels: int) -> Scan:
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams)
 
 
-_scans: OrderedDict[tuple, Scan] = OrderedDict()
-_scans_lock = threading.Lock()
+class FileCache:
+    """``make(path, max_pixels)``, kept for the last :data:`SCANS_KEPT` files while each file's size
+    and modification time stay: a cloud worker reads a file's packet times once, not per request."""
+
+    def __init__(self, make):
+        self.make = make
+        self._kept: OrderedDict[tuple, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, path: Path, max_pixels: int):
+        status = path.stat()
+        key = (str(path), status.st_size, status.st_mtime_ns, max_pixels)
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        made = self.make(path, max_pixels)
+        with self._lock:
+            self._kept[key] = made
+            while len(self._kept) > SCANS_KEPT:
+                self._kept.popitem(last=False)
+        return made
 
 
-def scan(path: Path, max_pixels: int) -> Scan:
-    """The :class:`Scan` of ``path``, kept while the file's size and modification time stay."""
-    status = path.stat()
-    key = (str(path), status.st_size, status.st_mtime_ns, max_pixels)
-    with _scans_lock:
-        if key in _scans:
-            _scans.move_to_end(key)
-            return _scans[key]
-    found = _scan(path, max_pixels)
-    with _scans_lock:
-        _scans[key] = found
-        while len(_scans) > SCANS_KEPT:
-            _scans.popitem(last=False)
-    return found
+scan = FileCache(_scan)  # the Scan of a path
 
 
 class SourceVideo:

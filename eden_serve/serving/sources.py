@@ -7,8 +7,6 @@ and ``start`` (a page of that stream's compressed packets)."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,7 +18,7 @@ from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
 from ..wire.elision import elide
 from ..clips.packets import PacketReader, frame_digest
 from ..clips.pages import pack
-from ..clips.sources import SCANS_KEPT, SourceVideo, resolve
+from ..clips.sources import FileCache, SourceVideo, resolve
 from ..cloud import check_tokens
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
@@ -121,25 +119,8 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     return elide(payload if key is None else keyed.sign(payload, key))
 
 
-_readers: OrderedDict[tuple, PacketReader] = OrderedDict()
-_readers_lock = threading.Lock()
-
-
-def packet_reader(path: Path, max_pixels: int) -> PacketReader:
-    """The :class:`PacketReader` of ``path`` (its packets' times, read once), kept for the last
-    :data:`~eden_serve.clips.sources.SCANS_KEPT` files while their size and modification time stay."""
-    status = path.stat()
-    key = (str(path), status.st_size, status.st_mtime_ns, max_pixels)
-    with _readers_lock:
-        if key in _readers:
-            _readers.move_to_end(key)
-            return _readers[key]
-    reader = PacketReader(path, max_pixels)
-    with _readers_lock:
-        _readers[key] = reader
-        while len(_readers) > SCANS_KEPT:
-            _readers.popitem(last=False)
-    return reader
+# The PacketReader of a path (its packets' times, read once), kept like the cloud's scans.
+packet_reader = FileCache(PacketReader)
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
