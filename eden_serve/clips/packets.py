@@ -58,6 +58,7 @@ class PacketReader:
         finally:
             clip.close()
         self._display = sorted(range(len(self._pts)), key=self._pts.__getitem__)
+        self._decode_index = {pts: index for index, pts in enumerate(self._pts)}
 
     def _index(self, demuxed) -> tuple[list[int], list[int]]:
         pts, keys, seen = [], [], set()
@@ -95,6 +96,40 @@ class PacketReader:
                         index += 1
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
+
+    def packets(self, span: Span) -> list[Packet]:
+        """Packets ``span.key`` to ``span.end`` (decode order), demuxed from a seek to the key frame
+        rather than from the file's start, which a cloud would otherwise read again for every chunk
+        of a long video; from the start where the seek lands past the key frame."""
+        return self._read(span, seek=True) or self._read(span, seek=False)
+
+    def _read(self, span: Span, seek: bool) -> list[Packet] | None:
+        av = import_av()
+        found: list[Packet] = []
+        try:
+            with av.open(str(self.path)) as container:
+                stream = container.streams.video[0]
+                index = None  # of the packet in hand, in decode order
+                if seek:
+                    container.seek(self._pts[span.key], stream=stream, backward=True, any_frame=False)
+                for packet in container.demux(stream):
+                    if not packet.size:
+                        continue
+                    if index is not None:
+                        index += 1
+                    elif not seek:
+                        index = 0
+                    else:  # the first packet after the seek: its time (unique, checked when indexed) says where it landed
+                        index = self._decode_index.get(packet.pts)
+                        if index is None or index > span.key:
+                            return None
+                    if index > span.end:
+                        break
+                    if index >= span.key:
+                        found.append(Packet(bytes(packet), packet.pts, packet.dts, packet.is_keyframe, index))
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
+        return found
 
     def frames(self) -> list[int]:
         """For each frame, in display order, the decode index of its packet: once that packet and

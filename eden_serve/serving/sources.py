@@ -107,12 +107,7 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     root = settings.media_root
     reader = packet_reader(resolve(None if root is None else Path(root), name), settings.max_pixels)
     span = reader.needed(frames.start, frames.stop - 1)
-    packets = []
-    for packet in reader:  # the file's packets up to the chunk's last
-        if packet.index > span.end:
-            break
-        if packet.index >= span.key:
-            packets.append(packet)
+    packets = reader.packets(span)
     chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
                            decisions.differences, decisions.seeds, decisions.cuts, decisions.cloud)
     payload = wire.encode(chunk, config, BITSTREAM_CODEC)
