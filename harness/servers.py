@@ -14,6 +14,7 @@ production node is.
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import socket
 import tempfile
@@ -48,11 +49,32 @@ def build_archives(
     return Path(model_store)
 
 
+# Ports handed out by this process, never handed out twice.
+_given: set[int] = set()
+LOWEST_PORT = 10000
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port that was free a moment ago, below the kernel's range of ephemeral ports where there is
+    room: a port the kernel picks from that range may be taken as the local end of an outgoing
+    connection before the server binds it (the likely cause of one CI failure: a TorchServe that
+    answered its management API once, then was gone, as it is when its gRPC port is taken)."""
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = list(range(LOWEST_PORT, ephemeral_low))
+    random.shuffle(candidates)
+    for port in candidates or [0]:
+        if port in _given:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in _given:
+            _given.add(port)
+            return port
+    raise OSError(f"no free port on {host}")
 
 
 @contextlib.contextmanager
