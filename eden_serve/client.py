@@ -225,8 +225,8 @@ class Client:
 
     def source(self, name: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> RemoteVideo:
         """The video ``name`` under the cloud's media root, planned from its probe (docs/cloud-sources.md)."""
-        if not isinstance(self.transport, HttpTransport) or not self.split:
-            raise BadInputError("a cloud: source is read from --cloud (and --edge) over --transport http")
+        if not self.split:
+            raise BadInputError("a cloud: source is read from --cloud and --edge (its packets come from the cloud's encoder)")
         remote = open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0], max_pixels)
         self.sources[name] = remote
         return remote

@@ -277,3 +277,26 @@ def test_auto_on_other_cloud_sources_gives_the_frames_codecs_output(servers, tmp
     with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
         client.interpolate_clip(f"cloud:{name}", tmp_path / "frames.mkv", **run)
     assert same_video(tmp_path / "auto.mkv", tmp_path / "frames.mkv")
+
+
+@pytest.mark.serving
+def test_a_cloud_source_over_grpc_equals_it_over_http(servers, tmp_path, capsys):
+    """The probe, the pages of packets (audio's too) and the bitstream chunks over TorchServe's gRPC
+    API: the same output file as over HTTP; a refusal is the same one line and exit 2."""
+    urls = {"http": servers.inference_url, "grpc": servers.grpc_url}
+    summaries = {}
+    for transport, url in urls.items():
+        with Client(cloud=url, edge=url, transport=transport, codec="auto") as client:
+            summaries[transport] = client.interpolate_clip("cloud:sine.mp4", tmp_path / f"{transport}.mp4", chunk=4,
+                                                           inflight=1, progress=False, encoding=Encoding("ffv1"))
+    assert summaries["grpc"].pairs == summaries["http"].pairs == 11
+    assert summaries["grpc"].payload_bytes == summaries["http"].payload_bytes
+    assert same_video(tmp_path / "grpc.mp4", tmp_path / "http.mp4")
+    assert audio_of(tmp_path / "grpc.mp4") == audio_of(tmp_path / "http.mp4")
+    capsys.readouterr()
+    bad = tmp_path / "bad.mp4"
+    assert main(["client", "cloud:../sine.mp4", "-o", str(bad), "--cloud", urls["grpc"], "--edge", urls["grpc"],
+                 "--transport", "grpc"]) == 2
+    error = capsys.readouterr().err
+    assert "leaves the media root" in error and urls["grpc"] in error and error.count("\n") == 1
+    assert not bad.exists()
