@@ -352,14 +352,19 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(prefix: Path, rows: list[dict]) -> None:
-    labels = list(dict.fromkeys(f"{r['R Mbit/s']} Mbit/s, {r['mode']}" for r in rows))
+    transports = len({r["transport"] for r in rows}) > 1  # then a bar per transport, not one hiding the other
+
+    def label(r: dict) -> str:
+        return f"{r['R Mbit/s']} Mbit/s\n{r['mode']}" + (f"\n{r['transport']}" if transports else "")
+
+    labels = list(dict.fromkeys(label(r) for r in rows))
     codecs = list(dict.fromkeys(r["codec"] for r in rows))
-    with results.plotted(prefix, rows, size=(8, 4)) as axes:
+    with results.plotted(prefix, rows, size=(max(8, 0.6 * len(labels)), 4)) as axes:
         width = 0.8 / len(codecs)
         for i, codec in enumerate(codecs):
-            rate = {f"{r['R Mbit/s']} Mbit/s, {r['mode']}": float(r["pairs/s"]) for r in rows if r["codec"] == codec}
-            axes.bar([x + i * width for x in range(len(labels))], [rate.get(label, 0) for label in labels], width, label=codec)
-        axes.set_xticks([x + width * (len(codecs) - 1) / 2 for x in range(len(labels))], labels, fontsize=8)
+            rate = {label(r): float(r["pairs/s"]) for r in rows if r["codec"] == codec}
+            axes.bar([x + i * width for x in range(len(labels))], [rate.get(name, 0) for name in labels], width, label=codec)
+        axes.set_xticks([x + width * (len(codecs) - 1) / 2 for x in range(len(labels))], labels, fontsize=7)
         axes.set(ylabel="pairs/s", title="Served pairs/s per codec, cloud and edge on two hosts")
         axes.legend(fontsize=8)
 
