@@ -201,3 +201,26 @@ def test_the_mlps_gelu_fused_into_its_product_equals_the_modules(dtype):
         fused = Linears("onednn").mlp(mlp.to(dtype), x).float()
     tolerance = 1e-5 if dtype == torch.float32 else 3e-2
     assert (fused - expected).abs().max().item() <= tolerance * expected.abs().max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens", [1, 7, 112, 513])
+def test_the_per_head_products_as_grouped_convolutions_equal_the_einsums(dtype, tokens):
+    """The temporal attention's two per-head products through oneDNN (prepacked for 512 tokens)
+    against the einsums, both ways, on a strided query view as the model gives it and with the
+    official dimensions (12 heads of 64 into 768): float32 rounding in fp32, bf16's in bf16."""
+    if not onednn_linear_available(torch.device("cpu"), dtype):
+        pytest.skip(f"no oneDNN {dtype} products on this CPU")
+    torch.manual_seed(tokens)
+    weight = (torch.randn(3 * 768, 768) * 0.05).to(dtype)
+    w_k, w_v = (weight[i * 768 : (i + 1) * 768].view(12, 64, 768) for i in (1, 2))
+    q = torch.randn(tokens, 3, 12, 64).to(dtype)[:, 0]  # a view of a projection, as in the model
+    mixed = torch.randn(tokens, 12, 768).to(dtype)
+    linears = Linears("onednn")
+    cases = [(linears.per_head(q, w_k, key=(id(weight), 768)), torch.einsum("thc,hcd->thd", q.float(), w_k.float())),
+             (linears.per_head(mixed, w_v, transposed=True, key=(id(weight), 1536)),
+              torch.einsum("thd,hcd->thc", mixed.float(), w_v.float()))]
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    for got, expected in cases:
+        assert got.shape == expected.shape and got.dtype == dtype
+        assert (got.float() - expected).abs().max().item() <= tolerance * expected.abs().max().item()

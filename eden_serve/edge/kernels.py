@@ -11,6 +11,10 @@ Everything here computes what the reference computes, up to float rounding:
 * :func:`absorbed_temporal_attention`: the DiT's temporal attention without projecting the eight
   condition tokens of each query: ``q . (Wk c) = (Wk^T q) . c`` and ``sum_j a_j Wv c_j =
   Wv (sum_j a_j c_j)``. Projecting them costs 8 tokens x D x 2D per query token; this costs 2 x D x D.
+  Its two per-head products (:meth:`Linears.per_head`) run on a CPU as one oneDNN grouped 1x1
+  convolution each, on weights reordered once: as ``einsum`` (a ``bmm``: MKL in fp32; oneDNN in bf16,
+  reordering the weights at every call) these thin products (64 inputs or outputs per head) took
+  1-4% more of a pair's time (docs/gpu.md).
 * :func:`three_token_attention`: the decoder's temporal attention (a token over itself and the two
   frames' tokens at its position), written out: three dot products per head.
 """
@@ -36,11 +40,13 @@ def onednn_linear_available(device: torch.device, dtype: torch.dtype = torch.flo
         packed = torch.ops.mkldnn._reorder_linear_weight(w, _PACK_ROWS)
         out = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
         gelu = torch.ops.mkldnn._linear_pointwise(x, packed, b, "gelu", [], "none")
+        heads = Linears("onednn").per_head(x.view(3, 2, 4), w[:2].reshape(2, 2, 4), True, key=(0, 0))
     except (AttributeError, RuntimeError):
         return False
     atol = 1e-5 if dtype == torch.float32 else 2e-2
     return torch.allclose(out.float(), F.linear(x, w, b).float(), atol=atol) and torch.allclose(
-        gelu.float(), F.gelu(F.linear(x, w, b).float()), atol=atol)
+        gelu.float(), F.gelu(F.linear(x, w, b).float()), atol=atol) and torch.allclose(
+        heads.float(), torch.einsum("thd,hcd->thc", x.view(3, 2, 4), w[:2].reshape(2, 2, 4)).float(), atol=atol)
 
 
 class Linears:
@@ -51,12 +57,13 @@ class Linears:
       or bf16 whose inputs are cast here): ``F.linear`` would reorder the weights at every call.
 
     Prepared weights are made on first use and kept, keyed by the weight and the rows used: they
-    are a second copy of the block weights (about 600 MB with the official dimensions).
+    are a second copy of the block weights (about 600 MB with the official dimensions), and a third
+    of the DiT's temporal key and value weights for :meth:`per_head` (57 MB in fp32).
     """
 
     def __init__(self, kind: str = "torch"):
         self.kind = kind
-        self._prepared: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._prepared: dict[tuple, torch.Tensor] = {}
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, rows: slice = slice(None),
                  gelu: bool = False) -> torch.Tensor:
@@ -72,6 +79,29 @@ class Linears:
         # one pass over the MLP's 4D-wide hidden tokens instead of three.
         attr, algorithm = ("gelu", "none") if gelu else ("none", "")
         return torch.ops.mkldnn._linear_pointwise(x.to(weight.dtype), self._prepared[key], bias, attr, [], algorithm)
+
+    def per_head(self, x: torch.Tensor, weight: torch.Tensor, transposed: bool = False,
+                 key: tuple[int, int] | None = None) -> torch.Tensor:
+        """Each head's own product, ``weight`` [H, a, b] (a view of the ``qkv`` weight, cached
+        under ``key`` = (id of that weight, first row)): [T, H, a] -> [T, H, b] (``x[t, h] @
+        weight[h]``), or ``transposed``, [T, H, b] -> [T, H, a] (``weight[h] @ x[t, h]``)."""
+        if self.kind == "torch" or key is None:
+            return torch.einsum("thd,hcd->thc" if transposed else "thc,hcd->thd", x, weight)
+        heads = weight.shape[0]
+        cache_key = ("per_head", *key, int(transposed))
+        if cache_key not in self._prepared:
+            # A grouped 1x1 convolution is a block-diagonal product, one block per head: its
+            # [H * outputs, inputs] weight is each head's block stacked.
+            blocks = weight if transposed else weight.transpose(1, 2)
+            self._prepared[cache_key] = torch.ops.mkldnn._reorder_convolution_weight(
+                blocks.reshape(-1, blocks.shape[-1], 1, 1).contiguous(), [0, 0], [1, 1], [1, 1], heads,
+                [1, heads * blocks.shape[-1], _PACK_ROWS, 1])
+        tokens = x.shape[0]
+        # The tokens as the width of a one-row image in channels-last layout: [T, H * in] as it is.
+        image = x.to(weight.dtype).reshape(1, tokens, 1, -1).permute(0, 3, 1, 2)
+        y = torch.ops.mkldnn._convolution_pointwise(image, self._prepared[cache_key], None, [0, 0], [1, 1], [1, 1],
+                                                    heads, "none", [], "")
+        return y.permute(0, 2, 3, 1).reshape(tokens, heads, -1)
 
     def module(self, linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return self(x, linear.weight, linear.bias)
@@ -106,11 +136,12 @@ def absorbed_temporal_attention(linears: Linears, attn: Attention, h: torch.Tens
     q, k, v = linears.project(attn, h).unbind(-3)  # [T, H, hd] each
     q = q * (dim // heads) ** -0.5
     w_k, w_v = (attn.qkv.weight[i * dim : (i + 1) * dim].view(heads, dim // heads, dim) for i in (1, 2))
-    q_in_cond = torch.einsum("thc,hcd->thd", q, w_k)  # [T, H, D]: each head's query seen in token space
+    keys = [(id(attn.qkv.weight), i * dim) for i in (1, 2)]
+    q_in_cond = linears.per_head(q, w_k, key=keys[0])  # [T, H, D]: each head's query seen in token space
     scores = torch.cat([(q * k).sum(-1, keepdim=True), torch.bmm(q_in_cond, cond.transpose(1, 2))], dim=-1)
     weights = scores.float().softmax(-1)  # [T, H, 1 + C]: the token itself first; float32 under bf16 too
     mixed = torch.bmm(weights[..., 1:], cond)  # [T, H, D]: each head's weighted condition tokens
-    out = torch.einsum("thd,hcd->thc", mixed, w_v).addcmul_(weights[..., :1], v)  # [T, H, hd]
+    out = linears.per_head(mixed, w_v, transposed=True, key=keys[1]).addcmul_(weights[..., :1], v)  # [T, H, hd]
     return linears.module(attn.proj, out.reshape(tokens, dim))
 
 
