@@ -1,6 +1,7 @@
 import contextlib
 import http.server
 import json
+import os
 import threading
 import warnings
 import weakref
@@ -40,6 +41,22 @@ class Golden:
 
     def edge(self, precision: str = "fp32") -> EdgeModel:
         return EdgeModel(module_from_state(self.state, "edge", self.config), self.config, precision=precision)
+
+
+REAL_TIME = {getattr(os, name) for name in ("SCHED_FIFO", "SCHED_RR") if hasattr(os, name)}
+
+
+@pytest.fixture(autouse=True)
+def ordinary_scheduling():
+    """Each test starts under the ordinary time-sharing policy, and so do the processes it starts
+    (they inherit it). This machine has been seen to move a test run to SCHED_FIFO part-way: a
+    command the tests ran then never ended, its spinning OpenMP threads holding both cores from the
+    thread they waited for, and the run's own timeouts never fired (the kernel logs "RT throttling
+    activated"). Nothing here asks for a real-time policy."""
+    if hasattr(os, "sched_getscheduler") and os.sched_getscheduler(0) in REAL_TIME:
+        warnings.warn(f"the tests ran under real-time policy {os.sched_getscheduler(0)}; back to SCHED_OTHER")
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    yield
 
 
 @pytest.fixture(scope="session", params=GOLDEN_CASES)
