@@ -1,7 +1,6 @@
 import contextlib
 import http.server
 import json
-import os
 import threading
 import warnings
 import weakref
@@ -16,6 +15,7 @@ from eden_serve.cloud import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve import clips
 from eden_serve.edge import EdgeModel
+from harness.scheduling import OrdinaryScheduling
 from harness.servers import build_archives, torchserve
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
@@ -43,20 +43,15 @@ class Golden:
         return EdgeModel(module_from_state(self.state, "edge", self.config), self.config, precision=precision)
 
 
-REAL_TIME = {getattr(os, name) for name in ("SCHED_FIFO", "SCHED_RR") if hasattr(os, name)}
-
-
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def ordinary_scheduling():
-    """Each test starts under the ordinary time-sharing policy, and so do the processes it starts
-    (they inherit it). This machine has been seen to move a test run to SCHED_FIFO part-way: a
-    command the tests ran then never ended, its spinning OpenMP threads holding both cores from the
-    thread they waited for, and the run's own timeouts never fired (the kernel logs "RT throttling
-    activated"). Nothing here asks for a real-time policy."""
-    if hasattr(os, "sched_getscheduler") and os.sched_getscheduler(0) in REAL_TIME:
-        warnings.warn(f"the tests ran under real-time policy {os.sched_getscheduler(0)}; back to SCHED_OTHER")
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    yield
+    """The run and every process it starts stay under the ordinary time-sharing policy
+    (harness/scheduling.py says why); the run warns where something had to be moved back."""
+    with OrdinaryScheduling() as watcher:
+        yield watcher
+    if watcher.moved:
+        warnings.warn(f"{len(watcher.moved)} thread(s) of the test run were found under a real-time policy "
+                      f"and put back under SCHED_OTHER (harness/scheduling.py)")
 
 
 @pytest.fixture(scope="session", params=GOLDEN_CASES)
