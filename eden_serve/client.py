@@ -226,7 +226,8 @@ class Client:
     def source(self, name: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> RemoteVideo:
         """The video ``name`` under the cloud's media root, planned from its probe (docs/cloud-sources.md)."""
         if not self.split:
-            raise BadInputError("a cloud: source is read from --cloud and --edge (its packets come from the cloud's encoder)")
+            raise BadInputError("a cloud: source is read from --cloud and --edge, or from --server over --transport grpc "
+                                "(its packets come from the cloud's encoder, not through the workflow)")
         remote = open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0], max_pixels)
         self.sources[name] = remote
         return remote
