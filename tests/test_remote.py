@@ -300,3 +300,11 @@ def test_a_cloud_source_over_grpc_equals_it_over_http(servers, tmp_path, capsys)
     error = capsys.readouterr().err
     assert "leaves the media root" in error and urls["grpc"] in error and error.count("\n") == 1
     assert not bad.exists()
+
+
+@pytest.mark.serving
+def test_a_cloud_source_through_the_workflow_is_refused_in_one_line(servers, tmp_path, capsys):
+    out = tmp_path / "out.mp4"
+    assert main(["client", "cloud:gops.mp4", "-o", str(out), "--server", servers.inference_url]) == 2
+    error = capsys.readouterr().err
+    assert "--server over --transport grpc" in error and error.count("\n") == 1 and not out.exists()
