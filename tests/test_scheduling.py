@@ -24,22 +24,18 @@ def real_time_child() -> subprocess.Popen:
 
 def test_a_real_time_child_is_moved_back_and_an_ordinary_one_left_alone(ordinary_scheduling):
     with ordinary_scheduling.paused():  # the run's own watcher would move the child first
-        moved_back_and_left_alone()
-
-
-def moved_back_and_left_alone():
-    child = real_time_child()
-    ordinary = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        os.sched_setscheduler(ordinary.pid, os.SCHED_OTHER, os.sched_param(0))  # whatever this run was under
-        assert os.sched_getscheduler(child.pid) == os.SCHED_FIFO
-        assert make_ordinary([ordinary.pid, child.pid]) == [f"{child.pid}/{child.pid}"]
-        assert os.sched_getscheduler(child.pid) == os.sched_getscheduler(ordinary.pid) == os.SCHED_OTHER
-        assert make_ordinary([ordinary.pid, child.pid]) == []
-    finally:
-        for process in (child, ordinary):
-            process.kill()
-            process.communicate()
+        child = real_time_child()
+        ordinary = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            os.sched_setscheduler(ordinary.pid, os.SCHED_OTHER, os.sched_param(0))  # whatever this run was under
+            assert os.sched_getscheduler(child.pid) == os.SCHED_FIFO
+            assert make_ordinary([ordinary.pid, child.pid]) == [f"{child.pid}/{child.pid}"]
+            assert os.sched_getscheduler(child.pid) == os.sched_getscheduler(ordinary.pid) == os.SCHED_OTHER
+            assert make_ordinary([ordinary.pid, child.pid]) == []
+        finally:
+            for process in (child, ordinary):
+                process.kill()
+                process.communicate()
 
 
 def test_the_watcher_finds_a_descendant_within_its_interval(ordinary_scheduling):
