@@ -170,10 +170,12 @@ def frame_digest(pixels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None) -> np.ndarray:
+def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
     """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
-    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives. The decoder
-    refuses, as it parses the stream's own headers, any frame larger than ``parameters`` declare."""
+    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives (into
+    ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
+    larger than ``parameters`` declare, and every frame, skipped ones too, must have that size."""
     height, width = parameters.size
     if not packets:
         raise CodecError("malformed payload: it holds no packets")
@@ -185,16 +187,17 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
         raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
                                   "chunk with the frames codec") from None
     context = _decoder(parameters, av)
-    pixels = np.empty((count, height, width, 3), np.uint8)
+    pixels = np.empty((count, height, width, 3), np.uint8) if out is None else out
     start, shown, got = packets[0].pts, 0, 0
     try:
         for i, packet in enumerate([*packets, None]):
             where = f"packet {i}" if packet else "the end of the packets"
             for frame in context.decode(None if packet is None else _av_packet(packet, av)):
+                _check_size(frame, parameters, shown)
                 if frame.pts is None or frame.pts < start:
                     continue  # a leading picture of an open GOP
                 if shown >= skip:
-                    pixels[got] = _rgb(frame, parameters, shown)
+                    pixels[got] = np.asarray(rgb(frame))
                     got += 1
                 shown += 1
                 if got == count:
@@ -205,10 +208,12 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
                      f"{skip} skipped and {count} declared")
 
 
-def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None) -> FramesChunk:
-    """The frames chunk that ``chunk``'s packets decode to, each frame checked against the cloud's
-    digest of it: a mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
-    pixels = decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
+def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None, decoder=decode) -> FramesChunk:
+    """The frames chunk that ``chunk``'s packets decode to (by ``decoder``, :func:`decode`'s
+    signature: the sandbox's for a payload this edge does not trust), each frame checked against
+    the cloud's digest of it: a mismatch means this edge's decoder is another build
+    (:class:`DigestMismatchError`)."""
+    pixels = decoder(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
     for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
         if frame_digest(frame) != expected:
             av = import_av()
@@ -248,8 +253,7 @@ def _av_packet(packet: Packet, av):
     return out
 
 
-def _rgb(frame, parameters: StreamParameters, shown: int) -> np.ndarray:
+def _check_size(frame, parameters: StreamParameters, shown: int) -> None:
     if (frame.width, frame.height, frame.format.name) != (parameters.width, parameters.height, parameters.pix_fmt):
         raise CodecError(f"malformed payload: frame {shown} decodes as {frame.format.name} {frame.width}x{frame.height}, but the "
                          f"header declares {parameters.pix_fmt} {parameters.width}x{parameters.height}")
-    return np.asarray(rgb(frame))

@@ -1,0 +1,193 @@
+"""Coverage-guided fuzzing (atheris: libFuzzer for Python) of every parser that reads bytes from
+the other side of a link, seeded with real payloads that our own encoders make at run time.
+
+    .venv/bin/python -m harness.fuzz seed DIR             # writes every target's seeds under DIR/TARGET
+    .venv/bin/python -m harness.fuzz wire DIR/wire -runs=100000 -rss_limit_mb=2048 -timeout=10
+
+Targets (:data:`TARGETS`): ``wire`` (:func:`eden_serve.wire.decode`, formats 2, 3 and 4 in every
+codec), ``keyed`` (a keyed envelope, then the payload in it), ``elided`` (a bitstream answer
+without its packets, as the client restores it), ``pages`` (pages of packets from the cloud),
+``answers`` (the edge's answers, whole and streamed), ``bitstream`` (a bitstream payload decoded by
+:mod:`eden_serve.clips.sandbox`, as an edge decodes one it does not trust).
+
+A mutated payload would fail its digest (or its keyed tag) at once, so the targets seal each input
+again before parsing it, as well as parsing it as it came: the mutations then reach the header and
+the body. A target lets only the package's refusals (:class:`~eden_serve.errors.EdenError`)
+through: any other exception is a crash (atheris prints it and exits non-zero), and so is a
+signal; an input over libFuzzer's ``-timeout`` is a hang, memory over ``-rss_limit_mb`` a failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Callable
+
+import atheris
+
+with atheris.instrument_imports(include=["eden_serve"]):
+    from eden_serve import synthetic, wire
+    from eden_serve.answers import END, MIDDLE, StreamedAnswer, record, whole_answer, zip_of
+    from eden_serve.clips import pages, sandbox
+    from eden_serve.clips.packets import PacketReader, frame_digest
+    from eden_serve.config import PRESETS
+    from eden_serve.errors import EdenError, TransientError
+    from eden_serve.frames import png_of
+    from eden_serve.wire import elision, keyed
+    from eden_serve.wire.envelope import DIGEST_SIZE, PREFIX
+
+CONFIG = PRESETS["tiny"]
+SIZE = (48, 64)  # height, width of the seeds' frames: small inputs mutate fast
+KEY = b"fuzzing key, 32 bytes long......"
+CLOUD = hashlib.sha256(b"fuzzed cloud").hexdigest()
+# The edge's own limits for these frames (handler settings), so an input is judged as a server would.
+LIMITS = {"max_pixels": 1 << 20, "max_frames": 17, "max_tokens": 4096, "max_chunk_tokens": 1 << 17}
+# Encoders of the seeds' videos, one per decoder of the bitstream codec that this FFmpeg can make.
+VIDEOS = {"h264": ("libx264", {"g": "4", "bf": "2"}), "hevc": ("libx265", {"x265-params": "keyint=4:bframes=2:log-level=none"}),
+          "vp9": ("libvpx-vp9", {"g": "4"})}
+
+
+def reseal(data: bytes) -> bytes:
+    """``data`` with its last 16 bytes replaced by the envelope's digest of the rest."""
+    if len(data) < PREFIX.size + DIGEST_SIZE:
+        return data
+    body = data[:-DIGEST_SIZE]
+    return body + hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest()
+
+
+def decode(data: bytes):
+    return wire.decode(data, CONFIG, **LIMITS)
+
+
+def fuzz_wire(data: bytes) -> None:
+    for payload in (data, reseal(data)):
+        refused(decode, payload)
+
+
+def fuzz_keyed(data: bytes) -> None:
+    inner = reseal(data[keyed.TAGGED_PREFIX:])
+    for payload in (data, keyed.sign(inner, KEY)):
+        refused(lambda p: decode(keyed.verify(p, KEY)), payload)
+
+
+def fuzz_elided(data: bytes) -> None:
+    def restore(elided: bytes) -> None:
+        lengths = [length for _, _, length in elision.wanted(elided)]
+        whole = elision.restore(elided, [bytes(min(n, 1 << 16)) for n in lengths])
+        decode(keyed.verify(whole, None))
+
+    refused(restore, data)
+
+
+def fuzz_pages(data: bytes) -> None:
+    refused(pages.unpack, data)
+
+
+def fuzz_answers(data: bytes) -> None:
+    def streamed(content: bytes) -> None:
+        answer = StreamedAnswer(0, 3, (SIZE[1], SIZE[0]), "(fuzzed)")
+        for start in range(0, len(content), 97):  # a transport cuts the bytes anywhere
+            answer.feed(content[start:start + 97])
+        answer.finish()
+
+    refused(streamed, data)
+    refused(lambda content: whole_answer(content, 3, (SIZE[1], SIZE[0]), "(fuzzed)"), data)
+
+
+def fuzz_bitstream(data: bytes) -> None:
+    def decoded(payload: bytes) -> None:
+        chunk = decode(payload)
+        if isinstance(chunk, wire.BitstreamChunk):
+            sandbox.frames_chunk(chunk, LIMITS["max_pixels"])
+
+    refused(decoded, reseal(data))
+
+
+def refused(parse: Callable[[bytes], object], data: bytes) -> None:
+    """``parse(data)``, where a refusal is an answer and anything else a crash."""
+    try:
+        parse(data)
+    except (EdenError, TransientError):
+        pass
+
+
+# --- seeds: real payloads of every kind ----------------------------------------------------------
+
+
+def token_payloads() -> list[bytes]:
+    chunk = synthetic.chunk(CONFIG, SIZE, frames=3)
+    chunk.cuts = {1: png_of(synthetic.scene(*SIZE, 0.5))}
+    return [wire.encode(chunk, CONFIG, codec) for codec in wire.TOKEN_CODECS]
+
+
+def frames_payload() -> bytes:
+    pixels = __import__("numpy").stack([synthetic.scene(*SIZE, t) for t in (0.0, 0.3, 0.6)])
+    return wire.encode(wire.FramesChunk(pixels, [0.1, -0.2], [7, 8], [1], CLOUD), CONFIG, wire.FRAMES_CODEC)
+
+
+def bitstream_payloads(directory: Path) -> list[bytes]:
+    """A chunk from the middle of a short clip of each codec in :data:`VIDEOS` (B-frames where the
+    encoder makes them, so the chunk skips frames and reorders)."""
+    from harness.videos import local_frames, make_clip
+
+    payloads = []
+    for name, (encoder, options) in VIDEOS.items():
+        path = make_clip(directory / f"{name}.mkv", encoder, options, SIZE, 10)
+        reader, frames = PacketReader(path), local_frames(path)
+        span = reader.needed(5, 7)
+        chunk = wire.BitstreamChunk(reader.parameters, reader.packets(span), span.skip, 3, [frame_digest(f) for f in frames[5:8]],
+                                    [0.5, 0.25], [3, 4], [], CLOUD)
+        payloads.append(wire.encode(chunk, CONFIG, wire.BITSTREAM_CODEC))
+    return payloads
+
+
+def answer_seeds() -> list[bytes]:
+    pngs = [png_of(synthetic.scene(*SIZE, t)) for t in (0.1, 0.2, 0.3)]
+    return [b"".join([*(record(MIDDLE, j, png) for j, png in enumerate(pngs)), record(END, 0)]), zip_of(pngs)]
+
+
+def page_seeds(directory: Path) -> list[bytes]:
+    from eden_serve.clips.sources import SourceVideo
+
+    video = SourceVideo(directory / "h264.mkv", 1 << 20)
+    return [pages.pack(video.page(None, 0)), pages.pack(video.page(None, 4))]
+
+
+def seed(directory: Path) -> None:
+    """Every target's seed corpus under ``directory``/TARGET: real payloads, one file each."""
+    directory.mkdir(parents=True, exist_ok=True)
+    streams = bitstream_payloads(directory)
+    kinds = {
+        "wire": token_payloads() + [frames_payload()] + streams,
+        "keyed": [keyed.sign(p, KEY) for p in token_payloads()[:2] + [frames_payload()] + streams[:1]],
+        "elided": [elision.elide(p) for p in streams] + [elision.elide(keyed.sign(streams[0], KEY))],
+        "pages": page_seeds(directory),
+        "answers": answer_seeds(),
+        "bitstream": streams,
+    }
+    for target, payloads in kinds.items():
+        (directory / target).mkdir(exist_ok=True)
+        for i, payload in enumerate(payloads):
+            (directory / target / f"seed-{i}").write_bytes(payload)
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "wire": fuzz_wire, "keyed": fuzz_keyed, "elided": fuzz_elided, "pages": fuzz_pages, "answers": fuzz_answers,
+    "bitstream": fuzz_bitstream,
+}
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 3 or argv[1] not in (*TARGETS, "seed"):
+        sys.exit(f"usage: python -m harness.fuzz seed DIR | TARGET [libFuzzer flags] CORPUS ({', '.join(TARGETS)})")
+    if argv[1] == "seed":
+        seed(Path(argv[2]))
+        return
+    target = TARGETS[argv[1]]
+    atheris.Setup([argv[0], *argv[2:]], lambda data: target(bytes(data)))
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
