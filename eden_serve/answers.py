@@ -76,7 +76,8 @@ def whole_answer(content: bytes, pairs: int, size: tuple[int, int], where: str) 
             if [e.filename for e in entries] != names or any(e.compress_type != zipfile.ZIP_STORED or e.file_size > most for e in entries):
                 raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} stored PNGs {names[0]}...{names[-1]} {where}")
             return [middle_image(archive.read(name), size, where) for name in names]
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    # NotImplementedError: a zip version or method zipfile lacks; RuntimeError: an encrypted entry.
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError, EOFError, struct.error) as exc:
         start = " ".join(content[:100].decode(errors="replace").split())
         raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} PNGs ({exc}): {start!r} {where}") from None
 

@@ -2,13 +2,14 @@
 the other side of a link, seeded with real payloads that our own encoders make at run time.
 
     .venv/bin/python -m harness.fuzz seed DIR             # writes every target's seeds under DIR/TARGET
-    .venv/bin/python -m harness.fuzz wire DIR/wire -runs=100000 -rss_limit_mb=2048 -timeout=10
+    .venv/bin/python -m harness.fuzz wire -runs=100000 -rss_limit_mb=2048 -timeout=10 DIR/wire
 
 Targets (:data:`TARGETS`): ``wire`` (:func:`eden_serve.wire.decode`, formats 2, 3 and 4 in every
 codec), ``keyed`` (a keyed envelope, then the payload in it), ``elided`` (a bitstream answer
 without its packets, as the client restores it), ``pages`` (pages of packets from the cloud),
 ``answers`` (the edge's answers, whole and streamed), ``bitstream`` (a bitstream payload decoded by
-:mod:`eden_serve.clips.sandbox`, as an edge decodes one it does not trust).
+:mod:`eden_serve.clips.sandbox`, as an edge decodes one it does not trust); ``all`` runs them all
+in one process (tests/test_fuzz.py), ``benchmarks/fuzz.py`` each on its own.
 
 A mutated payload would fail its digest (or its keyed tag) at once, so the targets seal each input
 again before parsing it, as well as parsing it as it came: the mutations then reach the header and
@@ -170,21 +171,37 @@ def seed(directory: Path) -> None:
         (directory / target).mkdir(exist_ok=True)
         for i, payload in enumerate(payloads):
             (directory / target / f"seed-{i}").write_bytes(payload)
+    seed_all(directory)
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "wire": fuzz_wire, "keyed": fuzz_keyed, "elided": fuzz_elided, "pages": fuzz_pages, "answers": fuzz_answers,
     "bitstream": fuzz_bitstream,
 }
+ALL = "all"  # every target in one process: an input's first byte picks its target (CI's short run)
+
+
+def fuzz_all(data: bytes) -> None:
+    if data:
+        targets = list(TARGETS.values())
+        targets[data[0] % len(targets)](data[1:])
+
+
+def seed_all(directory: Path) -> None:
+    """The ``all`` target's corpus: each target's seeds behind the byte that picks it."""
+    (directory / ALL).mkdir(exist_ok=True)
+    for number, target in enumerate(TARGETS):
+        for path in sorted((directory / target).iterdir()):
+            (directory / ALL / f"{target}-{path.name}").write_bytes(bytes([number]) + path.read_bytes())
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 3 or argv[1] not in (*TARGETS, "seed"):
-        sys.exit(f"usage: python -m harness.fuzz seed DIR | TARGET [libFuzzer flags] CORPUS ({', '.join(TARGETS)})")
+    if len(argv) < 3 or argv[1] not in (*TARGETS, ALL, "seed"):
+        sys.exit(f"usage: python -m harness.fuzz seed DIR | TARGET [libFuzzer flags] CORPUS ({', '.join([*TARGETS, ALL])})")
     if argv[1] == "seed":
         seed(Path(argv[2]))
         return
-    target = TARGETS[argv[1]]
+    target = fuzz_all if argv[1] == ALL else TARGETS[argv[1]]
     atheris.Setup([argv[0], *argv[2:]], lambda data: target(bytes(data)))
     atheris.Fuzz()
 
