@@ -18,6 +18,7 @@ from ..errors import DeviceUnavailableError
 from ..frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
+UNKEYED_BITSTREAM = ("sandbox", "refuse")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class Settings:
     max_batch_tokens: int = 0  # edge: condition tokens per batched forward; 0: the device's default
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (docs/serving.md: "GPUs and threads")
     media_root: str | None = None  # cloud: the directory of server-side sources; null: off (docs/cloud-sources.md)
+    # What one request may make a worker do (docs/errors-and-limits.md, "What one request can make a server do").
+    max_decoded_pixels: int = 1 << 30  # frames a request makes a worker decode (skipped ones too) x their pixels
+    max_demuxed_packets: int = 1 << 16  # cloud: packets one request may read from a source
+    max_source_packets: int = 1 << 20  # cloud: packets of a source's video stream (read once per file)
+    decode_deadline_s: float = 30.0  # the decoding of one request's frames (edge: a bitstream payload's, in the sandbox)
+    unkeyed_bitstream: str = "sandbox"  # edge: decode bitstream payloads without a wire key's tag in the sandbox, or refuse them
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
@@ -44,7 +51,8 @@ class Settings:
         if unknown:
             raise ValueError(f"model-config.yaml: unknown handler setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
         settings = cls(**section)
-        for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 0)):
+        for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 0),
+                            ("max_decoded_pixels", 1), ("max_demuxed_packets", 1), ("max_source_packets", 1)):
             value = getattr(settings, name)
             if type(value) is not int or value < least:
                 raise ValueError(f"model-config.yaml: handler.{name} must be an integer >= {least}, got {value!r}")
@@ -55,6 +63,12 @@ class Settings:
         threshold = settings.scene_threshold
         if threshold is not None and (type(threshold) not in (int, float) or not 0 <= threshold <= 3):
             raise ValueError(f"model-config.yaml: handler.scene_threshold must be a number in [0, 3] or null, got {threshold!r}")
+        deadline = settings.decode_deadline_s
+        if type(deadline) not in (int, float) or not 0 < deadline <= 3600:
+            raise ValueError(f"model-config.yaml: handler.decode_deadline_s must be a number of seconds in (0, 3600], got {deadline!r}")
+        if settings.unkeyed_bitstream not in UNKEYED_BITSTREAM:
+            raise ValueError(f"model-config.yaml: handler.unkeyed_bitstream must be one of {', '.join(UNKEYED_BITSTREAM)}, "
+                             f"got {settings.unkeyed_bitstream!r}")
         root = settings.media_root
         if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
             raise ValueError(f"model-config.yaml: handler.media_root must be an absolute directory path or null, got {root!r}")
