@@ -47,11 +47,14 @@ class PacketReader:
     """The first video stream of a file, as packets: ``parameters`` to decode them with, iterate for
     the packets in decode order (each read from the file again), ``len()`` the frames."""
 
-    def __init__(self, path: Path, max_pixels: int | None = None):
+    def __init__(self, path: Path, max_pixels: int | None = None, opener=None):
+        """``opener()``: a new PyAV container of the file (a cloud's opens a source by descriptor,
+        :class:`~.sources.SourceFile`); ``path`` then only names it in messages."""
         if str(path) == PIPE:
             raise BadInputError("the bitstream codec reads a video file twice, so it cannot take a pipe; use the frames codec")
         self.path = path
-        clip = VideoClip(path, max_pixels)  # the same stream, and the same checks, as a local run's
+        self.open = opener or (lambda: import_av().open(str(path)))
+        clip = VideoClip(path, max_pixels, self.open())  # the same stream, and the same checks, as a local run's
         try:
             self.parameters = parameters_of(clip.stream, path)
             self._pts, self._keys = self._index(clip.container.demux(clip.stream))
@@ -87,7 +90,7 @@ class PacketReader:
     def __iter__(self) -> Iterator[Packet]:
         av = import_av()
         try:
-            with av.open(str(self.path)) as container:
+            with self.open() as container:
                 stream = container.streams.video[0]
                 index = 0
                 for packet in container.demux(stream):
@@ -107,7 +110,7 @@ class PacketReader:
         av = import_av()
         found: list[Packet] = []
         try:
-            with av.open(str(self.path)) as container:
+            with self.open() as container:
                 stream = container.streams.video[0]
                 index = None  # of the packet in hand, in decode order
                 if seek:

@@ -18,7 +18,7 @@ from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
 from ..wire.elision import elide
 from ..clips.packets import PacketReader, frame_digest
 from ..clips.pages import pack
-from ..clips.sources import FileCache, SourceVideo, resolve
+from ..clips.sources import FileCache, SourceFile, SourceVideo
 from ..cloud import check_tokens
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
@@ -72,9 +72,13 @@ def parse_after(value) -> tuple | None:
         raise BadInputError(f"after must be PTS:DTS:SIZE, integers (or none for a time), got {parts!r:.60}") from None
 
 
-def open_source(settings: Settings, name: str) -> SourceVideo:
+def source_file(settings: Settings, name: str) -> SourceFile:
     root = settings.media_root
-    return SourceVideo(resolve(None if root is None else Path(root), name), settings.max_pixels)
+    return SourceFile(None if root is None else Path(root), name)
+
+
+def open_source(settings: Settings, name: str) -> SourceVideo:
+    return SourceVideo(source_file(settings, name), settings.max_pixels)
 
 
 def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
@@ -104,8 +108,7 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     """The bitstream payload of a named chunk, with the ``decisions`` the cloud made from its pixels
     (and their digests), sealed and signed, then sent without the packets' bytes, which the client
     holds already (:mod:`~eden_serve.wire.elision`)."""
-    root = settings.media_root
-    reader = packet_reader(resolve(None if root is None else Path(root), name), settings.max_pixels)
+    reader = packet_reader(source_file(settings, name), settings.max_pixels)
     span = reader.needed(frames.start, frames.stop - 1)
     packets = reader.packets(span)
     chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
@@ -114,8 +117,8 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     return elide(payload if key is None else keyed.sign(payload, key))
 
 
-# The PacketReader of a path (its packets' times, read once), kept like the cloud's scans.
-packet_reader = FileCache(PacketReader)
+# The PacketReader of a source (its packets' times, read once), kept like the cloud's scans.
+packet_reader = FileCache(lambda source, max_pixels: PacketReader(Path(source.name), max_pixels, source.open))
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
