@@ -26,6 +26,7 @@ from ..errors import BadInputError, CodecError, DigestMismatchError, PayloadTooL
 from ..wire import FramesChunk
 from ..wire.bitstream import DECODERS, BitstreamChunk, Packet, StreamParameters
 from .encoding import import_av
+from .sources import Work
 from .video import PIPE, VideoClip, rgb
 
 __all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "frame_digest", "to_frames_chunk"]
@@ -47,9 +48,11 @@ class PacketReader:
     """The first video stream of a file, as packets: ``parameters`` to decode them with, iterate for
     the packets in decode order (each read from the file again), ``len()`` the frames."""
 
-    def __init__(self, path: Path, max_pixels: int | None = None, opener=None):
+    def __init__(self, path: Path, max_pixels: int | None = None, opener=None, work: Work | None = None):
         """``opener()``: a new PyAV container of the file (a cloud's opens a source by descriptor,
-        :class:`~.sources.SourceFile`); ``path`` then only names it in messages."""
+        :class:`~.sources.SourceFile`); ``path`` then only names it in messages. ``work``: what a
+        cloud's request may read (None: a local file, unbounded)."""
+        self.work = work
         if str(path) == PIPE:
             raise BadInputError("the bitstream codec reads a video file twice, so it cannot take a pipe; use the frames codec")
         self.path = path
@@ -75,6 +78,8 @@ class PacketReader:
                     raise BadInputError(f"{self.path}: packet {len(pts)} of its video {problem}, which the bitstream codec does not "
                                         "carry; use the frames codec")
                 seen.add(packet.pts)
+                if self.work is not None:
+                    self.work.check(len(pts) + 1, self.work.source_packets, f"{self.path}'s video has more packets", "max_source_packets")
                 if packet.is_keyframe:
                     keys.append(len(pts))
                 pts.append(packet.pts)
@@ -108,6 +113,8 @@ class PacketReader:
 
     def _read(self, span: Span, seek: bool) -> list[Packet] | None:
         av = import_av()
+        if not seek and self.work is not None:  # from the start, up to the last packet needed
+            self.work.check(span.end + 1, self.work.demuxed_packets, f"{span.end + 1} packets to read", "max_demuxed_packets")
         found: list[Packet] = []
         try:
             with self.open() as container:

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
-from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
+from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError, TooMuchWorkError
 from ..frames import check_size
 from .encoding import import_av
 from .pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
@@ -36,6 +36,21 @@ from .video import rgb
 
 MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one request may make the cloud read and decode (``handler.max_decoded_pixels``,
+    ``max_demuxed_packets``, ``max_source_packets``): judged before the work from the file's scan,
+    and counted while it runs (413 ``too_much_work``)."""
+
+    decoded_pixels: int = 1 << 30  # frames decoded for a range (from its key frame) x their pixels
+    demuxed_packets: int = 1 << 16  # packets read past to reach a page, or a range read from the start
+    source_packets: int = 1 << 20  # packets of a source's video stream, read once per file
+
+    def check(self, amount: int, limit: int, what: str, setting: str) -> None:
+        if amount > limit:
+            raise TooMuchWorkError(f"{what}: over this cloud's {limit} for one request (handler.{setting}); ask for less at once")
 
 
 def resolve(root: Path | None, name: str) -> Path:
@@ -130,7 +145,7 @@ class Scan:
     streams: list[dict]
 
 
-def _scan(source: SourceFile, max_pixels: int) -> Scan:
+def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
     av = import_av()
     with source.open() as container:
         if not container.streams.video:
@@ -143,6 +158,7 @@ def _scan(source: SourceFile, max_pixels: int) -> Scan:
                 if not packet.size:  # the demuxer ends the stream with an empty packet
                     continue
                 count += 1
+                Work().check(count, max_packets, f"{source.name}'s video has more packets", "max_source_packets")
                 size += packet.size
                 times.append(packet.pts)
                 if packet.is_keyframe and packet.pts is not None:
@@ -161,7 +177,7 @@ def _scan(source: SourceFile, max_pixels: int) -> Scan:
 
 
 class FileCache:
-    """``make(source, max_pixels)``, kept for the last :data:`SCANS_KEPT` files while each file's
+    """``make(source, *args)``, kept for the last :data:`SCANS_KEPT` files while each file's
     size and modification time stay: a cloud worker reads a file's packet times once, not per
     request. Files are known by device and inode, whatever name reached them, and requests for a
     file being read wait for that read rather than start their own."""
@@ -171,8 +187,8 @@ class FileCache:
         self._kept: OrderedDict[tuple, Future] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(self, source: SourceFile, max_pixels: int):
-        key = (*source.key, max_pixels)
+    def __call__(self, source: SourceFile, *args):
+        key = (*source.key, *args)
         with self._lock:
             kept = self._kept.get(key)
             if kept is None:
@@ -183,7 +199,7 @@ class FileCache:
                 owner = False
         if owner:
             try:
-                kept.set_result(self.make(source, max_pixels))
+                kept.set_result(self.make(source, *args))
             except BaseException as exc:
                 with self._lock:
                     self._kept.pop(key, None)
@@ -200,10 +216,12 @@ scan = FileCache(_scan)  # the Scan of a path
 class SourceVideo:
     """A server-side video: its :meth:`probe` and the frames of a range (:meth:`read`)."""
 
-    def __init__(self, source: SourceFile | Path, max_pixels: int):
+    def __init__(self, source: SourceFile | Path, max_pixels: int, work: Work = Work()):
         """``source``: opened under the media root, or a path (its directory as the root)."""
         self.source = source if isinstance(source, SourceFile) else SourceFile(Path(source).parent, Path(source).name)
-        self.scan = scan(self.source, max_pixels)
+        self.work = work
+        self.scan = scan(self.source, max_pixels, work.source_packets)
+        self.pixels = self.scan.width * self.scan.height
         self.decoded = 0  # frames the last read decoded up to its last: what a seek saved shows here
 
     def probe(self) -> dict:
@@ -235,6 +253,10 @@ class SourceVideo:
         av = import_av()
         found: dict[int, Image.Image] = {}
         self.decoded = 0
+        if seek is None or wanted is None:  # from the start: up to the last frame asked for
+            self._decoding(first + count)
+        else:  # from the key frame: the frames shown from it to the last one asked for
+            self._decoding(bisect.bisect_right(self.scan.times, wanted[-1]) - bisect.bisect_left(self.scan.times, seek))
         try:
             with self.source.open() as container:
                 stream = container.streams.video[0]
@@ -245,6 +267,7 @@ class SourceVideo:
                     if wanted is not None and frame.pts is not None and frame.pts > wanted[-1]:
                         break
                     self.decoded += 1
+                    self._decoding(self.decoded)
                     if wanted is None:
                         if i >= first:
                             found[i] = rgb(frame)
@@ -262,6 +285,13 @@ class SourceVideo:
             raise BadInputError(f"{self.source.name}: frames {first} to {first + count - 1} do not all decode")
         return [found[key] for key in keys]
 
+    def _decoding(self, frames: int) -> None:
+        self.work.check(frames * self.pixels, self.work.decoded_pixels,
+                        f"{frames} frames of {self.scan.width}x{self.scan.height} to decode", "max_decoded_pixels")
+
+    def _demuxing(self, packets: int) -> None:
+        self.work.check(packets, self.work.demuxed_packets, f"{packets} packets to read before the page", "max_demuxed_packets")
+
     def page(self, index: int | None, start: int, after: tuple | None = None) -> Page:
         """Packets ``start`` ... of stream ``index`` (None: the video), in the file's order, as
         many as a page holds (:mod:`.pages`). ``after``: (pts, dts, size) of packet ``start - 1``,
@@ -274,6 +304,8 @@ class SourceVideo:
     def _page(self, index: int | None, start: int, after: tuple | None, stamp: int | None) -> Page | None:
         av = import_av()
         self.demuxed = 0  # packets read for the last page: what a seek saved shows here
+        if after is None:  # read from the stream's start
+            self._demuxing(start)
         try:
             with self.source.open() as container:
                 streams = container.streams
@@ -289,6 +321,7 @@ class SourceVideo:
                     if not packet.size:
                         continue
                     self.demuxed += 1
+                    self._demuxing(self.demuxed - len(packets))  # the packets read past to reach the page
                     if n is None:  # still looking for the packet before the page
                         if (packet.pts, packet.dts, packet.size) == after:
                             n = start

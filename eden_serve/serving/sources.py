@@ -18,7 +18,7 @@ from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
 from ..wire.elision import elide
 from ..clips.packets import PacketReader, frame_digest
 from ..clips.pages import pack
-from ..clips.sources import FileCache, SourceFile, SourceVideo
+from ..clips.sources import FileCache, SourceFile, SourceVideo, Work
 from ..cloud import check_tokens
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
@@ -77,8 +77,12 @@ def source_file(settings: Settings, name: str) -> SourceFile:
     return SourceFile(None if root is None else Path(root), name)
 
 
+def work_of(settings: Settings) -> Work:
+    return Work(settings.max_decoded_pixels, settings.max_demuxed_packets, settings.max_source_packets)
+
+
 def open_source(settings: Settings, name: str) -> SourceVideo:
-    return SourceVideo(source_file(settings, name), settings.max_pixels)
+    return SourceVideo(source_file(settings, name), settings.max_pixels, work_of(settings))
 
 
 def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
@@ -108,7 +112,7 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     """The bitstream payload of a named chunk, with the ``decisions`` the cloud made from its pixels
     (and their digests), sealed and signed, then sent without the packets' bytes, which the client
     holds already (:mod:`~eden_serve.wire.elision`)."""
-    reader = packet_reader(source_file(settings, name), settings.max_pixels)
+    reader = packet_reader(source_file(settings, name), settings.max_pixels, work_of(settings))
     span = reader.needed(frames.start, frames.stop - 1)
     packets = reader.packets(span)
     chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
@@ -118,7 +122,7 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
 
 
 # The PacketReader of a source (its packets' times, read once), kept like the cloud's scans.
-packet_reader = FileCache(lambda source, max_pixels: PacketReader(Path(source.name), max_pixels, source.open))
+packet_reader = FileCache(lambda source, max_pixels, work: PacketReader(Path(source.name), max_pixels, source.open, work))
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
