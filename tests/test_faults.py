@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 import requests
@@ -17,7 +18,7 @@ from test_client import FRAMES, assert_same_clip, expected, inputs, output_name 
 from eden_serve import wire
 from eden_serve.client import Client
 from eden_serve.config import PRESETS
-from eden_serve.wire.bitstream import Packet
+from eden_serve.wire.bitstream import Packet, StreamParameters
 from harness import faults
 from harness.fuzz import CLOUD, bitstream_payloads
 from harness.servers import set_handler, torchserve
@@ -109,3 +110,38 @@ def test_an_edge_worker_killed_mid_answer_costs_a_retry(tmp_path, cloud, edge, f
     assert_same_clip(out, expected["directory"], inputs["directory"])
     wait_ready(edge)
     assert edge.worker_pids("eden_ditdec") != killed
+
+
+def black_4k_packets(count: int) -> tuple:
+    """A key frame and ``count - 1`` copies of a skipped P frame of black 3840x2160 H.264: a few
+    kB that decode to ``count`` 4K frames."""
+    import av
+
+    context = av.CodecContext.create("libx264", "w")
+    context.width, context.height, context.pix_fmt = 3840, 2160, "yuv420p"
+    context.time_base = Fraction(1, 25)
+    context.options = {"preset": "ultrafast", "g": "1000", "bf": "0"}
+    frame = av.VideoFrame(3840, 2160, "yuv420p")
+    for plane, value in zip(frame.planes, (16, 128, 128)):
+        plane.update(bytes([value]) * plane.buffer_size)
+    encoded = []
+    for pts in range(2):
+        frame.pts = pts
+        encoded += context.encode(frame)
+    encoded += context.encode(None)
+    key, skipped = bytes(encoded[0]), bytes(encoded[1])
+    return StreamParameters("h264", bytes(context.extradata or b""), 3840, 2160, "yuv420p"), \
+        [Packet(key, 0, 0, True)] + [Packet(skipped, i, i, False) for i in range(1, count)]
+
+
+def test_a_small_payload_that_would_decode_many_large_frames_is_refused(edge):
+    """600 4K frames from a few kB: refused before a packet is decoded (it used to cost the worker
+    seconds of decoding, inline, before its batch)."""
+    parameters, packets = black_4k_packets(600)
+    chunk = wire.BitstreamChunk(parameters, packets, 598, 2, ["0" * 32] * 2, [0.0], [0], [], CLOUD)
+    payload = wire.encode(chunk, PRESETS["tiny"], wire.BITSTREAM_CODEC)
+    assert len(payload) < 100_000
+    answer = requests.post(f"{edge.inference_url}/predictions/eden_ditdec", data=payload, timeout=300,
+                           headers={**edge.inference_headers, "Content-Type": "application/octet-stream"})
+    assert (answer.status_code, answer.json()["type"]) == (413, "too_much_work"), answer.text
+    assert "max_decoded_pixels" in answer.json()["message"]
