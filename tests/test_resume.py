@@ -410,3 +410,15 @@ def test_the_command_refuses_a_bad_resume_in_one_line(tmp_path, tiny_models, cas
     errors = [line for line in result.stderr.splitlines() if ": warning: no checkpoint given" not in line]
     assert result.returncode == 2 and len(errors) == 1 and errors[0].startswith("eden-serve: error: cannot resume"), result.stderr
     assert "to start again" in errors[0] and not dst.exists()
+
+
+def test_the_journal_is_written_through_a_new_file_never_a_planted_link(tmp_path):
+    from eden_serve.resume import write_durably
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not yours")
+    journal = tmp_path / ".out.partial-resume.journal"
+    (tmp_path / (journal.name + ".tmp")).symlink_to(victim)  # the temporary name of earlier releases
+    write_durably(journal, b"{}")
+    assert journal.read_bytes() == b"{}" and victim.read_bytes() == b"not yours"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([journal.name, journal.name + ".tmp", "victim"])
