@@ -54,3 +54,10 @@ def attempts(parameters, packets, skip, count, max_pixels=None, out=None):
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             results.append(f"{name}={type(exc).__name__}")
     raise CodecError(" ".join(results))
+
+
+def misbehave(parameters, packets, skip, count, max_pixels=None, out=None):
+    """The stand-in that the first packet's first bytes name (``crash``, ``hang``, ...): one
+    sandbox for them all."""
+    name = packets[0].data.split(b":")[0].decode()
+    return globals()[name](parameters, packets, skip, count, max_pixels, out)

@@ -6,6 +6,7 @@ child can open no file or socket, run nothing and signal no one."""
 from __future__ import annotations
 
 import errno
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,17 +29,18 @@ def job(chunk):
     return chunk.parameters, chunk.packets, chunk.skip, chunk.frames
 
 
-@pytest.fixture
-def standin(request):
-    made = []
+@pytest.fixture(scope="module")
+def standins():
+    """One sandbox whose decoder misbehaves as the first packet says (harness/standins.py)."""
+    box = sandbox.Sandbox("harness.standins:misbehave")
+    yield box
+    box.close()
 
-    def make(name: str) -> sandbox.Sandbox:
-        made.append(sandbox.Sandbox(f"harness.standins:{name}"))
-        return made[-1]
 
-    yield make
-    for box in made:
-        box.close()
+def naming(chunk, standin: str) -> tuple:
+    """``chunk``'s job with its first packet naming a stand-in."""
+    first = chunk.packets[0]
+    return chunk.parameters, [replace(first, data=f"{standin}:".encode() + first.data), *chunk.packets[1:]], chunk.skip, chunk.frames
 
 
 def test_the_sandbox_decodes_what_this_process_decodes(chunks):
@@ -60,20 +62,18 @@ def test_the_sandbox_decodes_what_this_process_decodes(chunks):
     ("spin", TooMuchWorkError, "deadline of 1 s", 1),
     ("allocate", CodecError, "crashed", 60),  # past its address space's limit
 ])
-def test_a_failing_decoder_costs_its_payload_only(chunks, standin, name, error, words, deadline):
-    box = standin(name)
+def test_a_failing_decoder_costs_its_payload_only(chunks, standins, name, error, words, deadline):
     for _ in range(2):
         with pytest.raises(error, match=words) as refused:
-            box.decode(*job(chunks[0]), deadline=deadline)
+            standins.decode(*naming(chunks[0], name), deadline=deadline)
         assert refused.value.status in (400, 413)
-    zygote = box._zygote
-    assert zygote.poll() is None  # the zygote lives on: only the child died
+    assert standins._zygote.poll() is None  # the zygote lives on: only the child died
 
 
-def test_the_child_is_confined(chunks, standin):
+def test_the_child_is_confined(chunks, standins):
     if seccomp_filter() is None:
         pytest.skip("libseccomp is not installed here: the sandbox runs with resource limits only")
     with pytest.raises(CodecError) as refused:
-        standin("attempts").decode(*job(chunks[0]), deadline=5.0)
+        standins.decode(*naming(chunks[0], "attempts"), deadline=5.0)
     got = dict(item.split("=") for item in str(refused.value).split())
     assert got == {name: str(errno.EPERM) for name in ("open", "socket", "unix", "exec", "fork", "kill", "write")}, got
