@@ -1,7 +1,7 @@
 """The long fuzzing run (docs/errors-and-limits.md, "Fuzzing"): each target of harness/fuzz.py on its
 own, for its share of the inputs, from seeds made at run time.
 
-    .venv/bin/python benchmarks/fuzz.py [--runs wire=300000,keyed=150000,...] [--rss-limit-mb 2048] [--hang-s 20]
+    .venv/bin/python benchmarks/fuzz.py [--runs wire=300000,keyed=150000,...] [--rss-limit-mb 2048] [--hang-s 20] [--name fuzz]
 
 Prints per target the inputs run, the seconds, the inputs per second, the crashes, hangs and
 out-of-memory failures libFuzzer reported (it stops at the first; the run then goes on with the
@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in t
 import results
 
 REPO = Path(__file__).resolve().parents[1]
-RUNS = {"wire": 300_000, "keyed": 150_000, "elided": 200_000, "pages": 200_000, "answers": 130_000, "bitstream": 20_000}
+RUNS = {"wire": 300_000, "keyed": 150_000, "elided": 200_000, "pages": 200_000, "answers": 130_000, "bitstream": 20_000,
+        "decoder": 15_000}
 FAILURES = {"crash": r"deadly signal|Uncaught Python exception|fuzz target exited", "hang": r"libFuzzer: timeout",
             "oom": r"libFuzzer: out-of-memory"}
 
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--rss-limit-mb", type=int, default=2048)
     parser.add_argument("--hang-s", type=int, default=20)
     parser.add_argument("--keep", type=Path, help="a directory for the corpus and the failures' artifacts")
+    parser.add_argument("--name", default="fuzz", help="the CSV's name under benchmarks/results (default: %(default)s)")
     args = parser.parse_args()
     runs = {target: int(count) for target, count in (item.split("=") for item in args.runs.split(","))}
     with tempfile.TemporaryDirectory(prefix="eden-fuzz-") as scratch:
@@ -70,7 +72,7 @@ def main() -> None:
               f"{r['peak_rss_mb']:8}")
     print(f"all: {sum(r['inputs'] for r in rows)} inputs, {sum(r['crash'] for r in rows)} crashes, "
           f"{sum(r['hang'] for r in rows)} hangs, {sum(r['oom'] for r in rows)} out of memory")
-    results.write("fuzz", rows)
+    results.write(args.name, rows)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ Targets (:data:`TARGETS`): ``wire`` (:func:`eden_serve.wire.decode`, formats 2, 
 codec), ``keyed`` (a keyed envelope, then the payload in it), ``elided`` (a bitstream answer
 without its packets, as the client restores it), ``pages`` (pages of packets from the cloud),
 ``answers`` (the edge's answers, whole and streamed), ``bitstream`` (a bitstream payload decoded by
-:mod:`eden_serve.clips.sandbox`, as an edge decodes one it does not trust); ``all`` runs them all
+:mod:`eden_serve.clips.sandbox`, as an edge decodes one it does not trust), ``decoder`` (the
+packets' bytes alone, in a seed chunk's structure, so that every input is decoded); ``all`` runs them all
 in one process (tests/test_fuzz.py), ``benchmarks/fuzz.py`` each on its own.
 
 A mutated payload would fail its digest (or its keyed tag) at once, so the targets seal each input
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -105,6 +108,30 @@ def fuzz_bitstream(data: bytes) -> None:
     refused(decoded, reseal(data))
 
 
+_chunks: list = []  # the decoder target's chunks: the bitstream seeds, decoded once
+
+
+def fuzz_decoder(data: bytes) -> None:
+    """The packets' bytes of a seed chunk (picked by the first byte) replaced by the input, cut at
+    the seed's proportions, timing and flags kept: every input reaches the sandboxed decoder."""
+    if not _chunks:
+        with tempfile.TemporaryDirectory() as scratch:
+            _chunks.extend(wire.decode(p, CONFIG) for p in bitstream_payloads(Path(scratch)))
+    if len(data) < 2:
+        return
+    chunk = _chunks[data[0] % len(_chunks)]
+    body, total = data[1:], sum(len(p.data) for p in chunk.packets)
+    cuts = [0]
+    for packet in chunk.packets:
+        cuts.append(min(len(body), cuts[-1] + max(1, len(packet.data) * len(body) // total)))
+    packets = [replace(p, data=body[a:b] or b"\0") for p, a, b in zip(chunk.packets, cuts, cuts[1:])]
+    refused(lambda _: sandbox.frames_chunk(replace(chunk, packets=packets), LIMITS["max_pixels"]), b"")
+
+
+def decoder_seeds(streams: list[bytes]) -> list[bytes]:
+    return [bytes([i]) + b"".join(p.data for p in wire.decode(payload, CONFIG).packets) for i, payload in enumerate(streams)]
+
+
 def refused(parse: Callable[[bytes], object], data: bytes) -> None:
     """``parse(data)``, where a refusal is an answer and anything else a crash."""
     try:
@@ -166,6 +193,7 @@ def seed(directory: Path) -> None:
         "pages": page_seeds(directory),
         "answers": answer_seeds(),
         "bitstream": streams,
+        "decoder": decoder_seeds(streams),
     }
     for target, payloads in kinds.items():
         (directory / target).mkdir(exist_ok=True)
@@ -176,7 +204,7 @@ def seed(directory: Path) -> None:
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "wire": fuzz_wire, "keyed": fuzz_keyed, "elided": fuzz_elided, "pages": fuzz_pages, "answers": fuzz_answers,
-    "bitstream": fuzz_bitstream,
+    "bitstream": fuzz_bitstream, "decoder": fuzz_decoder,
 }
 ALL = "all"  # every target in one process: an input's first byte picks its target (CI's short run)
 
