@@ -19,6 +19,7 @@ import bisect
 import os
 import stat
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
@@ -47,6 +48,7 @@ class Work:
     decoded_pixels: int = 1 << 30  # frames decoded for a range (from its key frame) x their pixels
     demuxed_packets: int = 1 << 16  # packets read past to reach a page, or a range read from the start
     source_packets: int = 1 << 20  # packets of a source's video stream, read once per file
+    deadline_s: float = 30.0  # a range's decoding, a page's reading
 
     def check(self, amount: int, limit: int, what: str, setting: str) -> None:
         if amount > limit:
@@ -221,6 +223,7 @@ class SourceVideo:
         self.source = source if isinstance(source, SourceFile) else SourceFile(Path(source).parent, Path(source).name)
         self.work = work
         self.scan = scan(self.source, max_pixels, work.source_packets)
+        self.started = time.monotonic()  # the request's: its reads share the deadline
         self.pixels = self.scan.width * self.scan.height
         self.decoded = 0  # frames the last read decoded up to its last: what a seek saved shows here
 
@@ -288,9 +291,15 @@ class SourceVideo:
     def _decoding(self, frames: int) -> None:
         self.work.check(frames * self.pixels, self.work.decoded_pixels,
                         f"{frames} frames of {self.scan.width}x{self.scan.height} to decode", "max_decoded_pixels")
+        self._in_time()
 
     def _demuxing(self, packets: int) -> None:
         self.work.check(packets, self.work.demuxed_packets, f"{packets} packets to read before the page", "max_demuxed_packets")
+        self._in_time()
+
+    def _in_time(self) -> None:
+        seconds = time.monotonic() - self.started
+        self.work.check(seconds, self.work.deadline_s, f"{seconds:.1f} s of reading {self.source.name}", "decode_deadline_s")
 
     def page(self, index: int | None, start: int, after: tuple | None = None) -> Page:
         """Packets ``start`` ... of stream ``index`` (None: the video), in the file's order, as

@@ -78,7 +78,7 @@ def source_file(settings: Settings, name: str) -> SourceFile:
 
 
 def work_of(settings: Settings) -> Work:
-    return Work(settings.max_decoded_pixels, settings.max_demuxed_packets, settings.max_source_packets)
+    return Work(settings.max_decoded_pixels, settings.max_demuxed_packets, settings.max_source_packets, settings.decode_deadline_s)
 
 
 def open_source(settings: Settings, name: str) -> SourceVideo:

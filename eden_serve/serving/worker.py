@@ -38,7 +38,7 @@ class Settings:
     max_decoded_pixels: int = 1 << 30  # frames a request makes a worker decode (skipped ones too) x their pixels
     max_demuxed_packets: int = 1 << 16  # cloud: packets one request may read from a source
     max_source_packets: int = 1 << 20  # cloud: packets of a source's video stream (read once per file)
-    decode_deadline_s: float = 30.0  # the decoding of one request's frames (edge: a bitstream payload's, in the sandbox)
+    decode_deadline_s: float = 30.0  # one request's decoding (edge: a bitstream payload's, in the sandbox; cloud: a source's)
     unkeyed_bitstream: str = "sandbox"  # edge: decode bitstream payloads without a wire key's tag in the sandbox, or refuse them
 
     @classmethod
