@@ -3,8 +3,9 @@ that allows only the system calls decoding takes.
 
 The filter is an allow-list; every other call fails with EPERM (``clone3`` with ENOSYS, so that the C
 library creates threads with ``clone``). So the child cannot open a file or a socket, run a program,
-start a process (``clone`` only with ``CLONE_THREAD``), signal another process, or raise its limits
-again (``prlimit64`` only to read them), whoever it runs as. It uses libseccomp through
+start a process (``clone`` only with ``CLONE_THREAD``), signal any process (an ``abort()`` still
+ends it: the C library then stops it with a fault), or raise its limits again (``prlimit64`` only to
+read them), whoever it runs as. It uses libseccomp through
 :mod:`pyseccomp`; where either is missing, the child runs with the limits alone, and says so once.
 """
 
@@ -57,13 +58,12 @@ def seccomp_filter():
     rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, CLONE_THREAD))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     rules.add_rule(seccomp.ALLOW, "prlimit64", seccomp.Arg(2, seccomp.EQ, 0))
-    rules.add_rule(seccomp.ALLOW, "tgkill", seccomp.Arg(0, seccomp.EQ, os.getpid()))  # abort() signals its own process
     return rules
 
 
-def confine(keep: int, frames_bytes: int) -> None:
-    """Confines this (just forked) process: :func:`limit`, then the seccomp filter where there is one."""
+def confine(keep: int, frames_bytes: int, rules) -> None:
+    """Confines this (just forked) process: :func:`limit`, then ``rules`` (:func:`seccomp_filter`'s,
+    None: none)."""
     limit(keep, frames_bytes)
-    rules = seccomp_filter()
     if rules is not None:
         rules.load()

@@ -10,7 +10,7 @@ decoding takes, so no socket, no exec, no new process, no file opened. It decode
 :func:`.packets.decode` into a sealed memfd that the worker made, sized for the frames declared,
 and answers with one status record. The worker reads only that record and the pixels: nothing a
 compromised child writes is unpickled or parsed beyond a length-prefixed text. The worker kills
-the child at the deadline, or when it answered, before it reads the pixels.
+the child at the deadline, or once it answered.
 
 Worker to child (trusted): ``u32`` length, a JSON header (the stream's parameters, skip, count,
 max_pixels, each packet's length, pts, dts and key flag), then the packets' bytes. Child to worker:
@@ -21,12 +21,12 @@ and message (UTF-8, type and message split by a newline), at most :data:`MAX_MES
 from __future__ import annotations
 
 import fcntl
+import gc
 import importlib
 import json
 import logging
 import mmap
 import os
-import select
 import signal
 import socket
 import struct
@@ -130,8 +130,6 @@ class Sandbox:
             fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             connection, pidfd = self._take()
             _exchange(connection, memfd, _job(parameters, packets, skip, count, max_pixels), deadline)
-            _end(pidfd)
-            pidfd = None
             view = mmap.mmap(memfd, size, mmap.MAP_SHARED, mmap.PROT_READ)
             return np.frombuffer(view, np.uint8, count * height * width * 3).reshape(count, height, width, 3)
         finally:
@@ -187,13 +185,12 @@ def _read(connection: socket.socket, count: int, until: float) -> bytes:
 
 
 def _end(pidfd: int) -> None:
-    """Kills the child (a no-op where it has exited) and waits until it is gone: its mapping of the
-    frames then no longer exists, so nothing changes them after this process reads them."""
+    """Kills the child (a no-op where it has exited). Its memfd holds only its own payload's frames,
+    so a child that lingered could change nothing but the answer to the request that sent it."""
     try:
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    select.select([pidfd], [], [], 5.0)  # a pidfd reads ready once its process has exited
     os.close(pidfd)
 
 
@@ -214,7 +211,7 @@ def frames_chunk(chunk, max_pixels: int | None = None, deadline: float = DEADLIN
 # --- the zygote and its children -------------------------------------------------------------------
 
 
-def _child(connection: socket.socket, decoder) -> None:
+def _child(connection: socket.socket, decoder, rules) -> None:
     """Decodes one job into the memfd that comes with it, confined before it reads a byte of the
     packets; answers its status."""
     length, fds, _, _ = socket.recv_fds(connection, LENGTH.size, 1)
@@ -222,7 +219,7 @@ def _child(connection: socket.socket, decoder) -> None:
         return
     frames = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     os.close(fds[0])
-    confine(connection.fileno(), len(frames))
+    confine(connection.fileno(), len(frames), rules)
     try:
         header = json.loads(_read_exactly(connection, LENGTH.unpack(length)[0]))
         packets = [Packet(_read_exactly(connection, length), pts, dts, key, i)
@@ -256,7 +253,11 @@ def zygote(control: socket.socket, decoder: str) -> None:
     import_av()  # a child opens no file, so it imports nothing
     module, _, name = decoder.partition(":")
     decode_into = getattr(importlib.import_module(module), name)
-    if seccomp_filter() is None:
+    # No collection in a child: it would touch every object, copying the zygote's whole heap page by page.
+    gc.freeze()
+    gc.disable()
+    rules = seccomp_filter()  # built once: each child only loads it
+    if rules is None:
         logger.warning("the decoder sandbox has no seccomp filter (pyseccomp or libseccomp is missing): limits only")
     while True:
         try:
@@ -269,7 +270,7 @@ def zygote(control: socket.socket, decoder: str) -> None:
         if pid == 0:
             control.close()
             try:
-                _child(socket.socket(fileno=fds[0]), decode_into)
+                _child(socket.socket(fileno=fds[0]), decode_into, rules)
             finally:
                 os._exit(0)
         os.close(fds[0])
