@@ -24,7 +24,6 @@ arrive.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 import warnings
@@ -42,14 +41,11 @@ from .serving.tls import ClientTLS
 from .transports import DECODER, ENCODER, Stage
 from .transports.grpc import GrpcTransport
 from .transports.http import HttpTransport
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, Middles, Processor, Retry, Summary, interpolate_clip
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, Middles, Processor, Retry, Summary, interpolate_clip
 from .wire import BITSTREAM_CODEC, FRAMES_CODEC
 
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
-# The split's per-chunk events at DEBUG, each record's time when it happened (benchmarks/two_hosts.py
-# --timeline): "cloud asked", "payload in", "edge asked", "middle J" and "done"; args (first pair, pairs, event).
-TIMELINE = logging.getLogger("eden_serve.timeline")
 # A bitstream chunk the edge decodes to other pixels (another libavcodec), one put together wrong, or
 # one of a video whose packets the cloud cannot send so (untimed, cut by an edit list): the frames
 # codec carries it instead (a chunk bad for any codec then fails with the frames codec's answer).
@@ -156,7 +152,7 @@ class Client:
         pairs, stages = (int(named["frames"]) if named else len(encoded)) - 1, stages or {}
         if not self.split:
             (images, sent, received), retries = self._retried(lambda: self.transport.workflow(encoded, form, pairs, size), cancel)
-            return Middles(images, sent, received, None, retries)
+            return Middles(images, sent, received, None, retries, codec)
         first_byte: list[float] = []  # when the payload began to come down, for --codec auto's link rate
 
         link = stages.get("link")
@@ -189,7 +185,7 @@ class Client:
         if self.auto is not None and codec != BITSTREAM_CODEC:
             self.auto.downloaded(codec, pairs, len(payload), first_byte[-1], asked)
             self.auto.answered(pairs, asked, time.perf_counter())
-        return Middles(images, sent + len(payload), down + received, len(payload), retries + edge_retries)
+        return Middles(images, sent + len(payload), down + received, len(payload), retries + edge_retries, codec)
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
@@ -269,7 +265,7 @@ class Client:
             return Middles(first.images + second.images, first.sent_bytes + second.sent_bytes,
                            first.received_bytes + second.received_bytes,
                            None if first.payload_bytes is None else first.payload_bytes + second.payload_bytes,
-                           first.retries + second.retries)
+                           first.retries + second.retries, first.codec)
 
         def process(index: int, frames: list[Frame], seed: int, arrived=None) -> Middles:
             order = getattr(arrived, "order", None)

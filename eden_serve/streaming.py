@@ -29,6 +29,7 @@ that processors waiting to retry give up.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -59,6 +60,11 @@ from .workers import Arrivals, Workers
 DEFAULT_INFLIGHT = 4
 # Pairs per request: the wire carries each frame once per chunk (docs/performance.md "Clip chunks").
 DEFAULT_CHUNK = 8
+# A clip's per-chunk events at DEBUG, each record's time when it happened; args (first pair, pairs,
+# event). The split client's: "cloud asked", "payload in", "edge asked", "middle J", "done"
+# (benchmarks/two_hosts.py --timeline); an in-process run's: "cloud asked", "encoded", "payload in",
+# "edge asked", "done" (the web page draws both).
+TIMELINE = logging.getLogger("eden_serve.timeline")
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,7 @@ class Middles:
     received_bytes: int = 0  # downloaded from servers
     payload_bytes: int | None = None  # the cloud -> edge wire payload, where this side sees it
     retries: int = 0  # requests that had to be sent again
+    codec: str | None = None  # the wire codec asked for (None: the server's default, or no wire)
 
 
 def _size(count: float) -> str:
@@ -311,6 +318,7 @@ def interpolate_clip(
     encoding: Encoding | None = None,
     process_size: tuple[int, int] | None = None,
     raw: RawVideo | None = None,
+    watch: Callable[[Processor], Processor] | None = None,
 ) -> Summary:
     """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
     write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8. ``ramp``: each level's first
@@ -331,7 +339,9 @@ def interpolate_clip(
     ``time_error`` (:mod:`eden_serve.clips.timing`). ``encoding``: a video's encoder options.
     ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
     input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
-    already opened (a server-side source, :mod:`eden_serve.clips.remote`).
+    already opened (a server-side source, :mod:`eden_serve.clips.remote`). ``watch`` wraps the
+    processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
+    or stops the run by raising (the web page, :mod:`eden_serve.page.runs`).
     """
     if inflight < 1:
         raise BadInputError(f"inflight must be at least 1, got {inflight}")
@@ -341,6 +351,8 @@ def interpolate_clip(
     depth = retiming.levels
     if process_size is not None:
         processor = at_size(processor, process_size, max_pixels)
+    if watch is not None:
+        processor = watch(processor)
     cancel = cancel if cancel is not None else threading.Event()
     started = time.perf_counter()
     summary = Summary(pairs=0, frames=0, seconds=0.0)
