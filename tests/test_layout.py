@@ -26,6 +26,8 @@ LAYERS = [
     {"serving"},
     {"streaming", "transports"},
     {"pipeline", "client", "bench", "bench_wire", "clip_options"},
+    {"commands"},
+    {"page"},
     {"cli"},
 ]
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
@@ -34,6 +36,7 @@ LAZY_IMPORTS = {
     "av", "huggingface_hub", "huggingface_hub.errors", "grpc", "grpc_tools", "generated",
     "model_archiver.model_archiver_config", "model_archiver.model_packaging", "model_archiver.model_packaging_utils",
     "workflow_archiver.workflow_packaging", "workflow_archiver.workflow_packaging_utils",
+    "asgi",  # the web page's server: the page extra (Starlette, uvicorn), imported when the page starts
 }
 # Where the layout table lives.
 LAYOUT_PAGE = REPO / "docs" / "development.md"
