@@ -147,7 +147,7 @@ class Run:
             left = (self.total - self.pairs) / rate if rate > 0 and self.total is not None else None
             return {
                 "id": self.key, "state": self.state, "position": position, "pairs": self.pairs, "total": self.total,
-                "rate": rate, "elapsed": elapsed, "left": left,
+                "rate": rate, "elapsed": elapsed, "left": left, "started": self.started, "finished": self.finished,
                 "first_middle": self.first_middle - self.started if self.first_middle and self.started else None,
                 "previews": self.previews, "cuts": sorted(self.cuts), "chunks": list(self.chunks),
                 "codecs": {name: dict(moved) for name, moved in self.codecs.items()},
