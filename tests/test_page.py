@@ -102,8 +102,10 @@ def run_to_the_end(page, vcodec: str = "ffv1", container: str = ".mkv", **fields
     page.select_option("select[name=container]", container)
     for name, value in fields.items():
         page.fill(f"input[name={name}]", value)
+    before = page.evaluate("document.getElementById('progress').dataset.run || ''")
     page.click("#start")
-    return until(page, "['done', 'failed', 'cancelled'].includes(document.getElementById('state').textContent)"
+    return until(page, f"document.getElementById('progress').dataset.run !== {before!r}"
+                       " && ['done', 'failed', 'cancelled'].includes(document.getElementById('state').textContent)"
                        " && document.getElementById('state').textContent")
 
 

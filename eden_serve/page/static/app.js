@@ -97,6 +97,7 @@ function start(socket) {
 
 function progress(run) {
   $("progress").hidden = false;
+  $("progress").dataset.run = run.id;
   $("cancel").hidden = !["queued", "running"].includes(run.state);
   $("start").disabled = ["queued", "running"].includes(run.state) || !state.clip;
   $("state").textContent = run.state === "queued" ? `queued (${run.position} before it)` : run.state;
@@ -120,6 +121,7 @@ function split(run) {
   $("split-title").textContent = state.hello.servers
     ? "The split: what crossed the link, and each chunk's time at the cloud and the edge"
     : "In process: each chunk's time at the cloud (E_cond), on the wire (the codec) and at the edge (DiT + decoder)";
+  document.querySelector(".legend .wire").hidden = state.hello.servers;  // the wire's time is the cloud's there
   const body = $("codecs").tBodies[0];
   body.replaceChildren(...rows.map(([codec, moved]) => {
     const row = body.insertRow();
