@@ -95,7 +95,7 @@ def _encode(src: Path, dst: Path, rate: float) -> None:
                 stream.pix_fmt = "yuv420p"
                 stream.codec_context.time_base = PREVIEW_TICK
             time = frame.time if frame.time is not None else elapsed
-            elapsed = time + (Fraction(frame.duration, 1000) if frame.duration else 1 / Fraction(rate).limit_denominator(1001))
+            elapsed = time + (Fraction(frame.duration) / 1000 if frame.duration else 1 / Fraction(rate).limit_denominator(1001))
             picture = av.VideoFrame.from_image(image).reformat(stream.width, stream.height, "yuv420p")
             picture.pts, picture.time_base = round(time / PREVIEW_TICK), PREVIEW_TICK
             container.mux(stream.encode(picture))

@@ -87,10 +87,12 @@ class Run:
         return process
 
     def middle(self, frames: list, j: int, image: Image.Image, streamed: bool = False) -> None:
-        """Middle ``j`` of a chunk of ``frames``: counted (``streamed``: as it arrived), a cut where
-        it is its earlier frame, the live preview where the last is old enough."""
+        """Middle ``j`` of a chunk of ``frames``: counted (``streamed``: as it arrived), a scene cut
+        where the pair is two originals and the middle is the earlier one, the live preview where
+        the last is old enough."""
         before = frames[j].image
-        cut = image.size == before.size and np.array_equal(np.asarray(image.convert("RGB")), np.asarray(before.convert("RGB")))
+        cut = (_original(frames[j]) and _original(frames[j + 1]) and image.size == before.size
+               and np.array_equal(np.asarray(image.convert("RGB")), np.asarray(before.convert("RGB"))))
         now = time.time()
         with self.lock:
             self.first_middle = self.first_middle or now
@@ -153,6 +155,13 @@ class Run:
                 "codecs": {name: dict(moved) for name, moved in self.codecs.items()},
                 "summary": self.summary, "reason": self.reason,
             }
+
+
+def _original(frame) -> bool:
+    """Whether a chunk's frame is one of the clip's: those carry where they came from (a file, a
+    time, a duration, a source), a middle handed on to the next level is its image alone
+    (clips/levels.py, clips/tree.py)."""
+    return any(value is not None for value in (frame.path, frame.time, frame.duration, frame.source))
 
 
 def _stages(first: int, pairs: int, times: dict, started: float | None) -> dict:
