@@ -8,6 +8,7 @@ The same through a real TorchServe cloud and edge: tests/test_page_servers.py.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from fractions import Fraction
@@ -265,3 +266,26 @@ def test_uploads_over_the_limit_or_not_clips_leave_nothing(tmp_path):
         assert declared.json()["type"] == streamed.json()["type"] == "upload_too_large"
         assert "'notes.txt' is not a clip" in not_a_clip.json()["message"]
         assert list(uploads.iterdir()) == []
+
+
+def test_an_animation_at_factor_4_plays_as_a_preview_with_the_clips_cut_marked(server, tmp_path):
+    """Over the page's own API: a GIF at factor 4 marks the clip's one cut (not the deeper level's
+    pairs with a middle), and both clips play as MP4 previews with every frame at its time."""
+    frames = [Image.open(p).convert("RGB").quantize(64) for p in SCENE_CUT]
+    frames[0].save(tmp_path / "clip.gif", save_all=True, append_images=frames[1:], duration=80, loop=0)
+    bearer = {"Authorization": f"Bearer {server.token}"}
+    upload = requests.post(f"{server.origin}/uploads", data=(tmp_path / "clip.gif").read_bytes(), timeout=60,
+                           headers={**bearer, "X-Clip-Name": "clip.gif"}).json()
+    assert (upload["kind"], upload["frames"], upload["extension"], upload["playable"]) == ("animation", 8, ".gif", False)
+    live = server.origin.replace("http://", "ws://") + "/live"
+    with connect(live, origin=server.origin, additional_headers=bearer) as socket:
+        socket.recv(timeout=30)
+        socket.send(json.dumps({"type": "start", "clip": {"upload": upload["id"]}, "options": {"factor": "4"}}))
+        while (run := json.loads(socket.recv(timeout=300)))["state"] not in ("done", "failed", "cancelled"):
+            pass
+    assert (run["state"], run["pairs"], run["total"], run["cuts"]) == ("done", 21, 21, [3]), run["reason"]
+    for path, count, step in ((f"/clips/{upload['id']}/play", 8, 0.08), (f"/runs/{run['id']}/play", 29, 0.02)):
+        answer = requests.get(f"{server.origin}{path}", headers=bearer, timeout=120)
+        assert answer.status_code == 200 and answer.headers["content-type"] == "video/mp4"
+        (tmp_path / "preview.mp4").write_bytes(answer.content)
+        assert [t for t, _ in decoded(tmp_path / "preview.mp4")] == pytest.approx([k * step for k in range(count)])
