@@ -80,6 +80,7 @@ def test_a_clip_and_a_cloud_source_through_the_split(servers, media, tmp_path):
         # A video the cloud holds, named from the page's list of its media root.
         until(page, "document.getElementById('source').options.length > 1")
         page.select_option("#source", "cut.mp4")
+        until(page, "document.getElementById('clip').textContent.startsWith('cloud:cut.mp4: video, 16 frames')")
         assert run_to_the_end(page) == "done", page.inner_text("#error")
         assert page.inner_text("#pairs") == "15 / 15"
     expected = tmp_path / "cli.mkv"

@@ -1,15 +1,17 @@
 """The page's web application (Starlette on uvicorn), behind :class:`~.guard.Guard`.
 
 Routes: ``/`` and ``/static/`` (the page, package data), ``POST /uploads`` (a clip, the raw body),
-``/sources`` (``cloud:NAME`` sources), ``/clips/ID/play`` and ``/sources/play`` (an original as the
-browser plays it), ``/runs`` (every run's state), ``/runs/ID/preview.png`` (the live preview),
-``/runs/ID/play`` and ``/runs/ID/result`` (the result, to play and to download), and the WebSocket
-``/live``: the page starts and cancels its run there and is sent its state; closing it cancels the run.
+``/sources`` and ``/sources/info`` (``cloud:NAME`` sources), ``/clips/ID/play`` and
+``/sources/play`` (an original as the browser plays it), ``/runs`` (every run's state),
+``/runs/ID/preview.png`` (the live preview), ``/runs/ID/play`` and ``/runs/ID/result`` (the result,
+to play and to download), and the WebSocket ``/live``: the page starts and cancels its run there
+and is sent its state; closing it cancels the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import secrets
 import socket
@@ -35,7 +37,7 @@ from .guard import Guard
 from .media import describe, preview
 from .options import expected_pairs, output_extension, run_arguments
 from .runs import Run, Runner
-from .uploads import Uploads, label, list_sources, source_path
+from .uploads import Uploads, list_sources, source_path
 
 STATIC = Path(__file__).with_name("static")
 SNAPSHOT_EVERY = 0.25  # seconds between two looks at a page's run
@@ -92,8 +94,8 @@ class Page:
         key = secrets.token_hex(8)
         folder = self.settings.work / "runs" / key
         folder.mkdir(parents=True)
-        run = Run(key, args, source, folder / f"result{extension}", expected_pairs(args, info.frames))
-        run.title = f"{Path(title).stem}-{args.fps or args.factor}x{extension}".replace("/", "_")
+        name = f"{Path(title).stem}-{args.fps or args.factor}x{extension}".replace("/", "_")
+        run = Run(key, args, source, folder / f"result{extension}", expected_pairs(args, info.frames), name)
         self.runner.submit(run)
         return run
 
@@ -113,15 +115,19 @@ class EdenNotFound(EdenError):
     kind = "not_found"
 
 
-async def _playable(path: Path, rate: float = 25.0) -> Path:
-    """``path`` where a browser plays it as it is, else its preview beside it."""
+async def _playable(path: Path, previews: Path) -> Path:
+    """``path`` where a browser plays it as it is, else its preview (made once, in ``previews``)."""
     info = await anyio.to_thread.run_sync(describe, path)
     if info.playable:
         return path
-    return await anyio.to_thread.run_sync(preview, path, path.with_name(f".{path.name}.preview.mp4"), info.rate or rate)
+    previews.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(str(path).encode()).hexdigest()[:32]
+    return await anyio.to_thread.run_sync(preview, path, previews / f"{name}.mp4", info.rate)
 
 
 def routes(page: Page) -> list:
+    previews = page.settings.work / "previews"
+
     async def index(request):
         return FileResponse(STATIC / "index.html")
 
@@ -138,14 +144,15 @@ def routes(page: Page) -> list:
         item = page.uploads.get(request.path_params["key"])
         if item is None:
             raise EdenNotFound("no such clip")
-        return FileResponse(await _playable(item.path, item.clip.rate))
+        return FileResponse(await _playable(item.path, previews))
+
+    async def source_info(request):
+        path = source_path(page.media_root, request.query_params.get("name", ""))
+        return JSONResponse((await anyio.to_thread.run_sync(describe, path, page.args.max_pixels)).to_json())
 
     async def play_source(request):
         path = source_path(page.media_root, request.query_params.get("name", ""))
-        played = await _playable(path)
-        if played == path:
-            return FileResponse(path)
-        raise BadInputError("this source is not a video a browser plays; its result is")
+        return FileResponse(await _playable(path, previews))
 
     async def runs(request):
         return JSONResponse({"runs": [page.snapshot(run) for run in page.runner.runs.values()]})
@@ -161,12 +168,13 @@ def routes(page: Page) -> list:
         if run.state != "done":
             raise EdenNotFound(f"the run is {run.state}")
         if request.url.path.endswith("/play"):
-            return FileResponse(await _playable(run.output))
+            return FileResponse(await _playable(run.output, previews))
         return FileResponse(run.output, filename=run.title)
 
     return [
         Route("/", index), Route("/uploads", upload, methods=["POST"]), Route("/sources", sources),
-        Route("/clips/{key:str}/play", play_clip), Route("/sources/play", play_source), Route("/runs", runs),
+        Route("/clips/{key:str}/play", play_clip), Route("/sources/play", play_source),
+        Route("/sources/info", source_info), Route("/runs", runs),
         Route("/runs/{key:str}/preview.png", preview_png), Route("/runs/{key:str}/play", result),
         Route("/runs/{key:str}/result", result), WebSocketRoute("/live", lambda ws: live(page, ws)),
         Mount("/static", StaticFiles(directory=STATIC)),

@@ -52,8 +52,9 @@ class _Relay:
 class Run:
     """One clip through the page: its state, what it has done so far, and how to stop it."""
 
-    def __init__(self, key: str, args, source: str | Path, output: Path, total: int | None):
+    def __init__(self, key: str, args, source: str | Path, output: Path, total: int | None, title: str = ""):
         self.key, self.args, self.source, self.output, self.total = key, args, source, output, total
+        self.title = title  # the download's name
         self.state = "queued"
         self.cancel = threading.Event()
         self.lock = threading.Lock()

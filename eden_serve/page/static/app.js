@@ -40,7 +40,8 @@ function chosen(clip, info, play) {
   state.clip = { ask: clip, info, play };
   state.originalRate = info.rate || 25;
   const frames = info.frames ? `${info.frames} frames, ` : "";
-  $("clip").textContent = `${info.label || clip.source}: ${info.kind}, ${frames}${info.width}x${info.height}, ${info.rate.toFixed(2)} frames/s`;
+  const name = clip.source ? `cloud:${clip.source}` : info.label;
+  $("clip").textContent = `${name}: ${info.kind}, ${frames}${info.width}x${info.height}, ${info.rate.toFixed(2)} frames/s`;
   $("clip").dataset.ready = "true";
   $("start").disabled = false;
 }
@@ -58,11 +59,13 @@ function dropZone() {
     if (file) upload(file);
   });
   $("file").addEventListener("change", () => { if ($("file").files[0]) upload($("file").files[0]); });
-  $("source").addEventListener("change", () => {
-    const name = $("source").value;
+  $("source").addEventListener("change", async () => {
+    const name = encodeURIComponent($("source").value);
     if (!name) return;
-    const info = { label: name, kind: "video", frames: null, width: "?", height: "?", rate: 25 };
-    chosen({ source: name }, info, `/sources/play?name=${encodeURIComponent(name)}`);
+    const answer = await fetch(`/sources/info?name=${name}`);
+    const info = await answer.json();
+    if (!answer.ok) return say(`eden-serve: error: ${info.message}`);
+    chosen({ source: $("source").value }, info, `/sources/play?name=${name}`);
   });
 }
 
