@@ -135,7 +135,8 @@ function split(run) {
     return row;
   }));
   const longest = Math.max(1e-6, ...run.chunks.map((c) => (c.cloud || 0) + (c.wire || 0) + (c.edge || 0)));
-  $("chunks").replaceChildren(...run.chunks.map((chunk) => chunkBar(chunk, longest)));
+  const inOrder = [...run.chunks].sort((a, b) => a.first - b.first);  // they end in any order
+  $("chunks").replaceChildren(...inOrder.map((chunk) => chunkBar(chunk, longest)));
 }
 
 function chunkBar(chunk, longest) {
