@@ -17,24 +17,25 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from . import archive, pipeline, synthetic, wire
+from . import pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, load_pair, write_halves
 from .client import DEFAULT_TIMEOUT, Client
+from .client.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
+from .client.tls import ClientTLS
+from .client.transports import TOKEN_ENV, read_token
 from .clip_options import add_clip_arguments, clip_options, parse_size, refuse_clip_options, report
-from .clips import Frame
-from .cloud import SCENE_THRESHOLD
+from .cloud.encoder import SCENE_THRESHOLD
 from .config import PRESETS, preset
 from .edge import PRECISIONS
 from .errors import BadInputError, EdenError
-from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
+from .media import Frame
+from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
+from .serving import archive
 from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
-from .serving.tls import ClientTLS
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
-from .transports import TOKEN_ENV, read_token
 from .wire.keyed import KEY_FILE_ENV
 
 PROG = "eden-serve"
