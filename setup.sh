@@ -16,5 +16,5 @@ python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[serve,video,hub,test,deploy-check,bench,grpc,page]"
 # The gRPC client's messages, from the inference.proto inside the TorchServe just installed.
-.venv/bin/python -m eden_serve.transports.protos
+.venv/bin/python -m eden_serve.client.transports.protos
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, ts; print(f"torch {torch.__version__}, torchserve {ts.__version__}")'))"

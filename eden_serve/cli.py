@@ -15,13 +15,13 @@ from pathlib import Path
 
 from PIL import Image
 
-from . import archive, pipeline, synthetic, wire
+from . import pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import run_bench
 from .checkpoint import load_official, write_halves
 from .clip_options import add_clip_arguments, parse_size, refuse_clip_options, report
-from .clips import Frame
-from .cloud import SCENE_THRESHOLD
+from .media import Frame
+from .cloud.encoder import SCENE_THRESHOLD
 from .commands import (
     CHECKPOINT_REFERENCE,
     PROG,
@@ -39,12 +39,13 @@ from .commands import (
 from .config import PRESETS, preset
 from .edge import PRECISIONS
 from .errors import BadInputError
-from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
+from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
 from .page import add_page_arguments, run_page
+from .serving import archive
 from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
+from .client.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
 from .wire.keyed import KEY_FILE_ENV
 
 

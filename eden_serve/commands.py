@@ -17,14 +17,14 @@ import torch
 from . import pipeline, wire
 from .checkpoint import load_pair
 from .client import DEFAULT_TIMEOUT, Client
+from .client.streaming import Summary
+from .client.tls import ClientTLS
+from .client.transports import TOKEN_ENV, read_token
 from .clip_options import clip_options
-from .cloud import CloudEncoder
+from .cloud.encoder import CloudEncoder
 from .config import PRESETS, preset
 from .edge import PRECISIONS, EdgeModel
 from .errors import BadInputError, EdenError
-from .serving.tls import ClientTLS
-from .streaming import Summary
-from .transports import TOKEN_ENV, read_token
 
 PROG = "eden-serve"
 CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
@@ -141,7 +141,7 @@ def client_from(args: argparse.Namespace) -> Client:
 def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
                     models: Callable[[], tuple[CloudEncoder, EdgeModel]], **hooks) -> Summary:
     """``eden-serve interpolate CLIP``: the clip options of ``args``, checked before ``models()``
-    gives the halves that compute it; ``hooks``: :func:`~eden_serve.streaming.interpolate_clip`'s
+    gives the halves that compute it; ``hooks``: :func:`~eden_serve.client.streaming.interpolate_clip`'s
     ``watch``."""
     wire.check_codec(args.codec)
     options = clip_options(args)

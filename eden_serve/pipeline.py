@@ -15,12 +15,12 @@ import torch
 from PIL import Image
 
 from . import wire
-from .clips import Frame
-from .cloud import SCENE_THRESHOLD, CloudEncoder
+from .client.streaming import DEFAULT_CHUNK, TIMELINE, Middles, Processor, Summary, interpolate_clip
+from .cloud.encoder import SCENE_THRESHOLD, CloudEncoder
 from .edge import AttentionPath, EdgeModel, batches
-from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
-from .resume import model_identity
-from .streaming import DEFAULT_CHUNK, TIMELINE, Middles, Processor, Summary, interpolate_clip
+from .media import Frame
+from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
+from .media.resume import model_identity
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2

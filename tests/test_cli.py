@@ -17,13 +17,13 @@ from PIL import Image
 
 from eden_serve import cli, commands
 from eden_serve.bench import pair_flops
-from eden_serve.config import preset
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
+from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.config import preset
 from eden_serve.errors import BadInputError
-from eden_serve.frames import load_frame, to_png, to_uint8
+from eden_serve.media.frames import load_frame, to_png, to_uint8
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.streaming import interpolate_clip, pairwise
 from eden_serve.synthetic import frame_pair, write_clip
 
 

@@ -25,10 +25,10 @@ import tempfile
 from pathlib import Path
 
 from .. import wire
+from ..client.streaming import DEFAULT_CHUNK
 from ..commands import PROG, add_deployment_arguments, add_model_options, client_from, load_models
 from ..errors import BadInputError
-from ..frames import DEFAULT_MAX_PIXELS
-from ..streaming import DEFAULT_CHUNK
+from ..media.frames import DEFAULT_MAX_PIXELS
 from .guard import allowed_hosts
 
 DEFAULT_MAX_UPLOAD_MB = 2048

@@ -30,9 +30,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .. import wire
+from ..client.pace import AUTO
 from ..commands import PROG, clip_in_process, clip_through, client_from, failure
 from ..errors import BadInputError, EdenError
-from ..pace import AUTO
 from .guard import Guard
 from .media import describe, preview
 from .options import expected_pairs, output_extension, run_arguments

@@ -1,7 +1,7 @@
 """The page's clips as the browser gets them: what a clip is (kind, size, rate, the extension its
 output takes), and a preview the browser's video element can play where the clip itself is not one
 (an animation, a frame directory, FFV1, 4:4:4...): H.264 in MP4, each frame at its own time, so the
-original and the result stay in step frame for frame. Clips are read by :func:`eden_serve.clips.open_clip`,
+original and the result stay in step frame for frame. Clips are read by :func:`eden_serve.media.open_clip`,
 as the commands read them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..atomic import atomic_output
-from ..clips import open_clip
-from ..clips.encoding import import_av
+from ..media import open_clip
+from ..media.encoding import import_av
 
 # Containers PyAV names, and the extension an output of that container takes (the output's
 # container follows its extension, docs/video.md).

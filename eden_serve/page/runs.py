@@ -2,10 +2,10 @@
 (:func:`~eden_serve.commands.clip_in_process`, :func:`~eden_serve.commands.clip_through`), one at a
 time on one thread, so runs of several pages queue instead of sharing the device.
 
-A run watches its processor (:func:`eden_serve.streaming.interpolate_clip`'s ``watch``): the pairs
+A run watches its processor (:func:`eden_serve.client.streaming.interpolate_clip`'s ``watch``): the pairs
 done, the latest middle (the live preview), each chunk's bytes by wire codec, the scene cuts (a
 middle that is its earlier frame, copied by the cloud's decision), and, from the timeline events
-(:data:`eden_serve.streaming.TIMELINE`), each chunk's time at the cloud, on the wire and at the edge.
+(:data:`eden_serve.client.streaming.TIMELINE`), each chunk's time at the cloud, on the wire and at the edge.
 Cancelling (the page closed) stops it at the next chunk boundary and leaves no output.
 """
 
@@ -22,8 +22,8 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from ..client.streaming import TIMELINE, Summary
 from ..commands import PROG, failure
-from ..streaming import TIMELINE, Summary
 
 MAX_CHUNKS_SHOWN = 400  # the newest chunks' timelines a page is sent
 PREVIEW_WIDTH = 480  # pixels, at most, of the live preview
@@ -161,7 +161,7 @@ class Run:
 def _original(frame) -> bool:
     """Whether a chunk's frame is one of the clip's: those carry where they came from (a file, a
     time, a duration, a source), a middle handed on to the next level is its image alone
-    (clips/levels.py, clips/tree.py)."""
+    (client/levels.py, client/tree.py)."""
     return any(value is not None for value in (frame.path, frame.time, frame.duration, frame.source))
 
 

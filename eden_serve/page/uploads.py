@@ -14,7 +14,7 @@ from typing import AsyncIterator
 
 import anyio.to_thread
 
-from ..clips.sources import resolve
+from ..cloud.sources import resolve
 from ..errors import EdenError
 from .media import CONTAINER_EXTENSIONS, Clip, describe
 

@@ -11,9 +11,9 @@ from typing import Iterator
 import torch
 from PIL import Image
 
-from ..frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
-from ..resume import input_identity
 from .encoding import Encoding
+from .frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
+from .resume import input_identity
 from .timing import Retiming
 
 HALF = Fraction(1, 2)
@@ -116,7 +116,7 @@ class ClipWriter:
         raise NotImplementedError
 
     def place(self, picture: "Frame | Image.Image", before: Frame, after: Frame | None, position: Fraction) -> None:
-        """A retimed output's next frame (:mod:`.tree`): an original (a :class:`Frame`) or a middle,
+        """A retimed output's next frame (:mod:`eden_serve.client.tree`): an original (a :class:`Frame`) or a middle,
         due at exact ``position`` between the originals ``before`` and ``after`` (None: after the
         last original, ``position`` counting in its showing time)."""
         raise NotImplementedError

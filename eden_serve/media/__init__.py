@@ -26,11 +26,11 @@ from PIL import Image, UnidentifiedImageError
 
 from ..atomic import atomic_output, remove_partial
 from ..errors import BadInputError
-from ..frames import PNG_MODES, PNG_SIGNATURE, match_mode
-from ..resume import Journal, Tally, start_afresh, sync
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, Clip, ClipWriter, Frame
 from .encoding import VIDEO_EXTRA, Encoding
+from .frames import PNG_MODES, PNG_SIGNATURE, match_mode
+from .resume import Journal, Tally, start_afresh, sync
 from .timing import Retiming
 from .video import PIPE, RawVideo, VideoClip
 
@@ -216,7 +216,7 @@ def open_clip(path: str | Path, max_pixels: int | None = None, raw: RawVideo | N
 def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), journal: Journal | None = None,
                encoding: Encoding | None = None) -> Iterator[ClipWriter]:
     """A writer of ``clip`` retimed by ``retiming`` whose output appears at ``dst`` only if the
-    block completes; with a ``journal``, a resumable output (:mod:`eden_serve.resume`). ``-``
+    block completes; with a ``journal``, a resumable output (:mod:`eden_serve.media.resume`). ``-``
     writes Y4M to standard output as it goes, so a run that stops leaves a cut stream there."""
     if str(dst) == PIPE:
         if clip.kind != "video":

@@ -13,8 +13,8 @@ from typing import Callable
 
 from PIL import Image
 
-from ..frames import check_size
-from .base import Frame
+from ..media.base import Frame
+from ..media.frames import check_size
 
 
 def at_size(processor: Callable, size: tuple[int, int], max_pixels: int | None) -> Callable:

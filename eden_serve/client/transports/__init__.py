@@ -21,7 +21,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import BadInputError, UnavailableError
+from ...errors import BadInputError, UnavailableError
 
 TOKEN_ENV = "EDEN_TOKEN"
 

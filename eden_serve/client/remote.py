@@ -2,9 +2,9 @@
 the client plans the run from the cloud's probe and writes the output where it runs.
 
 The originals come down as the video's own compressed packets, a page at a time
-(:mod:`.pages`), and are decoded here by the decoder a local run uses: frame for frame the pixels
-and times :class:`~.video.VideoClip` gives for the same file, so the output is written by the same
-:class:`~.video.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
+(:mod:`eden_serve.wire.pages`), and are decoded here by the decoder a local run uses: frame for frame the pixels
+and times :class:`~eden_serve.media.video.VideoClip` gives for the same file, so the output is written by the same
+:class:`~eden_serve.media.video.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
 (:attr:`~.base.Frame.source`), so that a chunk of originals is asked of the cloud by its frame
 numbers rather than uploaded.
 """
@@ -21,12 +21,12 @@ from types import SimpleNamespace
 from typing import Callable, Iterator, Sequence
 
 from ..errors import BadInputError, CodecError
-from ..frames import check_size
+from ..media.base import Clip, Frame
+from ..media.encoding import import_av
+from ..media.frames import check_size
+from ..media.video import VideoClip
 from ..wire import elision
-from .base import Clip, Frame
-from .encoding import import_av
-from .pages import Packet, Page, unpack
-from .video import VideoClip
+from ..wire.pages import Packet, Page, unpack
 
 PREFIX = "cloud:"
 HELD_PACKETS = 1024  # at least: more than the frames of every chunk in flight
@@ -96,7 +96,7 @@ class RemoteVideo(VideoClip):
     def copied(self, container, dst: Path) -> Iterator | None:
         """Output streams in ``container`` for the source's audio and subtitles, and their packets
         merged in time order, fetched a page at a time as the writer reaches them (None: none to
-        copy). As :class:`~.video.VideoWriter` does for a local file: audio the output cannot hold
+        copy). As :class:`~eden_serve.media.video.VideoWriter` does for a local file: audio the output cannot hold
         is refused, subtitles it cannot hold are left out with a warning."""
         av = import_av()
         streams = []

@@ -17,9 +17,9 @@ from typing import Callable
 
 from PIL import Image
 
-from ..answers import StreamedAnswer
-from ..errors import BadInputError, ServerError, TransientError, error_from_document
-from ..serving.tls import ClientTLS
+from ...answers import StreamedAnswer
+from ...errors import BadInputError, ServerError, TransientError, error_from_document
+from ..tls import ClientTLS
 
 SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService"
 URL = re.compile(r"(grpcs?)://([^/]+?)/?")
@@ -42,7 +42,7 @@ def _modules():
         from .generated import inference_pb2
     except ImportError:
         raise BadInputError("--transport grpc needs its generated messages: "
-                            "python -m eden_serve.transports.protos (setup.sh runs it)") from None
+                            "python -m eden_serve.client.transports.protos (setup.sh runs it)") from None
     return grpc, inference_pb2
 
 

@@ -9,8 +9,8 @@ Two deployments::
     with Client(cloud="http://cloud:8080", edge="http://edge:8080") as client:  # split: we carry the payload
         summary = client.interpolate_clip("clip.gif", "out.gif", inflight=4)
 
-over HTTP (:class:`~eden_serve.transports.http.HttpTransport`) or gRPC (``transport="grpc"``,
-:mod:`eden_serve.transports`). In the split the edge streams each middle as soon as it is computed,
+over HTTP (:class:`~eden_serve.client.transports.http.HttpTransport`) or gRPC (``transport="grpc"``,
+:mod:`eden_serve.client.transports`). In the split the edge streams each middle as soon as it is computed,
 the clip's first chunks ramp up (1, 1, 2, 4, ... pairs), and each step takes the chunks in their
 order, so the first middle comes after one pair's work (docs/streaming.md).
 
@@ -32,17 +32,17 @@ from typing import Callable, Sequence
 
 from PIL import Image
 
-from .clips import Frame
-from .clips.remote import RemoteVideo, named_fields, open_remote, source_name
-from .errors import BadInputError, ChunkTooLargeError, CodecError, DigestMismatchError, ServerError
-from .frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
+from ..errors import BadInputError, ChunkTooLargeError, CodecError, DigestMismatchError, ServerError
+from ..media import Frame
+from ..media.frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
+from ..wire import BITSTREAM_CODEC, FRAMES_CODEC
 from .pace import AUTO, AutoCodec
-from .serving.tls import ClientTLS
+from .remote import RemoteVideo, named_fields, open_remote, source_name
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, Middles, Processor, Retry, Summary, interpolate_clip
+from .tls import ClientTLS
 from .transports import DECODER, ENCODER, Stage
 from .transports.grpc import GrpcTransport
 from .transports.http import HttpTransport
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, Middles, Processor, Retry, Summary, interpolate_clip
-from .wire import BITSTREAM_CODEC, FRAMES_CODEC
 
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
@@ -64,13 +64,13 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
 
 class Client:
     """Talks to ``server`` (the workflow) or to ``cloud`` and ``edge`` (encoder and DiT+decoder),
-    over ``transport`` http (:class:`~eden_serve.transports.http.HttpTransport`) or grpc
-    (:class:`~eden_serve.transports.grpc.GrpcTransport`; TorchServe has no gRPC workflow API, so
+    over ``transport`` http (:class:`~eden_serve.client.transports.http.HttpTransport`) or grpc
+    (:class:`~eden_serve.client.transports.grpc.GrpcTransport`; TorchServe has no gRPC workflow API, so
     ``server`` then names a server with both models).
 
     ``token`` is the inference token (None: no auth); ``edge_token`` the edge server's, where it
     differs (two TorchServes have two key files). ``codec`` is the wire codec asked of the encoder
-    ("auto", in the split only: chosen per chunk by :class:`~eden_serve.pace.AutoCodec`) and
+    ("auto", in the split only: chosen per chunk by :class:`~eden_serve.client.pace.AutoCodec`) and
     ``scene_threshold`` its scene-cut test (a number, or "off"; None: the server's defaults);
     ``tries`` and ``backoff`` set the retries of each request;
     ``timeout`` is seconds to wait for an answer; ``tls`` says which CA signed the servers'
@@ -210,7 +210,7 @@ class Client:
         """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request
         (``ramp``: 1, 1, 2, 4, ... first); pair i uses ``seed + i`` (``factor``, ``resume`` and the
         ``retiming`` options ``fps``, ``time_error``, ``encoding``, ``process_size``: see
-        :func:`~eden_serve.streaming.interpolate_clip`)."""
+        :func:`~eden_serve.client.streaming.interpolate_clip`)."""
         cancel = threading.Event()
         if source_name(src) is not None:
             src = self.source(source_name(src), DEFAULT_MAX_PIXELS if retiming.get("process_size") is None else None)
@@ -234,10 +234,10 @@ class Client:
         return 2 * inflight if self.split else inflight
 
     def processor(self, cancel: threading.Event | None = None, inflight: int | None = None) -> Processor:
-        """This client as a :mod:`~eden_serve.streaming` processor, to run with a window of
+        """This client as a :mod:`~eden_serve.client.streaming` processor, to run with a window of
         :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
         caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
-        each taken in the order of the chunks (:class:`~eden_serve.transports.Stage`), and middles
+        each taken in the order of the chunks (:class:`~eden_serve.client.transports.Stage`), and middles
         stream as they come. A chunk a server finds too large is sent again as two halves."""
         stages = {}
         if self.split and inflight is not None:

@@ -6,7 +6,7 @@ root that is off and a name that leaves the root (``..``, an absolute path, a sy
 target is outside: 403 ``source_forbidden``), and a name with nothing behind it (no such file, a
 dangling link: 404 ``source_not_found``).
 
-:class:`SourceVideo` reads the first video stream as :class:`~.video.VideoClip` does (the same
+:class:`SourceVideo` reads the first video stream as :class:`~eden_serve.media.video.VideoClip` does (the same
 decoder, the same RGB conversion, so the same pixels as a local run), but a frame range starts
 decoding at the key frame at or before it: the packets' times, read once per file without decoding
 (:class:`Scan`, kept for a few files), say which, and the demuxer seeks there. Every frame asked for
@@ -26,10 +26,10 @@ from pathlib import Path, PurePosixPath
 from PIL import Image
 
 from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
-from ..frames import check_size
-from .encoding import import_av
-from .pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
-from .video import rgb
+from ..media.encoding import import_av
+from ..media.frames import check_size
+from ..media.video import rgb
+from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
 MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
@@ -153,7 +153,7 @@ class SourceVideo:
 
     def read(self, first: int, count: int) -> list[Image.Image]:
         """Frames ``first`` ... ``first + count - 1`` (display order) as RGB images, converted as
-        :class:`~.video.VideoClip` converts them."""
+        :class:`~eden_serve.media.video.VideoClip` converts them."""
         total = self.scan.frames
         if first < 0 or count < 1 or first + count > total:
             raise BadInputError(f"frames {first} to {first + count - 1} asked for, but {self.path.name} holds {total} "
@@ -202,7 +202,7 @@ class SourceVideo:
 
     def page(self, index: int | None, start: int, after: tuple | None = None) -> Page:
         """Packets ``start`` ... of stream ``index`` (None: the video), in the file's order, as
-        many as a page holds (:mod:`.pages`). ``after``: (pts, dts, size) of packet ``start - 1``,
+        many as a page holds (:mod:`eden_serve.wire.pages`). ``after``: (pts, dts, size) of packet ``start - 1``,
         which the demuxer seeks to rather than reading the stream from its start; where it is not
         met there, the stream is read from its start."""
         stamp = None if after is None else after[1] if after[1] is not None else after[0]

@@ -19,9 +19,9 @@ from typing import Iterator
 from PIL import GifImagePlugin, Image
 
 from ..errors import BadInputError
-from ..frames import check_size, match_mode, png_bytes
-from ..resume import Tally, start_afresh
 from .base import HALF, Clip, ClipWriter, Frame
+from .frames import check_size, match_mode, png_bytes
+from .resume import Tally, start_afresh
 
 ANIMATION_FORMATS = {"GIF", "PNG", "WEBP"}
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from PIL import ExifTags, Image, ImageChops, ImageOps, UnidentifiedImageError
 
-from .errors import BadInputError, FrameTooLargeError
+from ..errors import BadInputError, FrameTooLargeError
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 

@@ -12,10 +12,10 @@ from typing import Callable, Iterator, Sequence
 import requests
 from PIL import Image
 
-from ..answers import STREAMED, StreamedAnswer, whole_answer
-from ..errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
-from ..serving.tls import ClientTLS
 from . import DECODER, ENCODER, WORKFLOW
+from ...answers import STREAMED, StreamedAnswer, whole_answer
+from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
+from ..tls import ClientTLS
 
 CONNECT_TIMEOUT = 10.0
 

@@ -36,8 +36,8 @@ from typing import Callable, Iterator
 import torch
 from PIL import Image
 
-from .atomic import check_destination, create_partial, place, remove_partial
-from .errors import BadInputError
+from ..atomic import check_destination, create_partial, place, remove_partial
+from ..errors import BadInputError
 from .frames import png_bytes
 
 JOURNAL_VERSION = 2  # 2: sealed, with the partial output's checksum
@@ -74,7 +74,7 @@ def start_afresh(partial: Path) -> str:
 class Tally:
     """A running checksum of the bytes a partial output holds, in the order they were written: the
     journal records it at each checkpoint, and a resumed run recomputes it from the partial output
-    before adding anything (:meth:`ClipWriter.checkpoint <eden_serve.clips.ClipWriter.checkpoint>`)."""
+    before adding anything (:meth:`ClipWriter.checkpoint <eden_serve.media.ClipWriter.checkpoint>`)."""
 
     def __init__(self):
         self._hash = hashlib.blake2b(digest_size=16)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from .wire import DEFAULT_CODEC, FRAMES_CODEC
+from ..wire import DEFAULT_CODEC, FRAMES_CODEC
 
 AUTO = "auto"
 CANDIDATES = (FRAMES_CODEC, DEFAULT_CODEC)

@@ -15,9 +15,9 @@ from typing import Iterator
 from PIL import Image
 
 from ..errors import BadInputError
-from ..frames import check_size
 from .base import HALF, Clip, ClipWriter, Frame
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, import_av
+from .frames import check_size
 from .timing import Retiming
 
 PIPE = "-"
@@ -162,7 +162,7 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
         try:
             self._add_video(clip, encoding, av)
-            if clip.container is None:  # a server-side source (.remote): its streams come from the cloud
+            if clip.container is None:  # a server-side source (client/remote.py): its streams come from the cloud
                 self.packets = clip.copied(self.container, self.dst)
                 if self.packets is not None:
                     self.copies = clip

@@ -1,4 +1,4 @@
-"""The frames of a retimed output (:mod:`.timing`): only the middles its frames show, and their
+"""The frames of a retimed output (:mod:`eden_serve.media.timing`): only the middles its frames show, and their
 ancestors in the 2x tree, are computed.
 
 The source intervals are read in windows of ``run.chunk``. In a window, depth d's middles wait for
@@ -19,9 +19,9 @@ from typing import Iterable
 
 from PIL import Image
 
-from ..frames import match_mode
-from .base import Frame
-from .timing import Schedule, Target, ancestors
+from ..media.base import Frame
+from ..media.frames import match_mode
+from ..media.timing import Schedule, Target, ancestors
 
 
 def _runs(pairs: list[int], chunk: int) -> list[list[int]]:

@@ -1,11 +1,11 @@
 """Generates the gRPC messages of TorchServe's inference API from the ``inference.proto`` inside
 the installed TorchServe's jar, with grpcio-tools (the ``grpc`` extra; no network)::
 
-    python -m eden_serve.transports.protos     # setup.sh runs it
+    python -m eden_serve.client.transports.protos     # setup.sh runs it
 
 It writes ``generated/inference_pb2.py`` beside this file (not in git: made from the TorchServe
 that is installed, so the two always agree). Only the messages are generated: the two methods the
-client calls are named in :mod:`eden_serve.transports.grpc`, which the generated service stub would
+client calls are named in :mod:`eden_serve.client.transports.grpc`, which the generated service stub would
 import by a top-level module name that a package cannot offer.
 """
 
@@ -43,7 +43,7 @@ def generate() -> Path:
         status = protoc.main(["protoc", f"-I{tmp}", f"-I{well_known}", f"--python_out={GENERATED}", f"{tmp}/inference.proto"])
     if status != 0:
         raise SystemExit(f"protos: protoc failed with status {status}")
-    (GENERATED / "__init__.py").write_text('"""Made by python -m eden_serve.transports.protos; not in git."""\n')
+    (GENERATED / "__init__.py").write_text('"""Made by python -m eden_serve.client.transports.protos; not in git."""\n')
     return GENERATED / "inference_pb2.py"
 
 

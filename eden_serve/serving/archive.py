@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from . import synthetic, wire
-from .checkpoint import load_official, write_halves
-from .config import preset
-from .edge import PRECISIONS
-from .errors import BadInputError
-from .hub import resolve_checkpoint
+from .. import synthetic, wire
+from ..checkpoint import load_official, write_halves
+from ..config import preset
+from ..edge import PRECISIONS
+from ..errors import BadInputError
+from ..hub import resolve_checkpoint
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 # What TorchServe reads besides the package: handler files, model-configs, the workflow, config.properties.
 GLUE = PACKAGE / "serving" / "torchserve"
 ARCHIVES = ("eden_encoder.mar", "eden_ditdec.mar", "eden.war")

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import EdenConfig
-from .errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
-from .frames import check_frame, from_uint8, image_to_tensor, open_image, to_png, to_uint8
-from .model import CloudWeights, pos_embedding
-from .wire import DEFAULT_CODEC, Chunk, Conditions, FramesChunk, Tokens
+from ..config import EdenConfig
+from ..errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
+from ..media.frames import check_frame, from_uint8, image_to_tensor, open_image, to_png, to_uint8
+from ..model import CloudWeights, pos_embedding
+from ..wire import DEFAULT_CODEC, Chunk, Conditions, FramesChunk, Tokens
 
 
 # Tokens per batched patch embedding (see encode_chunk): 8192 x 768 float32 is 25 MB.

@@ -18,8 +18,8 @@ from fractions import Fraction
 
 from PIL import Image
 
-from ..frames import match_mode
-from .base import Frame
+from ..media.base import Frame
+from ..media.frames import match_mode
 
 
 def chunk_end(first: int, chunk: int, ramp: bool) -> int:

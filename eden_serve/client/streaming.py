@@ -8,7 +8,7 @@ on one of ``inflight`` worker threads. The main thread reads frames lazily, keep
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
-``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs (:func:`~eden_serve.clips.levels.chunk_end`),
+``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs (:func:`~eden_serve.client.levels.chunk_end`),
 so that its first middle needs one pair's work. A processor with ``streams = True`` is also given
 ``arrived(j, image)`` to hand over each middle of its chunk as soon as it has it; they are written
 as they come, in order, and its final result must hold the same images. ``arrived.order`` numbers
@@ -16,9 +16,9 @@ the chunks 0, 1, 2, ... as they are submitted (all levels together), and a strea
 a ``queued(order)`` method is told each number on the main thread as its chunk is submitted, before
 any worker thread runs it: so it can serve chunks in their order whatever order its threads ask in.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
-(:mod:`eden_serve.clips.levels`); any other factor, or a frame rate, computes only the middles its
-frames show (:mod:`eden_serve.clips.tree`); ``resume`` keeps and continues a stopped run's output
-(:mod:`eden_serve.resume`).
+(:mod:`eden_serve.client.levels`); any other factor, or a frame rate, computes only the middles its
+frames show (:mod:`eden_serve.client.tree`); ``resume`` keeps and continues a stopped run's output
+(:mod:`eden_serve.media.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
 stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
@@ -42,19 +42,19 @@ from typing import Callable, Iterator, Sequence
 from PIL import Image
 from tqdm import tqdm
 
-from .clips import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
-from .clips.levels import Item, Level
-from .clips.resize import at_size
-from .clips.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
-from .clips.tree import retime
-from .errors import (
+from ..errors import (
     BadInputError,
     EdenError,
     PairError,
     TransientError,
     UnavailableError,
 )
-from .resume import Journal
+from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
+from ..media.resume import Journal
+from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
+from .levels import Item, Level
+from .resize import at_size
+from .tree import retime
 from .workers import Arrivals, Workers
 
 DEFAULT_INFLIGHT = 4
@@ -332,14 +332,14 @@ def interpolate_clip(
     the run stops early, for processors to notice (the client's retries do). ``max_pixels`` limits
     the frame size (None: no limit here; a server applies its own). ``resume``: keep the partial
     output and a journal if the run stops, and continue from one left by an earlier run with the
-    same input and options (:mod:`eden_serve.resume`); ``fingerprint`` is what else the middles
+    same input and options (:mod:`eden_serve.media.resume`); ``fingerprint`` is what else the middles
     depend on (the model, the servers, the codec), recorded in the journal.
 
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
-    ``time_error`` (:mod:`eden_serve.clips.timing`). ``encoding``: a video's encoder options.
-    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
+    ``time_error`` (:mod:`eden_serve.media.timing`). ``encoding``: a video's encoder options.
+    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.client.resize`). ``raw``: the
     input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
-    already opened (a server-side source, :mod:`eden_serve.clips.remote`). ``watch`` wraps the
+    already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
     processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
     or stops the run by raising (the web page, :mod:`eden_serve.page.runs`).
     """
