@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from eden_serve import synthetic, wire  # noqa: E402
 from eden_serve.checkpoint import module_from_state  # noqa: E402
-from eden_serve.cloud import CloudEncoder  # noqa: E402
+from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import EdgeModel  # noqa: E402
 from eden_serve.pipeline import interpolate_pair  # noqa: E402

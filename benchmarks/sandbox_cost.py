@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
-from eden_serve.clips import packets, sandbox
-from eden_serve.clips.packets import PacketReader
+from eden_serve.media import packets, sandbox
+from eden_serve.media.packets import PacketReader
 from harness.videos import make_clip
 import results
 

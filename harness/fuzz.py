@@ -8,7 +8,7 @@ Targets (:data:`TARGETS`): ``wire`` (:func:`eden_serve.wire.decode`, formats 2, 
 codec), ``keyed`` (a keyed envelope, then the payload in it), ``elided`` (a bitstream answer
 without its packets, as the client restores it), ``pages`` (pages of packets from the cloud),
 ``answers`` (the edge's answers, whole and streamed), ``bitstream`` (a bitstream payload decoded by
-:mod:`eden_serve.clips.sandbox`, as an edge decodes one it does not trust), ``decoder`` (the
+:mod:`eden_serve.media.sandbox`, as an edge decodes one it does not trust), ``decoder`` (the
 packets' bytes alone, in a seed chunk's structure, so that every input is decoded); ``all`` runs them all
 in one process (tests/test_fuzz.py), ``benchmarks/fuzz.py`` each on its own.
 
@@ -33,11 +33,12 @@ import atheris
 with atheris.instrument_imports(include=["eden_serve"]):
     from eden_serve import synthetic, wire
     from eden_serve.answers import END, MIDDLE, StreamedAnswer, record, whole_answer, zip_of
-    from eden_serve.clips import pages, sandbox
-    from eden_serve.clips.packets import PacketReader, frame_digest
+    from eden_serve.media import sandbox
+    from eden_serve.wire import pages
+    from eden_serve.media.packets import PacketReader, frame_digest
     from eden_serve.config import PRESETS
     from eden_serve.errors import EdenError, TransientError
-    from eden_serve.frames import png_of
+    from eden_serve.media.frames import png_of
     from eden_serve.wire import elision, keyed
     from eden_serve.wire.envelope import DIGEST_SIZE, PREFIX
 
@@ -176,7 +177,7 @@ def answer_seeds() -> list[bytes]:
 
 
 def page_seeds(directory: Path) -> list[bytes]:
-    from eden_serve.clips.sources import SourceVideo
+    from eden_serve.cloud.sources import SourceVideo
 
     video = SourceVideo(directory / "h264.mkv", 1 << 20)
     return [pages.pack(video.page(None, 0)), pages.pack(video.page(None, 4))]

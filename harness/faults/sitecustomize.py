@@ -8,7 +8,7 @@ patches the package's modules as they are imported. A fault is armed by a file i
   when a call with a streamed request starts, once the first middle of a request of two or more
   pairs was sent with more to come, or when the call is done with every middle sent and the end
   records not yet.
-- Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``clips.packets.decode``
+- Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``media.packets.decode``
   crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed).
 """
 
@@ -78,7 +78,7 @@ def patch_packets(module) -> None:
     module.decode = faulty_decode
 
 
-PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.clips.packets": patch_packets}
+PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.media.packets": patch_packets}
 
 
 class Patcher(importlib.abc.MetaPathFinder):

@@ -1,0 +1,285 @@
+"""A video's own packets, for the bitstream codec (wire format 4, :mod:`eden_serve.wire.bitstream`):
+read from a file in decode order (:class:`PacketReader`), which of them a chunk of frames needs
+(:meth:`PacketReader.needed`), and decoded again (:func:`decode`) to exactly the pixels that
+:class:`~.video.VideoClip` gives, through the same conversion (:func:`.video.rgb`).
+
+Frames are numbered in display order, as VideoClip numbers them: by time stamp, one frame a packet.
+A video whose packets are untimed (raw streams), or which its container discards in part (an edit
+list that starts between key frames), is refused: the frames codec carries those.
+
+A chunk starts at the last key frame at or before its first frame. From a key frame that opens an
+open GOP, the frames timed before it (its leading pictures) reference the GOP before and may or may
+not come out of a decoder starting there; they are dropped by time, whatever the decoder does, and
+then ``skip`` frames more. Reordering (B-frames) decides how far the packets go: to the last one
+shown within the chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+from ..errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
+from ..wire import FramesChunk
+from ..wire.bitstream import DECODERS, BitstreamChunk, Packet, StreamParameters
+from .encoding import import_av
+from .video import PIPE, VideoClip, rgb
+
+__all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "frame_digest", "to_frames_chunk"]
+
+# Decoders check max_pixels against sizes rounded up to their coding blocks and strides, so the
+# decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
+_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one request may make the cloud read and decode (``handler.max_decoded_pixels``,
+    ``max_demuxed_packets``, ``max_source_packets``): judged before the work from the file's scan,
+    and counted while it runs (413 ``too_much_work``)."""
+
+    decoded_pixels: int = 1 << 30  # frames decoded for a range (from its key frame) x their pixels
+    demuxed_packets: int = 1 << 16  # packets read past to reach a page, or a range read from the start
+    source_packets: int = 1 << 20  # packets of a source's video stream, read once per file
+    deadline_s: float = 30.0  # a range's decoding, a page's reading
+
+    def check(self, amount: int, limit: int, what: str, setting: str) -> None:
+        if amount > limit:
+            raise TooMuchWorkError(f"{what}: over this cloud's {limit} for one request (handler.{setting}); ask for less at once")
+
+
+class Span(NamedTuple):
+    """The packets a chunk of frames needs, by decode index, and the frames to drop before it."""
+
+    key: int  # the key frame to start decoding at
+    end: int  # the last packet needed
+    skip: int  # frames shown from the key frame on before the chunk's first
+
+
+class PacketReader:
+    """The first video stream of a file, as packets: ``parameters`` to decode them with, iterate for
+    the packets in decode order (each read from the file again), ``len()`` the frames."""
+
+    def __init__(self, path: Path, max_pixels: int | None = None, opener=None, work: Work | None = None):
+        """``opener()``: a new PyAV container of the file (a cloud's opens a source by descriptor,
+        :class:`~.sources.SourceFile`); ``path`` then only names it in messages. ``work``: what a
+        cloud's request may read (None: a local file, unbounded)."""
+        self.work = work
+        if str(path) == PIPE:
+            raise BadInputError("the bitstream codec reads a video file twice, so it cannot take a pipe; use the frames codec")
+        self.path = path
+        self.open = opener or (lambda: import_av().open(str(path)))
+        clip = VideoClip(path, max_pixels, self.open())  # the same stream, and the same checks, as a local run's
+        try:
+            self.parameters = parameters_of(clip.stream, path)
+            self._pts, self._keys = self._index(clip.container.demux(clip.stream))
+        finally:
+            clip.close()
+        self._display = sorted(range(len(self._pts)), key=self._pts.__getitem__)
+        self._decode_index = {pts: index for index, pts in enumerate(self._pts)}
+
+    def _index(self, demuxed) -> tuple[list[int], list[int]]:
+        pts, keys, seen = [], [], set()
+        try:
+            for packet in demuxed:
+                if not packet.size:  # the demuxer ends a stream with an empty packet
+                    continue
+                problem = ("is untimed" if packet.pts is None else "is discarded by its container (an edit list)" if packet.is_discard
+                           else "repeats an earlier time stamp" if packet.pts in seen else None)
+                if problem:
+                    raise BadInputError(f"{self.path}: packet {len(pts)} of its video {problem}, which the bitstream codec does not "
+                                        "carry; use the frames codec")
+                seen.add(packet.pts)
+                if self.work is not None:
+                    self.work.check(len(pts) + 1, self.work.source_packets, f"{self.path}'s video has more packets", "max_source_packets")
+                if packet.is_keyframe:
+                    keys.append(len(pts))
+                pts.append(packet.pts)
+        except import_av().error.FFmpegError as exc:
+            raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
+        if not keys or keys[0] != 0:
+            raise BadInputError(f"{self.path}: its video does not start with a key frame; use the frames codec")
+        return pts, keys
+
+    def __len__(self) -> int:
+        return len(self._pts)
+
+    def __iter__(self) -> Iterator[Packet]:
+        av = import_av()
+        try:
+            with self.open() as container:
+                stream = container.streams.video[0]
+                index = 0
+                for packet in container.demux(stream):
+                    if packet.size:
+                        yield Packet(bytes(packet), packet.pts, packet.dts, packet.is_keyframe, index)
+                        index += 1
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
+
+    def packets(self, span: Span) -> list[Packet]:
+        """Packets ``span.key`` to ``span.end`` (decode order), demuxed from a seek to the key frame
+        rather than from the file's start, which a cloud would otherwise read again for every chunk
+        of a long video; from the start where the seek lands past the key frame."""
+        return self._read(span, seek=True) or self._read(span, seek=False)
+
+    def _read(self, span: Span, seek: bool) -> list[Packet] | None:
+        av = import_av()
+        if not seek and self.work is not None:  # from the start, up to the last packet needed
+            self.work.check(span.end + 1, self.work.demuxed_packets, f"{span.end + 1} packets to read", "max_demuxed_packets")
+        found: list[Packet] = []
+        try:
+            with self.open() as container:
+                stream = container.streams.video[0]
+                index = None  # of the packet in hand, in decode order
+                if seek:
+                    container.seek(self._pts[span.key], stream=stream, backward=True, any_frame=False)
+                for packet in container.demux(stream):
+                    if not packet.size:
+                        continue
+                    if index is not None:
+                        index += 1
+                    elif not seek:
+                        index = 0
+                    else:  # the first packet after the seek: its time (unique, checked when indexed) says where it landed
+                        index = self._decode_index.get(packet.pts)
+                        if index is None or index > span.key:
+                            return None
+                    if index > span.end:
+                        break
+                    if index >= span.key:
+                        found.append(Packet(bytes(packet), packet.pts, packet.dts, packet.is_keyframe, index))
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
+        return found
+
+    def frames(self) -> list[int]:
+        """For each frame, in display order, the decode index of its packet: once that packet and
+        every one before it from a key frame is decoded, the frame can be shown."""
+        return list(self._display)
+
+    def needed(self, first: int, last: int) -> Span:
+        """The packets that frames ``first`` to ``last`` (display order, inclusive) need."""
+        if not 0 <= first <= last < len(self):
+            raise BadInputError(f"frames {first} to {last} are not frames of {self.path}, which has {len(self)}")
+        packets = self._display[first : last + 1]
+        start = self._pts[packets[0]]
+        key = max(k for k in self._keys if k <= min(packets) and self._pts[k] <= start)
+        end = max(packets)
+        skip = sum(self._pts[key] <= self._pts[d] < start for d in range(key, end + 1))
+        return Span(key, end, skip)
+
+
+def parameters_of(stream, path: Path) -> StreamParameters:
+    """The parameters of a PyAV video stream, as its container states them."""
+    context = stream.codec_context
+    name = context.codec.name
+    if name not in DECODERS:
+        raise BadInputError(f"{path}: its video decodes with {name}, which the bitstream codec does not carry (it carries "
+                            f"{', '.join(DECODERS)}); use the frames codec")
+    if context.pix_fmt is None:
+        raise BadInputError(f"{path}: its video's pixel format is unknown; use the frames codec")
+    return StreamParameters(
+        name, bytes(context.extradata or b""), context.width, context.height, context.pix_fmt, context.codec_tag,
+        int(context.color_range), int(context.colorspace), int(context.color_primaries), int(context.color_trc),
+    )
+
+
+def frame_digest(pixels: np.ndarray) -> str:
+    """BLAKE2b-128 of an RGB frame's size and bytes, in hex."""
+    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}:".encode(), digest_size=16)
+    digest.update(np.ascontiguousarray(pixels, np.uint8))
+    return digest.hexdigest()
+
+
+def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
+    """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
+    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives (into
+    ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
+    larger than ``parameters`` declare, and every frame, skipped ones too, must have that size."""
+    height, width = parameters.size
+    if not packets:
+        raise CodecError("malformed payload: it holds no packets")
+    if max_pixels is not None and width * height > max_pixels:
+        raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
+    try:
+        av = import_av()
+    except BadInputError:
+        raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
+                                  "chunk with the frames codec") from None
+    context = _decoder(parameters, av)
+    pixels = np.empty((count, height, width, 3), np.uint8) if out is None else out
+    start, shown, got = packets[0].pts, 0, 0
+    try:
+        for i, packet in enumerate([*packets, None]):
+            where = f"packet {i}" if packet else "the end of the packets"
+            for frame in context.decode(None if packet is None else _av_packet(packet, av)):
+                _check_size(frame, parameters, shown)
+                if frame.pts is None or frame.pts < start:
+                    continue  # a leading picture of an open GOP
+                if shown >= skip:
+                    pixels[got] = np.asarray(rgb(frame))
+                    got += 1
+                shown += 1
+                if got == count:
+                    return pixels
+    except (av.error.FFmpegError, ValueError) as exc:
+        raise CodecError(f"malformed payload: {where} does not decode as {parameters.decoder} ({str(exc):.200})") from None
+    raise CodecError(f"malformed payload: its packets show {shown} frames from the key frame on, fewer than the "
+                     f"{skip} skipped and {count} declared")
+
+
+def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None, decoder=decode) -> FramesChunk:
+    """The frames chunk that ``chunk``'s packets decode to (by ``decoder``, :func:`decode`'s
+    signature: the sandbox's for a payload this edge does not trust), each frame checked against
+    the cloud's digest of it: a mismatch means this edge's decoder is another build
+    (:class:`DigestMismatchError`)."""
+    pixels = decoder(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
+    for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
+        if frame_digest(frame) != expected:
+            av = import_av()
+            raise DigestMismatchError(
+                f"frame {i} of the chunk decodes on this edge to other pixels than on the cloud: its {chunk.parameters.decoder} "
+                f"decoder (libavcodec {'.'.join(map(str, av.library_versions['libavcodec']))}) is another build; "
+                "send this chunk with the frames codec"
+            )
+    return FramesChunk(pixels, chunk.differences, chunk.seeds, chunk.cuts, chunk.cloud)
+
+
+def _decoder(parameters: StreamParameters, av):
+    try:
+        context = av.CodecContext.create(parameters.decoder, "r")
+    except (av.error.FFmpegError, ValueError):
+        raise DigestMismatchError(f"this edge's FFmpeg has no {parameters.decoder} decoder, so it cannot decode the cloud's "
+                                  "packets; send this chunk with the frames codec") from None
+    context.extradata = parameters.extradata or None
+    context.width, context.height = parameters.width, parameters.height
+    context.codec_tag = parameters.codec_tag
+    for name in ("color_range", "colorspace", "color_primaries", "color_trc"):
+        setattr(context, name, getattr(parameters, name))
+    # Slice threads only: with frame threads, FFmpeg 8's decoders hung the process on the next decode
+    # after refusing a frame over max_pixels. A decoder's output does not depend on its threads.
+    context.thread_type = "SLICE"
+    context.options = {"max_pixels": str(_padded(parameters.width) * _padded(parameters.height))}
+    return context
+
+
+def _padded(side: int) -> int:
+    return -(-side // _BLOCK) * _BLOCK
+
+
+def _av_packet(packet: Packet, av):
+    out = av.Packet(packet.data)
+    out.pts, out.dts, out.is_keyframe = packet.pts, packet.dts, packet.key
+    return out
+
+
+def _check_size(frame, parameters: StreamParameters, shown: int) -> None:
+    if (frame.width, frame.height, frame.format.name) != (parameters.width, parameters.height, parameters.pix_fmt):
+        raise CodecError(f"malformed payload: frame {shown} decodes as {frame.format.name} {frame.width}x{frame.height}, but the "
+                         f"header declares {parameters.pix_fmt} {parameters.width}x{parameters.height}")
