@@ -17,7 +17,7 @@ from PIL import Image
 from . import wire
 from .clips import Frame
 from .cloud import SCENE_THRESHOLD, CloudEncoder
-from .edge import AttentionPath, EdgeModel, batches
+from .edge import AttentionPath, EdgeModel
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
 from .resume import model_identity
 from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_clip
@@ -67,13 +67,13 @@ def interpolate_chunk(
 ) -> tuple[torch.Tensor, int]:
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
-    None: off) get the earlier frame, the others are computed in batched forwards of at most
-    ``edge.batch_tokens`` condition tokens. With the frames codec the payload carries the frames,
+    None: off) get the earlier frame, the others are computed in batched forwards of
+    ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames,
     and the edge's E_cond (here ``cloud`` itself) re-derives their conditions."""
     chunk, payload_bytes = hand_over(cloud, edge, frames, seed, codec, scene_threshold)
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
-    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], edge.batch_tokens):
+    for batch in edge.batched(computed, chunk.grid):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
     return torch.stack(middles), payload_bytes

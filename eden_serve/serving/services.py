@@ -31,7 +31,7 @@ from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..clips.packets import to_frames_chunk
 from ..cloud import CloudEncoder, read_chunk
 from ..config import MAX_SEED
-from ..edge import EdgeModel, batches, earliest_first
+from ..edge import EdgeModel, earliest_first
 from ..errors import BadInputError, ChunkTooLargeError, ModelMismatchError, encoder_refusal
 from ..frames import png_of
 from ..wire import Chunk, keyed
@@ -227,7 +227,7 @@ class EdgeService(Service):
 
     The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
     pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
-    tokens at a time (0: the device's default, :data:`~eden_serve.edge.BATCH_TOKENS`)."""
+    tokens at a time (0: the device's default, :mod:`eden_serve.edge.sizing`)."""
 
     side = "edge"
     model: EdgeModel
@@ -317,7 +317,7 @@ class EdgeService(Service):
                     sent[idx] = jobs[idx].first
                     self.send_ready(idx, middles[idx], sent)
         for (grid, _), pairs in groups.items():
-            for batch in batches(pairs, grid[0] * grid[1], self.model.batch_tokens):
+            for batch in self.model.batched(pairs, grid):
                 batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
                 for part, outcome, denoise_s, decode_s in self.forward(batch, chunks):
                     for n, (idx, j) in enumerate(part):
