@@ -68,8 +68,6 @@ class EdgeModel:
                 if isinstance(module, torch.nn.Linear):
                     module.to(torch.bfloat16)
         self.dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32  # of the matrix products
-        self.linears = Linears("onednn" if onednn_linear_available(self.device, self.dtype) else "torch")
-        self.paths: dict[str, BlockPath] = {"fast": FastPath(self.linears, self.dtype), "reference": ReferencePath()}
         self.timesteps = torch.tensor(config.timesteps, dtype=torch.float32).to(self.device)  # made once: the forward makes none
         # Condition tokens per batched forward where set (handler.max_batch_tokens); None: from the
         # device's free memory (:mod:`.sizing`), the pairs per frame size decided once.
@@ -84,6 +82,10 @@ class EdgeModel:
             old.graphs.clear()
         self.acceleration = acceleration
         self.runner = Runner(acceleration, self.device, graph_api)
+        # Compiled, the products are the compiler's to choose: it cannot trace oneDNN on weights we prepacked.
+        onednn = acceleration.compile is None and onednn_linear_available(self.device, self.dtype)
+        self.linears = Linears("onednn" if onednn else "torch")
+        self.paths: dict[str, BlockPath] = {"fast": FastPath(self.linears, self.dtype), "reference": ReferencePath()}
 
     def receive(self, chunk: Chunk) -> Chunk:
         """``chunk`` with its tokens on this model's device, in their wire dtype (bf16 or int8 move
