@@ -24,9 +24,9 @@ from .checkpoint import load_official, load_pair, write_halves
 from .client import DEFAULT_TIMEOUT, Client
 from .clip_options import add_clip_arguments, clip_options, parse_size, refuse_clip_options, report
 from .clips import Frame
-from .cloud import SCENE_THRESHOLD
+from .cloud import SCENE_THRESHOLD, CloudEncoder
 from .config import PRESETS, preset
-from .edge import PRECISIONS
+from .edge import PRECISIONS, Acceleration, EdgeModel, default_precision
 from .errors import BadInputError, EdenError
 from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
@@ -100,14 +100,14 @@ def _threshold_text(text: str) -> str:
     return text
 
 
-def _model_options(parser: argparse.ArgumentParser) -> None:
+def _model_options(parser: argparse.ArgumentParser, codec: str) -> None:
     parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
-    parser.add_argument("--wire-codec", "--codec", dest="codec", default=wire.DEFAULT_CODEC,
+    parser.add_argument("--wire-codec", "--codec", dest="codec", default=codec,
                         help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)}, or {wire.NO_WIRE}: "
-                             f"the tensors handed from the cloud's device to the edge's in this process (default: {wire.DEFAULT_CODEC})")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                        help="edge compute precision; auto: bf16 where the hardware runs it fast (default: fp32)")
+                             f"the tensors handed from the cloud's device to the edge's in this process (default: {codec})")
+    parser.add_argument("--precision", choices=PRECISIONS,
+                        help="edge compute precision; auto: bf16 where the hardware runs it fast (default: auto on a GPU, fp32 on a CPU)")
     parser.add_argument("--device", default="auto",
                         help="auto (the GPU where there is one, else the CPU), cpu, cuda or cuda:N; or CLOUD,EDGE such as "
                              "cuda:0,cuda:1, the encoder on one and the DiT+decoder on the other (default: auto)")
@@ -128,7 +128,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
                    help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
     add_clip_arguments(p)
-    _model_options(p)
+    _model_options(p, wire.NO_WIRE)
+    Acceleration.add_arguments(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
     p.add_argument("checkpoint", nargs="?", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights)")
@@ -140,7 +141,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=parse_size, default=(480, 854), help="frame size HxW (default 480x854)")
     p.add_argument("--repeat", type=int, default=3, help="timed pairs after one warm-up (default 3)")
     p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
-    _model_options(p)
+    _model_options(p, wire.DEFAULT_CODEC)
 
     p = commands.add_parser("download", help="the official checkpoint from the Hugging Face hub (cached); prints its local path")
     p.add_argument("--repo", default=OFFICIAL_REPO, help=f"hub repository (default {OFFICIAL_REPO})")
@@ -166,12 +167,22 @@ def _refuse_an_input_as_output(output: str, inputs: list[str]) -> None:
             raise BadInputError(f"output {output!r} is an input ({path!r}); choose another path")
 
 
+def _models(args, devices: tuple[str, str]) -> tuple[CloudEncoder, EdgeModel]:
+    """The two halves of ``interpolate``, the edge's forward run as its options say."""
+    acceleration, edge_device = Acceleration.from_arguments(args), torch.device(devices[1])
+    acceleration.graphs_on(edge_device)  # a contradiction fails before the weights load
+    cloud, edge = load_pair(args.checkpoint, preset(args.config), devices[0], args.precision or default_precision(edge_device),
+                            edge_device=devices[1])
+    edge.accelerate(acceleration)
+    return cloud, edge
+
+
 def _interpolate(args) -> int:
-    config, (cloud_device, edge_device) = preset(args.config), _devices(args.device)
+    devices = _devices(args.device)
     wire.check_codec(args.codec)
     if len(args.inputs) == 1:
         options = clip_options(args)  # checked before the model loads
-        cloud, edge = load_pair(args.checkpoint, config, cloud_device, args.precision, edge_device=edge_device)
+        cloud, edge = _models(args, devices)
         summary = pipeline.interpolate_clip_in_process(
             args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
             inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
@@ -186,7 +197,7 @@ def _interpolate(args) -> int:
     frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
-    cloud, edge = load_pair(args.checkpoint, config, cloud_device, args.precision, edge_device=edge_device)
+    cloud, edge = _models(args, devices)
     middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec,
                                                       scene_threshold=args.scene_threshold)
     save_image(Image.fromarray(to_uint8(middle)), args.output)
@@ -207,10 +218,10 @@ def _split_checkpoint(args) -> int:
 
 
 def _bench(args) -> int:
-    run_bench(
-        checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat,
-        codec=args.codec, precision=args.precision, devices=_devices(args.device), reference=not args.no_reference,
-    )
+    devices = _devices(args.device)
+    precision = args.precision or default_precision(torch.device(devices[1]))
+    run_bench(checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat, codec=args.codec,
+              precision=precision, devices=devices, reference=not args.no_reference)
     return 0
 
 

@@ -20,20 +20,20 @@ import torch
 from ..config import EdenConfig
 from ..model import EdgeWeights
 from ..wire import Chunk, Conditions, Tokens
+from . import sizing
 from .acceleration import Acceleration, Runner
 from .forward import (EdgeInputs, RenderInputs, SampleInputs, as_uint8, initial_noise, prepare, prepare_render, prepare_sample,
                       render, sample, to_host, upload)
 from .graphs import GraphAPI
 from .kernels import Linears, onednn_linear_available
 from .paths import BlockPath, FastPath, ReferencePath
-from .precision import PRECISIONS, Bf16Check, check_bf16, resolve
-from .sizing import CPU_BATCH_TOKENS, free_memory, pairs_for_memory
+from .precision import PRECISIONS, Bf16Check, check_bf16, default_precision, resolve
 
 AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16", "auto"]
 
-__all__ = ["PRECISIONS", "Acceleration", "AttentionPath", "EdgeInputs", "EdgeModel", "Precision", "batches", "initial_noise",
-           "synchronize", "to_host", "upload"]
+__all__ = ["PRECISIONS", "Acceleration", "AttentionPath", "EdgeInputs", "EdgeModel", "Precision", "batches", "default_precision",
+           "initial_noise", "synchronize", "to_host", "upload"]
 
 
 def synchronize(device: torch.device) -> None:
@@ -71,7 +71,7 @@ class EdgeModel:
         self.timesteps = torch.tensor(config.timesteps, dtype=torch.float32).to(self.device)  # made once: the forward makes none
         # Condition tokens per batched forward where set (handler.max_batch_tokens); None: from the
         # device's free memory (:mod:`.sizing`), the pairs per frame size decided once.
-        self.batch_tokens: int | None = None if self.device.type == "cuda" else CPU_BATCH_TOKENS
+        self.batch_tokens: int | None = sizing.default_batch_tokens(self.device)
         self._pairs: dict[tuple[int, int], int] = {}
         self.accelerate(Acceleration())
 
@@ -108,7 +108,7 @@ class EdgeModel:
         if self.batch_tokens is not None:
             return max(1, self.batch_tokens // tokens)
         if grid not in self._pairs:
-            self._pairs[grid] = pairs_for_memory(free_memory(self.device), self.config, grid)
+            self._pairs[grid] = sizing.pairs_for_memory(sizing.free_memory(self.device), self.config, grid)
         return self._pairs[grid]
 
     def batched(self, items: Sequence, grid: tuple[int, int]) -> Iterator[Sequence]:

@@ -9,6 +9,7 @@ the ``pt2`` section for ``torch.compile``, as TorchServe documents it).
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import Callable
 
@@ -51,7 +52,10 @@ class Compile:
                                 f"with keys among {', '.join(PT2_KEYS)}, got {pt2!r:.200}")
         if not options["enable"]:
             return None
-        return cls(**{k: v for k, v in options.items() if k != "enable" and v is not None})
+        try:
+            return cls(**{k: v for k, v in options.items() if k != "enable" and v is not None})
+        except BadInputError as exc:
+            raise BadInputError(f"model-config.yaml: pt2.compile: {exc}") from None
 
     def wrap(self, fn: Callable) -> Callable:
         return torch.compile(fn, backend=self.backend, mode=None if self.mode == "default" else self.mode,
@@ -71,6 +75,18 @@ class Acceleration:
     def __post_init__(self):
         if self.cuda_graphs not in GRAPH_MODES:
             raise BadInputError(f"unknown cuda graphs setting {self.cuda_graphs!r}; use one of {', '.join(GRAPH_MODES)}")
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The command line's switches (``eden-serve interpolate``); :meth:`from_arguments` reads them."""
+        parser.add_argument("--cuda-graphs", choices=GRAPH_MODES, default="auto",
+                            help="replay the edge's forward from CUDA graphs, one per frame size and batch; auto: on a GPU (default auto)")
+        parser.add_argument("--compile", choices=("off", *COMPILE_MODES), default="off",
+                            help="torch.compile the edge's forward in this mode (compiling takes minutes at first use; default off)")
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> "Acceleration":
+        return cls(args.cuda_graphs, None if args.compile == "off" else Compile(mode=args.compile))
 
     def graphs_on(self, device: torch.device) -> bool:
         """Whether this edge replays CUDA graphs on ``device``; a contradiction is a clear error."""

@@ -27,6 +27,12 @@ MAX_PAIRS = 16  # measured to still pay at 480x854 (8.0 ms/pair at 16 against 11
 MAX_TOKENS = 1 << 16  # condition tokens per forward: 8 pairs of 1080p (8160 each)
 
 
+def default_batch_tokens(device: torch.device) -> int | None:
+    """The condition tokens per forward on ``device`` unless set (handler.max_batch_tokens); None:
+    from the free memory, :func:`pairs_for_memory`."""
+    return None if device.type == "cuda" else CPU_BATCH_TOKENS
+
+
 def bytes_per_pair(config: EdenConfig, grid: tuple[int, int]) -> int:
     return ACTIVATION_ROWS * grid[0] * grid[1] * config.hidden_dim * 4
 

@@ -225,9 +225,8 @@ class EdgeService(Service):
     :data:`~.fields.FIELD_HEADERS`) ask for the middles from pair ``first`` on, each streamed as
     soon as it is computed (:mod:`eden_serve.answers`; docs/streaming.md).
 
-    The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
-    pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
-    tokens at a time (0: the device's default, :mod:`eden_serve.edge.sizing`)."""
+    The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own pairs) run in batched
+    forwards of one frame size, ``max_batch_tokens`` condition tokens at most (0: the device's, :mod:`eden_serve.edge.sizing`)."""
 
     side = "edge"
     model: EdgeModel
@@ -237,6 +236,7 @@ class EdgeService(Service):
         model = load_edge(weights, device, settings.precision)
         if settings.max_batch_tokens:  # 0 keeps the device's default
             model.batch_tokens = settings.max_batch_tokens
+        model.accelerate(settings.acceleration())
         model.warm_up()
         return model
 
