@@ -1,6 +1,9 @@
 """The graph cache (eden_serve/edge/graphs.py) against a stand-in for the CUDA graph API: capture
 once per key, replay after, the static buffers, the outputs, the bounds and the eviction order."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -133,3 +136,19 @@ def test_running_out_of_memory_in_a_capture_releases_the_others_and_tries_once_m
 def test_the_bounds_are_checked():
     with pytest.raises(ValueError, match="max_graphs must be at least 1"):
         GraphCache(Ledger(), max_graphs=0)
+
+
+def test_callers_on_several_threads_take_turns():
+    """A replay that yields the host midway (as a GPU's runs on while the host goes on): without
+    turns, another thread's inputs would land in the static buffer before the output is read."""
+
+    class Slow(Ledger):
+        def replay(self, graph):
+            time.sleep(0.001)
+            super().replay(graph)
+
+    cache = GraphCache(Slow())
+    inputs = [torch.full((4, 3), float(i)) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(lambda x: [run(cache, "k", x) for _ in range(20)], inputs))
+    assert all(torch.equal(out, x * 2 + 1) for x, outs in zip(inputs, outputs) for out in outs)

@@ -10,12 +10,15 @@ What a replay assumes of the function captured: it reads only its static input b
 that stay alive and unchanged for its key (the positional embeddings: :mod:`.forward`), does no host
 work, and returns its output in memory of its own. A batch smaller than its key's is written into the
 first rows of the static buffers: the pairs of a batch do not mix, and the rows past it hold earlier
-inputs, finite numbers whose middles are dropped.
+inputs, finite numbers whose middles are dropped. Callers on several threads and streams take turns:
+a run (copies in, replay, copy out) holds a lock on the host and runs on one stream of the cache's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Hashable, Protocol, Sequence
@@ -38,6 +41,10 @@ class GraphAPI(Protocol):
     def release(self, graph: object) -> None:
         """Free the graph and its memory pool (its output must be dropped before)."""
 
+    def ordered(self) -> contextlib.AbstractContextManager:
+        """A context in which a run's copies, replay and copy out are queued after the caller's
+        work, and the caller's later work after them."""
+
 
 class CudaGraphs:
     """:class:`GraphAPI` on a CUDA device: warm-up on a side stream, then capture into a memory pool
@@ -47,6 +54,7 @@ class CudaGraphs:
     def __init__(self, device: torch.device, warmup: int = 2):
         self.device = device
         self.warmup = warmup  # eager runs before capture: lazy initialisation (cuBLAS workspaces, compiled kernels)
+        self.stream = torch.cuda.Stream(device)  # every replay's: the static buffers are shared by all callers
 
     def capture(self, fn):
         current = torch.cuda.current_stream(self.device)
@@ -59,7 +67,8 @@ class CudaGraphs:
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: other threads (the cloud's E_cond, the next chunk's preparation) may use the device meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = fn()
         return graph, out, torch.cuda.memory_reserved(self.device) - before
 
@@ -69,6 +78,14 @@ class CudaGraphs:
     def release(self, graph):
         graph.reset()
         torch.cuda.empty_cache()  # the pool's segments go back to the device
+
+    @contextlib.contextmanager
+    def ordered(self):
+        caller = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(caller)
+        with torch.cuda.stream(self.stream):
+            yield
+        caller.wait_stream(self.stream)
 
 
 class RerunGraphs:
@@ -91,6 +108,9 @@ class RerunGraphs:
 
     def release(self, graph):
         self.released += 1
+
+    def ordered(self):
+        return contextlib.nullcontext()
 
 
 @dataclass
@@ -120,6 +140,8 @@ class GraphCache:
         self.bytes = 0
         self.captures = 0
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        # One run at a time: callers on several threads share the static buffers.
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -137,15 +159,19 @@ class GraphCache:
         with static buffers of ``batch`` rows): the rows of ``inputs`` are copied into the static
         buffers, and the output's first rows come back in memory of their own (the next replay
         overwrites the static output)."""
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._capture(key, fn, inputs, batch)
-        else:
-            self._entries.move_to_end(key)
-            for static, tensor in zip(entry.inputs, inputs, strict=True):
-                static[: len(tensor)].copy_(tensor)
-        self.api.replay(entry.graph)
-        return entry.out[: len(inputs[0])].clone()
+        with self._lock, self.api.ordered():
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._capture(key, fn, inputs, batch)
+            else:
+                self._entries.move_to_end(key)
+                for static, tensor in zip(entry.inputs, inputs, strict=True):
+                    static[: len(tensor)].copy_(tensor)
+            self.api.replay(entry.graph)
+            out = entry.out[: len(inputs[0])].clone()
+        if out.device.type == "cuda":
+            out.record_stream(torch.cuda.current_stream(out.device))  # made on the replays' stream, used on the caller's
+        return out
 
     def _capture(self, key, fn, inputs, batch) -> Entry:
         while len(self._entries) >= self.max_graphs:
@@ -178,5 +204,6 @@ class GraphCache:
         logger.info("released the graph of %s (%d bytes)", key, entry.bytes)
 
     def clear(self) -> None:
-        while self._entries:
-            self._evict()
+        with self._lock:
+            while self._entries:
+                self._evict()
