@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the TorchServe archives of eden-serve: model_store/eden_encoder.mar (the cloud half),
 # eden_ditdec.mar (the edge half) and eden.war (the workflow). A thin wrapper around
-# `eden-serve archive` (eden_serve/archive.py), whose flags it takes:
+# `eden-serve archive` (eden_serve/serving/archive.py), whose flags it takes:
 #   bash archive.sh [--checkpoint CKPT] [--config official|tiny] [--codec C] [--precision P] [--threads N] [--model-store DIR]
 # The store defaults to model_store next to this script, from wherever it is run.
 set -euo pipefail

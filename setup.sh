@@ -3,10 +3,18 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# Debian's chromium and its driver: the web page's browser tests drive it (CI runs as root).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
+  else
+    echo "setup: chromium and chromium-driver are missing (the page's browser tests need them): apt-get install chromium chromium-driver" >&2
+  fi
+fi
 python3 -m venv .venv
 # torch first and pinned: the CPU wheel on this machine; an unpinned torch pulls CUDA wheels.
 .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0"
-.venv/bin/pip install --quiet --disable-pip-version-check -e ".[serve,video,hub,test,deploy-check,bench,grpc]"
+.venv/bin/pip install --quiet --disable-pip-version-check -e ".[serve,video,hub,test,deploy-check,bench,grpc,page]"
 # The gRPC client's messages, from the inference.proto inside the TorchServe just installed.
-.venv/bin/python -m eden_serve.transports.protos
+.venv/bin/python -m eden_serve.client.transports.protos
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, ts; print(f"torch {torch.__version__}, torchserve {ts.__version__}")'))"

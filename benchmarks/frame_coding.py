@@ -23,7 +23,7 @@ import numpy as np
 import zstandard
 from PIL import Image
 
-from eden_serve.clips import open_clip
+from eden_serve.media import open_clip
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.servers import REPO
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from eden_serve import synthetic  # noqa: E402
 from eden_serve.checkpoint import module_from_state  # noqa: E402
-from eden_serve.cloud import CloudEncoder  # noqa: E402
+from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import Acceleration, EdgeModel  # noqa: E402
 from eden_serve.edge.acceleration import Compile  # noqa: E402

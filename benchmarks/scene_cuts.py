@@ -14,7 +14,7 @@ Candidates (a cut scores high, except where it says low):
   correlation  Pearson correlation of 32-wide luma thumbnails (low at a cut)
   histogram    total variation distance of joint 8x8x8 RGB histograms of 64-wide thumbnails
   1-ssim       1 - SSIM of 64-wide luma thumbnails (uniform 7x7 windows)
-  change       histogram + 1-ssim: eden_serve.cloud.scene_change, a cut above SCENE_THRESHOLD
+  change       histogram + 1-ssim: eden_serve.cloud.encoder.scene_change, a cut above SCENE_THRESHOLD
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from eden_serve import synthetic
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import (
+from eden_serve.cloud.encoder import (
     SCENE_THRESHOLD,
     CloudEncoder,
     _histogram,
@@ -40,7 +40,7 @@ from eden_serve.cloud import (
     scene_change,
 )
 from eden_serve.config import PRESETS
-from eden_serve.frames import image_to_tensor, load_frame
+from eden_serve.media.frames import image_to_tensor, load_frame
 import results
 
 KNOWN_CUTS = {"cut_640x272": {5}, "bikes": {29, 75, 136, 186, 241}}  # pair i: frames i and i + 1

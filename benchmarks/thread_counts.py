@@ -18,7 +18,7 @@ import torch
 from eden_serve import synthetic
 from eden_serve.checkpoint import load_pair
 from eden_serve.config import preset
-from eden_serve.frames import image_to_tensor, to_uint8
+from eden_serve.media.frames import image_to_tensor, to_uint8
 from eden_serve.pipeline import interpolate_pair
 import results
 

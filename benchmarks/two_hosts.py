@@ -46,12 +46,12 @@ import torch
 from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, TIMELINE, Client
-from eden_serve.clips import open_clip
-from eden_serve.clips.levels import chunk_end
-from eden_serve.pace import AUTO
-from eden_serve.serving.tls import ClientTLS
+from eden_serve.client.levels import chunk_end
+from eden_serve.client.pace import AUTO
+from eden_serve.client.streaming import Middles, interpolate_clip
+from eden_serve.client.tls import ClientTLS
+from eden_serve.media import open_clip
 from eden_serve.serving.worker import default_threads
-from eden_serve.streaming import Middles, interpolate_clip
 from eden_serve.wire import BITSTREAM_CODEC, DEFAULT_CODEC, FRAMES_CODEC, keyed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.certificates import Authority

@@ -22,7 +22,7 @@ import zipfile
 from PIL import Image, UnidentifiedImageError
 
 from .errors import ServerError, TransientError, error_from_document
-from .frames import PNG_SIGNATURE
+from .media.frames import PNG_SIGNATURE
 
 MIDDLE, FAILED, END = b"M", b"E", b"Z"
 RECORD_HEADER = struct.Struct(">cII")

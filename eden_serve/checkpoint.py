@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from . import synthetic
-from .cloud import CloudEncoder
+from .cloud.encoder import CloudEncoder
 from .config import MODEL_NAMES, EdenConfig
 from .edge import EdgeModel, Precision
 from .errors import CheckpointError

@@ -1,4 +1,4 @@
-"""The ``eden-serve`` command: interpolate, client, split-checkpoint, bench, download, archive, serve.
+"""The ``eden-serve`` command: interpolate, client, page, split-checkpoint, bench, download, archive, serve.
 
 Every error the user can cause ends as one line on stderr and exit code 2, never a traceback.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import time
@@ -17,100 +16,43 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from . import archive, pipeline, synthetic, wire
+from . import pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import run_bench
-from .checkpoint import load_official, load_pair, write_halves
-from .client import DEFAULT_TIMEOUT, Client
-from .clip_options import add_clip_arguments, clip_options, parse_size, refuse_clip_options, report
-from .clips import Frame
-from .cloud import SCENE_THRESHOLD, CloudEncoder
+from .checkpoint import load_official, write_halves
+from .clip_options import add_clip_arguments, parse_size, refuse_clip_options, report
+from .media import Frame
+from .cloud.encoder import SCENE_THRESHOLD
+from .commands import (
+    CHECKPOINT_REFERENCE,
+    PROG,
+    add_deployment_arguments,
+    add_model_options,
+    clip_in_process,
+    clip_through,
+    client_from,
+    devices,
+    failure,
+    load_models,
+    threshold,
+    threshold_text,
+)
 from .config import PRESETS, preset
-from .edge import PRECISIONS, Acceleration, EdgeModel, default_precision
-from .errors import BadInputError, EdenError
-from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
+from .edge import PRECISIONS, Acceleration, default_precision
+from .errors import BadInputError
+from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
+from .page import add_page_arguments, run_page
+from .serving import archive
 from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
-from .serving.tls import ClientTLS
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
-from .transports import TOKEN_ENV, read_token
+from .client.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
 from .wire.keyed import KEY_FILE_ENV
-
-PROG = "eden-serve"
-CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-class DeviceFallbackWarning(UserWarning):
-    """Two devices asked for, fewer visible: both halves run on one."""
-
-
-def _device(name: str) -> str:
-    """cpu, cuda, cuda:N or auto (the GPU where there is one) -> the device, checked to exist."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", name)
-    if match is None:
-        raise BadInputError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N, or CLOUD,EDGE such as cuda:0,cuda:1")
-    if name == "cpu":
-        return name
-    if not torch.cuda.is_available():
-        raise BadInputError(f"device {name} asked for, but CUDA is not available here; use --device cpu")
-    if int(match.group(1) or 0) >= torch.cuda.device_count():
-        raise BadInputError(f"device {name} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
-    return name
-
-
-def _devices(text: str) -> tuple[str, str]:
-    """``--device``: one device for both halves, or ``CLOUD,EDGE``. Two GPUs asked for where fewer
-    are visible run both halves on the first one, with a warning."""
-    names = text.split(",")
-    if len(names) == 1:
-        return (_device(names[0]),) * 2
-    if len(names) != 2:
-        raise BadInputError(f"--device takes one device or two (CLOUD,EDGE), got {text!r}")
-    gpus = [int(name.partition(":")[2] or 0) for name in names if name.startswith("cuda")]
-    if gpus and torch.cuda.is_available() and max(gpus) >= torch.cuda.device_count():
-        warnings.warn(f"--device {text}: only {torch.cuda.device_count()} GPU(s) visible; the cloud and the edge "
-                      "both run on cuda:0", DeviceFallbackWarning, stacklevel=2)
-        return "cuda:0", "cuda:0"
-    cloud, edge = (_device(name) for name in names)
-    return cloud, edge
-
-
-def _threshold(text: str) -> float | None:
-    if text == "off":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 3:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 3] or off, got {text!r}")
-    return value
-
-
-def _threshold_text(text: str) -> str:
-    _threshold(text)
-    return text
-
-
-def _model_options(parser: argparse.ArgumentParser, codec: str) -> None:
-    parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
-    parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
-    parser.add_argument("--wire-codec", "--codec", dest="codec", default=codec,
-                        help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)}, or {wire.NO_WIRE}: "
-                             f"the tensors handed from the cloud's device to the edge's in this process (default: {codec})")
-    parser.add_argument("--precision", choices=PRECISIONS,
-                        help="edge compute precision; auto: bf16 where the hardware runs it fast (default: auto on a GPU, fp32 on a CPU)")
-    parser.add_argument("--device", default="auto",
-                        help="auto (the GPU where there is one, else the CPU), cpu, cuda or cuda:N; or CLOUD,EDGE such as "
-                             "cuda:0,cuda:1, the encoder on one and the DiT+decoder on the other (default: auto)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -123,12 +65,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="noise seed (pair i of a clip uses seed + i; default 0)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger frames (default: 4K UHD)")
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help=f"clip pairs per batch (default {DEFAULT_CHUNK})")
-    p.add_argument("--scene-threshold", type=_threshold, default=SCENE_THRESHOLD,
+    p.add_argument("--scene-threshold", type=threshold, default=SCENE_THRESHOLD,
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
                    help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
     add_clip_arguments(p)
-    _model_options(p, wire.NO_WIRE)
+    add_model_options(p, wire.NO_WIRE)
     Acceleration.add_arguments(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
@@ -141,7 +83,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=parse_size, default=(480, 854), help="frame size HxW (default 480x854)")
     p.add_argument("--repeat", type=int, default=3, help="timed pairs after one warm-up (default 3)")
     p.add_argument("--no-reference", action="store_true", help="skip timing the reference path")
-    _model_options(p, wire.DEFAULT_CODEC)
+    add_model_options(p)
 
     p = commands.add_parser("download", help="the official checkpoint from the Hugging Face hub (cached); prints its local path")
     p.add_argument("--repo", default=OFFICIAL_REPO, help=f"hub repository (default {OFFICIAL_REPO})")
@@ -157,6 +99,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_serve_arguments(commands.add_parser("serve", help="one TorchServe node (cloud, edge or both) in the foreground: the container's process"))
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
+    add_page_arguments(commands.add_parser("page", help="a web page to drop a clip, watch it interpolated and compare it "
+                                                        "with the original, in process or through servers (docs/page.md)"))
     return parser
 
 
@@ -167,27 +111,11 @@ def _refuse_an_input_as_output(output: str, inputs: list[str]) -> None:
             raise BadInputError(f"output {output!r} is an input ({path!r}); choose another path")
 
 
-def _models(args, devices: tuple[str, str]) -> tuple[CloudEncoder, EdgeModel]:
-    """The two halves of ``interpolate``, the edge's forward run as its options say."""
-    acceleration, edge_device = Acceleration.from_arguments(args), torch.device(devices[1])
-    acceleration.graphs_on(edge_device)  # a contradiction fails before the weights load
-    cloud, edge = load_pair(args.checkpoint, preset(args.config), devices[0], args.precision or default_precision(edge_device),
-                            edge_device=devices[1])
-    edge.accelerate(acceleration)
-    return cloud, edge
-
-
 def _interpolate(args) -> int:
-    devices = _devices(args.device)
+    devices(args.device)  # checked before any work
     wire.check_codec(args.codec)
     if len(args.inputs) == 1:
-        options = clip_options(args)  # checked before the model loads
-        cloud, edge = _models(args, devices)
-        summary = pipeline.interpolate_clip_in_process(
-            args.inputs[0], args.output, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk,
-            inflight=args.inflight, progress=None, max_pixels=args.max_pixels, scene_threshold=args.scene_threshold,
-            resume=args.resume, **options,
-        )
+        summary = clip_in_process(args, args.inputs[0], args.output, lambda: load_models(args))
         report(summary, args.output)
         return 0
     if len(args.inputs) != 2:
@@ -197,7 +125,7 @@ def _interpolate(args) -> int:
     frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
-    cloud, edge = _models(args, devices)
+    cloud, edge = load_models(args)
     middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec,
                                                       scene_threshold=args.scene_threshold)
     save_image(Image.fromarray(to_uint8(middle)), args.output)
@@ -218,10 +146,12 @@ def _split_checkpoint(args) -> int:
 
 
 def _bench(args) -> int:
-    devices = _devices(args.device)
-    precision = args.precision or default_precision(torch.device(devices[1]))
-    run_bench(checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat, codec=args.codec,
-              precision=precision, devices=devices, reference=not args.no_reference)
+    cloud_device, edge_device = devices(args.device)
+    run_bench(
+        checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat, codec=args.codec,
+        precision=args.precision or default_precision(torch.device(edge_device)), devices=(cloud_device, edge_device),
+        reference=not args.no_reference,
+    )
     return 0
 
 
@@ -232,25 +162,13 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
                              "cloud:NAME, a video under the cloud's media root (docs/cloud-sources.md)")
     parser.add_argument("-o", "--output", required=True,
                         help="the middle frame for two frames; for a clip, a clip of the same kind (2N-1 frames)")
-    where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
-    where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
-    where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
-    where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
-    where.add_argument("--transport", choices=("http", "grpc"), default="http",
-                       help="http, or grpc with grpc:// or grpcs:// URLs of the gRPC inference ports; over gRPC "
-                            "--server names a server with eden_encoder and eden_ditdec (default http)")
-    auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
-    auth.add_argument("--token", help="inference token")
-    auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
-    auth.add_argument("--edge-token", metavar="TOKEN", help="the edge server's token, where it differs from the cloud's")
-    auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
-    parser.add_argument("--cacert", metavar="PEM", help="the CA that signed the servers' TLS certificates (default: the system's)")
+    add_deployment_arguments(parser)
     parser.add_argument("--seed", type=int, default=0,
                         help="noise seed of the first pair; pair i uses SEED + i (default 0)")
     parser.add_argument("--wire-codec", "--codec", dest="codec",
                         help="wire codec asked of the encoder, or auto (with --cloud/--edge: chosen per chunk from the measured "
                              "link and edge rates; docs/wire-codecs.md; bitstream for a cloud: source) (default: the server's)")
-    parser.add_argument("--scene-threshold", type=_threshold_text,
+    parser.add_argument("--scene-threshold", type=threshold_text,
                         help="scene-cut test asked of the encoder: a number, or off (default: the server's)")
     parser.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
                         help=f"pairs per request: K + 1 frames, each sent once (default {DEFAULT_CHUNK})")
@@ -259,12 +177,6 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inflight", type=int, default=DEFAULT_INFLIGHT,
                         help=f"requests (chunks) in flight at each server (default {DEFAULT_INFLIGHT}); with --cloud/--edge "
                              "as many again are fetched from the cloud (two at a time) while the edge works")
-    parser.add_argument("--tries", type=int, default=5,
-                        help="attempts per request on connection errors and 5xx (default 5)")
-    parser.add_argument("--backoff", type=float, default=1.0,
-                        help="seconds before the first retry, doubling after (default 1)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar on stderr (default: when stderr is a terminal)")
     add_clip_arguments(parser)
@@ -276,13 +188,7 @@ def run_client(args: argparse.Namespace) -> int:
         raise BadInputError(f"give two frames or one clip, got {len(args.inputs)} inputs")
     if len(args.inputs) == 2:
         _refuse_an_input_as_output(args.output, args.inputs)
-    token = read_token(args.token, args.token_file)
-    edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
-    options = {"token": token, "edge_token": edge_token, "codec": args.codec, "tries": args.tries,
-               "scene_threshold": args.scene_threshold,
-               "backoff": args.backoff, "timeout": args.timeout, "tls": ClientTLS.from_file(args.cacert),
-               "transport": args.transport}
-    with Client(args.server, cloud=args.cloud, edge=args.edge, **options) as client:
+    with client_from(args) as client:
         if len(args.inputs) == 2:
             refuse_clip_options(args)
             started = time.perf_counter()
@@ -292,9 +198,7 @@ def run_client(args: argparse.Namespace) -> int:
             print(f"wrote {args.output} ({middle.width}x{middle.height}, seed {args.seed}) "
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
-        summary = client.interpolate_clip(args.inputs[0], args.output, seed=args.seed, chunk=args.chunk, ramp=args.ramp,
-                                          inflight=args.inflight, progress=args.progress, resume=args.resume,
-                                          **clip_options(args))
+        summary = clip_through(client, args, args.inputs[0], args.output)
         report(summary, args.output)
     return 0
 
@@ -359,26 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         commands = {"interpolate": _interpolate, "client": run_client, "split-checkpoint": _split_checkpoint,
-                    "bench": _bench, "download": _download, "archive": _archive, "serve": _serve}
+                    "bench": _bench, "download": _download, "archive": _archive, "serve": _serve, "page": run_page}
         return commands[args.command](args)
-    except EdenError as exc:
-        return _leave(2, argv, f"error: {exc}")
-    except OSError as exc:  # the disk, not the input: full, read-only, a file vanished under the run
-        return _leave(2, argv, f"error: {_os_error(exc)}")
     except KeyboardInterrupt:
         return _leave(130, argv, "interrupted")
     except SystemExit as exc:  # SIGTERM
         return _leave(exc.code, argv)
-    except MemoryError:
-        return _leave(2, argv, "error: out of memory; try smaller frames, a smaller --chunk or fewer --inflight")
-    except Exception as exc:  # a bug: still one line, and no abort from threads left in a forward
-        return _leave(2, argv, f"error: internal error ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); please report it")
-
-
-def _os_error(exc: OSError) -> str:
-    where = " -> ".join(repr(str(name)) for name in (exc.filename, exc.filename2) if name is not None)
-    reason = exc.strerror or " ".join(str(exc).split())[:200] or type(exc).__name__
-    return reason + (f": {where}" if where else "")
+    except Exception as exc:  # a bug too: still one line, and no abort from threads left in a forward
+        return _leave(2, argv, failure(exc))
 
 
 def _leave(code: int, argv: list[str] | None, line: str | None = None) -> int:

@@ -3,7 +3,7 @@
 Read top-down: embeddings, attention and MLP, the transformer block, then the two halves:
 :class:`CloudWeights` (the cloud's four ``*_cond_*`` modules) and :class:`EdgeWeights`
 (everything else, for the edge). Together their state dicts are the official ``eden.pt`` state dict.
-The computations that use these modules live in ``cloud.py`` and ``edge.py``.
+The computations that use these modules live in ``cloud/encoder.py`` and ``edge/``.
 """
 
 from __future__ import annotations

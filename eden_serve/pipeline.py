@@ -9,31 +9,35 @@ codec ``fp32`` would deliver them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from PIL import Image
 
 from . import wire
-from .clips import Frame
-from .cloud import SCENE_THRESHOLD, CloudEncoder
+from .client.streaming import DEFAULT_CHUNK, TIMELINE, Middles, Processor, Summary, interpolate_clip
+from .cloud.encoder import SCENE_THRESHOLD, CloudEncoder
 from .edge import AttentionPath, EdgeModel
-from .frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
-from .resume import model_identity
-from .streaming import DEFAULT_CHUNK, Middles, Processor, Summary, interpolate_clip
+from .media import Frame
+from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
+from .media.resume import model_identity
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
 
 
 def hand_over(cloud: CloudEncoder, edge: EdgeModel, frames: Sequence[torch.Tensor], seed: int, codec: str,
-              scene_threshold: float | None) -> tuple[wire.Chunk, int]:
+              scene_threshold: float | None, encoded: Callable[[], None] = lambda: None) -> tuple[wire.Chunk, int]:
     """The cloud's chunk of ``frames`` as the edge receives it, on its device, and the bytes of the
-    payload it crossed as (0 without the wire)."""
+    payload it crossed as (0 without the wire); ``encoded()`` is called once the cloud is done."""
     if codec == wire.NO_WIRE:
-        return edge.receive(cloud.encode_chunk(frames, seed, scene_threshold, on_device=True)), 0
+        chunk = cloud.encode_chunk(frames, seed, scene_threshold, on_device=True)
+        encoded()
+        return edge.receive(chunk), 0
     make = cloud.frames_chunk if codec == wire.FRAMES_CODEC else cloud.encode_chunk
-    payload = wire.encode(make(frames, seed, scene_threshold), cloud.config, codec)
+    made = make(frames, seed, scene_threshold)
+    encoded()
+    payload = wire.encode(made, cloud.config, codec)
     chunk = wire.decode(payload, edge.config)
     if isinstance(chunk, wire.FramesChunk):
         chunk = cloud.restore(chunk)  # the edge's copy of E_cond: in one process, the cloud's own
@@ -71,12 +75,17 @@ def interpolate_chunk(
     ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames,
     and the edge's E_cond (here ``cloud`` itself) re-derives their conditions."""
     chunk, payload_bytes = hand_over(cloud, edge, frames, seed, codec, scene_threshold)
+    return edge_middles(edge, chunk, path), payload_bytes
+
+
+def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast") -> torch.Tensor:
+    """The edge's half of :func:`interpolate_chunk`: the chunk's K middles, [K, 3, H, W]."""
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
     for batch in edge.batched(computed, chunk.grid):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
-    return torch.stack(middles), payload_bytes
+    return torch.stack(middles)
 
 
 def in_process(
@@ -84,16 +93,26 @@ def in_process(
     scene_threshold: float | None = SCENE_THRESHOLD,
 ) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
-    middles equal theirs for the same seed, codec and thread count."""
+    middles equal theirs for the same seed, codec and thread count. Each chunk's stages go to
+    :data:`~eden_serve.streaming.TIMELINE`."""
 
     def process(index: int, frames: list[Frame], seed: int) -> Middles:
         tensors = [frame.tensor for frame in frames]
         for tensor in tensors[1:]:
             check_pair(tensors[0], tensor)
-        middles, payload_bytes = interpolate_chunk(cloud, edge, tensors, seed, codec,
-                                                   scene_threshold=scene_threshold)
+
+        def event(name: str) -> None:
+            TIMELINE.debug("chunk %d (%d pairs): %s", index, len(frames) - 1, name)
+
+        event("cloud asked")
+        chunk, payload_bytes = hand_over(cloud, edge, tensors, seed, codec, scene_threshold, lambda: event("encoded"))
+        event("payload in")
+        event("edge asked")
+        middles = edge_middles(edge, chunk)
+        event("done")
         return Middles([Image.fromarray(to_uint8(middle)) for middle in middles],
-                       payload_bytes=None if codec == wire.NO_WIRE else payload_bytes)
+                       payload_bytes=None if codec == wire.NO_WIRE else payload_bytes,
+                       codec=None if codec == wire.NO_WIRE else codec)
 
     return process
 

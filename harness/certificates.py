@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from eden_serve.serving.tls import ClientTLS, ServerTLS
+from eden_serve.client.tls import ClientTLS
+from eden_serve.serving.tls import ServerTLS
 
 VALID_FOR = datetime.timedelta(days=1)
 RSA_BITS = 2048

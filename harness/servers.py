@@ -1,6 +1,6 @@
 """TorchServe instances for the tests and benchmarks, started from any directory and always stopped.
 
-    store = build_archives(tmp / "store", config="tiny")       # eden_serve.archive, synthetic weights
+    store = build_archives(tmp / "store", config="tiny")       # eden_serve.serving.archive, synthetic weights
     with torchserve(store, models=["eden_encoder.mar"], workflows=["eden.war"]) as server:
         requests.post(f"{server.inference_url}/wfpredict/eden", files=..., headers=server.inference_headers)
 
@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from eden_serve.archive import Options, build
+from eden_serve.serving.archive import Options, build
 from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, Server, read_properties, running, write_properties
 from eden_serve.serving.tls import ServerTLS
 

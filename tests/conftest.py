@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from eden_serve import media
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import CloudEncoder
+from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
-from eden_serve import clips
 from eden_serve.edge import EdgeModel
 from harness.scheduling import OrdinaryScheduling
 from harness.servers import build_archives, torchserve
@@ -103,13 +103,13 @@ def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]):
 
 @pytest.fixture
 def live_frames(monkeypatch) -> weakref.WeakSet:
-    """Every clips.Frame made from now on, while it is alive."""
+    """Every media.Frame made from now on, while it is alive."""
     live = weakref.WeakSet()
-    original_init = clips.Frame.__init__
+    original_init = media.Frame.__init__
 
     def counting_init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         live.add(self)
 
-    monkeypatch.setattr(clips.Frame, "__init__", counting_init)
+    monkeypatch.setattr(media.Frame, "__init__", counting_init)
     return live

@@ -10,7 +10,7 @@ from PIL import Image
 
 from eden_serve.answers import END, FAILED, MIDDLE, StreamedAnswer, record, whole_answer, zip_of
 from eden_serve.errors import ServerError, TransientError
-from eden_serve.frames import png_bytes
+from eden_serve.media.frames import png_bytes
 
 SIZE = (40, 24)  # width, height
 

@@ -1,4 +1,4 @@
-"""eden_serve/archive.py: the archives built in process, the checkpoint read once, the model-configs
+"""eden_serve/serving/archive.py: the archives built in process, the checkpoint read once, the model-configs
 written from the build's options, and bad options refused before any work."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pytest
 import torch
 import yaml
 
-from eden_serve import archive, checkpoint, wire
+from eden_serve import checkpoint, wire
 from eden_serve.checkpoint import load_half, split
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError
+from eden_serve.serving import archive
 from eden_serve.serving.worker import Settings
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
@@ -70,7 +71,7 @@ def test_each_archive_holds_its_half_handler_config_and_the_package(built, name,
         assert manifest["model"] == {"modelName": name, "handler": f"{name}_handler.py", "modelVersion": "1.0",
                                      "configFile": "model-config.yaml"}
         assert mar.getinfo(f"eden_{side}.safetensors").compress_type == zipfile.ZIP_STORED
-        assert {"eden_serve/archive.py", "eden_serve/serving/handler.py", "eden_serve/wire/envelope.py"} <= set(names)
+        assert {"eden_serve/serving/archive.py", "eden_serve/serving/handler.py", "eden_serve/wire/envelope.py"} <= set(names)
         assert not [n for n in names if "__pycache__" in n or "/torchserve/" in n or n.endswith(".pyc")]
         settings = Settings.from_yaml(yaml.safe_load(mar.read("model-config.yaml")))
         mar.extract(f"eden_{side}.safetensors", tmp_path)

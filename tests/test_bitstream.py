@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from eden_serve import wire
-from eden_serve.clips.packets import PacketReader, frame_digest, to_frames_chunk
 from eden_serve.config import PRESETS
 from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
+from eden_serve.media.packets import PacketReader, frame_digest, to_frames_chunk
 from eden_serve.wire import BitstreamChunk, decode, encode
 from eden_serve.wire.bitstream import MAX_PACKETS, NO_TIME, REORDER_SLACK, Packet, StreamParameters
 from harness import envelopes

@@ -15,15 +15,15 @@ import pytest
 import torch
 from PIL import Image
 
-from eden_serve import cli
+from eden_serve import cli, commands
 from eden_serve.bench import pair_flops
-from eden_serve.config import preset
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
+from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.config import preset
 from eden_serve.errors import BadInputError
-from eden_serve.frames import load_frame, to_png, to_uint8
+from eden_serve.media.frames import load_frame, to_png, to_uint8
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.streaming import interpolate_clip, pairwise
 from eden_serve.synthetic import frame_pair, write_clip
 
 
@@ -315,24 +315,24 @@ def gpus(monkeypatch, count: int) -> None:
 
 def test_device_auto_is_the_gpu_where_there_is_one(monkeypatch):
     gpus(monkeypatch, 0)
-    assert cli._devices("auto") == ("cpu", "cpu")
+    assert commands.devices("auto") == ("cpu", "cpu")
     gpus(monkeypatch, 1)
-    assert cli._devices("auto") == ("cuda", "cuda")
+    assert commands.devices("auto") == ("cuda", "cuda")
     assert cli._build_parser().parse_args(["bench"]).device == "auto"
 
 
 def test_two_devices_cloud_then_edge(monkeypatch):
     gpus(monkeypatch, 2)
-    assert cli._devices("cuda:0,cuda:1") == ("cuda:0", "cuda:1")
-    assert cli._devices("cpu,cuda:1") == ("cpu", "cuda:1")
+    assert commands.devices("cuda:0,cuda:1") == ("cuda:0", "cuda:1")
+    assert commands.devices("cpu,cuda:1") == ("cpu", "cuda:1")
     gpus(monkeypatch, 0)
-    assert cli._devices("cpu,cpu") == ("cpu", "cpu")
+    assert commands.devices("cpu,cpu") == ("cpu", "cpu")
 
 
 def test_two_gpus_asked_for_and_one_visible_share_it(monkeypatch):
     gpus(monkeypatch, 1)
-    with pytest.warns(cli.DeviceFallbackWarning, match="only 1 GPU"):
-        assert cli._devices("cuda:0,cuda:1") == ("cuda:0", "cuda:0")
+    with pytest.warns(commands.DeviceFallbackWarning, match="only 1 GPU"):
+        assert commands.devices("cuda:0,cuda:1") == ("cuda:0", "cuda:0")
 
 
 @pytest.mark.parametrize("text, message", [("cuda:0,cuda:1", "CUDA is not available"), ("cpu,cpu,cpu", "one device or two"),
@@ -340,7 +340,7 @@ def test_two_gpus_asked_for_and_one_visible_share_it(monkeypatch):
 def test_bad_devices(monkeypatch, text, message):
     gpus(monkeypatch, 0)
     with pytest.raises(BadInputError, match=message):
-        cli._devices(text)
+        commands.devices(text)
 
 
 def test_interpolate_on_two_devices_without_the_wire(frames, tmp_path):
@@ -362,14 +362,14 @@ class LoadedEdge:
 
 
 def loaded(monkeypatch) -> list:
-    """``interpolate``'s halves as far as the command sets them up: what it asked of load_pair."""
+    """The halves as far as a command sets them up (commands.load_models): what it asked of load_pair."""
     calls = []
 
     def load_pair(checkpoint, config, device, precision, edge_device):
         calls.append({"device": device, "edge_device": edge_device, "precision": precision, "edge": LoadedEdge()})
         return None, calls[-1]["edge"]
 
-    monkeypatch.setattr(cli, "load_pair", load_pair)
+    monkeypatch.setattr(commands, "load_pair", load_pair)
     return calls
 
 
@@ -380,12 +380,12 @@ def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, pr
     gpus(monkeypatch, count)
     calls = loaded(monkeypatch)
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png"])
-    cli._models(args, cli._devices(args.device))
+    commands.load_models(args)
     edge = calls[-1]["edge"]
     assert calls[-1]["precision"] == precision and edge.acceleration.graphs_on(torch.device(calls[-1]["edge_device"])) == graphs
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--precision", "bf16",
                                            "--cuda-graphs", "off", "--compile", "max-autotune-no-cudagraphs"])
-    cli._models(args, cli._devices(args.device))
+    commands.load_models(args)
     assert calls[-1]["precision"] == "bf16" and calls[-1]["edge"].acceleration.cuda_graphs == "off"
     assert calls[-1]["edge"].acceleration.compile.mode == "max-autotune-no-cudagraphs"
 

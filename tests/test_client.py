@@ -29,12 +29,12 @@ from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client
-from eden_serve.transports import read_token
+from eden_serve.client.transports import read_token
 from eden_serve.errors import BadInputError, PairError, ServerError, UnavailableError, UnreachableError
 from eden_serve.pipeline import interpolate_clip_in_process
 from harness.servers import REPO, torchserve
+from eden_serve.client.streaming import interpolate_clip
 from eden_serve.serving.worker import default_threads, usable_cores
-from eden_serve.streaming import interpolate_clip
 
 pytestmark = pytest.mark.serving
 

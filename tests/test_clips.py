@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve import clips
-from eden_serve.clips import is_clip, natural_key, open_clip
+from eden_serve import media
+from eden_serve.client.streaming import interpolate_clip, pairwise
 from eden_serve.errors import BadInputError
-from eden_serve.streaming import interpolate_clip, pairwise
+from eden_serve.media import is_clip, natural_key, open_clip
 
 SIZE = (96, 64)  # width, height
 
@@ -242,7 +242,7 @@ def test_missing_pyav_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # makes "import av" raise ImportError
     with pytest.raises(BadInputError) as info:
         open_clip(tmp_path / "clip.mp4")
-    assert str(info.value).endswith(clips.VIDEO_EXTRA) and "\n" not in str(info.value)
+    assert str(info.value).endswith(media.VIDEO_EXTRA) and "\n" not in str(info.value)
 
 
 def failing(at, exception):

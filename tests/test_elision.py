@@ -8,9 +8,9 @@ from fractions import Fraction
 import pytest
 
 from eden_serve import wire
-from eden_serve.clips.packets import PacketReader
 from eden_serve.config import preset
 from eden_serve.errors import CodecError
+from eden_serve.media.packets import PacketReader
 from eden_serve.wire import elision, keyed
 from eden_serve.wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
 from test_video import real_video

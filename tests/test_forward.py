@@ -14,13 +14,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from eden_serve import model as model_module
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud import CloudEncoder
+from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, EdgeModel, initial_noise
 from eden_serve.edge.graphs import RerunGraphs
 from eden_serve.edge.paths import query_blocks
 from eden_serve.edge.precision import Bf16Check
-from eden_serve.frames import load_frame
+from eden_serve.media.frames import load_frame
 from eden_serve.model import EdgeWeights, pos_embedding
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 from eden_serve.wire import Conditions

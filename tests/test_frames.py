@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from eden_serve.errors import BadInputError, FrameTooLargeError
-from eden_serve.frames import (
+from eden_serve.media.frames import (
     DEFAULT_MAX_PIXELS,
     check_frame,
     check_pair,

@@ -56,14 +56,14 @@ def environment(installed: Path) -> dict[str, str]:
 def test_the_wheel_carries_the_torchserve_files_and_not_the_harness(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"eden_serve/serving/torchserve/{name}" for name in GLUE} <= names
-    assert "eden_serve/archive.py" in names
+    assert "eden_serve/serving/archive.py" in names
     assert not [n for n in names if n.startswith(("harness/", "tests/", "benchmarks/"))]
 
 
 def test_the_installed_package_builds_the_archives_elsewhere(installed, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    which = subprocess.run([sys.executable, "-c", "import eden_serve.archive as a; print(a.__file__)"], cwd=elsewhere,
+    which = subprocess.run([sys.executable, "-c", "import eden_serve.serving.archive as a; print(a.__file__)"], cwd=elsewhere,
                            env=environment(installed), capture_output=True, text=True, timeout=60)
     assert Path(which.stdout.strip()).is_relative_to(installed), "the checkout's package was imported, not the installed one"
     result = subprocess.run(
@@ -77,7 +77,7 @@ def test_the_installed_package_builds_the_archives_elsewhere(installed, tmp_path
         config = archive.read("model-config.yaml").decode()
         assert "  precision: bf16  " in config and "  threads: 1  " in config
         # The package inside the archive is the installed one, without the TorchServe files.
-        assert "eden_serve/archive.py" in archive.namelist()
+        assert "eden_serve/serving/archive.py" in archive.namelist()
         assert not [n for n in archive.namelist() if "/torchserve/" in n or "__pycache__" in n]
     # The halves are the synthetic weights, as the editable install builds them.
     cloud, edge = load_archived(store)

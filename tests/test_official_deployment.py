@@ -9,7 +9,7 @@ import torch
 from eden_serve import wire
 from eden_serve.checkpoint import load_pair
 from eden_serve.config import PRESETS
-from eden_serve.frames import load_frame, to_png
+from eden_serve.media.frames import load_frame, to_png
 from eden_serve.pipeline import interpolate_pair
 from harness.servers import build_archives, torchserve
 from eden_serve.synthetic import frame_pair

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from eden_serve.pace import AutoCodec, BusyTime, choose_codec
+from eden_serve.client.pace import AutoCodec, BusyTime, choose_codec
 
 # Bytes per pair measured at chunk K = 8 on 640x272 camera video with the official dimensions
 # (docs/wire-codecs.md): the frames codec about a twentieth of bf16+zstd.

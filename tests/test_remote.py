@@ -1,4 +1,4 @@
-"""A server-side source through the client (eden_serve/clips/remote.py, eden_serve/clips/pages.py):
+"""A server-side source through the client (eden_serve/client/remote.py, eden_serve/wire/pages.py):
 pages of packets checked before use, and ``cloud:NAME`` inputs written locally exactly as the same
 file given locally, on a real TorchServe with the tiny model."""
 
@@ -14,14 +14,14 @@ import pytest
 from eden_serve import wire
 from eden_serve.cli import main
 from eden_serve.client import Client
-from eden_serve.clips import Encoding
-from eden_serve.clips.remote import RemoteVideo
+from eden_serve.client.remote import RemoteVideo
+from eden_serve.cloud import sources
+from eden_serve.cloud.sources import SourceVideo
 from eden_serve.config import preset
-from eden_serve.wire.bitstream import BITSTREAM_CODEC
-from eden_serve.clips import open_clip, sources
-from eden_serve.clips.pages import MAGIC, Packet, Page, pack, unpack
-from eden_serve.clips.sources import SourceVideo
 from eden_serve.errors import CodecError
+from eden_serve.media import Encoding, open_clip
+from eden_serve.wire.bitstream import BITSTREAM_CODEC
+from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
 from test_video import make_video, real_video
 

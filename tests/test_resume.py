@@ -20,9 +20,9 @@ from PIL import Image
 from test_video import CFR_12, make_video
 
 from eden_serve import pipeline, synthetic
+from eden_serve.client.streaming import interpolate_clip, pairwise
 from eden_serve.errors import BadInputError
 from eden_serve.pipeline import interpolate_clip_in_process
-from eden_serve.streaming import interpolate_clip, pairwise
 
 SIZE = (96, 64)  # width, height
 STAND_IN = {"processor": "average"}  # the stand-in model's fingerprint
@@ -34,7 +34,7 @@ import os, signal, sys, threading
 import numpy as np
 from PIL import Image
 from eden_serve import pipeline
-from eden_serve.streaming import interpolate_clip, pairwise
+from eden_serve.client.streaming import interpolate_clip, pairwise
 
 src, dst, model, factor, chunk, at, sig = sys.argv[1:]
 calls, lock = [0], threading.Lock()

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_resume import STAND_IN, average, contents, inputs, stop_at
 
+from eden_serve.client.streaming import interpolate_clip, pairwise
 from eden_serve.errors import EdenError
-from eden_serve.streaming import interpolate_clip, pairwise
 
 KINDS = ["directory", "apng", "gif"]
 OPTIONS = dict(chunk=2, seed=3, fingerprint=STAND_IN, progress=False)

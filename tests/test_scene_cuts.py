@@ -13,10 +13,10 @@ import torch
 from PIL import Image
 
 from eden_serve import wire
-from eden_serve.cloud import SCENE_THRESHOLD, is_scene_cut, scene_change
+from eden_serve.cloud.encoder import SCENE_THRESHOLD, is_scene_cut, scene_change
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError
-from eden_serve.frames import load_frame
+from eden_serve.media.frames import load_frame
 from eden_serve.pipeline import interpolate_chunk, interpolate_clip_in_process
 
 TINY = PRESETS["tiny"]

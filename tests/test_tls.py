@@ -18,11 +18,12 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from eden_serve import synthetic, wire
 from eden_serve.cli import main
 from eden_serve.client import Client
-from eden_serve.transports import read_token
+from eden_serve.client.tls import ClientTLS
+from eden_serve.client.transports import read_token
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, UnreachableError
 from eden_serve.serving.launcher import read_properties
-from eden_serve.serving.tls import ClientTLS, ServerTLS
+from eden_serve.serving.tls import ServerTLS
 from eden_serve.wire import keyed
 from harness.certificates import Authority
 from harness.servers import free_port, torchserve

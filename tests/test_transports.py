@@ -22,13 +22,13 @@ from conftest import loopback_http
 from eden_serve import synthetic
 from eden_serve.answers import END, MIDDLE, STREAMED, record
 from eden_serve.cli import main
-from eden_serve.clips import Frame
 from eden_serve.client import DECODER, ENCODER, Client
+from eden_serve.client.transports import Stage
+from eden_serve.client.transports.http import HttpTransport
+from eden_serve.client.workers import Arrivals
 from eden_serve.errors import ServerError, UnavailableError
-from eden_serve.frames import png_bytes
-from eden_serve.transports import Stage
-from eden_serve.transports.http import HttpTransport
-from eden_serve.workers import Arrivals
+from eden_serve.media import Frame
+from eden_serve.media.frames import png_bytes
 
 pytestmark = pytest.mark.serving
 

@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from eden_serve import synthetic
+from eden_serve.client.streaming import interpolate_clip
 from eden_serve.errors import BadInputError, PairError
-from eden_serve.streaming import interpolate_clip
 
 SIZE = (48, 32)  # width, height
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve.clips import RawVideo
+from eden_serve.client.streaming import interpolate_clip, pairwise
 from eden_serve.errors import BadInputError
-from eden_serve.streaming import interpolate_clip, pairwise
+from eden_serve.media import RawVideo
 
 av = pytest.importorskip("av")
 

@@ -13,7 +13,7 @@ import pytest
 from eden_serve import synthetic, wire
 from eden_serve.config import preset
 from eden_serve.errors import PayloadTooLargeError
-from eden_serve.frames import DEFAULT_MAX_PIXELS
+from eden_serve.media.frames import DEFAULT_MAX_PIXELS
 from eden_serve.serving.worker import max_tokens_for
 
 def payload_for(size: tuple[int, int], codec: str = wire.DEFAULT_CODEC, config_name: str = "tiny") -> bytes:

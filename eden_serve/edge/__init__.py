@@ -209,7 +209,7 @@ class EdgeModel:
     @torch.inference_mode()
     def decode_uint8(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """:meth:`decode_latents` as 8-bit pixels, [B, H, W, 3] uint8 on the CPU: the rounding of
-        :func:`~eden_serve.frames.to_uint8` done on the device, so a quarter of the bytes come back."""
+        :func:`~eden_serve.media.frames.to_uint8` done on the device, so a quarter of the bytes come back."""
         return to_host(self.render(latents, prepare_render(batch, self.config, self.device), path, uint8=True))
 
     @torch.inference_mode()

@@ -86,7 +86,9 @@ class Acceleration:
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> "Acceleration":
-        return cls(args.cuda_graphs, None if args.compile == "off" else Compile(mode=args.compile))
+        """The switches of :meth:`add_arguments`, their defaults where a command has none of them."""
+        mode = getattr(args, "compile", "off")
+        return cls(getattr(args, "cuda_graphs", "auto"), None if mode == "off" else Compile(mode=mode))
 
     def graphs_on(self, device: torch.device) -> bool:
         """Whether this edge replays CUDA graphs on ``device``; a contradiction is a clear error."""

@@ -6,6 +6,8 @@
 * :mod:`.handler`: the one TorchServe handler class that ``torchserve/*_handler.py`` subclass (imports TorchServe);
 * :mod:`.launcher`: start TorchServe on a configuration, wait until it is ready, stop it;
 * :mod:`.node`: ``eden-serve serve``, one node in the foreground (the container's process);
+* :mod:`.archive`: ``eden-serve archive``, the archives built in one process;
+* :mod:`.tls`: the TLS a node serves;
 * ``torchserve/``: what TorchServe reads: the archives' handler files and model-config.yaml, the
   workflow, and the base config.properties (package data).
 

@@ -5,7 +5,7 @@
     eden-serve serve edge --tls-cert node.pem --tls-key node.key --wire-key-file /etc/eden/wire.key
 
 It serves the cloud half (eden_encoder.mar), the edge half (eden_ditdec.mar) or both from a model
-store, building the archives first (:mod:`eden_serve.archive`, in this process) when given a
+store, building the archives first (:mod:`eden_serve.serving.archive`, in this process) when given a
 checkpoint or ``--synthetic``. The configuration is the package's config.properties with the
 ``--properties`` files over it (addresses, token authorization...); TorchServe runs in a temporary
 directory of its own (its key_file.json, logs), its log goes to stdout, and SIGTERM stops it in
@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from ..archive import Options, build
 from ..errors import BadInputError
 from ..wire import keyed
+from .archive import Options, build
 from .launcher import BASE_CONFIG, NO_URLS, read_properties, running, write_properties
 from .tls import ServerTLS
 

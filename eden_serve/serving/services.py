@@ -28,19 +28,19 @@ import torch
 from .. import wire
 from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
-from ..clips.packets import to_frames_chunk
-from ..cloud import CloudEncoder, read_chunk
+from ..cloud.encoder import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, earliest_first
 from ..errors import BadInputError, ChunkTooLargeError, ModelMismatchError, encoder_refusal
-from ..frames import png_of
+from ..media.frames import png_of
+from ..media.packets import to_frames_chunk
 from ..wire import Chunk, keyed
 from .fields import (
     FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
-from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
 from .refusals import Refusal, each, refusal, release_cached_memory
+from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
 logger = logging.getLogger(__name__)

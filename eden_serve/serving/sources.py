@@ -13,16 +13,16 @@ from typing import NamedTuple
 import torch
 
 from .. import wire
+from ..cloud.encoder import check_tokens
+from ..cloud.sources import FileCache, SourceVideo, resolve
+from ..config import EdenConfig
+from ..errors import BadInputError, ChunkTooLargeError
+from ..media.frames import check_sides, image_to_tensor
+from ..media.packets import PacketReader, frame_digest
 from ..wire import FramesChunk, keyed
 from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
 from ..wire.elision import elide
-from ..clips.packets import PacketReader, frame_digest
-from ..clips.pages import pack
-from ..clips.sources import FileCache, SourceVideo, resolve
-from ..cloud import check_tokens
-from ..config import EdenConfig
-from ..errors import BadInputError, ChunkTooLargeError
-from ..frames import check_sides, image_to_tensor
+from ..wire.pages import pack
 from .fields import ASKS, JSON, OCTET_STREAM, SOURCE_HELP, parse_codec, parse_index, text
 from .worker import Settings
 
@@ -78,7 +78,7 @@ def open_source(settings: Settings, name: str) -> SourceVideo:
 
 
 def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
-    """The body and content type of a probe (JSON) or of a page of packets (:mod:`~eden_serve.clips.pages`)."""
+    """The body and content type of a probe (JSON) or of a page of packets (:mod:`~eden_serve.wire.pages`)."""
     video = open_source(settings, job.source)
     if isinstance(job, ProbeJob):
         return json.dumps(video.probe()).encode(), JSON

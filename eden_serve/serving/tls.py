@@ -1,5 +1,5 @@
-"""TLS served by TorchServe itself: what a node presents (:class:`ServerTLS`) and what a client
-trusts (:class:`ClientTLS`). docs/tls.md has the whole story.
+"""TLS served by TorchServe itself: what a node presents (:class:`ServerTLS`); what a client
+trusts is :class:`eden_serve.client.tls.ClientTLS`. docs/tls.md has the whole story.
 
 TorchServe 0.12 serves HTTPS on every address written ``https://`` with the PEM files
 ``certificate_file`` and ``private_key_file``, and gRPC over TLS with the same files when
@@ -111,35 +111,3 @@ class _PinnedAdapter(HTTPAdapter):
 
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, assert_fingerprint=self.fingerprint, **kwargs)
-
-
-@dataclass(frozen=True)
-class ClientTLS:
-    """What a client trusts: the CA (PEM) that signed the servers' certificates; None: the
-    system's CAs. TorchServe 0.12 asks for no client certificate, so there is none to give."""
-
-    cacert: Path | None = None
-
-    @classmethod
-    def from_file(cls, cacert: str | Path | None) -> "ClientTLS":
-        if cacert is None:
-            return cls()
-        tls = cls(Path(cacert))
-        tls.ssl_context()
-        return tls
-
-    @property
-    def verify(self) -> str | bool:
-        """requests' ``verify``."""
-        return str(self.cacert) if self.cacert is not None else True
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """A context that checks servers' certificates and names against this CA (gRPC channels,
-        raw sockets)."""
-        try:
-            return ssl.create_default_context(cafile=self.cacert)
-        except FileNotFoundError:
-            raise BadInputError(f"--cacert {str(self.cacert)!r}: no such file") from None
-        except (ssl.SSLError, OSError, ValueError) as exc:
-            raise BadInputError(f"--cacert {str(self.cacert)!r} is not a PEM CA certificate ({exc})") from None
-

@@ -11,12 +11,12 @@ from pathlib import Path
 import torch
 
 from .. import wire
-from ..cloud import SCENE_THRESHOLD
+from ..cloud.encoder import SCENE_THRESHOLD
 from ..config import EdenConfig
 from ..edge import PRECISIONS, Acceleration
 from ..edge.acceleration import GRAPH_MODES, Compile
 from ..errors import BadInputError, DeviceUnavailableError
-from ..frames import DEFAULT_MAX_PIXELS
+from ..media.frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ pair across a scene cut, in pair order; the PNGs follow the tensors in the body,
 That is wire format 2. The ``frames`` codec (format 3, :mod:`.pixels`) sends a :class:`FramesChunk`
 instead: the frames themselves, from which the edge re-derives the chunk. The ``bitstream`` codec
 (format 4, :mod:`.bitstream`) sends a :class:`BitstreamChunk`: the video's own packets, which the
-edge decodes to those frames (``eden_serve.clips.packets.to_frames_chunk``).
+edge decodes to those frames (``eden_serve.media.packets.to_frames_chunk``).
 
 :func:`decode` never unpickles, and checks in order: prefix, magic, version, header length, the
 digest, the header's keys, types and ranges, model fingerprint and width, grid against size, the

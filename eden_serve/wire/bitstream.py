@@ -1,6 +1,6 @@
 """The ``bitstream`` codec, wire format 4: a chunk as the compressed video's own packets, from a key
 frame on, in decode order, with what the decoder needs besides them and what the cloud decided
-about the chunk's pairs. The edge decodes the packets (``eden_serve.clips.packets``), checks each
+about the chunk's pairs. The edge decodes the packets (``eden_serve.media.packets``), checks each
 frame against the cloud's digest of it, and re-derives the conditions as for the frames codec:
 for real video that is a hundredth of the frames codec's bytes (docs/wire-codecs.md, "bitstream").
 
@@ -8,7 +8,7 @@ The header has exactly these keys: ``fingerprint``, ``hidden_dim`` and ``cloud``
 ``codec`` ("bitstream"), ``stream`` (the decoder and its parameters: :meth:`StreamParameters.to_header`),
 ``packets`` (P), ``skip`` (frames to drop before the chunk's first), ``frames`` (F),
 ``differences`` and ``seeds`` (K = F - 1 each), ``cuts`` and ``digests`` (F: each frame's
-:func:`~eden_serve.clips.packets.frame_digest`). The body is a table of P records, each
+:func:`~eden_serve.media.packets.frame_digest`). The body is a table of P records, each
 ``<IIqq``: the packet's bytes, its flags (1: a key frame), its pts and its dts (``NO_TIME`` where
 the container gives none), then the P packets' bytes, in order.
 

@@ -1,7 +1,7 @@
 """A bitstream payload (format 4) without its packets' bytes, for a client that holds them already.
 
 For a server-side source the client reads the video's packets from the cloud once, to write the
-originals (:mod:`eden_serve.clips.remote`); the cloud then answers a bitstream chunk with the
+originals (:mod:`eden_serve.client.remote`); the cloud then answers a bitstream chunk with the
 payload it made, tag and digest included, less the packets' bytes (:func:`elide`), and the client
 puts its own copies back (:func:`restore`) before handing the payload to the edge. The edge gets
 the very bytes the cloud sealed and signed: each packet crosses the link once, keyed payloads keep

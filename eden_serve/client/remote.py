@@ -1,0 +1,225 @@
+"""A server-side source as the client reads it (docs/cloud-sources.md): the cloud holds the video,
+the client plans the run from the cloud's probe and writes the output where it runs.
+
+The originals come down as the video's own compressed packets, a page at a time
+(:mod:`eden_serve.wire.pages`), and are decoded here by the decoder a local run uses: frame for frame the pixels
+and times :class:`~eden_serve.media.video.VideoClip` gives for the same file, so the output is written by the same
+:class:`~eden_serve.media.video.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
+(:attr:`~.base.Frame.source`), so that a chunk of originals is asked of the cloud by its frame
+numbers rather than uploaded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import threading
+import warnings
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Iterator, Sequence
+
+from ..errors import BadInputError, CodecError
+from ..media.base import Clip, Frame
+from ..media.encoding import import_av
+from ..media.frames import check_size
+from ..media.video import VideoClip
+from ..wire import elision
+from ..wire.pages import Packet, Page, unpack
+
+PREFIX = "cloud:"
+HELD_PACKETS = 1024  # at least: more than the frames of every chunk in flight
+# (stream, first packet, the packet before it) -> the page's bytes; stream None: the video.
+Fetch = Callable[[int | None, int, "Packet | None"], bytes]
+
+
+def source_name(src) -> str | None:
+    """The name under the cloud's media root that ``src`` gives as ``cloud:NAME``, else None."""
+    text = str(src)
+    return text[len(PREFIX):] if isinstance(src, str) and text.startswith(PREFIX) else None
+
+
+def _time(packet) -> Fraction:
+    stamp = packet.dts if packet.dts is not None else packet.pts
+    return (stamp or 0) * packet.time_base
+
+
+def _fraction(value, what: str) -> Fraction:
+    try:
+        fraction = Fraction(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        fraction = Fraction(0)
+    if fraction <= 0:
+        raise CodecError(f"the cloud's probe: {what} {str(value)[:20]!r} is not a positive fraction")
+    return fraction
+
+
+class RemoteVideo(VideoClip):
+    """The server-side video ``name`` from its ``probe`` (the cloud's answer) and ``fetch``."""
+
+    container = None  # no local file: the writer copies no streams from one
+    piped = False
+
+    def __init__(self, name: str, probe: dict, fetch: Fetch, max_pixels: int | None = None):
+        Clip.__init__(self, Path(PREFIX + name))
+        av = import_av()
+        self._error = av.error.FFmpegError
+        self.name, self.probe, self.fetch = name, probe, fetch
+        if not isinstance(probe, dict) or type(probe.get("frames")) is not int or probe["frames"] < 0 or not isinstance(
+                probe.get("streams"), list):
+            raise CodecError("the cloud's probe is not a probe document (frames, rate, streams)")
+        self.rate, self.time_base = _fraction(probe.get("rate"), "rate"), _fraction(probe.get("time_base"), "time base")
+        self.length = probe["frames"] or None
+        self.first = unpack(fetch(None, 0, None))
+        self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
+        self._lock = threading.Lock()
+        video = self.first.stream
+        if video.get("type") != "video" or not {"width", "height", "pix_fmt"} <= set(video):
+            raise CodecError("the cloud's first page is not of a video stream")
+        if max_pixels is not None:
+            check_size(video["width"], video["height"], max_pixels, str(self.path))
+        self.stream = SimpleNamespace(codec_context=self.decoder())  # what the writer copies: codec, size, pixel format
+        # Stream index -> its language, of the audio and subtitle streams to copy.
+        self.others = {s["index"]: s.get("language") for s in probe["streams"] if isinstance(s, dict)
+                       and s.get("type") in ("audio", "subtitle") and type(s.get("index")) is int}
+
+    def page(self, start: int, stream: int | None = None, first: Page | None = None, after: Packet | None = None) -> Page:
+        """The page of ``stream`` (None: the video) from packet ``start``, which follows packet
+        ``after`` (where the cloud seeks to), of the same stream as its ``first``."""
+        page = unpack(self.fetch(stream, start, after))
+        first = first or (self.first if stream is None else None)
+        if first is not None and page.stream != first.stream or stream is not None and page.stream["index"] != stream:
+            raise CodecError(f"the cloud's page at packet {start} is of another stream than asked")
+        return page
+
+    def copied(self, container, dst: Path) -> Iterator | None:
+        """Output streams in ``container`` for the source's audio and subtitles, and their packets
+        merged in time order, fetched a page at a time as the writer reaches them (None: none to
+        copy). As :class:`~eden_serve.media.video.VideoWriter` does for a local file: audio the output cannot hold
+        is refused, subtitles it cannot hold are left out with a warning."""
+        av = import_av()
+        streams = []
+        for index, language in self.others.items():
+            first = self.page(0, index)
+            kind, codec = first.stream["type"], first.stream["codec"]
+            try:
+                if kind == "audio":
+                    output = container.add_stream(codec, rate=first.stream["sample_rate"])
+                    output.codec_context.layout, output.codec_context.format = first.stream["layout"], first.stream["format"]
+                    output.codec_context.extradata = first.extradata or None
+                else:
+                    output = container.add_mux_stream(codec)
+                output.time_base = first.time_base
+                if isinstance(language, str):
+                    output.metadata["language"] = language
+            except (self._error, ValueError, KeyError):
+                if kind == "audio":
+                    raise BadInputError(f"output {str(dst)!r} cannot hold the source's {codec} audio as it is; "
+                                        f"write a {Path(self.name).suffix} file instead") from None
+                warnings.warn(f"{dst.name} cannot hold the source's {codec} subtitles (stream {index}); they are left out")
+                continue
+            streams.append(self._packets(first, index, output, av))
+        return heapq.merge(*streams, key=_time) if streams else None
+
+    def _packets(self, page: Page, index: int, output, av) -> Iterator:
+        first = page
+        while True:
+            for p in page.packets:
+                packet = av.Packet(p.data)
+                packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, page.time_base
+                packet.stream = output
+                yield packet
+            if page.next is None:
+                return
+            page = self.page(page.next, index, first, page.packets[-1] if page.packets else None)
+
+    def decoder(self):
+        av = import_av()
+        stream = self.first.stream
+        try:
+            context = av.CodecContext.create(stream["codec"], "r")
+        except (self._error, ValueError):
+            raise BadInputError(f"{self.path}: this client cannot decode {stream['codec']!r} video") from None
+        context.extradata = self.first.extradata or None
+        context.width, context.height, context.pix_fmt = stream["width"], stream["height"], stream["pix_fmt"] or None
+        context.thread_type = "AUTO"
+        return context
+
+    def _decoded(self) -> Iterator:
+        av = import_av()
+        decoder, page = self.decoder(), self.first
+        time_base = page.time_base
+        while True:
+            for p in page.packets:
+                self._hold(p)
+                packet = av.Packet(p.data)
+                packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, time_base
+                yield from decoder.decode(packet)
+            if page.next is None:
+                break
+            page = self.page(page.next, after=page.packets[-1] if page.packets else None)
+        yield from decoder.decode(None)
+
+    def _hold(self, packet: Packet) -> None:
+        """Keep ``packet`` for the bitstream payloads of the chunks to come: the packets since the
+        key frame before the last :data:`HELD_PACKETS`, so the GOP of every chunk in flight."""
+        with self._lock:
+            if packet.key and len(self._held) > HELD_PACKETS:
+                drop = max((i for i, p in enumerate(self._held) if p.key and i <= len(self._held) - HELD_PACKETS), default=0)
+                self._held = self._held[drop:]
+            self._held.append(packet)
+
+    def packets(self, wanted: list[tuple[int, int | None, int]]) -> list[bytes]:
+        """The bytes of the packets that ``wanted`` lists by (pts, dts, length), consecutive in
+        decode order, from those held; CodecError where they are not held as listed."""
+        with self._lock:
+            held = list(self._held)
+        starts = [i for i, p in enumerate(held) if (p.pts, p.dts) == wanted[0][:2]] if wanted else []
+        found = held[starts[0]:starts[0] + len(wanted)] if starts else []
+        if [(p.pts, p.dts, len(p.data)) for p in found] != wanted:
+            raise CodecError("the packets a bitstream chunk names are not those held here")
+        return [p.data for p in found]
+
+    def restore(self, elided: bytes) -> bytes:
+        """A bitstream payload that the cloud sent without its packets, whole again from those held."""
+        return elision.restore(elided, self.packets(elision.wanted(elided)))
+
+    def __iter__(self) -> Iterator:
+        try:
+            yield from self.timed(self._decoded(), self.name)
+        except self._error as exc:
+            raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
+
+    def identity(self) -> dict:
+        """What a resumed run checks it continues: the cloud's account of the file."""
+        return {"cloud": self.name, **{key: self.probe.get(key) for key in ("bytes", "video_bytes", "frames", "rate")}}
+
+    def close(self) -> None:
+        pass
+
+
+def open_remote(name: str, ask: Callable[[dict[str, str]], bytes], max_pixels: int | None = None) -> RemoteVideo:
+    """The server-side source ``name``; ``ask`` posts a form to the cloud's encoder and returns its answer."""
+    try:
+        probe = json.loads(ask({"source": name, "ask": "probe"}))
+    except ValueError:
+        raise CodecError(f"the cloud's probe of {name!r} is not JSON") from None
+
+    def fetch(stream: int | None, start: int, after: Packet | None) -> bytes:
+        form = {"source": name, "ask": "packets", "start": str(start)}
+        if after is not None:  # the packet before the page: the cloud seeks to it
+            form["after"] = ":".join("none" if v is None else str(v) for v in (after.pts, after.dts, len(after.data)))
+        return ask(form if stream is None else {**form, "stream": str(stream)})
+
+    return RemoteVideo(name, probe, fetch, max_pixels)
+
+
+def named_fields(frames: Sequence[Frame]) -> dict[str, str] | None:
+    """The fields that name a chunk's frames on the cloud where they are consecutive originals of
+    one server-side source; None where they must be sent (middles of a 4x run's second level,
+    frames resized for --process-size)."""
+    source = frames[0].source
+    if source is None or any(f.source != source or f.index != frames[0].index + i for i, f in enumerate(frames)):
+        return None
+    return {"source": source, "start": str(frames[0].index), "frames": str(len(frames))}

@@ -1,0 +1,43 @@
+"""``--process-size HxW``: interpolate at a smaller size than the clip's.
+
+EDEN was trained on small frames and its quality falls away from those sizes (the maintainers
+say so in the official repository's issue 8); frames over the pixel limit cannot be sent at all.
+The model then sees each frame scaled to the process size (Lanczos, Pillow's, which filters out
+what the smaller grid cannot hold), and each middle comes back scaled to the clip's size, bicubic
+(smooth where Lanczos would ring on the model's soft edges). Originals are written untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PIL import Image
+
+from ..media.base import Frame
+from ..media.frames import check_size
+
+
+def at_size(processor: Callable, size: tuple[int, int], max_pixels: int | None) -> Callable:
+    """``processor`` (``(index, frames, seed)`` -> middle images, or an object holding them in
+    ``images``) run on the frames scaled to ``size`` (height, width), its middles scaled back;
+    ``max_pixels`` (None: no limit) applies to ``size``."""
+    height, width = size
+    if max_pixels is not None:
+        check_size(width, height, max_pixels, "--process-size")
+
+    def scaled(image: Image.Image) -> Image.Image:
+        # The model sees colour only (frames.image_to_tensor); palettes and alpha cannot be filtered.
+        image = image if image.mode in ("RGB", "L", "I", "I;16", "F") else image.convert("RGB")
+        return image.resize((width, height), Image.Resampling.LANCZOS)
+
+    def process(index: int, frames: list[Frame], seed: int):
+        small = [Frame(f.index, f.name, image=scaled(f.image)) for f in frames]
+        result = processor(index, small, seed)
+        images = getattr(result, "images", result)
+        full = [image.resize(frames[0].image.size, Image.Resampling.BICUBIC) for image in images]
+        if hasattr(result, "images"):
+            result.images = full
+            return result
+        return full
+
+    return process

@@ -1,0 +1,390 @@
+"""The ordered, windowed streaming engine shared by the HTTP client and the in-process mode.
+
+A clip of N frames is N - 1 pairs, cut into chunks of ``chunk`` = K pairs: K + 1 consecutive frames,
+neighbouring chunks sharing their boundary frame (the last chunk may be shorter). Each chunk is
+handed to a *processor*, a callable ``(i, frames, seed) -> Middles | [PIL.Image]`` giving the K
+middle frames, where ``i`` is the chunk's first pair and pair i + j uses seed ``base_seed + i + j``,
+on one of ``inflight`` worker threads. The main thread reads frames lazily, keeps at most
+``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
+original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
+middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
+``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs (:func:`~eden_serve.client.levels.chunk_end`),
+so that its first middle needs one pair's work. A processor with ``streams = True`` is also given
+``arrived(j, image)`` to hand over each middle of its chunk as soon as it has it; they are written
+as they come, in order, and its final result must hold the same images. ``arrived.order`` numbers
+the chunks 0, 1, 2, ... as they are submitted (all levels together), and a streaming processor with
+a ``queued(order)`` method is told each number on the main thread as its chunk is submitted, before
+any worker thread runs it: so it can serve chunks in their order whatever order its threads ask in.
+A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
+(:mod:`eden_serve.client.levels`); any other factor, or a frame rate, computes only the middles its
+frames show (:mod:`eden_serve.client.tree`); ``resume`` keeps and continues a stopped run's output
+(:mod:`eden_serve.media.resume`).
+
+Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
+stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
+KeyboardInterrupt) propagates unchanged. Either way the output does not appear (see
+:mod:`eden_serve.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
+that processors waiting to retry give up.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from PIL import Image
+from tqdm import tqdm
+
+from ..errors import (
+    BadInputError,
+    EdenError,
+    PairError,
+    TransientError,
+    UnavailableError,
+)
+from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
+from ..media.resume import Journal
+from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
+from .levels import Item, Level
+from .resize import at_size
+from .tree import retime
+from .workers import Arrivals, Workers
+
+DEFAULT_INFLIGHT = 4
+# Pairs per request: the wire carries each frame once per chunk (docs/performance.md "Clip chunks").
+DEFAULT_CHUNK = 8
+# A clip's per-chunk events at DEBUG, each record's time when it happened; args (first pair, pairs,
+# event). The split client's: "cloud asked", "payload in", "edge asked", "middle J", "done"
+# (benchmarks/two_hosts.py --timeline); an in-process run's: "cloud asked", "encoded", "payload in",
+# "edge asked", "done" (the web page draws both).
+TIMELINE = logging.getLogger("eden_serve.timeline")
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Exponential backoff: ``tries`` attempts in all, ``backoff`` seconds before the second, doubling
+    up to ``max_backoff``. Only :class:`TransientError` is retried."""
+
+    tries: int = 5
+    backoff: float = 1.0
+    max_backoff: float = 30.0
+
+    def __post_init__(self):
+        if self.tries < 1 or self.backoff < 0:
+            raise BadInputError(f"retry needs tries >= 1 and backoff >= 0, got {self.tries} and {self.backoff}")
+
+    def call(self, operation: Callable[[], object], cancel: threading.Event | None = None):
+        """``operation()``, retried; raises :class:`UnavailableError` once the tries are spent, or as
+        soon as ``cancel`` is set while waiting."""
+        for attempt in range(self.tries):
+            try:
+                return operation()
+            except TransientError as exc:
+                failure = exc
+            if attempt + 1 < self.tries:
+                delay = min(self.backoff * 2**attempt, self.max_backoff)
+                if cancel is not None and cancel.wait(delay):
+                    raise UnavailableError(f"{failure} (cancelled)") from failure
+                if cancel is None:
+                    time.sleep(delay)
+        raise UnavailableError(f"{failure} (gave up after {self.tries} tries)") from failure
+
+
+@dataclass
+class Middles:
+    """A processor's result: a chunk's middle frames (RGB), in pair order, and what moving them cost."""
+
+    images: list[Image.Image]
+    sent_bytes: int = 0  # uploaded to servers for this chunk
+    received_bytes: int = 0  # downloaded from servers
+    payload_bytes: int | None = None  # the cloud -> edge wire payload, where this side sees it
+    retries: int = 0  # requests that had to be sent again
+    codec: str | None = None  # the wire codec asked for (None: the server's default, or no wire)
+
+
+def _size(count: float) -> str:
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count:.0f} B"
+
+
+@dataclass
+class Summary:
+    pairs: int
+    frames: int  # written
+    seconds: float
+    sent_bytes: int = 0
+    received_bytes: int = 0
+    payload_bytes: int | None = None  # total over the pairs, None where the payload is not seen
+    retries: int = 0
+    resumed: int = 0  # pairs an earlier run had done (not in ``pairs``)
+    retiming: str = ""  # a retimed run's time error and cost
+
+    @property
+    def pairs_per_second(self) -> float:
+        return self.pairs / self.seconds if self.seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        line = f"{self.pairs} pairs, {self.frames} frames written in {self.seconds:.2f} s: "
+        line += f"{self.pairs_per_second:.2f} pairs/s"
+        per_pair = []
+        if self.pairs and self.sent_bytes:
+            per_pair.append(f"{_size(self.sent_bytes / self.pairs)} sent")
+            per_pair.append(f"{_size(self.received_bytes / self.pairs)} received")
+        if self.pairs and self.payload_bytes is not None:
+            per_pair.append(f"{_size(self.payload_bytes / self.pairs)} wire payload")
+        line += f"; per pair: {', '.join(per_pair)}" if per_pair else ""
+        line += f"; {self.retries} requests retried" if self.retries else ""
+        line += f"; resumed after {self.resumed} pairs done before" if self.resumed else ""
+        return line + (f"\n{self.retiming}" if self.retiming else "")
+
+
+Processor = Callable[[int, list[Frame], int], "Middles | Sequence[Image.Image]"]
+PairProcessor = Callable[[int, Frame, Frame, int], "Middles | Image.Image"]
+
+
+def pairwise(process_pair: PairProcessor) -> Processor:
+    """A processor of chunks from one of pairs, ``(i, frame0, frame1, seed) -> image``, called
+    for each pair in turn."""
+
+    def process(index: int, frames: list[Frame], seed: int) -> Middles:
+        middles = Middles([])
+        for j, (before, after) in enumerate(zip(frames, frames[1:])):
+            result = process_pair(index + j, before, after, seed + j)
+            if isinstance(result, Middles):
+                middles.images += result.images
+                middles.sent_bytes += result.sent_bytes
+                middles.received_bytes += result.received_bytes
+                middles.retries += result.retries
+                if result.payload_bytes is not None:
+                    middles.payload_bytes = (middles.payload_bytes or 0) + result.payload_bytes
+            else:
+                middles.images.append(result)
+        return middles
+
+    return process
+
+
+def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
+    """pairs/s on stderr; ``enabled=None`` shows it only when stderr is a terminal."""
+    disable = not sys.stderr.isatty() if enabled is None else not enabled
+    return tqdm(total=total, unit="pair", desc="interpolating", file=sys.stderr, disable=disable, dynamic_ncols=True)
+
+
+def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
+    pairs = len(frames) - 1
+    try:
+        result = future.result()
+    except (EdenError, TransientError) as exc:
+        raise PairError(index, frames[0], frames[-1], exc, pairs) from exc
+    middles = result if isinstance(result, Middles) else Middles(list(result))
+    problem = None
+    if len(middles.images) != pairs:
+        problem = f"{len(middles.images)} middle frames came back for {pairs} pairs"
+    elif any(image.size != frames[0].image.size for image in middles.images):
+        sizes = sorted({image.size for image in middles.images})
+        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].image.size}"
+    if problem:
+        raise PairError(index, frames[0], frames[-1], BadInputError(problem), pairs)
+    return middles
+
+
+class _Run:
+    """What the levels share: the processors (one per level), the workers, the summary and the
+    writer, with the checkpoints of a resumable output."""
+
+    def __init__(self, processors, workers, summary, bar, *, chunk, ramp, inflight, seed, factor, writer, journal):
+        self.processors, self.workers, self.summary, self.bar = processors, workers, summary, bar
+        self.chunk, self.ramp, self.inflight, self.seed = chunk, ramp, inflight, seed
+        self.closing = 1 - Fraction(1, factor)  # the position of the last middle before an original
+        self.writer, self.journal = writer, journal
+        self.submitted = 0  # streamed chunks so far: the next one's order
+
+    def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
+        processor = self.processors[depth - 1]
+        if not getattr(processor, "streams", False):
+            return self.workers.submit(processor, index, frames, self.seed + index)
+        arrivals = Arrivals(len(frames) - 1, self.submitted)
+        self.submitted += 1
+        queued = getattr(processor, "queued", None)
+        if queued is not None:
+            queued(arrivals.order)
+        future = self.workers.submit(processor, index, frames, self.seed + index, arrivals)
+        arrivals.watch(future)
+        future.arrivals = arrivals
+        return future
+
+    def collect(self, future: Future, index: int, frames: list[Frame]) -> Iterator[Image.Image]:
+        """The chunk's middles in order: each as it arrives where the processor streams them, the
+        rest (all, otherwise) once it has finished."""
+        given = 0
+        arrivals = getattr(future, "arrivals", None)
+        while arrivals is not None and given < len(frames) - 1:
+            image = arrivals.wait(given)
+            if image is None:
+                break
+            if image.size != frames[0].image.size:
+                raise PairError(index, frames[0], frames[-1], BadInputError(
+                    f"a middle frame is {image.size}, the input frames {frames[0].image.size}"), len(frames) - 1)
+            given += 1
+            self.bar.update(1)
+            yield image
+        middles = _middles(future, index, frames)
+        summary = self.summary
+        summary.pairs += len(middles.images)
+        summary.sent_bytes += middles.sent_bytes
+        summary.received_bytes += middles.received_bytes
+        summary.retries += middles.retries
+        if middles.payload_bytes is not None:
+            summary.payload_bytes = (summary.payload_bytes or 0) + middles.payload_bytes
+        self.bar.update(len(middles.images) - given)
+        yield from middles.images[given:]
+
+    def push(self, item: Item) -> None:
+        """The writer's end of the last level."""
+        if item.after is None:
+            self.writer.add(item.before)
+        else:
+            self.writer.add_middle(item.image, item.before, item.after, item.position)
+        self.summary.frames += 1
+        # Once all that comes before an original is written where every level has a chunk boundary,
+        # a resumed run can start there and chunk (and batch) as this one.
+        if (self.journal is not None and self.writer.continues and item.position == self.closing
+                and item.after.index % self.chunk == 0):
+            self.journal.save({"position": item.after.index, "writer": self.writer.checkpoint()})
+
+    def place(self, picture, before: Frame, after: Frame | None, position: Fraction) -> None:
+        """The writer's end of a retimed run."""
+        self.writer.place(picture, before, after, position)
+        self.summary.frames += 1
+
+    def close(self) -> None:
+        pass
+
+
+def _identity(clip, retiming: Retiming, fingerprint: dict | None, encoding: Encoding | None, process_size, **run):
+    """What a resumed run must share with the run it continues (the newer keys only where set, so
+    a plain run's journal reads as before)."""
+    if str(clip.path) == PIPE:
+        raise BadInputError("--resume needs an input file, not -: a pipe cannot be read again")
+    identity = {"input": clip.identity(), "frames": clip.length, **run, "processor": fingerprint or {},
+                "factor": int(retiming.factor) if retiming.levels else str(retiming.factor)}
+    extra = {"fps": retiming.fps and str(retiming.fps), "time_error": not retiming.levels and str(retiming.time_error),
+             "encoding": encoding and encoding.given and encoding.identity(), "process_size": process_size}
+    return identity | {key: value for key, value in extra.items() if value}
+
+
+def _leveled(clip, run: _Run, depth: int, start: int) -> int:
+    """A factor 2^depth output from original ``start`` on (a resumed run's output holds the frames
+    before); returns the frames read."""
+    sink = run
+    for level in range(depth, 0, -1):
+        sink = Level(level, start << (level - 1), sink, run)
+    read = 0
+    for frame in clip:
+        read += 1
+        if frame.index >= start:
+            sink.push(Item(frame))
+    if read:
+        sink.close()
+    return read
+
+
+def interpolate_clip(
+    src: str | Path | Clip,
+    dst: str | Path,
+    processor: Processor,
+    *,
+    chunk: int = 1,
+    ramp: bool = False,
+    seed: int = 0,
+    factor: int | Fraction = 2,
+    inflight: int = DEFAULT_INFLIGHT,
+    progress: bool | None = None,
+    cancel: threading.Event | None = None,
+    max_pixels: int | None = None,
+    resume: bool = False,
+    fingerprint: dict | None = None,
+    fps: Fraction | None = None,
+    time_error: Fraction = DEFAULT_TIME_ERROR,
+    encoding: Encoding | None = None,
+    process_size: tuple[int, int] | None = None,
+    raw: RawVideo | None = None,
+    watch: Callable[[Processor], Processor] | None = None,
+) -> Summary:
+    """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
+    write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8. ``ramp``: each level's first
+    chunks are 1, 1, 2, 4, ... pairs (the first middle sooner; see the module's note).
+
+    Factor 2^L runs L levels, each a 2x pass over the frames of the one before (its middles in
+    their neighbours' pixel format), chunked and seeded as a pass of its own: pair k of a level
+    uses ``seed + k``. So factor 4 equals two 2x runs with the same seed, chunk and processor.
+
+    ``progress``: a progress bar on stderr (None: when stderr is a terminal). ``cancel`` is set when
+    the run stops early, for processors to notice (the client's retries do). ``max_pixels`` limits
+    the frame size (None: no limit here; a server applies its own). ``resume``: keep the partial
+    output and a journal if the run stops, and continue from one left by an earlier run with the
+    same input and options (:mod:`eden_serve.media.resume`); ``fingerprint`` is what else the middles
+    depend on (the model, the servers, the codec), recorded in the journal.
+
+    Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
+    ``time_error`` (:mod:`eden_serve.media.timing`). ``encoding``: a video's encoder options.
+    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.client.resize`). ``raw``: the
+    input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
+    already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
+    processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
+    or stops the run by raising (the web page, :mod:`eden_serve.page.runs`).
+    """
+    if inflight < 1:
+        raise BadInputError(f"inflight must be at least 1, got {inflight}")
+    if chunk < 1:
+        raise BadInputError(f"chunk must be at least 1 pair, got {chunk}")
+    retiming = Retiming(Fraction(factor), fps, time_error)
+    depth = retiming.levels
+    if process_size is not None:
+        processor = at_size(processor, process_size, max_pixels)
+    if watch is not None:
+        processor = watch(processor)
+    cancel = cancel if cancel is not None else threading.Event()
+    started = time.perf_counter()
+    summary = Summary(pairs=0, frames=0, seconds=0.0)
+    opened = src if isinstance(src, Clip) else open_clip(src, max_pixels if process_size is None else None, raw)
+    with opened as clip:
+        if fps is not None and clip.kind != "video":
+            raise BadInputError(f"--fps needs a video; a {clip.kind}'s frames have no times: give --factor FPS/RATE "
+                                "(24 to 60: --factor 5/2)")
+        journal = None
+        if resume:
+            journal = Journal(dst, _identity(clip, retiming, fingerprint, encoding, process_size, chunk=chunk, seed=seed,
+                                         **({"raw": str(raw)} if raw else {})))
+        with write_clip(clip, dst, retiming, journal, encoding) as writer, Workers(inflight, cancel) as workers:
+            start = journal.checkpoint["position"] if depth and journal is not None and journal.checkpoint else 0
+            levels = MAX_DEPTH if depth is None else depth
+            processors = [processor] * levels
+            if journal is not None and (depth is None or not writer.continues):
+                processors = [journal.cached_processor(processor, level) for level in range(1, levels + 1)]
+            factor = 2**levels
+            summary.resumed, summary.frames = (factor - 1) * start, factor * start
+            total = (factor - 1) * (clip.length - 1) if clip.length and depth is not None else None
+            with progress_bar(total, progress) as bar:
+                bar.update(summary.resumed)
+                run = _Run(processors, workers, summary, bar, chunk=chunk, ramp=ramp, inflight=inflight, seed=seed, factor=factor,
+                           writer=writer, journal=journal)
+                schedule = Schedule(retiming)
+                read = retime(clip, schedule, run) if depth is None else _leveled(clip, run, depth, start)
+                if not read:
+                    raise BadInputError(f"{str(src)!r} holds no frames")
+            summary.retiming = schedule.report() if depth is None else ""
+            if journal is not None:
+                summary.pairs -= journal.hits
+                summary.resumed += journal.hits
+    summary.seconds = time.perf_counter() - started
+    return summary

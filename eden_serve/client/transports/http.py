@@ -1,0 +1,155 @@
+"""The client's HTTP transport: TorchServe's HTTP inference API, the workflow at one server or the
+encoder and the DiT+decoder at two, the edge's answers streamed (HTTP chunked transfer)."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import time
+from typing import Callable, Iterator, Sequence
+
+import requests
+from PIL import Image
+
+from . import DECODER, ENCODER, WORKFLOW
+from ...answers import STREAMED, StreamedAnswer, whole_answer
+from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
+from ..tls import ClientTLS
+
+CONNECT_TIMEOUT = 10.0
+
+
+def _base(url: str, option: str) -> str:
+    if not isinstance(url, str) or not re.match(r"https?://[^/]", url):
+        raise BadInputError(f"{option} must be an http:// or https:// URL, got {url!r}")
+    return url.rstrip("/")
+
+
+def _check(response: requests.Response) -> requests.Response:
+    """The response, or the error it means, looked for in the body rather than the status (docs/serving.md:
+    "Workflow caveat")."""
+    refused = error_from_document(response.content)
+    if refused is None and response.status_code < 400:
+        return response
+    if refused is not None:
+        status, kind, message = refused.status, refused.kind, str(refused)
+    elif response.status_code == 413 and not response.content:  # TorchServe's own, before any handler
+        status, kind = 413, "request_too_large"
+        sent = len(response.request.body or b"")
+        message = (f"the server refused a request of {sent} bytes as too large: over its max_request_size "
+                   "(docs/deploy.md: Capacity); send smaller frames, or a smaller codec to the edge")
+    else:
+        status, kind = response.status_code, "http_error"
+        message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason
+    where = f"HTTP {status} from {response.url}"
+    if status >= 500:
+        raise TransientError(f"{message} ({where})")
+    raise ServerError(status, kind, f"{message} ({where})")
+
+
+@contextlib.contextmanager
+def _connection_errors(url: str):
+    """A failure to reach ``url`` or to read its answer, as the error to raise: a dropped or stalled
+    connection is worth retrying (a worker being restarted drops it), a malformed request is not."""
+    try:
+        yield
+    except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+        raise connection_failure(exc, url) from exc
+    except requests.RequestException as exc:
+        raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
+
+
+class HttpTransport:
+    """TorchServe's HTTP inference API: the workflow at ``server``, or the encoder at ``cloud`` and
+    the DiT+decoder at ``edge``, whose answers stream in chunks (HTTP chunked transfer). Each call is
+    one attempt; :class:`~eden_serve.client.Client` retries. Safe to use from several threads: each
+    request borrows an idle ``requests.Session``."""
+
+    name = "http"
+
+    def __init__(self, server: str | None, cloud: str | None, edge: str | None, tokens: dict[str, str | None], timeout: float,
+                 tls: ClientTLS):
+        if server is not None:
+            self.urls = {"workflow": f"{_base(server, 'server')}/wfpredict/{WORKFLOW}"}
+        else:
+            self.urls = {"encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
+                         "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}"}
+        self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
+        self.timeout = (CONNECT_TIMEOUT, timeout)
+        self.tls = tls
+        self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
+
+    @property
+    def split(self) -> bool:
+        return "encoder" in self.urls
+
+    @contextlib.contextmanager
+    def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[requests.Response]:
+        """The answer to a POST to ``step``'s URL, refusals raised; errors reading it are mapped too."""
+        url = self.urls[step]
+        try:
+            session = self._idle.get_nowait()
+        except queue.Empty:
+            session = requests.Session()
+        try:
+            with _connection_errors(url):
+                # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
+                with session.post(url, headers={**self.headers[step], **(headers or {})}, timeout=self.timeout,
+                                  verify=self.tls.verify, **kwargs) as response:
+                    yield response
+        finally:
+            self._idle.put(session)
+
+    def workflow(self, frames: list[bytes], form: dict[str, str], pairs: int, size: tuple[int, int]):
+        """The middles of a chunk through the workflow, the bytes sent and the bytes received."""
+        with self._post("workflow", files=_files(frames, form)) as response:
+            content = _check(response).content
+            return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
+
+    def encode(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
+               turn: Callable[[], contextlib.AbstractContextManager] | None = None) -> tuple[bytes, int]:
+        """The wire payload of a chunk's frames, and the bytes sent for it; ``first_byte`` gets the
+        time its answer began to arrive. Its body is read in a ``turn()`` (the link's, in chunk
+        order): until then TCP's flow control holds it at the cloud, all but what the receive
+        buffer takes, so that it does not share the link with the payload before it."""
+        with self._post("encoder", files=_files(frames, form), stream=True) as response:
+            with turn() if turn is not None else contextlib.nullcontext():
+                if first_byte is not None:
+                    first_byte(time.perf_counter())
+                return _check(response).content, len(response.request.body)
+
+    def decode(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
+               receive: Callable[[int, Image.Image], None]) -> int:
+        """Streams the middles of pairs ``first`` ... ``pairs - 1`` of ``payload`` to ``receive``;
+        the bytes received. Raises TransientError where the answer ends early."""
+        headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
+        with self._post("decoder", headers, data=payload, stream=True) as response:
+            if response.headers.get("Content-Type", "").split(";")[0].strip() != STREAMED:  # a refusal, or an edge that does not stream
+                content = _check(response).content
+                for j, image in enumerate(whole_answer(content, pairs - first, size, f"(from {response.url})"), first):
+                    receive(j, image)
+                return len(content)
+            answer = StreamedAnswer(first, pairs, size, f"(from {response.url})")
+            received = 0
+            for data in response.iter_content(chunk_size=None):
+                received += len(data)
+                for j, image in answer.feed(data):
+                    receive(j, image)
+        if not answer.finish():
+            raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
+        return received
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+def _files(frames: Sequence[bytes], form: dict[str, str]) -> dict:
+    """A multipart form, also for a request that names a server-side source instead of frames."""
+    files = {f"frame{i}": (f"frame{i}", data, "application/octet-stream") for i, data in enumerate(frames)}
+    return files | {key: (None, value) for key, value in form.items()}
+

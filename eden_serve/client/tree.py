@@ -1,0 +1,163 @@
+"""The frames of a retimed output (:mod:`eden_serve.media.timing`): only the middles its frames show, and their
+ancestors in the 2x tree, are computed.
+
+The source intervals are read in windows of ``run.chunk``. In a window, depth d's middles wait for
+depth d - 1's; its pairs are numbered as in a full 2x pass at that depth (pair g of depth d is
+interval g >> (d - 1), seeded ``seed + g``), and consecutive pairs go to ``run.submit`` together,
+cut where g is a multiple of ``run.chunk``, so that each middle is the one a factor 2^d run
+computes and the cut does not depend on where a run starts. Windows overlap: while one waits on
+its next depth, the next window's pairs are in flight, at most ``run.inflight`` chunks in all, and
+windows are written strictly in order through ``run.place``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, wait
+from fractions import Fraction
+from typing import Iterable
+
+from PIL import Image
+
+from ..media.base import Frame
+from ..media.frames import match_mode
+from ..media.timing import Schedule, Target, ancestors
+
+
+def _runs(pairs: list[int], chunk: int) -> list[list[int]]:
+    """Consecutive pair numbers, at most ``chunk`` together, a new run at each multiple of ``chunk``."""
+    runs: list[list[int]] = []
+    for g in pairs:
+        if runs and runs[-1][-1] == g - 1 and g % chunk and len(runs[-1]) < chunk:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return runs
+
+
+class _Window:
+    """Source intervals ``first`` ... of ``frames`` (one more than ``targets``), with the middles
+    their targets need, computed depth by depth."""
+
+    def __init__(self, first: int, frames: list[Frame], targets: list[list[Target]], chunk: int):
+        self.first, self.frames, self.targets = first, frames, targets
+        needed: dict[int, set[int]] = {}
+        for k, due in enumerate(targets):
+            for node in set().union(*(ancestors(t.shown) for t in due)):
+                depth = node.denominator.bit_length() - 1
+                needed.setdefault(depth, set()).add(((first + k) << (depth - 1)) + node.numerator // 2)
+        self.jobs = {depth: _runs(sorted(pairs), chunk) for depth, pairs in needed.items()}
+        self.depth, self.last = 0, max(needed, default=0)
+        self.ready: deque = deque()
+        self.waiting = 0
+        self.nodes: dict[tuple[int, Fraction], Frame] = {}
+        self.images: dict[tuple[int, Fraction], Image.Image] = {}
+
+    def node(self, interval: int, position: Fraction) -> Frame:
+        if position.denominator == 1:
+            return self.frames[interval - self.first + position.numerator]
+        return self.nodes[interval, position]
+
+    def _pair(self, depth: int, g: int) -> tuple[int, Fraction, Fraction]:
+        """Pair g of depth d: its interval, and its left and right ends there."""
+        interval, j = g >> (depth - 1), g & ((1 << (depth - 1)) - 1)
+        return interval, Fraction(j, 1 << (depth - 1)), Fraction(j + 1, 1 << (depth - 1))
+
+    def frames_of(self, depth: int, run: list[int]) -> list[Frame]:
+        ends = [self._pair(depth, g) for g in run]
+        return [self.node(i, left) for i, left, _ in ends] + [self.node(ends[-1][0], ends[-1][2])]
+
+    def advance(self) -> None:
+        """Once a depth is done, the next depth's chunks become ready."""
+        while not self.ready and not self.waiting and self.depth < self.last:
+            self.depth += 1
+            self.ready.extend((self.depth, run) for run in self.jobs.get(self.depth, ()))
+
+    def receive(self, depth: int, run: list[int], images: list[Image.Image]) -> None:
+        for g, image in zip(run, images):
+            interval, left, right = self._pair(depth, g)
+            before, after = self.node(interval, left), self.node(interval, right)
+            position = (left + right) / 2
+            self.images[interval, position] = image
+            # The next depth reads it as a 2x pass would have written it: in its neighbours' format.
+            matched = match_mode(image, before.image, after.image)
+            self.nodes[interval, position] = Frame(before.index, f"{before.name}+{position}", image=matched)
+        self.waiting -= 1
+        self.advance()
+
+    @property
+    def done(self) -> bool:
+        return self.depth == self.last and not self.ready and not self.waiting
+
+    def shown(self, k: int, target: Target) -> Frame | Image.Image:
+        if target.shown.denominator == 1:
+            return self.frames[k + target.shown.numerator]
+        return self.images[self.first + k, target.shown]
+
+
+def retime(frames: Iterable[Frame], schedule: Schedule, run) -> int:
+    """Write the retimed output of ``frames`` through ``run`` (``chunk``, ``inflight``,
+    ``submit(depth, index, frames)``, ``collect(future, index, frames)`` and ``place(picture,
+    before, after, position)``); returns the number of source frames read. The schedule's clock
+    is seconds under ``--fps`` (a video's frames are timed), else frame indices."""
+    timed = schedule.retiming.fps is not None
+
+    def clock(frame: Frame) -> Fraction:
+        return frame.time if timed else Fraction(frame.index)
+
+    def end(frame: Frame) -> Fraction | None:
+        return frame.end if timed else None
+
+    source = iter(frames)
+    windows: deque[_Window] = deque()
+    outstanding: dict = {}
+    previous: Frame | None = None
+    read, exhausted = 0, False
+
+    def next_window() -> _Window | None:
+        nonlocal previous, read
+        batch = [previous] if previous is not None else []
+        for frame in source:
+            read += 1
+            batch.append(frame)
+            if len(batch) == run.chunk + 1:
+                break
+        if batch:
+            previous = batch[-1]
+        if len(batch) < 2:
+            return None
+        targets = [schedule.interval(clock(a), clock(b)) for a, b in zip(batch, batch[1:])]
+        window = _Window(batch[0].index, batch, targets, run.chunk)
+        window.advance()
+        return window
+
+    while True:
+        while not exhausted and len(windows) <= run.inflight:
+            window = next_window()
+            if window is None:
+                exhausted = True
+            else:
+                windows.append(window)
+        for window in windows:
+            while window.ready and len(outstanding) < run.inflight:
+                depth, pairs = window.ready.popleft()
+                chunk = window.frames_of(depth, pairs)
+                outstanding[run.submit(depth, pairs[0], chunk)] = (window, depth, pairs, chunk)
+                window.waiting += 1
+        while windows and windows[0].done:
+            window = windows.popleft()
+            for k, due in enumerate(window.targets):
+                for target in due:
+                    run.place(window.shown(k, target), window.frames[k], window.frames[k + 1], target.position)
+        if exhausted and not windows:
+            break
+        if outstanding:
+            finished, _ = wait(list(outstanding), return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=list(outstanding).index):
+                window, depth, pairs, chunk = outstanding.pop(future)
+                # Whole: collect tallies the chunk once its last middle has been taken.
+                window.receive(depth, pairs, list(run.collect(future, pairs[0], chunk)))
+    if previous is not None:
+        for target in schedule.tail(clock(previous), end(previous)):
+            run.place(previous, previous, None, target.position)
+    return read

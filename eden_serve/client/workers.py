@@ -1,0 +1,87 @@
+"""The streaming engine's threads: a fixed set of workers for a clip's chunks, and the middles a
+streaming processor hands over before its chunk is done (:mod:`eden_serve.client.streaming`)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Callable
+
+from PIL import Image
+
+
+class Workers:
+    """A fixed set of daemon threads: an interrupted run exits at once instead of waiting for the
+    pairs in flight to finish (their results are not wanted any more)."""
+
+    def __init__(self, count: int, cancel: threading.Event):
+        self.cancel = cancel
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._run, name=f"eden-pair-{i}", daemon=True) for i in range(count)]
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, function: Callable, *args) -> Future:
+        future: Future = Future()
+        self.jobs.put((future, function, args))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            self._do(*job)
+            del job  # an idle worker must not keep its last pair's frames alive
+
+    def _do(self, future: Future, function: Callable, args: tuple) -> None:
+        if self.cancel.is_set() or not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(function(*args))
+        except BaseException as exc:  # handed to the main thread, KeyboardInterrupt included
+            future.set_exception(exc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if exc_type is not None:
+            self.cancel.set()
+        for _ in self.threads:
+            self.jobs.put(None)
+
+
+class Arrivals:
+    """The middles of one chunk that a streaming processor has handed over so far; called as
+    ``arrivals(j, image)`` by the processor. ``order`` is the chunk's place among the run's chunks
+    (0, 1, 2, ... as submitted), for a processor that serves them in that order."""
+
+    def __init__(self, pairs: int, order: int | None = None):
+        self.images: list[Image.Image | None] = [None] * pairs
+        self.order = order
+        self._changed = threading.Condition()
+
+    def watch(self, future: Future) -> None:
+        self.future = future
+        future.add_done_callback(self._wake)
+
+    def _wake(self, _future: Future) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def put(self, j: int, image: Image.Image) -> None:
+        with self._changed:
+            if self.images[j] is None:  # a retried request may hand over a middle again
+                self.images[j] = image
+                self._changed.notify_all()
+
+    __call__ = put
+
+    def wait(self, j: int) -> Image.Image | None:
+        """Middle ``j`` once it has arrived; None if the processor finished without handing it over."""
+        with self._changed:
+            while self.images[j] is None and not self.future.done():
+                self._changed.wait(0.5)
+            return self.images[j]

@@ -1,0 +1,258 @@
+"""Server-side sources: videos the cloud holds under its media root (``handler.media_root``), which
+a request names, with a frame range, instead of uploading the frames (docs/cloud-sources.md).
+
+A name is a relative path under the root. :func:`resolve` refuses, before anything is opened, a
+root that is off and a name that leaves the root (``..``, an absolute path, a symbolic link whose
+target is outside: 403 ``source_forbidden``), and a name with nothing behind it (no such file, a
+dangling link: 404 ``source_not_found``).
+
+:class:`SourceVideo` reads the first video stream as :class:`~eden_serve.media.video.VideoClip` does (the same
+decoder, the same RGB conversion, so the same pixels as a local run), but a frame range starts
+decoding at the key frame at or before it: the packets' times, read once per file without decoding
+(:class:`Scan`, kept for a few files), say which, and the demuxer seeks there. Every frame asked for
+is matched by its time stamp, and a seek that lands wrong falls back to decoding from the start.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path, PurePosixPath
+
+from PIL import Image
+
+from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
+from ..media.encoding import import_av
+from ..media.frames import check_size
+from ..media.video import rgb
+from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
+
+MAX_NAME = 1024  # characters of a source's name
+SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
+
+
+def resolve(root: Path | None, name: str) -> Path:
+    """The file that ``name`` (a relative path under ``root``) names, with every link resolved."""
+    if root is None:
+        raise SourceForbiddenError("this cloud holds no server-side sources (its handler.media_root is off); upload the frames")
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME or "\0" in name or "\\" in name:
+        raise BadInputError(f"source must be a relative path of 1 to {MAX_NAME} characters under the media root, "
+                            f"without backslashes, got {str(name)!r:.60}")
+    relative = PurePosixPath(name)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise SourceForbiddenError(f"source {name!r} leaves the media root: give a relative path without '..'")
+    base = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(base, *relative.parts))
+    if os.path.commonpath([base, path]) != base:
+        raise SourceForbiddenError(f"source {name!r} is a link that leads out of the media root")
+    if not os.path.exists(path):
+        dangling = os.path.lexists(os.path.join(base, *relative.parts)) or any(
+            os.path.islink(os.path.join(base, *relative.parts[:i])) for i in range(1, len(relative.parts)))
+        raise SourceNotFoundError(f"source {name!r} is {'a dangling link' if dangling else 'not under the media root'}")
+    if not os.path.isfile(path):
+        raise BadInputError(f"source {name!r} is not a file")
+    return Path(path)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What the packets of a file's first video stream say, read without decoding them."""
+
+    width: int
+    height: int
+    pix_fmt: str
+    codec: str
+    rate: Fraction
+    time_base: Fraction
+    times: list[int] | None  # each frame's time stamp, in display order (None: the stream has none)
+    starts: list[int]  # each key frame's time stamp, in order: where a read may start decoding
+    frames: int  # packets of the stream: its frames
+    video_bytes: int
+    streams: list[dict]
+
+
+def _scan(path: Path, max_pixels: int) -> Scan:
+    av = import_av()
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, ValueError) as exc:
+        raise BadInputError(f"{path.name}: not a readable video ({exc})") from None
+    with container:
+        if not container.streams.video:
+            raise BadInputError(f"{path.name}: has no video stream")
+        stream = container.streams.video[0]
+        check_size(stream.width, stream.height, max_pixels, path.name)
+        times, starts, size, count = [], [], 0, 0
+        try:
+            for packet in container.demux(stream):
+                if not packet.size:  # the demuxer ends the stream with an empty packet
+                    continue
+                count += 1
+                size += packet.size
+                times.append(packet.pts)
+                if packet.is_keyframe and packet.pts is not None:
+                    starts.append(packet.pts)
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{path.name}: cannot read the video's packets ({exc})") from None
+        timed = None if None in times else sorted(times)
+        if timed is not None and len(set(timed)) != len(timed):
+            raise BadInputError(f"{path.name}: two frames share a time stamp; the video's timing is broken")
+        context = stream.codec_context
+        rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
+        streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
+                    "language": s.metadata.get("language")} for s in container.streams]
+        return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
+                    Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams)
+
+
+class FileCache:
+    """``make(path, max_pixels)``, kept for the last :data:`SCANS_KEPT` files while each file's size
+    and modification time stay: a cloud worker reads a file's packet times once, not per request."""
+
+    def __init__(self, make):
+        self.make = make
+        self._kept: OrderedDict[tuple, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, path: Path, max_pixels: int):
+        status = path.stat()
+        key = (str(path), status.st_size, status.st_mtime_ns, max_pixels)
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        made = self.make(path, max_pixels)
+        with self._lock:
+            self._kept[key] = made
+            while len(self._kept) > SCANS_KEPT:
+                self._kept.popitem(last=False)
+        return made
+
+
+scan = FileCache(_scan)  # the Scan of a path
+
+
+class SourceVideo:
+    """A server-side video: its :meth:`probe` and the frames of a range (:meth:`read`)."""
+
+    def __init__(self, path: Path, max_pixels: int):
+        self.path = path
+        self.scan = scan(path, max_pixels)
+        self.decoded = 0  # frames the last read decoded up to its last: what a seek saved shows here
+
+    def probe(self) -> dict:
+        """What a client plans a run with: the frame count, rate, size and the file's streams."""
+        s = self.scan
+        return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
+                "codec": s.codec, "pix_fmt": s.pix_fmt, "video_bytes": s.video_bytes, "key_frames": len(s.starts),
+                "bytes": self.path.stat().st_size, "streams": s.streams}
+
+    def read(self, first: int, count: int) -> list[Image.Image]:
+        """Frames ``first`` ... ``first + count - 1`` (display order) as RGB images, converted as
+        :class:`~eden_serve.media.video.VideoClip` converts them."""
+        total = self.scan.frames
+        if first < 0 or count < 1 or first + count > total:
+            raise BadInputError(f"frames {first} to {first + count - 1} asked for, but {self.path.name} holds {total} "
+                                f"(0 to {total - 1})")
+        times = self.scan.times
+        if times is None:  # no time stamps to match: count frames from the start
+            return self._decode(None, first, count)
+        wanted = times[first:first + count]
+        at = bisect.bisect_right(self.scan.starts, wanted[0]) - 1
+        frames = self._decode(self.scan.starts[at], first, count, wanted) if at > 0 else None
+        return frames or self._decode(None, first, count, wanted)
+
+    def _decode(self, seek: int | None, first: int, count: int, wanted: list[int] | None = None) -> list[Image.Image] | None:
+        """The frames asked for, decoding from the key frame the demuxer seeks to at or before
+        ``seek`` (None: from the start); None where frames asked for were not met (a seek that
+        landed past them)."""
+        av = import_av()
+        found: dict[int, Image.Image] = {}
+        self.decoded = 0
+        try:
+            with av.open(str(self.path)) as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                if seek is not None:
+                    container.seek(seek, stream=stream, backward=True)
+                for i, frame in enumerate(container.decode(stream)):
+                    if wanted is not None and frame.pts is not None and frame.pts > wanted[-1]:
+                        break
+                    self.decoded += 1
+                    if wanted is None:
+                        if i >= first:
+                            found[i] = rgb(frame)
+                        if len(found) == count:
+                            break
+                        continue
+                    if frame.pts in wanted and frame.pts not in found:
+                        found[frame.pts] = rgb(frame)
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{self.path.name}: cannot decode the video ({exc})") from None
+        keys = range(first, first + count) if wanted is None else wanted
+        if len(found) < count:
+            if seek is not None:
+                return None
+            raise BadInputError(f"{self.path.name}: frames {first} to {first + count - 1} do not all decode")
+        return [found[key] for key in keys]
+
+    def page(self, index: int | None, start: int, after: tuple | None = None) -> Page:
+        """Packets ``start`` ... of stream ``index`` (None: the video), in the file's order, as
+        many as a page holds (:mod:`eden_serve.wire.pages`). ``after``: (pts, dts, size) of packet ``start - 1``,
+        which the demuxer seeks to rather than reading the stream from its start; where it is not
+        met there, the stream is read from its start."""
+        stamp = None if after is None else after[1] if after[1] is not None else after[0]
+        found = self._page(index, start, after, stamp) if start and stamp is not None else None
+        return found or self._page(index, start, None, None)
+
+    def _page(self, index: int | None, start: int, after: tuple | None, stamp: int | None) -> Page | None:
+        av = import_av()
+        self.demuxed = 0  # packets read for the last page: what a seek saved shows here
+        try:
+            with av.open(str(self.path)) as container:
+                streams = container.streams
+                if index is None:
+                    index = streams.video[0].index
+                if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
+                    raise BadInputError(f"{self.path.name} has no video, audio or subtitle stream {index}")
+                stream = streams[index]
+                if after is not None:
+                    container.seek(stamp, stream=stream, backward=True)
+                packets, size, following, n = [], 0, None, None if after is not None else 0
+                for packet in container.demux(stream):
+                    if not packet.size:
+                        continue
+                    self.demuxed += 1
+                    if n is None:  # still looking for the packet before the page
+                        if (packet.pts, packet.dts, packet.size) == after:
+                            n = start
+                        elif (packet.dts if packet.dts is not None else packet.pts or 0) > stamp:
+                            return None
+                        continue
+                    if n >= start:
+                        if len(packets) == MAX_PAGE_PACKETS or (packets and size + packet.size > MAX_PAGE_BYTES):
+                            following = n
+                            break
+                        packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe))
+                        size += packet.size
+                    n += 1
+                if n is None:
+                    return None
+                return Page(_parameters(stream), bytes(stream.codec_context.extradata or b""), packets, following)
+        except av.error.FFmpegError as exc:
+            raise BadInputError(f"{self.path.name}: cannot read stream {index}'s packets ({exc})") from None
+
+
+def _parameters(stream) -> dict:
+    """What a client needs to decode (video) or mux (audio, subtitles) a stream's packets."""
+    context = stream.codec_context
+    found = {"index": stream.index, "type": stream.type, "codec": context.name, "time_base": str(stream.time_base)}
+    if stream.type == "video":
+        found |= {"width": context.width, "height": context.height, "pix_fmt": context.format.name if context.format else ""}
+    elif stream.type == "audio":
+        found |= {"sample_rate": context.sample_rate, "layout": context.layout.name, "format": context.format.name}
+    return found

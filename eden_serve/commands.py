@@ -1,0 +1,178 @@
+"""What the commands do with their parsed options, shared by the command line (:mod:`.cli`) and the
+web page (:mod:`.page`), so that neither writes it twice: the model and deployment options, the
+device, the models and the client they name, a clip in process or through the servers, and the one
+line a failure is told in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import pipeline, wire
+from .checkpoint import load_pair
+from .client import DEFAULT_TIMEOUT, Client
+from .client.streaming import Summary
+from .client.tls import ClientTLS
+from .client.transports import TOKEN_ENV, read_token
+from .clip_options import clip_options
+from .cloud.encoder import CloudEncoder
+from .config import PRESETS, preset
+from .edge import PRECISIONS, Acceleration, EdgeModel, default_precision
+from .errors import BadInputError, EdenError
+
+PROG = "eden-serve"
+CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
+
+
+class DeviceFallbackWarning(UserWarning):
+    """Two devices asked for, fewer visible: both halves run on one."""
+
+
+def _device(name: str) -> str:
+    """cpu, cuda, cuda:N or auto (the GPU where there is one) -> the device, checked to exist."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", name)
+    if match is None:
+        raise BadInputError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N, or CLOUD,EDGE such as cuda:0,cuda:1")
+    if name == "cpu":
+        return name
+    if not torch.cuda.is_available():
+        raise BadInputError(f"device {name} asked for, but CUDA is not available here; use --device cpu")
+    if int(match.group(1) or 0) >= torch.cuda.device_count():
+        raise BadInputError(f"device {name} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
+    return name
+
+
+def devices(text: str) -> tuple[str, str]:
+    """``--device``: one device for both halves, or ``CLOUD,EDGE``. Two GPUs asked for where fewer
+    are visible run both halves on the first one, with a warning."""
+    names = text.split(",")
+    if len(names) == 1:
+        return (_device(names[0]),) * 2
+    if len(names) != 2:
+        raise BadInputError(f"--device takes one device or two (CLOUD,EDGE), got {text!r}")
+    gpus = [int(name.partition(":")[2] or 0) for name in names if name.startswith("cuda")]
+    if gpus and torch.cuda.is_available() and max(gpus) >= torch.cuda.device_count():
+        warnings.warn(f"--device {text}: only {torch.cuda.device_count()} GPU(s) visible; the cloud and the edge "
+                      "both run on cuda:0", DeviceFallbackWarning, stacklevel=2)
+        return "cuda:0", "cuda:0"
+    cloud, edge = (_device(name) for name in names)
+    return cloud, edge
+
+
+def threshold(text: str) -> float | None:
+    """``--scene-threshold`` in process: a number in [0, 3], or off (None)."""
+    if text == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 3:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 3] or off, got {text!r}")
+    return value
+
+
+def threshold_text(text: str) -> str:
+    """``--scene-threshold`` asked of a server: checked, then sent as it is."""
+    threshold(text)
+    return text
+
+
+def add_model_options(parser: argparse.ArgumentParser, codec: str = wire.DEFAULT_CODEC) -> None:
+    parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
+    parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
+    parser.add_argument("--wire-codec", "--codec", dest="codec", default=codec,
+                        help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)}, or {wire.NO_WIRE}: "
+                             f"the tensors handed from the cloud's device to the edge's in this process (default: {codec})")
+    parser.add_argument("--precision", choices=PRECISIONS,
+                        help="edge compute precision; auto: bf16 where the hardware runs it fast (default: auto on a GPU, fp32 on a CPU)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (the GPU where there is one, else the CPU), cpu, cuda or cuda:N; or CLOUD,EDGE such as "
+                             "cuda:0,cuda:1, the encoder on one and the DiT+decoder on the other (default: auto)")
+
+
+def load_models(args: argparse.Namespace) -> tuple[CloudEncoder, EdgeModel]:
+    """The two halves that ``--checkpoint``, ``--config``, ``--device`` and ``--precision`` name, the
+    edge's forward run as ``--cuda-graphs`` and ``--compile`` say where the command has them."""
+    cloud_device, edge_device = devices(args.device)
+    acceleration = Acceleration.from_arguments(args)
+    acceleration.graphs_on(torch.device(edge_device))  # a contradiction fails before the weights load
+    precision = args.precision or default_precision(torch.device(edge_device))
+    cloud, edge = load_pair(args.checkpoint, preset(args.config), cloud_device, precision, edge_device=edge_device)
+    edge.accelerate(acceleration)
+    return cloud, edge
+
+
+def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the servers are, how to reach them and how long to keep trying: the client's options."""
+    where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
+    where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
+    where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
+    where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
+    where.add_argument("--transport", choices=("http", "grpc"), default="http",
+                       help="http, or grpc with grpc:// or grpcs:// URLs of the gRPC inference ports; over gRPC "
+                            "--server names a server with eden_encoder and eden_ditdec (default http)")
+    auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
+    auth.add_argument("--token", help="inference token")
+    auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
+    auth.add_argument("--edge-token", metavar="TOKEN", help="the edge server's token, where it differs from the cloud's")
+    auth.add_argument("--edge-token-file", metavar="PATH", help="the edge server's key_file.json")
+    parser.add_argument("--cacert", metavar="PEM", help="the CA that signed the servers' TLS certificates (default: the system's)")
+    parser.add_argument("--tries", type=int, default=5,
+                        help="attempts per request on connection errors and 5xx (default 5)")
+    parser.add_argument("--backoff", type=float, default=1.0,
+                        help="seconds before the first retry, doubling after (default 1)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
+
+
+def client_from(args: argparse.Namespace) -> Client:
+    """The :class:`Client` of the deployment options (``args.codec`` and ``args.scene_threshold``
+    are asked of the encoder)."""
+    token = read_token(args.token, args.token_file)
+    edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
+    return Client(args.server, cloud=args.cloud, edge=args.edge, token=token, edge_token=edge_token, codec=args.codec,
+                  scene_threshold=args.scene_threshold, tries=args.tries, backoff=args.backoff, timeout=args.timeout,
+                  tls=ClientTLS.from_file(args.cacert), transport=args.transport)
+
+
+def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
+                    models: Callable[[], tuple[CloudEncoder, EdgeModel]], **hooks) -> Summary:
+    """``eden-serve interpolate CLIP``: the clip options of ``args``, checked before ``models()``
+    gives the halves that compute it; ``hooks``: :func:`~eden_serve.client.streaming.interpolate_clip`'s
+    ``watch``."""
+    wire.check_codec(args.codec)
+    options = clip_options(args)
+    cloud, edge = models()
+    return pipeline.interpolate_clip_in_process(
+        src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk, inflight=args.inflight,
+        progress=getattr(args, "progress", None), max_pixels=args.max_pixels, scene_threshold=args.scene_threshold, resume=args.resume,
+        **options, **hooks,
+    )
+
+
+def clip_through(client: Client, args: argparse.Namespace, src: str | Path, dst: str | Path, **hooks) -> Summary:
+    """``eden-serve client CLIP``: the clip options of ``args`` through ``client``'s servers."""
+    return client.interpolate_clip(src, dst, seed=args.seed, chunk=args.chunk, ramp=args.ramp, inflight=args.inflight,
+                                   progress=args.progress, resume=args.resume, **clip_options(args), **hooks)
+
+
+def failure(exc: Exception) -> str:
+    """The one line a failed command prints after ``eden-serve: `` (the page shows the same)."""
+    if isinstance(exc, EdenError):
+        return f"error: {exc}"
+    if isinstance(exc, OSError):  # the disk, not the input: full, read-only, a file vanished under the run
+        where = " -> ".join(repr(str(name)) for name in (exc.filename, exc.filename2) if name is not None)
+        reason = exc.strerror or " ".join(str(exc).split())[:200] or type(exc).__name__
+        return "error: " + reason + (f": {where}" if where else "")
+    if isinstance(exc, MemoryError):
+        return "error: out of memory; try smaller frames, a smaller --chunk or fewer --inflight"
+    return f"error: internal error ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); please report it"

@@ -1,0 +1,243 @@
+"""Clips: frame sequences read lazily and written whole or not at all.
+
+A clip is a directory of frames (natural sort order: ``frame2`` before ``frame10``, here), an
+animated GIF, APNG or WebP (:mod:`.animation`), or a video (:mod:`.video`, PyAV, the optional
+``video`` extra), recognised by content, not by name. Its output is of the same kind: every original
+frame followed by the frame interpolated between it and the next (N frames in, 2N - 1 out), at twice
+the frame rate, in the same size and pixel format; or, for a factor F of 4 or 8, F - 1 frames
+between each two (F(N - 1) + 1 out) at F times the frame rate; or, retimed (:mod:`.timing`), the
+frames of another factor or a frame rate. A directory's output frames are ``%06d.png``.
+
+Memory: frames are read one at a time, so a reader holds only the frames its caller keeps, and
+writers stream too. Atomicity: output is built under a hidden name and renamed at the end
+(:mod:`eden_serve.atomic`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from PIL import Image, UnidentifiedImageError
+
+from ..atomic import atomic_output, remove_partial
+from ..errors import BadInputError
+from .animation import ANIMATION_FORMATS, AnimationClip
+from .base import HALF, Clip, ClipWriter, Frame
+from .encoding import VIDEO_EXTRA, Encoding
+from .frames import PNG_MODES, PNG_SIGNATURE, match_mode
+from .resume import Journal, Tally, start_afresh, sync
+from .timing import Retiming
+from .video import PIPE, RawVideo, VideoClip
+
+__all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "RawVideo", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
+           "open_clip", "write_clip"]
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that orders digit runs by value: frame2 < frame10; ties broken by the exact name."""
+    parts = re.split(r"(\d+)", name)
+    return tuple(int(p) if i % 2 else p.casefold() for i, p in enumerate(parts)), name
+
+
+class DirectoryClip(Clip):
+    kind = "directory"
+
+    def __init__(self, path: Path, max_pixels: int | None = None):
+        super().__init__(path)
+        self.max_pixels = max_pixels
+        known = Image.registered_extensions()
+        try:
+            entries = list(os.scandir(path))
+        except OSError as exc:
+            raise BadInputError(f"cannot list {str(path)!r}: {exc.strerror}") from None
+        names = [e.name for e in entries
+                 if e.is_file() and not e.name.startswith(".") and Path(e.name).suffix.lower() in known]
+        if not names:
+            raise BadInputError(f"{str(path)!r} holds no image files")
+        self.names = sorted(names, key=natural_key)
+        self.length = len(self.names)
+
+    def __iter__(self) -> Iterator[Frame]:
+        for i, name in enumerate(self.names):
+            yield Frame(i, name, path=self.path / name, max_pixels=self.max_pixels)
+
+    def writer(self, tmp, dst, retiming, state=None, encoding=None):
+        if encoding is not None and encoding.given:
+            raise BadInputError("--vcodec, --crf, --preset, --pix-fmt and --encoder-opt apply to a video output")
+        return DirectoryWriter(tmp, state)
+
+
+def _png_ready(image: Image.Image) -> Image.Image:
+    """The image in a mode a PNG holds: as it is where it can, else its colours (with alpha)."""
+    if image.mode in PNG_MODES:
+        return image
+    if image.mode.startswith("I;16"):
+        return image.convert("I;16")
+    return image.convert("RGBA" if "A" in image.getbands() else "RGB")
+
+
+class DirectoryWriter(ClipWriter):
+    """Output frame k is ``%06d.png`` (k = 0, 1, ...: the pattern ffmpeg and most tools read): a PNG
+    original copied byte for byte, any other decoded and written as PNG (lossless, and in its own
+    mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float)."""
+
+    continues = True
+
+    def __init__(self, tmp: Path, state: dict | None = None):
+        self.dir = tmp
+        self.count = 0 if state is None else state["count"]
+        self.unsynced: list[Path] = []
+        self.tally = Tally()
+        if state is not None:
+            self._restore(state)
+
+    def _restore(self, state: dict) -> None:
+        """Continue from ``state``: the frames it counts must be there, exactly as written (its
+        checksum); those written after it (the last perhaps in part) go."""
+        kept: dict[int, Path] = {}
+        for path in self.dir.iterdir():
+            if path.stem.isdigit() and int(path.stem) < self.count and path.name == f"{int(path.stem):06d}.png" and path.is_file():
+                kept[int(path.stem)] = path
+            else:
+                remove_partial(path)
+        problem = None
+        if len(kept) != self.count:
+            problem = f"holds {len(kept)} of the {self.count} frames its journal recorded"
+        else:
+            for k in range(self.count):
+                self.tally.add_file(kept[k])
+            if self.tally.digest() != state["digest"]:
+                problem = "differs from what its journal recorded"
+        if problem:
+            raise BadInputError(f"cannot resume: {self.dir.name} {problem}; {start_afresh(self.dir)}")
+
+    def _next(self) -> Path:
+        path = self.dir / f"{self.count:06d}.png"
+        self.count += 1
+        self.unsynced.append(path)
+        return path
+
+    def add(self, frame):
+        with open(frame.path, "rb") as file:
+            png = file.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
+        if png:
+            shutil.copyfile(frame.path, self._next())
+        else:
+            _png_ready(frame.image).save(self._next(), format="PNG")
+
+    def add_middle(self, middle, before, after, position=HALF):
+        _png_ready(match_mode(middle, before.image, after.image)).save(self._next(), format="PNG")
+
+    def place(self, picture, before, after, position):
+        if isinstance(picture, Frame):
+            self.add(picture)
+        else:
+            self.add_middle(picture, before, after or before, position)
+
+    def checkpoint(self):
+        sync(*self.unsynced, self.dir)
+        for path in self.unsynced:  # read back: the checksum is of what the disk holds
+            self.tally.add_file(path)
+        self.unsynced = []
+        return {"count": self.count, "digest": self.tally.digest()}
+
+
+def _animated(path: Path) -> Image.Image | None:
+    """The opened image if ``path`` is an animation of a format we write, else None; raises
+    BadInputError for a still image (Pillow knows it as one frame, so it is no video)."""
+    try:
+        image = Image.open(path)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        return None
+    frames = getattr(image, "n_frames", 1)
+    if image.format in ANIMATION_FORMATS and frames > 1:
+        return image
+    image.close()
+    if frames > 1:  # FLI, MPEG, multi-page TIFF: FFmpeg may read it as a video
+        return None
+    raise BadInputError(f"{str(path)!r} is a still image, not a clip (a directory of frames, an animated "
+                        "GIF/APNG/WebP or a video); give two frames to interpolate a single pair")
+
+
+def _video(path: Path, max_pixels: int | None) -> VideoClip:
+    """The video at ``path``, found by its content (any container FFmpeg recognises)."""
+    try:
+        import av
+    except ImportError:
+        raise BadInputError(f"{str(path)!r} is not an image; if it is a video, {VIDEO_EXTRA}") from None
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, ValueError):
+        raise BadInputError(f"{str(path)!r} is not a clip: neither an image, an animation nor a video FFmpeg "
+                            "recognises") from None
+    if not container.streams.video:
+        container.close()
+        raise BadInputError(f"{str(path)!r} has no video stream")
+    return VideoClip(path, max_pixels, container)
+
+
+def is_clip(path: str | Path) -> bool:
+    """True for a directory, ``-``, a video or a multi-frame GIF/APNG/WebP; False for a still image."""
+    try:
+        open_clip(path).close()
+    except BadInputError:
+        return str(path) == PIPE or Path(path).is_dir()
+    return True
+
+
+def open_clip(path: str | Path, max_pixels: int | None = None, raw: RawVideo | None = None) -> Clip:
+    """The clip at ``path`` (``-``: a video on standard input; ``raw``: frames without a header);
+    frames over ``max_pixels`` (None: no limit) raise FrameTooLargeError."""
+    if raw is not None:
+        return VideoClip(Path(path), max_pixels, raw.open(Path(path)))
+    if str(path) == PIPE:
+        return VideoClip(Path(PIPE), max_pixels)
+    path = Path(path)
+    if path.is_dir():
+        return DirectoryClip(path, max_pixels)
+    if not path.is_file():
+        raise BadInputError(f"input {str(path)!r} does not exist")
+    image = _animated(path)
+    if image is None:
+        return _video(path, max_pixels)
+    try:
+        return AnimationClip(path, image, max_pixels)
+    except BadInputError:
+        image.close()
+        raise
+
+
+@contextlib.contextmanager
+def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), journal: Journal | None = None,
+               encoding: Encoding | None = None) -> Iterator[ClipWriter]:
+    """A writer of ``clip`` retimed by ``retiming`` whose output appears at ``dst`` only if the
+    block completes; with a ``journal``, a resumable output (:mod:`eden_serve.media.resume`). ``-``
+    writes Y4M to standard output as it goes, so a run that stops leaves a cut stream there."""
+    if str(dst) == PIPE:
+        if clip.kind != "video":
+            raise BadInputError(f"-o - writes Y4M video; the input is a {clip.kind}")
+        if journal is not None:
+            raise BadInputError("--resume needs an output file, not -")
+        output = contextlib.nullcontext(Path(PIPE))
+    else:
+        dst = Path(dst)
+        # realpath: a symlink loop is no error here
+        if str(clip.path) != PIPE and os.path.realpath(dst) == os.path.realpath(clip.path):
+            raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
+        directory = clip.kind == "directory"
+        output = atomic_output(dst, directory) if journal is None else journal.output(directory)
+    with output as tmp:
+        checkpoint = journal.checkpoint if journal is not None else None
+        writer = clip.writer(tmp, dst, retiming, checkpoint["writer"] if checkpoint else None, encoding)
+        if journal is not None:
+            journal.confirm()
+        try:
+            yield writer
+            writer.finish()
+        finally:
+            writer.close()

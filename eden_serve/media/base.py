@@ -1,0 +1,133 @@
+"""What every clip is: a sequence of :class:`Frame` objects read in order, and a :class:`ClipWriter`
+that receives the output frames in order."""
+
+from __future__ import annotations
+
+import threading
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from PIL import Image
+
+from .encoding import Encoding
+from .frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
+from .resume import input_identity
+from .timing import Retiming
+
+HALF = Fraction(1, 2)
+
+
+class Frame:
+    """One frame of a clip.
+
+    ``image`` is the decoded frame in the clip's working mode; for a directory it is decoded on first
+    use, by whichever thread needs it first (a lock per frame: different frames decode in parallel).
+    ``tensor`` is what the model takes, ``encoded`` what a server is sent: the file's own bytes for a
+    directory (the server then decodes exactly what we would), a PNG otherwise.
+    """
+
+    def __init__(self, index: int, name: str, *, image: Image.Image | None = None, path: Path | None = None,
+                 duration: float | None = None, raw=None, max_pixels: int | None = None,
+                 time: Fraction | None = None, end: Fraction | None = None, source: str | None = None):
+        self.index = index
+        self.name = name
+        self.path = path
+        self.max_pixels = max_pixels  # checked from the file's header, before decoding
+        self.duration = duration  # milliseconds on screen, for animations
+        self.raw = raw  # the decoded video frame, re-encoded as it is so that no RGB round trip alters it
+        self.time, self.end = time, end  # seconds, for video: when it is shown, and until when
+        self.source = source  # an original of this server-side source (docs/cloud-sources.md): the cloud holds it
+        self._image = image
+        self._cache: dict[str, object] = {}
+        self._lock = threading.RLock()  # tensor and encoded compute image under it
+
+    def _lazy(self, key: str, make):
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
+
+    @property
+    def image(self) -> Image.Image:
+        return self._image if self._image is not None else self._lazy("image", self._load)
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return self._lazy("tensor", lambda: image_to_tensor(self.image))
+
+    @property
+    def encoded(self) -> bytes:
+        if self.path is not None:
+            return self._lazy("encoded", self.path.read_bytes)
+        return self._lazy("encoded", lambda: png_bytes(self.image, TRANSPORT_PNG_LEVEL))
+
+    def _load(self) -> Image.Image:
+        # Oriented as image_to_tensor orients it, so alpha and mode matching see the frame the model sees.
+        return open_image(self.path, self.name, self.max_pixels)
+
+
+class Clip:
+    """A clip being read: iterate it for :class:`Frame` objects, in order, one at a time."""
+
+    kind: str  # "directory", "animation" or "video"
+    length: int | None  # number of frames, where known before reading them
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __iter__(self) -> Iterator[Frame]:
+        raise NotImplementedError
+
+    def writer(self, tmp: Path, dst: Path, retiming: Retiming, state: dict | None = None,
+               encoding: Encoding | None = None) -> "ClipWriter":
+        """A writer of the frames at the rate of ``retiming``, building ``tmp``; ``state`` (from
+        :meth:`ClipWriter.checkpoint`) continues a partial ``tmp`` instead of starting it;
+        ``encoding``: a video's encoder options."""
+        raise NotImplementedError
+
+    def identity(self) -> dict:
+        """What a resumed run checks to know it continues with the same input."""
+        return input_identity(self.path)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ClipWriter:
+    """Receives the output frames in order: ``add`` an original, then ``add_middle`` for each frame
+    between it and the next original ``after``, at ``position`` (1/F, 2/F, ... of the interval, for
+    a factor F)."""
+
+    # Whether checkpoint() gives a state to continue from; if not, a resumed run writes it again.
+    continues = False
+
+    def add(self, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def add_middle(self, middle: Image.Image, before: Frame, after: Frame, position: Fraction = HALF) -> None:
+        raise NotImplementedError
+
+    def place(self, picture: "Frame | Image.Image", before: Frame, after: Frame | None, position: Fraction) -> None:
+        """A retimed output's next frame (:mod:`eden_serve.client.tree`): an original (a :class:`Frame`) or a middle,
+        due at exact ``position`` between the originals ``before`` and ``after`` (None: after the
+        last original, ``position`` counting in its showing time)."""
+        raise NotImplementedError
+
+    def checkpoint(self) -> dict:
+        """Make what was added so far durable (flushed and synced) and return the JSON state that
+        continues from here; called between two originals, only where ``continues``."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Complete the container; called only when every frame has been added."""
+
+    def close(self) -> None:
+        """Release files; called in every case, after ``finish`` or instead of it."""

@@ -1,0 +1,324 @@
+"""Resumable outputs (``--resume``): a run that stops keeps its partial output and a journal beside
+it, and a later run with the same input and options continues from the journal's last checkpoint.
+
+Beside the destination ``NAME.EXT``:
+
+- ``.NAME.partial-resume.EXT``: the output being built (a file or a directory), renamed onto the
+  destination once complete, as :mod:`eden_serve.atomic` does;
+- ``….journal``: JSON: what the run is (``identity``: the input's size, time and first bytes, the
+  factor, chunk, seed, the model or servers), how far its output is durable (``checkpoint``, with
+  the writer's :class:`Tally` of what the partial output holds up to there), and a ``seal``: a
+  checksum of the rest, so that an edited journal is refused rather than believed;
+- ``….middles``: for an output that cannot be continued in place (video: an encoder's state cannot
+  be saved), every middle frame computed so far, as PNG named with its own checksum. A resumed run
+  writes such an output again from the start and computes only the middles it lacks.
+
+Whatever a checkpoint or the cache names is synced to disk first, so a killed process (or a power
+cut) loses at most the work since then. The partial output is locked while a run writes it. A
+resumed run trusts nothing it has not checked: a partial output, journal or cached middle that
+differs from what was recorded is refused in one line that says how to start afresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import warnings
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from PIL import Image
+
+from ..atomic import check_destination, create_partial, place, remove_partial
+from ..errors import BadInputError
+from .frames import png_bytes
+
+JOURNAL_VERSION = 2  # 2: sealed, with the partial output's checksum
+_HEAD_BYTES = 1 << 20  # of an input file, hashed: a changed file of the same size and time still differs
+_CACHE_PNG_LEVEL = 1
+_CACHED = re.compile(r"(\d+)-(\d{9})-([0-9a-f]{32})\.png")  # level, pair, checksum of the file
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` whole, on disk: written beside it, synced, then renamed onto it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+def sync(*paths: Path) -> None:
+    """fsync files and directories."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def start_afresh(partial: Path) -> str:
+    """How to start again when ``partial`` (a resumable output) cannot be continued."""
+    return f"delete {partial.name}.journal and {partial.name} to start again"
+
+
+class Tally:
+    """A running checksum of the bytes a partial output holds, in the order they were written: the
+    journal records it at each checkpoint, and a resumed run recomputes it from the partial output
+    before adding anything (:meth:`ClipWriter.checkpoint <eden_serve.media.ClipWriter.checkpoint>`)."""
+
+    def __init__(self):
+        self._hash = hashlib.blake2b(digest_size=16)
+
+    def add(self, data: bytes) -> None:
+        self._hash.update(data)
+
+    def add_file(self, path: Path) -> None:
+        """A file of a directory output: its name and its bytes."""
+        data = path.read_bytes()
+        self.add(f"{path.name}\0{len(data)}\0".encode())
+        self.add(data)
+
+    def add_range(self, file, start: int, end: int) -> None:
+        """Bytes ``start`` to ``end`` of an open file (whose position then is undefined)."""
+        file.seek(start)
+        while start < end:
+            block = file.read(min(end - start, 1 << 20))
+            if not block:
+                raise EOFError(f"{end - start} bytes short")
+            self.add(block)
+            start += len(block)
+
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _seal(data: dict) -> str:
+    return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def input_identity(path: str | Path) -> dict:
+    """What tells an input apart cheaply: a file's size, modification time and first MiB; a
+    directory's names, sizes and times."""
+    path = Path(path)
+    if path.is_dir():
+        digest = hashlib.blake2b(digest_size=16)
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            if entry.is_file() and not entry.name.startswith("."):
+                stat = entry.stat()
+                digest.update(f"{entry.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        return {"directory": digest.hexdigest()}
+    stat = path.stat()
+    with open(path, "rb") as file:
+        head = hashlib.blake2b(file.read(_HEAD_BYTES), digest_size=16).hexdigest()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head": head}
+
+
+def model_identity(*models) -> dict:
+    """What the middles of models with ``weights`` (a cloud and an edge) depend on: the weights
+    themselves, their device and precision, and the arithmetic of this torch build and CPU."""
+    digest = hashlib.blake2b(digest_size=16)
+    for model in models:
+        for name, tensor in model.weights.state_dict().items():
+            digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\n".encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    edge = models[-1]
+    return {"weights": digest.hexdigest(), "device": str(edge.device), "precision": getattr(edge, "precision", None),
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
+def _differences(then, now, where: str = "") -> Iterator[str]:
+    if isinstance(then, dict) and isinstance(now, dict):
+        for key in sorted(set(then) | set(now)):
+            yield from _differences(then.get(key), now.get(key), f"{where}.{key}" if where else key)
+    elif then != now:
+        yield f"{where or 'identity'} {then!r:.60} then, {now!r:.60} now"
+
+
+class Journal:
+    """The journal of a resumable output ``dst`` for a run described by ``identity`` (JSON data).
+
+    :meth:`output` opens the partial output; ``checkpoint`` is then the last one saved (None: start
+    from the beginning), :meth:`save` records a new one, and :meth:`cached_processor` keeps
+    middles for an output written again in full.
+    """
+
+    def __init__(self, dst: str | Path, identity: dict):
+        self.dst = Path(dst)
+        self.identity = json.loads(json.dumps(identity))  # as it reads back: tuples become lists
+        self.checkpoint: dict | None = None
+        self.hits = 0  # middles taken from the cache
+        self._cached: dict[tuple[int, int], Path] = {}  # a stopped run's middles: (level, pair) -> file
+        self.verified = False  # whether the partial output was found as the checkpoint says (see confirm)
+        self._hits_lock = threading.Lock()
+
+    def _paths(self, directory: bool) -> None:
+        base = f".{self.dst.stem}.partial-resume{'' if directory else self.dst.suffix}"
+        self.partial = self.dst.with_name(base)
+        self.path = self.dst.with_name(base + ".journal")
+        self.cache = self.dst.with_name(base + ".middles")
+
+    def _write(self, checkpoint: dict | None) -> None:
+        data = {"version": JOURNAL_VERSION, "identity": self.identity, "checkpoint": checkpoint}
+        write_durably(self.path, json.dumps({**data, "seal": _seal(data)}).encode())
+        sync(self.path.parent)
+
+    def _read(self) -> dict:
+        restart = start_afresh(self.partial)
+        try:
+            data = json.loads(self.path.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
+            raise BadInputError(f"cannot resume {self.dst.name}: its journal is unreadable ({reason}); {restart}") from None
+        if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION:
+            raise BadInputError(f"cannot resume {self.dst.name}: its journal is not version {JOURNAL_VERSION}; {restart}")
+        seal = data.pop("seal", None)
+        if seal != _seal(data) or data.keys() != {"version", "identity", "checkpoint"}:
+            raise BadInputError(f"cannot resume {self.dst.name}: its journal was changed after this program wrote it; {restart}")
+        difference = next(_differences(data.get("identity"), self.identity), None)
+        if difference is not None:
+            raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} was made with {difference}; "
+                                f"give the same input and options, or {restart}")
+        return data
+
+    def _hold(self) -> None:
+        """Lock the partial output for this run (released when the process ends, however it ends)."""
+        self._fd = os.open(self.partial, os.O_RDONLY)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise BadInputError(f"another run is writing {self.dst.name} ({self.partial.name} is locked)") from None
+
+    def _open(self, directory: bool) -> None:
+        check_destination(self.dst, directory)
+        self._paths(directory)
+        if self.partial.exists() and not self.path.exists():
+            raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} has no journal; delete it")
+        if self.partial.is_symlink() or self.partial.exists() and self.partial.is_dir() != directory:
+            kind = "a symbolic link" if self.partial.is_symlink() else "a directory" if self.partial.is_dir() else "a file"
+            raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} is {kind}, not what this output builds; "
+                                f"{start_afresh(self.partial)}")
+        if self.partial.exists():
+            self._hold()
+            try:
+                self.checkpoint = self._read()["checkpoint"]
+                self._index_cache()
+            except BaseException:
+                os.close(self._fd)
+                raise
+            if self.checkpoint is not None or self._cached_count():
+                return
+            os.close(self._fd)
+            remove_partial(self.partial)  # stopped before its first checkpoint: nothing to keep
+        self._remove()  # a journal or cache without its partial output is stale
+        self.verified = True
+        self._write(None)
+        create_partial(self.partial, directory, self.dst)
+        self._hold()
+
+    def _cached_count(self) -> int:
+        return sum(1 for p in self.cache.iterdir() if p.suffix == ".png") if self.cache.is_dir() else 0
+
+    def _remove(self) -> None:
+        for path in (self.path, self.path.with_name(self.path.name + ".tmp")):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def output(self, directory: bool = False) -> Iterator[Path]:
+        """The partial output, renamed onto the destination if the block completes. If it stops
+        (an error, Ctrl-C, SIGTERM) once the journal on disk names a checkpoint or the cache holds
+        a middle, the partial output, the journal and the cache stay, with a warning that says so;
+        otherwise all three go."""
+        self._open(directory)
+        try:
+            yield self.partial
+            place(self.partial, self.dst)
+        except BaseException:
+            self._stopped()
+            raise
+        else:
+            self._remove()
+        finally:
+            os.close(self._fd)
+
+    def confirm(self) -> None:
+        """The partial output holds what the checkpoint recorded (its writer checked it): a run
+        stopped from now on keeps it for the next. One refused leaves everything as it was."""
+        self.verified = True
+
+    def _stopped(self) -> None:
+        if not self.verified:
+            return
+        try:  # what a resume would find, whatever this run had got to when it was stopped
+            saved = json.loads(self.path.read_text())["checkpoint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            saved = None
+        cached = self._cached_count()
+        if saved is None and not cached:
+            remove_partial(self.partial)
+            self._remove()
+            return
+        done = f"{saved['position']} frames of the input" if saved is not None else f"{cached} middle frames"
+        warnings.warn(f"stopped; {self.partial.name} and its journal keep {done}: "
+                      f"the same command with --resume continues from there")
+
+    def save(self, checkpoint: dict) -> None:
+        """Record ``checkpoint`` (JSON data), once what it names has been synced."""
+        self._write(checkpoint)
+        self.checkpoint = checkpoint
+
+    def _index_cache(self) -> None:
+        """The middles a stopped run cached, each checked against the checksum its name records."""
+        for path in self.cache.iterdir() if self.cache.is_dir() else ():
+            match = _CACHED.fullmatch(path.name)
+            if not match:
+                continue
+            if hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() != match[3]:
+                raise BadInputError(f"cannot resume {self.dst.name}: the cached middle frame {path.name} is damaged; "
+                                    f"{start_afresh(self.partial)}")
+            self._cached[int(match[1]), int(match[2])] = path
+
+    @staticmethod
+    def _cached_middle(path: Path) -> Image.Image:
+        with Image.open(path, formats=["PNG"]) as image:
+            image.load()
+            return image
+
+    def cached_processor(self, processor: Callable, level: int) -> Callable:
+        """``processor`` for pairs of factor level ``level``, through the cache: a chunk whose
+        middles are all there is read back (PNG: exactly; its checksum was checked when the run
+        opened), any other is computed and stored."""
+
+        def process(index: int, frames: list, seed: int, *arrived):
+            cached = [self._cached.get((level, index + j)) for j in range(len(frames) - 1)]
+            if all(cached):
+                images = [self._cached_middle(path) for path in cached]
+                with self._hits_lock:
+                    self.hits += len(images)
+                return images
+            result = processor(index, frames, seed, *arrived)
+            images = getattr(result, "images", result)
+            if len(images) == len(cached):
+                self.cache.mkdir(exist_ok=True)
+                for j, image in enumerate(images):
+                    data = png_bytes(image, _CACHE_PNG_LEVEL)
+                    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+                    write_durably(self.cache / f"{level}-{index + j:09d}-{digest}.png", data)
+                sync(self.cache)
+            return result
+
+        process.streams = getattr(processor, "streams", False)
+        return process

@@ -1,0 +1,328 @@
+"""Video clips through PyAV (the optional ``video`` extra): any container FFmpeg recognises by its
+content (MP4, Matroska, MPEG-TS, MPEG-PS, Y4M...), a file or ``-`` (standard input and output,
+Y4M on the way out)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator
+
+from PIL import Image
+
+from ..errors import BadInputError
+from .base import HALF, Clip, ClipWriter, Frame
+from .encoding import RAW_FORMATS, Encoding, configure, encoder, import_av
+from .frames import check_size
+from .timing import Retiming
+
+PIPE = "-"
+# Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits; see VideoWriter.
+MAX_TIME_BASE_DENOMINATOR = 65535
+# Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
+# sets where the video ends.
+# Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
+_FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
+_DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+
+
+def rgb(frame) -> Image.Image:
+    """A decoded frame as the 8-bit RGB image that the model and every codec take: PyAV's own
+    conversion (swscale, bilinear, to rgb24 by the frame's colour matrix and range, which the
+    decoder takes from the bitstream or, where the bitstream leaves them out, from its context).
+    ``clips.packets`` decodes a chunk's packets through this same function, for the same pixels."""
+    return frame.to_image()
+
+
+@dataclass(frozen=True)
+class RawVideo:
+    """A headerless stream of frames: their size (height, width), pixel format and rate."""
+
+    size: tuple[int, int]
+    pix_fmt: str = "yuv420p"
+    rate: Fraction = Fraction(25)
+
+    def open(self, path: Path):
+        av = import_av()
+        height, width = self.size
+        options = {"video_size": f"{width}x{height}", "pixel_format": self.pix_fmt, "framerate": str(self.rate)}
+        try:
+            return av.open(sys.stdin.buffer if str(path) == PIPE else str(path), format="rawvideo", options=options)
+        except (av.error.FFmpegError, ValueError) as exc:
+            raise BadInputError(f"{path}: cannot read it as raw {self.pix_fmt} video of {width}x{height} ({exc})") from None
+
+
+class VideoClip(Clip):
+    """The first video stream, decoded frame by frame. Every frame yielded has a time stamp
+    (``raw.pts`` in ``time_base``) later than the one before."""
+
+    kind = "video"
+
+    def __init__(self, path: Path, max_pixels: int | None = None, container=None):
+        super().__init__(path)
+        av = import_av()
+        self._error = av.error.FFmpegError
+        self.piped = str(path) == PIPE
+        try:
+            self.container = container or av.open(sys.stdin.buffer if self.piped else str(path))
+        except (self._error, ValueError) as exc:
+            raise BadInputError(f"{path}: not a readable video ({exc})") from None
+        if not self.container.streams.video:
+            self.container.close()
+            raise BadInputError(f"{path}: has no video stream")
+        self.stream = self.container.streams.video[0]
+        if max_pixels is not None:
+            try:
+                check_size(self.stream.width, self.stream.height, max_pixels, str(path))
+            except BadInputError:
+                self.container.close()
+                raise
+        self.stream.thread_type = "AUTO"
+        self.length = self.stream.frames or None
+        self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
+        self.time_base = self.stream.time_base or 1 / self.rate
+
+    def __iter__(self) -> Iterator[Frame]:
+        try:
+            yield from self.timed(self.container.decode(self.stream))
+        except self._error as exc:
+            raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
+
+    def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
+        """The decoded frames as :class:`Frame` objects, each timed after the one before."""
+        previous = None
+        for i, frame in enumerate(decoded):
+            if frame.pts is None:  # raw streams leave timing to the player: one frame at the average rate
+                frame.pts = 0 if previous is None else previous + max(1, round(1 / (self.rate * self.time_base)))
+            elif previous is not None and frame.pts <= previous:
+                raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
+                                    f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
+            previous = frame.pts
+            time = frame.pts * self.time_base
+            duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
+            yield Frame(i, f"frame {i}", image=rgb(frame), raw=frame, time=time, end=time + duration, source=source)
+
+    def writer(self, tmp, dst, retiming, state=None, encoding=None):
+        return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
+
+    def close(self) -> None:
+        self.container.close()
+
+
+
+def _time_base(source: Fraction, retiming: Retiming) -> Fraction:
+    """A tick that every output time falls on: under a factor a/b the source's divided by a (times
+    fall on 1/a of an interval), under ``--fps`` the largest dividing both the source's tick and a
+    frame's time; where that exceeds 16 bits, a coarser one and times rounded to it."""
+    if retiming.fps is not None:
+        step = 1 / retiming.fps
+        common = Fraction(math.gcd(source.numerator * step.denominator, step.numerator * source.denominator),
+                          source.denominator * step.denominator)
+        return common if common.denominator <= MAX_TIME_BASE_DENOMINATOR else step
+    scale = retiming.factor.numerator
+    while scale > 1 and (source / scale).denominator > MAX_TIME_BASE_DENOMINATOR:
+        scale //= 2
+    return source / scale
+
+
+class VideoWriter(ClipWriter):
+    """The output video, with the input's audio and subtitles.
+
+    Timing: each frame is due at its time (an original at its own, a middle at its position
+    between its neighbours, a retimed frame at its exact time on the output clock) and lasts until
+    the next; the last lasts until the input's last frame ends, so the video ends where the audio
+    does. Rounding happens only where the time base had to be coarsened (:func:`_time_base`). A
+    variable frame rate stays variable and in sync. Originals are re-encoded from their decoded
+    pictures (no RGB round trip). The encoder follows :mod:`.encoding`. An encoder's state cannot
+    be saved, so a resumed run encodes the whole video again (``continues`` is False).
+
+    Audio and subtitle streams are copied packet by packet, not re-encoded, from a second reader of
+    the input, each muxed once the video has reached its time: memory holds a few packets, never the
+    track. Attachments (fonts) are copied too, with each stream's language, title and flags. Audio
+    the output container cannot hold is refused; subtitles and attachments it cannot hold are left
+    out with a warning; data streams (time codes) are not copied, nor anything from a piped input.
+    """
+
+    def __init__(self, tmp: Path, dst: Path, clip: VideoClip, retiming: Retiming, encoding: Encoding):
+        av = import_av()
+        self.retiming = retiming
+        self._error = av.error.FFmpegError
+        self.dst = dst
+        self.copies = None
+        try:
+            if str(dst) == PIPE:
+                self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe")
+            else:
+                self.container = av.open(str(tmp), "w")  # the container format follows the extension
+        except (self._error, ValueError) as exc:
+            raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
+        try:
+            self._add_video(clip, encoding, av)
+            if clip.container is None:  # a server-side source (client/remote.py): its streams come from the cloud
+                self.packets = clip.copied(self.container, self.dst)
+                if self.packets is not None:
+                    self.copies = clip
+                    self.pending = self._next_copy()
+            elif clip.piped:
+                if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
+                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)")
+            else:
+                self._add_copies(clip, av)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_video(self, clip: VideoClip, encoding: Encoding, av) -> None:
+        source = clip.stream.codec_context
+        raw = self.container.format.name in RAW_FORMATS
+        if raw and encoding.vcodec not in (None, "rawvideo"):
+            raise BadInputError(f"output {str(self.dst)!r} is Y4M, raw video: --vcodec does not apply")
+        if raw:
+            name = "rawvideo"
+        elif encoding.vcodec is not None:
+            name = encoder(encoding.vcodec, "--vcodec")
+        else:
+            name = encoder(source.codec.canonical_name, "the input's video codec")
+        rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
+        try:
+            self.stream = self.container.add_stream(name, rate=rate)
+        except (self._error, ValueError) as exc:
+            raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
+                                f"container or --vcodec") from None
+        self.stream.width, self.stream.height = source.width, source.height
+        self.time_base = _time_base(clip.time_base, self.retiming)
+        if name in _FRAME_RATE_CODECS or raw:
+            self.time_base = 1 / rate
+        self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
+        self.shown = 0
+        self.stream.codec_context.time_base = self.stream.time_base = self.time_base
+        configure(self.stream, encoding, source.pix_fmt)
+        self.pix_fmt = self.stream.pix_fmt
+        self.held = None
+        self.end = None  # when the video ends: the last original seen ends there
+        self.first = None  # (pts, dts) of the first packet
+        self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
+        self._none = av.video.frame.PictureType.NONE
+        self._from_image = av.VideoFrame.from_image
+
+    def _add_copies(self, clip: VideoClip, av) -> None:
+        outputs = {}
+        for stream in clip.container.streams:
+            if stream.type not in ("audio", "subtitle", "attachment"):
+                continue
+            name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
+            try:
+                copy = self.container.add_stream_from_template(stream)
+            except (self._error, ValueError):
+                if stream.type == "audio":
+                    raise BadInputError(f"output {str(self.dst)!r} cannot hold the input's {name} without "
+                                        f"re-encoding it; write a {clip.path.suffix} file instead") from None
+                warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
+                continue
+            copy.metadata.update(stream.metadata)  # language, title
+            copy.disposition = stream.disposition  # default, forced
+            if stream.type != "attachment":  # an attachment (a font) is all header, no packets
+                outputs[stream.index] = copy
+        if outputs:
+            self.copies = av.open(str(clip.path))
+            self.packets = self._copied_packets(outputs)
+            self.pending = self._next_copy()
+
+    def _copied_packets(self, outputs: dict) -> Iterator:
+        for packet in self.copies.demux([self.copies.streams[i] for i in outputs]):
+            if packet.size:  # the demuxer ends each stream with an empty packet
+                packet.stream = outputs[packet.stream_index]
+                yield packet
+
+    def _next_copy(self):
+        try:
+            return next(self.packets, None)
+        except self._error as exc:
+            raise BadInputError(f"{self.copies.name}: cannot read its audio or subtitles ({exc})") from None
+
+    def _copy_until(self, time: Fraction | None) -> None:
+        """Mux the copied packets up to ``time`` (None: all that are left)."""
+        while self.pending is not None:
+            stamp = self.pending.dts if self.pending.dts is not None else self.pending.pts
+            if time is not None and stamp is not None and stamp * self.pending.time_base > time:
+                return
+            self.container.mux_one(self.pending)
+            self.pending = self._next_copy()
+
+    def _mux(self, packets) -> None:
+        for packet in packets:
+            if self.first is None:
+                self.first = (packet.pts, packet.dts)
+            # The encoder may drop frame durations, and the muxer needs the last frame's.
+            packet.duration = self.durations.pop(packet.pts, packet.duration)
+            self.container.mux_one(packet)
+            if self.copies is not None and packet.dts is not None:
+                self._copy_until(packet.dts * packet.time_base)
+
+    def _encode(self, picture, pts: int, duration: int) -> None:
+        picture.pts, picture.duration, picture.time_base = pts, duration, self.time_base
+        self.durations[pts] = duration
+        picture.pict_type = self._none  # let the encoder place keyframes, not the input's
+        try:
+            self._mux(self.stream.encode(picture))
+        except self._error as exc:
+            raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
+
+    def _hold(self, picture, pts: int) -> None:
+        """Encode the picture held before, which lasts until ``pts``, and hold this one."""
+        if self.held is not None:
+            previous, start = self.held
+            if pts <= start:
+                raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for the frames "
+                                    f"between two of its frames (time stamps {start} and {pts}); ask fewer")
+            self._encode(previous, start, pts - start)
+        self.held = (picture, pts)
+
+    def _show(self, picture, time: Fraction, original: Frame) -> None:
+        """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
+        self.end = original.end
+        if isinstance(picture, Frame):
+            frame = picture.raw
+            if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
+                frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt)
+        else:
+            frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt)
+        self._hold(frame, self.shown if self.counted else round(time / self.time_base))
+        self.shown += 1
+
+    def add(self, frame):
+        self._show(frame, frame.time, frame)
+
+    def add_middle(self, middle, before, after, position=HALF):
+        self._show(middle, before.time + position * (after.time - before.time), after)
+
+    def place(self, picture, before, after, position):
+        stop = before.end if after is None else after.time
+        self._show(picture, before.time + position * (stop - before.time), after or before)
+
+    def finish(self):
+        last, start = self.held
+        end = start + 1 if self.counted else max(round(self.end / self.time_base), start + 1)
+        self._encode(last, start, end - start)
+        try:
+            packets = list(self.stream.encode(None))
+            if packets and self.container.format.name in _DECODE_ORDER_FORMATS:
+                # These muxers end the video where the last packet decoded ends, counted from the
+                # first packet's decoding time: reordered (B-)frames would cut the last one short.
+                final = packets[-1]
+                first_pts, first_dts = self.first or (final.pts, final.dts)
+                self.durations[final.pts] = end - final.dts - (first_pts - first_dts)
+            self._mux(packets)
+            if self.copies is not None:
+                self._copy_until(None)
+        except self._error as exc:
+            raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
+
+    def close(self):
+        self.container.close()
+        if self.copies is not None:
+            self.copies.close()
