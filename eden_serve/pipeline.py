@@ -17,7 +17,7 @@ from PIL import Image
 from . import wire
 from .client.streaming import DEFAULT_CHUNK, TIMELINE, Middles, Processor, Summary, interpolate_clip
 from .cloud.encoder import SCENE_THRESHOLD, CloudEncoder
-from .edge import AttentionPath, EdgeModel, batches
+from .edge import AttentionPath, EdgeModel
 from .media import Frame
 from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
 from .media.resume import model_identity
@@ -71,8 +71,8 @@ def interpolate_chunk(
 ) -> tuple[torch.Tensor, int]:
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
-    None: off) get the earlier frame, the others are computed in batched forwards of at most
-    ``edge.batch_tokens`` condition tokens. With the frames codec the payload carries the frames,
+    None: off) get the earlier frame, the others are computed in batched forwards of
+    ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames,
     and the edge's E_cond (here ``cloud`` itself) re-derives their conditions."""
     chunk, payload_bytes = hand_over(cloud, edge, frames, seed, codec, scene_threshold)
     return edge_middles(edge, chunk, path), payload_bytes
@@ -82,7 +82,7 @@ def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast
     """The edge's half of :func:`interpolate_chunk`: the chunk's K middles, [K, 3, H, W]."""
     middles: list[torch.Tensor | None] = [load_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
-    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], edge.batch_tokens):
+    for batch in edge.batched(computed, chunk.grid):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
     return torch.stack(middles)

@@ -29,7 +29,7 @@ from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud.encoder import CloudEncoder, read_chunk
 from ..config import MAX_SEED
-from ..edge import EdgeModel, batches, earliest_first
+from ..edge import EdgeModel, earliest_first
 from ..errors import BadInputError, ModelMismatchError, encoder_refusal
 from ..media.frames import png_of
 from ..wire import Chunk, keyed
@@ -223,9 +223,8 @@ class EdgeService(Service):
     :data:`~.fields.FIELD_HEADERS`) ask for the middles from pair ``first`` on, each streamed as
     soon as it is computed (:mod:`eden_serve.answers`; docs/streaming.md).
 
-    The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
-    pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
-    tokens at a time (0: the device's default, :data:`~eden_serve.edge.BATCH_TOKENS`)."""
+    The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own pairs) run in batched
+    forwards of one frame size, ``max_batch_tokens`` condition tokens at most (0: the device's, :mod:`eden_serve.edge.sizing`)."""
 
     side = "edge"
     model: EdgeModel
@@ -235,6 +234,7 @@ class EdgeService(Service):
         model = load_edge(weights, device, settings.precision)
         if settings.max_batch_tokens:  # 0 keeps the device's default
             model.batch_tokens = settings.max_batch_tokens
+        model.accelerate(settings.acceleration())
         model.warm_up()
         return model
 
@@ -315,7 +315,7 @@ class EdgeService(Service):
                     sent[idx] = jobs[idx].first
                     self.send_ready(idx, middles[idx], sent)
         for (grid, _), pairs in groups.items():
-            for batch in batches(pairs, grid[0] * grid[1], self.model.batch_tokens):
+            for batch in self.model.batched(pairs, grid):
                 batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
                 for part, outcome, denoise_s, decode_s in self.forward(batch, chunks):
                     for n, (idx, j) in enumerate(part):
