@@ -165,7 +165,10 @@ def test_the_command_stopped_by_a_signal_keeps_its_work_and_resumes(tmp_path, lo
     src, whole = long_clip
     dst = tmp_path / "out"
     journal = tmp_path / ".out.partial-resume.journal"
-    run = subprocess.Popen(cli(src, "-o", dst, "--resume", "--inflight", "1"), stderr=subprocess.PIPE, text=True)
+    # A shell without job control starts background jobs with SIGINT ignored, and the command
+    # (rightly) inherits that; a terminal's Ctrl-C reaches a command that has the default disposition.
+    run = subprocess.Popen(cli(src, "-o", dst, "--resume", "--inflight", "1"), stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         while run.poll() is None and not (journal.exists() and json.loads(journal.read_text())["checkpoint"]):
             time.sleep(0.01)
