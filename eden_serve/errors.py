@@ -13,9 +13,8 @@ import json
 import re
 import socket
 import ssl
+import sys
 from typing import Any, Iterator
-
-import torch
 
 # Our error documents are a few hundred bytes; a larger body is no error document and is not parsed.
 MAX_DOCUMENT_BYTES = 16 * 1024
@@ -275,7 +274,9 @@ def encoder_refusal(body: Any) -> UpstreamError | None:
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is an allocation failure, on the host or on a device, under any of its names."""
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+    # PyTorch is not imported here: the decoder sandbox's processes, which hold none, use this module too.
+    torch = sys.modules.get("torch")
+    if isinstance(exc, MemoryError) or (torch is not None and isinstance(exc, torch.OutOfMemoryError)):
         return True
     return isinstance(exc, RuntimeError) and _OOM_MESSAGES.search(str(exc)) is not None
 

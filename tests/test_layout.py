@@ -18,7 +18,7 @@ PACKAGE = REPO / "eden_serve"
 LAYERS = [
     {"errors"},
     {"config"},
-    {"model", "wire", "atomic", "hub"},
+    {"model", "wire", "atomic", "hub", "sandbox"},
     {"media", "synthetic"},
     {"cloud", "edge", "answers"},
     {"checkpoint"},

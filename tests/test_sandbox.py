@@ -13,7 +13,7 @@ import pytest
 
 from eden_serve import wire
 from eden_serve.media import packets, sandbox
-from eden_serve.media.confine import seccomp_filter
+from eden_serve.sandbox.confine import seccomp_filter
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError, TooMuchWorkError
 from harness import fuzz

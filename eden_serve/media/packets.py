@@ -1,7 +1,7 @@
 """A video's own packets, for the bitstream codec (wire format 4, :mod:`eden_serve.wire.bitstream`):
 read from a file in decode order (:class:`PacketReader`), which of them a chunk of frames needs
-(:meth:`PacketReader.needed`), and decoded again (:func:`decode`) to exactly the pixels that
-:class:`~.video.VideoClip` gives, through the same conversion (:func:`.video.rgb`).
+(:meth:`PacketReader.needed`), and decoded again (:func:`decode`, from :mod:`eden_serve.sandbox.decoder`)
+to exactly the pixels that :class:`~.video.VideoClip` gives, through the same conversion.
 
 Frames are numbered in display order, as VideoClip numbers them: by time stamp, one frame a packet.
 A video whose packets are untimed (raw streams), or which its container discards in part (an edit
@@ -23,18 +23,14 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from ..errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
+from ..errors import BadInputError, DigestMismatchError, TooMuchWorkError
+from ..sandbox.decoder import decode
 from ..wire import FramesChunk
 from ..wire.bitstream import DECODERS, BitstreamChunk, Packet, StreamParameters
 from .encoding import import_av
-from .video import PIPE, VideoClip, rgb
+from .video import PIPE, VideoClip
 
 __all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "frame_digest", "to_frames_chunk"]
-
-# Decoders check max_pixels against sizes rounded up to their coding blocks and strides, so the
-# decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
-_BLOCK = 128
-
 
 @dataclass(frozen=True)
 class Work:
@@ -196,44 +192,6 @@ def frame_digest(pixels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
-           out: np.ndarray | None = None) -> np.ndarray:
-    """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
-    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives (into
-    ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
-    larger than ``parameters`` declare, and every frame, skipped ones too, must have that size."""
-    height, width = parameters.size
-    if not packets:
-        raise CodecError("malformed payload: it holds no packets")
-    if max_pixels is not None and width * height > max_pixels:
-        raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
-    try:
-        av = import_av()
-    except BadInputError:
-        raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
-                                  "chunk with the frames codec") from None
-    context = _decoder(parameters, av)
-    pixels = np.empty((count, height, width, 3), np.uint8) if out is None else out
-    start, shown, got = packets[0].pts, 0, 0
-    try:
-        for i, packet in enumerate([*packets, None]):
-            where = f"packet {i}" if packet else "the end of the packets"
-            for frame in context.decode(None if packet is None else _av_packet(packet, av)):
-                _check_size(frame, parameters, shown)
-                if frame.pts is None or frame.pts < start:
-                    continue  # a leading picture of an open GOP
-                if shown >= skip:
-                    pixels[got] = np.asarray(rgb(frame))
-                    got += 1
-                shown += 1
-                if got == count:
-                    return pixels
-    except (av.error.FFmpegError, ValueError) as exc:
-        raise CodecError(f"malformed payload: {where} does not decode as {parameters.decoder} ({str(exc):.200})") from None
-    raise CodecError(f"malformed payload: its packets show {shown} frames from the key frame on, fewer than the "
-                     f"{skip} skipped and {count} declared")
-
-
 def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None, decoder=decode) -> FramesChunk:
     """The frames chunk that ``chunk``'s packets decode to (by ``decoder``, :func:`decode`'s
     signature: the sandbox's for a payload this edge does not trust), each frame checked against
@@ -249,37 +207,3 @@ def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None, decode
                 "send this chunk with the frames codec"
             )
     return FramesChunk(pixels, chunk.differences, chunk.seeds, chunk.cuts, chunk.cloud)
-
-
-def _decoder(parameters: StreamParameters, av):
-    try:
-        context = av.CodecContext.create(parameters.decoder, "r")
-    except (av.error.FFmpegError, ValueError):
-        raise DigestMismatchError(f"this edge's FFmpeg has no {parameters.decoder} decoder, so it cannot decode the cloud's "
-                                  "packets; send this chunk with the frames codec") from None
-    context.extradata = parameters.extradata or None
-    context.width, context.height = parameters.width, parameters.height
-    context.codec_tag = parameters.codec_tag
-    for name in ("color_range", "colorspace", "color_primaries", "color_trc"):
-        setattr(context, name, getattr(parameters, name))
-    # Slice threads only: with frame threads, FFmpeg 8's decoders hung the process on the next decode
-    # after refusing a frame over max_pixels. A decoder's output does not depend on its threads.
-    context.thread_type = "SLICE"
-    context.options = {"max_pixels": str(_padded(parameters.width) * _padded(parameters.height))}
-    return context
-
-
-def _padded(side: int) -> int:
-    return -(-side // _BLOCK) * _BLOCK
-
-
-def _av_packet(packet: Packet, av):
-    out = av.Packet(packet.data)
-    out.pts, out.dts, out.is_keyframe = packet.pts, packet.dts, packet.key
-    return out
-
-
-def _check_size(frame, parameters: StreamParameters, shown: int) -> None:
-    if (frame.width, frame.height, frame.format.name) != (parameters.width, parameters.height, parameters.pix_fmt):
-        raise CodecError(f"malformed payload: frame {shown} decodes as {frame.format.name} {frame.width}x{frame.height}, but the "
-                         f"header declares {parameters.pix_fmt} {parameters.width}x{parameters.height}")

@@ -1,35 +1,28 @@
 """Decoding packets that the edge does not trust, in a process of their own (docs/errors-and-limits.md,
 "The decoder's sandbox"): a crash or a hang of libavcodec on hostile packets costs that request its
-answer, never the worker, its other requests or its streams.
+answer, never the worker, its other requests or its streams. This is the worker's side; the other
+is :mod:`eden_serve.sandbox` (the zygote, its children, their confinement, the decoder), which
+imports no PyTorch.
 
-A zygote (``python -m eden_serve.media.sandbox``), started once per worker, imports PyAV and this
-package and forks one child per payload. The child, before it reads a byte of the packets, closes
-every file but its socket, takes resource limits (address space, CPU seconds, no file writes, no
-core file) and a seccomp filter (:mod:`pyseccomp` over libseccomp): only the system calls that
-decoding takes, so no socket, no exec, no new process, no file opened. It decodes with
-:func:`.packets.decode` into a sealed memfd that the worker made, sized for the frames declared,
-and answers with one status record. The worker reads only that record and the pixels: nothing a
-compromised child writes is unpickled or parsed beyond a length-prefixed text. The worker kills
-the child at the deadline, or once it answered.
-
-Worker to child (trusted): ``u32`` length, a JSON header (the stream's parameters, skip, count,
-max_pixels, each packet's length, pts, dts and key flag), then the packets' bytes. Child to worker:
-``kind`` (1 byte: ``K`` decoded, ``E`` refused), ``u32`` length, then for ``E`` the error's type
-and message (UTF-8, type and message split by a newline), at most :data:`MAX_MESSAGE` bytes.
+A zygote (:mod:`eden_serve.sandbox.zygote`), started when the edge worker loads, forks one child
+per payload. The child, before it reads a byte of the packets, closes every file but its socket,
+takes resource limits (address space, CPU seconds, no file writes, no core file) and a seccomp
+filter (:mod:`pyseccomp` over libseccomp): only the system calls that decoding takes, so no socket,
+no exec, no new process, no file opened. It decodes into a sealed memfd that the worker made, sized
+for the frames declared, and answers with one status record. The worker reads only that record and
+the pixels: nothing a compromised child writes is unpickled or parsed beyond a length-prefixed
+text. The worker kills the child at the deadline, or once it answered.
 """
 
 from __future__ import annotations
 
 import fcntl
-import gc
-import importlib
 import json
 import logging
 import mmap
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -37,27 +30,23 @@ import time
 
 import numpy as np
 
-from ..errors import CodecError, DigestMismatchError, EdenError, PayloadTooLargeError, TooMuchWorkError
+from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
+from ..sandbox import zygote
+from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
 from ..wire.bitstream import Packet, StreamParameters
 from . import packets as decoding
-from .confine import confine, seccomp_filter
-from .encoding import import_av
 
 logger = logging.getLogger(__name__)
-LENGTH = struct.Struct(">I")
-STATUS = struct.Struct(">cI")
-MAX_MESSAGE = 1024
 # The types of refusal a child may report; anything else it says is a malformed payload.
 REFUSALS = {cls.kind: cls for cls in (CodecError, PayloadTooLargeError, DigestMismatchError, TooMuchWorkError)}
 CRASHED = "malformed payload: the decoder crashed on its packets (its process ended without an answer)"
-DEADLINE_S = 30.0
-DECODER = "eden_serve.media.packets:decode"  # handler.decode_deadline_s's default
+DEADLINE_S = 30.0  # handler.decode_deadline_s's default
 
 
 class Sandbox:
-    """The zygote of one worker, started at the first payload and again after it died, and the
-    child forked for the next payload: forking a worker's worth of modules takes tens of
-    milliseconds, spent while the previous payload decodes rather than on the next one's time."""
+    """The zygote of one worker, started by :meth:`start` (or at the first payload) and again after
+    it died, and the child forked for the next payload, while the previous one decodes rather than
+    on the next one's time."""
 
     def __init__(self, decoder: str = DECODER):
         self.decoder = decoder  # MODULE:FUNCTION, with :func:`.packets.decode`'s signature
@@ -70,10 +59,21 @@ class Sandbox:
         ours, theirs = socket.socketpair()
         # One thread in the zygote, so that every fork copies a process holding no other thread's locks.
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self._zygote = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno()), self.decoder], pass_fds=[theirs.fileno()],
-                                        stdin=subprocess.DEVNULL, env=env)
+        self._zygote = subprocess.Popen([sys.executable, "-m", zygote.__name__, str(theirs.fileno()), self.decoder],
+                                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env)
         theirs.close()
         self._control = ours
+
+    def start(self) -> None:
+        """Starts the zygote and asks it for the first child, without waiting for either."""
+        with self._lock:
+            self._ready()
+
+    def _ready(self) -> None:
+        if self._control is None:
+            self._start()
+        if self._spare is None:
+            self._ask()
 
     def _ask(self) -> None:
         """Asks the zygote for a child; its pidfd is read when the child is taken."""
@@ -89,10 +89,7 @@ class Sandbox:
         with self._lock:
             for _ in range(3):
                 try:
-                    if self._control is None:
-                        self._start()
-                    if self._spare is None:
-                        self._ask()
+                    self._ready()
                     connection, self._spare = self._spare, None
                     message, fds, _, _ = socket.recv_fds(self._control, 1, 1)
                     if fds:
@@ -197,6 +194,11 @@ def _end(pidfd: int) -> None:
 _sandbox = Sandbox()
 
 
+def start() -> None:
+    """Starts this process's sandbox: an edge worker that will decode in it, as it loads."""
+    _sandbox.start()
+
+
 def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
            deadline: float = DEADLINE_S) -> np.ndarray:
     """:func:`.packets.decode` in this process's sandbox."""
@@ -206,82 +208,3 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
 def frames_chunk(chunk, max_pixels: int | None = None, deadline: float = DEADLINE_S):
     """:func:`.packets.to_frames_chunk`, the packets decoded in the sandbox."""
     return decoding.to_frames_chunk(chunk, max_pixels, lambda *job: decode(*job, deadline=deadline))
-
-
-# --- the zygote and its children -------------------------------------------------------------------
-
-
-def _child(connection: socket.socket, decoder, rules) -> None:
-    """Decodes one job into the memfd that comes with it, confined before it reads a byte of the
-    packets; answers its status."""
-    length, fds, _, _ = socket.recv_fds(connection, LENGTH.size, 1)
-    if len(length) != LENGTH.size or len(fds) != 1:
-        return
-    frames = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    os.close(fds[0])
-    confine(connection.fileno(), len(frames), rules)
-    try:
-        header = json.loads(_read_exactly(connection, LENGTH.unpack(length)[0]))
-        packets = [Packet(_read_exactly(connection, length), pts, dts, key, i)
-                   for i, (length, pts, dts, key) in enumerate(header["packets"])]
-        parameters = StreamParameters.from_header(header["stream"])
-        height, width = parameters.size
-        out = np.frombuffer(frames, np.uint8).reshape(header["count"], height, width, 3)
-        decoder(parameters, packets, header["skip"], header["count"], header["max_pixels"], out)
-        connection.sendall(STATUS.pack(b"K", 0))
-    except EdenError as exc:
-        text = f"{exc.kind}\n{exc}".encode()[:MAX_MESSAGE]
-        connection.sendall(STATUS.pack(b"E", len(text)) + text)
-    except Exception:  # noqa: BLE001 - the worker answers a malformed payload; the log has why
-        logger.exception("the sandboxed decoder failed")
-
-
-def _read_exactly(connection: socket.socket, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        got = connection.recv(count - len(data))
-        if not got:
-            raise CodecError("the edge sent a job cut short")
-        data += got
-    return bytes(data)
-
-
-def zygote(control: socket.socket, decoder: str) -> None:
-    """Forks a child for each socket that arrives on ``control`` (a passed file), and answers each
-    with the child's pidfd; ends when the worker closes ``control``."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    import_av()  # a child opens no file, so it imports nothing
-    module, _, name = decoder.partition(":")
-    decode_into = getattr(importlib.import_module(module), name)
-    # No collection in a child: it would touch every object, copying the zygote's whole heap page by page.
-    gc.freeze()
-    gc.disable()
-    rules = seccomp_filter()  # built once: each child only loads it
-    if rules is None:
-        logger.warning("the decoder sandbox has no seccomp filter (pyseccomp or libseccomp is missing): limits only")
-    while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(control, 1, 1)
-        except OSError:
-            return
-        if not message or len(fds) != 1:
-            return
-        pid = os.fork()
-        if pid == 0:
-            control.close()
-            try:
-                _child(socket.socket(fileno=fds[0]), decode_into, rules)
-            finally:
-                os._exit(0)
-        os.close(fds[0])
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            control.sendall(b"P")
-            continue
-        socket.send_fds(control, [b"P"], [pidfd])
-        os.close(pidfd)
-
-
-if __name__ == "__main__":
-    zygote(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])

@@ -15,6 +15,7 @@ from typing import Iterator
 from PIL import Image
 
 from ..errors import BadInputError
+from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Frame
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, import_av
 from .frames import check_size
@@ -28,14 +29,6 @@ MAX_TIME_BASE_DENOMINATOR = 65535
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
-
-
-def rgb(frame) -> Image.Image:
-    """A decoded frame as the 8-bit RGB image that the model and every codec take: PyAV's own
-    conversion (swscale, bilinear, to rgb24 by the frame's colour matrix and range, which the
-    decoder takes from the bitstream or, where the bitstream leaves them out, from its context).
-    ``clips.packets`` decodes a chunk's packets through this same function, for the same pixels."""
-    return frame.to_image()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,13 @@ def check_work(chunk: BitstreamChunk, max_decoded_pixels: int) -> None:
                                "send shorter chunks, or the frames codec")
 
 
+def start_sandbox(settings: Settings, keyed: bool) -> None:
+    """Starts the worker's sandbox as it loads, where bitstream payloads will be decoded there (no
+    wire key, ``handler.unkeyed_bitstream: sandbox``): the first payload does not wait for it."""
+    if not keyed and settings.unkeyed_bitstream == "sandbox":
+        sandbox.start()
+
+
 def bitstream_frames(chunk: BitstreamChunk, settings: Settings, keyed: bool) -> FramesChunk:
     """The frames of ``chunk``, each checked against the cloud's digest (409 where one differs).
     ``keyed``: the payload's tag was checked against this edge's wire key, so its cloud made it."""

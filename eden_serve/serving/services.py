@@ -37,7 +37,7 @@ from .fields import (
     JSON, OCTET_STREAM, PNG, ZIP, form_field, frame_fields, image_bytes, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
-from .bitstreams import bitstream_frames
+from .bitstreams import bitstream_frames, start_sandbox
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
@@ -228,6 +228,13 @@ class EdgeService(Service):
 
     side = "edge"
     model: EdgeModel
+
+    @classmethod
+    def load(cls, context) -> "EdgeService":
+        service = super().load(context)
+        if service.e_cond is not None:  # else it refuses bitstream payloads
+            start_sandbox(service.settings, keyed=service.wire_key is not None)
+        return service
 
     @staticmethod
     def load_model(weights, device, settings):

@@ -8,7 +8,7 @@ patches the package's modules as they are imported. A fault is armed by a file i
   when a call with a streamed request starts, once the first middle of a request of two or more
   pairs was sent with more to come, or when the call is done with every middle sent and the end
   records not yet.
-- Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``media.packets.decode``
+- Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``eden_serve.sandbox.decoder.decode``
   crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed).
 """
 
@@ -64,7 +64,7 @@ def patch_services(module) -> None:
     edge.inference, edge.send_ready = faulty_inference, faulty_send_ready
 
 
-def patch_packets(module) -> None:
+def patch_decoder(module) -> None:
     decode = module.decode
 
     def faulty_decode(parameters, packets, *args, **kwargs):
@@ -78,7 +78,7 @@ def patch_packets(module) -> None:
     module.decode = faulty_decode
 
 
-PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.media.packets": patch_packets}
+PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.sandbox.decoder": patch_decoder}
 
 
 class Patcher(importlib.abc.MetaPathFinder):

@@ -1,4 +1,4 @@
-"""What a sandboxed decoder process may do (:mod:`.sandbox`): resource limits, and a seccomp filter
+"""What a sandboxed decoder process may do (:mod:`.zygote`): resource limits, and a seccomp filter
 that allows only the system calls decoding takes.
 
 The filter is an allow-list; every other call fails with EPERM (``clone3`` with ENOSYS, so that the C

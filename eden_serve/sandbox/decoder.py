@@ -1,0 +1,108 @@
+"""A video stream's packets decoded to RGB frames with PyAV and numpy alone: the edge's decoder of
+bitstream payloads, in its worker for a payload its cloud signed and in the sandbox's children for
+the others, and the conversion every decoded video frame takes (:func:`rgb`, VideoClip's too).
+
+``parameters`` is a stream's :class:`~eden_serve.wire.bitstream.StreamParameters`, or an object with
+its attributes: the sandbox's children hold no wire module, which imports PyTorch. Each packet has
+``data``, ``pts``, ``dts`` and ``key``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError
+
+# Decoders check max_pixels against sizes rounded up to their coding blocks and strides, so the
+# decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
+_BLOCK = 128
+
+
+def rgb(frame):
+    """A decoded frame as the 8-bit RGB image (Pillow's) that the model and every codec take: PyAV's
+    own conversion (swscale, bilinear, to rgb24 by the frame's colour matrix and range, which the
+    decoder takes from the bitstream or, where the bitstream leaves them out, from its context).
+    :func:`decode` and :class:`~eden_serve.media.video.VideoClip` both convert through it, for the same pixels."""
+    return frame.to_image()
+
+
+def warm_up() -> None:
+    """Imports what decoding imports on its first frame (PyAV; Pillow's modules, which a frame's
+    conversion imports as it goes), by converting a blank frame: a sandbox child opens no file, so
+    it can import nothing. Without PyAV, nothing: :func:`decode` refuses each payload, saying so."""
+    try:
+        import av
+    except ImportError:
+        return
+    np.asarray(rgb(av.VideoFrame(16, 16, "yuv420p")))
+
+
+def decode(parameters, packets: list, skip: int, count: int, max_pixels: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
+    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives (into
+    ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
+    larger than ``parameters`` declare, and every frame, skipped ones too, must have that size."""
+    height, width = parameters.height, parameters.width
+    if not packets:
+        raise CodecError("malformed payload: it holds no packets")
+    if max_pixels is not None and width * height > max_pixels:
+        raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
+    try:
+        import av
+    except ImportError:
+        raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
+                                  "chunk with the frames codec") from None
+    context = _decoder(parameters, av)
+    pixels = np.empty((count, height, width, 3), np.uint8) if out is None else out
+    start, shown, got = packets[0].pts, 0, 0
+    try:
+        for i, packet in enumerate([*packets, None]):
+            where = f"packet {i}" if packet else "the end of the packets"
+            for frame in context.decode(None if packet is None else _av_packet(packet, av)):
+                _check_size(frame, parameters, shown)
+                if frame.pts is None or frame.pts < start:
+                    continue  # a leading picture of an open GOP
+                if shown >= skip:
+                    pixels[got] = np.asarray(rgb(frame))
+                    got += 1
+                shown += 1
+                if got == count:
+                    return pixels
+    except (av.error.FFmpegError, ValueError) as exc:
+        raise CodecError(f"malformed payload: {where} does not decode as {parameters.decoder} ({str(exc):.200})") from None
+    raise CodecError(f"malformed payload: its packets show {shown} frames from the key frame on, fewer than the "
+                     f"{skip} skipped and {count} declared")
+
+
+def _decoder(parameters, av):
+    try:
+        context = av.CodecContext.create(parameters.decoder, "r")
+    except (av.error.FFmpegError, ValueError):
+        raise DigestMismatchError(f"this edge's FFmpeg has no {parameters.decoder} decoder, so it cannot decode the cloud's "
+                                  "packets; send this chunk with the frames codec") from None
+    context.extradata = parameters.extradata or None
+    context.width, context.height = parameters.width, parameters.height
+    context.codec_tag = parameters.codec_tag
+    for name in ("color_range", "colorspace", "color_primaries", "color_trc"):
+        setattr(context, name, getattr(parameters, name))
+    # Slice threads only: with frame threads, FFmpeg 8's decoders hung the process on the next decode
+    # after refusing a frame over max_pixels. A decoder's output does not depend on its threads.
+    context.thread_type = "SLICE"
+    context.options = {"max_pixels": str(_padded(parameters.width) * _padded(parameters.height))}
+    return context
+
+
+def _padded(side: int) -> int:
+    return -(-side // _BLOCK) * _BLOCK
+
+
+def _av_packet(packet, av):
+    out = av.Packet(packet.data)
+    out.pts, out.dts, out.is_keyframe = packet.pts, packet.dts, packet.key
+    return out
+
+
+def _check_size(frame, parameters, shown: int) -> None:
+    if (frame.width, frame.height, frame.format.name) != (parameters.width, parameters.height, parameters.pix_fmt):
+        raise CodecError(f"malformed payload: frame {shown} decodes as {frame.format.name} {frame.width}x{frame.height}, but the "
+                         f"header declares {parameters.pix_fmt} {parameters.width}x{parameters.height}")

@@ -1,0 +1,117 @@
+"""The sandbox's zygote (``python -m eden_serve.sandbox.zygote FD DECODER``), started by an edge
+worker (:class:`eden_serve.media.sandbox.Sandbox`), and the child it forks for each payload.
+
+The zygote imports PyAV, Pillow and the decoder once (:func:`.decoder.warm_up`), and no PyTorch,
+so a fork copies a small process. The child, before it reads a byte of the packets, closes every file but its socket and
+takes its limits and filter (:mod:`.confine`); it decodes into the sealed memfd that came with its
+job and answers one status record.
+
+Worker to child (trusted): ``u32`` length, a JSON header (the stream's parameters, skip, count,
+max_pixels, each packet's length, pts, dts and key flag), then the packets' bytes. Child to worker:
+``kind`` (1 byte: ``K`` decoded, ``E`` refused), ``u32`` length, then for ``E`` the error's type
+and message (UTF-8, type and message split by a newline), at most :data:`MAX_MESSAGE` bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import gc
+import importlib
+import json
+import logging
+import mmap
+import os
+import signal
+import socket
+import struct
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..errors import CodecError, EdenError
+from .confine import confine, seccomp_filter
+from .decoder import warm_up
+
+logger = logging.getLogger(__name__)
+LENGTH = struct.Struct(">I")
+STATUS = struct.Struct(">cI")
+MAX_MESSAGE = 1024
+DECODER = "eden_serve.sandbox.decoder:decode"
+
+
+def _child(connection: socket.socket, decoder, rules) -> None:
+    """Decodes one job into the memfd that comes with it, confined before it reads a byte of the
+    packets; answers its status."""
+    length, fds, _, _ = socket.recv_fds(connection, LENGTH.size, 1)
+    if len(length) != LENGTH.size or len(fds) != 1:
+        return
+    frames = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(fds[0])
+    confine(connection.fileno(), len(frames), rules)
+    try:
+        header = json.loads(_read_exactly(connection, LENGTH.unpack(length)[0]))
+        # The wire's own classes live beside PyTorch; the decoder takes any object with their attributes.
+        stream = header["stream"]
+        parameters = SimpleNamespace(**{**stream, "extradata": base64.b64decode(stream["extradata"])})
+        packets = [SimpleNamespace(data=_read_exactly(connection, length), pts=pts, dts=dts, key=key)
+                   for length, pts, dts, key in header["packets"]]
+        out = np.frombuffer(frames, np.uint8).reshape(header["count"], parameters.height, parameters.width, 3)
+        decoder(parameters, packets, header["skip"], header["count"], header["max_pixels"], out)
+        connection.sendall(STATUS.pack(b"K", 0))
+    except EdenError as exc:
+        text = f"{exc.kind}\n{exc}".encode()[:MAX_MESSAGE]
+        connection.sendall(STATUS.pack(b"E", len(text)) + text)
+    except Exception:  # noqa: BLE001 - the worker answers a malformed payload; the log has why
+        logger.exception("the sandboxed decoder failed")
+
+
+def _read_exactly(connection: socket.socket, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        got = connection.recv(count - len(data))
+        if not got:
+            raise CodecError("the edge sent a job cut short")
+        data += got
+    return bytes(data)
+
+
+def zygote(control: socket.socket, decoder: str) -> None:
+    """Forks a child for each socket that arrives on ``control`` (a passed file), and answers each
+    with the child's pidfd; ends when the worker closes ``control``."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    warm_up()
+    module, _, name = decoder.partition(":")
+    decode_into = getattr(importlib.import_module(module), name)
+    # No collection in a child: it would touch every object, copying the zygote's whole heap page by page.
+    gc.freeze()
+    gc.disable()
+    rules = seccomp_filter()  # built once: each child only loads it
+    if rules is None:
+        logger.warning("the decoder sandbox has no seccomp filter (pyseccomp or libseccomp is missing): limits only")
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1, 1)
+        except OSError:
+            return
+        if not message or len(fds) != 1:
+            return
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            try:
+                _child(socket.socket(fileno=fds[0]), decode_into, rules)
+            finally:
+                os._exit(0)
+        os.close(fds[0])
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            control.sendall(b"P")
+            continue
+        socket.send_fds(control, [b"P"], [pidfd])
+        os.close(pidfd)
+
+
+if __name__ == "__main__":
+    zygote(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])
