@@ -1,6 +1,7 @@
-"""Stand-in decoders for the decoder sandbox's tests (``eden_serve.media.sandbox.Sandbox(decoder=...)``),
-each with ``eden_serve.media.packets.decode``'s signature: one that crashes, one that hangs, and
-one that tries what the sandbox forbids and reports what each attempt got."""
+"""Stand-in decoders for the decoder sandbox's tests and benchmark (``eden_serve.media.sandbox.Sandbox(decoder=...)``),
+each with ``eden_serve.sandbox.decoder.decode``'s signature: one that crashes, one that hangs, one
+that tries what the sandbox forbids and reports what each attempt got, and one that does nothing
+(what the sandbox itself costs)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import subprocess
 import time
 
 from eden_serve.errors import CodecError
+
+
+def idle(parameters, packets, skip, count, max_pixels=None, out=None):
+    return out
 
 
 def crash(parameters, packets, skip, count, max_pixels=None, out=None):

