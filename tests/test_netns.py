@@ -22,7 +22,7 @@ from PIL import Image
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client
-from eden_serve.media.frames import PNG_SIGNATURE
+from eden_serve.wire.png import PNG_SIGNATURE
 from eden_serve.pipeline import interpolate_clip_in_process
 from eden_serve.serving.tls import ServerTLS
 from harness.certificates import Authority

@@ -20,7 +20,7 @@ from PIL import Image
 
 from conftest import loopback_http
 from eden_serve import synthetic
-from eden_serve.answers import END, MIDDLE, STREAMED, record
+from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 from eden_serve.cli import main
 from eden_serve.client import DECODER, ENCODER, Client
 from eden_serve.client.transports import Stage

@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 import torch
 
 from .. import wire
-from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
+from ..wire.answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
 from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud.encoder import CloudEncoder, read_chunk
 from ..config import MAX_SEED

@@ -17,7 +17,7 @@ from typing import Callable
 
 from PIL import Image
 
-from ...answers import StreamedAnswer
+from ...wire.answers import StreamedAnswer
 from ...errors import BadInputError, ServerError, TransientError, error_from_document
 from ..tls import ClientTLS
 

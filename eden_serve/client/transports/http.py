@@ -13,7 +13,7 @@ import requests
 from PIL import Image
 
 from . import DECODER, ENCODER, WORKFLOW
-from ...answers import STREAMED, StreamedAnswer, whole_answer
+from ...wire.answers import STREAMED, StreamedAnswer, whole_answer
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ..tls import ClientTLS
 
