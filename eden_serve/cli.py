@@ -17,11 +17,11 @@ from PIL import Image
 
 from . import pipeline, synthetic, wire
 from .atomic import save_image
-from .bench import run_bench
+from .bench import Bench, run_bench
 from .checkpoint import load_official, write_halves
 from .clip_options import add_clip_arguments, parse_size, refuse_clip_options, report
 from .media import Frame
-from .cloud.encoder import SCENE_THRESHOLD
+from .cloud.scene_cuts import SCENE_THRESHOLD
 from .commands import (
     CHECKPOINT_REFERENCE,
     PROG,
@@ -111,7 +111,7 @@ def _refuse_an_input_as_output(output: str, inputs: list[str]) -> None:
 
 def _interpolate(args) -> int:
     devices(args.device)  # checked before any work
-    wire.check_codec(args.codec)
+    wire.kind(args.codec, in_process=True)
     if len(args.inputs) == 1:
         summary = clip_in_process(args, args.inputs[0], args.output, lambda: load_models(args))
         report(summary, args.output)
@@ -124,8 +124,9 @@ def _interpolate(args) -> int:
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
     cloud, edge = load_models(args)
-    middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec,
-                                                      scene_threshold=args.scene_threshold)
+    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [frame0, frame1], args.seed, args.codec,
+                                                        scene_threshold=args.scene_threshold)
+    middle = middles[0]
     save_image(Image.fromarray(to_uint8(middle)), args.output)
     print(f"wrote {args.output} ({middle.shape[2]}x{middle.shape[1]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
@@ -144,10 +145,8 @@ def _split_checkpoint(args) -> int:
 
 
 def _bench(args) -> int:
-    run_bench(
-        checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat,
-        codec=args.codec, precision=args.precision, devices=devices(args.device), reference=not args.no_reference,
-    )
+    run_bench(Bench(preset(args.config), args.size, args.codec, args.precision, devices(args.device), args.checkpoint,
+                    args.repeat, reference=not args.no_reference))
     return 0
 
 

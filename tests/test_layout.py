@@ -19,8 +19,8 @@ LAYERS = [
     {"errors"},
     {"config"},
     {"model", "wire", "atomic", "hub"},
-    {"media", "synthetic"},
-    {"cloud", "edge", "answers"},
+    {"media", "synthetic", "e_cond"},
+    {"cloud", "edge"},
     {"checkpoint"},
     {"serving", "client"},  # side by side: neither imports the other
     {"pipeline", "bench", "bench_wire", "clip_options"},

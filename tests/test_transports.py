@@ -114,7 +114,7 @@ def test_the_grpc_client_equals_the_http_client_frame_for_frame(server, clip, tm
 def test_a_grpc_edge_refusal_ends_its_stream(server, clip):
     with client(server, "grpc", tries=1, timeout=60) as c:
         with pytest.raises(ServerError) as info:
-            c.transport.decode(b"not a payload", 0, 1, SIZE, lambda j, image: None)
+            c.transport.ask_edge(b"not a payload", 0, 1, SIZE, lambda j, image: None)
     assert info.value.status == 400 and info.value.kind == "bad_payload"
 
 
@@ -213,7 +213,7 @@ def test_the_split_client_takes_chunks_in_their_order_whatever_order_its_threads
         def log_message(self, *args):
             pass
 
-    encode, decode = HttpTransport.encode, HttpTransport.decode
+    encode, decode = HttpTransport.ask_cloud, HttpTransport.ask_edge
 
     def recording_encode(self, frames, form, first_byte=None, turn=None):
         seen["cloud"].append(int(form["seed"]))
@@ -230,8 +230,8 @@ def test_the_split_client_takes_chunks_in_their_order_whatever_order_its_threads
         seen["edge"].append(int(payload.split()[1]))
         return decode(self, payload, *args)
 
-    monkeypatch.setattr(HttpTransport, "encode", recording_encode)
-    monkeypatch.setattr(HttpTransport, "decode", recording_decode)
+    monkeypatch.setattr(HttpTransport, "ask_cloud", recording_encode)
+    monkeypatch.setattr(HttpTransport, "ask_edge", recording_decode)
     frames = [Frame(i, str(i), image=Image.new("RGB", SIZE, (i, 0, 0))) for i in range(5)]
     with loopback_http(Handler) as url, Client(cloud=url, edge=url, backoff=0.01) as client:
         process = client.processor(inflight=1)

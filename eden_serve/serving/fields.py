@@ -7,11 +7,12 @@ TorchServe passes each multipart field as its own key of the request dict; a val
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .. import wire
 from ..config import MAX_SEED
-from ..errors import BadInputError
+from ..errors import BadInputError, ChunkTooLargeError
 
 OCTET_STREAM = "application/octet-stream"
 PNG = "image/png"
@@ -22,6 +23,7 @@ FORM_HELP = ("send multipart/form-data with image fields frame0, frame1 (... fra
 SOURCE_HELP = ("name a video under the cloud's media root in field source, with ask=probe, ask=packets (and stream, "
                "start), or a chunk's first frame (start) and frames (2 or more), and optional seed, codec and scene_threshold")
 ASKS = ("chunk", "probe", "packets")
+FRAME_FIELD = re.compile(r"frame\d+")
 
 
 def form_field(request: dict, name: str) -> Any:
@@ -30,6 +32,18 @@ def form_field(request: dict, name: str) -> Any:
     if value is None:
         raise BadInputError(f"missing form field {name!r}; {FORM_HELP}")
     return value
+
+
+def frame_fields(request: dict, max_frames: int) -> list[str]:
+    """The names of a request's frame fields, frame0 ... frameK in order, all present."""
+    count = sum(1 for key in request if isinstance(key, str) and FRAME_FIELD.fullmatch(key))
+    if count > max_frames:
+        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {max_frames}; send shorter chunks")
+    names = [f"frame{i}" for i in range(max(count, 2))]
+    missing = [name for name in names if request.get(name) is None]
+    if missing:
+        raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
+    return names
 
 
 def image_bytes(value: Any, name: str) -> bytes:
@@ -86,12 +100,10 @@ def parse_threshold(value: Any, default: float | None) -> float | None:
     return threshold
 
 
-def parse_codec(value: Any, default: str) -> str:
-    if value is None:
-        return default
-    name = text(value, "codec")
-    wire.parse_codec(name)
-    return name
+def parse_kind(value: Any, default: str, *, source: bool = False) -> wire.Kind:
+    """The payload kind a request's ``codec`` names (absent: ``default``); the bitstream kind only
+    for a chunk of a named ``source``, whose own packets it carries."""
+    return wire.kind(default if value is None else text(value, "codec"), source=source)
 
 
 def request_body(request: dict) -> Any:

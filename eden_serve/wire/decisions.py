@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..config import MAX_SEED, EdenConfig
 from ..errors import CodecError
-from .envelope import check_model, cloud_digest, cut_pairs, float32_list, integer, invalid, seed_list, to_float32
+from .envelope import REENCODE, check_model, cloud_digest, cut_pairs, float32_list, integer, invalid, seed_list, to_float32
 
 
 @dataclass
@@ -57,9 +57,10 @@ class Decided:
         return self.decisions.pairs
 
 
-def header(config: EdenConfig, codec: str, decisions: Decisions, frames: int, *, cloud: bool = True) -> dict:
-    """The header's model, codec and decisions for a chunk of ``frames`` frames, each checked (the
-    sender's own errors: ``chunk.NAME ...``); ``cloud``: the format carries the cloud's digest."""
+def header(config: EdenConfig, codec: str, decisions: Decisions, frames: int, fields: dict, *, cloud: bool = True) -> dict:
+    """A header: the model, the codec, the cloud's digest where the format carries one (``cloud``),
+    the format's own ``fields``, then the decisions about a chunk of ``frames`` frames. Each value
+    is checked as the sender's (``chunk.NAME ...``)."""
     if len(decisions.differences) != frames - 1 or len(decisions.seeds) != frames - 1:
         raise invalid("differences", f"and seeds must number {frames - 1}, one per pair", payload=False)
     head = {"fingerprint": config.fingerprint(), "hidden_dim": config.hidden_dim, "codec": codec}
@@ -67,6 +68,7 @@ def header(config: EdenConfig, codec: str, decisions: Decisions, frames: int, *,
         head["cloud"] = cloud_digest(decisions.cloud, payload=False)
     return {
         **head,
+        **fields,
         "differences": [to_float32(v, "differences") for v in decisions.differences],
         "seeds": [integer(s, "seeds", MAX_SEED, payload=False) for s in decisions.seeds],
         "cuts": [integer(j, "cuts", frames - 2, payload=False) for j in sorted(set(decisions.cuts))],
@@ -78,7 +80,7 @@ def check_header(header: dict, keys: set[str], codecs: tuple[str, ...], version:
     ``version``), checked in that order; the codec."""
     if set(header) != keys:
         kind = "" if len(codecs) > 1 else f" of the {codecs[0]} codec"
-        raise CodecError(f"malformed payload: header has {str(sorted(header)):.200}, not the keys {sorted(keys)}{kind}")
+        raise CodecError(f"malformed payload: header has {str(sorted(header)):.200}, not the keys {sorted(keys)}{kind}; {REENCODE}")
     check_model(header, config)
     codec = header["codec"]
     if codec not in codecs:

@@ -71,13 +71,22 @@ class Kind:
     """One codec name's payloads. ``version``: the wire format that carries them (None: they cross
     no wire); ``listed``: offered wherever a codec is asked for (False: only where :attr:`from_source`
     holds); ``from_source``: made of a video the cloud holds, not of frames alone; ``carries``:
-    the chunk class the cloud makes."""
+    the chunk class the cloud makes; ``fallback``: the codec a client sends a chunk with instead
+    when this kind failed on it with one of ``fallback_on``."""
 
     name: str
     version: int | None = None
     listed: bool = True
     from_source: bool = False
     carries: type
+    # The codec that carries a chunk this kind failed on, and the failures (errors' kinds) it cures.
+    fallback: str | None = None
+    fallback_on: frozenset[str] = frozenset()
+
+    @property
+    def crosses(self) -> bool:
+        """Whether its chunks cross as payloads (what crosses between two halves in one process does not)."""
+        return self.version is not None
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
              source: Source | None = None):

@@ -8,6 +8,7 @@ import struct
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The signature, the IHDR chunk's length and type, then width, height, bit depth and colour type.
 _HEADER = struct.Struct(">8sI4sIIBB")
+PNG_HEADER_BYTES = _HEADER.size
 RGB8 = (8, 2)  # bit depth 8, colour type 2: RGB
 
 
