@@ -66,8 +66,9 @@ NO_TIME = -(1 << 63)  # FFmpeg's AV_NOPTS_VALUE
 KEY = 1
 DIGEST_CHARS = 32  # BLAKE2b-128, hex
 _KEYS = {"fingerprint", "hidden_dim", "codec", "cloud", "stream", "packets", "skip", "frames", "differences", "seeds", "cuts", "digests"}
-_STREAM_KEYS = {"decoder", "extradata", "width", "height", "pix_fmt", "codec_tag", "color_range", "colorspace", "color_primaries",
-                "color_trc"}
+# In this order in a header: a payload's bytes are the same whatever the process's string hashing.
+_STREAM_KEYS = ("decoder", "width", "height", "pix_fmt", "codec_tag", "color_range", "colorspace", "color_primaries", "color_trc",
+                "extradata")
 _COLOURS = ("color_range", "colorspace", "color_primaries", "color_trc")
 # A packet's record in the body's table.
 RECORD = np.dtype([("length", "<u4"), ("flags", "<u4"), ("pts", "<i8"), ("dts", "<i8")])
@@ -97,13 +98,13 @@ class StreamParameters:
         return self.height, self.width
 
     def to_header(self) -> dict:
-        header = {key: getattr(self, key) for key in _STREAM_KEYS - {"extradata"}}
+        header = {key: getattr(self, key) for key in _STREAM_KEYS[:-1]}
         return {**header, "extradata": base64.b64encode(self.extradata).decode()}
 
     @classmethod
     def from_header(cls, value: object, *, payload: bool = True) -> StreamParameters:
         """The parameters a header's ``stream`` states, each checked (:class:`CodecError`)."""
-        if not isinstance(value, dict) or set(value) != _STREAM_KEYS:
+        if not isinstance(value, dict) or set(value) != set(_STREAM_KEYS):
             raise invalid("stream", f"must be an object with the keys {sorted(_STREAM_KEYS)}", payload=payload)
         decoder = value["decoder"]
         if decoder not in DECODERS:
