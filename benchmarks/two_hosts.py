@@ -164,15 +164,14 @@ class FirstMiddle(Wrapper):
         self.first: list[float] = []
 
     def __call__(self, index, frames, seed, arrived=None):
-        note = None
-        if arrived is not None:
-            def note(j, image):
-                if index == j == 0:
-                    self.first.append(time.perf_counter())
-                arrived(j, image)
+        def note(j, image):
+            if index == j == 0:
+                self.first.append(time.perf_counter())
+            arrived(j, image)
 
+        if arrived is not None:
             note.order = arrived.order  # the chunk's place in the client's queues
-        middles = self.inner(index, frames, seed, note)
+        middles = self.inner(index, frames, seed, None if arrived is None else note)
         if index == 0:
             self.first.append(time.perf_counter())
         return middles

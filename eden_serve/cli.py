@@ -240,7 +240,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def _serve(args) -> int:
     options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
     return serve(args.side, args.model_store, checkpoint=args.checkpoint, synthetic=args.synthetic, config=args.config,
-                 options=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout,
+                 archive=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout,
                  tls_cert=args.tls_cert, tls_key=args.tls_key, wire_key_file=args.wire_key_file)
 
 

@@ -9,7 +9,6 @@ import torch
 
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.cloud.limits import read_chunk
 from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD
 from eden_serve.edge.conditions import EdgeEncoder

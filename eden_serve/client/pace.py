@@ -70,13 +70,14 @@ class FixedCodec:
 
 
 def codec_policy(codec: str | None, split: bool) -> "FixedCodec | AutoCodec":
-    """The split client's codec per chunk: ``codec`` itself, or :class:`AutoCodec` for ``auto``
-    (in the split only: it picks a codec for the link between cloud and edge)."""
-    if codec != AUTO:
+    """The split client's codec per chunk: ``codec`` itself, or the policy it names (:data:`POLICIES`:
+    ``auto``, in the split only, picks a codec for the link between cloud and edge)."""
+    policy = POLICIES.get(codec)
+    if policy is None:
         return FixedCodec(codec)
     if not split:
-        raise BadInputError("codec auto picks a codec for the link between cloud and edge: give cloud and edge, not server")
-    return AutoCodec()
+        raise BadInputError(f"codec {codec} picks a codec for the link between cloud and edge: give cloud and edge, not server")
+    return policy()
 
 
 class AutoCodec:
@@ -122,3 +123,7 @@ class AutoCodec:
         """The edge answered ``pairs`` pairs, asked at ``start``, at ``end``."""
         with self._lock:
             self.edge.add(start, end, pairs)
+
+
+# The codec names that name a policy of the client's rather than a payload kind.
+POLICIES: dict[str, type[AutoCodec]] = {AUTO: AutoCodec}
