@@ -13,6 +13,7 @@ import time
 import warnings
 from pathlib import Path
 
+import torch
 from PIL import Image
 
 from . import pipeline, synthetic, wire
@@ -37,7 +38,7 @@ from .commands import (
     threshold_text,
 )
 from .config import PRESETS, preset
-from .edge import PRECISIONS
+from .edge import PRECISIONS, Acceleration, default_precision
 from .errors import BadInputError
 from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
@@ -69,7 +70,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
                    help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
     add_clip_arguments(p)
-    add_model_options(p)
+    add_model_options(p, wire.NO_WIRE)
+    Acceleration.add_arguments(p)
 
     p = commands.add_parser("split-checkpoint", help="official checkpoint -> cloud and edge safetensors weights")
     p.add_argument("checkpoint", nargs="?", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights)")
@@ -145,7 +147,9 @@ def _split_checkpoint(args) -> int:
 
 
 def _bench(args) -> int:
-    run_bench(Bench(preset(args.config), args.size, args.codec, args.precision, devices(args.device), args.checkpoint,
+    cloud_device, edge_device = devices(args.device)
+    precision = args.precision or default_precision(torch.device(edge_device))
+    run_bench(Bench(preset(args.config), args.size, args.codec, precision, (cloud_device, edge_device), args.checkpoint,
                     args.repeat, reference=not args.no_reference))
     return 0
 

@@ -23,7 +23,7 @@ from .client.transports import TOKEN_ENV, read_token
 from .clip_options import clip_options
 from .cloud.encoder import CloudEncoder
 from .config import PRESETS, preset
-from .edge import PRECISIONS, EdgeModel
+from .edge import PRECISIONS, Acceleration, EdgeModel, default_precision
 from .errors import BadInputError, EdenError
 
 PROG = "eden-serve"
@@ -86,23 +86,29 @@ def threshold_text(text: str) -> str:
     return text
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser, codec: str = wire.DEFAULT_CODEC) -> None:
     parser.add_argument("--checkpoint", help=f"official eden.pt, a path or {CHECKPOINT_REFERENCE} (default: synthetic weights, not a real interpolation)")
     parser.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
-    parser.add_argument("--wire-codec", "--codec", dest="codec", default=wire.DEFAULT_CODEC,
+    parser.add_argument("--wire-codec", "--codec", dest="codec", default=codec,
                         help=f"cloud -> edge wire codec, not the video's (see --vcodec): {', '.join(wire.CODECS)}, or {wire.NO_WIRE}: "
-                             f"the tensors handed from the cloud's device to the edge's in this process (default: {wire.DEFAULT_CODEC})")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                        help="edge compute precision; auto: bf16 where the hardware runs it fast (default: fp32)")
+                             f"the tensors handed from the cloud's device to the edge's in this process (default: {codec})")
+    parser.add_argument("--precision", choices=PRECISIONS,
+                        help="edge compute precision; auto: bf16 where the hardware runs it fast (default: auto on a GPU, fp32 on a CPU)")
     parser.add_argument("--device", default="auto",
                         help="auto (the GPU where there is one, else the CPU), cpu, cuda or cuda:N; or CLOUD,EDGE such as "
                              "cuda:0,cuda:1, the encoder on one and the DiT+decoder on the other (default: auto)")
 
 
 def load_models(args: argparse.Namespace) -> tuple[CloudEncoder, EdgeModel]:
-    """The two halves that ``--checkpoint``, ``--config``, ``--device`` and ``--precision`` name."""
+    """The two halves that ``--checkpoint``, ``--config``, ``--device`` and ``--precision`` name, the
+    edge's forward run as ``--cuda-graphs`` and ``--compile`` say where the command has them."""
     cloud_device, edge_device = devices(args.device)
-    return load_pair(args.checkpoint, preset(args.config), cloud_device, args.precision, edge_device=edge_device)
+    acceleration = Acceleration.from_arguments(args)
+    acceleration.graphs_on(torch.device(edge_device))  # a contradiction fails before the weights load
+    precision = args.precision or default_precision(torch.device(edge_device))
+    cloud, edge = load_pair(args.checkpoint, preset(args.config), cloud_device, precision, edge_device=edge_device)
+    edge.accelerate(acceleration)
+    return cloud, edge
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:

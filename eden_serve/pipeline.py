@@ -21,7 +21,7 @@ from .client.processors import FunctionProcessor, Middles, Processor
 from .client.streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
 from .cloud.encoder import CloudEncoder
 from .cloud.scene_cuts import SCENE_THRESHOLD
-from .edge import AttentionPath, EdgeModel, batches
+from .edge import AttentionPath, EdgeModel
 from .edge.conditions import Intake
 from .media import Frame
 from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
@@ -65,9 +65,9 @@ def interpolate_chunk(
 ) -> tuple[torch.Tensor, int]:
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
-    None: off) get the earlier frame, the others are computed in batched forwards of at most
-    ``edge.batch_tokens`` condition tokens. With the frames codec the payload carries the frames,
-    and the edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
+    None: off) get the earlier frame, the others are computed in batched forwards of
+    ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames, and the
+    edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
     kind = wire.kind(codec, in_process=True)
     chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), frames, seed, kind, scene_threshold)
     return edge_middles(edge, chunk, path), payload_bytes
@@ -76,8 +76,8 @@ def interpolate_chunk(
 def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast") -> torch.Tensor:
     """The edge's half of :func:`interpolate_chunk`: the chunk's K middles, [K, 3, H, W]."""
     middles: list[torch.Tensor | None] = [load_frame(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
-    computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
-    for batch in batches(computed, chunk.grid[0] * chunk.grid[1], edge.batch_tokens):
+    computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
+    for batch in edge.batched(computed, chunk.grid):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
     return torch.stack(middles)

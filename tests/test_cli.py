@@ -352,3 +352,56 @@ def test_interpolate_on_two_devices_without_the_wire(frames, tmp_path):
     wired = tmp_path / "wired.png"
     assert run("interpolate", *frames, "-o", wired, "--config", "tiny", "--codec", "fp32", "--seed", "3").returncode == 0
     assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(wired)))
+
+
+# --- defaults that fit the device ---------------------------------------------------------------
+
+
+class LoadedEdge:
+    def accelerate(self, acceleration):
+        self.acceleration = acceleration
+
+
+def loaded(monkeypatch) -> list:
+    """The halves as far as a command sets them up (commands.load_models): what it asked of load_pair."""
+    calls = []
+
+    def load_pair(checkpoint, config, device, precision, edge_device):
+        calls.append({"device": device, "edge_device": edge_device, "precision": precision, "edge": LoadedEdge()})
+        return None, calls[-1]["edge"]
+
+    monkeypatch.setattr(commands, "load_pair", load_pair)
+    return calls
+
+
+@pytest.mark.parametrize("count, precision, graphs", [(1, "auto", True), (0, "fp32", False)])
+def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, precision, graphs):
+    """On a GPU: auto (bf16 from compute capability 8.0: tests/test_sizing.py) and CUDA graphs; on a
+    CPU: fp32, eager. An explicit --precision or --cuda-graphs wins."""
+    gpus(monkeypatch, count)
+    calls = loaded(monkeypatch)
+    args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png"])
+    commands.load_models(args)
+    edge = calls[-1]["edge"]
+    assert calls[-1]["precision"] == precision and edge.acceleration.graphs_on(torch.device(calls[-1]["edge_device"])) == graphs
+    args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--precision", "bf16",
+                                           "--cuda-graphs", "off", "--compile", "max-autotune-no-cudagraphs"])
+    commands.load_models(args)
+    assert calls[-1]["precision"] == "bf16" and calls[-1]["edge"].acceleration.cuda_graphs == "off"
+    assert calls[-1]["edge"].acceleration.compile.mode == "max-autotune-no-cudagraphs"
+
+
+def test_interpolate_crosses_no_wire_unless_asked():
+    """In one process the tensors go from the cloud to the edge as they are; --wire-codec reproduces
+    what the servers compute. bench still measures the wire by default."""
+    parse = cli._build_parser().parse_args
+    assert parse(["interpolate", "a.png", "b.png", "-o", "m.png"]).codec == "none"
+    assert parse(["interpolate", "a.png", "b.png", "-o", "m.png", "--wire-codec", "bf16+zstd"]).codec == "bf16+zstd"
+    assert parse(["bench"]).codec == "bf16+zstd"
+
+
+def test_cuda_graphs_asked_for_on_a_cpu_are_refused_before_the_weights_load(monkeypatch, frames, tmp_path, capsys):
+    gpus(monkeypatch, 0)
+    calls = loaded(monkeypatch)
+    assert main(["interpolate", *map(str, frames), "-o", str(tmp_path / "m.png"), "--config", "tiny", "--cuda-graphs", "on"]) == 2
+    assert "CUDA graphs need a CUDA device" in capsys.readouterr().err and calls == []

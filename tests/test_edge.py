@@ -12,7 +12,8 @@ from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS, preset
-from eden_serve.edge import BATCH_TOKENS, EdgeModel, batches, earliest_first, initial_noise, upload
+from eden_serve.edge import EdgeModel, batches, earliest_first, initial_noise, upload
+from eden_serve.edge.sizing import CPU_BATCH_TOKENS
 from eden_serve.edge.kernels import Linears, modulated_layer_norm, onednn_linear_available
 from eden_serve.edge.paths import _modulated
 from eden_serve.edge.precision import Bf16Check
@@ -86,15 +87,16 @@ def test_batches_stay_within_the_token_budget():
     assert [list(b) for b in batches(range(3), 100, 10**6)] == [[0, 1, 2]]
 
 
-def test_the_batch_budget_depends_on_the_device(tiny_models):
+def test_the_batch_budget_on_a_cpu_is_a_token_budget(tiny_models):
     """On a CPU only small frames batch (README "Clip chunks"): 6 pairs at 136x240, 2 at 256x448,
-    one at 480x854 with the official patch grid; a GPU takes 16 times as many tokens."""
+    one at 480x854 with the official patch grid (a GPU's: tests/test_sizing.py)."""
     _, edge = tiny_models
-    assert edge.batch_tokens == BATCH_TOKENS["cpu"] == 1024 and BATCH_TOKENS["cuda"] == 16384
+    assert edge.batch_tokens == CPU_BATCH_TOKENS == 1024
     official = preset("official")
     sizes = [len(next(batches(range(17), math.prod(official.patch_grid(h, w)), edge.batch_tokens)))
              for h, w in ((136, 240), (256, 448), (480, 854))]
     assert sizes == [6, 2, 1]
+    assert [edge.pairs_per_forward(official.patch_grid(h, w)) for h, w in ((136, 240), (256, 448), (480, 854))] == sizes
 
 
 # --- devices ------------------------------------------------------------------------------------

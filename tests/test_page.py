@@ -171,13 +171,14 @@ def test_a_dropped_clip_in_process_end_to_end(page, server, clip, tmp_path):
     page.dispatch_event("#wipe", "input")
     page.locator("#compare").screenshot(path=str(SCREENSHOTS / "page-wipe.png"))
 
-    # The download is what the command makes of the same clip.
+    # The download is what the command makes of the same clip, with the page's wire codec (the
+    # command's own default in process is no wire).
     with page.expect_download() as download:
         page.click("#download")
     got = tmp_path / "page.mkv"
     download.value.save_as(got)
     expected = tmp_path / "cli.mkv"
-    made = cli("interpolate", str(clip), "-o", str(expected), *TINY, "--vcodec", "ffv1")
+    made = cli("interpolate", str(clip), "-o", str(expected), *TINY, "--vcodec", "ffv1", "--wire-codec", "bf16+zstd")
     assert made.returncode == 0, made.stderr
     got_frames, expected_frames = decoded(got), decoded(expected)
     assert len(got_frames) == len(expected_frames) == 15

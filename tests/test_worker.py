@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 
+from eden_serve.edge import Acceleration
+from eden_serve.edge.acceleration import Compile
 from eden_serve.errors import DeviceUnavailableError
 from eden_serve.serving import worker
+from harness.servers import REPO
 
 
 @pytest.fixture
@@ -76,3 +80,17 @@ def test_the_cpu_limit_of_a_container(tmp_path, text, cores):
     (tmp_path / "cpu.max").write_text(text)
     assert worker.cpu_quota(tmp_path) == cores
     assert worker.cpu_quota(tmp_path / "absent") is None
+
+
+def test_the_edge_archive_switches_graphs_in_its_handler_section_and_compile_in_pt2():
+    """What TorchServe users write in the edge archive's model-config.yaml (handlers/eden_ditdec-config.yaml)."""
+    assert worker.Settings.from_yaml({}).acceleration() == Acceleration("auto", None)
+    settings = worker.Settings.from_yaml({"handler": {"cuda_graphs": "off"},
+                                          "pt2": {"compile": {"enable": True, "backend": "inductor", "mode": "max-autotune"}}})
+    assert settings.acceleration() == Acceleration("off", Compile("inductor", "max-autotune"))
+    shipped = yaml.safe_load((REPO / "handlers" / "eden_ditdec-config.yaml").read_text())
+    assert worker.Settings.from_yaml(shipped).acceleration() == Acceleration()
+    for bad in ({"handler": {"cuda_graphs": "yes"}}, {"handler": {"compile": True}}, {"pt2": "inductor"},
+                {"pt2": {"compile": {"enable": True, "mode": "fastest"}}}):
+        with pytest.raises(ValueError, match="model-config.yaml"):
+            worker.Settings.from_yaml(bad)

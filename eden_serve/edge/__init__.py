@@ -1,10 +1,12 @@
 """The edge side: :class:`~eden_serve.wire.Conditions` -> the middle frame, with G_DiT and D_dec.
 
-:class:`EdgeModel` samples the latents (:meth:`~EdgeModel.denoise`) and turns them into pixels
-(:meth:`~EdgeModel.decode_latents`) for a batch of pairs of one frame size at a time. Its blocks run
-through one of two paths that compute the same function (:mod:`.paths`): the reference, step by step
-as the official code, and the fast path (the default), which skips the work the reference discards
-or repeats and runs its arithmetic through :mod:`.kernels`. :mod:`.precision` picks fp32 or bf16.
+:class:`EdgeModel` prepares a batch of pairs of one frame size on the host (:meth:`~EdgeModel.prepare`),
+runs the pure forward on its device (:meth:`~EdgeModel.forward`: :mod:`.forward`, run as
+:mod:`.acceleration` says: eagerly, compiled, or replayed from CUDA graphs, :mod:`.graphs`), and the
+middles come back after. Its blocks run through one of two paths that compute the same function
+(:mod:`.paths`): the reference, step by step as the official code (always eager), and the fast path
+(the default), which skips the work the reference discards or repeats and runs its arithmetic through
+:mod:`.kernels`. :mod:`.precision` picks fp32 or bf16; :mod:`.sizing` the pairs per forward.
 """
 
 from __future__ import annotations
@@ -14,25 +16,24 @@ import dataclasses
 from typing import Callable, Iterator, Literal, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..config import EdenConfig
-from ..model import EdgeWeights, pos_embedding
+from ..model import EdgeWeights
 from ..wire import Chunk, Conditions, Tokens
+from . import sizing
+from .acceleration import Acceleration, Runner
+from .forward import (EdgeInputs, RenderInputs, SampleInputs, as_uint8, initial_noise, prepare, prepare_render, prepare_sample,
+                      render, sample, to_host, upload)
+from .graphs import GraphAPI
 from .kernels import Linears, onednn_linear_available
-from .paths import BlockPath, FastPath, ReferencePath, query_blocks
-from .precision import PRECISIONS, Bf16Check, check_bf16, resolve
+from .paths import BlockPath, FastPath, ReferencePath
+from .precision import PRECISIONS, Bf16Check, check_bf16, default_precision, resolve
 
 AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16", "auto"]
-# Condition tokens (one frame's per pair) per batched forward, by device type. A batch's activations
-# grow with it. On a CPU, batching pays only where a pair's products are too thin to keep the cores
-# busy: measured at 136x240 and 256x448 it gains, at 480x854 a batch's attention outgrows the caches
-# and it loses (docs/performance.md "Clip chunks"); 1024 tokens is 6 pairs at 136x240, 2 at 256x448, 1 at 480p.
-BATCH_TOKENS = {"cpu": 1024, "cuda": 16384}
 
-__all__ = ["BATCH_TOKENS", "PRECISIONS", "AttentionPath", "EdgeModel", "Precision", "batches", "initial_noise", "synchronize",
-           "upload"]
+__all__ = ["PRECISIONS", "Acceleration", "AttentionPath", "EdgeInputs", "EdgeModel", "Precision", "batches", "default_precision",
+           "initial_noise", "synchronize", "to_host", "upload"]
 
 
 def synchronize(device: torch.device) -> None:
@@ -42,22 +43,10 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` on ``device`` in its own dtype; to a GPU from page-locked memory, without
-    waiting for the copy (later kernels on the stream are ordered after it)."""
-    if device.type == "cuda" and tensor.device.type == "cpu":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
-
-
-def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
-    """The contract for reproducibility: drawn on the CPU from a seeded generator, moved later."""
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn((1, num_tokens, config.latent_dim), generator=generator)
-
-
 class EdgeModel:
-    """G_DiT and D_dec: :meth:`denoise` samples the latents, :meth:`decode_latents` turns them into pixels."""
+    """G_DiT and D_dec: :meth:`prepare` on the host, then :meth:`forward` on the device (its two
+    stages :meth:`sample` and :meth:`render`), then :func:`to_host`. :meth:`middles` does all three;
+    :meth:`interpolate_batch`, :meth:`denoise` and ``decode_*`` are the same steps for one call each."""
 
     def __init__(
         self,
@@ -79,9 +68,24 @@ class EdgeModel:
                 if isinstance(module, torch.nn.Linear):
                     module.to(torch.bfloat16)
         self.dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32  # of the matrix products
-        self.linears = Linears("onednn" if onednn_linear_available(self.device, self.dtype) else "torch")
-        # Condition tokens per batched forward unless a caller sets its own (handler.max_batch_tokens).
-        self.batch_tokens = BATCH_TOKENS.get(self.device.type, BATCH_TOKENS["cuda"])
+        self.timesteps = torch.tensor(config.timesteps, dtype=torch.float32).to(self.device)  # made once: the forward makes none
+        # Condition tokens per batched forward where set (handler.max_batch_tokens); None: from the
+        # device's free memory (:mod:`.sizing`), the pairs per frame size decided once.
+        self.batch_tokens: int | None = sizing.default_batch_tokens(self.device)
+        self._pairs: dict[tuple[int, int], int] = {}
+        self.accelerate(Acceleration())
+
+    def accelerate(self, acceleration: Acceleration, graph_api: GraphAPI | None = None) -> None:
+        """Run the fast path's forward as ``acceleration`` says (graphs captured before are released)."""
+        old = getattr(self, "runner", None)
+        if old is not None and old.graphs is not None:
+            old.graphs.clear()
+        self.acceleration = acceleration
+        self.runner = Runner(acceleration, self.device, graph_api)
+        # Compiled, the products are the compiler's to choose: it cannot trace oneDNN on weights we prepacked.
+        onednn = acceleration.compile is None and onednn_linear_available(self.device, self.dtype)
+        self.linears = Linears("onednn" if onednn else "torch")
+        self.paths: dict[str, BlockPath] = {"fast": FastPath(self.linears, self.dtype), "reference": ReferencePath()}
 
     def receive(self, chunk: Chunk) -> Chunk:
         """``chunk`` with its tokens on this model's device, in their wire dtype (bf16 or int8 move
@@ -98,24 +102,87 @@ class EdgeModel:
     def synchronize(self) -> None:
         synchronize(self.device)
 
+    def pairs_per_forward(self, grid: tuple[int, int]) -> int:
+        """How many pairs of ``grid`` one batched forward takes here (:mod:`.sizing`)."""
+        tokens = grid[0] * grid[1]
+        if self.batch_tokens is not None:
+            return max(1, self.batch_tokens // tokens)
+        if grid not in self._pairs:
+            self._pairs[grid] = sizing.pairs_for_memory(sizing.free_memory(self.device), self.config, grid)
+        return self._pairs[grid]
+
+    def batched(self, items: Sequence, grid: tuple[int, int]) -> Iterator[Sequence]:
+        """``items`` (pairs of ``grid``) in consecutive batches of :meth:`pairs_per_forward`."""
+        return batches(items, 1, self.pairs_per_forward(grid))
+
     def warm_up(self) -> None:
         """One pair of the smallest frames (a 2 x 2 patch grid) through the DiT and the decoder at
-        load: on a GPU the lazy set-up (context, cuBLAS handles, kernels) then happens before the
-        first request, and a GPU that cannot run the model fails the load, not a request."""
+        load, eagerly (no graph kept for it): on a GPU the lazy set-up (context, cuBLAS handles,
+        kernels) then happens before the first request, and a GPU that cannot run the model fails
+        the load, not a request."""
         side = self.config.pad_multiple
         tokens = torch.zeros(2, 4, self.config.hidden_dim, device=self.device)
-        pair = Conditions(tokens, tokens, 0.5, 0.25, 0.0, (2, 2), (side, side))
-        self.decode_uint8(self.denoise([pair]), [pair])
-        self.synchronize()
-
-    def _path(self, path: AttentionPath) -> BlockPath:
-        assert path in ("fast", "reference"), path
-        return FastPath(self.linears, self.dtype) if path == "fast" else ReferencePath()
+        inputs = self.prepare([Conditions(tokens, tokens, 0.5, 0.25, 0.0, (2, 2), (side, side))])
+        with torch.inference_mode():
+            latents = self._sample(inputs.sample)
+            to_host(as_uint8(self._render(dataclasses.replace(inputs.render, latents=latents))))
 
     def _autocast(self):
         if self.precision != "bf16":
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        # No cache of cast weights: a captured graph must not read a cast freed when the context exits.
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
+
+    # --- the forward: prepared inputs -> middles on the device ---------------------------------
+
+    def prepare(self, batch: Sequence[Conditions]) -> EdgeInputs:
+        """The host's part of a forward of ``batch`` (pairs of one frame size): :func:`.forward.prepare`."""
+        return prepare(batch, self.config, self.device, self.timesteps)
+
+    @torch.inference_mode()
+    def forward(self, inputs: EdgeInputs, uint8: bool = True) -> torch.Tensor:
+        """The pure forward on the fast path: prepared inputs -> the middles on this model's device,
+        [B, H, W, 3] uint8, or [B, 3, H, W] float32 in [0, 1]. No host work inside."""
+        return self.render(self.sample(inputs), inputs, uint8=uint8)
+
+    @torch.inference_mode()
+    def sample(self, inputs: EdgeInputs | SampleInputs, path: AttentionPath = "fast") -> torch.Tensor:
+        """G_DiT: the latents [B, Nq, L] on the device."""
+        stage = inputs.sample if isinstance(inputs, EdgeInputs) else inputs
+        if path == "fast":
+            return self.runner("sample", self._sample, stage)
+        return self._sample(stage, self._path(path))
+
+    @torch.inference_mode()
+    def render(self, latents: torch.Tensor, inputs: EdgeInputs | RenderInputs, path: AttentionPath = "fast",
+               uint8: bool = False) -> torch.Tensor:
+        """D_dec: the middles on the device, [B, 3, H, W] float32 in [0, 1] (or as :meth:`forward`'s ``uint8``)."""
+        stage = dataclasses.replace(inputs.render if isinstance(inputs, EdgeInputs) else inputs, latents=latents)
+        if path == "fast":
+            return self.runner("render_uint8", self._render_uint8, stage) if uint8 else self.runner("render", self._render, stage)
+        pixels = self._render(stage, self._path(path))
+        return as_uint8(pixels) if uint8 else pixels
+
+    def _sample(self, inputs: SampleInputs, impl: BlockPath | None = None) -> torch.Tensor:
+        with self._autocast():
+            return sample(self.weights, self.config, impl or self.paths["fast"], inputs)
+
+    def _render(self, inputs: RenderInputs, impl: BlockPath | None = None) -> torch.Tensor:
+        with self._autocast():
+            return render(self.weights, self.config, impl or self.paths["fast"], inputs)
+
+    def _render_uint8(self, inputs: RenderInputs) -> torch.Tensor:
+        return as_uint8(self._render(inputs))
+
+    def _path(self, path: AttentionPath) -> BlockPath:
+        assert path in self.paths, path
+        return self.paths[path]
+
+    # --- whole calls: prepare, forward, copy back ----------------------------------------------
+
+    def middles(self, batch: Sequence[Conditions], uint8: bool = True) -> torch.Tensor:
+        """Pairs of one frame size -> their middles on the CPU, as :meth:`forward` gives them."""
+        return to_host(self.forward(self.prepare(batch), uint8))
 
     @torch.inference_mode()
     def interpolate(self, cond: Conditions, path: AttentionPath = "fast") -> torch.Tensor:
@@ -124,68 +191,31 @@ class EdgeModel:
 
     @torch.inference_mode()
     def interpolate_batch(self, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
-        """Pairs of one frame size, in one batched forward -> their middle frames, [B, 3, H, W]."""
-        return self.decode_latents(self.denoise(batch, path), batch, path)
+        """Pairs of one frame size, in one batched forward -> their middle frames, [B, 3, H, W] on the CPU."""
+        inputs = self.prepare(batch)
+        return to_host(self.render(self.sample(inputs, path), inputs, path))
 
     @torch.inference_mode()
     def denoise(self, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [B, Nq, L]."""
-        cfg, w = self.config, self.weights
-        ph, pw = _same_grid(batch)
-        impl = self._path(path)
-        # Each query token's 2x2 block of condition tokens in frame 0 and frame 1: [B Nq, 4, D] each.
-        c0, c1 = (torch.cat([query_blocks(c.cond_dit[i].to(self.device), ph, pw) for c in batch]) for i in (0, 1))
-        difference = torch.tensor([[c.difference] for c in batch], device=self.device)  # [B, 1]
-        pos = pos_embedding(cfg, ph, pw, 2, self.device)
-        z = upload(torch.cat([initial_noise(c.seed, (ph // 2) * (pw // 2), cfg) for c in batch]), self.device)
-        with self._autocast():
-            for t0, t1 in zip(cfg.timesteps[:-1], cfg.timesteps[1:]):
-                t = torch.tensor([t0], device=self.device)
-                c = w.denoise_timestep_embedder(t) + w.difference_embedder(difference)  # [B, D]
-                mods = w.adaLN_modulation(c)[:, None].chunk(6, dim=-1)  # shift, scale, gate; twice: [B, 1, D] each
-                x = w.proj_in(z) + pos  # [B, Nq, D]
-                for blk in w.dit_blocks:
-                    x = impl.dit_block(blk, x, mods, c0, c1)
-                velocity = w.proj_out(w.norm_out(x))[..., : cfg.latent_dim]
-                z = z + (t1 - t0) * velocity.float()
-        return z / cfg.vae_scaler + cfg.vae_shift
+        return self.sample(prepare_sample(batch, self.config, self.device, self.timesteps), path)
 
     @torch.inference_mode()
     def decode_latents(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped:
         [B, 3, H, W] float32 in [0, 1] on the CPU."""
-        return self.decode_on_device(latents, batch, path).cpu()
+        return to_host(self.decode_on_device(latents, batch, path))
 
     @torch.inference_mode()
     def decode_uint8(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """:meth:`decode_latents` as 8-bit pixels, [B, H, W, 3] uint8 on the CPU: the rounding of
         :func:`~eden_serve.media.frames.to_uint8` done on the device, so a quarter of the bytes come back."""
-        pixels = self.decode_on_device(latents, batch, path).mul_(255).round_().to(torch.uint8)
-        return pixels.permute(0, 2, 3, 1).contiguous().cpu()
+        return to_host(self.render(latents, prepare_render(batch, self.config, self.device), path, uint8=True))
 
     @torch.inference_mode()
     def decode_on_device(self, latents: torch.Tensor, batch: Sequence[Conditions], path: AttentionPath = "fast") -> torch.Tensor:
         """:meth:`decode_latents` on this model's device."""
-        cfg, w = self.config, self.weights
-        ph, pw = _same_grid(batch)
-        p, b = cfg.patch_size, len(batch)
-        impl = self._path(path)
-        c0, c1 = (torch.cat([c.cond_dec[i].to(self.device) for c in batch]) for i in (0, 1))  # [B N, D] each
-        with self._autocast():
-            q = w.proj_token(latents)  # [B, Nq, D]
-            grid = q.transpose(1, 2).reshape(b, cfg.hidden_dim, ph // 2, pw // 2)
-            up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
-            r = up.flatten(2).transpose(1, 2) + pos_embedding(cfg, ph, pw, 1, self.device)  # [B, N, D]
-            q = q + pos_embedding(cfg, ph, pw, 2, self.device)
-            for blk in w.decoder_blocks:
-                r = impl.decoder_block(blk, r, q, c0, c1)
-            patches = w.unpatchify(r).float()  # [B, N, 3 p^2], each patch (p1, p2, channel)
-        image = patches.reshape(b, ph, pw, p, p, 3).permute(0, 5, 1, 3, 2, 4).reshape(b, 3, ph * p, pw * p)
-        stats = torch.tensor([[c.mean, c.std] for c in batch], device=self.device)[:, :, None, None, None]
-        image = image * stats[:, 1] + stats[:, 0]
-        height, width = batch[0].size
-        top, _, left, _ = cfg.padding(height, width)
-        return image[:, :, top : top + height, left : left + width].clamp(0, 1)
+        return self.render(latents, prepare_render(batch, self.config, self.device), path)
 
 
 def batches(items: Sequence, tokens_each: int, max_batch_tokens: int) -> Iterator[Sequence]:
@@ -210,7 +240,3 @@ def earliest_first(chunks: Sequence, firsts: Sequence[int]) -> list[int]:
 
     return sorted(range(len(chunks)), key=key)
 
-
-def _same_grid(batch: Sequence[Conditions]) -> tuple[int, int]:
-    assert batch and all(c.grid == batch[0].grid and c.size == batch[0].size for c in batch), "one frame size per batch"
-    return batch[0].grid

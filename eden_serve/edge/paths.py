@@ -6,7 +6,9 @@
 * :class:`FastPath` (the default): the same numbers with less work, up to float rounding.
 
 Both take a batch of pairs of one frame size: the tokens [B, T, D], each pair's modulations
-[B, 1, D], and the condition tokens of all the pairs' rows together.
+[B, 1, D], and the condition tokens of all the pairs' rows together, in the form each path made of
+them once per forward (:meth:`BlockPath.dit_conditions`, :meth:`BlockPath.decoder_conditions`). Neither
+keeps state between calls: a forward captured as a CUDA graph replays without Python.
 """
 
 from __future__ import annotations
@@ -30,31 +32,42 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch
 
 
 def query_blocks(cond: torch.Tensor, ph: int, pw: int) -> torch.Tensor:
-    """[N, D] condition tokens -> [Nq, 4, D]: the 2x2 block each query token (r, c) owns,
-    ordered (2r,2c), (2r,2c+1), (2r+1,2c), (2r+1,2c+1)."""
+    """[N, D] or [B, N, D] condition tokens -> [B Nq, 4, D]: the 2x2 block each query token (r, c)
+    owns, ordered (2r,2c), (2r,2c+1), (2r+1,2c), (2r+1,2c+1); pair after pair."""
     d = cond.shape[-1]
-    return cond.reshape(ph // 2, 2, pw // 2, 2, d).permute(0, 2, 1, 3, 4).reshape(-1, 4, d)
+    return cond.reshape(-1, ph // 2, 2, pw // 2, 2, d).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, d)
 
 
 class BlockPath(Protocol):
-    """What both paths implement: the two kinds of block."""
+    """What both paths implement: the two kinds of block, and the condition tokens in the form
+    their blocks take (made once per forward, the same in every block and Euler step)."""
 
-    def dit_block(self, blk: Block, x: torch.Tensor, mods: tuple[torch.Tensor, ...], c0: torch.Tensor,
-                  c1: torch.Tensor) -> torch.Tensor:
+    def dit_conditions(self, c0: torch.Tensor, c1: torch.Tensor):
+        """``c0``, ``c1``: each query token's 2x2 condition block in frame 0 and frame 1, [B Nq, 4, D]."""
+
+    def decoder_conditions(self, c0: torch.Tensor, c1: torch.Tensor):
+        """``c0``, ``c1``: the frames' condition tokens, [B N, D]."""
+
+    def dit_block(self, blk: Block, x: torch.Tensor, mods: tuple[torch.Tensor, ...], cond) -> torch.Tensor:
         """One DiT block on the query tokens x [B, Nq, D]; ``mods``: the six [B, 1, D] modulations
-        (shift, scale, gate; twice); ``c0``, ``c1``: each query token's 2x2 condition block in
-        frame 0 and frame 1, [B Nq, 4, D]."""
+        (shift, scale, gate; twice); ``cond``: :meth:`dit_conditions`."""
 
-    def decoder_block(self, blk: Block, r: torch.Tensor, q: torch.Tensor, c0: torch.Tensor,
-                      c1: torch.Tensor) -> torch.Tensor:
+    def decoder_block(self, blk: Block, r: torch.Tensor, q: torch.Tensor, cond) -> torch.Tensor:
         """One decoder block on the reconstruction tokens r [B, N, D]; ``q``: the query tokens
-        [B, Nq, D]; ``c0``, ``c1``: the frames' condition tokens, [B N, D]."""
+        [B, Nq, D]; ``cond``: :meth:`decoder_conditions`."""
 
 
 class ReferencePath:
     """The official computation, one step after the other."""
 
-    def dit_block(self, blk, x, mods, c0, c1):
+    def dit_conditions(self, c0, c1):
+        return c0, c1
+
+    def decoder_conditions(self, c0, c1):
+        return c0, c1
+
+    def dit_block(self, blk, x, mods, cond):
+        c0, c1 = cond
         shift1, scale1, gate1, shift2, scale2, gate2 = mods
         x = x + gate1 * blk.self_attn(modulate(blk.norm_self_attn(x), shift1, scale1))
         h = blk.norm_temp_attn(x).reshape(-1, 1, x.shape[-1])  # [B Nq, 1, D]
@@ -62,7 +75,8 @@ class ReferencePath:
         x = x + blk.temp_attn(sequence)[:, 4].reshape(x.shape)
         return x + gate2 * blk.mlp(modulate(blk.norm_mlp(x), shift2, scale2))
 
-    def decoder_block(self, blk, r, q, c0, c1):
+    def decoder_block(self, blk, r, q, cond):
+        c0, c1 = cond
         x = torch.cat([r, q], dim=1)
         x = x + blk.self_attn(blk.norm_self_attn(x))
         r = x[:, : r.shape[1]]
@@ -86,36 +100,38 @@ class FastPath:
     through ``scaled_dot_product_attention`` on views of the projections; the adaLN modulation is
     folded into the LayerNorm; the residual stream is updated in place (a block owns the tokens it
     is given); the matrix products go through :class:`~.kernels.Linears`; the condition tokens,
-    the same in every block and step, are stacked and cast to the products' ``dtype`` once.
+    the same in every block and step, are stacked and cast to the products' ``dtype`` once per
+    forward. Its only state is :class:`~.kernels.Linears`' prepared weights (CPU only: made from the
+    weights on first use, never from the inputs).
     """
 
     def __init__(self, linears: Linears, dtype: torch.dtype = torch.float32):
         self.linears = linears
         self.dtype = dtype
-        self._cond_dit: torch.Tensor | None = None
-        self._cond_dec: torch.Tensor | None = None
 
-    def dit_block(self, blk, x, mods, c0, c1):
+    def dit_conditions(self, c0, c1):
+        return torch.cat([c0, c1], dim=1).to(self.dtype)  # [B Nq, 8, D]
+
+    def decoder_conditions(self, c0, c1):
+        return torch.stack([c0, c1]).to(self.dtype)  # [2, B N, D]
+
+    def dit_block(self, blk, x, mods, cond):
         lin, attn = self.linears, blk.self_attn
         shift1, scale1, gate1, shift2, scale2, gate2 = mods
-        if self._cond_dit is None:
-            self._cond_dit = torch.cat([c0, c1], dim=1).to(self.dtype)  # [B Nq, 8, D]
         h = _modulated(blk.norm_self_attn, x, shift1, scale1)
         x.addcmul_(gate1, lin.output(attn, F.scaled_dot_product_attention(*_heads(lin.project(attn, h)))))
         h = blk.norm_temp_attn(x).reshape(-1, x.shape[-1])
-        x += absorbed_temporal_attention(lin, blk.temp_attn, h, self._cond_dit).view(x.shape)
+        x += absorbed_temporal_attention(lin, blk.temp_attn, h, cond).view(x.shape)
         x.addcmul_(gate2, lin.mlp(blk.mlp, _modulated(blk.norm_mlp, x, shift2, scale2)))
         return x
 
-    def decoder_block(self, blk, r, q, c0, c1):
+    def decoder_block(self, blk, r, q, cond):
         lin, attn, n = self.linears, blk.self_attn, r.shape[1]
         h = blk.norm_self_attn(torch.cat([r, q], dim=1))
         (queries,) = _heads(lin.project(attn, h[:, :n], "q"))
         keys, values = _heads(lin.project(attn, h, "kv"))
         r += lin.output(attn, F.scaled_dot_product_attention(queries, keys, values))
-        if self._cond_dec is None:
-            self._cond_dec = torch.stack([c0, c1]).to(self.dtype)  # [2, B N, D]
-        kv0, kv1 = lin.project(blk.temp_attn, self._cond_dec, "kv")  # [B N, 2, H, hd] each
+        kv0, kv1 = lin.project(blk.temp_attn, cond, "kv")  # [B N, 2, H, hd] each
         h = blk.norm_temp_attn(r).reshape(-1, r.shape[-1])
         r += three_token_attention(lin, blk.temp_attn, h, kv0, kv1).view(r.shape)
         r += lin.mlp(blk.mlp, blk.norm_mlp(r))

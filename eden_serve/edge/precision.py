@@ -115,6 +115,13 @@ def check_bf16(device: torch.device) -> Bf16Check:
     return Bf16Check(capable and speedup >= MIN_PROBE_SPEEDUP, reason, speedup)
 
 
+def default_precision(device: torch.device) -> str:
+    """The precision to use where none is asked for: ``auto`` on a GPU (bf16 from compute capability
+    8.0, on the tensor cores; docs/gpu.md "Precision on a GPU"), ``fp32`` on a CPU, where bf16 runs
+    fast only on some CPUs and changes the output: there it stays the user's choice."""
+    return "auto" if device.type == "cuda" else "fp32"
+
+
 def resolve(
     requested: str, device: torch.device, check: Callable[[torch.device], Bf16Check] = check_bf16
 ) -> tuple[str, str]:

@@ -28,7 +28,7 @@ import torch
 from .. import wire
 from ..checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..cloud.encoder import CloudEncoder
-from ..edge import EdgeModel, batches, earliest_first
+from ..edge import EdgeModel, earliest_first
 from ..edge.conditions import EdgeEncoder, Intake
 from ..errors import BadInputError, encoder_refusal
 from ..media.frames import png_of
@@ -161,9 +161,8 @@ class EdgeService(Service):
     :data:`~.fields.FIELD_HEADERS`) ask for the middles from pair ``first`` on, each streamed as
     soon as it is computed (:mod:`eden_serve.answers`; docs/streaming.md).
 
-    The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own
-    pairs) run in batched forwards of one frame size each, at most ``max_batch_tokens`` condition
-    tokens at a time (0: the device's default, :data:`~eden_serve.edge.BATCH_TOKENS`)."""
+    The pairs of every request in a batch (TorchServe's dynamic batching, and each chunk's own pairs) run in batched
+    forwards of one frame size, ``max_batch_tokens`` condition tokens at most (0: the device's, :mod:`eden_serve.edge.sizing`)."""
 
     side = "edge"
     model: EdgeModel
@@ -173,6 +172,7 @@ class EdgeService(Service):
         model = load_edge(weights, device, settings.precision)
         if settings.max_batch_tokens:  # 0 keeps the device's default
             model.batch_tokens = settings.max_batch_tokens
+        model.accelerate(settings.acceleration())
         model.warm_up()
         return model
 
@@ -236,7 +236,7 @@ class EdgeService(Service):
                     (idx, j) for j in range(jobs[idx].first, chunk.pairs) if j not in chunk.copies)
                 self.send_ready(idx, answers[idx])
         for (grid, _), pairs in groups.items():
-            for batch in batches(pairs, grid[0] * grid[1], self.model.batch_tokens):
+            for batch in self.model.batched(pairs, grid):
                 self.compute([(idx, j) for idx, j in batch if answers[idx].refusal is None], chunks, answers)
         return [self.reply(idx, answers[idx]) if idx in answers else chunk for idx, chunk in enumerate(chunks)]
 

@@ -13,8 +13,9 @@ import torch
 from .. import wire
 from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..config import EdenConfig
-from ..edge import PRECISIONS
-from ..errors import DeviceUnavailableError
+from ..edge import PRECISIONS, Acceleration
+from ..edge.acceleration import GRAPH_MODES, Compile
+from ..errors import BadInputError, DeviceUnavailableError
 from ..media.frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
@@ -31,25 +32,32 @@ class Settings:
     scene_threshold: float | None = SCENE_THRESHOLD  # cloud: scene-cut test of requests that name none; null: off
     precision: str = "fp32"  # edge: compute precision
     max_batch_tokens: int = 0  # edge: condition tokens per batched forward; 0: the device's default
+    cuda_graphs: str = "auto"  # edge: replay the forward from CUDA graphs: auto (on a GPU), on, off
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (docs/serving.md: "GPUs and threads")
     media_root: str | None = None  # cloud: the directory of server-side sources; null: off (docs/cloud-sources.md)
+    compile: Compile | None = None  # edge: torch.compile, from the model-config's pt2 section (not the handler's)
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
         section = (model_yaml_config or {}).get("handler") or {}
         if not isinstance(section, dict):
             raise ValueError(f"model-config.yaml: handler must be a mapping, got {type(section).__name__}")
-        known = {field.name for field in fields(cls)}
+        known = {field.name for field in fields(cls)} - {"compile"}
         unknown = sorted(set(section) - known)
         if unknown:
             raise ValueError(f"model-config.yaml: unknown handler setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
-        settings = cls(**section)
+        try:
+            settings = cls(**section, compile=Compile.from_pt2((model_yaml_config or {}).get("pt2")))
+        except BadInputError as exc:
+            raise ValueError(str(exc)) from None
         for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 0)):
             value = getattr(settings, name)
             if type(value) is not int or value < least:
                 raise ValueError(f"model-config.yaml: handler.{name} must be an integer >= {least}, got {value!r}")
         if type(settings.threads) is not int or settings.threads < 0:
             raise ValueError(f"model-config.yaml: handler.threads must be an integer >= 0, got {settings.threads!r}")
+        if settings.cuda_graphs not in GRAPH_MODES:
+            raise ValueError(f"model-config.yaml: handler.cuda_graphs must be one of {', '.join(GRAPH_MODES)}, got {settings.cuda_graphs!r}")
         if settings.precision not in PRECISIONS:
             raise ValueError(f"model-config.yaml: handler.precision must be one of {', '.join(PRECISIONS)}, got {settings.precision!r}")
         threshold = settings.scene_threshold
@@ -60,6 +68,10 @@ class Settings:
             raise ValueError(f"model-config.yaml: handler.media_root must be an absolute directory path or null, got {root!r}")
         wire.kind(settings.codec)
         return settings
+
+    def acceleration(self) -> Acceleration:
+        """How the edge runs its forward (eden_serve/edge/acceleration.py)."""
+        return Acceleration(self.cuda_graphs, self.compile)
 
 
 def choose_device(gpu_id: int | None) -> torch.device:

@@ -1,0 +1,189 @@
+"""The edge's forward as functions of device tensors of fixed shape: what a CUDA graph captures and
+``torch.compile`` traces.
+
+:func:`prepare` does the host's part before the forward: each pair's noise drawn on the CPU from its
+seed (the reproducibility contract), the pairs' differences and statistics gathered, each sent to
+the device in one pinned, non-blocking copy; the condition tokens stacked on the device; the
+positional embeddings taken from the cache (the inputs hold their own references, so an eviction
+from the cache cannot free a tensor that a captured graph still reads). :func:`sample` (G_DiT) and
+:func:`render` (D_dec) then run on the device alone: no copy to the host, no tensor made from Python
+values, no synchronisation, no state kept between calls. :func:`to_host` is the copy back, after.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..config import EdenConfig
+from ..model import EdgeWeights, pos_embedding
+from ..wire import Conditions
+from .paths import BlockPath, query_blocks
+
+
+def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device`` in its own dtype; to a GPU from page-locked memory, without
+    waiting for the copy (later kernels on the stream are ordered after it)."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the CPU: from a GPU in one copy into page-locked memory, then a wait for that
+    copy alone (the stream's work before it, the forward, is what it waits for)."""
+    if tensor.device.type != "cuda":
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(tensor.device))
+    done.synchronize()
+    return host
+
+
+def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:
+    """The contract for reproducibility: drawn on the CPU from a seeded generator, moved later."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((1, num_tokens, config.latent_dim), generator=generator)
+
+
+def _constant():
+    """A field that is a function of the forward's shape alone (the grid, the device, the config):
+    a captured graph keeps the tensor it was captured with, and a replay never copies it."""
+    return field(metadata={"constant": True})
+
+
+class StageInputs:
+    """What a stage reads, split into the tensors of each call (copied into a graph's static
+    buffers at each replay, batch first) and the constants of its shape."""
+
+    def per_call(self) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if not f.metadata.get("constant"))
+
+    def with_per_call(self, tensors: Sequence[torch.Tensor]):
+        names = [f.name for f in dataclasses.fields(self) if not f.metadata.get("constant")]
+        return dataclasses.replace(self, **dict(zip(names, tensors, strict=True)))
+
+    def shape_key(self) -> tuple:
+        """The fixed shape these inputs stand for, besides the per-call tensors' own shapes."""
+        return ()
+
+
+@dataclass
+class SampleInputs(StageInputs):
+    noise: torch.Tensor  # [B, Nq, L] float32: each pair's initial latents
+    cond_dit: torch.Tensor  # [B, 2, N, D] float32: the DiT's condition tokens, frame 0 first
+    difference: torch.Tensor  # [B, 1] float32: each pair's standardised frame difference
+    pos_query: torch.Tensor = _constant()  # [Nq, D]: the query grid's positional embedding
+    timesteps: torch.Tensor = _constant()  # [S]: the Euler grid
+    grid: tuple[int, int] = _constant()  # (ph, pw): the patch grid
+
+    def shape_key(self) -> tuple:
+        return self.grid
+
+
+@dataclass
+class RenderInputs(StageInputs):
+    latents: torch.Tensor | None  # [B, Nq, L] float32: :func:`sample`'s output (None until it ran)
+    cond_dec: torch.Tensor  # [B, 2, N, D] float32: the decoder's condition tokens
+    stats: torch.Tensor  # [B, 2] float32: each pair's mean and std
+    pos_query: torch.Tensor = _constant()  # [Nq, D]
+    pos_patch: torch.Tensor = _constant()  # [N, D]: the patch grid's positional embedding
+    grid: tuple[int, int] = _constant()
+    size: tuple[int, int] = _constant()  # (height, width) of the frames: the crop
+
+    def shape_key(self) -> tuple:
+        return self.grid, self.size
+
+
+@dataclass
+class EdgeInputs:
+    """One batched forward's inputs on the edge's device: B pairs of one frame size."""
+
+    sample: SampleInputs
+    render: RenderInputs
+
+    @property
+    def batch(self) -> int:
+        return self.sample.noise.shape[0]
+
+
+def _gathered(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+    return upload(torch.stack(list(tensors)), device)
+
+
+def prepare(batch: Sequence[Conditions], config: EdenConfig, device: torch.device, timesteps: torch.Tensor) -> EdgeInputs:
+    """The host's part of a forward of ``batch`` (pairs of one frame size), done before it."""
+    return EdgeInputs(prepare_sample(batch, config, device, timesteps), prepare_render(batch, config, device))
+
+
+def prepare_sample(batch: Sequence[Conditions], config: EdenConfig, device: torch.device, timesteps: torch.Tensor) -> SampleInputs:
+    ph, pw = _grid(batch)
+    noise = torch.cat([initial_noise(c.seed, (ph // 2) * (pw // 2), config) for c in batch])
+    difference = torch.tensor([[c.difference] for c in batch], dtype=torch.float32)
+    return SampleInputs(upload(noise, device), _gathered([c.cond_dit for c in batch], device), upload(difference, device),
+                        pos_embedding(config, ph, pw, 2, device), timesteps, (ph, pw))
+
+
+def prepare_render(batch: Sequence[Conditions], config: EdenConfig, device: torch.device) -> RenderInputs:
+    """Without the latents, which :func:`sample` makes."""
+    ph, pw = _grid(batch)
+    stats = torch.tensor([[c.mean, c.std] for c in batch], dtype=torch.float32)
+    return RenderInputs(None, _gathered([c.cond_dec for c in batch], device), upload(stats, device),
+                        pos_embedding(config, ph, pw, 2, device), pos_embedding(config, ph, pw, 1, device), (ph, pw), batch[0].size)
+
+
+def _grid(batch: Sequence[Conditions]) -> tuple[int, int]:
+    assert batch and all(c.grid == batch[0].grid and c.size == batch[0].size for c in batch), "one frame size per batch"
+    return batch[0].grid
+
+
+def sample(w: EdgeWeights, config: EdenConfig, impl: BlockPath, inputs: SampleInputs) -> torch.Tensor:
+    """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [B, Nq, L]."""
+    z, (ph, pw) = inputs.noise, inputs.grid
+    # Each query token's 2x2 block of condition tokens in frame 0 and frame 1: [B Nq, 4, D] each.
+    cond = impl.dit_conditions(*(query_blocks(inputs.cond_dit[:, i], ph, pw) for i in (0, 1)))
+    steps = config.timesteps
+    for i, (t0, t1) in enumerate(zip(steps[:-1], steps[1:])):
+        c = w.denoise_timestep_embedder(inputs.timesteps[i : i + 1]) + w.difference_embedder(inputs.difference)  # [B, D]
+        mods = w.adaLN_modulation(c)[:, None].chunk(6, dim=-1)  # shift, scale, gate; twice: [B, 1, D] each
+        x = w.proj_in(z) + inputs.pos_query  # [B, Nq, D]
+        for blk in w.dit_blocks:
+            x = impl.dit_block(blk, x, mods, cond)
+        velocity = w.proj_out(w.norm_out(x))[..., : config.latent_dim]
+        z = z + (t1 - t0) * velocity.float()
+    return z / config.vae_scaler + config.vae_shift
+
+
+def render(w: EdgeWeights, config: EdenConfig, impl: BlockPath, inputs: RenderInputs) -> torch.Tensor:
+    """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped:
+    [B, 3, H, W] float32 in [0, 1]."""
+    latents, p, (ph, pw) = inputs.latents, config.patch_size, inputs.grid
+    b, n = latents.shape[0], ph * pw
+    cond = impl.decoder_conditions(*(inputs.cond_dec[:, i].reshape(b * n, -1) for i in (0, 1)))  # [B N, D] each
+    q = w.proj_token(latents)  # [B, Nq, D]
+    grid = q.transpose(1, 2).reshape(b, config.hidden_dim, ph // 2, pw // 2)
+    up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
+    r = up.flatten(2).transpose(1, 2) + inputs.pos_patch  # [B, N, D]
+    q = q + inputs.pos_query
+    for blk in w.decoder_blocks:
+        r = impl.decoder_block(blk, r, q, cond)
+    patches = w.unpatchify(r).float()  # [B, N, 3 p^2], each patch (p1, p2, channel)
+    image = patches.reshape(b, ph, pw, p, p, 3).permute(0, 5, 1, 3, 2, 4).reshape(b, 3, ph * p, pw * p)
+    stats = inputs.stats[:, :, None, None, None]
+    image = image * stats[:, 1] + stats[:, 0]
+    height, width = inputs.size
+    top, _, left, _ = config.padding(height, width)
+    return image[:, :, top : top + height, left : left + width].clamp(0, 1)
+
+
+def as_uint8(pixels: torch.Tensor) -> torch.Tensor:
+    """[B, 3, H, W] float32 in [0, 1] -> [B, H, W, 3] uint8, rounded as :func:`~eden_serve.frames.to_uint8`
+    rounds, on the pixels' device (a quarter of the bytes then come back). Consumes ``pixels``."""
+    return pixels.mul_(255).round_().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+

@@ -1,0 +1,1 @@
+"""Made by python -m eden_serve.transports.protos; not in git."""

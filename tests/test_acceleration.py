@@ -1,0 +1,101 @@
+"""How the edge's forward runs (eden_serve/edge/acceleration.py): the switches, where users set
+them, and the forward compiled (dynamo's tracing on the CPU; inductor takes minutes here)."""
+
+import pytest
+import torch
+
+from eden_serve.checkpoint import module_from_state
+from eden_serve import edge as edge_package
+from eden_serve.config import PRESETS
+from eden_serve.edge import Acceleration, EdgeModel
+from eden_serve.edge.acceleration import Compile, Runner, bucket
+from eden_serve.edge.graphs import RerunGraphs
+from eden_serve.errors import BadInputError
+from eden_serve.wire import Conditions
+
+CUDA, CPU = torch.device("cuda:0"), torch.device("cpu")
+
+
+def test_cuda_graphs_are_on_by_default_on_a_gpu_only():
+    assert Acceleration().graphs_on(CUDA) and not Acceleration().graphs_on(CPU)
+    assert Acceleration("on").graphs_on(CUDA) and not Acceleration("off").graphs_on(CUDA)
+
+
+def test_inductors_own_graphs_turn_ours_off():
+    assert not Acceleration(compile=Compile(mode="reduce-overhead")).graphs_on(CUDA)
+    assert Acceleration(compile=Compile(mode="max-autotune-no-cudagraphs")).graphs_on(CUDA)
+
+
+@pytest.mark.parametrize("acceleration, device, message", [
+    (Acceleration("on"), CPU, "CUDA graphs need a CUDA device"),
+    (Acceleration("on", Compile(mode="max-autotune")), CUDA, "captures CUDA graphs itself"),
+])
+def test_contradictions_are_refused(acceleration, device, message):
+    with pytest.raises(BadInputError, match=message):
+        acceleration.graphs_on(device)
+
+
+def test_unknown_settings_are_refused():
+    with pytest.raises(BadInputError, match="unknown cuda graphs setting 'yes'"):
+        Acceleration("yes")
+    with pytest.raises(BadInputError, match="unknown compile mode 'fast'"):
+        Compile(mode="fast")
+
+
+def test_the_pt2_section_as_torchserve_documents_it():
+    assert Compile.from_pt2(None) is None
+    assert Compile.from_pt2({"compile": {"enable": False, "backend": "inductor"}}) is None
+    assert Compile.from_pt2({"compile": {"enable": True}}) == Compile()
+    assert Compile.from_pt2({"compile": {"enable": True, "backend": "inductor", "mode": "max-autotune-no-cudagraphs"}}) == Compile(
+        "inductor", "max-autotune-no-cudagraphs")
+    for bad in ("inductor", {"compile": {"backend": "inductor"}}, {"compile": {"enable": "yes"}},
+                {"compile": {"enable": True, "dynamic": True}}, {"export": {"aot_compile": True}}):
+        with pytest.raises(BadInputError, match="model-config.yaml: pt2 must be"):
+            Compile.from_pt2(bad)
+
+
+def test_a_graph_serves_batches_up_to_the_next_power_of_two():
+    assert [bucket(b) for b in (1, 2, 3, 4, 5, 8, 9, 16, 17)] == [1, 2, 4, 4, 8, 8, 16, 16, 32]
+
+
+def test_a_runner_without_graphs_calls_the_stage():
+    runner = Runner(Acceleration(), CPU)
+    assert runner.graphs is None
+    assert runner("stage", lambda inputs: inputs * 2, torch.ones(2)).tolist() == [2.0, 2.0]
+
+
+def test_the_graph_cache_takes_its_bounds_from_the_settings():
+    runner = Runner(Acceleration(max_graphs=3, graph_bytes=1 << 20), CPU, RerunGraphs())
+    assert (runner.graphs.max_graphs, runner.graphs.max_bytes) == (3, 1 << 20)
+
+
+@pytest.fixture(scope="module")
+def tiny_edge(tiny_state):
+    config = PRESETS["tiny"]
+    return EdgeModel(module_from_state(tiny_state, "edge", config), config)
+
+
+def pair(seed: int) -> Conditions:
+    tokens = torch.randn(2, 48, PRESETS["tiny"].hidden_dim, generator=torch.Generator().manual_seed(seed))
+    return Conditions(tokens, tokens.flip(0), 0.4, 0.2, 0.3, (6, 8), (91, 125), seed)
+
+
+def test_the_compiled_forward_equals_the_eager_one(tiny_edge, monkeypatch):
+    """dynamo's graph run by its eager backend: the same operations as the eager forward with
+    torch's products, bit for bit; compiled once per stage and kept (a second pair runs the
+    compiled code). Compiled, the oneDNN products give way to torch's (the compiler picks its own),
+    and come back after."""
+    with monkeypatch.context() as patch:
+        patch.setattr(edge_package, "onednn_linear_available", lambda *args: False)
+        tiny_edge.accelerate(Acceleration())
+        eager = [tiny_edge.middles([pair(s)], uint8=False) for s in (1, 2)]
+    tiny_edge.accelerate(Acceleration(compile=Compile(backend="eager")))
+    try:
+        assert tiny_edge.linears.kind == "torch"
+        compiled = [tiny_edge.middles([pair(s)], uint8=False) for s in (1, 2)]
+        assert set(tiny_edge.runner._compiled) == {"sample", "render"}
+        assert all(torch.equal(a, b) for a, b in zip(compiled, eager))
+    finally:
+        tiny_edge.accelerate(Acceleration())
+    assert tiny_edge.runner._compiled == {} and tiny_edge.runner.graphs is None
+    assert tiny_edge.linears.kind == ("onednn" if edge_package.onednn_linear_available(CPU) else "torch")

@@ -1,0 +1,84 @@
+"""Pairs per batched forward (eden_serve/edge/sizing.py) and the precision chosen where none is
+asked, for a GPU as far as the code asks it (CUDA's answers monkeypatched: no GPU here)."""
+
+import pytest
+import torch
+
+from eden_serve.config import PRESETS
+from eden_serve.edge import EdgeModel, default_precision, sizing
+from eden_serve.edge.precision import Bf16Check, check_bf16, resolve
+from eden_serve.model import EdgeWeights
+
+OFFICIAL = PRESETS["official"]
+GRIDS = {"480x854": OFFICIAL.patch_grid(480, 854), "720p": OFFICIAL.patch_grid(720, 1280), "1080p": OFFICIAL.patch_grid(1080, 1920),
+         "4K": OFFICIAL.patch_grid(2160, 3840)}
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("free_gib, expected", [
+    (80, {"480x854": 16, "720p": 16, "1080p": 8, "4K": 2}),  # an idle H100: the caps
+    (8, {"480x854": 16, "720p": 8, "1080p": 4, "4K": 1}),
+    (1, {"480x854": 4, "720p": 1, "1080p": 1, "4K": 1}),  # at least one pair, whatever the memory
+])
+def test_pairs_per_forward_follow_the_free_memory(free_gib, expected):
+    assert {name: sizing.pairs_for_memory(free_gib * GIB, OFFICIAL, grid) for name, grid in GRIDS.items()} == expected
+
+
+def test_pairs_per_forward_are_a_power_of_two_within_the_share_of_memory():
+    for free in range(1, 200):
+        pairs = sizing.pairs_for_memory(free * GIB // 4, OFFICIAL, GRIDS["1080p"])
+        assert pairs & (pairs - 1) == 0
+        assert pairs == 1 or pairs * sizing.bytes_per_pair(OFFICIAL, GRIDS["1080p"]) <= sizing.MEMORY_SHARE * free * GIB // 4
+
+
+def gpu_like_edge(monkeypatch, free_bytes: int) -> tuple[EdgeModel, list]:
+    """The edge as on a GPU as far as sizing goes (no token budget, free memory asked of CUDA),
+    on the meta device; the questions asked of the memory, recorded."""
+    asked = []
+    with torch.device("meta"):
+        weights = EdgeWeights(OFFICIAL)
+    edge = EdgeModel(weights, OFFICIAL, "meta", "fp32")
+    edge.batch_tokens = sizing.default_batch_tokens(torch.device("cuda"))
+    monkeypatch.setattr(sizing, "free_memory", lambda device: asked.append(device) or free_bytes)
+    return edge, asked
+
+
+def test_a_gpu_edge_sizes_its_batches_from_free_memory_once_per_frame_size(monkeypatch):
+    edge, asked = gpu_like_edge(monkeypatch, 80 * GIB)
+    assert edge.batch_tokens is None
+    assert [len(b) for b in edge.batched(list(range(20)), GRIDS["1080p"])] == [8, 8, 4]
+    assert edge.pairs_per_forward(GRIDS["1080p"]) == 8 and edge.pairs_per_forward(GRIDS["480x854"]) == 16
+    assert len(asked) == 2  # once per grid: the same batches, and graphs, for the rest of the run
+
+
+def test_a_token_budget_set_for_the_edge_wins_over_memory(monkeypatch):
+    """handler.max_batch_tokens (tests/test_serving.py) sets edge.batch_tokens."""
+    edge, asked = gpu_like_edge(monkeypatch, 80 * GIB)
+    edge.batch_tokens = 16384
+    assert edge.pairs_per_forward(GRIDS["1080p"]) == 2 and asked == []
+
+
+def test_the_cpu_keeps_its_token_budget():
+    assert sizing.default_batch_tokens(torch.device("cpu")) == sizing.CPU_BATCH_TOKENS
+
+
+def test_the_free_memory_counts_what_the_allocator_holds_unused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10 * GIB, 80 * GIB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 6 * GIB)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 * GIB)
+    assert sizing.free_memory(torch.device("cuda:0")) == 14 * GIB
+
+
+@pytest.mark.parametrize("capability, expected", [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp32")])
+def test_a_gpu_runs_bf16_by_default_where_it_has_bf16_tensor_cores(monkeypatch, capability, expected):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    cuda = torch.device("cuda:0")
+    assert default_precision(cuda) == "auto"
+    assert resolve(default_precision(cuda), cuda, check_bf16)[0] == expected
+
+
+def test_a_cpu_runs_fp32_by_default_without_probing(monkeypatch):
+    cpu = torch.device("cpu")
+    probed = []
+    assert resolve(default_precision(cpu), cpu, lambda device: probed.append(device) or Bf16Check(True, "x")) == ("fp32", "asked for")
+    assert probed == []
