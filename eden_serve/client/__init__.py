@@ -293,7 +293,7 @@ class _Processor(Processor):
     def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles:
         order = None if arrived is None else arrived.order
         try:
-            return self.chunk(index, frames, seed, arrived, order)
+            return self._middles_of(index, frames, seed, arrived, order)
         finally:  # a chunk that failed before a stage must not hold back the later ones there
             for stage in self.stages.values():
                 stage.forget(order)
@@ -302,7 +302,7 @@ class _Processor(Processor):
         for stage in self.stages.values():
             stage.expect(order)
 
-    def chunk(self, index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
+    def _middles_of(self, index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
         """The chunk's middles: sent again with its kind's fallback where that kind failed on it, or
         as two halves where a server finds it too large."""
         named = named_fields(frames)
@@ -320,8 +320,8 @@ class _Processor(Processor):
                 raise
         half = len(frames) // 2
         later = None if arrived is None else _Shifted(arrived, half)
-        first = self.chunk(index, frames[: half + 1], seed, arrived, order)
-        first.add(self.chunk(index + half, frames[half:], seed + half, later, order))
+        first = self._middles_of(index, frames[: half + 1], seed, arrived, order)
+        first.add(self._middles_of(index + half, frames[half:], seed + half, later, order))
         return first
 
 

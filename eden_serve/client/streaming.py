@@ -42,7 +42,8 @@ from tqdm import tqdm
 
 from ..errors import BadInputError, EdenError, PairError, TransientError
 from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
-from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
+from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH
+from .schedule import Schedule
 from ..media.resume import Journal
 from .levels import Item, Level
 from .processors import Cached, Middles, Processor, as_processor
@@ -306,7 +307,7 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     depend on (the model, the servers, the codec), recorded in the journal.
 
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
-    ``time_error`` (:mod:`eden_serve.media.timing`). ``encoding``: a video's encoder options.
+    ``time_error`` (:mod:`eden_serve.client.schedule`). ``encoding``: a video's encoder options.
     ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.client.resize`). ``raw``: the
     input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
     already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the

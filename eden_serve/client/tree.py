@@ -1,4 +1,4 @@
-"""The frames of a retimed output (:mod:`eden_serve.media.timing`): only the middles its frames show, and their
+"""The frames of a retimed output (:mod:`eden_serve.client.schedule`): only the middles its frames show, and their
 ancestors in the 2x tree, are computed.
 
 The source intervals are read in windows of ``run.chunk``. In a window, depth d's middles wait for
@@ -21,7 +21,7 @@ from PIL import Image
 
 from ..media.base import Frame
 from ..media.frames import match_mode
-from ..media.timing import Schedule, Target, ancestors
+from .schedule import Schedule, Target, ancestors
 
 
 def _runs(pairs: list[int], chunk: int) -> list[list[int]]:
