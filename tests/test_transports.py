@@ -22,11 +22,12 @@ from conftest import loopback_http
 from eden_serve import synthetic
 from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 from eden_serve.cli import main
-from eden_serve.client import DECODER, ENCODER, Client
+from eden_serve.client import DECODER, ENCODER, Client, transport_for
 from eden_serve.client.transports import Stage
+from eden_serve.client.transports.grpc import GrpcTransport
 from eden_serve.client.transports.http import HttpTransport
 from eden_serve.client.workers import Arrivals
-from eden_serve.errors import ServerError, UnavailableError
+from eden_serve.errors import BadInputError, ServerError, UnavailableError
 from eden_serve.media import Frame
 from eden_serve.media.frames import png_bytes
 
@@ -302,3 +303,14 @@ def test_a_request_waiting_for_an_earlier_chunk_gives_up_when_cancelled():
     with pytest.raises(UnavailableError, match="cancelled"):
         with stage.slot(cancel, 1):
             pass
+
+
+def test_the_urls_scheme_picks_the_transport_unless_one_is_named():
+    assert [transport_for(url) for url in ("http://a:8080", "https://a", "grpc://a:7070", "grpcs://a:7070")] == \
+        [HttpTransport, HttpTransport, GrpcTransport, GrpcTransport]
+    assert transport_for("ftp://a") is HttpTransport  # which then says what it takes
+    assert transport_for("grpc://a:7070", "http") is HttpTransport and transport_for("http://a", "grpc") is GrpcTransport
+    with pytest.raises(BadInputError, match="transport must be http or grpc, got 'ws'"):
+        transport_for("http://a", "ws")
+    with pytest.raises(BadInputError, match="must be an http:// or https:// URL"):
+        Client("ftp://a")

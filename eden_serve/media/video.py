@@ -34,7 +34,7 @@ def rgb(frame) -> Image.Image:
     """A decoded frame as the 8-bit RGB image that the model and every codec take: PyAV's own
     conversion (swscale, bilinear, to rgb24 by the frame's colour matrix and range, which the
     decoder takes from the bitstream or, where the bitstream leaves them out, from its context).
-    ``clips.packets`` decodes a chunk's packets through this same function, for the same pixels."""
+    ``media.packets`` decodes a chunk's packets through this same function, for the same pixels."""
     return frame.to_image()
 
 
