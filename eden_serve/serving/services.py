@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
+import numpy as np
 import torch
 
 from .. import wire
@@ -34,6 +35,7 @@ from ..errors import BadInputError, encoder_refusal
 from ..media.frames import png_of
 from ..wire import Chunk, keyed
 from ..wire.answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
+from .bitstreams import decoded
 from .fields import JSON, OCTET_STREAM, PNG, ZIP, parse_first, parse_stream, request_body, stream_of, with_headers
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
@@ -183,7 +185,7 @@ class EdgeService(Service):
         # The cloud half, where the archive carries it, re-derives the conditions of frames payloads.
         cloud_weights = Path(context.system_properties["model_dir"]) / WEIGHTS_FILES["cloud"]
         encoder = EdgeEncoder(*load_half(cloud_weights, "cloud"), model.device) if cloud_weights.is_file() else None
-        self.intake = Intake(model, encoder, settings.max_pixels)
+        self.intake = Intake(model, encoder, settings.max_pixels, self.decoded)
 
     def preprocess(self, batch: list[dict]) -> list:
         batch = [with_headers(request, self.context.get_all_request_header(idx)) for idx, request in enumerate(batch)]
@@ -207,6 +209,11 @@ class EdgeService(Service):
             raise BadInputError(f"request body must be the encoder's wire payload ({OCTET_STREAM}), got a JSON {type(body).__name__}")
         return body
 
+    def decoded(self, chunk: wire.BitstreamChunk, max_pixels: int | None) -> np.ndarray:
+        """A bitstream payload's frames, decoded here where its cloud signed it, else as
+        ``handler.unkeyed_bitstream`` says (:mod:`.bitstreams`)."""
+        return decoded(chunk, self.settings, keyed=self.wire_key is not None)
+
     def open(self, idx: int, job: EdgeJob) -> Chunk:
         """The payload's conditions on the device, as its kind makes them (a bitstream payload's
         packets decoded: 409 where a frame's digest differs)."""
@@ -214,7 +221,7 @@ class EdgeService(Service):
             keyed.verify(job.payload, self.wire_key), self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
-        if job.first >= opened.pairs:
+        if job.first > opened.pairs or (job.first == opened.pairs and not job.stream):  # streamed: just the end (docs/streaming.md)
             raise BadInputError(f"first is {job.first}, but the payload holds {opened.pairs} pairs (0 to {opened.pairs - 1})")
         self.size_metric("EdenPayloadBytes", len(job.payload), idx)
         start = time.perf_counter()
@@ -270,8 +277,9 @@ class EdgeService(Service):
             self.time_metric("EdenDenoiseMs", answer.seconds[0], idx)
             self.time_metric("EdenDecodeMs", answer.seconds[1], idx)
             outcome = [png.result() if isinstance(png, Future) else png for png in answer.middles]
-        if answer.next is not None and answer.next > answer.first:  # streamed: what was sent stands, and this ends it
-            self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
+        if answer.next is not None and (answer.next > answer.first or answer.next == len(answer.middles)):  # streamed: this ends it
+            if answer.next > answer.first:
+                self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
             if isinstance(outcome, Refusal):
                 return Reply(record(FAILED, 0, json.dumps(outcome.document).encode()), STREAMED)
             return Reply(record(END, 0), STREAMED)

@@ -11,10 +11,13 @@ And how requests take their turns (:class:`Stage`), and the inference token ever
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import threading
 import time
+import urllib.parse
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -164,6 +167,22 @@ class Stage:
             with self._changed:
                 self._busy -= 1
                 self._changed.notify_all()
+
+
+def warn_cleartext(url: str, token: str | None) -> None:
+    """One warning line before ``token`` goes in clear (``http://``, ``grpc://``) to a host that is
+    not this machine: anyone on the way can read it and use the server."""
+    parts = urllib.parse.urlsplit(url)
+    if not token or parts.scheme not in ("http", "grpc"):
+        return
+    host = parts.hostname or ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost" or host.endswith(".localhost")
+    if not loopback:
+        warnings.warn(f"the token goes in clear to {parts.scheme}://{parts.netloc}, which is not this machine; "
+                      "serve TLS and use https:// or grpcs:// (docs/tls.md)")
 
 
 def read_token(token: str | None = None, token_file: str | Path | None = None) -> str | None:

@@ -20,7 +20,7 @@ from PIL import Image
 from ...errors import BadInputError, ServerError, TransientError, error_from_document
 from ...wire.answers import StreamedAnswer
 from ..tls import ClientTLS
-from . import DECODER, ENCODER, Transport
+from . import DECODER, ENCODER, Transport, warn_cleartext
 
 SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService"
 URL = re.compile(r"(grpcs?)://([^/]+?)/?")
@@ -80,6 +80,7 @@ class GrpcTransport(Transport):
         self.metadata = {step: (("authorization", f"Bearer {t}"),) if t else () for step, t in tokens.items()}
         self.channels, self.calls = {}, {}
         for step, url in self.urls.items():
+            warn_cleartext(url, tokens.get(step))
             address, secure = target(url, step)
             if (address, secure) not in self.channels:
                 options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
