@@ -117,9 +117,9 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
     where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
     where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
-    where.add_argument("--transport", choices=("http", "grpc"), default="http",
+    where.add_argument("--transport", choices=("http", "grpc"),
                        help="http, or grpc with grpc:// or grpcs:// URLs of the gRPC inference ports; over gRPC "
-                            "--server names a server with eden_encoder and eden_ditdec (default http)")
+                            "--server names a server with eden_encoder and eden_ditdec (default: the URLs' scheme says)")
     auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
     auth.add_argument("--token", help="inference token")
     auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
@@ -139,9 +139,9 @@ def client_from(args: argparse.Namespace) -> Client:
     are asked of the encoder)."""
     token = read_token(args.token, args.token_file)
     edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
-    return Client(args.server, cloud=args.cloud, edge=args.edge, token=token, edge_token=edge_token, codec=args.codec,
-                  scene_threshold=args.scene_threshold, tries=args.tries, backoff=args.backoff, timeout=args.timeout,
-                  tls=ClientTLS.from_file(args.cacert), transport=args.transport)
+    return Client(args.server, cloud=args.cloud, edge=args.edge, codec=args.codec, scene_threshold=args.scene_threshold,
+                  token=token, edge_token=edge_token, tls=ClientTLS.from_file(args.cacert), timeout=args.timeout,
+                  tries=args.tries, backoff=args.backoff, transport=args.transport)
 
 
 def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
@@ -149,7 +149,7 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     """``eden-serve interpolate CLIP``: the clip options of ``args``, checked before ``models()``
     gives the halves that compute it; ``hooks``: :func:`~eden_serve.client.streaming.interpolate_clip`'s
     ``watch``."""
-    wire.check_codec(args.codec)
+    wire.kind(args.codec, in_process=True)
     options = clip_options(args)
     cloud, edge = models()
     return pipeline.interpolate_clip_in_process(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import torch
 from PIL import Image
@@ -19,6 +19,17 @@ from .timing import Retiming
 HALF = Fraction(1, 2)
 
 
+class Decoded(NamedTuple):
+    """A video's frame as its decoder gave it: ``raw``, re-encoded as it is so that no RGB round trip
+    alters it, shown from ``time`` until ``end`` (seconds); ``source``: the server-side source that
+    holds it (docs/cloud-sources.md), where the cloud has it."""
+
+    raw: object
+    time: Fraction | None
+    end: Fraction | None
+    source: str | None = None
+
+
 class Frame:
     """One frame of a clip.
 
@@ -29,16 +40,13 @@ class Frame:
     """
 
     def __init__(self, index: int, name: str, *, image: Image.Image | None = None, path: Path | None = None,
-                 duration: float | None = None, raw=None, max_pixels: int | None = None,
-                 time: Fraction | None = None, end: Fraction | None = None, source: str | None = None):
+                 duration: float | None = None, max_pixels: int | None = None, decoded: Decoded | None = None):
         self.index = index
         self.name = name
         self.path = path
         self.max_pixels = max_pixels  # checked from the file's header, before decoding
         self.duration = duration  # milliseconds on screen, for animations
-        self.raw = raw  # the decoded video frame, re-encoded as it is so that no RGB round trip alters it
-        self.time, self.end = time, end  # seconds, for video: when it is shown, and until when
-        self.source = source  # an original of this server-side source (docs/cloud-sources.md): the cloud holds it
+        self.raw, self.time, self.end, self.source = decoded if decoded is not None else Decoded(None, None, None)
         self._image = image
         self._cache: dict[str, object] = {}
         self._lock = threading.RLock()  # tensor and encoded compute image under it

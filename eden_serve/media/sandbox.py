@@ -34,7 +34,6 @@ from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooM
 from ..sandbox import zygote
 from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
 from ..wire.bitstream import Packet, StreamParameters
-from . import packets as decoding
 
 logger = logging.getLogger(__name__)
 # The types of refusal a child may report; anything else it says is a malformed payload.
@@ -205,6 +204,6 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
     return _sandbox.decode(parameters, packets, skip, count, max_pixels, deadline)
 
 
-def frames_chunk(chunk, max_pixels: int | None = None, deadline: float = DEADLINE_S):
-    """:func:`.packets.to_frames_chunk`, the packets decoded in the sandbox."""
-    return decoding.to_frames_chunk(chunk, max_pixels, lambda *job: decode(*job, deadline=deadline))
+def decode_chunk(chunk, max_pixels: int | None = None, deadline: float = DEADLINE_S) -> np.ndarray:
+    """:func:`.packets.decode_chunk`, the packets decoded in the sandbox."""
+    return decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels, deadline=deadline)

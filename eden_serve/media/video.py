@@ -16,7 +16,7 @@ from PIL import Image
 
 from ..errors import BadInputError
 from ..sandbox.decoder import rgb
-from .base import HALF, Clip, ClipWriter, Frame
+from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, import_av
 from .frames import check_size
 from .timing import Retiming
@@ -97,7 +97,7 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-            yield Frame(i, f"frame {i}", image=rgb(frame), raw=frame, time=time, end=time + duration, source=source)
+            yield Frame(i, f"frame {i}", image=rgb(frame), decoded=Decoded(frame, time, time + duration, source))
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
