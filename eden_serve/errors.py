@@ -243,8 +243,9 @@ def error_from_document(body: Any) -> UpstreamError | None:
 
 # What an encoder's handler answers with, by type (docs/serving.md "Errors"): in a workflow the edge node gets
 # it as its request body and passes it on, with its status. A 500 is not passed on.
-ENCODER_REFUSALS = {BadInputError.kind: 400, FrameTooLargeError.kind: 413, ChunkTooLargeError.kind: 413, CodecError.kind: 400,
-                    OUT_OF_MEMORY: 507}
+ENCODER_REFUSALS = {cls.kind: cls.status for cls in (BadInputError, FrameTooLargeError, ChunkTooLargeError, CodecError,
+                                                     SourceForbiddenError, SourceNotFoundError, TooMuchWorkError)}
+ENCODER_REFUSALS[OUT_OF_MEMORY] = 507
 
 
 def encoder_refusal(body: Any) -> UpstreamError | None:

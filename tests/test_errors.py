@@ -10,9 +10,13 @@ from eden_serve.errors import (
     FrameTooLargeError,
     ModelMismatchError,
     PayloadTooLargeError,
+    SourceForbiddenError,
+    SourceNotFoundError,
+    TooMuchWorkError,
     UnavailableError,
     UnsupportedVersionError,
     UpstreamError,
+    encoder_refusal,
     error_response,
 )
 
@@ -58,3 +62,20 @@ def test_unexpected_errors_leak_nothing():
     code, body = error_response(KeyError("/secret/path/weights.safetensors"))
     assert code == 500 and body["type"] == "internal_error"
     assert "secret" not in body["message"] and "Traceback" not in body["message"]
+
+
+@pytest.mark.parametrize("exc", [BadInputError("no frame1"), FrameTooLargeError("60000x60000"), CodecError("unknown codec"),
+                                 SourceForbiddenError("leaves the root"), SourceNotFoundError("no such file"),
+                                 TooMuchWorkError("122 frames to decode")])
+def test_the_edge_hands_on_every_refusal_an_encoder_sends(exc):
+    """In a workflow the edge node gets the encoder's error document as its body and answers it
+    with the encoder's status: a server-side source's refusals too (they were 400 bad_payload)."""
+    upstream = encoder_refusal(error_response(exc)[1])
+    assert (upstream.status, upstream.kind, str(upstream)) == (exc.status, exc.kind, str(exc))
+
+
+@pytest.mark.parametrize("document", [{"code": 599, "type": "bad_input", "message": "m"}, {"code": 503, "type": "unavailable", "message": "m"},
+                                      {"code": 404, "type": "bad_input", "message": "m"}])
+def test_the_edge_refuses_error_documents_no_encoder_sends(document):
+    with pytest.raises(CodecError, match="no encoder sends"):
+        encoder_refusal(document)
