@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,9 @@ from test_client import FRAMES, assert_same_clip, expected, inputs, output_name 
 from eden_serve import wire
 from eden_serve.client import Client
 from eden_serve.config import PRESETS
-from eden_serve.wire.bitstream import Packet, StreamParameters
 from harness import faults
 from harness.fuzz import CLOUD, bitstream_payloads
+from harness.hostile import black_4k_packets, seal, starting
 from harness.servers import set_handler, torchserve
 
 pytestmark = pytest.mark.serving
@@ -55,10 +54,7 @@ def split_client(cloud, edge, transport: str = "http") -> Client:
 def hostile(tmp_path, start: bytes) -> bytes:
     """A bitstream payload of real packets whose first packet starts with ``start``: the stand-in
     decoder of harness/faults crashes or hangs on it, as libavcodec might on a hostile one."""
-    chunk = wire.decode(bitstream_payloads(tmp_path)[0], PRESETS["tiny"])
-    first = chunk.packets[0]
-    chunk.packets[0] = Packet(start + first.data, first.pts, first.dts, first.key)
-    return wire.encode(chunk, PRESETS["tiny"], wire.BITSTREAM_CODEC)
+    return seal(starting(wire.decode(bitstream_payloads(tmp_path)[0], PRESETS["tiny"]), start))
 
 
 def wait_ready(server, model: str = "eden_ditdec") -> None:
@@ -136,28 +132,6 @@ def test_an_edge_worker_killed_mid_answer_costs_a_retry(tmp_path, cloud, edge, f
     assert_same_clip(out, expected["directory"], inputs["directory"])
     wait_ready(edge)
     assert edge.worker_pids("eden_ditdec") != killed
-
-
-def black_4k_packets(count: int) -> tuple:
-    """A key frame and ``count - 1`` copies of a skipped P frame of black 3840x2160 H.264: a few
-    kB that decode to ``count`` 4K frames."""
-    import av
-
-    context = av.CodecContext.create("libx264", "w")
-    context.width, context.height, context.pix_fmt = 3840, 2160, "yuv420p"
-    context.time_base = Fraction(1, 25)
-    context.options = {"preset": "ultrafast", "g": "1000", "bf": "0"}
-    frame = av.VideoFrame(3840, 2160, "yuv420p")
-    for plane, value in zip(frame.planes, (16, 128, 128)):
-        plane.update(bytes([value]) * plane.buffer_size)
-    encoded = []
-    for pts in range(2):
-        frame.pts = pts
-        encoded += context.encode(frame)
-    encoded += context.encode(None)
-    key, skipped = bytes(encoded[0]), bytes(encoded[1])
-    return StreamParameters("h264", bytes(context.extradata or b""), 3840, 2160, "yuv420p"), \
-        [Packet(key, 0, 0, True)] + [Packet(skipped, i, i, False) for i in range(1, count)]
 
 
 def test_a_small_payload_that_would_decode_many_large_frames_is_refused(edge):
