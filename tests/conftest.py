@@ -1,8 +1,5 @@
-import contextlib
 import dataclasses
-import http.server
 import json
-import threading
 import warnings
 import weakref
 from pathlib import Path
@@ -17,7 +14,7 @@ from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel
 from harness.scheduling import OrdinaryScheduling
-from harness.servers import build_archives, torchserve
+from harness.servers import build_archives, loopback_http, torchserve  # noqa: F401 - loopback_http for the tests
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -94,20 +91,6 @@ def server(store):
     """One real TorchServe with both halves and the workflow, stopped after the module."""
     with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], workflows=["eden.war"]) as s:
         yield s
-
-
-@contextlib.contextmanager
-def loopback_http(handler: type[http.server.BaseHTTPRequestHandler]):
-    """A small HTTP server of our own on a free loopback port, in a thread: yields its URL."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        thread.join()
-        httpd.server_close()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
@@ -19,9 +18,9 @@ from PIL import Image
 from eden_serve import synthetic, wire
 from eden_serve.config import preset
 from eden_serve.serving.launcher import BASE_CONFIG, read_properties
+from harness.hostile import recording_server
 from harness.servers import torchserve
 
-from conftest import loopback_http
 
 pytestmark = pytest.mark.serving
 
@@ -31,17 +30,7 @@ TIMEOUT = 120
 @pytest.fixture
 def web_server():
     """An HTTP server on loopback that records every request it gets (and serves nothing)."""
-    seen = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            seen.append(self.path)
-            self.send_error(404)
-
-        def log_message(self, *args):
-            pass
-
-    with loopback_http(Recorder) as url:
+    with recording_server() as (url, seen):
         yield url, seen
 
 
