@@ -148,7 +148,7 @@ def refused(parse: Callable[[bytes], object], data: bytes) -> None:
 
 def token_payloads() -> list[bytes]:
     chunk = synthetic.chunk(CONFIG, SIZE, frames=3)
-    chunk.cuts = {1: png_of(synthetic.scene(*SIZE, 0.5))}
+    chunk.decisions.cuts, chunk.copies = [1], {1: png_of(synthetic.scene(*SIZE, 0.5))}  # pair 1 across a cut: its copy travels
     return [wire.encode(chunk, CONFIG, codec) for codec in wire.TOKEN_CODECS]
 
 

@@ -86,7 +86,7 @@ def same_frame(got: np.ndarray, want: np.ndarray) -> bool:
 
 @dataclass
 class Tally:
-    """What came back, counted (thread-safe through :meth:`add`)."""
+    """What came back, counted from several threads."""
 
     good: int = 0
     lost: list[str] = field(default_factory=list)  # a good pair without its middle: why
@@ -96,34 +96,27 @@ class Tally:
     by_class: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, **counts) -> None:
+    def ask_pair(self, client: Client, pair: Pair) -> None:
+        try:
+            got = np.asarray(client.interpolate(pair.frame0, pair.frame1, pair.seed).convert("RGB"))
+        except Exception as exc:  # noqa: BLE001 - any failure is a lost pair, counted and told
+            with self._lock:
+                self.lost.append(f"{type(exc).__name__}: {exc}"[:300])
+            return
         with self._lock:
-            for name, value in counts.items():
-                if isinstance(value, str):
-                    getattr(self, name).append(value)
-                elif name == "by_class":
-                    self.by_class[value[0]] = self.by_class.get(value[0], 0) + 1
-                else:
-                    setattr(self, name, getattr(self, name) + value)
+            self.good += 1
+            self.wrong += not same_frame(got, pair.expected)
 
-
-def ask_pair(client: Client, pair: Pair, tally: Tally) -> None:
-    try:
-        got = np.asarray(client.interpolate(pair.frame0, pair.frame1, pair.seed).convert("RGB"))
-    except Exception as exc:  # noqa: BLE001 - any failure is a lost pair, counted and told
-        tally.add(lost=f"{type(exc).__name__}: {exc}"[:300])
-        return
-    tally.add(good=1, wrong=0 if same_frame(got, pair.expected) else 1)
-
-
-def ask_hostile(server, hostile: Hostile, tally: Tally, session) -> None:
-    try:
-        got = hostile.send(server, session)
-    except Exception as exc:  # noqa: BLE001 - no answer at all is a mismatch too
-        got = (type(exc).__name__, None)
-    tally.add(hostile=1, by_class=(hostile.kind,))
-    if got != hostile.expected:
-        tally.add(mismatched=f"{hostile.kind}: {hostile.name} ({hostile.route}): {got}, documented {hostile.expected}")
+    def ask_hostile(self, server, hostile: Hostile, session) -> None:
+        try:
+            got = hostile.send(server, session)
+        except Exception as exc:  # noqa: BLE001 - no answer at all is a mismatch too
+            got = (type(exc).__name__, None)
+        with self._lock:
+            self.hostile += 1
+            self.by_class[hostile.kind] = self.by_class.get(hostile.kind, 0) + 1
+            if got != hostile.expected:
+                self.mismatched.append(f"{hostile.kind}: {hostile.name} ({hostile.route}): {got}, documented {hostile.expected}")
 
 
 def worker_pids(server) -> dict[str, list[int]]:
@@ -152,9 +145,9 @@ def hostile_mix(server, pairs: list[Pair], count: int, hostiles: list[Hostile], 
                 except queue.Empty:
                     return
                 if kind == "good":
-                    ask_pair(client, task, tally)
+                    tally.ask_pair(client, task)
                 else:
-                    ask_hostile(server, task, tally, session)
+                    tally.ask_hostile(server, task, session)
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client_thread) for _ in range(clients)]
@@ -203,6 +196,11 @@ class KillRun:
     pairs: Tally = field(default_factory=Tally)
     kills: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_clip(self, right: bool, retries: int) -> None:
+        with self._lock:
+            self.clip_runs, self.clips_wrong, self.clip_retries = self.clip_runs + 1, self.clips_wrong + (not right), self.clip_retries + retries
 
 
 def kills_under_load(server, clips: Clips, pairs: list[Pair], folder: Path, kills: int = 3, clients: int = 8,
@@ -227,14 +225,13 @@ def kills_under_load(server, clips: Clips, pairs: list[Pair], folder: Path, kill
                 run.clips_failed.append(f"{transport}: {type(exc).__name__}: {exc}"[:300])
                 continue
             got = frames_in(out)
-            ok = len(got) == len(clips.expected) and all(same_frame(a, b) for a, b in zip(got, clips.expected))
-            run.clip_runs, run.clips_wrong, run.clip_retries = run.clip_runs + 1, run.clips_wrong + (not ok), run.clip_retries + summary.retries
+            run.add_clip(len(got) == len(clips.expected) and all(same_frame(a, b) for a, b in zip(got, clips.expected)), summary.retries)
 
     def pair_thread(seed: int):
         with Client(server.inference_url, token=token, tries=10, backoff=0.5, timeout=60) as client:
             i = seed
             while not done.is_set():
-                ask_pair(client, pairs[i % len(pairs)], run.pairs)
+                run.pairs.ask_pair(client, pairs[i % len(pairs)])
                 i += 1
 
     threads = [threading.Thread(target=clip_thread, args=(t,)) for t in ("http", "grpc")]
