@@ -22,7 +22,7 @@ from conftest import loopback_http
 from eden_serve import synthetic
 from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 from eden_serve.cli import main
-from eden_serve.client import DECODER, ENCODER, Client, transport_for
+from eden_serve.client import DECODER, ENCODER, Client, _Chunk, transport_for
 from eden_serve.client.transports import Stage
 from eden_serve.client.transports.grpc import GrpcTransport
 from eden_serve.client.transports.http import HttpTransport
@@ -191,7 +191,7 @@ def test_a_stream_cut_short_is_asked_again_for_what_did_not_arrive(tmp_path):
     arrived = []
     with loopback_http(Handler) as url, Client(cloud=url, edge=url, backoff=0.01) as c:
         frames = [png_bytes(Image.new("RGB", SIZE)) for _ in range(5)]
-        result = c._chunk(frames, 0, SIZE, arrived=lambda j, image: arrived.append(j))
+        result = c._middles(_Chunk(frames, 0, SIZE), c._codec(_Chunk(frames, 0, SIZE)), arrived=lambda j, image: arrived.append(j))
     assert asked == [0, 2]
     assert arrived == [0, 1, 2, 3] and result.retries == 1
     assert [image.getpixel((0, 0))[0] for image in result.images] == [0, 40, 80, 120]
