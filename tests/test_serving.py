@@ -521,13 +521,13 @@ def test_stage_timers_wait_for_the_device(fresh_edge, encoder, monkeypatch):
 def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, encoder, monkeypatch):
     """The first batch's PNG encoding waits until the second batch is being denoised: on the worker
     thread, before the second batch, it would wait in vain."""
-    from eden_serve.serving import services
+    from eden_serve.serving import answer_formats
 
     handler, ctx = fresh_edge
     model = handler.service.model
     second_batch = threading.Event()
     waited = []
-    real_denoise, real_png = model.denoise, services.png_of
+    real_denoise, real_png = model.denoise, answer_formats.png_of
 
     def denoise(batch, path="fast"):
         if len(waited) or model.calls:
@@ -541,7 +541,7 @@ def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, e
 
     model.calls = 0
     monkeypatch.setattr(model, "denoise", denoise)
-    monkeypatch.setattr(services, "png_of", png_of)
+    monkeypatch.setattr(answer_formats, "png_of", png_of)
     requests = [chunk_request(0, 2, 0), {"frame0": scene_png(0, 70, 100), "frame1": scene_png(1, 70, 100)}]
     payloads = [reply[2] for reply in handle(*encoder, requests)]
     replies = handle(handler, ctx, [{"body": p} for p in payloads])
