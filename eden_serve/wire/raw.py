@@ -82,7 +82,10 @@ def whole_raw(content: bytes, pairs: int, size: tuple[int, int], where: str) -> 
 def loopback(host: str | None) -> bool:
     """Whether ``host`` (a URL's host, or an HTTP Host header: a name or address, a port after it)
     is this machine: where raw answers pay by default."""
-    name = urllib.parse.urlsplit(f"//{host}").hostname if host else None
+    try:
+        name = urllib.parse.urlsplit(f"//{host}").hostname if host else None
+    except ValueError:  # a malformed one, "[::1" say: not this machine's name
+        return False
     if not name:
         return False
     try:
