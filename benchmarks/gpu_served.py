@@ -11,8 +11,8 @@ to each size (on a CPU, or ``--quick``: the tiny model at 64x96 and 128x224; els
 480x854, 720p and 1080p): the token codecs' and the frames codec's from the decoded frames, the bitstream's from the
 clip re-encoded with libx264 at that size (its own packets), signed with a wire key so that the edge
 decodes it in its process (an unkeyed one goes to the sandbox). Each row is a JSON line in ``--out``:
-pairs/s served, the client's reading of the answers (s per pair) and, per size, the edge alone on the
-same pairs (no wire, no answer) for the ratio. Each size gets its share of ``--budget`` seconds
+pairs/s served, the client's reading of the answers (s per pair), and the edge alone on the same pairs
+(no wire, no answer), timed in the same rounds, for the ratio. Each size gets its share of ``--budget`` seconds
 (90: about 85 s on an H100 is the plan, unmeasured); what would not fit is recorded as skipped.
 """
 
@@ -127,10 +127,11 @@ def read_answers(bodies: list[bytes], types: dict[int, str], pairs: int, size: t
     return time.perf_counter() - start
 
 
-def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations: dict, args, size) -> list[dict]:
-    """Pairs/s with each of ``preparations`` (opened ahead, in turn), their rounds interleaved so
-    that both see the same machine (paired), each after a warm-up call (graphs, kernels, caches)."""
-    times: dict[str, list[float]] = {name: [] for name in preparations}
+def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations: dict, alone, args, size) -> list[dict]:
+    """Pairs/s with each of ``preparations`` (opened ahead, in turn) and of the edge alone on the same
+    pairs, their rounds interleaved so that all see the same machine (paired), after a warm-up round
+    (graphs, kernels, caches)."""
+    times: dict[str, list[float]] = {name: [] for name in (*preparations, "alone")}
     reads: dict[str, list[float]] = {name: [] for name in preparations}
     for round_ in range(args.rounds + 1):
         for name, preparation in preparations.items():
@@ -141,35 +142,38 @@ def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations
             if round_:
                 times[name].append(time.perf_counter() - start)
                 reads[name].append(read_answers(answers, types, args.pairs, size))
+        start = time.perf_counter()
+        alone()
+        if round_:
+            times["alone"].append(time.perf_counter() - start)
     served = len(bodies) * args.pairs
-    return [{"overlap": name, "pairs_per_s": round(served / float(np.median(times[name])), 3),
-             "call_s": [round(t, 4) for t in times[name]], "client_read_s_per_pair": round(float(np.median(reads[name])) / served, 7),
-             "answer_type": types[0]} for name in preparations]
+    rate = {name: served / float(np.median(t)) for name, t in times.items()}
+    return [{"overlap": name, "pairs_per_s": round(rate[name], 3), "edge_alone_pairs_per_s": round(rate["alone"], 3),
+             "of_edge_alone": round(rate[name] / rate["alone"], 3), "call_s": [round(t, 4) for t in times[name]],
+             "client_read_s_per_pair": round(float(np.median(reads[name])) / served, 7), "answer_type": types[0]}
+            for name in preparations]
 
 
-def edge_alone(service: EdgeService, bodies: list[bytes], rounds: int) -> dict:
-    """Pairs/s of the edge's forwards on the same pairs, their conditions opened before (fp32 tokens)."""
+def edge_alone(service: EdgeService, bodies: list[bytes]):
+    """The edge's forwards on the pairs of ``bodies``, their conditions opened before (no wire, no
+    answer): a callable, and the pairs per forward."""
     model = service.model
     chunks = [model.receive(wire.decode(keyed.verify(b, KEY), model.config)) for b in bodies]
     pairs = [chunk.pair(j) for chunk in chunks for j in range(chunk.pairs)]
     batches = list(model.batched(pairs, pairs[0].grid))
-    for batch in batches:
-        model.middles(batch)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+
+    def run() -> None:
         for batch in batches:
             model.middles(batch)
-        times.append(time.perf_counter() - start)
-    return {"pairs_per_s": round(len(pairs) / float(np.median(times)), 3), "pairs_per_forward": len(batches[0])}
+
+    return run, len(batches[0])
 
 
 def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> None:
     """The rows of one frame size, within ``share`` seconds."""
     deadline = time.monotonic() + share
     made = payloads(run.cloud, run.clip_dir, size, run.args)
-    reference = made.get("fp32") or made[run.args.codecs[0]]
-    run.row(label, size, "edge alone", **edge_alone(run.service, reference, run.args.rounds))
+    alone, per_forward = edge_alone(run.service, made.get("fp32") or made[run.args.codecs[0]])
     ahead = run.service.preparation
     preparations = {"ahead": ahead, "in turn": Preparation(streams_for(run.service.model.device), ahead=0)}
     for name in run.args.codecs:
@@ -178,8 +182,8 @@ def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> Non
                 run.row(label, size, name, answer=answer, skipped="budget")
                 continue
             start = time.monotonic()
-            for result in measure(run.service, made[name], answer, preparations, run.args, size):
-                run.row(label, size, name, answer=answer, **result)
+            for result in measure(run.service, made[name], answer, preparations, alone, run.args, size):
+                run.row(label, size, name, answer=answer, pairs_per_forward=per_forward, **result)
             run.last_cost = time.monotonic() - start
     run.service.preparation = ahead
 
