@@ -130,3 +130,12 @@ def test_answer_formats_write_whole_answers():
 def test_the_answer_field_comes_as_a_header_and_host_as_the_host_header():
     request = with_headers({"body": b"x"}, {"X-Eden-Answer": "raw", "Host": "127.0.0.1:8080"})
     assert (request["answer"], request["host"]) == ("raw", "127.0.0.1:8080")
+
+
+def test_the_raw_answers_setting():
+    from eden_serve.serving.worker import Settings
+
+    assert Settings.from_yaml({}).raw_answers == "loopback"
+    assert Settings.from_yaml({"handler": {"raw_answers": "any"}}).raw_answers == "any"
+    with pytest.raises(ValueError, match="handler.raw_answers must be one of loopback, any, off"):
+        Settings.from_yaml({"handler": {"raw_answers": "sometimes"}})
