@@ -675,3 +675,32 @@ def test_a_streamed_raw_answer_sends_each_middle_once_in_order(fresh_edge, encod
     assert [j for j, _ in middles] == [1, 2, 3] and answer.finish()
     whole = unzip(handle(handler, ctx, [{"body": payload, "first": "1"}])[0][2])[0]  # the same pairs in one forward
     assert all(np.array_equal(np.asarray(image), whole[j - 1]) for j, image in middles)
+
+
+def test_a_streamed_answer_ends_after_its_parts_however_slowly_they_are_sent(fresh_edge, encoder, monkeypatch):
+    """A middle encoded and set, its part still being sent by the encoding thread: the answer waits
+    for that part, then ends with the end record (answering the middles whole behind a part sent
+    later broke the stream: a race the real client met)."""
+    from eden_serve.wire.answers import END, STREAMED, record
+
+    handler, ctx = fresh_edge
+    service = handler.service
+    payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
+    parts = []
+
+    def slow_part(idx, body, content_type):
+        time.sleep(0.5)
+        parts.append(body)
+
+    def late_reply(idx, answer):  # the worker thread comes to answer while the part is on its way
+        time.sleep(0.2)
+        return reply(idx, answer)
+
+    reply = service.reply
+    monkeypatch.setattr(service, "reply", late_reply)
+    service.send_part = slow_part
+    try:
+        ((status, content_type, body),) = handle(handler, ctx, [{"body": payload, "stream": "http", "answer": "raw", "host": "127.0.0.1"}])
+    finally:
+        service.send_part = None
+    assert (status, content_type, body) == (200, STREAMED, record(END, 0)) and len(parts) == 1

@@ -265,7 +265,7 @@ class EdgeService(Service):
                     if isinstance(outcome, Refusal):
                         answer.refusal = outcome
                     elif answer.refusal is None:
-                        answer.middles[j] = self.pngs.submit(self.encoded, idx, answer, j, outcome[n].numpy())
+                        answer.encodings.append(self.pngs.submit(self.encoded, idx, answer, j, outcome[n].numpy()))
                         answer.seconds[0] += denoise_s / len(part)
                         answer.seconds[1] += decode_s / len(part)
 
@@ -291,7 +291,11 @@ class EdgeService(Service):
         if outcome is None:
             self.time_metric("EdenDenoiseMs", answer.seconds[0], idx)
             self.time_metric("EdenDecodeMs", answer.seconds[1], idx)
-            outcome = [png.result() if isinstance(png, Future) else png for png in answer.middles]
+            # Each encoding's end, its part streamed included: a middle set but not yet sent must not
+            # be answered whole behind the part (nor the end record sent before it).
+            for encoding in answer.encodings:
+                encoding.result()
+            outcome = answer.middles
         if answer.next is not None and (answer.next > answer.first or answer.next == len(answer.middles)):  # streamed: this ends it
             if answer.next > answer.first:
                 self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
@@ -343,12 +347,13 @@ class EdgeService(Service):
 
 
 class _Answer:
-    """What one request of an edge call has so far: its middles (PNGs, futures of them, or None
-    until computed; a cut pair's is in the payload), or the refusal of them all; the seconds its
+    """What one request of an edge call has so far: its middles (encoded, or None until then; a
+    cut pair's is in the payload) and the encodings under way, or the refusal of them all; the seconds its
     pairs took in the DiT and the decoder; and for a streamed answer the pair it sends next."""
 
     def __init__(self, chunk: Chunk, job: EdgeJob):
         self.middles: list = [job.answer.copy(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
+        self.encodings: list[Future] = []
         self.refusal: Refusal | None = None
         self.seconds = [0.0, 0.0]
         self.first = job.first
