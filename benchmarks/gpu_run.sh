@@ -23,4 +23,5 @@ else
   options=(--device cpu --quick --budget "${BUDGET:-170}")
 fi
 "$PYTHON" benchmarks/gpu_check.py "${options[@]}" --out "$OUT/gpu_check.jsonl" 2>&1 | tee "$OUT/gpu_check.log"
+"$PYTHON" benchmarks/gpu_served.py --budget "${SERVED_BUDGET:-90}" --out "$OUT/gpu_served.jsonl" 2>&1 | tee "$OUT/gpu_served.log"
 echo "gpu_run: wrote $(ls "$OUT" | tr '\n' ' ')"

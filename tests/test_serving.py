@@ -521,13 +521,13 @@ def test_stage_timers_wait_for_the_device(fresh_edge, encoder, monkeypatch):
 def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, encoder, monkeypatch):
     """The first batch's PNG encoding waits until the second batch is being denoised: on the worker
     thread, before the second batch, it would wait in vain."""
-    from eden_serve.serving import services
+    from eden_serve.serving import answer_formats
 
     handler, ctx = fresh_edge
     model = handler.service.model
     second_batch = threading.Event()
     waited = []
-    real_denoise, real_png = model.denoise, services.png_of
+    real_denoise, real_png = model.denoise, answer_formats.png_of
 
     def denoise(batch, path="fast"):
         if len(waited) or model.calls:
@@ -541,7 +541,7 @@ def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, e
 
     model.calls = 0
     monkeypatch.setattr(model, "denoise", denoise)
-    monkeypatch.setattr(services, "png_of", png_of)
+    monkeypatch.setattr(answer_formats, "png_of", png_of)
     requests = [chunk_request(0, 2, 0), {"frame0": scene_png(0, 70, 100), "frame1": scene_png(1, 70, 100)}]
     payloads = [reply[2] for reply in handle(*encoder, requests)]
     replies = handle(handler, ctx, [{"body": p} for p in payloads])
@@ -584,3 +584,123 @@ def test_an_edge_without_the_cloud_half_refuses_frames_payloads(tmp_path, model_
     ((status, _, body),) = handle(handler, ctx, [{"body": payload}])
     document = json.loads(body)
     assert (status, document["type"]) == (409, "model_mismatch") and "no cloud weights" in document["message"]
+
+
+# --- the edge's pace: requests opened ahead, shared forwards, raw answers ---------------------------
+
+
+def test_requests_opened_ahead_answer_what_requests_opened_in_turn(fresh_edge, encoder):
+    """The preparation thread changes no answer, a bad payload among good ones is refused alone, and
+    the answers come in the batch's order whatever order the pairs computed in."""
+    from eden_serve.edge.streams import HostStreams
+    from eden_serve.serving.overlap import Preparation
+
+    handler, ctx = fresh_edge
+    service = handler.service
+    requests = [chunk_request(4, 3, 4), {"frame0": scene_png(0, 70, 100), "frame1": scene_png(1, 70, 100)}, chunk_request(0, 3, 0)]
+    payloads = [reply[2] for reply in handle(*encoder, requests)]
+    batch = [{"body": payloads[0]}, {"body": payloads[1][:-3]}, {"body": payloads[1]}, {"body": payloads[2]}]
+    ahead = handle(handler, ctx, batch)
+    assert service.preparation.ahead == 1
+    service.preparation = Preparation(HostStreams(), ahead=0)
+    try:
+        in_turn = handle(handler, ctx, batch)
+    finally:
+        service.preparation = Preparation(HostStreams())
+    assert [r[:2] for r in ahead] == [(200, fields.ZIP), (400, fields.JSON), (200, fields.PNG), (200, fields.ZIP)]
+    assert json.loads(ahead[1][2])["type"] == "bad_payload"
+    assert [r[:2] for r in in_turn] == [r[:2] for r in ahead] and ahead[1:3] == in_turn[1:3]
+    for n in (0, 3):  # a zip's entries carry the time they were written
+        assert all(np.array_equal(a, b) for a, b in zip(unzip(ahead[n][2])[0], unzip(in_turn[n][2])[0], strict=True))
+
+
+def test_requests_of_one_batch_share_a_forward_and_get_its_middles(fresh_edge, encoder, monkeypatch):
+    """Two chunks in one worker call go through one forward (a budget of 16 pairs), which gives each
+    pair the middle of that forward in process bit for bit (fp32, CPU). A pair computed alone rounds
+    its last float bits otherwise: within one 8-bit level, as docs/performance.md says."""
+    handler, ctx = fresh_edge
+    model = handler.service.model
+    payloads = [reply[2] for reply in handle(*encoder, [chunk_request(0, 3, 0), chunk_request(5, 4, 9)])]
+    sizes = []
+    real = model.denoise
+    monkeypatch.setattr(model, "denoise", lambda batch, path="fast": sizes.append(len(batch)) or real(batch, path))
+    replies = handle(handler, ctx, [{"body": p} for p in payloads])
+    assert sizes == [5] and [r[:2] for r in replies] == [(200, fields.ZIP)] * 2
+    served = unzip(replies[0][2])[0] + unzip(replies[1][2])[0]
+    chunks = [wire.decode(p, model.config) for p in payloads]
+    pairs = [chunk.pair(j) for chunk in chunks for j in range(chunk.pairs)]
+    together = model.middles(pairs).numpy()
+    assert all(np.array_equal(got, expected) for got, expected in zip(served, together, strict=True))
+    alone = [model.middles([p])[0].numpy() for p in pairs]
+    assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 1 for a, b in zip(alone, together))
+
+
+def test_raw_answers_carry_the_pngs_pixels(fresh_edge, encoder):
+    from eden_serve.wire.raw import RAW, decode_raw, whole_raw
+
+    handler, ctx = fresh_edge
+    cut = {f"frame{i}": path.read_bytes() for i, path in enumerate(CUT_CLIP[2:6])}  # pair 1 crosses the cut
+    payloads = [reply[2] for reply in handle(*encoder, [cut | {"seed": "3"}, chunk_request(0, 2, 0)])]
+    local = {"answer": "raw", "host": "127.0.0.1:8080"}
+    pngs = handle(handler, ctx, [{"body": p} for p in payloads])
+    raw = handle(handler, ctx, [{"body": p, **local} for p in payloads])
+    afar = handle(handler, ctx, [{"body": payloads[1], "answer": "raw", "host": "edge.example:443"},
+                                 {"body": payloads[1], "answer": "jpeg", "host": "127.0.0.1"}])
+    assert [r[:2] for r in raw] == [(200, RAW), (200, RAW)]
+    sizes = Image.open(CUT_CLIP[2]).size, Image.open(io.BytesIO(pngs[1][2])).size
+    got = whole_raw(raw[0][2], 3, sizes[0], "") + [decode_raw(raw[1][2], sizes[1], "")]
+    expected = unzip(pngs[0][2])[0] + [np.asarray(Image.open(io.BytesIO(pngs[1][2])))]
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert afar[0][:2] == (200, fields.PNG) and afar[0][2] == pngs[1][2]
+    assert (afar[1][0], json.loads(afar[1][2])["type"]) == (400, "bad_input")
+
+
+def test_a_streamed_raw_answer_sends_each_middle_once_in_order(fresh_edge, encoder):
+    from eden_serve.wire.answers import END, STREAMED, StreamedAnswer, record
+
+    handler, ctx = fresh_edge
+    service = handler.service
+    payload = handle(*encoder, [chunk_request(0, 5, 2)])[0][2]
+    parts = []
+    service.send_part = lambda idx, body, content_type: parts.append((idx, body, content_type))
+    try:
+        ((status, content_type, body),) = handle(handler, ctx, [{"body": payload, "stream": "http", "first": "1", "answer": "raw",
+                                                                  "host": "localhost:8080"}])
+    finally:
+        service.send_part = None
+    assert (status, content_type, body) == (200, STREAMED, record(END, 0))
+    assert {(idx, kind) for idx, _, kind in parts} == {(0, STREAMED)}
+    answer = StreamedAnswer(1, 4, (96, 64), "", raw=True)
+    middles = answer.feed(b"".join(part for _, part, _ in parts) + body)
+    assert [j for j, _ in middles] == [1, 2, 3] and answer.finish()
+    whole = unzip(handle(handler, ctx, [{"body": payload, "first": "1"}])[0][2])[0]  # the same pairs in one forward
+    assert all(np.array_equal(np.asarray(image), whole[j - 1]) for j, image in middles)
+
+
+def test_a_streamed_answer_ends_after_its_parts_however_slowly_they_are_sent(fresh_edge, encoder, monkeypatch):
+    """A middle encoded and set, its part still being sent by the encoding thread: the answer waits
+    for that part, then ends with the end record (answering the middles whole behind a part sent
+    later broke the stream: a race the real client met)."""
+    from eden_serve.wire.answers import END, STREAMED, record
+
+    handler, ctx = fresh_edge
+    service = handler.service
+    payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
+    parts = []
+
+    def slow_part(idx, body, content_type):
+        time.sleep(0.5)
+        parts.append(body)
+
+    def late_reply(idx, answer):  # the worker thread comes to answer while the part is on its way
+        time.sleep(0.2)
+        return reply(idx, answer)
+
+    reply = service.reply
+    monkeypatch.setattr(service, "reply", late_reply)
+    service.send_part = slow_part
+    try:
+        ((status, content_type, body),) = handle(handler, ctx, [{"body": payload, "stream": "http", "answer": "raw", "host": "127.0.0.1"}])
+    finally:
+        service.send_part = None
+    assert (status, content_type, body) == (200, STREAMED, record(END, 0)) and len(parts) == 1

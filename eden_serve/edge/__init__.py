@@ -227,17 +227,18 @@ def batches(items: Sequence, tokens_each: int, max_batch_tokens: int) -> Iterato
 
 
 def earliest_first(chunks: Sequence, firsts: Sequence[int]) -> list[int]:
-    """The requests of one worker call (indices into ``chunks``, each a wire Chunk or the refusal
-    that failed it) in the order to compute their pairs: by the seed of the first pair each asks for
+    """The requests of one worker call (indices into ``chunks``: each a wire Chunk or what else
+    states its pairs' ``seeds``, or the refusal that failed it) in the order to compute their pairs:
+    by the seed of the first pair each asks for
     (``firsts``). A client gives pair i of a clip the seed base + i, so a clip's chunks queued behind
     a busy worker run in the clip's order, not in the order their payloads happened to arrive:
     otherwise a first chunk that arrives last waits for the pairs of all the others
     (docs/streaming.md, "Where the first middle's time went"). Refusals come first (they cost nothing)."""
 
     def key(idx: int) -> int:
-        chunk = chunks[idx]
+        seeds = getattr(chunks[idx], "seeds", None)
         # A request from first = pairs asks for the end record alone (docs/streaming.md): its last seed will do.
-        return chunk.seeds[min(firsts[idx], chunk.pairs - 1)] if isinstance(chunk, Chunk) else -1
+        return seeds[min(firsts[idx], len(seeds) - 1)] if seeds else -1
 
     return sorted(range(len(chunks)), key=key)
 

@@ -2,7 +2,8 @@
 
 * :mod:`.worker`: a worker's settings (model-config.yaml ``handler:``), device and threads;
 * :mod:`.fields`: the HTTP side of a request: form fields, bodies, content types;
-* :mod:`.services`: a service request by request, and the edge's (:class:`~.services.EdgeService`);
+* :mod:`.services`: a service request by request, and the edge's (:class:`~.services.EdgeService`),
+  with :mod:`.overlap` (its requests opened ahead) and :mod:`.answer_formats` (PNG or raw answers);
   :mod:`.cloud_service`: the cloud's (:class:`~.cloud_service.CloudService`); :mod:`.sources`: its
   requests that name a server-side source;
 * :mod:`.handler`: the one TorchServe handler class that ``torchserve/*_handler.py`` subclass (imports TorchServe);

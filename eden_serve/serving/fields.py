@@ -117,8 +117,9 @@ def request_body(request: dict) -> Any:
 
 STREAMS = ("http", "grpc")
 # TorchServe hands a handler a prediction's HTTP headers but not its query parameters, so over HTTP
-# the edge's stream and first fields come as these headers (over gRPC: as inputs).
-FIELD_HEADERS = {"stream": "x-eden-stream", "first": "x-eden-first"}
+# the edge's stream, first and answer fields come as these headers (over gRPC: as inputs); host,
+# whom the request was addressed to, is the HTTP Host header.
+FIELD_HEADERS = {"stream": "x-eden-stream", "first": "x-eden-first", "answer": "x-eden-answer", "host": "host"}
 
 
 def with_headers(request: dict, headers: dict[str, str] | None) -> dict:

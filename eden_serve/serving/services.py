@@ -31,12 +31,14 @@ from ..checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..cloud.encoder import CloudEncoder
 from ..edge import EdgeModel, earliest_first
 from ..edge.conditions import EdgeEncoder, Intake
+from ..edge.streams import streams_for
 from ..errors import BadInputError, encoder_refusal
-from ..media.frames import png_of
 from ..wire import Chunk, keyed
-from ..wire.answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
+from ..wire.answers import END, FAILED, MIDDLE, STREAMED, record
+from .answer_formats import PNG_ANSWER, AnswerFormat, answer_format
 from .bitstreams import decoded, start_sandbox
-from .fields import JSON, OCTET_STREAM, PNG, ZIP, parse_first, parse_stream, request_body, stream_of, with_headers
+from .fields import JSON, OCTET_STREAM, parse_first, parse_stream, request_body, stream_of, with_headers
+from .overlap import Forwards, Preparation, stated
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
@@ -44,7 +46,7 @@ logger = logging.getLogger(__name__)
 # A sticky device error's exit comes this long after the answers, which TorchServe writes at once.
 EXIT_GRACE_S = 1.0
 DEVICE_FAILURE_EXIT = 75  # EX_TEMPFAIL: TorchServe restarts a worker whatever its exit code
-# Threads that PNG-encode an edge batch's middles while the next batch computes: zlib releases the GIL.
+# Threads that encode an edge batch's middles (and stream them) while the next batch computes: zlib releases the GIL.
 PNG_THREADS = 2
 
 
@@ -155,6 +157,7 @@ class EdgeJob(NamedTuple):
     payload: bytes
     stream: str | None  # None (a whole answer), or the transport that carries a streamed one: http, grpc
     first: int  # the chunk's first pair to answer: a client asking again for what did not arrive
+    answer: AnswerFormat = PNG_ANSWER  # PNGs, or raw frames (:mod:`.answer_formats`)
 
 
 class EdgeService(Service):
@@ -189,6 +192,8 @@ class EdgeService(Service):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
         self.pngs = ThreadPoolExecutor(PNG_THREADS, thread_name_prefix="eden-png")
+        self.sending = threading.Lock()  # parts of answers go out one at a time, from the encoding threads too
+        self.preparation = Preparation(streams_for(model.device))  # the next request opened while a batch computes
         # The cloud half, where the archive carries it, re-derives the conditions of frames payloads.
         cloud_weights = Path(context.system_properties["model_dir"]) / WEIGHTS_FILES["cloud"]
         encoder = EdgeEncoder(*load_half(cloud_weights, "cloud"), model.device) if cloud_weights.is_file() else None
@@ -202,7 +207,8 @@ class EdgeService(Service):
 
     def parse(self, idx: int, request: dict) -> EdgeJob:
         stream, first = parse_stream(request.get("stream")), parse_first(request.get("first"))
-        return EdgeJob(self.parse_payload(request), stream, first)
+        answer = answer_format(request.get("answer"), request.get("host"), self.settings.raw_answers)
+        return EdgeJob(self.parse_payload(request), stream, first, answer)
 
     def parse_payload(self, request: dict) -> bytes:
         body = request_body(request)
@@ -237,44 +243,53 @@ class EdgeService(Service):
         return chunk
 
     def inference(self, jobs: list) -> list:
-        chunks = each(self.open, jobs)
+        """Each request opened on the preparation thread (:mod:`.overlap`), in the order of the
+        seeds its payload states, while the forwards of those before it compute."""
+        states = [stated(job.payload) if isinstance(job, EdgeJob) else None for job in jobs]
         # For timelines (two_hosts.py --timeline): each request by its first seed, its pair's place in a clip.
-        logger.info("edge call at %.3f: requests (first seed, pairs) %s", time.time(), [(c.seeds[0], c.pairs) if isinstance(c, Chunk) else None for c in chunks])
-        answers: dict[int, _Answer] = {}
-        groups: dict[tuple, list[tuple[int, int]]] = {}  # the pairs to compute, by frame size
-        for idx in earliest_first(chunks, [job.first if isinstance(job, EdgeJob) else 0 for job in jobs]):
-            chunk = chunks[idx]
+        logger.info("edge call at %.3f: requests (first seed, pairs) %s", time.time(), [(s.seeds[0], len(s.seeds)) if s else None for s in states])
+        chunks, answers, forwards = list(jobs), {}, Forwards(self.model)
+        for idx, chunk in self.preparation.opened(self.open, jobs, earliest_first(states, [getattr(job, "first", 0) for job in jobs])):
+            chunks[idx] = chunk
             if isinstance(chunk, Chunk):
                 answers[idx] = _Answer(chunk, jobs[idx])
-                groups.setdefault((chunk.grid, chunk.size), []).extend(
-                    (idx, j) for j in range(jobs[idx].first, chunk.pairs) if j not in chunk.copies)
-                self.send_ready(idx, answers[idx])
-        for (grid, _), pairs in groups.items():
-            for batch in self.model.batched(pairs, grid):
-                self.compute([(idx, j) for idx, j in batch if answers[idx].refusal is None], chunks, answers)
+                with self.sending:
+                    self.send_ready(idx, answers[idx])
+                for batch in forwards.add(chunk, [(idx, j) for j in range(jobs[idx].first, chunk.pairs) if j not in chunk.copies]):
+                    self.compute(batch, chunks, answers)
+        for batch in forwards.rest():
+            self.compute(batch, chunks, answers)
         return [self.reply(idx, answers[idx]) if idx in answers else chunk for idx, chunk in enumerate(chunks)]
 
     def compute(self, batch: list[tuple[int, int]], chunks: list, answers: dict[int, "_Answer"]) -> None:
-        """The middles of ``batch``'s (request, pair)s, PNG-encoded while the next batch computes,
-        and streamed as soon as they are next in order."""
+        """The middles of ``batch``'s (request, pair)s, encoded on the encoding threads while the
+        next batch computes (:meth:`encoded`)."""
+        batch = [(idx, j) for idx, j in batch if answers[idx].refusal is None]
         for part, outcome, denoise_s, decode_s in self.forward(batch, chunks):
             for n, (idx, j) in enumerate(part):
                 answer = answers[idx]
-                if isinstance(outcome, Refusal):
-                    answer.refusal = outcome
-                elif answer.refusal is None:
-                    answer.middles[j] = self.pngs.submit(png_of, outcome[n].numpy())
-                    answer.seconds[0] += denoise_s / len(part)
-                    answer.seconds[1] += decode_s / len(part)
-            for idx in dict.fromkeys(idx for idx, _ in part if answers[idx].refusal is None):
-                self.send_ready(idx, answers[idx])
+                with self.sending:
+                    if isinstance(outcome, Refusal):
+                        answer.refusal = outcome
+                    elif answer.refusal is None:
+                        answer.encodings.append(self.pngs.submit(self.encoded, idx, answer, j, outcome[n].numpy()))
+                        answer.seconds[0] += denoise_s / len(part)
+                        answer.seconds[1] += decode_s / len(part)
+
+    def encoded(self, idx: int, answer: "_Answer", j: int, pixels: np.ndarray) -> bytes:
+        """On an encoding thread: pair ``j``'s middle in the request's answer format, streamed as
+        soon as it is next in order."""
+        data = answer.format.encode(pixels)
+        with self.sending:
+            answer.middles[j] = data
+            if answer.refusal is None:
+                self.send_ready(idx, answer)
+        return data
 
     def send_ready(self, idx: int, answer: "_Answer") -> None:
-        """Streams request ``idx``'s middles that are computed and next in order (a PNG still being
-        encoded is waited for: a streamed answer wants each middle as soon as it can have it)."""
-        while answer.next is not None and answer.next < len(answer.middles) and answer.middles[answer.next] is not None:
-            png = answer.middles[answer.next]
-            self.send_part(idx, record(MIDDLE, answer.next, png.result() if isinstance(png, Future) else png), STREAMED)
+        """Streams request ``idx``'s middles that are encoded and next in order (under ``sending``)."""
+        while answer.next is not None and answer.next < len(answer.middles) and isinstance(answer.middles[answer.next], bytes):
+            self.send_part(idx, record(MIDDLE, answer.next, answer.middles[answer.next]), STREAMED)
             answer.next += 1
 
     def reply(self, idx: int, answer: "_Answer") -> Reply | Refusal:
@@ -283,7 +298,11 @@ class EdgeService(Service):
         if outcome is None:
             self.time_metric("EdenDenoiseMs", answer.seconds[0], idx)
             self.time_metric("EdenDecodeMs", answer.seconds[1], idx)
-            outcome = [png.result() if isinstance(png, Future) else png for png in answer.middles]
+            # Each encoding's end, its part streamed included: a middle set but not yet sent must not
+            # be answered whole behind the part (nor the end record sent before it).
+            for encoding in answer.encodings:
+                encoding.result()
+            outcome = answer.middles
         if answer.next is not None and (answer.next > answer.first or answer.next == len(answer.middles)):  # streamed: this ends it
             if answer.next > answer.first:
                 self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
@@ -292,8 +311,7 @@ class EdgeService(Service):
             return Reply(record(END, 0), STREAMED)
         if isinstance(outcome, Refusal):
             return outcome
-        middles = outcome[answer.first:]
-        return Reply(middles[0], PNG) if len(middles) == 1 else Reply(zip_of(middles), ZIP)
+        return Reply(*answer.format.whole(outcome[answer.first:]))
 
     def forward(self, batch: list[tuple[int, int]], chunks: list) -> Iterator[tuple[list, torch.Tensor | Refusal, float, float]]:
         """(pairs, their middles [B, H, W, 3] uint8 or the Refusal of them all, denoise and decode
@@ -336,13 +354,15 @@ class EdgeService(Service):
 
 
 class _Answer:
-    """What one request of an edge call has so far: its middles (PNGs, futures of them, or None
-    until computed; a cut pair's is in the payload), or the refusal of them all; the seconds its
+    """What one request of an edge call has so far: its middles (encoded, or None until then; a
+    cut pair's is in the payload) and the encodings under way, or the refusal of them all; the seconds its
     pairs took in the DiT and the decoder; and for a streamed answer the pair it sends next."""
 
     def __init__(self, chunk: Chunk, job: EdgeJob):
-        self.middles: list = [chunk.copies.get(j) for j in range(chunk.pairs)]
+        self.middles: list = [job.answer.copy(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
+        self.encodings: list[Future] = []
         self.refusal: Refusal | None = None
         self.seconds = [0.0, 0.0]
         self.first = job.first
         self.next: int | None = job.first if job.stream else None
+        self.format = job.answer

@@ -20,6 +20,7 @@ from ..media.frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
 UNKEYED_BITSTREAM = ("sandbox", "refuse")
+RAW_POLICIES = ("loopback", "any", "off")  # handler.raw_answers
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Settings:
     max_source_packets: int = 1 << 20  # cloud: packets of a source's video stream (read once per file)
     decode_deadline_s: float = 30.0  # one request's decoding (edge: a bitstream payload's, in the sandbox; cloud: a source's)
     unkeyed_bitstream: str = "sandbox"  # edge: decode bitstream payloads without a wire key's tag in the sandbox, or refuse them
+    raw_answers: str = "loopback"  # edge: answer raw frames to requests that ask: loopback, any, off (docs/serving.md)
     compile: Compile | None = None  # edge: torch.compile, from the model-config's pt2 section (not the handler's)
 
     @classmethod
@@ -77,6 +79,8 @@ class Settings:
         if settings.unkeyed_bitstream not in UNKEYED_BITSTREAM:
             raise ValueError(f"model-config.yaml: handler.unkeyed_bitstream must be one of {', '.join(UNKEYED_BITSTREAM)}, "
                              f"got {settings.unkeyed_bitstream!r}")
+        if settings.raw_answers not in RAW_POLICIES:
+            raise ValueError(f"model-config.yaml: handler.raw_answers must be one of {', '.join(RAW_POLICIES)}, got {settings.raw_answers!r}")
         root = settings.media_root
         if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
             raise ValueError(f"model-config.yaml: handler.media_root must be an absolute directory path or null, got {root!r}")

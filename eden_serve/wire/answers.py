@@ -6,7 +6,8 @@ which a transport may cut or join anywhere (HTTP chunks, gRPC messages)::
 
     kind (1 byte)  index (u32, big-endian)  length (u32)  data (length bytes)
 
-``M``: the middle of the chunk's pair ``index``, a PNG; ``E``: the request failed after some middles
+``M``: the middle of the chunk's pair ``index``, a PNG (or a raw middle, :mod:`.raw`, where the
+client asked for raw answers); ``E``: the request failed after some middles
 were sent, data its JSON error document; ``Z``: the end (``index`` 0, no data).
 Every answer is judged before a pixel is decoded: a PNG by its header (8-bit RGB of the frames'
 size, as the edge makes them), a record by its length, so a broken or hostile server can make the
@@ -23,6 +24,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..errors import ServerError, TransientError, error_from_document
 from .png import RGB8, most_png_bytes, png_header
+from .raw import decode_raw, is_raw, raw_bytes
 
 MIDDLE, FAILED, END = b"M", b"E", b"Z"
 RECORD_HEADER = struct.Struct(">cII")
@@ -33,8 +35,11 @@ def record(kind: bytes, index: int, data: bytes = b"") -> bytes:
     return RECORD_HEADER.pack(kind, index, len(data)) + data
 
 
-def middle_image(content: bytes, size: tuple[int, int], where: str) -> Image.Image:
-    """A middle frame: an 8-bit RGB PNG of ``size`` (width, height), read from its header first."""
+def middle_image(content: bytes, size: tuple[int, int], where: str, raw: bool = False) -> Image.Image:
+    """A middle frame: an 8-bit RGB PNG of ``size`` (width, height), read from its header first;
+    or, where the client asked for them (``raw``), a raw middle of that size."""
+    if raw and is_raw(content):
+        return Image.fromarray(decode_raw(content, size, where))
     stated = png_header(content)
     if stated is None:
         start = " ".join(content[:100].decode(errors="replace").split())
@@ -84,9 +89,9 @@ class StreamedAnswer:
     order; :meth:`finish` says whether the answer is whole (False: it was cut short, and what did
     not arrive must be asked for again). A failure record raises its error."""
 
-    def __init__(self, first: int, pairs: int, size: tuple[int, int], where: str):
-        self.next, self.pairs, self.size, self.where = first, pairs, size, where
-        self.most = most_png_bytes(*size)
+    def __init__(self, first: int, pairs: int, size: tuple[int, int], where: str, raw: bool = False):
+        self.next, self.pairs, self.size, self.where, self.raw = first, pairs, size, where, raw
+        self.most = max(most_png_bytes(*size), raw_bytes(*size)) if raw else most_png_bytes(*size)
         self.buffer = bytearray()
         self.ended = False
 
@@ -118,7 +123,7 @@ class StreamedAnswer:
                 continue
             if index != self.next:
                 raise self._bad(f"sent pair {index} where pair {self.next} was due")
-            middles.append((index, middle_image(data, self.size, self.where)))
+            middles.append((index, middle_image(data, self.size, self.where, self.raw)))
             self.next += 1
         return middles
 

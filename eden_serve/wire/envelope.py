@@ -86,6 +86,22 @@ def open_envelope(data: memoryview) -> tuple[int, dict, memoryview]:
     return version, parse_json(data[PREFIX.size : body_start]), data[body_start:body_end]
 
 
+def peek_header(data: bytes | bytearray | memoryview) -> dict | None:
+    """A payload's header as it states it, nothing checked (neither the digest nor a field): for
+    choosing an order only, before :func:`open_envelope` judges it. None where ``data`` does not
+    start as a payload does."""
+    view = memoryview(data).cast("B")
+    if len(view) < PREFIX.size:
+        return None
+    magic, _, _, header_len = PREFIX.unpack_from(view)
+    if magic != MAGIC or header_len > min(MAX_HEADER_BYTES, len(view) - PREFIX.size):
+        return None
+    try:
+        return parse_json(view[PREFIX.size : PREFIX.size + header_len])
+    except CodecError:
+        return None
+
+
 def parse_json(raw: memoryview) -> dict:
     def reject_constant(token: str) -> None:
         raise ValueError(f"{token} is not allowed")

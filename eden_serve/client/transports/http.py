@@ -7,6 +7,7 @@ import contextlib
 import queue
 import re
 import time
+import urllib.parse
 from typing import Callable, Iterator, Sequence
 
 import requests
@@ -14,6 +15,7 @@ from PIL import Image
 
 from . import DECODER, ENCODER, WORKFLOW, Transport, warn_cleartext
 from ...wire.answers import STREAMED, StreamedAnswer, whole_answer
+from ...wire.raw import RAW, loopback, whole_raw
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ..tls import ClientTLS
 
@@ -82,6 +84,8 @@ class HttpTransport(Transport):
             warn_cleartext(url, tokens.get(step))
         self.timeout = (CONNECT_TIMEOUT, timeout)
         self.tls = tls
+        # An edge on this machine answers raw frames, cheaper than PNGs to make and to read (docs/serving.md, "Raw answers").
+        self.raw = "decoder" in self.urls and loopback(urllib.parse.urlsplit(self.urls["decoder"]).netloc)
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
 
     @contextlib.contextmanager
@@ -122,13 +126,21 @@ class HttpTransport(Transport):
                  deliver: Callable[[int, Image.Image], None]) -> int:
         """The middles stream in HTTP chunks (an edge that answers whole is read whole)."""
         headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
+        if self.raw:
+            headers["X-Eden-Answer"] = "raw"
         with self._post("decoder", headers, data=payload, stream=True) as response:
-            if response.headers.get("Content-Type", "").split(";")[0].strip() != STREAMED:  # a refusal, or an edge that does not stream
+            content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+            if content_type != STREAMED:  # a refusal, or an edge that does not stream
                 content = _check(response).content
-                for j, image in enumerate(whole_answer(content, pairs - first, size, f"(from {response.url})"), first):
+                where = f"(from {response.url})"
+                if self.raw and content_type == RAW:
+                    middles = [Image.fromarray(m) for m in whole_raw(content, pairs - first, size, where)]
+                else:
+                    middles = whole_answer(content, pairs - first, size, where)
+                for j, image in enumerate(middles, first):
                     deliver(j, image)
                 return len(content)
-            answer = StreamedAnswer(first, pairs, size, f"(from {response.url})")
+            answer = StreamedAnswer(first, pairs, size, f"(from {response.url})", self.raw)
             received = 0
             for data in response.iter_content(chunk_size=None):
                 received += len(data)

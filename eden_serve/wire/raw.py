@@ -1,0 +1,94 @@
+"""Raw middles: the edge's answer for a client on the edge's own host, where a PNG's encoding and
+decoding cost more than the bytes they save (docs/serving.md, "Raw answers").
+
+A raw middle is a small header, then the frame's 8-bit RGB pixels, rows top to bottom, never
+compressed and never pickled::
+
+    offset  size  field
+    0       8     magic b"EDENRAWF"
+    8       2     format version, u16: 1
+    10      2     flags, u16, reserved: must be 0
+    12      4     width, u32
+    16      4     height, u32
+    20      3WH   the pixels
+
+(integers little-endian). A whole answer to K pairs is K raw middles back to back; a streamed one
+carries each in its record (:mod:`.answers`). A reader knows the frame size it asked for, so a
+middle is judged by its header and its exact length before a pixel is read.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import urllib.parse
+
+import numpy as np
+
+from ..errors import ServerError
+
+RAW_MAGIC = b"EDENRAWF"
+RAW_VERSION = 1
+RAW = "application/x-eden-raw-frames"  # the content type of a whole raw answer
+_HEADER = struct.Struct("<8sHHII")
+RAW_HEADER_BYTES = _HEADER.size
+
+
+def raw_bytes(width: int, height: int) -> int:
+    """The length of one raw middle of ``width`` x ``height``."""
+    return _HEADER.size + 3 * width * height
+
+
+def encode_raw(pixels: np.ndarray) -> bytes:
+    """H x W x 3 uint8 pixels as a raw middle."""
+    if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[2] != 3:
+        raise ValueError(f"a raw middle is H x W x 3 uint8 pixels, got {pixels.dtype} {pixels.shape}")
+    height, width, _ = pixels.shape
+    return _HEADER.pack(RAW_MAGIC, RAW_VERSION, 0, width, height) + np.ascontiguousarray(pixels).tobytes()
+
+
+def is_raw(data: bytes | memoryview) -> bool:
+    return bytes(data[: len(RAW_MAGIC)]) == RAW_MAGIC
+
+
+def decode_raw(data: bytes | memoryview, size: tuple[int, int], where: str) -> np.ndarray:
+    """The pixels [H, W, 3] uint8 of one raw middle of ``size`` (width, height), judged first."""
+    width, height = size
+    if len(data) < _HEADER.size:
+        raise ServerError(502, "bad_answer", f"the raw middle is {len(data)} bytes, shorter than its header {where}")
+    magic, version, flags, stated_w, stated_h = _HEADER.unpack_from(data)
+    if magic != RAW_MAGIC:
+        raise ServerError(502, "bad_answer", f"the answer is not a raw middle {where}")
+    if version != RAW_VERSION or flags:
+        raise ServerError(502, "bad_answer", f"the raw middle has version {version}, flags {flags:#06x}; this client reads "
+                                             f"version {RAW_VERSION} without flags: run one eden-serve release on both {where}")
+    if (stated_w, stated_h) != (width, height):
+        raise ServerError(502, "bad_answer", f"the raw middle is {stated_w}x{stated_h}, for frames of {width}x{height} {where}")
+    if len(data) != raw_bytes(width, height):
+        raise ServerError(502, "bad_answer", f"the raw middle is {len(data)} bytes, not the {raw_bytes(width, height)} "
+                                             f"of a {width}x{height} frame {where}")
+    return np.frombuffer(data, np.uint8, offset=_HEADER.size).reshape(height, width, 3)
+
+
+def whole_raw(content: bytes, pairs: int, size: tuple[int, int], where: str) -> list[np.ndarray]:
+    """The ``pairs`` middles of a whole raw answer."""
+    each = raw_bytes(*size)
+    if len(content) != pairs * each:
+        raise ServerError(502, "bad_answer", f"the raw answer is {len(content)} bytes, not {pairs} middles of {each} {where}")
+    view = memoryview(content)
+    return [decode_raw(view[j * each : (j + 1) * each], size, where) for j in range(pairs)]
+
+
+def loopback(host: str | None) -> bool:
+    """Whether ``host`` (a URL's host, or an HTTP Host header: a name or address, a port after it)
+    is this machine: where raw answers pay by default."""
+    try:
+        name = urllib.parse.urlsplit(f"//{host}").hostname if host else None
+    except ValueError:  # a malformed one, "[::1" say: not this machine's name
+        return False
+    if not name:
+        return False
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return name == "localhost" or name.endswith(".localhost")
