@@ -84,9 +84,9 @@ class Run:
         config = config or self.config
         edge = EdgeModel(module_from_state(state or self.state(), "edge", config), config, self.device, precision)
         if mode == "graphed":
-            edge.accelerate(Acceleration("on") if self.device.type == "cuda" else Acceleration(), self._stand_in())
+            edge.accelerate(Acceleration("on" if self.device.type == "cuda" else "auto", None), self._stand_in())
         elif mode == "eager":
-            edge.accelerate(Acceleration("off"))
+            edge.accelerate(Acceleration("off", None))
         return edge
 
     def _stand_in(self):
@@ -270,7 +270,7 @@ def compiled(run: Run) -> None:
         backend = "inductor" if run.device.type == "cuda" else "eager"
         eager = run.edge(precision, "eager")
         edge = run.edge(precision, "compiled")
-        edge.accelerate(Acceleration(compile=Compile(backend=backend)))
+        edge.accelerate(Acceleration(compile=Compile(backend=backend, background=False)))
         for batch in (1, 2) if run.args.quick else (1, 8):
             pairs = pairs_of(edge, size, batch)
             first = timed_ms(run, lambda: edge.forward(edge.prepare(pairs)), 1)[0]

@@ -21,6 +21,7 @@ from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
 from eden_serve.client.streaming import interpolate_clip, pairwise
 from eden_serve.config import preset
+from eden_serve.edge import Compile
 from eden_serve.errors import BadInputError
 from eden_serve.media.frames import load_frame, to_png, to_uint8
 from eden_serve.pipeline import interpolate_pair
@@ -375,19 +376,25 @@ def loaded(monkeypatch) -> list:
 
 @pytest.mark.parametrize("count, precision, graphs", [(1, "auto", True), (0, "fp32", False)])
 def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, precision, graphs):
-    """On a GPU: auto (bf16 from compute capability 8.0: tests/test_sizing.py) and CUDA graphs; on a
-    CPU: fp32, eager. An explicit --precision or --cuda-graphs wins."""
+    """On a GPU: auto (bf16 from compute capability 8.0: tests/test_sizing.py), CUDA graphs and
+    inductor in the background; on a CPU: fp32, eager, uncompiled. An explicit --precision,
+    --cuda-graphs or --compile wins."""
     gpus(monkeypatch, count)
     calls = loaded(monkeypatch)
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png"])
     commands.load_models(args)
     edge = calls[-1]["edge"]
-    assert calls[-1]["precision"] == precision and edge.acceleration.graphs_on(torch.device(calls[-1]["edge_device"])) == graphs
+    device = torch.device(calls[-1]["edge_device"])
+    assert calls[-1]["precision"] == precision and edge.acceleration.graphs_on(device) == graphs
+    assert edge.acceleration.compiler(device) == (Compile() if graphs else None)
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--precision", "bf16",
                                            "--cuda-graphs", "off", "--compile", "max-autotune-no-cudagraphs"])
     commands.load_models(args)
     assert calls[-1]["precision"] == "bf16" and calls[-1]["edge"].acceleration.cuda_graphs == "off"
     assert calls[-1]["edge"].acceleration.compile.mode == "max-autotune-no-cudagraphs"
+    args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--compile", "off"])
+    commands.load_models(args)
+    assert calls[-1]["edge"].acceleration.compiler(device) is None
 
 
 def test_interpolate_crosses_no_wire_unless_asked():

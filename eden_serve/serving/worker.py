@@ -35,7 +35,9 @@ class Settings:
     cuda_graphs: str = "auto"  # edge: replay the forward from CUDA graphs: auto (on a GPU), on, off
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (docs/serving.md: "GPUs and threads")
     media_root: str | None = None  # cloud: the directory of server-side sources; null: off (docs/cloud-sources.md)
-    compile: Compile | None = None  # edge: torch.compile, from the model-config's pt2 section (not the handler's)
+    # edge: torch.compile, from the model-config's pt2 section (not the handler's); auto where it has
+    # none: inductor in the background on a GPU, nothing on a CPU (docs/gpu.md)
+    compile: Compile | None | str = "auto"
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":
