@@ -14,7 +14,7 @@ from typing import Callable
 from PIL import Image
 
 from ..media.base import Frame
-from ..media.frames import check_size
+from ..media.frames import as_image, check_size
 
 
 def at_size(processor: Callable, size: tuple[int, int], max_pixels: int | None) -> Callable:
@@ -34,7 +34,7 @@ def at_size(processor: Callable, size: tuple[int, int], max_pixels: int | None) 
         small = [Frame(f.index, f.name, image=scaled(f.image)) for f in frames]
         result = processor(index, small, seed)
         images = getattr(result, "images", result)
-        full = [image.resize(frames[0].image.size, Image.Resampling.BICUBIC) for image in images]
+        full = [as_image(image).resize(frames[0].size, Image.Resampling.BICUBIC) for image in images]
         if hasattr(result, "images"):
             result.images = full
             return result

@@ -50,6 +50,7 @@ from ..errors import (
     UnavailableError,
 )
 from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
+from ..media.frames import Picture, picture_size
 from ..media.resume import Journal
 from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
 from .levels import Item, Level
@@ -99,9 +100,10 @@ class Retry:
 
 @dataclass
 class Middles:
-    """A processor's result: a chunk's middle frames (RGB), in pair order, and what moving them cost."""
+    """A processor's result: a chunk's middle frames (RGB images, or 8-bit RGB pixels [H, W, 3] where
+    an edge in this process made them), in pair order, and what moving them cost."""
 
-    images: list[Image.Image]
+    images: list[Picture]
     sent_bytes: int = 0  # uploaded to servers for this chunk
     received_bytes: int = 0  # downloaded from servers
     payload_bytes: int | None = None  # the cloud -> edge wire payload, where this side sees it
@@ -189,9 +191,9 @@ def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
     problem = None
     if len(middles.images) != pairs:
         problem = f"{len(middles.images)} middle frames came back for {pairs} pairs"
-    elif any(image.size != frames[0].image.size for image in middles.images):
-        sizes = sorted({image.size for image in middles.images})
-        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].image.size}"
+    elif any(picture_size(image) != frames[0].size for image in middles.images):
+        sizes = sorted({picture_size(image) for image in middles.images})
+        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].size}"
     if problem:
         raise PairError(index, frames[0], frames[-1], BadInputError(problem), pairs)
     return middles
@@ -231,9 +233,9 @@ class _Run:
             image = arrivals.wait(given)
             if image is None:
                 break
-            if image.size != frames[0].image.size:
+            if picture_size(image) != frames[0].size:
                 raise PairError(index, frames[0], frames[-1], BadInputError(
-                    f"a middle frame is {image.size}, the input frames {frames[0].image.size}"), len(frames) - 1)
+                    f"a middle frame is {picture_size(image)}, the input frames {frames[0].size}"), len(frames) - 1)
             given += 1
             self.bar.update(1)
             yield image

@@ -17,10 +17,9 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from fractions import Fraction
 from typing import Iterable
 
-from PIL import Image
 
-from ..media.base import Frame
-from ..media.frames import match_mode
+from ..media.base import Frame, matched
+from ..media.frames import Picture
 from ..media.timing import Schedule, Target, ancestors
 
 
@@ -51,7 +50,7 @@ class _Window:
         self.ready: deque = deque()
         self.waiting = 0
         self.nodes: dict[tuple[int, Fraction], Frame] = {}
-        self.images: dict[tuple[int, Fraction], Image.Image] = {}
+        self.images: dict[tuple[int, Fraction], Picture] = {}
 
     def node(self, interval: int, position: Fraction) -> Frame:
         if position.denominator == 1:
@@ -73,15 +72,14 @@ class _Window:
             self.depth += 1
             self.ready.extend((self.depth, run) for run in self.jobs.get(self.depth, ()))
 
-    def receive(self, depth: int, run: list[int], images: list[Image.Image]) -> None:
+    def receive(self, depth: int, run: list[int], images: list[Picture]) -> None:
         for g, image in zip(run, images):
             interval, left, right = self._pair(depth, g)
             before, after = self.node(interval, left), self.node(interval, right)
             position = (left + right) / 2
             self.images[interval, position] = image
             # The next depth reads it as a 2x pass would have written it: in its neighbours' format.
-            matched = match_mode(image, before.image, after.image)
-            self.nodes[interval, position] = Frame(before.index, f"{before.name}+{position}", image=matched)
+            self.nodes[interval, position] = Frame.of(matched(image, before, after), before.index, f"{before.name}+{position}")
         self.waiting -= 1
         self.advance()
 
@@ -89,7 +87,7 @@ class _Window:
     def done(self) -> bool:
         return self.depth == self.last and not self.ready and not self.waiting
 
-    def shown(self, k: int, target: Target) -> Frame | Image.Image:
+    def shown(self, k: int, target: Target) -> Frame | Picture:
         if target.shown.denominator == 1:
             return self.frames[k + target.shown.numerator]
         return self.images[self.first + k, target.shown]

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
-from ..media.frames import check_frame, from_uint8, image_to_tensor, open_image, to_png, to_uint8
+from ..media.frames import check_frame, from_uint8, image_to_tensor, open_image, to_pixels, to_png, to_uint8
 from ..model import CloudWeights, pos_embedding
 from ..wire import DEFAULT_CODEC, Chunk, Conditions, FramesChunk, Tokens
 
@@ -99,7 +99,8 @@ class CloudEncoder:
         is the earlier frame, which travels as a PNG instead of costing the edge its DiT. So is a
         pair of equal frames, such as a cut's copy and its earlier frame at the next level of a 4x
         run: all the frames across a cut are then copies. The tokens come back on the CPU for the
-        wire, or with ``on_device`` where they were made, for an edge in the same process."""
+        wire, or with ``on_device`` where they were made, for an edge in the same process: then each
+        cut's middle is the earlier frame's 8-bit pixels [H, W, 3] on the device, no PNG made."""
         x = self._frames(frames)
         differences, cuts = self._pairs(x, scene_threshold)
         cond_dit, cond_dec, means, stds = self._embed_frames(x)
@@ -112,7 +113,7 @@ class CloudEncoder:
             seeds=[seed + j for j in range(len(x) - 1)],
             grid=self.config.patch_grid(*x[0].shape[-2:]),
             size=tuple(x[0].shape[-2:]),
-            cuts={j: to_png(x[j].cpu()) for j in cuts},
+            cuts={j: to_pixels(x[j]) if on_device else to_png(x[j].cpu()) for j in cuts},
         )
 
     @torch.inference_mode()

@@ -81,7 +81,10 @@ class Background:
 
     def _run(self) -> None:
         while True:
-            key, job = self._jobs.get()
+            item = self._jobs.get()
+            if item is None:
+                return
+            key, job = item
             try:
                 if not self.closed and not self.failed:
                     self._compile(key, job)
@@ -89,6 +92,7 @@ class Background:
                 with self._idle:
                     self.done.add(key)
                     self._idle.notify_all()
+            del item, key, job  # an idle thread must not keep a job's inputs (and its model) alive
 
     def _compile(self, key: Hashable, job: object) -> None:
         try:
@@ -104,8 +108,12 @@ class Background:
             return self._idle.wait_for(lambda: self.done >= self.asked, timeout)
 
     def close(self) -> None:
-        """Compile nothing more (a compilation under way finishes, and its result is dropped)."""
-        self.closed = True
+        """Compile nothing more (a compilation under way finishes, and its result is dropped), and
+        let the thread end."""
+        with self._idle:
+            self.closed = True
+            if self._thread is not None:
+                self._jobs.put(None)
 
 
 @contextlib.contextmanager

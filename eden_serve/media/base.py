@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from .encoding import Encoding
-from .frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
+from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, image_to_tensor, match_mode, open_image, picture_size, pixels_to_tensor,
+                     png_bytes)
 from .resume import input_identity
 from .timing import Retiming
 
@@ -24,11 +25,14 @@ class Frame:
 
     ``image`` is the decoded frame in the clip's working mode; for a directory it is decoded on first
     use, by whichever thread needs it first (a lock per frame: different frames decode in parallel).
-    ``tensor`` is what the model takes, ``encoded`` what a server is sent: the file's own bytes for a
-    directory (the server then decodes exactly what we would), a PNG otherwise.
+    A video's frame (and a middle made in this process) holds ``pixels`` instead, 8-bit RGB [H, W,
+    3], its image made only where something asks for one. ``tensor`` is what the model takes,
+    ``encoded`` what a server is sent: the file's own bytes for a directory (the server then
+    decodes exactly what we would), a PNG otherwise.
     """
 
-    def __init__(self, index: int, name: str, *, image: Image.Image | None = None, path: Path | None = None,
+    def __init__(self, index: int, name: str, *, image: Image.Image | None = None, pixels: torch.Tensor | None = None,
+                 path: Path | None = None,
                  duration: float | None = None, raw=None, max_pixels: int | None = None,
                  time: Fraction | None = None, end: Fraction | None = None, source: str | None = None):
         self.index = index
@@ -40,6 +44,7 @@ class Frame:
         self.time, self.end = time, end  # seconds, for video: when it is shown, and until when
         self.source = source  # an original of this server-side source (docs/cloud-sources.md): the cloud holds it
         self._image = image
+        self.pixels = pixels
         self._cache: dict[str, object] = {}
         self._lock = threading.RLock()  # tensor and encoded compute image under it
 
@@ -49,12 +54,37 @@ class Frame:
                 self._cache[key] = make()
             return self._cache[key]
 
+    @classmethod
+    def of(cls, picture: Picture, index: int, name: str) -> "Frame":
+        """A middle as a frame of the next level: an image, or pixels."""
+        if isinstance(picture, torch.Tensor):
+            return cls(index, name, pixels=picture)
+        return cls(index, name, image=picture)
+
     @property
     def image(self) -> Image.Image:
-        return self._image if self._image is not None else self._lazy("image", self._load)
+        if self._image is not None:
+            return self._image
+        return self._lazy("image", self._load if self.pixels is None else lambda: as_image(self.pixels))
+
+    @property
+    def picture(self) -> Picture:
+        """The pixels where the frame has them, else the image."""
+        return self.image if self.pixels is None else self.pixels
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height)."""
+        return picture_size(self.picture)
+
+    @property
+    def mode(self) -> str:
+        return "RGB" if self.pixels is not None else self.image.mode
 
     @property
     def tensor(self) -> torch.Tensor:
+        if self.pixels is not None:
+            return self._lazy("tensor", lambda: pixels_to_tensor(self.pixels))
         return self._lazy("tensor", lambda: image_to_tensor(self.image))
 
     @property
@@ -66,6 +96,14 @@ class Frame:
     def _load(self) -> Image.Image:
         # Oriented as image_to_tensor orients it, so alpha and mode matching see the frame the model sees.
         return open_image(self.path, self.name, self.max_pixels)
+
+
+def matched(middle: Picture, before: Frame, after: Frame) -> Picture:
+    """:func:`~.frames.match_mode` of a middle and its neighbours: between RGB frames with pixels
+    (a video's), the middle as it is, with no image made of anything."""
+    if before.mode == "RGB" and before.pixels is not None and isinstance(middle, torch.Tensor):
+        return middle
+    return match_mode(middle, before.image, after.image)
 
 
 class Clip:

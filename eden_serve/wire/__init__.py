@@ -105,7 +105,8 @@ class Chunk:
     seeds: list[int]  # K: each pair's noise seed
     grid: tuple[int, int]
     size: tuple[int, int]
-    cuts: dict[int, bytes] = field(default_factory=dict)  # pair -> its middle, the earlier frame as PNG
+    # pair -> its middle, the earlier frame as PNG (in one process without the wire: its uint8 pixels [H, W, 3])
+    cuts: dict[int, bytes | torch.Tensor] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:

@@ -1,0 +1,79 @@
+"""The GPU check's compile section (benchmarks/gpu_check.py runs it): torch.compile of the edge's
+forward block by block (the default, eden_serve/edge/forward.py's Regions) against whole stages
+(issue 31's first measurement: 61-68 s a shape), each from a cold inductor cache and block by block
+again from the cache the first case left, in child processes, so that a compilation that outlasts
+the budget cannot overrun the run. On a GPU inductor with our CUDA graphs around it; on a CPU
+dynamo's eager backend (inductor takes minutes there), which tries the code and times nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from eden_serve.edge import Acceleration, Compile
+
+# case: (scope, the inductor cache it starts from), most important first.
+CASES = {"blocks, cold": ("blocks", "first"), "blocks, from the cache": ("blocks", "first"), "stages, cold": ("stages", "second")}
+LEAST = 45  # seconds a child needs to be worth starting
+
+
+def compiled(run, check) -> None:
+    """In the parent: each case in a child, within the budget. In a child (``--in-child``): its case."""
+    if run.args.in_child:
+        _case(run, check, run.args.compile_case)
+        return
+    caches = {"first": tempfile.mkdtemp(prefix="eden-inductor-"), "second": tempfile.mkdtemp(prefix="eden-inductor-")}
+    for case, (_, cache) in CASES.items():
+        timeout = run.left() - 5
+        if timeout < (15 if run.args.quick else LEAST):
+            run.row("compiled", case=case, skipped="out of time")
+            continue
+        command = [sys.executable, check.__file__, "--device", str(run.device), "--out", str(run.args.out), "--sections",
+                   "compiled", "--in-child", "--compile-case", case, "--budget", str(int(timeout)),
+                   "--repeat", str(run.args.repeat)] + (["--quick"] if run.args.quick else [])
+        run.out.flush()
+        try:
+            done = subprocess.run(command, timeout=timeout, capture_output=True, text=True,
+                                  env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": caches[cache]})
+            run.rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode:
+                run.row("compiled", case=case, failed=f"exit {done.returncode}: {done.stderr.strip()[-500:]}")
+        except subprocess.TimeoutExpired:
+            run.row("compiled", case=case, skipped=f"compilation outlasted the {timeout:.0f} s left")
+
+
+def _case(run, check, case: str) -> None:
+    """At the first size, one pair and a batch: the first call (compile and capture), ms per pair,
+    the difference from the eager forward; block by block from cold, one pair of the largest size
+    too, with its top kernels."""
+    scope, _ = CASES[case]
+    backend = "inductor" if run.device.type == "cuda" else "eager"
+    precision = run.precisions()[-1]
+    eager = run.edge(precision, "eager")
+    edge = run.edge(precision, "compiled")
+    edge.accelerate(Acceleration(compile=Compile(backend=backend, scope=scope, background=False)))
+    sizes = list(run.sizes.items())
+    points = [(sizes[0], batch) for batch in ((1, 2) if run.args.quick else (1, 8))]
+    if case == "stages, cold":
+        points = points[:1]
+    if case == "blocks, cold":
+        points.append((sizes[-1], 1))
+    for (name, size), batch in points:
+        if run.left() < 5:
+            break
+        pairs = check.pairs_of(edge, size, batch)
+        inputs = edge.prepare(pairs)
+        first = check.timed_ms(run, lambda: edge.forward(inputs), 1)[0]
+        ms = statistics.median(check.timed_ms(run, lambda: edge.forward(inputs), run.args.repeat))
+        diff = (edge.middles(pairs, uint8=False) - eager.middles(pairs, uint8=False)).abs().max().item()
+        row = {"case": case, "size": name, "precision": precision, "batch": batch, "backend": backend, "scope": scope,
+               "graphs": edge.runner.graphs is not None, "first_call_s": first / 1000, "ms_per_pair": ms / batch,
+               "max_abs_diff_from_eager": diff, "cache": Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")).name}
+        if name == sizes[-1][0] and run.left() > 10:
+            row["top"] = check.top_kernels(run, lambda: edge.forward(inputs))
+        run.row("compiled", **row)
