@@ -21,11 +21,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +37,6 @@ from eden_serve.checkpoint import module_from_state  # noqa: E402
 from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import Acceleration, EdgeModel  # noqa: E402
-from eden_serve.edge.acceleration import Compile  # noqa: E402
 from eden_serve.edge.graphs import RerunGraphs  # noqa: E402
 from eden_serve.edge.precision import check_bf16  # noqa: E402
 from eden_serve.edge.sizing import bytes_per_pair, free_memory, pairs_for_memory  # noqa: E402
@@ -243,28 +239,7 @@ def kernels(run: Run) -> None:
     edge = run.edge(precision, "graphed")
     inputs = edge.prepare(pairs_of(edge, size, 1))
     timed_ms(run, lambda: edge.forward(inputs), 2)  # the capture
-    run.row("kernels", size=name, precision=precision, mode="graphed", top=top_kernels(run, lambda: edge.forward(inputs)))
-
-
-def top_kernels(run: Run, forward, forwards: int = 3, count: int = 15) -> list[dict]:
-    """``forward``'s ``count`` costliest kernels: name, launches and milliseconds per forward, share of the time."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if run.device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(forwards):
-            forward()
-        run.sync()
-
-    def spent(event) -> float:
-        if run.device.type != "cuda":
-            return event.self_cpu_time_total
-        return getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
-
-    events = [e for e in prof.key_averages() if spent(e) > 0 and (run.device.type == "cuda" or e.key.startswith("aten::"))]
-    total = sum(spent(e) for e in events) or 1
-    return [{"name": e.key[:100], "calls": e.count / forwards, "ms": spent(e) / 1000 / forwards, "share": spent(e) / total}
-            for e in sorted(events, key=spent, reverse=True)[:count]]
+    run.row("kernels", size=name, precision=precision, mode="graphed", top=gpu_compile.top_kernels(run, lambda: edge.forward(inputs)))
 
 
 def edge_alone(run: Run) -> None:

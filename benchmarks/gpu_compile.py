@@ -1,5 +1,5 @@
-"""The GPU check's compile section (benchmarks/gpu_check.py runs it): torch.compile of the edge's
-forward block by block (the default, eden_serve/edge/forward.py's Regions) against whole stages
+"""The GPU check's compile section (benchmarks/gpu_check.py runs it), and the top kernels of a
+forward. torch.compile of the edge's forward block by block (the default, eden_serve/edge/forward.py's Regions) against whole stages
 (issue 31's first measurement: 61-68 s a shape), each from a cold inductor cache and block by block
 again from the cache the first case left, in child processes, so that a compilation that outlasts
 the budget cannot overrun the run. On a GPU inductor with our CUDA graphs around it; on a CPU
@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import torch
 
 from eden_serve.edge import Acceleration, Compile
 
@@ -75,5 +77,26 @@ def _case(run, check, case: str) -> None:
                "graphs": edge.runner.graphs is not None, "first_call_s": first / 1000, "ms_per_pair": ms / batch,
                "max_abs_diff_from_eager": diff, "cache": Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")).name}
         if name == sizes[-1][0] and run.left() > 10:
-            row["top"] = check.top_kernels(run, lambda: edge.forward(inputs))
+            row["top"] = top_kernels(run, lambda: edge.forward(inputs))
         run.row("compiled", **row)
+
+
+def top_kernels(run, forward, forwards: int = 3, count: int = 15) -> list[dict]:
+    """``forward``'s ``count`` costliest kernels: name, launches and milliseconds per forward, share of the time."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if run.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(forwards):
+            forward()
+        run.sync()
+
+    def spent(event) -> float:
+        if run.device.type != "cuda":
+            return event.self_cpu_time_total
+        return getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
+
+    events = [e for e in prof.key_averages() if spent(e) > 0 and (run.device.type == "cuda" or e.key.startswith("aten::"))]
+    total = sum(spent(e) for e in events) or 1
+    return [{"name": e.key[:100], "calls": e.count / forwards, "ms": spent(e) / 1000 / forwards, "share": spent(e) / total}
+            for e in sorted(events, key=spent, reverse=True)[:count]]
