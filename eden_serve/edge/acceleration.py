@@ -226,12 +226,11 @@ class Runner:
         return self.stages[name]
 
     def _swap_in(self, key: Hashable, job: _Job) -> None:
-        """On the compiling thread: ``key``'s stage compiled (on zeros of its shapes), its graph
-        captured anew, then put in place of the eager one in one step."""
+        """On the compiling thread: ``key``'s stage compiled (run once on zeros of its shapes, beside
+        the forwards), then its graph captured anew in place of the eager one, in one turn."""
         fn, tensors = self.compiled[job.name], job.zeros()
-        if self.graphs is None:
-            fn(job.constants.with_per_call(tensors))
-        elif not self.background.closed:
+        fn(job.constants.with_per_call(tensors))
+        if self.graphs is not None and not self.background.closed:
             self.graphs.replace(key, lambda static: fn(job.constants.with_per_call(static)), tensors, job.batch)
         if not self.background.closed:
             self.swapped.add(key)

@@ -67,9 +67,9 @@ class CudaGraphs:
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads (the cloud's E_cond, the next chunk's preparation) may use the
-        # device meanwhile; a stream of its own: a compiled graph may be captured beside another.
-        with torch.cuda.graph(graph, stream=torch.cuda.Stream(self.device), capture_error_mode="thread_local"):
+        # thread_local: other threads (the cloud's E_cond, the next chunk's preparation, a compiler)
+        # may use the device meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = fn()
         return graph, out, torch.cuda.memory_reserved(self.device) - before
 
@@ -177,10 +177,11 @@ class GraphCache:
 
     def replace(self, key: Hashable, fn: Callable[[Sequence[torch.Tensor]], torch.Tensor], inputs: Sequence[torch.Tensor],
                 batch: int) -> None:
-        """Capture ``fn`` as ``key``'s graph beside the runs, which go on meanwhile (a compiled stage,
-        :mod:`.compiling`), then put it in place of the key's graph in one step."""
-        entry = self._make(fn, inputs, batch)
-        with self._lock:
+        """Capture ``fn`` as ``key``'s graph and put it in place of the key's graph, in one turn (a
+        compiled stage, :mod:`.compiling`: compiled before, so the turn lasts a capture). Under the
+        turn, a capture never meets another thread's, nor a release's emptying of the cache."""
+        with self._lock, self.api.ordered():
+            entry = self._make(fn, inputs, batch)
             old = self._entries.pop(key, None)
             if old is not None:
                 self._release(key, old)
