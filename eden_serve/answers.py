@@ -76,7 +76,8 @@ def whole_answer(content: bytes, pairs: int, size: tuple[int, int], where: str) 
             if [e.filename for e in entries] != names or any(e.compress_type != zipfile.ZIP_STORED or e.file_size > most for e in entries):
                 raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} stored PNGs {names[0]}...{names[-1]} {where}")
             return [middle_image(archive.read(name), size, where) for name in names]
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    # NotImplementedError: a zip version or method zipfile lacks; RuntimeError: an encrypted entry.
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError, EOFError, struct.error) as exc:
         start = " ".join(content[:100].decode(errors="replace").split())
         raise ServerError(502, "bad_answer", f"the answer is not a zip of {pairs} PNGs ({exc}): {start!r} {where}") from None
 
@@ -84,8 +85,8 @@ def whole_answer(content: bytes, pairs: int, size: tuple[int, int], where: str) 
 class StreamedAnswer:
     """Reads a streamed answer to the pairs ``first`` ... ``pairs - 1`` of a chunk of frames of
     ``size``, as its bytes come: :meth:`feed` returns the middles completed, ``(j, image)`` in
-    order; :meth:`finish` says whether the end record came (False: the answer was cut short, and
-    what did not arrive must be asked for again). A failure record raises its error."""
+    order; :meth:`finish` says whether the answer is whole (False: it was cut short, and what did
+    not arrive must be asked for again). A failure record raises its error."""
 
     def __init__(self, first: int, pairs: int, size: tuple[int, int], where: str):
         self.next, self.pairs, self.size, self.where = first, pairs, size, where
@@ -126,6 +127,8 @@ class StreamedAnswer:
         return middles
 
     def finish(self) -> bool:
+        """Whether the answer is whole: its end record came, or every middle did (an edge killed
+        between its last middle and its end leaves nothing to ask for; docs/streaming.md)."""
         if self.buffer and self.ended:
             raise self._bad("goes on after its end")
-        return self.ended
+        return self.ended or self.next == self.pairs

@@ -8,7 +8,9 @@ their side and model dimensions in the header, so nothing we load at serving tim
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import tempfile
 import warnings
 import zipfile
@@ -82,10 +84,16 @@ def save_half(path: str | Path, state_dict: dict[str, torch.Tensor], side: str, 
     """Write one half as safetensors with its side and config in the header."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # O_EXCL: no planted link followed
+    os.close(fd)
     metadata = {"eden_side": side, "eden_config": json.dumps(config.to_dict())}
-    save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp), metadata=metadata)
-    tmp.replace(path)
+    try:
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, tmp, metadata=metadata)
+        os.chmod(tmp, 0o644)  # weights, not a secret: readable as a plain write would leave them
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def write_halves(state_dict: dict[str, torch.Tensor], out_dir: str | Path, config: EdenConfig) -> dict[str, Path]:

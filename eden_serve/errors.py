@@ -99,6 +99,14 @@ class ChunkTooLargeError(PayloadTooLargeError):
     kind = "chunk_too_large"
 
 
+class TooMuchWorkError(PayloadTooLargeError):
+    """A request whose work (frames decoded, their pixels, packets read) would pass the server's
+    documented bounds, judged before the work and counted while it runs, or whose decoding ran
+    past its deadline (docs/errors-and-limits.md, "What one request can make a server do")."""
+
+    kind = "too_much_work"
+
+
 class ModelMismatchError(CodecError):
     """The payload is intact but was made by a model with other dimensions."""
 

@@ -14,11 +14,13 @@ production node is.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import shutil
 import socket
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -47,6 +49,21 @@ def build_archives(
         build(model_store, checkpoint=checkpoint, config=config,
               options=Options(**{k: v for k, v in given.items() if v is not None}))
     return Path(model_store)
+
+
+def set_handler(archive: str | Path, settings: dict) -> Path:
+    """``archive`` (a .mar) rewritten with ``settings`` (JSON values, which YAML reads) appended to
+    its model-config.yaml's ``handler:`` section, the last section of our model-configs."""
+    archive = Path(archive)
+    with zipfile.ZipFile(archive) as source:
+        entries = [(info, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(archive.with_suffix(".tmp"), "w") as target:
+        for info, data in entries:
+            if info.filename == "model-config.yaml":
+                data = data.rstrip(b"\n") + b"".join(f"\n  {key}: {json.dumps(value)}".encode() for key, value in settings.items()) + b"\n"
+            target.writestr(info, data)
+    archive.with_suffix(".tmp").replace(archive)
+    return archive
 
 
 # Ports handed out by this process, never handed out twice.

@@ -88,3 +88,12 @@ def test_a_whole_answer_is_a_png_or_a_zip_of_them():
     assert [image.getpixel((0, 0))[0] for image in images] == [0, 1, 2]
     with pytest.raises(ServerError, match="not a zip of 2"):
         whole_answer(zip_of([png(j) for j in range(3)]), 2, SIZE, "")
+
+
+def test_a_zip_of_a_version_zipfile_lacks_is_a_bad_answer():
+    """Found by the fuzzer (harness/fuzz.py): zipfile raised NotImplementedError through the client."""
+    archive = bytearray(zip_of([png_bytes(Image.new("RGB", SIZE))] * 2))
+    central = archive.index(b"PK\x01\x02")
+    archive[central + 6:central + 8] = (84).to_bytes(2, "little")  # version needed to extract: 8.4
+    with pytest.raises(ServerError, match="not a zip of 2 PNGs"):
+        whole_answer(bytes(archive), 2, SIZE, "(test)")

@@ -31,7 +31,7 @@ LAYERS = [
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
 # Imported where they are used: optional extras (generated: the gRPC messages made at setup).
 LAZY_IMPORTS = {
-    "av", "huggingface_hub", "huggingface_hub.errors", "grpc", "grpc_tools", "generated",
+    "av", "huggingface_hub", "huggingface_hub.errors", "grpc", "grpc_tools", "generated", "pyseccomp",
     "model_archiver.model_archiver_config", "model_archiver.model_packaging", "model_archiver.model_packaging_utils",
     "workflow_archiver.workflow_packaging", "workflow_archiver.workflow_packaging_utils",
     "asgi",  # the web page's server: the page extra (Starlette, uvicorn), imported when the page starts

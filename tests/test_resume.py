@@ -165,7 +165,10 @@ def test_the_command_stopped_by_a_signal_keeps_its_work_and_resumes(tmp_path, lo
     src, whole = long_clip
     dst = tmp_path / "out"
     journal = tmp_path / ".out.partial-resume.journal"
-    run = subprocess.Popen(cli(src, "-o", dst, "--resume", "--inflight", "1"), stderr=subprocess.PIPE, text=True)
+    # A shell without job control starts background jobs with SIGINT ignored, and the command
+    # (rightly) inherits that; a terminal's Ctrl-C reaches a command that has the default disposition.
+    run = subprocess.Popen(cli(src, "-o", dst, "--resume", "--inflight", "1"), stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         while run.poll() is None and not (journal.exists() and json.loads(journal.read_text())["checkpoint"]):
             time.sleep(0.01)
@@ -410,3 +413,15 @@ def test_the_command_refuses_a_bad_resume_in_one_line(tmp_path, tiny_models, cas
     errors = [line for line in result.stderr.splitlines() if ": warning: no checkpoint given" not in line]
     assert result.returncode == 2 and len(errors) == 1 and errors[0].startswith("eden-serve: error: cannot resume"), result.stderr
     assert "to start again" in errors[0] and not dst.exists()
+
+
+def test_the_journal_is_written_through_a_new_file_never_a_planted_link(tmp_path):
+    from eden_serve.media.resume import write_durably
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not yours")
+    journal = tmp_path / ".out.partial-resume.journal"
+    (tmp_path / (journal.name + ".tmp")).symlink_to(victim)  # the temporary name of earlier releases
+    write_durably(journal, b"{}")
+    assert journal.read_bytes() == b"{}" and victim.read_bytes() == b"not yours"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([journal.name, journal.name + ".tmp", "victim"])

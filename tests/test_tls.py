@@ -19,7 +19,7 @@ from eden_serve import synthetic, wire
 from eden_serve.cli import main
 from eden_serve.client import Client
 from eden_serve.client.tls import ClientTLS
-from eden_serve.client.transports import read_token
+from eden_serve.client.transports import read_token, warn_cleartext
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, UnreachableError
 from eden_serve.serving.launcher import read_properties
@@ -229,3 +229,29 @@ def test_serve_with_a_certificate_and_a_wire_key_serves_https_and_refuses_untagg
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def test_a_short_or_shared_key_is_refused_and_a_readable_one_warned_about(node_tls, tmp_path):
+    short = pem_key(rsa.generate_private_key(public_exponent=65537, key_size=1024), tmp_path / "short.key")
+    short.chmod(0o600)
+    with pytest.raises(BadInputError, match="RSA key of 1024 bits, fewer than 2048"):
+        ServerTLS.from_files(node_tls.cert, short)
+    shared = tmp_path / "shared.key"
+    shared.write_bytes(node_tls.key.read_bytes())
+    shared.chmod(0o666)
+    with pytest.raises(BadInputError, match="may be written by other users"):
+        ServerTLS.from_files(node_tls.cert, shared)
+    shared.chmod(0o644)
+    with pytest.warns(UserWarning, match="is readable by other users"):
+        ServerTLS.from_files(node_tls.cert, shared)
+    shared.chmod(0o640)
+    ServerTLS.from_files(node_tls.cert, shared)  # a group that may read it (a Kubernetes secret's 0440) is the operator's choice
+
+
+@pytest.mark.parametrize("url, warned", [("http://127.0.0.1:8080", False), ("grpc://[::1]:7070", False), ("http://localhost:1", False),
+                                         ("https://edge.example", False), ("http://edge.example:8080", True),
+                                         ("grpc://10.1.2.3:7070", True)])
+def test_a_token_in_clear_to_another_host_is_warned_about_in_one_line(url, warned, recwarn):
+    warn_cleartext(url, "secret")
+    warn_cleartext(url, None)  # no token: nothing to say
+    assert [str(w.message).split(", which")[0] for w in recwarn] == ([f"the token goes in clear to {url}"] if warned else [])

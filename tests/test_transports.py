@@ -85,8 +85,18 @@ def test_streamed_chunk_answers_equal_whole_ones(server, clip):
 def test_a_stream_refused_before_its_first_middle_is_a_4xx(server, clip):
     refused = edge_answer(server, b"not a payload", {"X-Eden-Stream": "http"})
     assert refused.status_code == 400 and refused.json()["type"] == "bad_payload"
-    beyond = edge_answer(server, payload_of(server, clip, 3), {"X-Eden-Stream": "http", "X-Eden-First": "2"})
-    assert beyond.status_code == 400 and "first is 2" in beyond.json()["message"]
+    beyond = edge_answer(server, payload_of(server, clip, 3), {"X-Eden-Stream": "http", "X-Eden-First": "3"})
+    assert beyond.status_code == 400 and "first is 3" in beyond.json()["message"]
+
+
+def test_a_stream_asked_from_past_its_last_middle_is_the_end_record_alone(server, clip):
+    """A client that holds every middle of the chunk and asks again (clients before issue 32 did,
+    when a worker died before the end record) gets the end, not a refusal (docs/streaming.md)."""
+    payload = payload_of(server, clip, 3)
+    streamed = edge_answer(server, payload, {"X-Eden-Stream": "http", "X-Eden-First": "2"})
+    assert (streamed.status_code, streamed.headers["Content-Type"], streamed.content) == (200, STREAMED, record(END, 0))
+    whole = edge_answer(server, payload, {"X-Eden-First": "2"})
+    assert whole.status_code == 400 and "first is 2" in whole.json()["message"]
 
 
 def client(server, transport: str, **options) -> Client:

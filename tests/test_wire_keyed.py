@@ -83,3 +83,16 @@ def test_the_key_file_is_read_stripped_and_must_be_long_enough(tmp_path, monkeyp
         keyed.read_key(tmp_path / "missing")
     monkeypatch.delenv(keyed.KEY_FILE_ENV)
     assert keyed.key_from_environment() is None
+
+
+def test_a_key_file_others_may_write_is_refused_and_one_they_may_read_warned_about(tmp_path):
+    path = tmp_path / "key"
+    path.write_bytes(b"k" * 32)
+    path.chmod(0o622)
+    with pytest.raises(BadInputError, match="may be written by other users"):
+        keyed.read_key(path)
+    path.chmod(0o604)
+    with pytest.warns(UserWarning, match="is readable by other users"):
+        assert keyed.read_key(path) == b"k" * 32
+    path.chmod(0o600)
+    assert keyed.read_key(path) == b"k" * 32

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import bisect
 import os
+import stat
 import threading
+import time
+import weakref
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
@@ -28,6 +32,7 @@ from PIL import Image
 from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from ..media.encoding import import_av
 from ..media.frames import check_size
+from ..media.packets import Work
 from ..media.video import rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
@@ -58,6 +63,58 @@ def resolve(root: Path | None, name: str) -> Path:
     return Path(path)
 
 
+# The containers the cloud opens (docs/cloud-sources.md), by their first bytes, and PyAV's demuxer
+# of each: forcing it keeps FFmpeg from probing the file as a playlist, a concatenation list or
+# any other format that names other files or URLs inside it.
+CONTAINERS = {"MP4 or MOV": "mov", "Matroska or WebM": "matroska"}
+_MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
+_MATROSKA = b"\x1a\x45\xdf\xa3"
+# Demuxer options: no protocol but local files for anything a demuxer opens besides the input,
+# and none of a MOV's data references to other files.
+_DEMUXER_OPTIONS = {"protocol_whitelist": "file", "enable_drefs": "0"}
+
+
+class SourceFile:
+    """A source opened once, by descriptor, after the name's checks: every later read opens the
+    same file through that descriptor (no second walk of the name, so no race with a rename), as
+    one of :data:`CONTAINERS`. Messages name it by ``name``, never by its path on the server."""
+
+    def __init__(self, root: Path | None, name: str):
+        path = resolve(root, name)
+        self.name = name
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as exc:
+            raise SourceNotFoundError(f"source {name!r} cannot be opened ({exc.strerror})") from None
+        weakref.finalize(self, os.close, self.fd)
+        status = os.fstat(self.fd)
+        opened = os.readlink(f"/proc/self/fd/{self.fd}")
+        if os.path.commonpath([os.path.realpath(root), opened]) != os.path.realpath(root):
+            raise SourceForbiddenError(f"source {name!r} was moved out of the media root while it was opened")
+        if not stat.S_ISREG(status.st_mode):
+            raise BadInputError(f"source {name!r} is not a regular file")
+        self.key = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+        self.size = status.st_size
+        self.format = self._container(os.pread(self.fd, 12, 0))
+
+    def _container(self, start: bytes) -> str:
+        if start[4:8] in _MP4_BOXES:
+            return CONTAINERS["MP4 or MOV"]
+        if start.startswith(_MATROSKA):
+            return CONTAINERS["Matroska or WebM"]
+        raise BadInputError(f"source {self.name!r} is not a video in a container the cloud opens ({', '.join(CONTAINERS)})")
+
+    def open(self):
+        """A PyAV container of the file, reading through its own descriptor of the file opened."""
+        av = import_av()
+        reader = os.fdopen(os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC), "rb")
+        try:
+            return av.open(reader, format=self.format, options=_DEMUXER_OPTIONS)
+        except (av.error.FFmpegError, ValueError) as exc:
+            reader.close()
+            raise BadInputError(f"{self.name}: not a readable video ({exc})") from None
+
+
 @dataclass(frozen=True)
 class Scan:
     """What the packets of a file's first video stream say, read without decoding them."""
@@ -75,32 +132,29 @@ class Scan:
     streams: list[dict]
 
 
-def _scan(path: Path, max_pixels: int) -> Scan:
+def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
     av = import_av()
-    try:
-        container = av.open(str(path))
-    except (av.error.FFmpegError, ValueError) as exc:
-        raise BadInputError(f"{path.name}: not a readable video ({exc})") from None
-    with container:
+    with source.open() as container:
         if not container.streams.video:
-            raise BadInputError(f"{path.name}: has no video stream")
+            raise BadInputError(f"{source.name}: has no video stream")
         stream = container.streams.video[0]
-        check_size(stream.width, stream.height, max_pixels, path.name)
+        check_size(stream.width, stream.height, max_pixels, source.name)
         times, starts, size, count = [], [], 0, 0
         try:
             for packet in container.demux(stream):
                 if not packet.size:  # the demuxer ends the stream with an empty packet
                     continue
                 count += 1
+                Work().check(count, max_packets, f"{source.name}'s video has more packets", "max_source_packets")
                 size += packet.size
                 times.append(packet.pts)
                 if packet.is_keyframe and packet.pts is not None:
                     starts.append(packet.pts)
         except av.error.FFmpegError as exc:
-            raise BadInputError(f"{path.name}: cannot read the video's packets ({exc})") from None
+            raise BadInputError(f"{source.name}: cannot read the video's packets ({exc})") from None
         timed = None if None in times else sorted(times)
         if timed is not None and len(set(timed)) != len(timed):
-            raise BadInputError(f"{path.name}: two frames share a time stamp; the video's timing is broken")
+            raise BadInputError(f"{source.name}: two frames share a time stamp; the video's timing is broken")
         context = stream.codec_context
         rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
         streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
@@ -110,27 +164,37 @@ def _scan(path: Path, max_pixels: int) -> Scan:
 
 
 class FileCache:
-    """``make(path, max_pixels)``, kept for the last :data:`SCANS_KEPT` files while each file's size
-    and modification time stay: a cloud worker reads a file's packet times once, not per request."""
+    """``make(source, *args)``, kept for the last :data:`SCANS_KEPT` files while each file's
+    size and modification time stay: a cloud worker reads a file's packet times once, not per
+    request. Files are known by device and inode, whatever name reached them, and requests for a
+    file being read wait for that read rather than start their own."""
 
     def __init__(self, make):
         self.make = make
-        self._kept: OrderedDict[tuple, object] = OrderedDict()
+        self._kept: OrderedDict[tuple, Future] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(self, path: Path, max_pixels: int):
-        status = path.stat()
-        key = (str(path), status.st_size, status.st_mtime_ns, max_pixels)
+    def __call__(self, source: SourceFile, *args):
+        key = (*source.key, *args)
         with self._lock:
-            if key in self._kept:
+            kept = self._kept.get(key)
+            if kept is None:
+                kept = self._kept[key] = Future()
+                owner = True
+            else:
                 self._kept.move_to_end(key)
-                return self._kept[key]
-        made = self.make(path, max_pixels)
-        with self._lock:
-            self._kept[key] = made
-            while len(self._kept) > SCANS_KEPT:
-                self._kept.popitem(last=False)
-        return made
+                owner = False
+        if owner:
+            try:
+                kept.set_result(self.make(source, *args))
+            except BaseException as exc:
+                with self._lock:
+                    self._kept.pop(key, None)
+                kept.set_exception(exc)
+            with self._lock:
+                while len(self._kept) > SCANS_KEPT:
+                    self._kept.popitem(last=False)
+        return kept.result()
 
 
 scan = FileCache(_scan)  # the Scan of a path
@@ -139,9 +203,13 @@ scan = FileCache(_scan)  # the Scan of a path
 class SourceVideo:
     """A server-side video: its :meth:`probe` and the frames of a range (:meth:`read`)."""
 
-    def __init__(self, path: Path, max_pixels: int):
-        self.path = path
-        self.scan = scan(path, max_pixels)
+    def __init__(self, source: SourceFile | Path, max_pixels: int, work: Work = Work()):
+        """``source``: opened under the media root, or a path (its directory as the root)."""
+        self.source = source if isinstance(source, SourceFile) else SourceFile(Path(source).parent, Path(source).name)
+        self.work = work
+        self.scan = scan(self.source, max_pixels, work.source_packets)
+        self.started = time.monotonic()  # the request's: its reads share the deadline
+        self.pixels = self.scan.width * self.scan.height
         self.decoded = 0  # frames the last read decoded up to its last: what a seek saved shows here
 
     def probe(self) -> dict:
@@ -149,14 +217,14 @@ class SourceVideo:
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "video_bytes": s.video_bytes, "key_frames": len(s.starts),
-                "bytes": self.path.stat().st_size, "streams": s.streams}
+                "bytes": self.source.size, "streams": s.streams}
 
     def read(self, first: int, count: int) -> list[Image.Image]:
         """Frames ``first`` ... ``first + count - 1`` (display order) as RGB images, converted as
         :class:`~eden_serve.media.video.VideoClip` converts them."""
         total = self.scan.frames
         if first < 0 or count < 1 or first + count > total:
-            raise BadInputError(f"frames {first} to {first + count - 1} asked for, but {self.path.name} holds {total} "
+            raise BadInputError(f"frames {first} to {first + count - 1} asked for, but {self.source.name} holds {total} "
                                 f"(0 to {total - 1})")
         times = self.scan.times
         if times is None:  # no time stamps to match: count frames from the start
@@ -173,8 +241,12 @@ class SourceVideo:
         av = import_av()
         found: dict[int, Image.Image] = {}
         self.decoded = 0
+        if seek is None or wanted is None:  # from the start: up to the last frame asked for
+            self._decoding(first + count)
+        else:  # from the key frame: the frames shown from it to the last one asked for
+            self._decoding(bisect.bisect_right(self.scan.times, wanted[-1]) - bisect.bisect_left(self.scan.times, seek))
         try:
-            with av.open(str(self.path)) as container:
+            with self.source.open() as container:
                 stream = container.streams.video[0]
                 stream.thread_type = "AUTO"
                 if seek is not None:
@@ -183,6 +255,7 @@ class SourceVideo:
                     if wanted is not None and frame.pts is not None and frame.pts > wanted[-1]:
                         break
                     self.decoded += 1
+                    self._decoding(self.decoded)
                     if wanted is None:
                         if i >= first:
                             found[i] = rgb(frame)
@@ -192,13 +265,26 @@ class SourceVideo:
                     if frame.pts in wanted and frame.pts not in found:
                         found[frame.pts] = rgb(frame)
         except av.error.FFmpegError as exc:
-            raise BadInputError(f"{self.path.name}: cannot decode the video ({exc})") from None
+            raise BadInputError(f"{self.source.name}: cannot decode the video ({exc})") from None
         keys = range(first, first + count) if wanted is None else wanted
         if len(found) < count:
             if seek is not None:
                 return None
-            raise BadInputError(f"{self.path.name}: frames {first} to {first + count - 1} do not all decode")
+            raise BadInputError(f"{self.source.name}: frames {first} to {first + count - 1} do not all decode")
         return [found[key] for key in keys]
+
+    def _decoding(self, frames: int) -> None:
+        self.work.check(frames * self.pixels, self.work.decoded_pixels,
+                        f"{frames} frames of {self.scan.width}x{self.scan.height} to decode", "max_decoded_pixels")
+        self._in_time()
+
+    def _demuxing(self, packets: int) -> None:
+        self.work.check(packets, self.work.demuxed_packets, f"{packets} packets to read before the page", "max_demuxed_packets")
+        self._in_time()
+
+    def _in_time(self) -> None:
+        seconds = time.monotonic() - self.started
+        self.work.check(seconds, self.work.deadline_s, f"{seconds:.1f} s of reading {self.source.name}", "decode_deadline_s")
 
     def page(self, index: int | None, start: int, after: tuple | None = None) -> Page:
         """Packets ``start`` ... of stream ``index`` (None: the video), in the file's order, as
@@ -212,13 +298,15 @@ class SourceVideo:
     def _page(self, index: int | None, start: int, after: tuple | None, stamp: int | None) -> Page | None:
         av = import_av()
         self.demuxed = 0  # packets read for the last page: what a seek saved shows here
+        if after is None:  # read from the stream's start
+            self._demuxing(start)
         try:
-            with av.open(str(self.path)) as container:
+            with self.source.open() as container:
                 streams = container.streams
                 if index is None:
                     index = streams.video[0].index
                 if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
-                    raise BadInputError(f"{self.path.name} has no video, audio or subtitle stream {index}")
+                    raise BadInputError(f"{self.source.name} has no video, audio or subtitle stream {index}")
                 stream = streams[index]
                 if after is not None:
                     container.seek(stamp, stream=stream, backward=True)
@@ -227,6 +315,7 @@ class SourceVideo:
                     if not packet.size:
                         continue
                     self.demuxed += 1
+                    self._demuxing(self.demuxed - len(packets))  # the packets read past to reach the page
                     if n is None:  # still looking for the packet before the page
                         if (packet.pts, packet.dts, packet.size) == after:
                             n = start
@@ -244,7 +333,7 @@ class SourceVideo:
                     return None
                 return Page(_parameters(stream), bytes(stream.codec_context.extradata or b""), packets, following)
         except av.error.FFmpegError as exc:
-            raise BadInputError(f"{self.path.name}: cannot read stream {index}'s packets ({exc})") from None
+            raise BadInputError(f"{self.source.name}: cannot read stream {index}'s packets ({exc})") from None
 
 
 def _parameters(stream) -> dict:

@@ -255,7 +255,8 @@ def earliest_first(chunks: Sequence, firsts: Sequence[int]) -> list[int]:
 
     def key(idx: int) -> int:
         chunk = chunks[idx]
-        return chunk.seeds[firsts[idx]] if isinstance(chunk, Chunk) else -1
+        # A request from first = pairs asks for the end record alone (docs/streaming.md): its last seed will do.
+        return chunk.seeds[min(firsts[idx], chunk.pairs - 1)] if isinstance(chunk, Chunk) else -1
 
     return sorted(range(len(chunks)), key=key)
 

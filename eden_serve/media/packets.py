@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from ..errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError
+from ..errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
 from ..wire import FramesChunk
 from ..wire.bitstream import DECODERS, BitstreamChunk, Packet, StreamParameters
 from .encoding import import_av
@@ -33,6 +34,22 @@ __all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "fram
 # Decoders check max_pixels against sizes rounded up to their coding blocks and strides, so the
 # decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
 _BLOCK = 128
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one request may make the cloud read and decode (``handler.max_decoded_pixels``,
+    ``max_demuxed_packets``, ``max_source_packets``): judged before the work from the file's scan,
+    and counted while it runs (413 ``too_much_work``)."""
+
+    decoded_pixels: int = 1 << 30  # frames decoded for a range (from its key frame) x their pixels
+    demuxed_packets: int = 1 << 16  # packets read past to reach a page, or a range read from the start
+    source_packets: int = 1 << 20  # packets of a source's video stream, read once per file
+    deadline_s: float = 30.0  # a range's decoding, a page's reading
+
+    def check(self, amount: int, limit: int, what: str, setting: str) -> None:
+        if amount > limit:
+            raise TooMuchWorkError(f"{what}: over this cloud's {limit} for one request (handler.{setting}); ask for less at once")
 
 
 class Span(NamedTuple):
@@ -47,11 +64,16 @@ class PacketReader:
     """The first video stream of a file, as packets: ``parameters`` to decode them with, iterate for
     the packets in decode order (each read from the file again), ``len()`` the frames."""
 
-    def __init__(self, path: Path, max_pixels: int | None = None):
+    def __init__(self, path: Path, max_pixels: int | None = None, opener=None, work: Work | None = None):
+        """``opener()``: a new PyAV container of the file (a cloud's opens a source by descriptor,
+        :class:`~.sources.SourceFile`); ``path`` then only names it in messages. ``work``: what a
+        cloud's request may read (None: a local file, unbounded)."""
+        self.work = work
         if str(path) == PIPE:
             raise BadInputError("the bitstream codec reads a video file twice, so it cannot take a pipe; use the frames codec")
         self.path = path
-        clip = VideoClip(path, max_pixels)  # the same stream, and the same checks, as a local run's
+        self.open = opener or (lambda: import_av().open(str(path)))
+        clip = VideoClip(path, max_pixels, self.open())  # the same stream, and the same checks, as a local run's
         try:
             self.parameters = parameters_of(clip.stream, path)
             self._pts, self._keys = self._index(clip.container.demux(clip.stream))
@@ -72,6 +94,8 @@ class PacketReader:
                     raise BadInputError(f"{self.path}: packet {len(pts)} of its video {problem}, which the bitstream codec does not "
                                         "carry; use the frames codec")
                 seen.add(packet.pts)
+                if self.work is not None:
+                    self.work.check(len(pts) + 1, self.work.source_packets, f"{self.path}'s video has more packets", "max_source_packets")
                 if packet.is_keyframe:
                     keys.append(len(pts))
                 pts.append(packet.pts)
@@ -87,7 +111,7 @@ class PacketReader:
     def __iter__(self) -> Iterator[Packet]:
         av = import_av()
         try:
-            with av.open(str(self.path)) as container:
+            with self.open() as container:
                 stream = container.streams.video[0]
                 index = 0
                 for packet in container.demux(stream):
@@ -105,9 +129,11 @@ class PacketReader:
 
     def _read(self, span: Span, seek: bool) -> list[Packet] | None:
         av = import_av()
+        if not seek and self.work is not None:  # from the start, up to the last packet needed
+            self.work.check(span.end + 1, self.work.demuxed_packets, f"{span.end + 1} packets to read", "max_demuxed_packets")
         found: list[Packet] = []
         try:
-            with av.open(str(self.path)) as container:
+            with self.open() as container:
                 stream = container.streams.video[0]
                 index = None  # of the packet in hand, in decode order
                 if seek:
@@ -170,10 +196,12 @@ def frame_digest(pixels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None) -> np.ndarray:
+def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
     """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
-    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives. The decoder
-    refuses, as it parses the stream's own headers, any frame larger than ``parameters`` declare."""
+    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives (into
+    ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
+    larger than ``parameters`` declare, and every frame, skipped ones too, must have that size."""
     height, width = parameters.size
     if not packets:
         raise CodecError("malformed payload: it holds no packets")
@@ -185,16 +213,17 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
         raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
                                   "chunk with the frames codec") from None
     context = _decoder(parameters, av)
-    pixels = np.empty((count, height, width, 3), np.uint8)
+    pixels = np.empty((count, height, width, 3), np.uint8) if out is None else out
     start, shown, got = packets[0].pts, 0, 0
     try:
         for i, packet in enumerate([*packets, None]):
             where = f"packet {i}" if packet else "the end of the packets"
             for frame in context.decode(None if packet is None else _av_packet(packet, av)):
+                _check_size(frame, parameters, shown)
                 if frame.pts is None or frame.pts < start:
                     continue  # a leading picture of an open GOP
                 if shown >= skip:
-                    pixels[got] = _rgb(frame, parameters, shown)
+                    pixels[got] = np.asarray(rgb(frame))
                     got += 1
                 shown += 1
                 if got == count:
@@ -205,10 +234,12 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
                      f"{skip} skipped and {count} declared")
 
 
-def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None) -> FramesChunk:
-    """The frames chunk that ``chunk``'s packets decode to, each frame checked against the cloud's
-    digest of it: a mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
-    pixels = decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
+def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None, decoder=decode) -> FramesChunk:
+    """The frames chunk that ``chunk``'s packets decode to (by ``decoder``, :func:`decode`'s
+    signature: the sandbox's for a payload this edge does not trust), each frame checked against
+    the cloud's digest of it: a mismatch means this edge's decoder is another build
+    (:class:`DigestMismatchError`)."""
+    pixels = decoder(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
     for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
         if frame_digest(frame) != expected:
             av = import_av()
@@ -248,8 +279,7 @@ def _av_packet(packet: Packet, av):
     return out
 
 
-def _rgb(frame, parameters: StreamParameters, shown: int) -> np.ndarray:
+def _check_size(frame, parameters: StreamParameters, shown: int) -> None:
     if (frame.width, frame.height, frame.format.name) != (parameters.width, parameters.height, parameters.pix_fmt):
         raise CodecError(f"malformed payload: frame {shown} decodes as {frame.format.name} {frame.width}x{frame.height}, but the "
                          f"header declares {parameters.pix_fmt} {parameters.width}x{parameters.height}")
-    return np.asarray(rgb(frame))

@@ -22,11 +22,13 @@ differs from what was recorded is refused in one line that says how to start afr
 from __future__ import annotations
 
 import contextlib
+import glob
 import fcntl
 import hashlib
 import json
 import os
 import re
+import tempfile
 import shutil
 import threading
 import warnings
@@ -47,13 +49,20 @@ _CACHED = re.compile(r"(\d+)-(\d{9})-([0-9a-f]{32})\.png")  # level, pair, check
 
 
 def write_durably(path: Path, data: bytes) -> None:
-    """``path`` holds ``data`` whole, on disk: written beside it, synced, then renamed onto it."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    """``path`` holds ``data`` whole, on disk: written beside it, synced, then renamed onto it. The
+    file beside it is new, under a name no one could guess (O_EXCL): a link planted in the
+    directory is never followed."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def sync(*paths: Path) -> None:
@@ -231,7 +240,7 @@ class Journal:
         return sum(1 for p in self.cache.iterdir() if p.suffix == ".png") if self.cache.is_dir() else 0
 
     def _remove(self) -> None:
-        for path in (self.path, self.path.with_name(self.path.name + ".tmp")):
+        for path in (self.path, *self.path.parent.glob(f"{glob.escape(self.path.name)}.*.tmp")):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         shutil.rmtree(self.cache, ignore_errors=True)

@@ -7,11 +7,12 @@ TorchServe passes each multipart field as its own key of the request dict; a val
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .. import wire
 from ..config import MAX_SEED
-from ..errors import BadInputError
+from ..errors import BadInputError, ChunkTooLargeError
 
 OCTET_STREAM = "application/octet-stream"
 PNG = "image/png"
@@ -22,6 +23,7 @@ FORM_HELP = ("send multipart/form-data with image fields frame0, frame1 (... fra
 SOURCE_HELP = ("name a video under the cloud's media root in field source, with ask=probe, ask=packets (and stream, "
                "start), or a chunk's first frame (start) and frames (2 or more), and optional seed, codec and scene_threshold")
 ASKS = ("chunk", "probe", "packets")
+FRAME_FIELD = re.compile(r"frame\d+")
 
 
 def form_field(request: dict, name: str) -> Any:
@@ -155,3 +157,15 @@ def parse_first(value: Any) -> int:
     if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
         raise BadInputError(f"first must be a small decimal integer, got {digits!r:.40}")
     return int(digits)
+
+
+def frame_fields(request: dict, max_frames: int) -> list[str]:
+    """The names of a request's frame fields, frame0 ... frameK in order, all present."""
+    count = sum(1 for key in request if isinstance(key, str) and FRAME_FIELD.fullmatch(key))
+    if count > max_frames:
+        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {max_frames}; send shorter chunks")
+    names = [f"frame{i}" for i in range(max(count, 2))]
+    missing = [name for name in names if request.get(name) is None]
+    if missing:
+        raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
+    return names

@@ -16,7 +16,6 @@ import http
 import json
 import logging
 import os
-import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,20 +30,19 @@ from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
 from ..cloud.encoder import CloudEncoder, read_chunk
 from ..config import MAX_SEED
 from ..edge import EdgeModel, earliest_first
-from ..errors import BadInputError, ChunkTooLargeError, ModelMismatchError, encoder_refusal
+from ..errors import BadInputError, ModelMismatchError, encoder_refusal
 from ..media.frames import png_of
-from ..media.packets import to_frames_chunk
 from ..wire import Chunk, keyed
 from .fields import (
-    FORM_HELP, JSON, OCTET_STREAM, PNG, ZIP, form_field, image_bytes, parse_first, parse_seed, parse_stream,
+    JSON, OCTET_STREAM, PNG, ZIP, form_field, frame_fields, image_bytes, parse_first, parse_seed, parse_stream,
     parse_threshold, request_body, stream_of, with_headers,
 )
+from .bitstreams import bitstream_frames
 from .refusals import Refusal, each, refusal, release_cached_memory
 from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
 logger = logging.getLogger(__name__)
-FRAME_FIELD = re.compile(r"frame\d+")
 # A sticky device error's exit comes this long after the answers, which TorchServe writes at once.
 EXIT_GRACE_S = 1.0
 DEVICE_FAILURE_EXIT = 75  # EX_TEMPFAIL: TorchServe restarts a worker whatever its exit code
@@ -275,7 +273,7 @@ class EdgeService(Service):
             keyed.verify(job.payload, self.wire_key), self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
-        if job.first >= chunk.pairs:
+        if job.first > chunk.pairs or (job.first == chunk.pairs and not job.stream):  # streamed: just the end (docs/streaming.md)
             raise BadInputError(f"first is {job.first}, but the payload holds {chunk.pairs} pairs (0 to {chunk.pairs - 1})")
         self.size_metric("EdenPayloadBytes", len(job.payload), idx)
         if isinstance(chunk, (wire.FramesChunk, wire.BitstreamChunk)):
@@ -284,7 +282,7 @@ class EdgeService(Service):
                                          f"rebuild it with this release's archive.sh, or ask the cloud for codec {wire.DEFAULT_CODEC}")
             start = time.perf_counter()
             if isinstance(chunk, wire.BitstreamChunk):
-                chunk = to_frames_chunk(chunk, self.settings.max_pixels)  # 409 where a frame's digest differs
+                chunk = bitstream_frames(chunk, self.settings, keyed=self.wire_key is not None)  # 409 where a digest differs
             chunk = self.e_cond.restore(chunk)
             self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
         return self.model.receive(chunk)
@@ -336,10 +334,11 @@ class EdgeService(Service):
                 self.time_metric("EdenDenoiseMs", seconds[idx][0], idx)
                 self.time_metric("EdenDecodeMs", seconds[idx][1], idx)
                 outcome = [png.result() if isinstance(png, Future) else png for png in outcome]
-            if idx in sent and sent[idx] > jobs[idx].first:  # streamed: what was sent stands, and this ends it
+            if idx in sent and (sent[idx] > jobs[idx].first or sent[idx] == chunk.pairs):  # streamed: this ends it
                 failed = isinstance(outcome, Refusal)
                 outcome = Reply(record(FAILED, 0, json.dumps(outcome.document).encode()) if failed else record(END, 0), STREAMED)
-                self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
+                if sent[idx] > jobs[idx].first:
+                    self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
             elif isinstance(outcome, list):
                 outcome = outcome[jobs[idx].first:]
                 outcome = Reply(outcome[0], PNG) if len(outcome) == 1 else Reply(zip_of(outcome), ZIP)
@@ -384,16 +383,4 @@ class EdgeService(Service):
             return frames, denoised - start, time.perf_counter() - denoised
         except Exception as exc:  # the batch's requests fail (or are tried in halves); the others go on
             return refusal(exc)
-
-
-def frame_fields(request: dict, max_frames: int) -> list[str]:
-    """The names of a request's frame fields, frame0 ... frameK in order, all present."""
-    count = sum(1 for key in request if isinstance(key, str) and FRAME_FIELD.fullmatch(key))
-    if count > max_frames:
-        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {max_frames}; send shorter chunks")
-    names = [f"frame{i}" for i in range(max(count, 2))]
-    missing = [name for name in names if request.get(name) is None]
-    if missing:
-        raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
-    return names
 

@@ -14,7 +14,7 @@ import torch
 
 from .. import wire
 from ..cloud.encoder import check_tokens
-from ..cloud.sources import FileCache, SourceVideo, resolve
+from ..cloud.sources import FileCache, SourceFile, SourceVideo, Work
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
 from ..media.frames import check_sides, image_to_tensor
@@ -72,9 +72,17 @@ def parse_after(value) -> tuple | None:
         raise BadInputError(f"after must be PTS:DTS:SIZE, integers (or none for a time), got {parts!r:.60}") from None
 
 
-def open_source(settings: Settings, name: str) -> SourceVideo:
+def source_file(settings: Settings, name: str) -> SourceFile:
     root = settings.media_root
-    return SourceVideo(resolve(None if root is None else Path(root), name), settings.max_pixels)
+    return SourceFile(None if root is None else Path(root), name)
+
+
+def work_of(settings: Settings) -> Work:
+    return Work(settings.max_decoded_pixels, settings.max_demuxed_packets, settings.max_source_packets, settings.decode_deadline_s)
+
+
+def open_source(settings: Settings, name: str) -> SourceVideo:
+    return SourceVideo(source_file(settings, name), settings.max_pixels, work_of(settings))
 
 
 def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
@@ -104,8 +112,7 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     """The bitstream payload of a named chunk, with the ``decisions`` the cloud made from its pixels
     (and their digests), sealed and signed, then sent without the packets' bytes, which the client
     holds already (:mod:`~eden_serve.wire.elision`)."""
-    root = settings.media_root
-    reader = packet_reader(resolve(None if root is None else Path(root), name), settings.max_pixels)
+    reader = packet_reader(source_file(settings, name), settings.max_pixels, work_of(settings))
     span = reader.needed(frames.start, frames.stop - 1)
     packets = reader.packets(span)
     chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
@@ -114,8 +121,8 @@ def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChu
     return elide(payload if key is None else keyed.sign(payload, key))
 
 
-# The PacketReader of a path (its packets' times, read once), kept like the cloud's scans.
-packet_reader = FileCache(PacketReader)
+# The PacketReader of a source (its packets' times, read once), kept like the cloud's scans.
+packet_reader = FileCache(lambda source, max_pixels, work: PacketReader(Path(source.name), max_pixels, source.open, work))
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,

@@ -21,11 +21,33 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..errors import BadInputError
+from ..wire.keyed import check_secret_file
 
 ADDRESSES = ("inference_address", "management_address", "metrics_address")
 # The rsaEncryption algorithm identifier (1.2.840.113549.1.1.1) as DER, inside a PKCS#8 key.
 _RSA_OID = bytes.fromhex("06092a864886f70d010101")
+MIN_RSA_BITS = 2048
 _PEM = re.compile(rb"-----BEGIN ([A-Z ]+)-----\s*([A-Za-z0-9+/=\s]+?)-----END \1-----")
+
+
+def _rsa_bits(der: bytes) -> int:
+    """The bits of a PKCS#8 RSA key's modulus; 0 where its DER does not read as one."""
+
+    def field(at: int) -> tuple[int, int]:  # where a DER field's value starts and ends
+        length, at = der[at + 1], at + 2
+        if length & 0x80:
+            count = length & 0x7F
+            length, at = int.from_bytes(der[at:at + count], "big"), at + count
+        return at, at + length
+
+    try:
+        inside, _ = field(0)  # PrivateKeyInfo
+        inside, _ = field(field(field(inside)[1])[1])  # past the version and the algorithm: the key's OCTET STRING
+        inside, _ = field(inside)  # RSAPrivateKey
+        start, end = field(field(inside)[1])  # past its version: the modulus
+        return int.from_bytes(der[start:end], "big").bit_length()
+    except IndexError:
+        return 0
 
 
 def _pem_blocks(path: Path, what: str) -> list[tuple[str, bytes]]:
@@ -60,6 +82,11 @@ class ServerTLS:
             )
         if _RSA_OID not in keys[0][1][:32]:
             raise BadInputError(f"the TLS key {str(key)!r} is not an RSA key, and TorchServe 0.12 reads only RSA keys")
+        bits = _rsa_bits(keys[0][1])
+        if bits < MIN_RSA_BITS:
+            raise BadInputError(f"the TLS key {str(key)!r} is an RSA key of {bits} bits, fewer than {MIN_RSA_BITS}; "
+                                f"make one of {MIN_RSA_BITS} or more: openssl genrsa {MIN_RSA_BITS}")
+        check_secret_file(tls.key, "the TLS key")
         try:
             ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(tls.cert, tls.key)
         except ssl.SSLError as exc:

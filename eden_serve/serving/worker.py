@@ -19,6 +19,7 @@ from ..errors import BadInputError, DeviceUnavailableError
 from ..media.frames import DEFAULT_MAX_PIXELS
 
 logger = logging.getLogger(__name__)
+UNKEYED_BITSTREAM = ("sandbox", "refuse")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ class Settings:
     cuda_graphs: str = "auto"  # edge: replay the forward from CUDA graphs: auto (on a GPU), on, off
     threads: int = 0  # CPU intra-op threads per worker; 0: this half's share (docs/serving.md: "GPUs and threads")
     media_root: str | None = None  # cloud: the directory of server-side sources; null: off (docs/cloud-sources.md)
+    # What one request may make a worker do (docs/errors-and-limits.md, "What one request can make a server do").
+    max_decoded_pixels: int = 1 << 30  # frames a request makes a worker decode (skipped ones too) x their pixels
+    max_demuxed_packets: int = 1 << 16  # cloud: packets one request may read from a source
+    max_source_packets: int = 1 << 20  # cloud: packets of a source's video stream (read once per file)
+    decode_deadline_s: float = 30.0  # one request's decoding (edge: a bitstream payload's, in the sandbox; cloud: a source's)
+    unkeyed_bitstream: str = "sandbox"  # edge: decode bitstream payloads without a wire key's tag in the sandbox, or refuse them
     # edge: torch.compile, from the model-config's pt2 section (not the handler's); auto where it has
     # none: inductor in the background on a GPU, nothing on a CPU (docs/gpu.md)
     compile: Compile | None | str = "auto"
@@ -52,7 +59,8 @@ class Settings:
             settings = cls(**section, compile=Compile.from_pt2((model_yaml_config or {}).get("pt2")))
         except BadInputError as exc:
             raise ValueError(str(exc)) from None
-        for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 0)):
+        for name, least in (("max_pixels", 1), ("max_chunk_frames", 2), ("max_chunk_tokens", 1), ("max_batch_tokens", 0),
+                            ("max_decoded_pixels", 1), ("max_demuxed_packets", 1), ("max_source_packets", 1)):
             value = getattr(settings, name)
             if type(value) is not int or value < least:
                 raise ValueError(f"model-config.yaml: handler.{name} must be an integer >= {least}, got {value!r}")
@@ -65,6 +73,12 @@ class Settings:
         threshold = settings.scene_threshold
         if threshold is not None and (type(threshold) not in (int, float) or not 0 <= threshold <= 3):
             raise ValueError(f"model-config.yaml: handler.scene_threshold must be a number in [0, 3] or null, got {threshold!r}")
+        deadline = settings.decode_deadline_s
+        if type(deadline) not in (int, float) or not 0 < deadline <= 3600:
+            raise ValueError(f"model-config.yaml: handler.decode_deadline_s must be a number of seconds in (0, 3600], got {deadline!r}")
+        if settings.unkeyed_bitstream not in UNKEYED_BITSTREAM:
+            raise ValueError(f"model-config.yaml: handler.unkeyed_bitstream must be one of {', '.join(UNKEYED_BITSTREAM)}, "
+                             f"got {settings.unkeyed_bitstream!r}")
         root = settings.media_root
         if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
             raise ValueError(f"model-config.yaml: handler.media_root must be an absolute directory path or null, got {root!r}")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import stat
+import warnings
 from pathlib import Path
 
 from ..errors import BadInputError, UnauthenticPayloadError
@@ -32,9 +34,24 @@ _DOMAIN = b"eden-serve wire payload\x00"
 _FIX = f"give cloud and edge the same key file ({KEY_FILE_ENV}, eden-serve serve --wire-key-file)"
 
 
+def check_secret_file(path: str | Path, what: str) -> None:
+    """Refuses a secret's file that other users may write (they could replace it), and warns (one
+    line) about one they may read."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # reading it says why
+    if mode & (stat.S_IWOTH | stat.S_IWGRP):
+        raise BadInputError(f"{what} {str(path)!r} may be written by other users (mode {mode & 0o777:04o}); chmod 600 it")
+    if mode & stat.S_IROTH:
+        warnings.warn(f"{what} {str(path)!r} is readable by other users (mode {mode & 0o777:04o}); chmod 600 it")
+
+
 def read_key(path: str | Path) -> bytes:
     """The key in the file ``path``: its bytes without surrounding whitespace, at least
-    :data:`MIN_KEY_BYTES` of them (``openssl rand -hex 32`` makes a good one)."""
+    :data:`MIN_KEY_BYTES` of them (``openssl rand -hex 32`` makes a good one), in a file that no
+    one else may write (:func:`check_secret_file`)."""
+    check_secret_file(path, "the wire key file")
     try:
         key = Path(path).read_bytes().strip()
     except OSError as exc:

@@ -20,6 +20,7 @@ from PIL import Image
 from ...answers import StreamedAnswer
 from ...errors import BadInputError, ServerError, TransientError, error_from_document
 from ..tls import ClientTLS
+from . import warn_cleartext
 
 SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService"
 URL = re.compile(r"(grpcs?)://([^/]+?)/?")
@@ -77,6 +78,7 @@ class GrpcTransport:
         self.metadata = {step: (("authorization", f"Bearer {t}"),) if t else () for step, t in tokens.items()}
         self.channels, self.calls = {}, {}
         for step, (_, url) in urls.items():
+            warn_cleartext(url, tokens.get(step))
             address, secure = target(url, step)
             if (address, secure) not in self.channels:
                 options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

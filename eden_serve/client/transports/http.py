@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Sequence
 import requests
 from PIL import Image
 
-from . import DECODER, ENCODER, WORKFLOW
+from . import DECODER, ENCODER, WORKFLOW, warn_cleartext
 from ...answers import STREAMED, StreamedAnswer, whole_answer
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ..tls import ClientTLS
@@ -76,6 +76,8 @@ class HttpTransport:
             self.urls = {"encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
                          "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}"}
         self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
+        for step, url in self.urls.items():
+            warn_cleartext(url, tokens.get(step))
         self.timeout = (CONNECT_TIMEOUT, timeout)
         self.tls = tls
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()

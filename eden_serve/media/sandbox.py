@@ -1,0 +1,287 @@
+"""Decoding packets that the edge does not trust, in a process of their own (docs/errors-and-limits.md,
+"The decoder's sandbox"): a crash or a hang of libavcodec on hostile packets costs that request its
+answer, never the worker, its other requests or its streams.
+
+A zygote (``python -m eden_serve.media.sandbox``), started once per worker, imports PyAV and this
+package and forks one child per payload. The child, before it reads a byte of the packets, closes
+every file but its socket, takes resource limits (address space, CPU seconds, no file writes, no
+core file) and a seccomp filter (:mod:`pyseccomp` over libseccomp): only the system calls that
+decoding takes, so no socket, no exec, no new process, no file opened. It decodes with
+:func:`.packets.decode` into a sealed memfd that the worker made, sized for the frames declared,
+and answers with one status record. The worker reads only that record and the pixels: nothing a
+compromised child writes is unpickled or parsed beyond a length-prefixed text. The worker kills
+the child at the deadline, or once it answered.
+
+Worker to child (trusted): ``u32`` length, a JSON header (the stream's parameters, skip, count,
+max_pixels, each packet's length, pts, dts and key flag), then the packets' bytes. Child to worker:
+``kind`` (1 byte: ``K`` decoded, ``E`` refused), ``u32`` length, then for ``E`` the error's type
+and message (UTF-8, type and message split by a newline), at most :data:`MAX_MESSAGE` bytes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import importlib
+import json
+import logging
+import mmap
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from ..errors import CodecError, DigestMismatchError, EdenError, PayloadTooLargeError, TooMuchWorkError
+from ..wire.bitstream import Packet, StreamParameters
+from . import packets as decoding
+from .confine import confine, seccomp_filter
+from .encoding import import_av
+
+logger = logging.getLogger(__name__)
+LENGTH = struct.Struct(">I")
+STATUS = struct.Struct(">cI")
+MAX_MESSAGE = 1024
+# The types of refusal a child may report; anything else it says is a malformed payload.
+REFUSALS = {cls.kind: cls for cls in (CodecError, PayloadTooLargeError, DigestMismatchError, TooMuchWorkError)}
+CRASHED = "malformed payload: the decoder crashed on its packets (its process ended without an answer)"
+DEADLINE_S = 30.0
+DECODER = "eden_serve.media.packets:decode"  # handler.decode_deadline_s's default
+
+
+class Sandbox:
+    """The zygote of one worker, started at the first payload and again after it died, and the
+    child forked for the next payload: forking a worker's worth of modules takes tens of
+    milliseconds, spent while the previous payload decodes rather than on the next one's time."""
+
+    def __init__(self, decoder: str = DECODER):
+        self.decoder = decoder  # MODULE:FUNCTION, with :func:`.packets.decode`'s signature
+        self._lock = threading.Lock()
+        self._zygote: subprocess.Popen | None = None
+        self._control: socket.socket | None = None
+        self._spare: socket.socket | None = None  # our end of the next child's socket
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        # One thread in the zygote, so that every fork copies a process holding no other thread's locks.
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self._zygote = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno()), self.decoder], pass_fds=[theirs.fileno()],
+                                        stdin=subprocess.DEVNULL, env=env)
+        theirs.close()
+        self._control = ours
+
+    def _ask(self) -> None:
+        """Asks the zygote for a child; its pidfd is read when the child is taken."""
+        ours, theirs = socket.socketpair()
+        try:
+            socket.send_fds(self._control, [b"F"], [theirs.fileno()])
+        finally:
+            theirs.close()
+        self._spare = ours
+
+    def _take(self) -> tuple[socket.socket, int]:
+        """A child's socket and pidfd; the next child is asked for at once."""
+        with self._lock:
+            for _ in range(3):
+                try:
+                    if self._control is None:
+                        self._start()
+                    if self._spare is None:
+                        self._ask()
+                    connection, self._spare = self._spare, None
+                    message, fds, _, _ = socket.recv_fds(self._control, 1, 1)
+                    if fds:
+                        self._ask()
+                        return connection, fds[0]
+                    connection.close()
+                    if message:  # that child had ended already
+                        continue
+                except OSError:
+                    pass
+                logger.warning("the decoder sandbox's zygote is gone; starting another")
+                self.close()
+            raise CodecError("this edge could not start a process to decode the payload's packets in; see its log")
+
+    def close(self) -> None:
+        for connection in (self._control, self._spare):
+            if connection is not None:
+                connection.close()
+        self._control = self._spare = None
+        if self._zygote is not None:
+            self._zygote.kill()
+            self._zygote.wait()
+            self._zygote = None
+
+    def decode(self, parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
+               deadline: float = DEADLINE_S) -> np.ndarray:
+        """:func:`.packets.decode` in a child process, which has ``deadline`` seconds."""
+        height, width = parameters.size
+        size = max(1, count * height * width * 3)
+        memfd = os.memfd_create("eden-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        connection, pidfd = None, None
+        try:
+            os.ftruncate(memfd, size)
+            # Sealed: the child can write pixels but not shrink the file under this process's mapping (SIGBUS).
+            fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            connection, pidfd = self._take()
+            _exchange(connection, memfd, _job(parameters, packets, skip, count, max_pixels), deadline)
+            view = mmap.mmap(memfd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            return np.frombuffer(view, np.uint8, count * height * width * 3).reshape(count, height, width, 3)
+        finally:
+            if pidfd is not None:
+                _end(pidfd)
+            if connection is not None:
+                connection.close()
+            os.close(memfd)
+
+
+def _job(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None) -> list[bytes]:
+    header = {"stream": parameters.to_header(), "skip": skip, "count": count, "max_pixels": max_pixels,
+              "packets": [[len(p.data), p.pts, p.dts, p.key] for p in packets]}
+    text = json.dumps(header).encode()
+    return [LENGTH.pack(len(text)), text, *(p.data for p in packets)]
+
+
+def _exchange(connection: socket.socket, memfd: int, job: list[bytes], deadline: float) -> None:
+    """Sends the job (the memfd with its first part), and raises what the child's status record
+    says (nothing: decoded)."""
+    until = time.monotonic() + deadline
+    try:
+        connection.settimeout(deadline)
+        socket.send_fds(connection, job[:1], [memfd])
+        for part in job[1:]:
+            connection.settimeout(max(until - time.monotonic(), 0.001))
+            connection.sendall(part)
+        head = _read(connection, STATUS.size, until)
+        kind, length = STATUS.unpack(head) if len(head) == STATUS.size else (b"", 0)
+        text = _read(connection, min(length, MAX_MESSAGE), until).decode("utf-8", "replace") if kind == b"E" else ""
+    except TimeoutError:
+        raise TooMuchWorkError(f"decoding the payload's packets took over this edge's deadline of {deadline:g} s "
+                               "(handler.decode_deadline_s); send shorter chunks") from None
+    except OSError:
+        kind = b""
+    if kind == b"K":
+        return
+    if kind != b"E":
+        raise CodecError(CRASHED)
+    name, _, message = text.partition("\n")
+    raise REFUSALS.get(name, CodecError)(" ".join(message.split())[:MAX_MESSAGE] or "malformed payload")
+
+
+def _read(connection: socket.socket, count: int, until: float) -> bytes:
+    data = b""
+    while len(data) < count:
+        connection.settimeout(max(until - time.monotonic(), 0.001))
+        got = connection.recv(count - len(data))
+        if not got:
+            break
+        data += got
+    return data
+
+
+def _end(pidfd: int) -> None:
+    """Kills the child (a no-op where it has exited). Its memfd holds only its own payload's frames,
+    so a child that lingered could change nothing but the answer to the request that sent it."""
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.close(pidfd)
+
+
+_sandbox = Sandbox()
+
+
+def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
+           deadline: float = DEADLINE_S) -> np.ndarray:
+    """:func:`.packets.decode` in this process's sandbox."""
+    return _sandbox.decode(parameters, packets, skip, count, max_pixels, deadline)
+
+
+def frames_chunk(chunk, max_pixels: int | None = None, deadline: float = DEADLINE_S):
+    """:func:`.packets.to_frames_chunk`, the packets decoded in the sandbox."""
+    return decoding.to_frames_chunk(chunk, max_pixels, lambda *job: decode(*job, deadline=deadline))
+
+
+# --- the zygote and its children -------------------------------------------------------------------
+
+
+def _child(connection: socket.socket, decoder, rules) -> None:
+    """Decodes one job into the memfd that comes with it, confined before it reads a byte of the
+    packets; answers its status."""
+    length, fds, _, _ = socket.recv_fds(connection, LENGTH.size, 1)
+    if len(length) != LENGTH.size or len(fds) != 1:
+        return
+    frames = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(fds[0])
+    confine(connection.fileno(), len(frames), rules)
+    try:
+        header = json.loads(_read_exactly(connection, LENGTH.unpack(length)[0]))
+        packets = [Packet(_read_exactly(connection, length), pts, dts, key, i)
+                   for i, (length, pts, dts, key) in enumerate(header["packets"])]
+        parameters = StreamParameters.from_header(header["stream"])
+        height, width = parameters.size
+        out = np.frombuffer(frames, np.uint8).reshape(header["count"], height, width, 3)
+        decoder(parameters, packets, header["skip"], header["count"], header["max_pixels"], out)
+        connection.sendall(STATUS.pack(b"K", 0))
+    except EdenError as exc:
+        text = f"{exc.kind}\n{exc}".encode()[:MAX_MESSAGE]
+        connection.sendall(STATUS.pack(b"E", len(text)) + text)
+    except Exception:  # noqa: BLE001 - the worker answers a malformed payload; the log has why
+        logger.exception("the sandboxed decoder failed")
+
+
+def _read_exactly(connection: socket.socket, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        got = connection.recv(count - len(data))
+        if not got:
+            raise CodecError("the edge sent a job cut short")
+        data += got
+    return bytes(data)
+
+
+def zygote(control: socket.socket, decoder: str) -> None:
+    """Forks a child for each socket that arrives on ``control`` (a passed file), and answers each
+    with the child's pidfd; ends when the worker closes ``control``."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    import_av()  # a child opens no file, so it imports nothing
+    module, _, name = decoder.partition(":")
+    decode_into = getattr(importlib.import_module(module), name)
+    # No collection in a child: it would touch every object, copying the zygote's whole heap page by page.
+    gc.freeze()
+    gc.disable()
+    rules = seccomp_filter()  # built once: each child only loads it
+    if rules is None:
+        logger.warning("the decoder sandbox has no seccomp filter (pyseccomp or libseccomp is missing): limits only")
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1, 1)
+        except OSError:
+            return
+        if not message or len(fds) != 1:
+            return
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            try:
+                _child(socket.socket(fileno=fds[0]), decode_into, rules)
+            finally:
+                os._exit(0)
+        os.close(fds[0])
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            control.sendall(b"P")
+            continue
+        socket.send_fds(control, [b"P"], [pidfd])
+        os.close(pidfd)
+
+
+if __name__ == "__main__":
+    zygote(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])

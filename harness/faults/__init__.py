@@ -1,0 +1,23 @@
+"""Faults injected into a real TorchServe's workers at chosen points (``sitecustomize.py`` here says which)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def environment(folder: Path) -> dict[str, str]:
+    """The environment that makes a server's Python processes import this folder's sitecustomize
+    and read armed faults from ``folder``."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": f"{HERE}{os.pathsep}{path}" if path else str(HERE), "EDEN_FAULT_DIR": str(folder)}
+
+
+def arm(folder: Path, name: str, point: str) -> None:
+    (folder / name).write_text(point)
+
+
+def fired(folder: Path, name: str) -> bool:
+    return (folder / f"fired-{name}").exists()

@@ -1,0 +1,108 @@
+"""Faults at chosen points of a TorchServe worker, for tests: this directory goes first on the
+PYTHONPATH of the server (``torchserve(..., env=faults.environment(folder))``), so every Python
+process it starts (the workers, the decoder sandbox's zygote) imports this file first, and it
+patches the package's modules as they are imported. A fault is armed by a file in
+``$EDEN_FAULT_DIR`` and fires once: the process that fires it renames the file ``fired-NAME``.
+
+- ``edge-kill`` holding ``before``, ``between`` or ``after``: the edge worker kills itself (SIGKILL)
+  when a call with a streamed request starts, once the first middle of a request of two or more
+  pairs was sent with more to come, or when the call is done with every middle sent and the end
+  records not yet.
+- Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``media.packets.decode``
+  crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed).
+"""
+
+import importlib.abc
+import importlib.util
+import os
+import signal
+import sys
+import time
+
+FOLDER = os.environ.get("EDEN_FAULT_DIR")
+
+
+def fire(name: str, point: str) -> None:
+    armed = os.path.join(FOLDER, name)
+    try:
+        with open(armed) as file:
+            if file.read().strip() != point:
+                return
+        os.rename(armed, os.path.join(FOLDER, f"fired-{name}"))
+    except OSError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def patch_services(module) -> None:
+    edge = module.EdgeService
+    inference, send_ready = edge.inference, edge.send_ready
+
+    def faulty_inference(self, jobs):
+        streamed = any(getattr(job, "stream", None) for job in jobs)
+        if streamed:
+            fire("edge-kill", "before")
+        results = inference(self, jobs)
+        if streamed:
+            fire("edge-kill", "after")
+        return results
+
+    def faulty_send_ready(self, idx, middles, sent):
+        send = self.send_part
+
+        def send_then_die(i, body, content_type):
+            send(i, body, content_type)
+            if sent[idx] + 1 < len(middles):  # the middle just sent is not the last
+                fire("edge-kill", "between")
+
+        self.send_part = send_then_die
+        try:
+            send_ready(self, idx, middles, sent)
+        finally:
+            self.send_part = send
+
+    edge.inference, edge.send_ready = faulty_inference, faulty_send_ready
+
+
+def patch_packets(module) -> None:
+    decode = module.decode
+
+    def faulty_decode(parameters, packets, *args, **kwargs):
+        if packets and packets[0].data.startswith(b"EDEN-CRASH"):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if packets and packets[0].data.startswith(b"EDEN-HANG"):
+            while True:
+                time.sleep(1)
+        return decode(parameters, packets, *args, **kwargs)
+
+    module.decode = faulty_decode
+
+
+PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.media.packets": patch_packets}
+
+
+class Patcher(importlib.abc.MetaPathFinder):
+    """Finds the modules of :data:`PATCHES` as the next finder would, and patches each once executed."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in PATCHES:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None:
+            return None
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            PATCHES[name](module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if FOLDER:
+    sys.meta_path.insert(0, Patcher())
