@@ -108,8 +108,10 @@ class _Busy:
         while not self._stop.wait(0.05):
             self.samples.append((time.perf_counter(), torch.cuda.utilization(self.device)))
 
-    def between(self, start: float, end: float) -> float | None:
+    def stop(self) -> None:
         self._stop.set()
+
+    def between(self, start: float, end: float) -> float | None:
         inside = [u for t, u in self.samples if start <= t <= end]
         return statistics.mean(inside) / 100 if inside else None
 
@@ -129,6 +131,7 @@ def clip_run(run, models, src: Path, argv: list[str]) -> dict:
             summary = commands.clip_in_process(args, src, f"{scratch}/out.mp4", lambda: models)
         finally:
             TIMELINE.removeHandler(done)
+            busy.stop()
         wall = time.perf_counter() - started
     # The steady state: the chunks done from a third of the clip to five sixths (the last ones finish
     # unhindered while the encoder drains: the whole run's rate counts that).
