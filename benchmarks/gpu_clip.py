@@ -38,6 +38,7 @@ SOURCE = "bigbuckbunny.mp4"
 ALTERNATIVES = {"graphs, not compiled": ["--compile", "off"], "preset ultrafast": ["--preset", "ultrafast"],
                 "chunk 8, inflight 2": ["--chunk", "8", "--inflight", "2"]}
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium")
+COMPILE_WAIT = 60  # seconds, at most, for the cold run's compilations before the warm run
 
 
 def source_video() -> Path:
@@ -161,15 +162,15 @@ def _encoder(args, device: torch.device, size: tuple[int, int]) -> str:
     return nvenc or f"libx264 {args.preset or default}"
 
 
-def clip_size(run, name: str, size: tuple[int, int]) -> None:
-    """One size: the defaults cold and warm, then the alternatives; the best of them, and how near
+def clip_size(run, name: str, size: tuple[int, int], alternatives: dict[str, list[str]]) -> None:
+    """One size: the defaults cold and warm, then ``alternatives``; the best of them, and how near
     the defaults come to it."""
     frames = 24 if run.args.quick else 200
     with tempfile.TemporaryDirectory() as scratch:
         src = make_clip(Path(scratch) / "clip.mp4", size, frames)
         models = run.models()
         rows = {}
-        for label, argv in (("defaults, cold", []), ("defaults, warm", []), *ALTERNATIVES.items()):
+        for label, argv in (("defaults, cold", []), ("defaults, warm", []), *alternatives.items()):
             if run.left() < (20 if run.args.quick else 25):
                 run.row("clip pipeline", size=name, options=label, skipped="out of time")
                 continue
@@ -188,7 +189,7 @@ def clip_size(run, name: str, size: tuple[int, int]) -> None:
 def _compiled_first(run, edge) -> float:
     """Wait (within the budget) for the cold run's compilations, so that the warm run starts with them."""
     started = time.perf_counter()
-    edge.runner.wait_compiled(max(0.0, min(90.0, run.left() - 60)))
+    edge.runner.wait_compiled(max(0.0, min(COMPILE_WAIT, run.left() - 60)))
     return time.perf_counter() - started
 
 

@@ -1,9 +1,12 @@
 """The GPU check's compile section (benchmarks/gpu_check.py runs it), and the top kernels of a
-forward. torch.compile of the edge's forward block by block (the default, eden_serve/edge/forward.py's Regions) against whole stages
-(issue 31's first measurement: 61-68 s a shape), each from a cold inductor cache and block by block
-again from the cache the first case left, in child processes, so that a compilation that outlasts
-the budget cannot overrun the run. On a GPU inductor with our CUDA graphs around it; on a CPU
-dynamo's eager backend (inductor takes minutes there), which tries the code and times nothing."""
+forward. torch.compile of the edge's forward, in child processes (a compilation that outlasts the
+budget cannot overrun the run), most telling first: block by block from the inductor cache that
+the clip sections left (the second run of the same shapes: the clip's own batches at the smallest
+and the largest size, the largest's top kernels), whole stages from a cold cache at the smallest
+size's clip batch (against the clip's compile wait there, block by block from cold; issue 31's
+first measurement: 61-68 s a shape), and block by block from a cold cache for one pair. On a GPU
+inductor with our CUDA graphs around it; on a CPU dynamo's eager backend (inductor takes minutes
+there), which tries the code and times nothing."""
 
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ import torch
 
 from eden_serve.edge import Acceleration, Compile
 
-# case: (scope, the inductor cache it starts from), most important first.
-CASES = {"blocks, cold": ("blocks", "first"), "blocks, from the cache": ("blocks", "first"), "stages, cold": ("stages", "second")}
+# case: (scope, the inductor cache it starts from: the clips' or a fresh one), most important first.
+CASES = {"blocks, from the cache": ("blocks", "clips"), "stages, cold": ("stages", "fresh"), "blocks, cold": ("blocks", "fresh")}
 LEAST = 45  # seconds a child needs to be worth starting
 
 
@@ -29,7 +32,6 @@ def compiled(run, check) -> None:
     if run.args.in_child:
         _case(run, check, run.args.compile_case)
         return
-    caches = {"first": tempfile.mkdtemp(prefix="eden-inductor-"), "second": tempfile.mkdtemp(prefix="eden-inductor-")}
     for case, (_, cache) in CASES.items():
         timeout = run.left() - 5
         if timeout < (15 if run.args.quick else LEAST):
@@ -38,10 +40,10 @@ def compiled(run, check) -> None:
         command = [sys.executable, check.__file__, "--device", str(run.device), "--out", str(run.args.out), "--sections",
                    "compiled", "--in-child", "--compile-case", case, "--budget", str(int(timeout)),
                    "--repeat", str(run.args.repeat)] + (["--quick"] if run.args.quick else [])
+        fresh = {"TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="eden-inductor-")} if cache == "fresh" else {}
         run.out.flush()
         try:
-            done = subprocess.run(command, timeout=timeout, capture_output=True, text=True,
-                                  env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": caches[cache]})
+            done = subprocess.run(command, timeout=timeout, capture_output=True, text=True, env={**os.environ, **fresh})
             run.rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
             if done.returncode:
                 run.row("compiled", case=case, failed=f"exit {done.returncode}: {done.stderr.strip()[-500:]}")
@@ -49,10 +51,22 @@ def compiled(run, check) -> None:
             run.row("compiled", case=case, skipped=f"compilation outlasted the {timeout:.0f} s left")
 
 
+def _points(edge, sizes: list, case: str) -> list:
+    """(size, batch) to compile: a clip's batch (what the edge takes at that size) from the clips'
+    cache at the smallest and largest sizes, at the smallest from cold, or one pair from cold."""
+    def clip_batch(size):
+        return edge.pairs_per_forward(edge.config.patch_grid(*size[1]))
+
+    if case == "blocks, from the cache":
+        return [(sizes[0], clip_batch(sizes[0])), (sizes[-1], clip_batch(sizes[-1]))]
+    if case == "stages, cold":
+        return [(sizes[0], clip_batch(sizes[0]))]
+    return [(sizes[0], 1)]
+
+
 def _case(run, check, case: str) -> None:
-    """At the first size, one pair and a batch: the first call (compile and capture), ms per pair,
-    the difference from the eager forward; block by block from cold, one pair of the largest size
-    too, with its top kernels."""
+    """Each point of ``case``: the first call (compile and capture), ms per pair, the difference
+    from the eager forward, and at the largest size the top kernels."""
     scope, _ = CASES[case]
     backend = "inductor" if run.device.type == "cuda" else "eager"
     precision = run.precisions()[-1]
@@ -60,12 +74,7 @@ def _case(run, check, case: str) -> None:
     edge = run.edge(precision, "compiled")
     edge.accelerate(Acceleration(compile=Compile(backend=backend, scope=scope, background=False)))
     sizes = list(run.sizes.items())
-    points = [(sizes[0], batch) for batch in ((1, 2) if run.args.quick else (1, 8))]
-    if case == "stages, cold":
-        points = points[:1]
-    if case == "blocks, cold":
-        points.append((sizes[-1], 1))
-    for (name, size), batch in points:
+    for (name, size), batch in _points(edge, sizes, case):
         if run.left() < 5:
             break
         pairs = check.pairs_of(edge, size, batch)
@@ -77,7 +86,7 @@ def _case(run, check, case: str) -> None:
                "graphs": edge.runner.graphs is not None, "first_call_s": first / 1000, "ms_per_pair": ms / batch,
                "max_abs_diff_from_eager": diff, "cache": Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")).name}
         if name == sizes[-1][0] and run.left() > 10:
-            row["top"] = top_kernels(run, lambda: edge.forward(inputs))
+            row["top"] = top_kernels(run, lambda: edge.forward(inputs))  # per forward of ``batch`` pairs
         run.row("compiled", **row)
 
 

@@ -4,10 +4,12 @@ that stop when asked."""
 
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 
-from eden_serve.errors import BadInputError
+from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.errors import BadInputError, PairError
 from eden_serve.media.base import ClipWriter
 from eden_serve.media.threads import Prefetch, ThreadedWriter
 
@@ -120,3 +122,22 @@ def test_closed_unfinished_the_writer_drops_what_is_queued():
     assert started.wait(30)
     writer.close()
     assert recorder.closed and recorder.calls == [("add", 0)]
+
+
+def test_a_video_run_that_fails_midway_leaves_no_output_and_no_thread(tmp_path):
+    """A chunk failing mid-clip stops the run as before (its pairs named, no output): the reading
+    and the writing threads are stopped and joined on the way out, before the files close."""
+    pytest.importorskip("av")
+    from test_video import average, real_video
+
+    src = real_video(tmp_path / "in.mp4", 12, Fraction(25), audio=None)
+
+    def failing(index, frame0, frame1, seed):
+        if index == 6:
+            raise BadInputError("the stand-in model fails on pair 6")
+        return average(index, frame0, frame1, seed)
+
+    with pytest.raises(PairError, match="pair 6"):
+        interpolate_clip(src, tmp_path / "out.mp4", pairwise(failing), chunk=1, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+    assert not {"eden-read", "eden-write"} & {thread.name for thread in threading.enumerate()}
