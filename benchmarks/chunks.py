@@ -34,6 +34,7 @@ from PIL import Image
 from eden_serve import wire
 from eden_serve.checkpoint import load_pair
 from eden_serve.cloud.encoder import CloudEncoder
+from eden_serve.edge.conditions import Intake
 from eden_serve.config import PRESETS
 from eden_serve.media import open_clip
 from eden_serve.media.frames import image_to_tensor
@@ -78,13 +79,13 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 
 def make(cloud: CloudEncoder, codec: str):
     """The cloud's side of ``codec``: the chunk of frames it sends."""
-    return cloud.frames_chunk if codec == wire.FRAMES_CODEC else cloud.encode_chunk
+    return lambda frames: wire.kind(codec).make(cloud, frames)
 
 
-def received(cloud: CloudEncoder, payload: bytes, config) -> wire.Chunk:
+def received(intake: Intake, payload: bytes, config) -> wire.Chunk:
     """The edge's side before its DiT: the payload decoded, and a frames chunk's conditions re-derived."""
     chunk = wire.decode(payload, config)
-    return cloud.restore(chunk) if isinstance(chunk, wire.FramesChunk) else chunk
+    return wire.kind_of(chunk).conditions(chunk, intake)
 
 
 def plot(prefix: Path, rows: list[dict]) -> None:
@@ -115,6 +116,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     config = PRESETS[args.config]
     cloud, edge = load_pair(None, config)  # synthetic weights, seed 0
+    intake = Intake.beside(edge, cloud.weights)
     codecs = args.codecs.split(",")
     clip = video_frames(args.video, args.frames)
     print(f"{args.config} dimensions, synthetic weights; {args.video} frames 0-{args.frames - 1}; "
@@ -136,7 +138,7 @@ def main() -> None:
         chunks8 = chunked(frames, 8)
         payloads = {codec: [wire.encode(make(cloud, codec)(c), config, codec) for c in chunks8] for codec in codecs}
         work = timed({(side, codec): (lambda codec=codec: [wire.encode(make(cloud, codec)(c), config, codec) for c in chunks8])
-                      if side == "cloud" else (lambda codec=codec: [received(cloud, p, config) for p in payloads[codec]])
+                      if side == "cloud" else (lambda codec=codec: [received(intake, p, config) for p in payloads[codec]])
                       for codec in codecs for side in ("cloud", "edge")}, args.repeat)
         for codec in codecs:
             per_pair = sum(map(len, payloads[codec])) / pairs

@@ -31,14 +31,8 @@ import torch.nn.functional as F
 
 from eden_serve import synthetic
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud.encoder import (
-    SCENE_THRESHOLD,
-    CloudEncoder,
-    _histogram,
-    _ssim,
-    _thumbnail,
-    scene_change,
-)
+from eden_serve.cloud.encoder import CloudEncoder
+from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD, _histogram, _ssim, _thumbnail, scene_change
 from eden_serve.config import PRESETS
 from eden_serve.media.frames import image_to_tensor, load_frame
 import results

@@ -48,7 +48,8 @@ from PIL import Image
 from eden_serve.client import DECODER, ENCODER, TIMELINE, Client
 from eden_serve.client.levels import chunk_end
 from eden_serve.client.pace import AUTO
-from eden_serve.client.streaming import Middles, interpolate_clip
+from eden_serve.client.processors import Middles, Wrapper, as_processor
+from eden_serve.client.streaming import interpolate_clip
 from eden_serve.client.tls import ClientTLS
 from eden_serve.media import open_clip
 from eden_serve.serving.worker import default_threads
@@ -155,23 +156,30 @@ class Timeline(logging.Handler):
         return "\n".join(["  timeline, seconds from the start:", *lines, *(line for _, line in sorted(edge))])
 
 
-def run_clip(clip, out: Path, processor, inflight: int, edge, mode: str, timeline: bool = False) -> Run:
-    first: list[float] = []
+class FirstMiddle(Wrapper):
+    """``inner``, noting when the clip's first middle arrives (``first``)."""
 
-    def process(index, frames, seed, *arrived):
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.first: list[float] = []
+
+    def __call__(self, index, frames, seed, arrived=None):
         def note(j, image):
             if index == j == 0:
-                first.append(time.perf_counter())
-            arrived[0](j, image)
+                self.first.append(time.perf_counter())
+            arrived(j, image)
 
-        note.order = getattr(arrived[0], "order", None) if arrived else None  # the chunk's place in the client's queues
-        middles = processor(index, frames, seed, *([note] if arrived else []))
+        if arrived is not None:
+            note.order = arrived.order  # the chunk's place in the client's queues
+        middles = self.inner(index, frames, seed, None if arrived is None else note)
         if index == 0:
-            first.append(time.perf_counter())
+            self.first.append(time.perf_counter())
         return middles
 
-    process.streams = getattr(processor, "streams", False)
-    process.queued = getattr(processor, "queued", None)
+
+def run_clip(clip, out: Path, processor, inflight: int, edge, mode: str, timeline: bool = False) -> Run:
+    process = FirstMiddle(as_processor(processor))
+    first = process.first
     chunk, ramp = MODES[mode]
     with EdgeBusy(edge) as busy, Timeline() if timeline else contextlib.nullcontext() as events:
         started = time.perf_counter()

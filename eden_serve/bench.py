@@ -16,10 +16,10 @@ threads that wait for one another spin, and the waits count as work.
 
 from __future__ import annotations
 
-import functools
 import json
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -28,6 +28,7 @@ from . import synthetic, wire
 from .checkpoint import load_pair
 from .config import EdenConfig
 from .edge import EdgeModel, synchronize
+from .edge.conditions import Intake
 from .model import EdgeWeights
 from .wire import Conditions
 
@@ -77,21 +78,16 @@ def gemm_rate(edge: EdgeModel, tokens: int) -> tuple[float, float]:
     return flops / best / 1e6, flops / best_cpu / 1e6
 
 
-def _stages(cloud, edge: EdgeModel, frames, codec: str, path: str) -> tuple[dict[str, float], torch.Tensor, int]:
-    device = edge.device
-    on_device = codec == wire.NO_WIRE
+def _stages(cloud, intake: Intake, frames, kind: wire.Kind, path: str) -> tuple[dict[str, float], torch.Tensor, int, float]:
+    """One pair's stages, in ms: the cloud's chunk, the codec's round trip (the edge's E_cond counts
+    as codec work), the denoise and the decode; its middle, payload bytes and the edge's CPU ms."""
+    edge, device = intake.model, intake.model.device
 
     def round_trip(chunk):
-        if on_device:
-            return [edge.receive(chunk).pair(0)], 0
-        payload = wire.encode(chunk, cloud.config, codec)
-        received = wire.decode(payload, edge.config)
-        if isinstance(received, wire.FramesChunk):  # the edge's E_cond counts as codec work
-            received = cloud.restore(received)
-        return [edge.receive(received).pair(0)], len(payload)
+        received, payload_bytes = kind.cross(chunk, cloud.config, edge.config)
+        return [kind.conditions(received, intake).pair(0)], payload_bytes
 
-    make = cloud.frames_chunk if codec == wire.FRAMES_CODEC else functools.partial(cloud.encode_chunk, on_device=on_device)
-    chunk, encode_ms = _timed(lambda: make(frames, seed=0), cloud.device)
+    chunk, encode_ms = _timed(lambda: kind.make(cloud, frames), cloud.device)
     (received, payload_bytes), codec_ms = _timed(lambda: round_trip(chunk), device)
     cpu = time.process_time()
     latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
@@ -118,37 +114,63 @@ def _summary(runs: list) -> tuple[dict[str, float], float, torch.Tensor, int]:
     return medians, statistics.median(totals), runs[-1][1], runs[-1][2]
 
 
-def run_bench(
-    checkpoint: str | None,
-    config: EdenConfig,
-    size: tuple[int, int],
-    repeat: int,
-    codec: str,
-    precision: str,
-    devices: tuple[str, str],
-    reference: bool = True,
-) -> dict:
-    """``devices``: the cloud's and the edge's; the reference path runs on the edge's."""
-    wire.check_codec(codec)
-    frames = synthetic.frame_pair(*size)
-    cloud, edge = load_pair(checkpoint, config, devices[0], precision, edge_device=devices[1])
-    device = devices[0] if devices[0] == devices[1] else ",".join(devices)
-    raw_bytes = 2 * 3 * size[0] * size[1]
-    capability = torch.backends.cpu.get_cpu_capability()
-    print(f"config {config.name}, {size[0]}x{size[1]}, codec {codec}, precision {precision} -> {edge.precision} "
-          f"({edge.precision_reason}), device {device}, CPU {capability}, {torch.get_num_threads()} threads, "
-          f"{repeat} timed pairs after a warm-up")
+@dataclass(frozen=True)
+class Bench:
+    """What ``eden-serve bench`` times: frames of ``size`` through ``codec`` and the edge in
+    ``precision``, the cloud and the edge on ``devices`` (the reference path runs on the edge's),
+    ``repeat`` pairs after a warm-up; ``reference``: the reference path too."""
 
+    config: EdenConfig
+    size: tuple[int, int]
+    codec: str = wire.DEFAULT_CODEC
+    precision: str = "fp32"
+    devices: tuple[str, str] = ("cpu", "cpu")
+    checkpoint: str | None = None
+    repeat: int = 3
+    reference: bool = True
+
+    @property
+    def device(self) -> str:
+        return self.devices[0] if self.devices[0] == self.devices[1] else ",".join(self.devices)
+
+
+def run_bench(bench: Bench) -> dict:
+    """Times ``bench``, prints its tables and, last, its result as a JSON line; returns the result."""
+    kind = wire.kind(bench.codec, in_process=True)
+    config, size = bench.config, bench.size
+    cloud, edge = load_pair(bench.checkpoint, config, bench.devices[0], bench.precision, edge_device=bench.devices[1])
+    print(f"config {config.name}, {size[0]}x{size[1]}, codec {bench.codec}, precision {bench.precision} -> {edge.precision} "
+          f"({edge.precision_reason}), device {bench.device}, CPU {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads, {bench.repeat} timed pairs after a warm-up")
+    frames = synthetic.frame_pair(*size)
     ph, pw = config.patch_grid(*size)
-    jobs = {"peak": lambda: gemm_rate(edge, ph * pw), "optimised": lambda: _stages(cloud, edge, frames, codec, "fast")}
-    if reference:
-        fp32_edge = edge if edge.precision == "fp32" else load_pair(checkpoint, config, devices[1], "fp32")[1]
-        jobs["reference"] = lambda: _stages(cloud, fp32_edge, frames, "fp32", "reference")
-    runs = _interleaved(jobs, repeat)
+    intake = Intake.beside(edge, cloud.weights)
+    jobs = {"peak": lambda: gemm_rate(edge, ph * pw), "optimised": lambda: _stages(cloud, intake, frames, kind, "fast")}
+    if bench.reference:
+        fp32 = intake if edge.precision == "fp32" else Intake.beside(
+            load_pair(bench.checkpoint, config, bench.devices[1], "fp32")[1], cloud.weights)
+        jobs["reference"] = lambda: _stages(cloud, fp32, frames, wire.kind("fp32"), "reference")
+    runs = _interleaved(jobs, bench.repeat)
     stages, total, frame, payload = _summary(runs["optimised"])
+    raw_bytes = 2 * 3 * size[0] * size[1]
     print("optimised: " + ", ".join(f"{k} {v:.1f} ms" for k, v in stages.items()) + f"; total {total:.1f} ms/pair")
     print(f"payload {payload} bytes ({payload / raw_bytes:.2f}x the raw 8-bit frame pair, {raw_bytes} bytes)")
-    flops = pair_flops(config, size)
+    result = {
+        "ms_per_pair": round(total, 2), "payload_bytes": payload, "raw_pair_bytes": raw_bytes,
+        **{f"{k}_ms": round(v, 2) for k, v in stages.items()},
+        "config": config.name, "size": f"{size[0]}x{size[1]}", "codec": bench.codec, "precision": bench.precision,
+        "precision_used": edge.precision, "device": bench.device, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(), **_roofline(bench, edge, runs),
+    }
+    if bench.reference:
+        result.update(_against_reference(runs, frame))
+    print(json.dumps(result))
+    return result
+
+
+def _roofline(bench: Bench, edge: EdgeModel, runs: dict[str, list]) -> dict:
+    """The optimised pairs' arithmetic rate against the GEMM peak measured between them (printed)."""
+    flops = pair_flops(bench.config, bench.size)
     achieved = [flops / (r[0]["denoise"] + r[0]["decode"]) / 1e6 for r in runs["optimised"]]
     fractions = [a / p for a, (p, _) in zip(achieved, runs["peak"])]
     cpu_fractions = [flops / r[3] / 1e6 / p for r, (_, p) in zip(runs["optimised"], runs["peak"])]
@@ -156,27 +178,22 @@ def run_bench(
                 "peak_gflops": round(statistics.median(p for p, _ in runs["peak"]), 3),
                 "roofline_fraction": round(statistics.median(fractions), 3),
                 "roofline_fraction_cpu_time": round(statistics.median(cpu_fractions), 3)}
+    ph, pw = bench.config.patch_grid(*bench.size)
     print(f"roofline: {roofline['gflop_per_pair']} GFLOP per pair (denoise + decode), {roofline['achieved_gflops']:.1f} GFLOP/s, "
           f"{roofline['roofline_fraction']:.2f} of the {roofline['peak_gflops']:.1f} GFLOP/s of a {edge.precision} GEMM "
           f"(the MLP's, {ph * pw} tokens) measured between the pairs; "
           f"{roofline['roofline_fraction_cpu_time']:.2f} in this process's CPU time")
-    result = {
-        "ms_per_pair": round(total, 2), "payload_bytes": payload, "raw_pair_bytes": raw_bytes,
-        **{f"{k}_ms": round(v, 2) for k, v in stages.items()},
-        "config": config.name, "size": f"{size[0]}x{size[1]}", "codec": codec, "precision": precision,
-        "precision_used": edge.precision, "device": device, "cpu_capability": capability, "threads": torch.get_num_threads(),
-        **roofline,
-    }
-    if reference:
-        ref_stages, ref_total, ref_frame, _ = _summary(runs["reference"])
-        speedup = statistics.median(sum(r[0].values()) / sum(o[0].values()) for r, o in zip(runs["reference"], runs["optimised"]))
-        diff = (frame - ref_frame).abs().max().item()
-        diff_u8 = ((frame * 255).round() - (ref_frame * 255).round()).abs().max().item()
-        print("reference (fp32, fp32 codec): " + ", ".join(f"{k} {v:.1f} ms" for k, v in ref_stages.items())
-              + f"; total {ref_total:.1f} ms/pair")
-        print(f"speedup {speedup:.2f}x (median of the pairs' ratios); output max abs difference from the reference "
-              f"{diff:.2e} ({diff_u8:.0f} of 255)")
-        result.update(reference_ms_per_pair=round(ref_total, 2), speedup=round(speedup, 3),
-                      max_abs_diff=diff, max_u8_diff=int(diff_u8))
-    print(json.dumps(result))
-    return result
+    return roofline
+
+
+def _against_reference(runs: dict[str, list], frame: torch.Tensor) -> dict:
+    """The reference path's time, the speedup over it and the output's difference from it (printed)."""
+    ref_stages, ref_total, ref_frame, _ = _summary(runs["reference"])
+    speedup = statistics.median(sum(r[0].values()) / sum(o[0].values()) for r, o in zip(runs["reference"], runs["optimised"]))
+    diff = (frame - ref_frame).abs().max().item()
+    diff_u8 = ((frame * 255).round() - (ref_frame * 255).round()).abs().max().item()
+    print("reference (fp32, fp32 codec): " + ", ".join(f"{k} {v:.1f} ms" for k, v in ref_stages.items())
+          + f"; total {ref_total:.1f} ms/pair")
+    print(f"speedup {speedup:.2f}x (median of the pairs' ratios); output max abs difference from the reference "
+          f"{diff:.2e} ({diff_u8:.0f} of 255)")
+    return {"reference_ms_per_pair": round(ref_total, 2), "speedup": round(speedup, 3), "max_abs_diff": diff, "max_u8_diff": int(diff_u8)}

@@ -18,11 +18,11 @@ from PIL import Image
 
 from . import pipeline, synthetic, wire
 from .atomic import save_image
-from .bench import run_bench
+from .bench import Bench, run_bench
 from .checkpoint import load_official, write_halves
 from .clip_options import add_clip_arguments, parse_size, refuse_clip_options, report
 from .media import Frame
-from .cloud.encoder import SCENE_THRESHOLD
+from .cloud.scene_cuts import SCENE_THRESHOLD
 from .commands import (
     CHECKPOINT_REFERENCE,
     PROG,
@@ -114,7 +114,7 @@ def _refuse_an_input_as_output(output: str, inputs: list[str]) -> None:
 
 def _interpolate(args) -> int:
     devices(args.device)  # checked before any work
-    wire.check_codec(args.codec)
+    wire.kind(args.codec, in_process=True)
     if len(args.inputs) == 1:
         summary = clip_in_process(args, args.inputs[0], args.output, lambda: load_models(args))
         report(summary, args.output)
@@ -127,8 +127,9 @@ def _interpolate(args) -> int:
     frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
     check_pair(frame0, frame1)
     cloud, edge = load_models(args)
-    middle, payload_bytes = pipeline.interpolate_pair(cloud, edge, frame0, frame1, args.seed, args.codec,
-                                                      scene_threshold=args.scene_threshold)
+    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [frame0, frame1], args.seed, args.codec,
+                                                        scene_threshold=args.scene_threshold)
+    middle = middles[0]
     save_image(Image.fromarray(to_uint8(middle)), args.output)
     print(f"wrote {args.output} ({middle.shape[2]}x{middle.shape[1]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
@@ -148,11 +149,9 @@ def _split_checkpoint(args) -> int:
 
 def _bench(args) -> int:
     cloud_device, edge_device = devices(args.device)
-    run_bench(
-        checkpoint=args.checkpoint, config=preset(args.config), size=args.size, repeat=args.repeat, codec=args.codec,
-        precision=args.precision or default_precision(torch.device(edge_device)), devices=(cloud_device, edge_device),
-        reference=not args.no_reference,
-    )
+    precision = args.precision or default_precision(torch.device(edge_device))
+    run_bench(Bench(preset(args.config), args.size, args.codec, precision, (cloud_device, edge_device), args.checkpoint,
+                    args.repeat, reference=not args.no_reference))
     return 0
 
 
@@ -246,7 +245,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def _serve(args) -> int:
     options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
     return serve(args.side, args.model_store, checkpoint=args.checkpoint, synthetic=args.synthetic, config=args.config,
-                 options=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout,
+                 archive=options, ts_config=args.ts_config, properties=args.properties, startup_timeout=args.startup_timeout,
                  tls_cert=args.tls_cert, tls_key=args.tls_key, wire_key_file=args.wire_key_file)
 
 

@@ -118,9 +118,9 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
     where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
     where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
-    where.add_argument("--transport", choices=("http", "grpc"), default="http",
+    where.add_argument("--transport", choices=("http", "grpc"),
                        help="http, or grpc with grpc:// or grpcs:// URLs of the gRPC inference ports; over gRPC "
-                            "--server names a server with eden_encoder and eden_ditdec (default http)")
+                            "--server names a server with eden_encoder and eden_ditdec (default: the URLs' scheme says)")
     auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
     auth.add_argument("--token", help="inference token")
     auth.add_argument("--token-file", metavar="PATH", help="TorchServe key_file.json: its inference key is used")
@@ -140,9 +140,9 @@ def client_from(args: argparse.Namespace) -> Client:
     are asked of the encoder)."""
     token = read_token(args.token, args.token_file)
     edge_token = read_token(args.edge_token, args.edge_token_file) if args.edge_token or args.edge_token_file else None
-    return Client(args.server, cloud=args.cloud, edge=args.edge, token=token, edge_token=edge_token, codec=args.codec,
-                  scene_threshold=args.scene_threshold, tries=args.tries, backoff=args.backoff, timeout=args.timeout,
-                  tls=ClientTLS.from_file(args.cacert), transport=args.transport)
+    return Client(args.server, cloud=args.cloud, edge=args.edge, codec=args.codec, scene_threshold=args.scene_threshold,
+                  token=token, edge_token=edge_token, tls=ClientTLS.from_file(args.cacert), timeout=args.timeout,
+                  tries=args.tries, backoff=args.backoff, transport=args.transport)
 
 
 def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
@@ -151,7 +151,7 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     gives the halves that compute it; the chunks, the chunks in flight and the encoder's speed the
     edge's device suits where ``args`` leaves them (:func:`~eden_serve.pipeline.clip_defaults`);
     ``hooks``: :func:`~eden_serve.client.streaming.interpolate_clip`'s ``watch``."""
-    wire.check_codec(args.codec)
+    wire.kind(args.codec, in_process=True)
     options = clip_options(args)
     cloud, edge = models()
     defaults = pipeline.clip_defaults(edge.device)

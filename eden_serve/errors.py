@@ -36,8 +36,7 @@ _STICKY_MESSAGES = re.compile(
 class EdenError(Exception):
     """Base of every error caused by what the user gave us."""
 
-    status = 400
-    kind = "bad_request"
+    status, kind = 400, "bad_request"
 
     def to_json(self) -> dict:
         return {"code": self.status, "type": self.kind, "message": str(self)}
@@ -50,23 +49,20 @@ class BadInputError(EdenError):
 
 
 class FrameTooLargeError(BadInputError):
-    status = 413
-    kind = "frame_too_large"
+    status, kind = 413, "frame_too_large"
 
 
 class SourceForbiddenError(BadInputError):
     """A server-side source the cloud will not open: its media root is off, or the path leaves the
     root (``..``, an absolute path, a symbolic link pointing out of it)."""
 
-    status = 403
-    kind = "source_forbidden"
+    status, kind = 403, "source_forbidden"
 
 
 class SourceNotFoundError(BadInputError):
     """A server-side source that is not under the media root: no such file, or a dangling link."""
 
-    status = 404
-    kind = "source_not_found"
+    status, kind = 404, "source_not_found"
 
 
 class CheckpointError(EdenError):
@@ -88,8 +84,7 @@ class UnsupportedVersionError(CodecError):
 class PayloadTooLargeError(CodecError):
     """An intact payload for frames over the receiver's pixel limit."""
 
-    status = 413
-    kind = "payload_too_large"
+    status, kind = 413, "payload_too_large"
 
 
 class ChunkTooLargeError(PayloadTooLargeError):
@@ -110,39 +105,34 @@ class TooMuchWorkError(PayloadTooLargeError):
 class ModelMismatchError(CodecError):
     """The payload is intact but was made by a model with other dimensions."""
 
-    status = 409
-    kind = "model_mismatch"
+    status, kind = 409, "model_mismatch"
 
 
 class DigestMismatchError(CodecError):
     """An intact bitstream payload whose packets decode, on this edge, to other pixels than the
     cloud's digests state: another decoder build. The frames codec carries the same chunk."""
 
-    status = 409
-    kind = "digest_mismatch"
+    status, kind = 409, "digest_mismatch"
 
 
 class UnauthenticPayloadError(CodecError):
     """A payload whose keyed tag is missing or wrong, where the receiver holds a wire key: it was
     not made by this edge's cloud (docs/tls.md, "The keyed digest")."""
 
-    status = 403
-    kind = "unauthentic_payload"
+    status, kind = 403, "unauthentic_payload"
 
 
 class UnavailableError(EdenError):
     """A server still failing transiently (connection lost, 5xx) after every retry."""
 
-    status = 503
-    kind = "unavailable"
+    status, kind = 503, "unavailable"
 
 
 class UnreachableError(EdenError):
     """A server that cannot be reached in a way that trying again would not change: its
     certificate is refused, its name does not resolve."""
 
-    status = 502
-    kind = "unreachable"
+    status, kind = 502, "unreachable"
 
 
 class UpstreamError(EdenError):

@@ -14,20 +14,23 @@ of its worker thread's own, so that one chunk's cloud runs beside another's edge
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
 
 from . import wire
-from .client.streaming import DEFAULT_CHUNK, TIMELINE, Middles, Processor, Summary, interpolate_clip
-from .cloud.encoder import SCENE_THRESHOLD, CloudEncoder
+from .client.processors import FunctionProcessor, Middles, Processor
+from .client.streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
+from .cloud.encoder import CloudEncoder
+from .cloud.scene_cuts import SCENE_THRESHOLD
 from .edge import AttentionPath, EdgeModel, to_host, upload
+from .edge.conditions import Intake
 from .media import Frame
 from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, pixels_to_tensor, to_uint8
-from .media.resume import model_identity
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
@@ -52,22 +55,14 @@ def clip_defaults(device: torch.device) -> ClipDefaults:
     return CLIP_DEFAULTS.get(device.type, CLIP_DEFAULTS["cpu"])
 
 
-def hand_over(cloud: CloudEncoder, edge: EdgeModel, frames: Sequence[torch.Tensor], seed: int, codec: str,
+def hand_over(cloud: CloudEncoder, intake: Intake, frames: Sequence[torch.Tensor], seed: int, kind: wire.Kind,
               scene_threshold: float | None, encoded: Callable[[], None] = lambda: None) -> tuple[wire.Chunk, int]:
-    """The cloud's chunk of ``frames`` as the edge receives it, on its device, and the bytes of the
-    payload it crossed as (0 without the wire); ``encoded()`` is called once the cloud is done."""
-    if codec == wire.NO_WIRE:
-        chunk = cloud.encode_chunk(frames, seed, scene_threshold, on_device=True)
-        encoded()
-        return edge.receive(chunk), 0
-    make = cloud.frames_chunk if codec == wire.FRAMES_CODEC else cloud.encode_chunk
-    made = make(frames, seed, scene_threshold)
+    """The cloud's chunk of ``frames`` as the edge's ``intake`` makes it, on the edge's device, and the
+    bytes of the payload it crossed as (0 without the wire); ``encoded()`` is called once the cloud is done."""
+    made = kind.make(cloud, frames, seed, scene_threshold)
     encoded()
-    payload = wire.encode(made, cloud.config, codec)
-    chunk = wire.decode(payload, edge.config)
-    if isinstance(chunk, wire.FramesChunk):
-        chunk = cloud.restore(chunk)  # the edge's copy of E_cond: in one process, the cloud's own
-    return edge.receive(chunk), len(payload)
+    received, payload_bytes = kind.cross(made, cloud.config, intake.config)
+    return kind.conditions(received, intake), payload_bytes
 
 
 def interpolate_pair(
@@ -78,11 +73,9 @@ def interpolate_pair(
     seed: int = 0,
     codec: str = wire.DEFAULT_CODEC,
     path: AttentionPath = "fast",
-    scene_threshold: float | None = None,
 ) -> tuple[torch.Tensor, int]:
     """The middle frame [3, H, W] in [0, 1], and the size of the wire payload it crossed as."""
-    middles, payload_bytes = interpolate_chunk(cloud, edge, [frame0, frame1], seed, codec, path=path,
-                                               scene_threshold=scene_threshold)
+    middles, payload_bytes = interpolate_chunk(cloud, edge, [frame0, frame1], seed, codec, path=path)
     return middles[0], payload_bytes
 
 
@@ -98,25 +91,26 @@ def interpolate_chunk(
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
     None: off) get the earlier frame, the others are computed in batched forwards of
-    ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames,
-    and the edge's E_cond (here ``cloud`` itself) re-derives their conditions."""
-    chunk, payload_bytes = hand_over(cloud, edge, frames, seed, codec, scene_threshold)
+    ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames, and the
+    edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
+    kind = wire.kind(codec, in_process=True)
+    chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), frames, seed, kind, scene_threshold)
     return edge_middles(edge, chunk, path), payload_bytes
 
 
 def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast") -> torch.Tensor:
     """The edge's half of :func:`interpolate_chunk`: the chunk's K middles, [K, 3, H, W]."""
-    middles: list[torch.Tensor | None] = [_cut_frame(chunk.cuts[j]) if j in chunk.cuts else None for j in range(chunk.pairs)]
-    computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
+    middles: list[torch.Tensor | None] = [_cut_frame(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
+    computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
     for batch in edge.batched(computed, chunk.grid):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
     return torch.stack(middles)
 
 
-def _cut_frame(cut: bytes | torch.Tensor) -> torch.Tensor:
-    """A cut's middle, [3, H, W] float32 on the CPU, from its PNG or (without the wire) its pixels."""
-    return load_frame(cut) if isinstance(cut, bytes) else pixels_to_tensor(cut).cpu()
+def _cut_frame(copy: bytes | torch.Tensor) -> torch.Tensor:
+    """A cut's middle, [3, H, W] float32 on the CPU, from its PNG or (handed over) its pixels."""
+    return load_frame(copy) if isinstance(copy, bytes) else pixels_to_tensor(copy).cpu()
 
 
 def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
@@ -124,9 +118,9 @@ def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
     batched forwards (the scene cuts' copies beside them), then copied back in one copy."""
     height, width = chunk.size
     middles = torch.empty((chunk.pairs, height, width, 3), dtype=torch.uint8, device=edge.device)
-    for j, cut in chunk.cuts.items():
-        middles[j] = cut.to(edge.device) if isinstance(cut, torch.Tensor) else torch.from_numpy(to_uint8(load_frame(cut)))
-    computed = [j for j in range(chunk.pairs) if j not in chunk.cuts]
+    for j, copy in chunk.copies.items():
+        middles[j] = copy.to(edge.device) if isinstance(copy, torch.Tensor) else torch.from_numpy(to_uint8(load_frame(copy)))
+    computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
     for batch in edge.batched(computed, chunk.grid):
         middles[batch] = edge.forward(edge.prepare([chunk.pair(j) for j in batch]))
     return to_host(middles)
@@ -165,6 +159,8 @@ def in_process(
     """The processor of one machine: the same computation as the servers', payload included, so the
     middles equal theirs for the same seed, codec and thread count. Each chunk's stages go to
     :data:`~eden_serve.streaming.TIMELINE`."""
+    kind = wire.kind(codec, in_process=True)
+    intake = Intake.beside(edge, cloud.weights)
 
     def process(index: int, frames: list[Frame], seed: int) -> Middles:
         def event(name: str) -> None:
@@ -175,40 +171,39 @@ def in_process(
             for tensor in tensors[1:]:
                 check_pair(tensors[0], tensor)
             event("cloud asked")
-            chunk, payload_bytes = hand_over(cloud, edge, tensors, seed, codec, scene_threshold, lambda: event("encoded"))
+            chunk, payload_bytes = hand_over(cloud, intake, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
             event("payload in")
             event("edge asked")
             middles = pixel_middles(edge, chunk)
         event("done")
-        return Middles(list(middles), payload_bytes=None if codec == wire.NO_WIRE else payload_bytes,
-                       codec=None if codec == wire.NO_WIRE else codec)
+        return Middles(list(middles), payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
 
-    return process
+    return FunctionProcessor(process)
 
 
-def interpolate_clip_in_process(
-    src: str | Path,
-    dst: str | Path,
-    cloud: CloudEncoder,
-    edge: EdgeModel,
-    codec: str = wire.DEFAULT_CODEC,
-    seed: int = 0,
-    chunk: int = DEFAULT_CHUNK,
-    inflight: int = DEFAULT_INFLIGHT,
-    progress: bool | None = None,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    scene_threshold: float | None = SCENE_THRESHOLD,
-    factor: int = 2,
-    resume: bool = False,
-    **retiming,
-) -> Summary:
-    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`
-    (``retiming``: its ``fps``, ``time_error``, ``encoding`` and ``process_size``)."""
-    wire.check_codec(codec)  # a bad name fails before the first pair, not as the first pair's error
+def model_identity(cloud: CloudEncoder, edge: EdgeModel) -> dict:
+    """What the middles of a cloud and an edge depend on (a resumed run's journal records it): the
+    weights themselves, the edge's device and precision, and the arithmetic of this torch build and CPU."""
+    digest = hashlib.blake2b(digest_size=16)
+    for model in (cloud, edge):
+        for name, tensor in model.weights.state_dict().items():
+            digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\n".encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return {"weights": digest.hexdigest(), "device": str(edge.device), "precision": edge.precision,
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
+def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEncoder, edge: EdgeModel,
+                                codec: str = wire.DEFAULT_CODEC, scene_threshold: float | None = SCENE_THRESHOLD,
+                                **options) -> Summary:
+    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`;
+    ``options``: :class:`~eden_serve.client.streaming.ClipOptions`' (here by default chunks of
+    :data:`DEFAULT_CHUNK` pairs, :data:`DEFAULT_INFLIGHT` in flight, frames of at most
+    :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
+    wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error
+    options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS, **options})
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
-    fingerprint = None
-    if resume:
-        fingerprint = {"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,
-                       **model_identity(cloud, edge)}
-    return interpolate_clip(src, dst, processor, chunk=chunk, seed=seed, inflight=inflight, progress=progress,
-                            max_pixels=max_pixels, factor=factor, resume=resume, fingerprint=fingerprint, **retiming)
+    if options.resume:
+        options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,
+                                                **model_identity(cloud, edge)})
+    return interpolate_clip(src, dst, processor, options)

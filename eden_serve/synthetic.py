@@ -17,7 +17,7 @@ from PIL import Image
 
 from .config import EdenConfig
 from .model import expected_layout
-from .wire import Chunk, Tokens
+from .wire import Chunk, Decisions, Tokens
 
 WEIGHTS_WARNING = "no checkpoint given: using synthetic weights (seed {seed}); the output is NOT a real interpolation"
 
@@ -107,8 +107,8 @@ def chunk(config: EdenConfig, size: tuple[int, int], frames: int = 2, profile: s
         return Tokens(torch.nn.functional.layer_norm(h, (d,), weight, bias))
 
     pairs = frames - 1
-    return Chunk(tokens(), tokens(), means=[0.45] * frames, stds=[0.27] * frames, differences=[-0.8] * pairs,
-                 seeds=list(range(seed, seed + pairs)), grid=grid, size=size)
+    return Chunk(tokens(), tokens(), means=[0.45] * frames, stds=[0.27] * frames,
+                 decisions=Decisions([-0.8] * pairs, list(range(seed, seed + pairs))), grid=grid, size=size)
 
 
 def image_header(fmt: str, width: int, height: int) -> bytes:

@@ -6,7 +6,7 @@ the other side of a link, seeded with real payloads that our own encoders make a
 
 Targets (:data:`TARGETS`): ``wire`` (:func:`eden_serve.wire.decode`, formats 2, 3 and 4 in every
 codec), ``keyed`` (a keyed envelope, then the payload in it), ``elided`` (a bitstream answer
-without its packets, as the client restores it), ``pages`` (pages of packets from the cloud),
+without its packets, as the client fills it in), ``pages`` (pages of packets from the cloud),
 ``answers`` (the edge's answers, whole and streamed), ``bitstream`` (a bitstream payload decoded by
 :mod:`eden_serve.media.sandbox`, as an edge decodes one it does not trust), ``decoder`` (the
 packets' bytes alone, in a seed chunk's structure, so that every input is decoded); ``all`` runs them all
@@ -32,14 +32,15 @@ import atheris
 
 with atheris.instrument_imports(include=["eden_serve"]):
     from eden_serve import synthetic, wire
-    from eden_serve.answers import END, MIDDLE, StreamedAnswer, record, whole_answer, zip_of
     from eden_serve.media import sandbox
     from eden_serve.wire import pages
-    from eden_serve.media.packets import PacketReader, frame_digest
+    from eden_serve.media.packets import PacketReader
     from eden_serve.config import PRESETS
     from eden_serve.errors import EdenError, TransientError
     from eden_serve.media.frames import png_of
-    from eden_serve.wire import elision, keyed
+    from eden_serve.wire import keyed
+    from eden_serve.wire.answers import END, MIDDLE, StreamedAnswer, record, whole_answer, zip_of
+    from eden_serve.wire.bitstream import elide, fill, frame_digest, to_frames, wanted
     from eden_serve.wire.envelope import DIGEST_SIZE, PREFIX
 
 CONFIG = PRESETS["tiny"]
@@ -77,12 +78,12 @@ def fuzz_keyed(data: bytes) -> None:
 
 
 def fuzz_elided(data: bytes) -> None:
-    def restore(elided: bytes) -> None:
-        lengths = [length for _, _, length in elision.wanted(elided)]
-        whole = elision.restore(elided, [bytes(min(n, 1 << 16)) for n in lengths])
+    def filled(elided: bytes) -> None:
+        lengths = [length for _, _, length in wanted(elided)]
+        whole = fill(elided, [bytes(min(n, 1 << 16)) for n in lengths])
         decode(keyed.verify(whole, None))
 
-    refused(restore, data)
+    refused(filled, data)
 
 
 def fuzz_pages(data: bytes) -> None:
@@ -104,7 +105,7 @@ def fuzz_bitstream(data: bytes) -> None:
     def decoded(payload: bytes) -> None:
         chunk = decode(payload)
         if isinstance(chunk, wire.BitstreamChunk):
-            sandbox.frames_chunk(chunk, LIMITS["max_pixels"])
+            to_frames(chunk, sandbox.decode_chunk(chunk, LIMITS["max_pixels"]))
 
     refused(decoded, reseal(data))
 
@@ -126,7 +127,8 @@ def fuzz_decoder(data: bytes) -> None:
     for packet in chunk.packets:
         cuts.append(min(len(body), cuts[-1] + max(1, len(packet.data) * len(body) // total)))
     packets = [replace(p, data=body[a:b] or b"\0") for p, a, b in zip(chunk.packets, cuts, cuts[1:])]
-    refused(lambda _: sandbox.frames_chunk(replace(chunk, packets=packets), LIMITS["max_pixels"]), b"")
+    forged = replace(chunk, packets=packets)
+    refused(lambda _: to_frames(forged, sandbox.decode_chunk(forged, LIMITS["max_pixels"])), b"")
 
 
 def decoder_seeds(streams: list[bytes]) -> list[bytes]:
@@ -166,7 +168,7 @@ def bitstream_payloads(directory: Path) -> list[bytes]:
         reader, frames = PacketReader(path), local_frames(path)
         span = reader.needed(5, 7)
         chunk = wire.BitstreamChunk(reader.parameters, reader.packets(span), span.skip, 3, [frame_digest(f) for f in frames[5:8]],
-                                    [0.5, 0.25], [3, 4], [], CLOUD)
+                                    wire.Decisions([0.5, 0.25], [3, 4], [], CLOUD))
         payloads.append(wire.encode(chunk, CONFIG, wire.BITSTREAM_CODEC))
     return payloads
 
@@ -190,7 +192,7 @@ def seed(directory: Path) -> None:
     kinds = {
         "wire": token_payloads() + [frames_payload()] + streams,
         "keyed": [keyed.sign(p, KEY) for p in token_payloads()[:2] + [frames_payload()] + streams[:1]],
-        "elided": [elision.elide(p) for p in streams] + [elision.elide(keyed.sign(streams[0], KEY))],
+        "elided": [elide(p) for p in streams] + [elide(keyed.sign(streams[0], KEY))],
         "pages": page_seeds(directory),
         "answers": answer_seeds(),
         "bitstream": streams,

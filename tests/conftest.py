@@ -1,4 +1,5 @@
 import contextlib
+import dataclasses
 import http.server
 import json
 import threading
@@ -20,6 +21,14 @@ from harness.servers import build_archives, torchserve
 from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def changed(chunk, **change):
+    """``chunk`` with the fields ``change`` names replaced, its own or its decisions' (differences,
+    seeds, cuts, cloud): what ``dataclasses.replace`` gives for a chunk's own fields."""
+    own = {name: value for name, value in change.items() if name in {f.name for f in dataclasses.fields(chunk)}}
+    decided = {name: value for name, value in change.items() if name not in own}
+    return dataclasses.replace(chunk, **own, **({"decisions": dataclasses.replace(chunk.decisions, **decided)} if decided else {}))
 GOLDEN_CASES = ["tiny_70x100", "tiny_64x96"]
 
 

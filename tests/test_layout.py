@@ -1,5 +1,7 @@
 """The package's shape: imports flow down through the layers, at the top of each module; every module
-is short and named in the layout table of docs/development.md."""
+is short and named in the layout table of docs/development.md; every function is short, no signature
+is long, and no module outside the wire chooses what to do by comparing a codec's name (it asks the
+payload kind, ``eden_serve.wire.kind``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from eden_serve import wire
 from harness.servers import REPO
 
 PACKAGE = REPO / "eden_serve"
@@ -19,8 +22,8 @@ LAYERS = [
     {"errors"},
     {"config"},
     {"model", "wire", "atomic", "hub"},
-    {"media", "synthetic"},
-    {"cloud", "edge", "answers"},
+    {"media", "synthetic", "e_cond"},
+    {"cloud", "edge"},
     {"checkpoint"},
     {"serving", "client"},  # side by side: neither imports the other
     {"pipeline", "bench", "bench_wire", "clip_options"},
@@ -39,6 +42,12 @@ LAZY_IMPORTS = {
 # Where the layout table lives.
 LAYOUT_PAGE = REPO / "docs" / "development.md"
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60  # from the def to the last line of the body
+MAX_PARAMETERS = 7  # self and cls aside; *args and **options count one each (an options dataclass is one)
+# What names a codec: the wire's constants, and the codec names themselves as strings compared with
+# something called a codec ("none" aside, a word of other fields too).
+CODEC_CONSTANTS = {"DEFAULT_CODEC", "FRAMES_CODEC", "BITSTREAM_CODEC", "NO_WIRE", "TOKEN_CODECS", "CODECS", "AUTO"}
+CODEC_NAMES = set(wire.KINDS) - {wire.NO_WIRE}
 
 
 def modules() -> list[Path]:
@@ -139,3 +148,70 @@ def test_the_top_level_glue_is_the_package_data(link):
     """The checkout shows the serving glue where TorchServe users look; the package holds the one copy."""
     path = REPO / link
     assert path.is_symlink() and path.resolve() == (PACKAGE / "serving" / "torchserve" / path.name).resolve()
+
+
+def functions(tree: ast.AST):
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def parameters(node: ast.FunctionDef) -> list[str]:
+    args = node.args
+    named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    rest = [f"*{a.arg}" for a in (args.vararg, args.kwarg) if a is not None]
+    return [name for name in named if name not in ("self", "cls")] + rest
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_functions_are_short(path):
+    long = [f"{node.name} (line {node.lineno}): {node.end_lineno - node.lineno + 1} lines"
+            for node in functions(ast.parse(path.read_text())) if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_signatures_are_small(path):
+    wide = [f"{node.name} (line {node.lineno}): {len(parameters(node))} parameters"
+            for node in functions(ast.parse(path.read_text())) if len(parameters(node)) > MAX_PARAMETERS]
+    assert not wide, f"{path.name}: signatures over {MAX_PARAMETERS} parameters (group options in a dataclass): {wide}"
+
+
+def codec_comparisons(source: str) -> list[int]:
+    """The lines of ``source`` that compare something with a codec's name."""
+
+    def mentions(node: ast.AST, names: set[str]) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Attribute) and n.attr in names
+                   for n in ast.walk(node))
+
+    def codec_strings(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Constant) and n.value in CODEC_NAMES for n in ast.walk(node) if isinstance(n, ast.Constant))
+
+    def about_codecs(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and "codec" in n.id.lower() or isinstance(n, ast.Attribute) and "codec" in n.attr.lower()
+                   for n in ast.walk(node))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(mentions(o, CODEC_CONSTANTS) for o in operands) or (
+                    any(codec_strings(o) for o in operands) and any(about_codecs(o) for o in operands)):
+                found.append(node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if "wire" not in p.relative_to(PACKAGE).parts[:1]],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_wire_compares_codec_names(path):
+    lines = codec_comparisons(path.read_text())
+    assert not lines, f"{path.name}:{lines} compares a codec's name; ask its kind (eden_serve.wire.kind) instead"
+
+
+def test_the_code_checks_see_what_they_look_for():
+    """The three checks above would pass vacuously if they found nothing."""
+    long = "def f(a, b, c, d, e, f, g, h):\n" + "    x = 1\n" * 60
+    (node,) = functions(ast.parse(long))
+    assert len(parameters(node)) == 8 and node.end_lineno - node.lineno + 1 == 61
+    assert codec_comparisons("if codec == wire.FRAMES_CODEC:\n    pass\nx = args.codec in ('bitstream', 'frames')\n"
+                             "y = kind == NO_WIRE\nz = precision == 'bf16'\nw = job.codec != 'fp32'") == [1, 3, 4, 6]
+    method = ast.parse("class A:\n    def m(self, *args, **options):\n        pass").body[0].body[0]
+    assert parameters(method) == ["*args", "*options"]

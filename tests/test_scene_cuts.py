@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from eden_serve import wire
-from eden_serve.cloud.encoder import SCENE_THRESHOLD, is_scene_cut, scene_change
+from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD, scene_change, scene_cuts
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError
 from eden_serve.media.frames import load_frame
@@ -30,7 +30,7 @@ def frames():
 
 
 def test_the_cut_pair_is_flagged_and_no_other(frames):
-    flagged = [(a.name, b.name) for a, b, f0, f1 in zip(CLIP, CLIP[1:], frames, frames[1:]) if is_scene_cut(f0, f1)]
+    flagged = [(a.name, b.name) for a, b, f0, f1 in zip(CLIP, CLIP[1:], frames, frames[1:]) if scene_cuts([f0, f1], SCENE_THRESHOLD)]
     assert flagged == [("05.png", "06.png")]
 
 
@@ -41,7 +41,7 @@ def test_the_default_threshold_has_a_margin_on_both_sides(frames):
 
 
 def test_no_threshold_turns_detection_off(frames):
-    assert not any(is_scene_cut(a, b, threshold=None) for a, b in zip(frames, frames[1:]))
+    assert not any(scene_cuts([a, b], None) for a, b in zip(frames, frames[1:]))
 
 
 def test_the_change_is_zero_for_equal_frames_and_symmetric(frames):
@@ -52,7 +52,7 @@ def test_the_change_is_zero_for_equal_frames_and_symmetric(frames):
 
 def test_frames_smaller_than_the_thumbnail_are_measured(frames):
     small = [torch.nn.functional.interpolate(f[None], size=(5, 12), mode="area")[0] for f in frames[3:5]]
-    assert is_scene_cut(*small)
+    assert scene_cuts(small, SCENE_THRESHOLD)
 
 
 # --- the decision travels in the payload ---------------------------------------------------------
@@ -99,7 +99,7 @@ def test_forged_cuts_are_refused(tiny_models, frames):
     payload = wire.encode(chunk, TINY, "fp32")
     header_len = int.from_bytes(payload[12:16], "little")
     header, body = json.loads(payload[16 : 16 + header_len]), payload[16 + header_len : -16]
-    png = chunk.cuts[0]
+    png = chunk.copies[0]
     for cuts, tail in [
         ([[1, len(png)]], png),  # well-formed, at pair 1: accepted
         ([[2, len(png)]], png),  # no pair 2

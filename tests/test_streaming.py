@@ -10,7 +10,9 @@ import pytest
 from PIL import Image
 
 from eden_serve.client import Client
-from eden_serve.client.streaming import Middles, Retry, Summary, interpolate_clip, pairwise
+from eden_serve.client.processors import FunctionProcessor, Middles, pairwise
+from eden_serve.client.streaming import Summary, interpolate_clip
+from eden_serve.client.transports import Retry
 from eden_serve.errors import (
     BadInputError,
     PairError,
@@ -253,8 +255,7 @@ def test_a_ramp_shorter_than_the_chunk_and_a_chunk_of_one(tmp_path):
 
 
 def streaming(process):
-    process.streams = True
-    return process
+    return FunctionProcessor(process, streams=True)
 
 
 def test_streamed_middles_are_written_as_they_arrive_in_order(tmp_path):

@@ -6,7 +6,8 @@ from fractions import Fraction as F
 import pytest
 
 from eden_serve.errors import BadInputError
-from eden_serve.media.timing import Retiming, Schedule, ancestors, nearest_dyadic, parse_rate
+from eden_serve.client.schedule import Schedule, ancestors, nearest_dyadic
+from eden_serve.media.timing import Retiming, parse_rate
 
 
 def test_the_shallowest_dyadic_within_the_tolerance_is_shown():

@@ -20,13 +20,14 @@ from PIL import Image
 
 from conftest import loopback_http
 from eden_serve import synthetic
-from eden_serve.answers import END, MIDDLE, STREAMED, record
+from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 from eden_serve.cli import main
-from eden_serve.client import DECODER, ENCODER, Client
+from eden_serve.client import DECODER, ENCODER, Client, transport_for
 from eden_serve.client.transports import Stage
+from eden_serve.client.transports.grpc import GrpcTransport
 from eden_serve.client.transports.http import HttpTransport
 from eden_serve.client.workers import Arrivals
-from eden_serve.errors import ServerError, UnavailableError
+from eden_serve.errors import BadInputError, ServerError, UnavailableError
 from eden_serve.media import Frame
 from eden_serve.media.frames import png_bytes
 
@@ -124,7 +125,7 @@ def test_the_grpc_client_equals_the_http_client_frame_for_frame(server, clip, tm
 def test_a_grpc_edge_refusal_ends_its_stream(server, clip):
     with client(server, "grpc", tries=1, timeout=60) as c:
         with pytest.raises(ServerError) as info:
-            c.transport.decode(b"not a payload", 0, 1, SIZE, lambda j, image: None)
+            c.transport.ask_edge(b"not a payload", 0, 1, SIZE, lambda j, image: None)
     assert info.value.status == 400 and info.value.kind == "bad_payload"
 
 
@@ -223,7 +224,7 @@ def test_the_split_client_takes_chunks_in_their_order_whatever_order_its_threads
         def log_message(self, *args):
             pass
 
-    encode, decode = HttpTransport.encode, HttpTransport.decode
+    encode, decode = HttpTransport.ask_cloud, HttpTransport.ask_edge
 
     def recording_encode(self, frames, form, first_byte=None, turn=None):
         seen["cloud"].append(int(form["seed"]))
@@ -240,8 +241,8 @@ def test_the_split_client_takes_chunks_in_their_order_whatever_order_its_threads
         seen["edge"].append(int(payload.split()[1]))
         return decode(self, payload, *args)
 
-    monkeypatch.setattr(HttpTransport, "encode", recording_encode)
-    monkeypatch.setattr(HttpTransport, "decode", recording_decode)
+    monkeypatch.setattr(HttpTransport, "ask_cloud", recording_encode)
+    monkeypatch.setattr(HttpTransport, "ask_edge", recording_decode)
     frames = [Frame(i, str(i), image=Image.new("RGB", SIZE, (i, 0, 0))) for i in range(5)]
     with loopback_http(Handler) as url, Client(cloud=url, edge=url, backoff=0.01) as client:
         process = client.processor(inflight=1)
@@ -312,3 +313,14 @@ def test_a_request_waiting_for_an_earlier_chunk_gives_up_when_cancelled():
     with pytest.raises(UnavailableError, match="cancelled"):
         with stage.slot(cancel, 1):
             pass
+
+
+def test_the_urls_scheme_picks_the_transport_unless_one_is_named():
+    assert [transport_for(url) for url in ("http://a:8080", "https://a", "grpc://a:7070", "grpcs://a:7070")] == \
+        [HttpTransport, HttpTransport, GrpcTransport, GrpcTransport]
+    assert transport_for("ftp://a") is HttpTransport  # which then says what it takes
+    assert transport_for("grpc://a:7070", "http") is HttpTransport and transport_for("http://a", "grpc") is GrpcTransport
+    with pytest.raises(BadInputError, match="transport must be http or grpc, got 'ws'"):
+        transport_for("http://a", "ws")
+    with pytest.raises(BadInputError, match="must be an http:// or https:// URL"):
+        Client("ftp://a")

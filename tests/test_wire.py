@@ -37,9 +37,9 @@ from eden_serve.wire import (
     Tokens,
     decode,
     encode,
-    parse_codec,
-    token_codec,
+    kind,
 )
+from conftest import changed
 from harness import envelopes
 from harness.envelopes import PREFIX
 
@@ -56,7 +56,7 @@ def make_chunk(size=(100, 130), frames=2, config=TINY, seed=0) -> Chunk:
     """A chunk shaped like the cloud encoder's, with scalars that float32 does not hold exactly."""
     chunk = synthetic.chunk(config, size, frames, seed=seed)
     pairs = frames - 1
-    return replace(chunk, means=[0.1 + 0.01 * i for i in range(frames)], stds=[0.27] * frames,
+    return changed(chunk, means=[0.1 + 0.01 * i for i in range(frames)], stds=[0.27] * frames,
                    differences=[-1.5] * pairs)
 
 
@@ -83,16 +83,16 @@ def test_codec_names():
     assert set(TOKEN_CODECS) == {c + z for c in ("fp32", "fp16", "bf16", "int8", "int8-token") for z in ("", "+zstd")}
     assert CODECS == (*TOKEN_CODECS, "frames")
     assert DEFAULT_CODEC in TOKEN_CODECS
-    assert token_codec("bf16+zstd") == wire.Codec("bf16", True)
-    assert token_codec("int8").name == "int8"
-    assert [parse_codec(name) for name in CODECS] == list(CODECS)
+    assert kind("bf16+zstd").spec == wire.Codec("bf16", True)
+    assert kind("int8").spec.name == "int8"
+    assert [kind(name).name for name in CODECS] == list(CODECS)
 
 
 @pytest.mark.parametrize("codec", ["fp32", "fp32+zstd"])
 @pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("frames", [2, 5])
 def test_fp32_round_trip_is_exact(codec, size, frames):
-    chunk = replace(make_chunk(size, frames), seeds=[2**64 - 1] * (frames - 1))
+    chunk = changed(make_chunk(size, frames), seeds=[2**64 - 1] * (frames - 1))
     out = decode(bytearray(encode(chunk, TINY, codec)), TINY)
     assert (out.grid, out.size, out.frames, out.pairs) == (SIZES[size], size, frames, frames - 1)
     assert out.seeds == [2**64 - 1] * (frames - 1)
@@ -131,7 +131,7 @@ def test_lossy_round_trip_within_bounds(codec, size):
         assert got.dtype == torch.float32 and got.shape == x.shape
         err = (got - x).abs()
         assert (err <= lossy_bound(codec, x)).all()
-        assert err.square().mean().sqrt() <= RELATIVE_RMS[token_codec(codec).encoding] * x.square().mean().sqrt()
+        assert err.square().mean().sqrt() <= RELATIVE_RMS[kind(codec).spec.encoding] * x.square().mean().sqrt()
 
 
 @pytest.mark.parametrize("encoding", ["fp32", "fp16", "bf16", "int8", "int8-token"])
@@ -151,7 +151,7 @@ def test_a_frame_decodes_the_same_in_any_chunk(codec):
     chunk = video_chunk(frames=5)
     whole = decode(encode(chunk, TINY, codec), TINY)
     for j in range(chunk.pairs):
-        sub = replace(chunk, cond_dit=Tokens(chunk.cond_dit.values[j : j + 2]), cond_dec=Tokens(chunk.cond_dec.values[j : j + 2]),
+        sub = changed(chunk, cond_dit=Tokens(chunk.cond_dit.values[j : j + 2]), cond_dec=Tokens(chunk.cond_dec.values[j : j + 2]),
                       means=chunk.means[j : j + 2], stds=chunk.stds[j : j + 2], differences=chunk.differences[j : j + 1],
                       seeds=chunk.seeds[j : j + 1])
         a, b = whole.pair(j), decode(encode(sub, TINY, codec), TINY).pair(0)
@@ -167,7 +167,7 @@ def test_chunks_of_video_are_smaller_than_their_pairs():
 
 
 def make_pair_of(chunk: Chunk, j: int) -> Chunk:
-    return replace(chunk, cond_dit=Tokens(chunk.cond_dit.values[j : j + 2]), cond_dec=Tokens(chunk.cond_dec.values[j : j + 2]),
+    return changed(chunk, cond_dit=Tokens(chunk.cond_dit.values[j : j + 2]), cond_dec=Tokens(chunk.cond_dec.values[j : j + 2]),
                    means=chunk.means[j : j + 2], stds=chunk.stds[j : j + 2], differences=chunk.differences[j : j + 1],
                    seeds=chunk.seeds[j : j + 1])
 
@@ -224,13 +224,13 @@ def test_fp16_overflow_is_refused_with_advice():
 )
 def test_encode_refuses_inconsistent_chunks(change):
     with pytest.raises(CodecError):
-        encode(replace(make_chunk(), **change), TINY)
+        encode(changed(make_chunk(), **change), TINY)
 
 
 @pytest.mark.parametrize("name", ["fp8", "int4", "zstd", "fp16+gzip", "", None])
 def test_unknown_codec_is_bad_input(name):
     with pytest.raises(BadInputError, match="fp16\\+zstd"):
-        parse_codec(name)
+        kind(name)
     with pytest.raises(BadInputError):
         encode(make_chunk(), TINY, name)
 
@@ -381,7 +381,7 @@ def test_decode_allocates_its_result_and_one_frame(codec):
     result = sum(t.values.nbytes + (t.scale.nbytes if t.scale is not None else 0) for t in (out.cond_dit, out.cond_dec))
     frame = out.cond_dit.values[0].nbytes
     assert peak <= result + 2 * frame + (1 << 20), f"peak {peak}, result {result}, payload {len(payload)}"
-    if not token_codec(codec).zstd:
+    if not kind(codec).spec.zstd:
         assert peak <= 1.05 * len(payload)
 
 

@@ -8,7 +8,6 @@ import functools
 import hashlib
 import io
 import tracemalloc
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,8 @@ from PIL import Image
 from eden_serve import synthetic, wire
 from eden_serve.config import PRESETS
 from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError
-from eden_serve.wire import FramesChunk, decode, encode
+from eden_serve.wire import Decisions, FramesChunk, decode, encode
+from conftest import changed
 from harness import envelopes
 from harness.envelopes import PREFIX
 
@@ -39,7 +39,7 @@ def real_pixels(count: int = 5) -> np.ndarray:
 def frames_chunk(pixels: np.ndarray | None = None) -> FramesChunk:
     pixels = real_pixels() if pixels is None else pixels
     pairs = len(pixels) - 1
-    return FramesChunk(pixels, [0.1 * j - 1.3 for j in range(pairs)], [2**64 - 1 - j for j in range(pairs)], [pairs - 1], DIGEST)
+    return FramesChunk(pixels, Decisions([0.1 * j - 1.3 for j in range(pairs)], [2**64 - 1 - j for j in range(pairs)], [pairs - 1], DIGEST))
 
 
 def images(header: dict, body: bytes) -> list[bytes]:
@@ -102,9 +102,9 @@ def test_encode_refuses_what_the_codec_cannot_carry():
     with pytest.raises(CodecError, match="uint8"):
         encode(frames_chunk(real_pixels().astype(np.uint16)), TINY, "frames")
     with pytest.raises(CodecError, match="number 4"):
-        encode(replace(frames_chunk(), seeds=[0]), TINY, "frames")
+        encode(changed(frames_chunk(), seeds=[0]), TINY, "frames")
     with pytest.raises(CodecError, match="digest"):
-        encode(replace(frames_chunk(), cloud="abc"), TINY, "frames")
+        encode(changed(frames_chunk(), cloud="abc"), TINY, "frames")
     with pytest.raises(CodecError, match="does not carry a FramesChunk"):
         encode(frames_chunk(), TINY, "bf16+zstd")
 

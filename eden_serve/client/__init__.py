@@ -9,7 +9,7 @@ Two deployments::
     with Client(cloud="http://cloud:8080", edge="http://edge:8080") as client:  # split: we carry the payload
         summary = client.interpolate_clip("clip.gif", "out.gif", inflight=4)
 
-over HTTP (:class:`~eden_serve.client.transports.http.HttpTransport`) or gRPC (``transport="grpc"``,
+over HTTP or gRPC, as the URLs' scheme says (``http://``, ``https://``, ``grpc://``, ``grpcs://``:
 :mod:`eden_serve.client.transports`). In the split the edge streams each middle as soon as it is computed,
 the clip's first chunks ramp up (1, 1, 2, 4, ... pairs), and each step takes the chunks in their
 order, so the first middle comes after one pair's work (docs/streaming.md).
@@ -27,29 +27,32 @@ import contextlib
 import threading
 import time
 import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
+from urllib.parse import urlsplit
 
 from PIL import Image
 
-from ..errors import BadInputError, ChunkTooLargeError, CodecError, DigestMismatchError, ServerError
+from .. import wire
+from ..errors import BadInputError, ChunkTooLargeError, CodecError, ServerError
 from ..media import Frame
 from ..media.frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
-from ..wire import BITSTREAM_CODEC, FRAMES_CODEC
-from .pace import AUTO, AutoCodec
+from .pace import codec_policy
+from .processors import Middles, Processor
 from .remote import RemoteVideo, named_fields, open_remote, source_name
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, Middles, Processor, Retry, Summary, interpolate_clip
+from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, ClipOptions, Summary, interpolate_clip
 from .tls import ClientTLS
-from .transports import DECODER, ENCODER, Stage
+from .transports import DECODER, ENCODER, Retry, Stage, Transport
 from .transports.grpc import GrpcTransport
 from .transports.http import HttpTransport
+from .workers import Arrivals
+
+__all__ = ["DECODER", "DEFAULT_TIMEOUT", "ENCODER", "Client", "ClientOptions"]
 
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
-# A bitstream chunk the edge decodes to other pixels (another libavcodec), one put together wrong, or
-# one of a video whose packets the cloud cannot send so (untimed, cut by an edit list): the frames
-# codec carries it instead (a chunk bad for any codec then fails with the frames codec's answer).
-BITSTREAM_FAILURES = {DigestMismatchError.kind, CodecError.kind, BadInputError.kind}
+TRANSPORTS: tuple[type[Transport], ...] = (HttpTransport, GrpcTransport)
 
 
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
@@ -62,56 +65,83 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
     except OSError as exc:
         raise BadInputError(f"cannot read {name} {str(frame)!r}: {exc.strerror}") from None
 
+
+def transport_for(url: str, name: str | None = None) -> type[Transport]:
+    """The transport named ``name``; else the one whose scheme ``url`` has (HTTP for any other,
+    which then says what it takes)."""
+    if name is not None:
+        named = [t for t in TRANSPORTS if t.name == name]
+        if not named:
+            raise BadInputError(f"transport must be {' or '.join(t.name for t in TRANSPORTS)}, got {name!r}")
+        return named[0]
+    scheme = urlsplit(url).scheme if isinstance(url, str) else ""
+    return next((t for t in TRANSPORTS if scheme in t.schemes), HttpTransport)
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How the client reaches its servers: ``token``, the inference token (None: no auth);
+    ``edge_token``, the edge server's where it differs (two TorchServes have two key files);
+    ``tls``, the CA that signed the servers' certificates (https:// and grpcs:// URLs); ``timeout``,
+    seconds to wait for an answer; ``tries`` and ``backoff``, the retries of each request
+    (:class:`~.transports.Retry`); ``transport``, http or grpc (None: the URLs' scheme says)."""
+
+    token: str | None = None
+    edge_token: str | None = None
+    tls: ClientTLS | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    tries: int = 5
+    backoff: float = 1.0
+    transport: str | None = None
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One chunk as the client asks for it: its ``encoded`` frames of ``size`` (width, height), or
+    the fields that ``named`` them on the cloud; pair j seeded ``seed + j``. ``index`` (its first
+    pair) labels its timeline, ``order`` is its place in the stages' queues."""
+
+    encoded: Sequence[bytes]
+    seed: int
+    size: tuple[int, int]
+    named: dict[str, str] | None = None
+    index: int = 0
+    order: int | None = None
+
+    @property
+    def pairs(self) -> int:
+        return (int(self.named["frames"]) if self.named else len(self.encoded)) - 1
+
+    def event(self, name: str) -> None:
+        TIMELINE.debug("chunk %d (%d pairs): %s", self.index, self.pairs, name)
+
+
 class Client:
     """Talks to ``server`` (the workflow) or to ``cloud`` and ``edge`` (encoder and DiT+decoder),
-    over ``transport`` http (:class:`~eden_serve.client.transports.http.HttpTransport`) or grpc
-    (:class:`~eden_serve.client.transports.grpc.GrpcTransport`; TorchServe has no gRPC workflow API, so
+    over the transport their URLs' scheme picks: HTTP (:class:`~.transports.http.HttpTransport`) or
+    gRPC (:class:`~.transports.grpc.GrpcTransport`; TorchServe has no gRPC workflow API, so
     ``server`` then names a server with both models).
 
-    ``token`` is the inference token (None: no auth); ``edge_token`` the edge server's, where it
-    differs (two TorchServes have two key files). ``codec`` is the wire codec asked of the encoder
-    ("auto", in the split only: chosen per chunk by :class:`~eden_serve.client.pace.AutoCodec`) and
-    ``scene_threshold`` its scene-cut test (a number, or "off"; None: the server's defaults);
-    ``tries`` and ``backoff`` set the retries of each request;
-    ``timeout`` is seconds to wait for an answer; ``tls`` says which CA signed the servers'
-    certificates (https:// and grpcs:// URLs). Safe to use from several threads.
+    ``codec`` is the wire codec asked of the encoder ("auto", in the split only: chosen per chunk by
+    :class:`~.pace.AutoCodec`) and ``scene_threshold`` its scene-cut test (a number, or "off";
+    None: the server's defaults). How to reach the servers is ``options`` (:class:`ClientOptions`),
+    or its fields ``given`` by name: ``Client(url, token=..., tries=3)``. Safe to use from several threads.
     """
 
-    def __init__(
-        self,
-        server: str | None = None,
-        *,
-        cloud: str | None = None,
-        edge: str | None = None,
-        token: str | None = None,
-        edge_token: str | None = None,
-        codec: str | None = None,
-        scene_threshold: float | str | None = None,
-        tries: int = 5,
-        backoff: float = 1.0,
-        timeout: float = DEFAULT_TIMEOUT,
-        transport: str = "http",
-        tls: ClientTLS | None = None,
-    ):
+    def __init__(self, server: str | None = None, *, cloud: str | None = None, edge: str | None = None, codec: str | None = None,
+                 scene_threshold: float | str | None = None, options: ClientOptions | None = None, **given):
+        options = replace(options, **given) if options is not None else ClientOptions(**given)
         if server is not None and (cloud is not None or edge is not None):
             raise BadInputError("give either server, or cloud and edge, not both")
         if server is None and (cloud is None or edge is None):
             raise BadInputError("give server (the workflow), or both cloud (the encoder) and edge (the DiT+decoder)")
-        if codec == AUTO and server is not None:
-            raise BadInputError("codec auto picks a codec for the link between cloud and edge: give cloud and edge, not server")
-        tokens = {"workflow": token, "encoder": token, "decoder": edge_token or token}
-        tls = tls or ClientTLS()
-        if transport == "http":
-            self.transport = HttpTransport(server, cloud, edge, tokens, timeout, tls)
-        elif transport == "grpc":
-            cloud, edge = (server, server) if server is not None else (cloud, edge)
-            self.transport = GrpcTransport({"encoder": (ENCODER, cloud), "decoder": (DECODER, edge)}, tokens, timeout, tls)
-        else:
-            raise BadInputError(f"transport must be http or grpc, got {transport!r}")
         self.codec = codec
-        self.auto = AutoCodec() if codec == AUTO else None
+        self.policy = codec_policy(codec, split=server is None)
+        transport = transport_for(server if server is not None else cloud, options.transport)
+        tokens = {"workflow": options.token, "encoder": options.token, "decoder": options.edge_token or options.token}
+        self.transport = transport(server, cloud, edge, tokens, options.timeout, options.tls or ClientTLS())
         self.scene_threshold = scene_threshold
-        self.retry = Retry(tries=tries, backoff=backoff)
+        self.retry = Retry(tries=options.tries, backoff=options.backoff)
         self.sources: dict[str, RemoteVideo] = {}  # the cloud: sources read, by name: their packets held
 
     @property
@@ -132,101 +162,99 @@ class Client:
         with stage.slot(cancel, order) if stage is not None else contextlib.nullcontext():
             return self.retry.call(attempt, cancel), attempts - 1
 
-    def _chunk(self, encoded: Sequence[bytes], seed: int, size: tuple[int, int], cancel: threading.Event | None = None,
-               stages: dict[str, Stage] | None = None, arrived: Callable[[int, Image.Image], None] | None = None,
-               index: int = 0, order: int | None = None, named: dict[str, str] | None = None,
-               codec: str | None = None) -> Middles:
-        """K + 1 encoded frames of ``size`` (width, height) -> their K middle frames, with the bytes
-        moved; pair j uses ``seed + j``. In the split each middle goes to ``arrived`` as it comes,
-        and a retry of the edge step asks only for the middles that did not; ``index`` (the chunk's
-        first pair) labels its timeline, ``order`` is its place in the stages' queues. ``named``: the
-        frames are not sent but named (a server-side source's ``source``, ``start`` and ``frames``)."""
-        form = {"seed": str(seed), **(named or {})}
-        if codec is None and named is not None and self.codec in (AUTO, BITSTREAM_CODEC):
-            codec = BITSTREAM_CODEC  # a cloud source's own packets: the fewest bytes there are
-        codec = codec or (self.auto.next() if self.auto is not None else self.codec)
-        if codec:
-            form["codec"] = codec
+    def _codec(self, chunk: _Chunk) -> str | None:
+        """The codec a chunk is asked for with: a source's own packets where the codec allows it."""
+        if chunk.named is not None and self.policy.sources:
+            return wire.BITSTREAM_CODEC  # the fewest bytes there are
+        return self.policy.next()
+
+    def _middles(self, chunk: _Chunk, codec: str | None, cancel: threading.Event | None = None,
+                 stages: dict[str, Stage] | None = None, arrived: Arrivals | None = None) -> Middles:
+        """A chunk's K middle frames, with the bytes moved; in the split each middle goes to
+        ``arrived`` as it comes, and a retry of the edge step asks only for the middles that did not."""
+        form = {"seed": str(chunk.seed), **(chunk.named or {}), **({"codec": codec} if codec else {})}
         if self.scene_threshold is not None:
             form["scene_threshold"] = str(self.scene_threshold)
-        pairs, stages = (int(named["frames"]) if named else len(encoded)) - 1, stages or {}
         if not self.split:
-            (images, sent, received), retries = self._retried(lambda: self.transport.workflow(encoded, form, pairs, size), cancel)
+            (images, sent, received), retries = self._retried(
+                lambda: self.transport.workflow(list(chunk.encoded), form, chunk.pairs, chunk.size), cancel)
             return Middles(images, sent, received, None, retries, codec)
-        first_byte: list[float] = []  # when the payload began to come down, for --codec auto's link rate
+        stages = stages or {}
+        kind = wire.KINDS.get(codec)
+        answer, sent, first_byte, retries = self._from_cloud(chunk, form, cancel, stages)
+        payload = answer if kind is None else kind.complete(answer, self.sources.get((chunk.named or {}).get("source")))
+        asked = time.perf_counter()
+        images, received, edge_retries = self._from_edge(chunk, payload, cancel, stages, arrived)
+        chunk.event("done")
+        if kind is None or not kind.from_source:  # a source's packets are no measure of a codec's bytes
+            self.policy.downloaded(codec, chunk.pairs, len(payload), first_byte, asked)
+            self.policy.answered(chunk.pairs, asked, time.perf_counter())
+        return Middles(images, sent + len(payload), len(answer) + received, len(payload), retries + edge_retries, codec)
 
+    def _from_cloud(self, chunk: _Chunk, form: dict[str, str], cancel: threading.Event | None,
+                    stages: dict[str, Stage]) -> tuple[bytes, int, float, int]:
+        """The cloud's answer, the bytes sent for it, when it began to come down (for ``--codec
+        auto``'s link rate) and the retries; its body is read in the link's turn, in chunk order."""
+        first_byte: list[float] = []
         link = stages.get("link")
-        turn = None if link is None else (lambda: link.slot(cancel, order))
+        turn = None if link is None else (lambda: link.slot(cancel, chunk.order))
 
-        def encode():
-            TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "cloud asked")
-            return self.transport.encode(encoded, form, first_byte.append, turn)
+        def ask():
+            chunk.event("cloud asked")
+            return self.transport.ask_cloud(list(chunk.encoded), form, first_byte.append, turn)
 
-        (payload, sent), retries = self._retried(encode, cancel, stages.get("encoder"), order)
-        TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "payload in")
-        down = len(payload)  # from the cloud: a bitstream payload without the packets, which we hold
-        if codec == BITSTREAM_CODEC:
-            payload = self.sources[named["source"]].restore(payload)
+        (answer, sent), retries = self._retried(ask, cancel, stages.get("encoder"), chunk.order)
+        chunk.event("payload in")
+        return answer, sent, first_byte[-1], retries
+
+    def _from_edge(self, chunk: _Chunk, payload: bytes, cancel: threading.Event | None, stages: dict[str, Stage],
+                   arrived: Arrivals | None) -> tuple[list[Image.Image], int, int]:
+        """The chunk's middles from the edge, each handed to ``arrived`` as it comes; the bytes
+        received and the retries."""
         images: list[Image.Image] = []
 
-        def receive(j: int, image: Image.Image) -> None:
-            TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, f"middle {j}")
+        def deliver(j: int, image: Image.Image) -> None:
+            chunk.event(f"middle {j}")
             images.append(image)
             if arrived is not None:
                 arrived(j, image)
 
-        def decode():
-            if len(images) == pairs:  # every middle came before the answer broke off: nothing to ask for
+        def ask():
+            if len(images) == chunk.pairs:  # every middle came before the answer broke off: nothing to ask for
                 return 0
-            TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "edge asked")
-            return self.transport.decode(payload, len(images), pairs, size, receive)
+            chunk.event("edge asked")
+            return self.transport.ask_edge(payload, len(images), chunk.pairs, chunk.size, deliver)
 
-        asked = time.perf_counter()
-        received, edge_retries = self._retried(decode, cancel, stages.get("decoder"), order)
-        TIMELINE.debug("chunk %d (%d pairs): %s", index, pairs, "done")
-        if self.auto is not None and codec != BITSTREAM_CODEC:
-            self.auto.downloaded(codec, pairs, len(payload), first_byte[-1], asked)
-            self.auto.answered(pairs, asked, time.perf_counter())
-        return Middles(images, sent + len(payload), down + received, len(payload), retries + edge_retries, codec)
+        received, retries = self._retried(ask, cancel, stages.get("decoder"), chunk.order)
+        return images, received, retries
 
     def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
         """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
         data0 = _as_bytes(frame0, "frame0")
         size = frame0.size if isinstance(frame0, Image.Image) else oriented_size(data0, "frame0")
-        return self._chunk([data0, _as_bytes(frame1, "frame1")], seed, size).images[0]
+        chunk = _Chunk([data0, _as_bytes(frame1, "frame1")], seed, size)
+        return self._middles(chunk, self._codec(chunk)).images[0]
 
-    def interpolate_clip(
-        self,
-        src: str | Path,
-        dst: str | Path,
-        *,
-        seed: int = 0,
-        chunk: int = DEFAULT_CHUNK,
-        ramp: bool = True,
-        inflight: int = DEFAULT_INFLIGHT,
-        progress: bool | None = None,
-        factor: int = 2,
-        resume: bool = False,
-        **retiming,
-    ) -> Summary:
-        """Stream the clip ``src`` through the servers into ``dst``, ``chunk`` pairs per request
-        (``ramp``: 1, 1, 2, 4, ... first); pair i uses ``seed + i`` (``factor``, ``resume`` and the
-        ``retiming`` options ``fps``, ``time_error``, ``encoding``, ``process_size``: see
-        :func:`~eden_serve.client.streaming.interpolate_clip`)."""
+    def interpolate_clip(self, src: str | Path, dst: str | Path, **options) -> Summary:
+        """Stream the clip ``src`` through the servers into ``dst``, with the options of
+        :func:`~eden_serve.client.streaming.interpolate_clip` (:class:`~.streaming.ClipOptions`):
+        here by default ``chunk`` pairs per request, :data:`DEFAULT_CHUNK`, ``ramp``ed (1, 1, 2, 4,
+        ... first), ``inflight`` requests per server, :data:`DEFAULT_INFLIGHT`."""
+        options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "ramp": True, "inflight": DEFAULT_INFLIGHT, **options})
         cancel = threading.Event()
         if source_name(src) is not None:
-            src = self.source(source_name(src), DEFAULT_MAX_PIXELS if retiming.get("process_size") is None else None)
-        return interpolate_clip(src, dst, self.processor(cancel, inflight), chunk=chunk, ramp=ramp, seed=seed,
-                                inflight=self.window(inflight), progress=progress, cancel=cancel, factor=factor,
-                                resume=resume, fingerprint={"servers": self.transport.urls, "codec": self.codec,
-                                                            "scene_threshold": self.scene_threshold}, **retiming)
+            src = self.source(source_name(src), DEFAULT_MAX_PIXELS if options.process_size is None else None)
+        fingerprint = {"servers": self.transport.urls, "codec": self.codec, "scene_threshold": self.scene_threshold}
+        processor = self.processor(cancel, options.inflight)
+        return interpolate_clip(src, dst, processor, replace(options, inflight=self.window(options.inflight), cancel=cancel,
+                                                             fingerprint=fingerprint))
 
     def source(self, name: str, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> RemoteVideo:
         """The video ``name`` under the cloud's media root, planned from its probe (docs/cloud-sources.md)."""
         if not self.split:
             raise BadInputError("a cloud: source is read from --cloud and --edge, or from --server over --transport grpc "
                                 "(its packets come from the cloud's encoder, not through the workflow)")
-        remote = open_remote(name, lambda form: self._retried(lambda: self.transport.encode([], form), None)[0][0], max_pixels)
+        remote = open_remote(name, lambda form: self._retried(lambda: self.transport.ask_cloud([], form), None)[0][0], max_pixels)
         self.sources[name] = remote
         return remote
 
@@ -241,49 +269,7 @@ class Client:
         caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
         each taken in the order of the chunks (:class:`~eden_serve.client.transports.Stage`), and middles
         stream as they come. A chunk a server finds too large is sent again as two halves."""
-        stages = {}
-        if self.split and inflight is not None:
-            # Two at the cloud: one uploading and encoding while the other's payload comes down, and
-            # one payload on the link at a time, each arriving as early as it can.
-            stages = {"encoder": Stage(min(inflight, CLOUD_REQUESTS)), "link": Stage(1), "decoder": Stage(inflight)}
-
-        def chunk(index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
-            named = named_fields(frames)
-            args = ([] if named else [frame.encoded for frame in frames], seed, frames[0].image.size, cancel, stages, arrived,
-                    index, order, named)
-            try:
-                return self._chunk(*args)
-            except (CodecError, ServerError) as exc:
-                if named is not None and self.codec in (AUTO, BITSTREAM_CODEC) and exc.kind in BITSTREAM_FAILURES:
-                    warnings.warn(f"frames {index} to {index + len(frames) - 1}: {str(exc).split(';')[0]}; sent with the "
-                                  f"{FRAMES_CODEC} codec instead")
-                    return self._chunk(*args, FRAMES_CODEC)
-                if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
-                    raise
-            half = len(frames) // 2
-            later = None if arrived is None else (lambda j, image: arrived(half + j, image))
-            first = chunk(index, frames[: half + 1], seed, arrived, order)
-            second = chunk(index + half, frames[half:], seed + half, later, order)
-            return Middles(first.images + second.images, first.sent_bytes + second.sent_bytes,
-                           first.received_bytes + second.received_bytes,
-                           None if first.payload_bytes is None else first.payload_bytes + second.payload_bytes,
-                           first.retries + second.retries, first.codec)
-
-        def process(index: int, frames: list[Frame], seed: int, arrived=None) -> Middles:
-            order = getattr(arrived, "order", None)
-            try:
-                return chunk(index, frames, seed, arrived, order)
-            finally:  # a chunk that failed before a stage must not hold back the later ones there
-                for stage in stages.values():
-                    stage.forget(order)
-
-        def queued(order: int) -> None:
-            for stage in stages.values():
-                stage.expect(order)
-
-        process.queued = queued
-        process.streams = self.split
-        return process
+        return _Processor(self, cancel, inflight)
 
     def close(self) -> None:
         self.transport.close()
@@ -293,3 +279,59 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Processor(Processor):
+    """A :class:`Client` as a processor (:meth:`Client.processor`)."""
+
+    def __init__(self, client: Client, cancel: threading.Event | None, inflight: int | None):
+        self.client, self.cancel, self.streams = client, cancel, client.split
+        self.stages: dict[str, Stage] = {}
+        if client.split and inflight is not None:
+            # Two at the cloud: one uploading and encoding while the other's payload comes down, and
+            # one payload on the link at a time, each arriving as early as it can.
+            self.stages = {"encoder": Stage(min(inflight, CLOUD_REQUESTS)), "link": Stage(1), "decoder": Stage(inflight)}
+
+    def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles:
+        order = None if arrived is None else arrived.order
+        try:
+            return self._middles_of(index, frames, seed, arrived, order)
+        finally:  # a chunk that failed before a stage must not hold back the later ones there
+            for stage in self.stages.values():
+                stage.forget(order)
+
+    def queued(self, order: int) -> None:
+        for stage in self.stages.values():
+            stage.expect(order)
+
+    def _middles_of(self, index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
+        """The chunk's middles: sent again with its kind's fallback where that kind failed on it, or
+        as two halves where a server finds it too large."""
+        named = named_fields(frames)
+        chunk = _Chunk([] if named else [frame.encoded for frame in frames], seed, frames[0].image.size, named, index, order)
+        codec = self.client._codec(chunk)
+        try:
+            return self.client._middles(chunk, codec, self.cancel, self.stages, arrived)
+        except (CodecError, ServerError) as exc:
+            kind = wire.KINDS.get(codec)
+            if kind is not None and exc.kind in kind.fallback_on:
+                warnings.warn(f"frames {index} to {index + len(frames) - 1}: {str(exc).split(';')[0]}; sent with the "
+                              f"{kind.fallback} codec instead")
+                return self.client._middles(chunk, kind.fallback, self.cancel, self.stages, arrived)
+            if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
+                raise
+        half = len(frames) // 2
+        later = None if arrived is None else _Shifted(arrived, half)
+        first = self._middles_of(index, frames[: half + 1], seed, arrived, order)
+        first.add(self._middles_of(index + half, frames[half:], seed + half, later, order))
+        return first
+
+
+class _Shifted:
+    """``arrived`` for the second half of a chunk sent in two: its middle j is the chunk's ``shift + j``."""
+
+    def __init__(self, arrived, shift: int):
+        self.arrived, self.shift, self.order = arrived, shift, arrived.order
+
+    def __call__(self, j: int, image: Image.Image) -> None:
+        self.arrived(self.shift + j, image)

@@ -48,7 +48,7 @@ class Item:
         end = Fraction(1) if other.after is None else other.position
         position = (self.position + end) / 2
         image = matched(middle, self.frame, other.frame)
-        frame = None if last else Frame.of(image, self.before.index, f"{self.before.name}+{position}")
+        frame = None if last else Frame(self.before.index, f"{self.before.name}+{position}", image=image)
         return Item(frame, image, self.before, other.before if other.after is None else other.after, position)
 
 

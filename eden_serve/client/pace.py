@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import threading
 
+from .. import wire
+from ..errors import BadInputError
 from ..wire import DEFAULT_CODEC, FRAMES_CODEC
 
 AUTO = "auto"
@@ -49,6 +51,35 @@ class BusyTime:
         return sum(amount for *_, amount in self._spans) / busy if busy > 0 else None
 
 
+class FixedCodec:
+    """The codec ``codec`` for every chunk (None: the cloud's default), except that a chunk of a
+    server-side source goes as the source's own packets where ``codec`` is that kind's name."""
+
+    def __init__(self, codec: str | None):
+        self.codec, kind = codec, wire.KINDS.get(codec)
+        self.sources = kind is not None and kind.from_source
+
+    def next(self) -> str | None:
+        return self.codec
+
+    def downloaded(self, codec: str, pairs: int, payload_bytes: int, start: float, end: float) -> None:
+        pass
+
+    def answered(self, pairs: int, start: float, end: float) -> None:
+        pass
+
+
+def codec_policy(codec: str | None, split: bool) -> "FixedCodec | AutoCodec":
+    """The split client's codec per chunk: ``codec`` itself, or the policy it names (:data:`POLICIES`:
+    ``auto``, in the split only, picks a codec for the link between cloud and edge)."""
+    policy = POLICIES.get(codec)
+    if policy is None:
+        return FixedCodec(codec)
+    if not split:
+        raise BadInputError(f"codec {codec} picks a codec for the link between cloud and edge: give cloud and edge, not server")
+    return policy()
+
+
 class AutoCodec:
     """The split client's codec per chunk, from the latest measurements: payload bytes per pair per
     codec, the link's rate from the payloads' downloads, and the edge's pairs per busy second.
@@ -58,6 +89,8 @@ class AutoCodec:
     held back more). Where the edge is the bottleneck, each other codec is tried once (its payload
     size is known only once sent), and from then on every chunk takes :func:`choose_codec`'s pick.
     Thread-safe: chunks start and end on several threads."""
+
+    sources = True  # a server-side source's chunks go as its own packets, the fewest bytes there are
 
     def __init__(self, candidates: tuple[str, ...] = CANDIDATES):
         self.candidates = candidates
@@ -90,3 +123,7 @@ class AutoCodec:
         """The edge answered ``pairs`` pairs, asked at ``start``, at ``end``."""
         with self._lock:
             self.edge.add(start, end, pairs)
+
+
+# The codec names that name a policy of the client's rather than a payload kind.
+POLICIES: dict[str, type[AutoCodec]] = {AUTO: AutoCodec}

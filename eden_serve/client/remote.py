@@ -25,7 +25,6 @@ from ..media.base import Clip, Frame
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.video import VideoClip
-from ..wire import elision
 from ..wire.pages import Packet, Page, unpack
 
 PREFIX = "cloud:"
@@ -180,10 +179,6 @@ class RemoteVideo(VideoClip):
         if [(p.pts, p.dts, len(p.data)) for p in found] != wanted:
             raise CodecError("the packets a bitstream chunk names are not those held here")
         return [p.data for p in found]
-
-    def restore(self, elided: bytes) -> bytes:
-        """A bitstream payload that the cloud sent without its packets, whole again from those held."""
-        return elision.restore(elided, self.packets(elision.wanted(elided)))
 
     def __iter__(self) -> Iterator:
         try:

@@ -9,35 +9,35 @@ what the smaller grid cannot hold), and each middle comes back scaled to the cli
 
 from __future__ import annotations
 
-from typing import Callable
-
 from PIL import Image
 
 from ..media.base import Frame
 from ..media.frames import as_image, check_size
+from .processors import Processor
 
 
-def at_size(processor: Callable, size: tuple[int, int], max_pixels: int | None) -> Callable:
-    """``processor`` (``(index, frames, seed)`` -> middle images, or an object holding them in
-    ``images``) run on the frames scaled to ``size`` (height, width), its middles scaled back;
-    ``max_pixels`` (None: no limit) applies to ``size``."""
-    height, width = size
-    if max_pixels is not None:
-        check_size(width, height, max_pixels, "--process-size")
+class AtSize(Processor):
+    """``inner`` run on the frames scaled to ``size`` (height, width), its middles scaled back;
+    ``max_pixels`` (None: no limit) applies to ``size``. It streams nothing: its middles come
+    whole, each scaled back."""
 
-    def scaled(image: Image.Image) -> Image.Image:
+    def __init__(self, inner: Processor, size: tuple[int, int], max_pixels: int | None):
+        height, width = size
+        if max_pixels is not None:
+            check_size(width, height, max_pixels, "--process-size")
+        self.inner, self.size = inner, size
+
+    def scaled(self, image: Image.Image) -> Image.Image:
         # The model sees colour only (frames.image_to_tensor); palettes and alpha cannot be filtered.
         image = image if image.mode in ("RGB", "L", "I", "I;16", "F") else image.convert("RGB")
-        return image.resize((width, height), Image.Resampling.LANCZOS)
+        return image.resize(self.size[::-1], Image.Resampling.LANCZOS)
 
-    def process(index: int, frames: list[Frame], seed: int):
-        small = [Frame(f.index, f.name, image=scaled(f.image)) for f in frames]
-        result = processor(index, small, seed)
+    def __call__(self, index: int, frames: list[Frame], seed: int, arrived=None):
+        small = [Frame(f.index, f.name, image=self.scaled(f.image)) for f in frames]
+        result = self.inner(index, small, seed)
         images = getattr(result, "images", result)
         full = [as_image(image).resize(frames[0].size, Image.Resampling.BICUBIC) for image in images]
         if hasattr(result, "images"):
             result.images = full
             return result
         return full
-
-    return process

@@ -4,17 +4,15 @@ A clip of N frames is N - 1 pairs, cut into chunks of ``chunk`` = K pairs: K + 1
 neighbouring chunks sharing their boundary frame (the last chunk may be shorter). Each chunk is
 handed to a *processor*, a callable ``(i, frames, seed) -> Middles | [PIL.Image]`` giving the K
 middle frames, where ``i`` is the chunk's first pair and pair i + j uses seed ``base_seed + i + j``,
-on one of ``inflight`` worker threads. The main thread reads frames lazily, keeps at most
+on one of ``inflight`` worker threads (:mod:`.processors`). The main thread reads frames lazily, keeps at most
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
-middles, whatever the clip length. :func:`pairwise` makes a processor of one pair at a time.
-``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs (:func:`~eden_serve.client.levels.chunk_end`),
-so that its first middle needs one pair's work. A processor with ``streams = True`` is also given
-``arrived(j, image)`` to hand over each middle of its chunk as soon as it has it; they are written
+middles, whatever the clip length. ``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs
+(:func:`~eden_serve.client.levels.chunk_end`), so that its first middle needs one pair's work. A
+processor that streams hands over each middle of its chunk as soon as it has it; they are written
 as they come, in order, and its final result must hold the same images. ``arrived.order`` numbers
-the chunks 0, 1, 2, ... as they are submitted (all levels together), and a streaming processor with
-a ``queued(order)`` method is told each number on the main thread as its chunk is submitted, before
-any worker thread runs it: so it can serve chunks in their order whatever order its threads ask in.
+the chunks 0, 1, 2, ... as they are submitted (all levels together), and the processor hears each
+number (:meth:`~.processors.Processor.queued`) on the main thread before any worker runs it.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
 (:mod:`eden_serve.client.levels`); any other factor, or a frame rate, computes only the middles its
 frames show (:mod:`eden_serve.client.tree`); ``resume`` keeps and continues a stopped run's output
@@ -34,27 +32,23 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 from PIL import Image
 from tqdm import tqdm
 
-from ..errors import (
-    BadInputError,
-    EdenError,
-    PairError,
-    TransientError,
-    UnavailableError,
-)
+from ..errors import BadInputError, EdenError, PairError, TransientError
 from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
-from ..media.frames import Picture, picture_size
+from ..media.frames import picture_size
 from ..media.resume import Journal
-from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH, Schedule
+from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH
 from .levels import Item, Level
-from .resize import at_size
+from .processors import Cached, Middles, Processor, as_processor
+from .resize import AtSize
+from .schedule import Schedule
 from .tree import retime
 from .workers import Arrivals, Workers
 
@@ -69,46 +63,37 @@ TIMELINE = logging.getLogger("eden_serve.timeline")
 
 
 @dataclass(frozen=True)
-class Retry:
-    """Exponential backoff: ``tries`` attempts in all, ``backoff`` seconds before the second, doubling
-    up to ``max_backoff``. Only :class:`TransientError` is retried."""
+class ClipOptions:
+    """How :func:`interpolate_clip` runs a clip (its docstring says what each option does)."""
 
-    tries: int = 5
-    backoff: float = 1.0
-    max_backoff: float = 30.0
+    chunk: int = 1
+    ramp: bool = False
+    seed: int = 0
+    factor: int | Fraction = 2
+    inflight: int = DEFAULT_INFLIGHT
+    progress: bool | None = None
+    max_pixels: int | None = None
+    resume: bool = False
+    fps: Fraction | None = None
+    time_error: Fraction = DEFAULT_TIME_ERROR
+    encoding: Encoding | None = None
+    process_size: tuple[int, int] | None = None
+    raw: RawVideo | None = None
+    # Of the run rather than the clip: set by whoever runs it.
+    cancel: threading.Event | None = None
+    fingerprint: dict | None = None
+    watch: Callable[[Processor], Processor] | None = None
 
     def __post_init__(self):
-        if self.tries < 1 or self.backoff < 0:
-            raise BadInputError(f"retry needs tries >= 1 and backoff >= 0, got {self.tries} and {self.backoff}")
+        if self.inflight < 1:
+            raise BadInputError(f"inflight must be at least 1, got {self.inflight}")
+        if self.chunk < 1:
+            raise BadInputError(f"chunk must be at least 1 pair, got {self.chunk}")
+        Retiming(Fraction(self.factor), self.fps, self.time_error)  # refused here, before any frame is read
 
-    def call(self, operation: Callable[[], object], cancel: threading.Event | None = None):
-        """``operation()``, retried; raises :class:`UnavailableError` once the tries are spent, or as
-        soon as ``cancel`` is set while waiting."""
-        for attempt in range(self.tries):
-            try:
-                return operation()
-            except TransientError as exc:
-                failure = exc
-            if attempt + 1 < self.tries:
-                delay = min(self.backoff * 2**attempt, self.max_backoff)
-                if cancel is not None and cancel.wait(delay):
-                    raise UnavailableError(f"{failure} (cancelled)") from failure
-                if cancel is None:
-                    time.sleep(delay)
-        raise UnavailableError(f"{failure} (gave up after {self.tries} tries)") from failure
-
-
-@dataclass
-class Middles:
-    """A processor's result: a chunk's middle frames (RGB images, or 8-bit RGB pixels [H, W, 3] where
-    an edge in this process made them), in pair order, and what moving them cost."""
-
-    images: list[Picture]
-    sent_bytes: int = 0  # uploaded to servers for this chunk
-    received_bytes: int = 0  # downloaded from servers
-    payload_bytes: int | None = None  # the cloud -> edge wire payload, where this side sees it
-    retries: int = 0  # requests that had to be sent again
-    codec: str | None = None  # the wire codec asked for (None: the server's default, or no wire)
+    @property
+    def retiming(self) -> Retiming:
+        return Retiming(Fraction(self.factor), self.fps, self.time_error)
 
 
 def _size(count: float) -> str:
@@ -130,6 +115,15 @@ class Summary:
     resumed: int = 0  # pairs an earlier run had done (not in ``pairs``)
     retiming: str = ""  # a retimed run's time error and cost
 
+    def add(self, middles: Middles) -> None:
+        """Counts a chunk's middles and what moving them cost."""
+        self.pairs += len(middles.images)
+        self.sent_bytes += middles.sent_bytes
+        self.received_bytes += middles.received_bytes
+        self.retries += middles.retries
+        if middles.payload_bytes is not None:
+            self.payload_bytes = (self.payload_bytes or 0) + middles.payload_bytes
+
     @property
     def pairs_per_second(self) -> float:
         return self.pairs / self.seconds if self.seconds > 0 else 0.0
@@ -147,32 +141,6 @@ class Summary:
         line += f"; {self.retries} requests retried" if self.retries else ""
         line += f"; resumed after {self.resumed} pairs done before" if self.resumed else ""
         return line + (f"\n{self.retiming}" if self.retiming else "")
-
-
-Processor = Callable[[int, list[Frame], int], "Middles | Sequence[Image.Image]"]
-PairProcessor = Callable[[int, Frame, Frame, int], "Middles | Image.Image"]
-
-
-def pairwise(process_pair: PairProcessor) -> Processor:
-    """A processor of chunks from one of pairs, ``(i, frame0, frame1, seed) -> image``, called
-    for each pair in turn."""
-
-    def process(index: int, frames: list[Frame], seed: int) -> Middles:
-        middles = Middles([])
-        for j, (before, after) in enumerate(zip(frames, frames[1:])):
-            result = process_pair(index + j, before, after, seed + j)
-            if isinstance(result, Middles):
-                middles.images += result.images
-                middles.sent_bytes += result.sent_bytes
-                middles.received_bytes += result.received_bytes
-                middles.retries += result.retries
-                if result.payload_bytes is not None:
-                    middles.payload_bytes = (middles.payload_bytes or 0) + result.payload_bytes
-            else:
-                middles.images.append(result)
-        return middles
-
-    return process
 
 
 def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
@@ -200,35 +168,59 @@ def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
 
 
 class _Run:
-    """What the levels share: the processors (one per level), the workers, the summary and the
-    writer, with the checkpoints of a resumable output."""
+    """One clip's run: the processors (one per level), the workers, the summary and the writer,
+    with the checkpoints of a resumable output; the levels and the retimed tree share it."""
 
-    def __init__(self, processors, workers, summary, bar, *, chunk, ramp, inflight, seed, factor, writer, journal):
-        self.processors, self.workers, self.summary, self.bar = processors, workers, summary, bar
-        self.chunk, self.ramp, self.inflight, self.seed = chunk, ramp, inflight, seed
-        self.closing = 1 - Fraction(1, factor)  # the position of the last middle before an original
-        self.writer, self.journal = writer, journal
+    def __init__(self, options: ClipOptions, processor: Processor, workers: Workers, writer, journal: Journal | None):
+        self.options, self.workers, self.writer, self.journal = options, workers, writer, journal
+        self.chunk, self.ramp, self.inflight, self.seed = options.chunk, options.ramp, options.inflight, options.seed
+        self.depth = options.retiming.levels  # None: retimed
+        levels = MAX_DEPTH if self.depth is None else self.depth
+        self.processors = [processor] * levels
+        if journal is not None and (self.depth is None or not writer.continues):
+            self.processors = [Cached(processor, journal, level) for level in range(1, levels + 1)]
+        self.closing = 1 - Fraction(1, 2**levels)  # the position of the last middle before an original
+        # A resumed output holds the frames before original ``start``.
+        self.start = journal.checkpoint["position"] if self.depth and journal is not None and journal.checkpoint else 0
+        self.summary = Summary(pairs=0, frames=0, seconds=0.0)
+        self.bar: tqdm | None = None
         self.submitted = 0  # streamed chunks so far: the next one's order
+        self.arrivals: dict[Future, Arrivals] = {}  # of the streamed chunks not yet collected
+
+    def write(self, clip: Clip, src) -> Summary:
+        """The clip's output: its levels, or its retimed frames."""
+        summary, factor = self.summary, 2 ** len(self.processors)
+        summary.resumed, summary.frames = (factor - 1) * self.start, factor * self.start
+        total = (factor - 1) * (clip.length - 1) if clip.length and self.depth is not None else None
+        schedule = Schedule(self.options.retiming)
+        with progress_bar(total, self.options.progress) as self.bar:
+            self.bar.update(summary.resumed)
+            read = retime(clip, schedule, self) if self.depth is None else _leveled(clip, self, self.depth, self.start)
+            if not read:
+                raise BadInputError(f"{str(src)!r} holds no frames")
+        summary.retiming = schedule.report() if self.depth is None else ""
+        if self.journal is not None:
+            summary.pairs -= self.journal.hits
+            summary.resumed += self.journal.hits
+        return summary
 
     def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
         processor = self.processors[depth - 1]
-        if not getattr(processor, "streams", False):
+        if not processor.streams:
             return self.workers.submit(processor, index, frames, self.seed + index)
         arrivals = Arrivals(len(frames) - 1, self.submitted)
         self.submitted += 1
-        queued = getattr(processor, "queued", None)
-        if queued is not None:
-            queued(arrivals.order)
+        processor.queued(arrivals.order)
         future = self.workers.submit(processor, index, frames, self.seed + index, arrivals)
         arrivals.watch(future)
-        future.arrivals = arrivals
+        self.arrivals[future] = arrivals
         return future
 
     def collect(self, future: Future, index: int, frames: list[Frame]) -> Iterator[Image.Image]:
         """The chunk's middles in order: each as it arrives where the processor streams them, the
         rest (all, otherwise) once it has finished."""
         given = 0
-        arrivals = getattr(future, "arrivals", None)
+        arrivals = self.arrivals.pop(future, None)
         while arrivals is not None and given < len(frames) - 1:
             image = arrivals.wait(given)
             if image is None:
@@ -240,13 +232,7 @@ class _Run:
             self.bar.update(1)
             yield image
         middles = _middles(future, index, frames)
-        summary = self.summary
-        summary.pairs += len(middles.images)
-        summary.sent_bytes += middles.sent_bytes
-        summary.received_bytes += middles.received_bytes
-        summary.retries += middles.retries
-        if middles.payload_bytes is not None:
-            summary.payload_bytes = (summary.payload_bytes or 0) + middles.payload_bytes
+        self.summary.add(middles)
         self.bar.update(len(middles.images) - given)
         yield from middles.images[given:]
 
@@ -272,15 +258,17 @@ class _Run:
         pass
 
 
-def _identity(clip, retiming: Retiming, fingerprint: dict | None, encoding: Encoding | None, process_size, **run):
+def _identity(clip: Clip, options: ClipOptions) -> dict:
     """What a resumed run must share with the run it continues (the newer keys only where set, so
     a plain run's journal reads as before)."""
     if str(clip.path) == PIPE:
         raise BadInputError("--resume needs an input file, not -: a pipe cannot be read again")
-    identity = {"input": clip.identity(), "frames": clip.length, **run, "processor": fingerprint or {},
+    retiming, encoding = options.retiming, options.encoding
+    identity = {"input": clip.identity(), "frames": clip.length, "chunk": options.chunk, "seed": options.seed,
+                **({"raw": str(options.raw)} if options.raw else {}), "processor": options.fingerprint or {},
                 "factor": int(retiming.factor) if retiming.levels else str(retiming.factor)}
     extra = {"fps": retiming.fps and str(retiming.fps), "time_error": not retiming.levels and str(retiming.time_error),
-             "encoding": encoding and encoding.given and encoding.identity(), "process_size": process_size}
+             "encoding": encoding and encoding.given and encoding.identity(), "process_size": options.process_size}
     return identity | {key: value for key, value in extra.items() if value}
 
 
@@ -300,31 +288,13 @@ def _leveled(clip, run: _Run, depth: int, start: int) -> int:
     return read
 
 
-def interpolate_clip(
-    src: str | Path | Clip,
-    dst: str | Path,
-    processor: Processor,
-    *,
-    chunk: int = 1,
-    ramp: bool = False,
-    seed: int = 0,
-    factor: int | Fraction = 2,
-    inflight: int = DEFAULT_INFLIGHT,
-    progress: bool | None = None,
-    cancel: threading.Event | None = None,
-    max_pixels: int | None = None,
-    resume: bool = False,
-    fingerprint: dict | None = None,
-    fps: Fraction | None = None,
-    time_error: Fraction = DEFAULT_TIME_ERROR,
-    encoding: Encoding | None = None,
-    process_size: tuple[int, int] | None = None,
-    raw: RawVideo | None = None,
-    watch: Callable[[Processor], Processor] | None = None,
-) -> Summary:
-    """Interpolate every pair of the clip ``src`` with ``processor``, ``chunk`` pairs per call, and
-    write ``dst``: F(N - 1) + 1 frames for a ``factor`` F of 2, 4 or 8. ``ramp``: each level's first
-    chunks are 1, 1, 2, 4, ... pairs (the first middle sooner; see the module's note).
+def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Processor | Callable, options: ClipOptions | None = None,
+                     **given) -> Summary:
+    """Interpolate every pair of the clip ``src`` with ``processor`` (:mod:`.processors`; a plain
+    function ``(index, frames, seed)`` too), ``chunk`` pairs per call, and write ``dst``: F(N - 1) + 1
+    frames for a ``factor`` F of 2, 4 or 8. The options are ``options``' (:class:`ClipOptions`),
+    or those ``given`` by name. ``ramp``: each level's first chunks are 1, 1, 2, 4, ... pairs (the
+    first middle sooner; see the module's note).
 
     Factor 2^L runs L levels, each a 2x pass over the frames of the one before (its middles in
     their neighbours' pixel format), chunked and seeded as a pass of its own: pair k of a level
@@ -338,55 +308,30 @@ def interpolate_clip(
     depend on (the model, the servers, the codec), recorded in the journal.
 
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
-    ``time_error`` (:mod:`eden_serve.media.timing`). ``encoding``: a video's encoder options.
+    ``time_error`` (:mod:`eden_serve.client.schedule`). ``encoding``: a video's encoder options.
     ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.client.resize`). ``raw``: the
     input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
     already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
     processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
     or stops the run by raising (the web page, :mod:`eden_serve.page.runs`).
     """
-    if inflight < 1:
-        raise BadInputError(f"inflight must be at least 1, got {inflight}")
-    if chunk < 1:
-        raise BadInputError(f"chunk must be at least 1 pair, got {chunk}")
-    retiming = Retiming(Fraction(factor), fps, time_error)
-    depth = retiming.levels
-    if process_size is not None:
-        processor = at_size(processor, process_size, max_pixels)
-    if watch is not None:
-        processor = watch(processor)
-    cancel = cancel if cancel is not None else threading.Event()
+    options = replace(options, **given) if options is not None else ClipOptions(**given)
+    processor = as_processor(processor)
+    if options.process_size is not None:
+        processor = AtSize(processor, options.process_size, options.max_pixels)
+    if options.watch is not None:
+        processor = options.watch(processor)
+    options = replace(options, cancel=options.cancel if options.cancel is not None else threading.Event())
     started = time.perf_counter()
-    summary = Summary(pairs=0, frames=0, seconds=0.0)
-    opened = src if isinstance(src, Clip) else open_clip(src, max_pixels if process_size is None else None, raw)
+    opened = src if isinstance(src, Clip) else open_clip(src, options.max_pixels if options.process_size is None else None,
+                                                         options.raw)
     with opened as clip:
-        if fps is not None and clip.kind != "video":
+        if options.fps is not None and clip.kind != "video":
             raise BadInputError(f"--fps needs a video; a {clip.kind}'s frames have no times: give --factor FPS/RATE "
                                 "(24 to 60: --factor 5/2)")
-        journal = None
-        if resume:
-            journal = Journal(dst, _identity(clip, retiming, fingerprint, encoding, process_size, chunk=chunk, seed=seed,
-                                         **({"raw": str(raw)} if raw else {})))
-        with write_clip(clip, dst, retiming, journal, encoding) as writer, Workers(inflight, cancel) as workers:
-            start = journal.checkpoint["position"] if depth and journal is not None and journal.checkpoint else 0
-            levels = MAX_DEPTH if depth is None else depth
-            processors = [processor] * levels
-            if journal is not None and (depth is None or not writer.continues):
-                processors = [journal.cached_processor(processor, level) for level in range(1, levels + 1)]
-            factor = 2**levels
-            summary.resumed, summary.frames = (factor - 1) * start, factor * start
-            total = (factor - 1) * (clip.length - 1) if clip.length and depth is not None else None
-            with progress_bar(total, progress) as bar:
-                bar.update(summary.resumed)
-                run = _Run(processors, workers, summary, bar, chunk=chunk, ramp=ramp, inflight=inflight, seed=seed, factor=factor,
-                           writer=writer, journal=journal)
-                schedule = Schedule(retiming)
-                read = retime(clip, schedule, run) if depth is None else _leveled(clip, run, depth, start)
-                if not read:
-                    raise BadInputError(f"{str(src)!r} holds no frames")
-            summary.retiming = schedule.report() if depth is None else ""
-            if journal is not None:
-                summary.pairs -= journal.hits
-                summary.resumed += journal.hits
+        journal = Journal(dst, _identity(clip, options)) if options.resume else None
+        with write_clip(clip, dst, options.retiming, journal, options.encoding) as writer, \
+                Workers(options.inflight, options.cancel) as workers:
+            summary = _Run(options, processor, workers, writer, journal).write(clip, src)
     summary.seconds = time.perf_counter() - started
     return summary

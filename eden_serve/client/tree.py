@@ -1,4 +1,4 @@
-"""The frames of a retimed output (:mod:`eden_serve.media.timing`): only the middles its frames show, and their
+"""The frames of a retimed output (:mod:`eden_serve.client.schedule`): only the middles its frames show, and their
 ancestors in the 2x tree, are computed.
 
 The source intervals are read in windows of ``run.chunk``. In a window, depth d's middles wait for
@@ -17,10 +17,9 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from fractions import Fraction
 from typing import Iterable
 
-
 from ..media.base import Frame, matched
 from ..media.frames import Picture
-from ..media.timing import Schedule, Target, ancestors
+from .schedule import Schedule, Target, ancestors
 
 
 def _runs(pairs: list[int], chunk: int) -> list[list[int]]:
@@ -72,14 +71,15 @@ class _Window:
             self.depth += 1
             self.ready.extend((self.depth, run) for run in self.jobs.get(self.depth, ()))
 
-    def receive(self, depth: int, run: list[int], images: list[Picture]) -> None:
+    def fill(self, depth: int, run: list[int], images: list[Picture]) -> None:
+        """The middles of pairs ``run`` of depth ``depth`` have come."""
         for g, image in zip(run, images):
             interval, left, right = self._pair(depth, g)
             before, after = self.node(interval, left), self.node(interval, right)
             position = (left + right) / 2
             self.images[interval, position] = image
             # The next depth reads it as a 2x pass would have written it: in its neighbours' format.
-            self.nodes[interval, position] = Frame.of(matched(image, before, after), before.index, f"{before.name}+{position}")
+            self.nodes[interval, position] = Frame(before.index, f"{before.name}+{position}", image=matched(image, before, after))
         self.waiting -= 1
         self.advance()
 
@@ -98,64 +98,88 @@ def retime(frames: Iterable[Frame], schedule: Schedule, run) -> int:
     ``submit(depth, index, frames)``, ``collect(future, index, frames)`` and ``place(picture,
     before, after, position)``); returns the number of source frames read. The schedule's clock
     is seconds under ``--fps`` (a video's frames are timed), else frame indices."""
-    timed = schedule.retiming.fps is not None
+    retiming = _Retiming(frames, schedule, run)
+    while True:
+        retiming.read()
+        retiming.submit()
+        retiming.write()
+        if retiming.exhausted and not retiming.windows:
+            break
+        retiming.collect()
+    retiming.tail()
+    return retiming.frames_read
 
-    def clock(frame: Frame) -> Fraction:
-        return frame.time if timed else Fraction(frame.index)
 
-    def end(frame: Frame) -> Fraction | None:
-        return frame.end if timed else None
+class _Retiming:
+    """:func:`retime` under way: the source read window by window, the windows in flight, and the
+    chunks outstanding (at most ``run.inflight``)."""
 
-    source = iter(frames)
-    windows: deque[_Window] = deque()
-    outstanding: dict = {}
-    previous: Frame | None = None
-    read, exhausted = 0, False
+    def __init__(self, frames: Iterable[Frame], schedule: Schedule, run):
+        self.source, self.schedule, self.run = iter(frames), schedule, run
+        self.timed = schedule.retiming.fps is not None
+        self.windows: deque[_Window] = deque()
+        self.outstanding: dict = {}  # future -> (window, depth, pairs, frames)
+        self.previous: Frame | None = None
+        self.frames_read, self.exhausted = 0, False
 
-    def next_window() -> _Window | None:
-        nonlocal previous, read
-        batch = [previous] if previous is not None else []
-        for frame in source:
-            read += 1
+    def clock(self, frame: Frame) -> Fraction:
+        return frame.time if self.timed else Fraction(frame.index)
+
+    def _window(self) -> _Window | None:
+        """The next window of source intervals, sharing its first frame with the last one's end."""
+        batch = [self.previous] if self.previous is not None else []
+        for frame in self.source:
+            self.frames_read += 1
             batch.append(frame)
-            if len(batch) == run.chunk + 1:
+            if len(batch) == self.run.chunk + 1:
                 break
         if batch:
-            previous = batch[-1]
+            self.previous = batch[-1]
         if len(batch) < 2:
             return None
-        targets = [schedule.interval(clock(a), clock(b)) for a, b in zip(batch, batch[1:])]
-        window = _Window(batch[0].index, batch, targets, run.chunk)
+        targets = [self.schedule.interval(self.clock(a), self.clock(b)) for a, b in zip(batch, batch[1:])]
+        window = _Window(batch[0].index, batch, targets, self.run.chunk)
         window.advance()
         return window
 
-    while True:
-        while not exhausted and len(windows) <= run.inflight:
-            window = next_window()
+    def read(self) -> None:
+        """Windows read ahead while the ones in flight wait on their chunks."""
+        while not self.exhausted and len(self.windows) <= self.run.inflight:
+            window = self._window()
             if window is None:
-                exhausted = True
+                self.exhausted = True
             else:
-                windows.append(window)
-        for window in windows:
-            while window.ready and len(outstanding) < run.inflight:
+                self.windows.append(window)
+
+    def submit(self) -> None:
+        for window in self.windows:
+            while window.ready and len(self.outstanding) < self.run.inflight:
                 depth, pairs = window.ready.popleft()
                 chunk = window.frames_of(depth, pairs)
-                outstanding[run.submit(depth, pairs[0], chunk)] = (window, depth, pairs, chunk)
+                self.outstanding[self.run.submit(depth, pairs[0], chunk)] = (window, depth, pairs, chunk)
                 window.waiting += 1
-        while windows and windows[0].done:
-            window = windows.popleft()
+
+    def write(self) -> None:
+        """The windows done, in order."""
+        while self.windows and self.windows[0].done:
+            window = self.windows.popleft()
             for k, due in enumerate(window.targets):
                 for target in due:
-                    run.place(window.shown(k, target), window.frames[k], window.frames[k + 1], target.position)
-        if exhausted and not windows:
-            break
-        if outstanding:
-            finished, _ = wait(list(outstanding), return_when=FIRST_COMPLETED)
-            for future in sorted(finished, key=list(outstanding).index):
-                window, depth, pairs, chunk = outstanding.pop(future)
-                # Whole: collect tallies the chunk once its last middle has been taken.
-                window.receive(depth, pairs, list(run.collect(future, pairs[0], chunk)))
-    if previous is not None:
-        for target in schedule.tail(clock(previous), end(previous)):
-            run.place(previous, previous, None, target.position)
-    return read
+                    self.run.place(window.shown(k, target), window.frames[k], window.frames[k + 1], target.position)
+
+    def collect(self) -> None:
+        """The chunks that finish next, each handed to its window."""
+        if not self.outstanding:
+            return
+        finished, _ = wait(list(self.outstanding), return_when=FIRST_COMPLETED)
+        for future in sorted(finished, key=list(self.outstanding).index):
+            window, depth, pairs, chunk = self.outstanding.pop(future)
+            # Whole: collect tallies the chunk once its last middle has been taken.
+            window.fill(depth, pairs, list(self.run.collect(future, pairs[0], chunk)))
+
+    def tail(self) -> None:
+        """The frames due from the last original on."""
+        if self.previous is not None:
+            end = self.previous.end if self.timed else None
+            for target in self.schedule.tail(self.clock(self.previous), end):
+                self.run.place(self.previous, self.previous, None, target.position)

@@ -26,10 +26,11 @@ from PIL import Image, UnidentifiedImageError
 
 from ..atomic import atomic_output, remove_partial
 from ..errors import BadInputError
+from ..wire.png import PNG_SIGNATURE
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, Clip, ClipWriter, Frame
 from .encoding import VIDEO_EXTRA, Encoding
-from .frames import PNG_MODES, PNG_SIGNATURE, match_mode
+from .frames import PNG_MODES, match_mode
 from .resume import Journal, Tally, start_afresh, sync
 from .threads import ThreadedWriter
 from .timing import Retiming

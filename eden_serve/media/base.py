@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import torch
 from PIL import Image
@@ -20,31 +20,38 @@ from .timing import Retiming
 HALF = Fraction(1, 2)
 
 
+class Decoded(NamedTuple):
+    """A video's frame as its decoder gave it: ``raw``, re-encoded as it is so that no RGB round trip
+    alters it, shown from ``time`` until ``end`` (seconds); ``source``: the server-side source that
+    holds it (docs/cloud-sources.md), where the cloud has it."""
+
+    raw: object
+    time: Fraction | None
+    end: Fraction | None
+    source: str | None = None
+
+
 class Frame:
     """One frame of a clip.
 
     ``image`` is the decoded frame in the clip's working mode; for a directory it is decoded on first
     use, by whichever thread needs it first (a lock per frame: different frames decode in parallel).
-    A video's frame (and a middle made in this process) holds ``pixels`` instead, 8-bit RGB [H, W,
-    3], its image made only where something asks for one. ``tensor`` is what the model takes,
+    A video's frame (and a middle made in this process) is given as ``pixels`` instead, 8-bit RGB
+    [H, W, 3] (a tensor passed as ``image``), its image made only where something asks for one. ``tensor`` is what the model takes,
     ``encoded`` what a server is sent: the file's own bytes for a directory (the server then
     decodes exactly what we would), a PNG otherwise.
     """
 
-    def __init__(self, index: int, name: str, *, image: Image.Image | None = None, pixels: torch.Tensor | None = None,
-                 path: Path | None = None,
-                 duration: float | None = None, raw=None, max_pixels: int | None = None,
-                 time: Fraction | None = None, end: Fraction | None = None, source: str | None = None):
+    def __init__(self, index: int, name: str, *, image: Picture | None = None, path: Path | None = None,
+                 duration: float | None = None, max_pixels: int | None = None, decoded: Decoded | None = None):
         self.index = index
         self.name = name
         self.path = path
         self.max_pixels = max_pixels  # checked from the file's header, before decoding
         self.duration = duration  # milliseconds on screen, for animations
-        self.raw = raw  # the decoded video frame, re-encoded as it is so that no RGB round trip alters it
-        self.time, self.end = time, end  # seconds, for video: when it is shown, and until when
-        self.source = source  # an original of this server-side source (docs/cloud-sources.md): the cloud holds it
-        self._image = image
-        self.pixels = pixels
+        self.raw, self.time, self.end, self.source = decoded if decoded is not None else Decoded(None, None, None)
+        self.pixels = image if isinstance(image, torch.Tensor) else None
+        self._image = None if self.pixels is not None else image
         self._cache: dict[str, object] = {}
         self._lock = threading.RLock()  # tensor and encoded compute image under it
 
@@ -53,13 +60,6 @@ class Frame:
             if key not in self._cache:
                 self._cache[key] = make()
             return self._cache[key]
-
-    @classmethod
-    def of(cls, picture: Picture, index: int, name: str) -> "Frame":
-        """A middle as a frame of the next level: an image, or pixels."""
-        if isinstance(picture, torch.Tensor):
-            return cls(index, name, pixels=picture)
-        return cls(index, name, image=picture)
 
     @property
     def image(self) -> Image.Image:

@@ -20,7 +20,6 @@ from ..errors import BadInputError, FrameTooLargeError
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # Modes a PNG can hold; a middle frame of any other mode (CMYK, YCbCr, LAB, F...) is written as TIFF.
 PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}

@@ -1,7 +1,7 @@
-"""A video's own packets, for the bitstream codec (wire format 4, :mod:`eden_serve.wire.bitstream`):
+"""A video's own packets, for the bitstream kind (wire format 4, :mod:`eden_serve.wire.bitstream`):
 read from a file in decode order (:class:`PacketReader`), which of them a chunk of frames needs
-(:meth:`PacketReader.needed`), and decoded again (:func:`decode`) to exactly the pixels that
-:class:`~.video.VideoClip` gives, through the same conversion (:func:`.video.rgb`).
+(:meth:`PacketReader.needed`), and decoded again (:func:`decode`, :func:`decode_chunk`) to exactly
+the pixels that :class:`~.video.VideoClip` gives, through the same conversion (:func:`.video.rgb`).
 
 Frames are numbered in display order, as VideoClip numbers them: by time stamp, one frame a packet.
 A video whose packets are untimed (raw streams), or which its container discards in part (an edit
@@ -16,7 +16,6 @@ shown within the chunk.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
@@ -24,12 +23,11 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from ..errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
-from ..wire import FramesChunk
 from ..wire.bitstream import DECODERS, BitstreamChunk, Packet, StreamParameters
 from .encoding import import_av
 from .video import PIPE, VideoClip, rgb
 
-__all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "frame_digest", "to_frames_chunk"]
+__all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "decode_chunk"]
 
 # Decoders check max_pixels against sizes rounded up to their coding blocks and strides, so the
 # decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
@@ -189,13 +187,6 @@ def parameters_of(stream, path: Path) -> StreamParameters:
     )
 
 
-def frame_digest(pixels: np.ndarray) -> str:
-    """BLAKE2b-128 of an RGB frame's size and bytes, in hex."""
-    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}:".encode(), digest_size=16)
-    digest.update(np.ascontiguousarray(pixels, np.uint8))
-    return digest.hexdigest()
-
-
 def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
            out: np.ndarray | None = None) -> np.ndarray:
     """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
@@ -234,21 +225,9 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
                      f"{skip} skipped and {count} declared")
 
 
-def to_frames_chunk(chunk: BitstreamChunk, max_pixels: int | None = None, decoder=decode) -> FramesChunk:
-    """The frames chunk that ``chunk``'s packets decode to (by ``decoder``, :func:`decode`'s
-    signature: the sandbox's for a payload this edge does not trust), each frame checked against
-    the cloud's digest of it: a mismatch means this edge's decoder is another build
-    (:class:`DigestMismatchError`)."""
-    pixels = decoder(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
-    for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
-        if frame_digest(frame) != expected:
-            av = import_av()
-            raise DigestMismatchError(
-                f"frame {i} of the chunk decodes on this edge to other pixels than on the cloud: its {chunk.parameters.decoder} "
-                f"decoder (libavcodec {'.'.join(map(str, av.library_versions['libavcodec']))}) is another build; "
-                "send this chunk with the frames codec"
-            )
-    return FramesChunk(pixels, chunk.differences, chunk.seeds, chunk.cuts, chunk.cloud)
+def decode_chunk(chunk: BitstreamChunk, max_pixels: int | None = None) -> np.ndarray:
+    """The uint8 frames [F, H, W, 3] that a bitstream chunk's packets decode to (:func:`decode`)."""
+    return decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels)
 
 
 def _decoder(parameters: StreamParameters, av):

@@ -33,14 +33,13 @@ import shutil
 import threading
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-import torch
 from PIL import Image
 
 from ..atomic import check_destination, create_partial, place, remove_partial
 from ..errors import BadInputError
-from .frames import as_image, png_bytes
+from .frames import Picture, as_image, png_bytes
 
 JOURNAL_VERSION = 2  # 2: sealed, with the partial output's checksum
 _HEAD_BYTES = 1 << 20  # of an input file, hashed: a changed file of the same size and time still differs
@@ -132,20 +131,6 @@ def input_identity(path: str | Path) -> dict:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head": head}
 
 
-def model_identity(*models) -> dict:
-    """What the middles of models with ``weights`` (a cloud and an edge) depend on: the weights
-    themselves, their device and precision, and the arithmetic of this torch build and CPU."""
-    digest = hashlib.blake2b(digest_size=16)
-    for model in models:
-        for name, tensor in model.weights.state_dict().items():
-            digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\n".encode())
-            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-    edge = models[-1]
-    return {"weights": digest.hexdigest(), "device": str(edge.device), "precision": getattr(edge, "precision", None),
-            "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu": torch.backends.cpu.get_cpu_capability()}
-
-
 def _differences(then, now, where: str = "") -> Iterator[str]:
     if isinstance(then, dict) and isinstance(now, dict):
         for key in sorted(set(then) | set(now)):
@@ -158,8 +143,9 @@ class Journal:
     """The journal of a resumable output ``dst`` for a run described by ``identity`` (JSON data).
 
     :meth:`output` opens the partial output; ``checkpoint`` is then the last one saved (None: start
-    from the beginning), :meth:`save` records a new one, and :meth:`cached_processor` keeps
-    middles for an output written again in full.
+    from the beginning), :meth:`save` records a new one, and :meth:`keep_middles` and
+    :meth:`cached_middles` keep middles for an output written again in full
+    (:class:`eden_serve.client.processors.Cached`).
     """
 
     def __init__(self, dst: str | Path, identity: dict):
@@ -306,28 +292,22 @@ class Journal:
             image.load()
             return image
 
-    def cached_processor(self, processor: Callable, level: int) -> Callable:
-        """``processor`` for pairs of factor level ``level``, through the cache: a chunk whose
-        middles are all there is read back (PNG: exactly; its checksum was checked when the run
-        opened), any other is computed and stored."""
+    def cached_middles(self, level: int, index: int, count: int) -> list[Image.Image] | None:
+        """The middles of pairs ``index`` to ``index + count - 1`` of factor level ``level``, where a
+        stopped run cached them all (PNG: exactly; each checksum was checked when the run opened)."""
+        cached = [self._cached.get((level, index + j)) for j in range(count)]
+        if not all(cached):
+            return None
+        images = [self._cached_middle(path) for path in cached]
+        with self._hits_lock:
+            self.hits += len(images)
+        return images
 
-        def process(index: int, frames: list, seed: int, *arrived):
-            cached = [self._cached.get((level, index + j)) for j in range(len(frames) - 1)]
-            if all(cached):
-                images = [self._cached_middle(path) for path in cached]
-                with self._hits_lock:
-                    self.hits += len(images)
-                return images
-            result = processor(index, frames, seed, *arrived)
-            images = getattr(result, "images", result)
-            if len(images) == len(cached):
-                self.cache.mkdir(exist_ok=True)
-                for j, image in enumerate(images):
-                    data = png_bytes(as_image(image), _CACHE_PNG_LEVEL)
-                    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-                    write_durably(self.cache / f"{level}-{index + j:09d}-{digest}.png", data)
-                sync(self.cache)
-            return result
-
-        process.streams = getattr(processor, "streams", False)
-        return process
+    def keep_middles(self, level: int, index: int, images: list[Picture]) -> None:
+        """Caches the middles of pairs ``index`` ... of level ``level``, on disk before it returns."""
+        self.cache.mkdir(exist_ok=True)
+        for j, image in enumerate(images):
+            data = png_bytes(as_image(image), _CACHE_PNG_LEVEL)
+            digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+            write_durably(self.cache / f"{level}-{index + j:09d}-{digest}.png", data)
+        sync(self.cache)

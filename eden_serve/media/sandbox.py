@@ -39,7 +39,6 @@ import numpy as np
 
 from ..errors import CodecError, DigestMismatchError, EdenError, PayloadTooLargeError, TooMuchWorkError
 from ..wire.bitstream import Packet, StreamParameters
-from . import packets as decoding
 from .confine import confine, seccomp_filter
 from .encoding import import_av
 
@@ -203,9 +202,9 @@ def decode(parameters: StreamParameters, packets: list[Packet], skip: int, count
     return _sandbox.decode(parameters, packets, skip, count, max_pixels, deadline)
 
 
-def frames_chunk(chunk, max_pixels: int | None = None, deadline: float = DEADLINE_S):
-    """:func:`.packets.to_frames_chunk`, the packets decoded in the sandbox."""
-    return decoding.to_frames_chunk(chunk, max_pixels, lambda *job: decode(*job, deadline=deadline))
+def decode_chunk(chunk, max_pixels: int | None = None, deadline: float = DEADLINE_S) -> np.ndarray:
+    """:func:`.packets.decode_chunk`, the packets decoded in the sandbox."""
+    return decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, max_pixels, deadline=deadline)
 
 
 # --- the zygote and its children -------------------------------------------------------------------

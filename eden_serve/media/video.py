@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from ..errors import BadInputError
-from .base import HALF, Clip, ClipWriter, Frame
+from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av
 from .frames import check_size
 from .threads import Prefetch
@@ -126,7 +126,7 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-            yield Frame(i, f"frame {i}", pixels=rgb_pixels(frame), raw=frame, time=time, end=time + duration, source=source)
+            yield Frame(i, f"frame {i}", image=rgb_pixels(frame), decoded=Decoded(frame, time, time + duration, source))
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())

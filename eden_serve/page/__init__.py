@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from .. import wire
+from ..client import transport_for
 from ..client.streaming import DEFAULT_CHUNK
 from ..commands import PROG, add_deployment_arguments, add_model_options, client_from, load_models
 from ..errors import BadInputError
@@ -78,7 +79,7 @@ def _bound(host: str, port: int) -> socket.socket:
 def run_page(args: argparse.Namespace) -> int:
     """Serve the page until Ctrl-C or SIGTERM; raises :class:`EdenError` for what the user can fix."""
     servers = bool(args.server or args.cloud or args.edge)
-    if args.media_root is not None and not (args.cloud or (args.server and args.transport == "grpc")):
+    if args.media_root is not None and not (args.cloud or (args.server and not transport_for(args.server, args.transport).workflow_api)):
         raise BadInputError("--media-root offers cloud: sources, which are read through --cloud and --edge "
                             "(or --server over --transport grpc)")
     if args.max_upload < 1:
@@ -95,7 +96,7 @@ def run_page(args: argparse.Namespace) -> int:
         models = None
     else:
         args.codec = args.codec or wire.DEFAULT_CODEC
-        wire.check_codec(args.codec)
+        wire.kind(args.codec, in_process=True)
         models = load_models(args)
     sock = _bound(args.host, args.port)
     port = sock.getsockname()[1]

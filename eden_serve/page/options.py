@@ -9,7 +9,7 @@ import argparse
 from fractions import Fraction
 
 from ..clip_options import add_clip_arguments, clip_options
-from ..cloud.encoder import SCENE_THRESHOLD
+from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..commands import threshold, threshold_text
 from ..errors import BadInputError
 from .media import OUTPUT_EXTENSIONS

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from ..client.processors import Processor, Wrapper
 from ..client.streaming import TIMELINE, Summary
 from ..commands import PROG, failure
 from ..media.frames import as_image
@@ -50,6 +51,22 @@ class _Relay:
         self.arrived(j, image)
 
 
+class _Watched(Wrapper):
+    """A processor whose middles ``run`` counts and shows (:meth:`Run.watch`)."""
+
+    def __init__(self, inner: Processor, run: "Run"):
+        super().__init__(inner)
+        self.run = run
+
+    def __call__(self, index, frames, seed, arrived=None):
+        self.run.check()
+        relay = None if arrived is None else _Relay(arrived, self.run, frames)
+        result = self.inner(index, frames, seed, relay)
+        self.run.check()
+        self.run.chunk_done(frames, result, relay.seen if relay else 0)
+        return result
+
+
 class Run:
     """One clip through the page: its state, what it has done so far, and how to stop it."""
 
@@ -72,21 +89,9 @@ class Run:
         if self.cancel.is_set():
             raise Cancelled("cancelled")
 
-    def watch(self, processor: Callable) -> Callable:
+    def watch(self, processor: Processor) -> Processor:
         """``processor`` as the run sees it: the same middles, counted and shown as they come."""
-
-        def process(index, frames, seed, *arrived):
-            self.check()
-            relay = _Relay(arrived[0], self, frames) if arrived else None
-            result = processor(index, frames, seed, *((relay,) if relay else ()))
-            self.check()
-            self.chunk_done(frames, result, relay.seen if relay else 0)
-            return result
-
-        process.streams = getattr(processor, "streams", False)
-        if hasattr(processor, "queued"):
-            process.queued = processor.queued
-        return process
+        return _Watched(processor, self)
 
     def middle(self, frames: list, j: int, image: Image.Image, streamed: bool = False) -> None:
         """Middle ``j`` of a chunk of ``frames``: counted (``streamed``: as it arrived), a scene cut

@@ -58,7 +58,7 @@ class Options:
     def check(self) -> None:
         """Refuse a bad option now rather than when the workers load."""
         try:
-            wire.parse_codec(self.codec)
+            wire.kind(self.codec)
         except BadInputError as exc:
             raise BadInputError(f"--codec: {exc}") from None
         if self.precision not in PRECISIONS:

@@ -1,4 +1,4 @@
-"""How the edge turns a bitstream payload into frames, by whom it was made (docs/errors-and-limits.md,
+"""How the edge decodes a bitstream payload's packets, by whom it was made (docs/errors-and-limits.md,
 "The decoder's sandbox"): its work bounded first (every packet is decoded, at the declared frame
 size: ``handler.max_decoded_pixels``); a payload that carries its cloud's keyed tag decoded in
 this process, any other in the sandbox, or refused where ``handler.unkeyed_bitstream`` is
@@ -6,10 +6,12 @@ this process, any other in the sandbox, or refused where ``handler.unkeyed_bitst
 
 from __future__ import annotations
 
-from ..media import sandbox
-from ..media.packets import to_frames_chunk
+import numpy as np
+
 from ..errors import TooMuchWorkError, UnauthenticPayloadError
-from ..wire import BitstreamChunk, FramesChunk
+from ..media import sandbox
+from ..media.packets import decode_chunk
+from ..wire import BitstreamChunk
 from .worker import Settings
 
 
@@ -24,13 +26,14 @@ def check_work(chunk: BitstreamChunk, max_decoded_pixels: int) -> None:
                                "send shorter chunks, or the frames codec")
 
 
-def bitstream_frames(chunk: BitstreamChunk, settings: Settings, keyed: bool) -> FramesChunk:
-    """The frames of ``chunk``, each checked against the cloud's digest (409 where one differs).
-    ``keyed``: the payload's tag was checked against this edge's wire key, so its cloud made it."""
+def decoded(chunk: BitstreamChunk, settings: Settings, keyed: bool) -> np.ndarray:
+    """The frames of ``chunk``, [F, H, W, 3] uint8 (the bitstream kind checks each against the
+    cloud's digest: 409 where one differs). ``keyed``: the payload's tag was checked against this
+    edge's wire key, so its cloud made it."""
     check_work(chunk, settings.max_decoded_pixels)
     if keyed:
-        return to_frames_chunk(chunk, settings.max_pixels)
+        return decode_chunk(chunk, settings.max_pixels)
     if settings.unkeyed_bitstream == "refuse":
         raise UnauthenticPayloadError("this edge decodes only bitstream payloads its cloud signed (handler.unkeyed_bitstream: "
                                       "refuse), and it holds no wire key; send the frames codec, or give both a wire key")
-    return sandbox.frames_chunk(chunk, settings.max_pixels, settings.decode_deadline_s)
+    return sandbox.decode_chunk(chunk, settings.max_pixels, settings.decode_deadline_s)

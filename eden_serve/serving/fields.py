@@ -34,6 +34,18 @@ def form_field(request: dict, name: str) -> Any:
     return value
 
 
+def frame_fields(request: dict, max_frames: int) -> list[str]:
+    """The names of a request's frame fields, frame0 ... frameK in order, all present."""
+    count = sum(1 for key in request if isinstance(key, str) and FRAME_FIELD.fullmatch(key))
+    if count > max_frames:
+        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {max_frames}; send shorter chunks")
+    names = [f"frame{i}" for i in range(max(count, 2))]
+    missing = [name for name in names if request.get(name) is None]
+    if missing:
+        raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
+    return names
+
+
 def image_bytes(value: Any, name: str) -> bytes:
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
@@ -88,12 +100,10 @@ def parse_threshold(value: Any, default: float | None) -> float | None:
     return threshold
 
 
-def parse_codec(value: Any, default: str) -> str:
-    if value is None:
-        return default
-    name = text(value, "codec")
-    wire.parse_codec(name)
-    return name
+def parse_kind(value: Any, default: str, *, source: bool = False) -> wire.Kind:
+    """The payload kind a request's ``codec`` names (absent: ``default``); the bitstream kind only
+    for a chunk of a named ``source``, whose own packets it carries."""
+    return wire.kind(default if value is None else text(value, "codec"), source=source)
 
 
 def request_body(request: dict) -> Any:
@@ -157,15 +167,3 @@ def parse_first(value: Any) -> int:
     if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
         raise BadInputError(f"first must be a small decimal integer, got {digits!r:.40}")
     return int(digits)
-
-
-def frame_fields(request: dict, max_frames: int) -> list[str]:
-    """The names of a request's frame fields, frame0 ... frameK in order, all present."""
-    count = sum(1 for key in request if isinstance(key, str) and FRAME_FIELD.fullmatch(key))
-    if count > max_frames:
-        raise ChunkTooLargeError(f"{count} frames in one request, over this server's {max_frames}; send shorter chunks")
-    names = [f"frame{i}" for i in range(max(count, 2))]
-    missing = [name for name in names if request.get(name) is None]
-    if missing:
-        raise BadInputError(f"missing form field {missing[0]!r}; {FORM_HELP}")
-    return names

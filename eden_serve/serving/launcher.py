@@ -20,9 +20,9 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import requests
 
@@ -131,32 +131,60 @@ def find_torchserve() -> str:
     return found
 
 
-@contextlib.contextmanager
-def running(
-    config_file: Path,
-    model_store: Path,
-    workdir: Path,
-    *,
-    models: Iterable[str] = (),
-    workflows: Iterable[str] = (),
-    startup_timeout: float = 180,
-    prefix: Sequence[str] = (),
-    console: bool = False,
-    tls: ServerTLS | None = None,
-    env: dict[str, str] | None = None,
-) -> Iterator[Server]:
-    """TorchServe on ``config_file`` serving ``models`` (archive names in ``model_store``, loaded at
-    start) and ``workflows`` (registered through the management API), ready when yielded, stopped on
-    exit. Its addresses and token authorization are the file's.
+@dataclass(frozen=True)
+class Launch:
+    """How :func:`running` starts TorchServe: the ``models`` it serves (archive names in the model
+    store, loaded at start) and the ``workflows`` (registered through the management API), ready
+    within ``startup_timeout`` seconds. ``prefix`` is put before the torchserve command (e.g. ``ip
+    netns exec cloud`` to start it on another network host). TorchServe's output goes to
+    ``workdir/logs/launcher.out``, or with ``console`` to this process's stdout (a container's
+    log). ``tls`` is the certificate the configuration's https:// addresses serve (its
+    ``properties`` written into the file), which the launcher's own requests pin; ``env`` adds to
+    the environment of TorchServe and its workers."""
 
-    ``prefix`` is put before the torchserve command (e.g. ``ip netns exec cloud`` to start it on
-    another network host). TorchServe's output goes to ``workdir/logs/launcher.out``, or with
-    ``console`` to this process's stdout (a container's log). ``tls`` is the certificate the file's
-    https:// addresses serve (its ``properties`` written into the file), which the launcher's own
-    requests pin;
-    ``env`` adds to the environment of TorchServe and its workers.
-    """
+    models: Sequence[str] = ()
+    workflows: Sequence[str] = ()
+    startup_timeout: float = 180
+    prefix: Sequence[str] = ()
+    console: bool = False
+    tls: ServerTLS | None = None
+    env: dict[str, str] | None = None
+
+
+@contextlib.contextmanager
+def running(config_file: Path, model_store: Path, workdir: Path, launch: Launch | None = None, **given) -> Iterator[Server]:
+    """TorchServe on ``config_file``, as ``launch`` (or its fields ``given`` by name) says, ready when
+    yielded, stopped on exit. Its addresses and token authorization are the file's."""
+    launch = replace(launch, **given) if launch is not None else Launch(**given)
     settings = read_properties(config_file, resolve=False)
+    env = _environment(workdir, launch.env)
+    launcher = find_torchserve()
+    models = list(launch.models)
+    command = [*launch.prefix, launcher, "--start", "--foreground", "--ncs", "--ts-config", str(config_file),
+               "--model-store", str(model_store), *(["--models", *models] if models else [])]
+    server = _server(settings, workdir, launch.tls)
+    with contextlib.nullcontext(None) if launch.console else open(server.log_dir / "launcher.out", "wb") as out:
+        # A session of its own: the launcher, the JVM and the workers form one process group that
+        # _stop can kill as a whole if the orderly stop leaves anything behind.
+        process = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server.process = process
+    try:
+        _wait_started(server, process, launch.startup_timeout)
+        missing = {m.partition("=")[0] if "=" in m else Path(m).stem for m in models} - set(server.models())
+        if missing:
+            raise RuntimeError(f"TorchServe did not load {', '.join(sorted(missing))}:\n{server.log_tail()}")
+        server.wait_ready(launch.startup_timeout)
+        for workflow in launch.workflows:
+            server.register_workflow(workflow)
+        server.wait_ready(launch.startup_timeout)
+        yield server
+    finally:
+        _stop([*launch.prefix, launcher], process, workdir, env)
+        server.session.close()
+
+
+def _environment(workdir: Path, env: dict[str, str] | None) -> dict[str, str]:
+    """TorchServe's environment: this one's, ``env`` over it, temporary files and logs under ``workdir``."""
     tmp, log_dir = workdir / "tmp", workdir / "logs"
     tmp.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(exist_ok=True)
@@ -164,43 +192,23 @@ def running(
     # Workers share the cores (both halves, or other programs): an OpenMP thread that waits for a
     # descheduled sibling must give its core up rather than spin on it (docs/serving.md: "GPUs and threads").
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    launcher = find_torchserve()
-    command = [*prefix, launcher, "--start", "--foreground", "--ncs", "--ts-config", str(config_file),
-               "--model-store", str(model_store)]
-    models = list(models)
-    if models:
-        command += ["--models", *models]
+    return env
 
-    server = Server(
+
+def _server(settings: dict[str, str], workdir: Path, tls: ServerTLS | None) -> Server:
+    """The server that ``settings`` describe, its requests pinned to ``tls``'s certificate."""
+    return Server(
         inference_url=settings["inference_address"],
         management_url=settings["management_address"],
         metrics_url=settings["metrics_address"],
         workdir=workdir,
-        log_dir=log_dir,
+        log_dir=workdir / "logs",
         token_auth=settings.get("disable_token_authorization", "false").lower() != "true",
         session=tls.pinned_session() if tls is not None else requests.Session(),
         # TorchServe's defaults where the file names none.
         grpc_url=f"{'grpcs' if tls is not None else 'grpc'}://{settings.get('grpc_inference_address', '127.0.0.1')}:"
                  f"{settings.get('grpc_inference_port', '7070')}",
     )
-    with contextlib.nullcontext(None) if console else open(log_dir / "launcher.out", "wb") as out:
-        # A session of its own: the launcher, the JVM and the workers form one process group that
-        # _stop can kill as a whole if the orderly stop leaves anything behind.
-        process = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    server.process = process
-    try:
-        _wait_started(server, process, startup_timeout)
-        missing = {m.partition("=")[0] if "=" in m else Path(m).stem for m in models} - set(server.models())
-        if missing:
-            raise RuntimeError(f"TorchServe did not load {', '.join(sorted(missing))}:\n{server.log_tail()}")
-        server.wait_ready(startup_timeout)
-        for workflow in workflows:
-            server.register_workflow(workflow)
-        server.wait_ready(startup_timeout)
-        yield server
-    finally:
-        _stop([*prefix, launcher], process, workdir, env)
-        server.session.close()
 
 
 def _wait_started(server: Server, process: subprocess.Popen, timeout: float) -> None:

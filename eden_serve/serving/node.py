@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -31,57 +32,44 @@ from .tls import ServerTLS
 ARCHIVES = {"cloud": ["eden_encoder.mar"], "edge": ["eden_ditdec.mar"], "both": ["eden_encoder.mar", "eden_ditdec.mar"]}
 
 
-def serve(
-    side: str,
-    model_store: str | Path,
-    *,
-    checkpoint: str | None = None,
-    synthetic: bool = False,
-    config: str = "official",
-    options: Options = Options(),
-    ts_config: str | Path = BASE_CONFIG,
-    properties: Sequence[str | Path] = (),
-    startup_timeout: float = 600,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    wire_key_file: str | None = None,
-) -> int:
-    """Serve ``side`` (cloud, edge or both) until TorchServe exits; returns the exit code to end with.
+@dataclass(frozen=True)
+class NodeOptions:
+    """How a node serves: with ``checkpoint`` (a path or an ``hf://`` reference) or ``synthetic``,
+    the archives are built into the model store first, with ``config``'s dimensions and the
+    ``archive`` options; ``ts_config`` is the base TorchServe configuration and ``properties`` the
+    files over it; the workers load within ``startup_timeout`` seconds; ``tls_cert`` and
+    ``tls_key`` serve TLS; ``wire_key_file`` is the key the workers tag or check payloads with."""
 
-    With ``checkpoint`` (a path or an ``hf://`` reference) or ``synthetic``, the archives are built
-    into ``model_store`` first, with ``config``'s dimensions and ``options``. ``tls_cert`` and
-    ``tls_key`` serve TLS; ``wire_key_file`` is the key the workers tag or check payloads with.
-    """
+    checkpoint: str | None = None
+    synthetic: bool = False
+    config: str = "official"
+    archive: Options = Options()
+    ts_config: str | Path = BASE_CONFIG
+    properties: Sequence[str | Path] = ()
+    startup_timeout: float = 600
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    wire_key_file: str | None = None
+
+
+def serve(side: str, model_store: str | Path, options: NodeOptions | None = None, **given) -> int:
+    """Serve ``side`` (cloud, edge or both) until TorchServe exits, as ``options`` (or its fields
+    ``given`` by name) say; returns the exit code to end with."""
+    options = replace(options, **given) if options is not None else NodeOptions(**given)
     if side not in ARCHIVES:
         raise BadInputError(f"side must be one of {', '.join(ARCHIVES)}, got {side!r}")
     store = Path(model_store).resolve()
-    if options.media_root is not None and checkpoint is None and not synthetic:
-        raise BadInputError("--media-root is written into the archives built at start: give --checkpoint or --synthetic, "
-                            "or build the archives with eden-serve archive --media-root")
-    if checkpoint is not None or synthetic:
-        print(f"building the {config} archives into {store} from {checkpoint or 'synthetic weights'}", flush=True)
-        build(store, checkpoint=checkpoint, config=config, options=options)
-    missing = [name for name in ARCHIVES[side] if not (store / name).is_file()]
-    if missing:
-        raise BadInputError(f"no {missing[0]} in {store}; build the archives (archive.sh), or pass --checkpoint")
-    base = Path(ts_config)
-    if not base.is_file():
-        raise BadInputError(f"--ts-config {base}: no such file")
-    # Only archives already in the store register, whatever the base says; --properties may say otherwise.
-    settings = read_properties(base) | {"model_store": str(store), "workflow_store": str(store), "allowed_urls": NO_URLS}
-    for path in map(Path, properties):
-        if not path.is_file():
-            raise BadInputError(f"--properties {path}: no such file")
-        settings.update(read_properties(path))
-    tls = _tls(tls_cert, tls_key, settings)
+    _archives(side, store, options)
+    settings = _settings(store, options)
+    tls = _tls(options.tls_cert, options.tls_key, settings)
     if tls is not None:
         settings.update(tls.properties(settings))
-    env = _wire_key_environment(wire_key_file)
+    env = _wire_key_environment(options.wire_key_file)
 
     with tempfile.TemporaryDirectory(prefix="eden-serve-") as tmp:
         workdir = Path(tmp)
         config_file = write_properties(workdir / "config.properties", settings)
-        with running(config_file, store, workdir, models=ARCHIVES[side], startup_timeout=startup_timeout,
+        with running(config_file, store, workdir, models=ARCHIVES[side], startup_timeout=options.startup_timeout,
                      console=True, tls=tls, env=env) as server:
             keys = f"; keys in {server.workdir / 'key_file.json'}" if server.token_auth else "; token authorization off"
             print(f"eden-serve: {side} ready: inference {server.inference_url}, management {server.management_url}, "
@@ -89,6 +77,33 @@ def serve(
             code = server.process.wait()
     print(f"eden-serve: TorchServe exited with code {code}", file=sys.stderr)
     return code or 1
+
+
+def _archives(side: str, store: Path, options: NodeOptions) -> None:
+    """The side's archives in ``store``: built first where the options name weights."""
+    if options.archive.media_root is not None and options.checkpoint is None and not options.synthetic:
+        raise BadInputError("--media-root is written into the archives built at start: give --checkpoint or --synthetic, "
+                            "or build the archives with eden-serve archive --media-root")
+    if options.checkpoint is not None or options.synthetic:
+        print(f"building the {options.config} archives into {store} from {options.checkpoint or 'synthetic weights'}", flush=True)
+        build(store, checkpoint=options.checkpoint, config=options.config, options=options.archive)
+    missing = [name for name in ARCHIVES[side] if not (store / name).is_file()]
+    if missing:
+        raise BadInputError(f"no {missing[0]} in {store}; build the archives (archive.sh), or pass --checkpoint")
+
+
+def _settings(store: Path, options: NodeOptions) -> dict[str, str]:
+    """The TorchServe configuration: the base file, then the properties files over it."""
+    base = Path(options.ts_config)
+    if not base.is_file():
+        raise BadInputError(f"--ts-config {base}: no such file")
+    # Only archives already in the store register, whatever the base says; --properties may say otherwise.
+    settings = read_properties(base) | {"model_store": str(store), "workflow_store": str(store), "allowed_urls": NO_URLS}
+    for path in map(Path, options.properties):
+        if not path.is_file():
+            raise BadInputError(f"--properties {path}: no such file")
+        settings.update(read_properties(path))
+    return settings
 
 
 def _tls(cert: str | None, key: str | None, settings: dict[str, str]) -> ServerTLS | None:

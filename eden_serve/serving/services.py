@@ -1,5 +1,6 @@
-"""The two halves as TorchServe services: :class:`CloudService` (two frames -> wire payload) and
-:class:`EdgeService` (wire payload -> the middle frame as PNG).
+"""The two halves as TorchServe services: :class:`Service`, what both do, and :class:`EdgeService`
+(wire payload -> the middle frame as PNG); the cloud's, :class:`~.cloud_service.CloudService`
+(frames -> wire payload), is in :mod:`.cloud_service`.
 
 Every request of a batch is handled on its own: requests of a batch may differ in resolution, and
 one bad request must not fail the others. Each step maps a request to a value or to a
@@ -22,24 +23,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
+import numpy as np
 import torch
 
 from .. import wire
-from ..answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
-from ..checkpoint import WEIGHTS_FILES, load_cloud, load_edge
-from ..cloud.encoder import CloudEncoder, read_chunk
-from ..config import MAX_SEED
+from ..checkpoint import WEIGHTS_FILES, load_edge, load_half
+from ..cloud.encoder import CloudEncoder
 from ..edge import EdgeModel, earliest_first
-from ..errors import BadInputError, ModelMismatchError, encoder_refusal
+from ..edge.conditions import EdgeEncoder, Intake
+from ..errors import BadInputError, encoder_refusal
 from ..media.frames import png_of
 from ..wire import Chunk, keyed
-from .fields import (
-    JSON, OCTET_STREAM, PNG, ZIP, form_field, frame_fields, image_bytes, parse_first, parse_seed, parse_stream,
-    parse_threshold, request_body, stream_of, with_headers,
-)
-from .bitstreams import bitstream_frames
+from ..wire.answers import END, FAILED, MIDDLE, STREAMED, record, zip_of
+from .bitstreams import decoded
+from .fields import JSON, OCTET_STREAM, PNG, ZIP, parse_first, parse_stream, request_body, stream_of, with_headers
 from .refusals import Refusal, each, refusal, release_cached_memory
-from .sources import PacketsJob, ProbeJob, answer, codec_of, parse_source, read_source, sealed
 from .worker import Settings, choose_device, configure_torch, keep_bodies_raw, max_tokens_for
 
 logger = logging.getLogger(__name__)
@@ -153,64 +151,6 @@ class Service:
         self.context.metrics.add_size(name, size, idx, "B", [])
 
 
-class EncodeJob(NamedTuple):
-    frames: list[bytes] | range  # image files, decoded in run(); or the frames of a server-side source
-    seed: int
-    codec: str
-    scene_threshold: float | None
-    source: str | None = None  # a video's name under the media root (docs/cloud-sources.md)
-
-
-class CloudService(Service):
-    """Form fields frame0 ... frameK (2 <= K + 1 <= max_chunk_frames), seed, codec, scene_threshold ->
-    one chunk payload. Or, with ``handler.media_root`` set, field ``source`` naming a video under it
-    and ``start``, ``frames`` (frames ``start`` ... ``start + frames - 1``) instead of the frames; or
-    ``source`` and ``ask=probe`` or ``ask=packets`` (:mod:`.sources`)."""
-
-    side = "cloud"
-    model: CloudEncoder
-
-    @staticmethod
-    def load_model(weights, device, settings):
-        return load_cloud(weights, device)
-
-    def __init__(self, model: CloudEncoder, settings: Settings, context):
-        super().__init__(model, settings, context)
-        self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
-
-    def parse(self, idx: int, request: dict) -> EncodeJob | ProbeJob | PacketsJob:
-        if request.get("source") is not None:
-            named = parse_source(request, self.settings)
-            return named if isinstance(named, (ProbeJob, PacketsJob)) else self.parse_options(request, named[1], named[0])
-        frames = [image_bytes(form_field(request, name), name) for name in frame_fields(request, self.settings.max_chunk_frames)]
-        return self.parse_options(request, frames)
-
-    def parse_options(self, request: dict, frames: list[bytes] | range, source: str | None = None) -> EncodeJob:
-        seed = parse_seed(request.get("seed"))
-        if seed + len(frames) - 2 > MAX_SEED:
-            raise BadInputError(f"seed {seed} leaves no room for the seeds of {len(frames) - 1} pairs below {MAX_SEED}")
-        codec = codec_of(request, source, self.settings.codec)
-        threshold = parse_threshold(request.get("scene_threshold"), self.settings.scene_threshold)
-        return EncodeJob(frames, seed, codec, threshold, source)
-
-    def run(self, idx: int, job: EncodeJob | ProbeJob | PacketsJob) -> Reply:
-        if not isinstance(job, EncodeJob):
-            return Reply(*answer(self.settings, job))
-        if job.source is not None:
-            frames = read_source(self.settings, job.source, job.frames, self.model.config, self.max_tokens, self.max_chunk_tokens)
-        else:
-            frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
-                                self.max_chunk_tokens)
-        start = time.perf_counter()
-        make = self.model.frames_chunk if job.codec in (wire.FRAMES_CODEC, wire.BITSTREAM_CODEC) else self.model.encode_chunk
-        chunk = make(frames, job.seed, job.scene_threshold)
-        encoded = time.perf_counter()
-        payload = sealed(self.settings, job.codec, job.source, job.frames, chunk, self.model.config, self.wire_key)
-        self.time_metric("EdenEncodeMs", encoded - start, idx)
-        self.size_metric("EdenPayloadBytes", len(payload), idx)
-        return Reply(payload, OCTET_STREAM)
-
-
 class EdgeJob(NamedTuple):
     payload: bytes
     stream: str | None  # None (a whole answer), or the transport that carries a streamed one: http, grpc
@@ -244,7 +184,8 @@ class EdgeService(Service):
         self.pngs = ThreadPoolExecutor(PNG_THREADS, thread_name_prefix="eden-png")
         # The cloud half, where the archive carries it, re-derives the conditions of frames payloads.
         cloud_weights = Path(context.system_properties["model_dir"]) / WEIGHTS_FILES["cloud"]
-        self.e_cond = load_cloud(cloud_weights, model.device) if cloud_weights.is_file() else None
+        encoder = EdgeEncoder(*load_half(cloud_weights, "cloud"), model.device) if cloud_weights.is_file() else None
+        self.intake = Intake(model, encoder, settings.max_pixels, self.decoded)
 
     def preprocess(self, batch: list[dict]) -> list:
         batch = [with_headers(request, self.context.get_all_request_header(idx)) for idx, request in enumerate(batch)]
@@ -268,82 +209,84 @@ class EdgeService(Service):
             raise BadInputError(f"request body must be the encoder's wire payload ({OCTET_STREAM}), got a JSON {type(body).__name__}")
         return body
 
-    def decode(self, idx: int, job: EdgeJob) -> Chunk:
-        chunk = wire.decode(
+    def decoded(self, chunk: wire.BitstreamChunk, max_pixels: int | None) -> np.ndarray:
+        """A bitstream payload's frames, decoded here where its cloud signed it, else as
+        ``handler.unkeyed_bitstream`` says (:mod:`.bitstreams`)."""
+        return decoded(chunk, self.settings, keyed=self.wire_key is not None)
+
+    def open(self, idx: int, job: EdgeJob) -> Chunk:
+        """The payload's conditions on the device, as its kind makes them (a bitstream payload's
+        packets decoded: 409 where a frame's digest differs)."""
+        opened = wire.decode(
             keyed.verify(job.payload, self.wire_key), self.model.config, max_tokens=self.max_tokens, max_frames=self.settings.max_chunk_frames,
             max_chunk_tokens=self.max_chunk_tokens, max_pixels=self.settings.max_pixels,
         )
-        if job.first > chunk.pairs or (job.first == chunk.pairs and not job.stream):  # streamed: just the end (docs/streaming.md)
-            raise BadInputError(f"first is {job.first}, but the payload holds {chunk.pairs} pairs (0 to {chunk.pairs - 1})")
+        if job.first > opened.pairs or (job.first == opened.pairs and not job.stream):  # streamed: just the end (docs/streaming.md)
+            raise BadInputError(f"first is {job.first}, but the payload holds {opened.pairs} pairs (0 to {opened.pairs - 1})")
         self.size_metric("EdenPayloadBytes", len(job.payload), idx)
-        if isinstance(chunk, (wire.FramesChunk, wire.BitstreamChunk)):
-            if self.e_cond is None:
-                raise ModelMismatchError("this edge's archive carries no cloud weights to derive conditions from frames with; "
-                                         f"rebuild it with this release's archive.sh, or ask the cloud for codec {wire.DEFAULT_CODEC}")
-            start = time.perf_counter()
-            if isinstance(chunk, wire.BitstreamChunk):
-                chunk = bitstream_frames(chunk, self.settings, keyed=self.wire_key is not None)  # 409 where a digest differs
-            chunk = self.e_cond.restore(chunk)
-            self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
-        return self.model.receive(chunk)
-
-    def send_ready(self, idx: int, middles: list, sent: dict[int, int]) -> None:
-        """Streams request ``idx``'s middles that are computed and next in order (a PNG still being
-        encoded is waited for: a streamed answer wants each middle as soon as it can have it)."""
-        while sent[idx] < len(middles) and middles[sent[idx]] is not None:
-            png = middles[sent[idx]]
-            self.send_part(idx, record(MIDDLE, sent[idx], png.result() if isinstance(png, Future) else png), STREAMED)
-            sent[idx] += 1
+        start = time.perf_counter()
+        chunk = wire.kind_of(opened).conditions(opened, self.intake)
+        self.time_metric("EdenConditionsMs", time.perf_counter() - start, idx)
+        return chunk
 
     def inference(self, jobs: list) -> list:
-        chunks = each(self.decode, jobs)
+        chunks = each(self.open, jobs)
         # For timelines (two_hosts.py --timeline): each request by its first seed, its pair's place in a clip.
         logger.info("edge call at %.3f: requests (first seed, pairs) %s", time.time(), [(c.seeds[0], c.pairs) if isinstance(c, Chunk) else None for c in chunks])
-        # Per request: its middles as PNGs or futures of them (a cut's is in the payload), or its Refusal.
-        middles: dict[int, list | Refusal] = {}
-        seconds: dict[int, list[float]] = {}
-        groups: dict[tuple, list[tuple[int, int]]] = {}
-        sent: dict[int, int] = {}  # per streamed request: the pair whose middle it sends next
+        answers: dict[int, _Answer] = {}
+        groups: dict[tuple, list[tuple[int, int]]] = {}  # the pairs to compute, by frame size
         for idx in earliest_first(chunks, [job.first if isinstance(job, EdgeJob) else 0 for job in jobs]):
             chunk = chunks[idx]
             if isinstance(chunk, Chunk):
-                middles[idx] = [chunk.cuts.get(j) for j in range(chunk.pairs)]
-                seconds[idx] = [0.0, 0.0]
-                computed = [(idx, j) for j in range(jobs[idx].first, chunk.pairs) if j not in chunk.cuts]
-                groups.setdefault((chunk.grid, chunk.size), []).extend(computed)
-                if jobs[idx].stream:
-                    sent[idx] = jobs[idx].first
-                    self.send_ready(idx, middles[idx], sent)
+                answers[idx] = _Answer(chunk, jobs[idx])
+                groups.setdefault((chunk.grid, chunk.size), []).extend(
+                    (idx, j) for j in range(jobs[idx].first, chunk.pairs) if j not in chunk.copies)
+                self.send_ready(idx, answers[idx])
         for (grid, _), pairs in groups.items():
             for batch in self.model.batched(pairs, grid):
-                batch = [(idx, j) for idx, j in batch if isinstance(middles[idx], list)]
-                for part, outcome, denoise_s, decode_s in self.forward(batch, chunks):
-                    for n, (idx, j) in enumerate(part):
-                        if isinstance(outcome, Refusal):
-                            middles[idx] = outcome
-                        elif isinstance(middles[idx], list):
-                            middles[idx][j] = self.pngs.submit(png_of, outcome[n].numpy())
-                            seconds[idx][0] += denoise_s / len(part)
-                            seconds[idx][1] += decode_s / len(part)
-                    for idx in dict.fromkeys(idx for idx, _ in part if idx in sent and isinstance(middles[idx], list)):
-                        self.send_ready(idx, middles[idx], sent)
-        results = []
-        for idx, chunk in enumerate(chunks):
-            outcome = middles.get(idx, chunk)
-            if isinstance(outcome, list):
-                self.time_metric("EdenDenoiseMs", seconds[idx][0], idx)
-                self.time_metric("EdenDecodeMs", seconds[idx][1], idx)
-                outcome = [png.result() if isinstance(png, Future) else png for png in outcome]
-            if idx in sent and (sent[idx] > jobs[idx].first or sent[idx] == chunk.pairs):  # streamed: this ends it
-                failed = isinstance(outcome, Refusal)
-                outcome = Reply(record(FAILED, 0, json.dumps(outcome.document).encode()) if failed else record(END, 0), STREAMED)
-                if sent[idx] > jobs[idx].first:
-                    self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
-            elif isinstance(outcome, list):
-                outcome = outcome[jobs[idx].first:]
-                outcome = Reply(outcome[0], PNG) if len(outcome) == 1 else Reply(zip_of(outcome), ZIP)
-            results.append(outcome)
-        return results
+                self.compute([(idx, j) for idx, j in batch if answers[idx].refusal is None], chunks, answers)
+        return [self.reply(idx, answers[idx]) if idx in answers else chunk for idx, chunk in enumerate(chunks)]
+
+    def compute(self, batch: list[tuple[int, int]], chunks: list, answers: dict[int, "_Answer"]) -> None:
+        """The middles of ``batch``'s (request, pair)s, PNG-encoded while the next batch computes,
+        and streamed as soon as they are next in order."""
+        for part, outcome, denoise_s, decode_s in self.forward(batch, chunks):
+            for n, (idx, j) in enumerate(part):
+                answer = answers[idx]
+                if isinstance(outcome, Refusal):
+                    answer.refusal = outcome
+                elif answer.refusal is None:
+                    answer.middles[j] = self.pngs.submit(png_of, outcome[n].numpy())
+                    answer.seconds[0] += denoise_s / len(part)
+                    answer.seconds[1] += decode_s / len(part)
+            for idx in dict.fromkeys(idx for idx, _ in part if answers[idx].refusal is None):
+                self.send_ready(idx, answers[idx])
+
+    def send_ready(self, idx: int, answer: "_Answer") -> None:
+        """Streams request ``idx``'s middles that are computed and next in order (a PNG still being
+        encoded is waited for: a streamed answer wants each middle as soon as it can have it)."""
+        while answer.next is not None and answer.next < len(answer.middles) and answer.middles[answer.next] is not None:
+            png = answer.middles[answer.next]
+            self.send_part(idx, record(MIDDLE, answer.next, png.result() if isinstance(png, Future) else png), STREAMED)
+            answer.next += 1
+
+    def reply(self, idx: int, answer: "_Answer") -> Reply | Refusal:
+        """Request ``idx``'s answer: its middles whole, or the end of those it streamed."""
+        outcome = answer.refusal
+        if outcome is None:
+            self.time_metric("EdenDenoiseMs", answer.seconds[0], idx)
+            self.time_metric("EdenDecodeMs", answer.seconds[1], idx)
+            outcome = [png.result() if isinstance(png, Future) else png for png in answer.middles]
+        if answer.next is not None and (answer.next > answer.first or answer.next == len(answer.middles)):  # streamed: this ends it
+            if answer.next > answer.first:
+                self.closing.discard(idx)  # TorchServe ends a stream with parts sent itself
+            if isinstance(outcome, Refusal):
+                return Reply(record(FAILED, 0, json.dumps(outcome.document).encode()), STREAMED)
+            return Reply(record(END, 0), STREAMED)
+        if isinstance(outcome, Refusal):
+            return outcome
+        middles = outcome[answer.first:]
+        return Reply(middles[0], PNG) if len(middles) == 1 else Reply(zip_of(middles), ZIP)
 
     def forward(self, batch: list[tuple[int, int]], chunks: list) -> Iterator[tuple[list, torch.Tensor | Refusal, float, float]]:
         """(pairs, their middles [B, H, W, 3] uint8 or the Refusal of them all, denoise and decode
@@ -384,3 +327,15 @@ class EdgeService(Service):
         except Exception as exc:  # the batch's requests fail (or are tried in halves); the others go on
             return refusal(exc)
 
+
+class _Answer:
+    """What one request of an edge call has so far: its middles (PNGs, futures of them, or None
+    until computed; a cut pair's is in the payload), or the refusal of them all; the seconds its
+    pairs took in the DiT and the decoder; and for a streamed answer the pair it sends next."""
+
+    def __init__(self, chunk: Chunk, job: EdgeJob):
+        self.middles: list = [chunk.copies.get(j) for j in range(chunk.pairs)]
+        self.refusal: Refusal | None = None
+        self.seconds = [0.0, 0.0]
+        self.first = job.first
+        self.next: int | None = job.first if job.stream else None

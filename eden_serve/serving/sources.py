@@ -13,17 +13,16 @@ from typing import NamedTuple
 import torch
 
 from .. import wire
-from ..cloud.encoder import check_tokens
+from ..cloud.limits import check_tokens
 from ..cloud.sources import FileCache, SourceFile, SourceVideo, Work
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
 from ..media.frames import check_sides, image_to_tensor
-from ..media.packets import PacketReader, frame_digest
-from ..wire import FramesChunk, keyed
-from ..wire.bitstream import BITSTREAM_CODEC, BitstreamChunk
-from ..wire.elision import elide
+from ..media.packets import PacketReader
+from ..wire.bitstream import Packet, StreamParameters
+from ..wire.envelope import Limits
 from ..wire.pages import pack
-from .fields import ASKS, JSON, OCTET_STREAM, SOURCE_HELP, parse_codec, parse_index, text
+from .fields import ASKS, JSON, OCTET_STREAM, SOURCE_HELP, parse_index, text
 from .worker import Settings
 
 
@@ -93,32 +92,18 @@ def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
     return pack(video.page(job.stream, job.start, job.after)), OCTET_STREAM
 
 
-def codec_of(request: dict, source: str | None, default: str) -> str:
-    """A chunk request's codec; the bitstream codec carries a named source's own packets, and only those."""
-    if source is not None and request.get("codec") in (BITSTREAM_CODEC, BITSTREAM_CODEC.encode()):
-        return BITSTREAM_CODEC
-    return parse_codec(request.get("codec"), default)
+class SourceChunk(NamedTuple):
+    """The frames ``frames`` of the source ``name``, as the bitstream kind asks for them
+    (:class:`eden_serve.wire.kinds.Source`): read only where that kind is asked for."""
 
+    settings: Settings
+    name: str
+    frames: range
 
-def sealed(settings: Settings, codec: str, source: str | None, frames, chunk, config: EdenConfig, key: bytes | None) -> bytes:
-    """The payload of a chunk the cloud encoded, signed where it holds a wire key."""
-    if codec == BITSTREAM_CODEC:
-        return bitstream(settings, source, frames, chunk, config, key)
-    payload = wire.encode(chunk, config, codec)
-    return payload if key is None else keyed.sign(payload, key)
-
-
-def bitstream(settings: Settings, name: str, frames: range, decisions: FramesChunk, config: EdenConfig, key: bytes | None) -> bytes:
-    """The bitstream payload of a named chunk, with the ``decisions`` the cloud made from its pixels
-    (and their digests), sealed and signed, then sent without the packets' bytes, which the client
-    holds already (:mod:`~eden_serve.wire.elision`)."""
-    reader = packet_reader(source_file(settings, name), settings.max_pixels, work_of(settings))
-    span = reader.needed(frames.start, frames.stop - 1)
-    packets = reader.packets(span)
-    chunk = BitstreamChunk(reader.parameters, packets, span.skip, len(frames), [frame_digest(f) for f in decisions.pixels],
-                           decisions.differences, decisions.seeds, decisions.cuts, decisions.cloud)
-    payload = wire.encode(chunk, config, BITSTREAM_CODEC)
-    return elide(payload if key is None else keyed.sign(payload, key))
+    def packets(self) -> tuple[StreamParameters, list[Packet], int]:
+        reader = packet_reader(source_file(self.settings, self.name), self.settings.max_pixels, work_of(self.settings))
+        span = reader.needed(self.frames.start, self.frames.stop - 1)
+        return reader.parameters, reader.packets(span), span.skip
 
 
 # The PacketReader of a source (its packets' times, read once), kept like the cloud's scans.
@@ -132,7 +117,8 @@ def read_source(settings: Settings, name: str, frames: range, config: EdenConfig
     video = open_source(settings, name)
     width, height = video.scan.width, video.scan.height
     check_sides(width, height, wire.MAX_SIDE, name)
-    check_tokens(width, height, len(frames), config, settings.max_pixels, max_tokens, max_chunk_tokens, name)
+    check_tokens(width, height, len(frames), config, Limits(tokens=max_tokens, chunk_tokens=max_chunk_tokens,
+                                                            pixels=settings.max_pixels), name)
     batch = torch.empty(len(frames), 3, height, width)
     for i, image in enumerate(video.read(frames.start, len(frames))):
         image_to_tensor(image, batch[i])

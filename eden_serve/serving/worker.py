@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from .. import wire
-from ..cloud.encoder import SCENE_THRESHOLD
+from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..config import EdenConfig
 from ..edge import PRECISIONS, Acceleration
 from ..edge.acceleration import GRAPH_MODES, Compile
@@ -82,7 +82,7 @@ class Settings:
         root = settings.media_root
         if root is not None and (not isinstance(root, str) or not os.path.isabs(root)):
             raise ValueError(f"model-config.yaml: handler.media_root must be an absolute directory path or null, got {root!r}")
-        wire.parse_codec(settings.codec)
+        wire.kind(settings.codec)
         return settings
 
     def acceleration(self) -> Acceleration:

@@ -1,16 +1,17 @@
-"""The ``bitstream`` codec, wire format 4: a chunk as the compressed video's own packets, from a key
+"""The ``bitstream`` kind, wire format 4: a chunk as the compressed video's own packets, from a key
 frame on, in decode order, with what the decoder needs besides them and what the cloud decided
-about the chunk's pairs. The edge decodes the packets (``eden_serve.media.packets``), checks each
-frame against the cloud's digest of it, and re-derives the conditions as for the frames codec:
-for real video that is a hundredth of the frames codec's bytes (docs/wire-codecs.md, "bitstream").
+about the chunk's pairs. Only a cloud that holds the video makes one (a server-side source). The
+edge decodes the packets (``eden_serve.media.packets``), checks each frame against the cloud's
+digest of it (:func:`to_frames`), and re-derives the conditions as for the frames kind: for real
+video that is a hundredth of the frames codec's bytes (docs/wire-codecs.md, "bitstream").
 
 The header has exactly these keys: ``fingerprint``, ``hidden_dim`` and ``cloud`` as in format 3,
 ``codec`` ("bitstream"), ``stream`` (the decoder and its parameters: :meth:`StreamParameters.to_header`),
 ``packets`` (P), ``skip`` (frames to drop before the chunk's first), ``frames`` (F),
 ``differences`` and ``seeds`` (K = F - 1 each), ``cuts`` and ``digests`` (F: each frame's
-:func:`~eden_serve.media.packets.frame_digest`). The body is a table of P records, each
-``<IIqq``: the packet's bytes, its flags (1: a key frame), its pts and its dts (``NO_TIME`` where
-the container gives none), then the P packets' bytes, in order.
+:func:`frame_digest`). The body is a table of P records, each ``<IIqq``: the packet's bytes, its
+flags (1: a key frame), its pts and its dts (``NO_TIME`` where the container gives none), then the
+P packets' bytes, in order.
 
 Decoding a packet list that lies can cost what its length implies, so before anything is decoded:
 the decoder must be one of :data:`DECODERS`, the frame size that the header declares within the
@@ -18,38 +19,38 @@ receiver's limits (413), the packets' lengths must add up to the body, the first
 key frame, dts must increase, and the packets must number between ``skip + frames`` (one per
 frame) and that plus :data:`REORDER_SLACK`. The decoder is then told to refuse any frame larger
 than the declared size when it parses the stream's own headers.
+
+The client holds the packets already (it read them to write the originals), so the cloud answers
+it with the payload less the packets' bytes (:func:`elide`), and the client puts its own copies
+back (:func:`fill`) before handing the payload to the edge. The edge gets the very bytes the cloud
+sealed and signed: each packet crosses the link once, keyed payloads keep working, and a packet
+the client got wrong fails the payload's digest (400) like any corruption.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
+import torch
 
-from ..config import MAX_SEED, EdenConfig
-from ..errors import CodecError
+from ..config import EdenConfig
+from ..errors import BadInputError, CodecError, DigestMismatchError
+from .decisions import Decided, Decisions, check_header, header, read_decisions
 from .envelope import (
-    BITSTREAM_VERSION,
-    MAX_FRAMES,
-    MAX_SIDE,
-    MAX_TOKENS,
-    Limits,
-    check_limits,
-    check_model,
-    cloud_digest,
-    cut_pairs,
-    float32_list,
-    integer,
-    integer_pair,
-    invalid,
-    seal,
-    seed_list,
-    to_float32,
+    BITSTREAM_VERSION, DIGEST_SIZE, MAX_FRAMES, MAX_SIDE, MAX_TOKENS, PREFIX, Limits, check_limits, cloud_digest, integer,
+    integer_pair, invalid, seal,
 )
+from .keyed import TAGGED_PREFIX, is_tagged
+from .kinds import Cloud, Edge, Held, Kind, Source
+from .pixels import FRAMES_CODEC, FramesChunk
 
 BITSTREAM_CODEC = "bitstream"
 # FFmpeg's software decoders of the codecs whose decoding is bit-exact by their specification, the
@@ -65,10 +66,11 @@ NO_TIME = -(1 << 63)  # FFmpeg's AV_NOPTS_VALUE
 KEY = 1
 DIGEST_CHARS = 32  # BLAKE2b-128, hex
 _KEYS = {"fingerprint", "hidden_dim", "codec", "cloud", "stream", "packets", "skip", "frames", "differences", "seeds", "cuts", "digests"}
-_STREAM_KEYS = {"decoder", "extradata", "width", "height", "pix_fmt", "codec_tag", "color_range", "colorspace", "color_primaries",
-                "color_trc"}
+# In this order in a header: a payload's bytes are the same whatever the process's string hashing.
+_STREAM_KEYS = ("decoder", "width", "height", "pix_fmt", "codec_tag", "color_range", "colorspace", "color_primaries", "color_trc",
+                "extradata")
 _COLOURS = ("color_range", "colorspace", "color_primaries", "color_trc")
-# A packet's record in the body's table (wire.elision reads it too).
+# A packet's record in the body's table.
 RECORD = np.dtype([("length", "<u4"), ("flags", "<u4"), ("pts", "<i8"), ("dts", "<i8")])
 _PIX_FMT = re.compile(r"[a-z0-9_]{1,32}")
 
@@ -96,13 +98,13 @@ class StreamParameters:
         return self.height, self.width
 
     def to_header(self) -> dict:
-        header = {key: getattr(self, key) for key in _STREAM_KEYS - {"extradata"}}
+        header = {key: getattr(self, key) for key in _STREAM_KEYS[:-1]}
         return {**header, "extradata": base64.b64encode(self.extradata).decode()}
 
     @classmethod
     def from_header(cls, value: object, *, payload: bool = True) -> StreamParameters:
         """The parameters a header's ``stream`` states, each checked (:class:`CodecError`)."""
-        if not isinstance(value, dict) or set(value) != _STREAM_KEYS:
+        if not isinstance(value, dict) or set(value) != set(_STREAM_KEYS):
             raise invalid("stream", f"must be an object with the keys {sorted(_STREAM_KEYS)}", payload=payload)
         decoder = value["decoder"]
         if decoder not in DECODERS:
@@ -136,7 +138,7 @@ class Packet:
 
 
 @dataclass
-class BitstreamChunk:
+class BitstreamChunk(Decided):
     """F consecutive frames as the packets that decode to them, and the cloud's decisions about
     their K = F - 1 pairs (those of a :class:`~eden_serve.wire.FramesChunk`)."""
 
@@ -145,14 +147,7 @@ class BitstreamChunk:
     skip: int  # frames to drop before the chunk's first (after those timed before the key frame)
     frames: int  # F
     digests: list[str]  # F: each frame's digest, of the cloud's pixels
-    differences: list[float]  # K: each pair's frame-difference scalar
-    seeds: list[int]  # K: each pair's noise seed
-    cuts: list[int]  # the pairs across a scene cut, increasing
-    cloud: str  # digest of the cloud weights that the conditions are to be derived with
-
-    @property
-    def pairs(self) -> int:
-        return len(self.seeds)
+    decisions: Decisions
 
     @property
     def size(self) -> tuple[int, int]:
@@ -164,47 +159,27 @@ def encode_bitstream(chunk: BitstreamChunk, config: EdenConfig) -> bytes:
     frames = integer(chunk.frames, "frames", MAX_FRAMES, lo=2, payload=False)
     if math.prod(config.patch_grid(*parameters.size)) > MAX_TOKENS:
         raise CodecError(f"{parameters.width}x{parameters.height} frames give more tokens than the wire limit of {MAX_TOKENS}")
-    if len(chunk.differences) != frames - 1 or len(chunk.seeds) != frames - 1:
-        raise invalid("differences", f"and seeds must number {frames - 1}, one per pair", payload=False)
     skip = integer(chunk.skip, "skip", MAX_PACKETS, payload=False)
     table = np.array([_record(p) for p in chunk.packets], RECORD)
     _check_table(table, skip, frames, parameters, payload=False)
-    header = {
-        "fingerprint": config.fingerprint(),
-        "hidden_dim": config.hidden_dim,
-        "codec": BITSTREAM_CODEC,
-        "cloud": cloud_digest(chunk.cloud, payload=False),
-        "stream": parameters.to_header(),
-        "packets": len(table),
-        "skip": skip,
-        "frames": frames,
-        "differences": [to_float32(v, "differences") for v in chunk.differences],
-        "seeds": [integer(s, "seeds", MAX_SEED, payload=False) for s in chunk.seeds],
-        "cuts": [integer(j, "cuts", frames - 2, payload=False) for j in sorted(set(chunk.cuts))],
-        "digests": _digests(chunk.digests, frames, payload=False),
-    }
-    return seal(header, [table.tobytes(), *(p.data for p in chunk.packets)], BITSTREAM_VERSION)
+    fields = {"stream": parameters.to_header(), "packets": len(table), "skip": skip, "frames": frames}
+    head = header(config, BITSTREAM_CODEC, chunk.decisions, frames, fields)
+    head["digests"] = _digests(chunk.digests, frames, payload=False)
+    return seal(head, [table.tobytes(), *(p.data for p in chunk.packets)], BITSTREAM_VERSION)
 
 
-def decode_bitstream(header: dict, body: memoryview, config: EdenConfig, limits: Limits) -> BitstreamChunk:
+def decode_bitstream(head: dict, body: memoryview, config: EdenConfig, limits: Limits) -> BitstreamChunk:
     """The bitstream chunk of a version 4 payload, checked as the module's docstring says; nothing
     is decoded here."""
-    keys = set(header)
-    if keys != _KEYS:
-        raise CodecError(f"malformed payload: header has {str(sorted(keys)):.200}, not the keys {sorted(_KEYS)} of the bitstream codec")
-    check_model(header, config)
-    if header["codec"] != BITSTREAM_CODEC:
-        raise invalid("codec", f"is {header['codec']!r:.40}, but format {BITSTREAM_VERSION} carries only {BITSTREAM_CODEC!r}")
-    cloud = cloud_digest(header["cloud"])
-    parameters = StreamParameters.from_header(header["stream"])
-    frames = integer(header["frames"], "frames", MAX_FRAMES, lo=2)
+    check_header(head, _KEYS, (BITSTREAM_CODEC,), BITSTREAM_VERSION, config)
+    cloud = cloud_digest(head["cloud"])
+    parameters = StreamParameters.from_header(head["stream"])
+    frames = integer(head["frames"], "frames", MAX_FRAMES, lo=2)
     check_limits(parameters.size, math.prod(config.patch_grid(*parameters.size)), frames, limits)
-    differences = float32_list(header["differences"], "differences", frames - 1)
-    seeds = seed_list(header["seeds"], frames - 1)
-    cuts = cut_pairs(header["cuts"], frames - 1)
-    digests = _digests(header["digests"], frames)
-    skip = integer(header["skip"], "skip", MAX_PACKETS)
-    count = integer(header["packets"], "packets", MAX_PACKETS, lo=1)
+    decisions = read_decisions(head, frames, cloud)
+    digests = _digests(head["digests"], frames)
+    skip = integer(head["skip"], "skip", MAX_PACKETS)
+    count = integer(head["packets"], "packets", MAX_PACKETS, lo=1)
     if len(body) < count * RECORD.itemsize:
         raise CodecError(f"malformed payload: the body has {len(body)} bytes, too few for a table of {count} packets")
     table = np.frombuffer(body, RECORD, count)
@@ -217,7 +192,7 @@ def decode_bitstream(header: dict, body: memoryview, config: EdenConfig, limits:
         Packet(bytes(data[starts[i] : starts[i + 1]]), int(pts), None if dts == NO_TIME else int(dts), bool(flags & KEY), i)
         for i, (flags, pts, dts) in enumerate(zip(table["flags"].tolist(), table["pts"].tolist(), table["dts"].tolist()))
     ]
-    return BitstreamChunk(parameters, packets, skip, frames, digests, differences, seeds, cuts, cloud)
+    return BitstreamChunk(parameters, packets, skip, frames, digests, decisions)
 
 
 def _check_table(table: np.ndarray, skip: int, frames: int, parameters: StreamParameters, *, payload: bool = True) -> None:
@@ -253,3 +228,113 @@ def _digests(value: object, frames: int, *, payload: bool = True) -> list[str]:
     ):
         raise invalid("digests", f"must be a list of {frames} frame digests, {DIGEST_CHARS} hex digits each", payload=payload)
     return value
+
+
+def frame_digest(pixels: np.ndarray) -> str:
+    """BLAKE2b-128 of an RGB frame's size and bytes, in hex: what the cloud states of each frame."""
+    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}:".encode(), digest_size=16)
+    digest.update(np.ascontiguousarray(pixels, np.uint8))
+    return digest.hexdigest()
+
+
+def to_frames(chunk: BitstreamChunk, pixels: np.ndarray) -> FramesChunk:
+    """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here, each
+    frame checked against the cloud's digest of it: a mismatch means this edge's decoder is
+    another build (:class:`DigestMismatchError`)."""
+    for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
+        if frame_digest(frame) != expected:
+            import av  # the decoder that differs is PyAV's: name its build
+
+            raise DigestMismatchError(
+                f"frame {i} of the chunk decodes on this edge to other pixels than on the cloud: its {chunk.parameters.decoder} "
+                f"decoder (libavcodec {'.'.join(map(str, av.library_versions['libavcodec']))}) is another build; "
+                "send this chunk with the frames codec"
+            )
+    return FramesChunk(pixels, chunk.decisions)
+
+
+# --- the payload without its packets, for a client that holds them ------------------------------
+
+
+def _table(data: bytes) -> tuple[np.ndarray, int]:
+    """The packet table of a (possibly tagged, possibly elided) bitstream payload, and where the
+    packets' bytes start."""
+    start = TAGGED_PREFIX if is_tagged(data) else 0
+    if len(data) < start + PREFIX.size + DIGEST_SIZE:
+        raise CodecError("bitstream answer: too short for a payload")
+    _, _, _, header_len = PREFIX.unpack_from(data, start)
+    body = start + PREFIX.size + header_len
+    try:
+        count = json.loads(bytes(data[start + PREFIX.size:body]))["packets"]
+    except (ValueError, KeyError, TypeError):
+        raise CodecError("bitstream answer: its header is not a bitstream payload's") from None
+    if type(count) is not int or not 0 < count or body + count * RECORD.itemsize > len(data) - DIGEST_SIZE:
+        raise CodecError("bitstream answer: its packet table does not fit")
+    table = np.frombuffer(data, RECORD, count, body)
+    return table, body + count * RECORD.itemsize
+
+
+def elide(payload: bytes) -> bytes:
+    """``payload`` less its packets' bytes (which end where its digest starts)."""
+    table, start = _table(payload)
+    total = int(table["length"].sum())
+    return payload[:start] + payload[start + total:]
+
+
+def wanted(elided: bytes) -> list[tuple[int, int | None, int]]:
+    """(pts, dts, length) of each packet an elided payload lacks, in order."""
+    table, _ = _table(elided)
+    return [(int(r["pts"]), None if r["dts"] == NO_TIME else int(r["dts"]), int(r["length"])) for r in table]
+
+
+def fill(elided: bytes, packets: list[bytes]) -> bytes:
+    """The whole payload: ``elided`` with the packets' bytes back in place."""
+    table, start = _table(elided)
+    if start != len(elided) - DIGEST_SIZE:
+        raise CodecError("bitstream answer: bytes where its packets belong; it is not an elided payload")
+    if [len(p) for p in packets] != [int(n) for n in table["length"]]:
+        raise CodecError("bitstream answer: the packets held here differ in size from those it names")
+    return b"".join([elided[:start], *packets, elided[start:]])
+
+
+class BitstreamKind(Kind):
+    """A source video's own packets: the cloud decides about the frames it decoded, and sends the
+    packets that decode to them; the edge decodes them (:meth:`Edge.decoded`) and runs E_cond."""
+
+    name = BITSTREAM_CODEC
+    version = BITSTREAM_VERSION
+    listed = False
+    from_source = True
+    carries = BitstreamChunk
+    carried = "a BitstreamChunk, made of a video's packets"
+    # A chunk the edge decodes to other pixels (another libavcodec), one put together wrong, or one
+    # of a video whose packets the cloud cannot send so (untimed, cut by an edit list): the frames
+    # kind carries it instead (a chunk bad for any kind then fails with the frames kind's answer).
+    fallback = FRAMES_CODEC
+    fallback_on = frozenset({DigestMismatchError.kind, CodecError.kind, BadInputError.kind})
+
+    def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
+             source: Source | None = None) -> BitstreamChunk:
+        if source is None:
+            raise CodecError("the bitstream codec carries a video's own packets: only a chunk of a source the cloud holds has them")
+        decided = cloud.frames_chunk(frames, seed, scene_threshold)
+        parameters, packets, skip = source.packets()
+        return BitstreamChunk(parameters, packets, skip, decided.frames, [frame_digest(f) for f in decided.pixels], decided.decisions)
+
+    def encode(self, chunk: BitstreamChunk, config: EdenConfig) -> bytes:
+        return encode_bitstream(chunk, config)
+
+    def open(self, head: dict, body: memoryview, config: EdenConfig, limits: Limits) -> BitstreamChunk:
+        return decode_bitstream(head, body, config, limits)
+
+    def answer(self, payload: bytes) -> bytes:
+        return elide(payload)
+
+    def complete(self, answer: bytes, held: Held | None) -> bytes:
+        return fill(answer, held.packets(wanted(answer)))
+
+    def conditions(self, chunk: BitstreamChunk, edge: Edge):
+        return edge.embed(to_frames(chunk, edge.decoded(chunk)))
+
+
+BITSTREAM = BitstreamKind()

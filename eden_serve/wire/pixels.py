@@ -1,7 +1,8 @@
-"""The ``frames`` codec, wire format 3: a chunk's frames themselves, losslessly compressed, and what
+"""The ``frames`` kind, wire format 3: a chunk's frames themselves, losslessly compressed, and what
 the cloud decided about its pairs. The edge re-derives the condition tokens from the frames with
-the same E_cond weights (``CloudEncoder.restore``), so it computes from float32 conditions for about
-a twentieth of bf16+zstd's bytes (docs/wire-codecs.md has the measurements and when to choose it).
+the same E_cond weights (its own copy, :mod:`eden_serve.edge.conditions`), so it computes from
+float32 conditions for about a twentieth of bf16+zstd's bytes (docs/wire-codecs.md has the
+measurements and when to choose it).
 
 The header has exactly these keys: ``fingerprint`` and ``hidden_dim`` of the model, ``codec``
 ("frames"), ``cloud`` (the digest of the cloud weights, which the edge must hold too), ``size``
@@ -22,29 +23,17 @@ import io
 import math
 import struct
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
+import torch
 from PIL import Image
 
-from ..config import MAX_SEED, EdenConfig
+from ..config import EdenConfig
 from ..errors import CodecError
-from .envelope import (
-    FRAMES_VERSION,
-    MAX_FRAMES,
-    MAX_TOKENS,
-    Limits,
-    check_limits,
-    check_model,
-    cloud_digest,
-    cut_pairs,
-    float32_list,
-    integer,
-    integer_pair,
-    invalid,
-    seal,
-    seed_list,
-    to_float32,
-)
+from .decisions import Decided, Decisions, check_header, header, read_decisions
+from .envelope import FRAMES_VERSION, MAX_FRAMES, MAX_TOKENS, Limits, check_limits, cloud_digest, integer, integer_pair, invalid, seal
+from .kinds import Cloud, Edge, Kind, Source
 
 FRAMES_CODEC = "frames"
 WEBP_MAX_SIDE = 16383  # VP8L stores each side in 14 bits
@@ -55,22 +44,16 @@ _VP8L = struct.Struct("<4sI4s4sIBI")
 
 
 @dataclass
-class FramesChunk:
-    """F consecutive 8-bit frames and the cloud's decisions about their K = F - 1 pairs."""
+class FramesChunk(Decided):
+    """F consecutive 8-bit frames and the cloud's decisions about their K = F - 1 pairs (the
+    decisions name the cloud weights that the conditions are to be derived with)."""
 
     pixels: np.ndarray  # [F, H, W, 3] uint8
-    differences: list[float]  # K: each pair's frame-difference scalar
-    seeds: list[int]  # K: each pair's noise seed
-    cuts: list[int]  # the pairs across a scene cut, increasing
-    cloud: str  # digest of the cloud weights that the conditions are to be derived with
+    decisions: Decisions
 
     @property
     def frames(self) -> int:
         return len(self.pixels)
-
-    @property
-    def pairs(self) -> int:
-        return len(self.seeds)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -86,42 +69,21 @@ def encode_frames(chunk: FramesChunk, config: EdenConfig) -> bytes:
     n = math.prod(config.patch_grid(*size))
     if n > MAX_TOKENS:
         raise CodecError(f"{size[0]}x{size[1]} frames give {n} tokens, over the wire limit of {MAX_TOKENS}; downscale them")
-    if len(chunk.differences) != frames - 1 or len(chunk.seeds) != frames - 1:
-        raise invalid("differences", f"and seeds must number {frames - 1}, one per pair", payload=False)
-    cuts = sorted(set(chunk.cuts))
+    head = header(config, FRAMES_CODEC, chunk.decisions, frames, {"size": list(size), "frames": frames})
     images = [_webp(frame) for frame in pixels]
-    header = {
-        "fingerprint": config.fingerprint(),
-        "hidden_dim": config.hidden_dim,
-        "codec": FRAMES_CODEC,
-        "cloud": cloud_digest(chunk.cloud, payload=False),
-        "size": list(size),
-        "frames": frames,
-        "differences": [to_float32(v, "differences") for v in chunk.differences],
-        "seeds": [integer(s, "seeds", MAX_SEED, payload=False) for s in chunk.seeds],
-        "cuts": [integer(j, "cuts", frames - 2, payload=False) for j in cuts],
-        "lengths": [len(image) for image in images],
-    }
-    return seal(header, images, FRAMES_VERSION)
+    return seal({**head, "lengths": [len(image) for image in images]}, images, FRAMES_VERSION)
 
 
-def decode_frames(header: dict, body: memoryview, config: EdenConfig, limits: Limits) -> FramesChunk:
+def decode_frames(head: dict, body: memoryview, config: EdenConfig, limits: Limits) -> FramesChunk:
     """The frames chunk of a version 3 payload, checked in the order of ``wire.decode``'s docstring."""
-    keys = set(header)
-    if keys != _FRAMES_KEYS:
-        raise CodecError(f"malformed payload: header has {str(sorted(keys)):.200}, not the keys {sorted(_FRAMES_KEYS)} of the frames codec")
-    check_model(header, config)
-    if header["codec"] != FRAMES_CODEC:
-        raise invalid("codec", f"is {header['codec']!r:.40}, but format {FRAMES_VERSION} carries only {FRAMES_CODEC!r}")
-    cloud = cloud_digest(header["cloud"])
-    size = integer_pair(header["size"], "size", WEBP_MAX_SIDE)
+    check_header(head, _FRAMES_KEYS, (FRAMES_CODEC,), FRAMES_VERSION, config)
+    cloud = cloud_digest(head["cloud"])
+    size = integer_pair(head["size"], "size", WEBP_MAX_SIDE)
     n = math.prod(config.patch_grid(*size))
-    frames = integer(header["frames"], "frames", MAX_FRAMES, lo=2)
+    frames = integer(head["frames"], "frames", MAX_FRAMES, lo=2)
     check_limits(size, n, frames, limits)
-    differences = float32_list(header["differences"], "differences", frames - 1)
-    seeds = seed_list(header["seeds"], frames - 1)
-    cuts = cut_pairs(header["cuts"], frames - 1)
-    lengths = header["lengths"]
+    decisions = read_decisions(head, frames, cloud)
+    lengths = head["lengths"]
     # A lossless WebP of noise takes a little over the raw pixels; four bytes a pixel is plenty.
     most = 4 * size[0] * size[1] + 4096
     if not isinstance(lengths, list) or len(lengths) != frames:
@@ -136,7 +98,7 @@ def decode_frames(header: dict, body: memoryview, config: EdenConfig, limits: Li
     pixels = np.empty((frames, *size, 3), np.uint8)
     for index, image in enumerate(images):
         pixels[index] = _unwebp(image, size, index)
-    return FramesChunk(pixels, differences, seeds, cuts, cloud)
+    return FramesChunk(pixels, decisions)
 
 
 def _webp(frame: np.ndarray) -> bytes:
@@ -171,3 +133,28 @@ def _unwebp(data: memoryview, size: tuple[int, int], index: int) -> np.ndarray:
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
         raise CodecError(f"malformed payload: frame {index} does not decode as a lossless WebP ({type(exc).__name__})") from None
     return array
+
+
+class FramesKind(Kind):
+    """The frames themselves: the cloud decides about the pairs only, the edge runs E_cond."""
+
+    name = FRAMES_CODEC
+    version = FRAMES_VERSION
+    carries = FramesChunk
+    carried = "the frames (CloudEncoder.frames_chunk); the token codecs carry the tokens (CloudEncoder.encode_chunk)"
+
+    def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
+             source: Source | None = None) -> FramesChunk:
+        return cloud.frames_chunk(frames, seed, scene_threshold)
+
+    def encode(self, chunk: FramesChunk, config: EdenConfig) -> bytes:
+        return encode_frames(chunk, config)
+
+    def open(self, head: dict, body: memoryview, config: EdenConfig, limits: Limits) -> FramesChunk:
+        return decode_frames(head, body, config, limits)
+
+    def conditions(self, chunk: FramesChunk, edge: Edge):
+        return edge.embed(chunk)
+
+
+FRAMES = FramesKind()

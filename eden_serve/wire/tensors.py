@@ -27,7 +27,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from ..errors import BadInputError, CodecError
+from ..errors import CodecError
 
 FLOATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 INT8_AXIS = {"int8": 1, "int8-token": -1}  # the axis one scale spans: the tokens, resp. the channels
@@ -45,12 +45,11 @@ class Codec(NamedTuple):
     def name(self) -> str:
         return self.encoding + ("+zstd" if self.zstd else "")
 
-
-def parse_codec(name: str) -> Codec:
-    if not isinstance(name, str) or name not in CODECS:
-        raise BadInputError(f"unknown codec {name!r:.60}; choose one of {', '.join(CODECS)}")
-    encoding, suffix, _ = name.partition("+")
-    return Codec(encoding, bool(suffix))
+    @classmethod
+    def named(cls, name: str) -> "Codec":
+        """The codec of one of :data:`CODECS`."""
+        encoding, suffix, _ = name.partition("+")
+        return cls(encoding, bool(suffix))
 
 
 class Tokens(NamedTuple):

@@ -17,10 +17,10 @@ from typing import Callable
 
 from PIL import Image
 
-from ...answers import StreamedAnswer
 from ...errors import BadInputError, ServerError, TransientError, error_from_document
+from ...wire.answers import StreamedAnswer
 from ..tls import ClientTLS
-from . import warn_cleartext
+from . import DECODER, ENCODER, Transport, warn_cleartext
 
 SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService"
 URL = re.compile(r"(grpcs?)://([^/]+?)/?")
@@ -63,21 +63,23 @@ def credentials(grpc, tls: ClientTLS):
     return grpc.ssl_channel_credentials(root_certificates=tls.cacert.read_bytes())
 
 
-class GrpcTransport:
-    """``urls``: step (encoder, decoder) -> (model, gRPC URL); ``tokens``: step -> token or None;
-    ``timeout``: seconds a call may take."""
+class GrpcTransport(Transport):
+    """TorchServe's gRPC inference API at ``cloud`` and ``edge``; TorchServe has no gRPC workflow
+    API, so ``server`` names a server with both models. ``timeout``: seconds a call may take."""
 
     name = "grpc"
-    split = True  # TorchServe's gRPC API has no workflows
+    schemes = ("grpc", "grpcs")
+    workflow_api = False
 
-    def __init__(self, urls: dict[str, tuple[str, str]], tokens: dict[str, str | None], timeout: float, tls: ClientTLS):
+    def __init__(self, server: str | None, cloud: str | None, edge: str | None, tokens: dict[str, str | None], timeout: float,
+                 tls: ClientTLS):
         self.grpc, self.messages = _modules()
         self.timeout = timeout
-        self.models = {step: model for step, (model, _) in urls.items()}
-        self.urls = self.where = {step: url for step, (_, url) in urls.items()}
+        self.models = {"encoder": ENCODER, "decoder": DECODER}
+        self.urls = self.where = {"encoder": cloud, "decoder": edge} if server is None else {"encoder": server, "decoder": server}
         self.metadata = {step: (("authorization", f"Bearer {t}"),) if t else () for step, t in tokens.items()}
         self.channels, self.calls = {}, {}
-        for step, (_, url) in urls.items():
+        for step, url in self.urls.items():
             warn_cleartext(url, tokens.get(step))
             address, secure = target(url, step)
             if (address, secure) not in self.channels:
@@ -110,12 +112,12 @@ class GrpcTransport:
                 raise TransientError(message)
             raise ServerError(refused.status, refused.kind, message)
 
-    def encode(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
-               turn=None) -> tuple[bytes, int]:
-        """The wire payload of a chunk's frames, and the bytes sent for it; ``first_byte`` gets the
-        time it arrived (whole: a unary call has no earlier moment to report). ``turn`` is not
-        taken: a unary call's answer crosses as soon as the cloud has it, and taking the link's
-        turn for the whole call would keep the cloud idle while a payload crosses."""
+    def ask_cloud(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
+                  turn=None) -> tuple[bytes, int]:
+        """``first_byte`` gets the time the answer arrived (whole: a unary call has no earlier
+        moment to report). ``turn`` is not taken: a unary call's answer crosses as soon as the cloud
+        has it, and taking the link's turn for the whole call would keep the cloud idle while a
+        payload crosses."""
         inputs = {f"frame{i}": data for i, data in enumerate(frames)}
         inputs.update((key, value.encode()) for key, value in form.items())
         request = self._request("encoder", inputs)
@@ -128,10 +130,9 @@ class GrpcTransport:
         self._refused(answer.prediction, "encoder")
         return answer.prediction, request.ByteSize()
 
-    def decode(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
-               receive: Callable[[int, Image.Image], None]) -> int:
-        """Streams the middles of pairs ``first`` ... ``pairs - 1`` of ``payload`` to ``receive``;
-        the bytes received. Raises TransientError where the stream ends early."""
+    def ask_edge(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
+                 deliver: Callable[[int, Image.Image], None]) -> int:
+        """The middles stream in ``StreamPredictions`` messages."""
         request = self._request("decoder", {"body": payload, "stream": b"grpc", "first": str(first).encode()})
         answer = StreamedAnswer(first, pairs, size, f"(from {self.where['decoder']})")
         received = 0
@@ -141,7 +142,7 @@ class GrpcTransport:
                 if answer.next == first and not answer.buffer:  # a refusal comes whole, before any record
                     self._refused(message.prediction, "decoder")
                 for j, image in answer.feed(message.prediction):
-                    receive(j, image)
+                    deliver(j, image)
         except self.grpc.RpcError as exc:
             raise self._failure(exc, "decoder") from None
         if not answer.finish():

@@ -12,8 +12,8 @@ from typing import Callable, Iterator, Sequence
 import requests
 from PIL import Image
 
-from . import DECODER, ENCODER, WORKFLOW, warn_cleartext
-from ...answers import STREAMED, StreamedAnswer, whole_answer
+from . import DECODER, ENCODER, WORKFLOW, Transport, warn_cleartext
+from ...wire.answers import STREAMED, StreamedAnswer, whole_answer
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ..tls import ClientTLS
 
@@ -60,13 +60,15 @@ def _connection_errors(url: str):
         raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
 
 
-class HttpTransport:
+class HttpTransport(Transport):
     """TorchServe's HTTP inference API: the workflow at ``server``, or the encoder at ``cloud`` and
     the DiT+decoder at ``edge``, whose answers stream in chunks (HTTP chunked transfer). Each call is
     one attempt; :class:`~eden_serve.client.Client` retries. Safe to use from several threads: each
     request borrows an idle ``requests.Session``."""
 
     name = "http"
+    schemes = ("http", "https")
+    workflow_api = True
 
     def __init__(self, server: str | None, cloud: str | None, edge: str | None, tokens: dict[str, str | None], timeout: float,
                  tls: ClientTLS):
@@ -81,10 +83,6 @@ class HttpTransport:
         self.timeout = (CONNECT_TIMEOUT, timeout)
         self.tls = tls
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
-
-    @property
-    def split(self) -> bool:
-        return "encoder" in self.urls
 
     @contextlib.contextmanager
     def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[requests.Response]:
@@ -109,35 +107,33 @@ class HttpTransport:
             content = _check(response).content
             return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
 
-    def encode(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
-               turn: Callable[[], contextlib.AbstractContextManager] | None = None) -> tuple[bytes, int]:
-        """The wire payload of a chunk's frames, and the bytes sent for it; ``first_byte`` gets the
-        time its answer began to arrive. Its body is read in a ``turn()`` (the link's, in chunk
-        order): until then TCP's flow control holds it at the cloud, all but what the receive
-        buffer takes, so that it does not share the link with the payload before it."""
+    def ask_cloud(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
+                  turn: Callable[[], contextlib.AbstractContextManager] | None = None) -> tuple[bytes, int]:
+        """The answer's body is read in a ``turn()`` (the link's, in chunk order): until then TCP's
+        flow control holds it at the cloud, all but what the receive buffer takes, so that it does
+        not share the link with the payload before it."""
         with self._post("encoder", files=_files(frames, form), stream=True) as response:
             with turn() if turn is not None else contextlib.nullcontext():
                 if first_byte is not None:
                     first_byte(time.perf_counter())
                 return _check(response).content, len(response.request.body)
 
-    def decode(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
-               receive: Callable[[int, Image.Image], None]) -> int:
-        """Streams the middles of pairs ``first`` ... ``pairs - 1`` of ``payload`` to ``receive``;
-        the bytes received. Raises TransientError where the answer ends early."""
+    def ask_edge(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
+                 deliver: Callable[[int, Image.Image], None]) -> int:
+        """The middles stream in HTTP chunks (an edge that answers whole is read whole)."""
         headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
         with self._post("decoder", headers, data=payload, stream=True) as response:
             if response.headers.get("Content-Type", "").split(";")[0].strip() != STREAMED:  # a refusal, or an edge that does not stream
                 content = _check(response).content
                 for j, image in enumerate(whole_answer(content, pairs - first, size, f"(from {response.url})"), first):
-                    receive(j, image)
+                    deliver(j, image)
                 return len(content)
             answer = StreamedAnswer(first, pairs, size, f"(from {response.url})")
             received = 0
             for data in response.iter_content(chunk_size=None):
                 received += len(data)
                 for j, image in answer.feed(data):
-                    receive(j, image)
+                    deliver(j, image)
         if not answer.finish():
             raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
         return received

@@ -21,8 +21,8 @@ import zipfile
 
 from PIL import Image, UnidentifiedImageError
 
-from .errors import ServerError, TransientError, error_from_document
-from .media.frames import PNG_SIGNATURE
+from ..errors import ServerError, TransientError, error_from_document
+from .png import RGB8, most_png_bytes, png_header
 
 MIDDLE, FAILED, END = b"M", b"E", b"Z"
 RECORD_HEADER = struct.Struct(">cII")
@@ -33,19 +33,15 @@ def record(kind: bytes, index: int, data: bytes = b"") -> bytes:
     return RECORD_HEADER.pack(kind, index, len(data)) + data
 
 
-def most_png_bytes(size: tuple[int, int]) -> int:
-    """The largest PNG of a middle frame of ``size`` (width, height) we accept: an uncompressed one, twice over."""
-    return size[1] * (3 * size[0] + 1) * 2 + (1 << 16)
-
-
 def middle_image(content: bytes, size: tuple[int, int], where: str) -> Image.Image:
     """A middle frame: an 8-bit RGB PNG of ``size`` (width, height), read from its header first."""
-    if content[:8] != PNG_SIGNATURE or content[12:16] != b"IHDR" or len(content) < 26:
+    stated = png_header(content)
+    if stated is None:
         start = " ".join(content[:100].decode(errors="replace").split())
         raise ServerError(502, "bad_answer", f"the answer is not a PNG: {start!r} {where}")
-    width, height, depth, colour = struct.unpack(">IIBB", content[16:26])
-    if (width, height) != size or (depth, colour) != (8, 2):  # colour type 2: RGB
-        mode = "" if (depth, colour) == (8, 2) else f" not in 8-bit RGB (depth {depth}, colour type {colour})"
+    width, height, depth, colour = stated
+    if (width, height) != size or (depth, colour) != RGB8:
+        mode = "" if (depth, colour) == RGB8 else f" not in 8-bit RGB (depth {depth}, colour type {colour})"
         raise ServerError(502, "bad_answer", f"the answer is a {width}x{height} PNG{mode}, for frames of {size[0]}x{size[1]} {where}")
     try:
         image = Image.open(io.BytesIO(content), formats=["PNG"])
@@ -69,7 +65,7 @@ def whole_answer(content: bytes, pairs: int, size: tuple[int, int], where: str) 
     if pairs == 1:
         return [middle_image(content, size, where)]
     names = [f"{j:03d}.png" for j in range(pairs)]
-    most = most_png_bytes(size)
+    most = most_png_bytes(*size)
     try:
         with zipfile.ZipFile(io.BytesIO(content)) as archive:
             entries = archive.infolist()
@@ -90,7 +86,7 @@ class StreamedAnswer:
 
     def __init__(self, first: int, pairs: int, size: tuple[int, int], where: str):
         self.next, self.pairs, self.size, self.where = first, pairs, size, where
-        self.most = most_png_bytes(size)
+        self.most = most_png_bytes(*size)
         self.buffer = bytearray()
         self.ended = False
 
