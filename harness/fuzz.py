@@ -148,13 +148,13 @@ def refused(parse: Callable[[bytes], object], data: bytes) -> None:
 
 def token_payloads() -> list[bytes]:
     chunk = synthetic.chunk(CONFIG, SIZE, frames=3)
-    chunk.cuts = {1: png_of(synthetic.scene(*SIZE, 0.5))}
+    chunk.decisions.cuts, chunk.copies = [1], {1: png_of(synthetic.scene(*SIZE, 0.5))}
     return [wire.encode(chunk, CONFIG, codec) for codec in wire.TOKEN_CODECS]
 
 
 def frames_payload() -> bytes:
     pixels = __import__("numpy").stack([synthetic.scene(*SIZE, t) for t in (0.0, 0.3, 0.6)])
-    return wire.encode(wire.FramesChunk(pixels, [0.1, -0.2], [7, 8], [1], CLOUD), CONFIG, wire.FRAMES_CODEC)
+    return wire.encode(wire.FramesChunk(pixels, wire.Decisions([0.1, -0.2], [7, 8], [1], CLOUD)), CONFIG, wire.FRAMES_CODEC)
 
 
 def bitstream_payloads(directory: Path) -> list[bytes]:
