@@ -36,10 +36,10 @@ class Frame:
 
     ``image`` is the decoded frame in the clip's working mode; for a directory it is decoded on first
     use, by whichever thread needs it first (a lock per frame: different frames decode in parallel).
-    A video's frame (and a middle made in this process) is given as ``pixels`` instead, 8-bit RGB
-    [H, W, 3] (a tensor passed as ``image``), its image made only where something asks for one. ``tensor`` is what the model takes,
-    ``encoded`` what a server is sent: the file's own bytes for a directory (the server then
-    decodes exactly what we would), a PNG otherwise.
+    A video's frame (and a middle made in this process) is given its 8-bit RGB pixels [H, W, 3] as
+    ``image`` instead, a tensor, which it keeps as ``pixels``, its image made only where something
+    asks for one. ``tensor`` is what the model takes, ``encoded`` what a server is sent: the file's
+    own bytes for a directory (the server then decodes exactly what we would), a PNG otherwise.
     """
 
     def __init__(self, index: int, name: str, *, image: Picture | None = None, path: Path | None = None,
