@@ -409,10 +409,10 @@ def test_codec_auto_tries_both_codecs_then_keeps_choosing(tmp_path, cloud, edge,
             interpolate_clip_in_process(src, tmp_path / codec, *load_archived(store), codec=codec, chunk=2, progress=False)
     with make_client("split", cloud, edge, codec="auto") as client:
         summary = client.interpolate_clip(src, tmp_path / "auto", chunk=2, inflight=1, progress=False)
-        sizes = client.auto.payload_bytes_per_pair
+        sizes = client.policy.payload_bytes_per_pair
     assert summary.pairs == len(clip) - 1
     assert set(sizes) == {"frames", "bf16+zstd"} and min(sizes.values()) > 0  # the tiny model's tokens are smaller than frames
-    assert client.auto.link.rate() > 0 and client.auto.edge.rate() > 0
+    assert client.policy.link.rate() > 0 and client.policy.edge.rate() > 0
     outputs = {run: [np.asarray(Image.open(p)) for p in sorted((tmp_path / run).iterdir())] for run in ("auto", "frames", "bf16+zstd")}
     for i, got in enumerate(outputs["auto"]):
         assert np.array_equal(got, outputs["frames"][i]) or np.array_equal(got, outputs["bf16+zstd"][i]), i
