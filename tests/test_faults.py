@@ -57,7 +57,7 @@ def hostile(tmp_path, start: bytes) -> bytes:
     chunk = wire.decode(bitstream_payloads(tmp_path)[0], PRESETS["tiny"])
     first = chunk.packets[0]
     chunk.packets[0] = Packet(start + first.data, first.pts, first.dts, first.key)
-    chunk.cloud = CLOUD
+    chunk.decisions.cloud = CLOUD
     return wire.encode(chunk, PRESETS["tiny"], wire.BITSTREAM_CODEC)
 
 
@@ -138,7 +138,7 @@ def test_a_small_payload_that_would_decode_many_large_frames_is_refused(edge):
     """600 4K frames from a few kB: refused before a packet is decoded (it used to cost the worker
     seconds of decoding, inline, before its batch)."""
     parameters, packets = black_4k_packets(600)
-    chunk = wire.BitstreamChunk(parameters, packets, 598, 2, ["0" * 32] * 2, [0.0], [0], [], CLOUD)
+    chunk = wire.BitstreamChunk(parameters, packets, 598, 2, ["0" * 32] * 2, wire.Decisions([0.0], [0], [], CLOUD))
     payload = wire.encode(chunk, PRESETS["tiny"], wire.BITSTREAM_CODEC)
     assert len(payload) < 100_000
     answer = requests.post(f"{edge.inference_url}/predictions/eden_ditdec", data=payload, timeout=300,
