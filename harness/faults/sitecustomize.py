@@ -47,17 +47,17 @@ def patch_services(module) -> None:
             fire("edge-kill", "after")
         return results
 
-    def faulty_send_ready(self, idx, middles, sent):
+    def faulty_send_ready(self, idx, answer):
         send = self.send_part
 
         def send_then_die(i, body, content_type):
             send(i, body, content_type)
-            if sent[idx] + 1 < len(middles):  # the middle just sent is not the last
+            if answer.next + 1 < len(answer.middles):  # the middle just sent is not the last
                 fire("edge-kill", "between")
 
         self.send_part = send_then_die
         try:
-            send_ready(self, idx, middles, sent)
+            send_ready(self, idx, answer)
         finally:
             self.send_part = send
 
