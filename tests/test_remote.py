@@ -20,7 +20,7 @@ from eden_serve.cloud.sources import SourceVideo
 from eden_serve.config import preset
 from eden_serve.errors import CodecError
 from eden_serve.media import Encoding, open_clip
-from eden_serve.wire.bitstream import BITSTREAM_CODEC
+from eden_serve.wire.bitstream import BITSTREAM_CODEC, BitstreamKind
 from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
 from test_video import make_video, real_video
@@ -245,16 +245,16 @@ def test_a_bitstream_cloud_source_equals_the_frames_codec(servers, tmp_path, cod
 
 @pytest.mark.serving
 def test_a_digest_mismatch_falls_back_to_the_frames_codec_for_that_chunk(servers, tmp_path, monkeypatch):
-    restore, config, lied = RemoteVideo.restore, preset("tiny"), []
+    complete, config, lied = BitstreamKind.complete, preset("tiny"), []
 
-    def lying(self, elided):  # as an edge whose decoder gives other pixels would see it: one frame's digest differs
-        chunk = wire.decode(restore(self, elided), config)
+    def lying(self, answer, held):  # as an edge whose decoder gives other pixels would see it: one frame's digest differs
+        chunk = wire.decode(complete(self, answer, held), config)
         if not lied:
             chunk.digests[-1] = "f" * len(chunk.digests[-1])
             lied.append(chunk.frames)
         return wire.encode(chunk, config, BITSTREAM_CODEC)
 
-    monkeypatch.setattr(RemoteVideo, "restore", lying)
+    monkeypatch.setattr(BitstreamKind, "complete", lying)
     url = servers.inference_url
     run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
     with pytest.warns(UserWarning) as caught, Client(cloud=url, edge=url, codec=BITSTREAM_CODEC) as client:
