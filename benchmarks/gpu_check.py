@@ -1,15 +1,19 @@
-"""The edge on one GPU in one short run: correctness, the edge alone per batch size (eager, CUDA
-graphs, compiled), fp32 against bf16, and how busy the GPU is for one 1080p pair per forward.
+"""The edge on one GPU in one short run: correctness; the in-process clip (start-up and steady
+state apart, defaults against the best options, the GPU's busy fraction) at 1080p and 480x854; the
+video encoder and decoder alone; the top kernels of one 1080p pair; the edge alone per batch size
+(eager, CUDA graphs), fp32 against bf16; torch.compile (block by block against whole stages, cold
+and from the cache); the clip at 720p; and the place of the served edge.
 
     benchmarks/gpu_run.sh                                                     # on the GPU machine
     .venv/bin/python benchmarks/gpu_check.py --device cpu --quick --out /tmp/gpu_check.jsonl   # here first
 
 Official dimensions and synthetic weights at 480x854, 720p and 1080p (``--quick``: the tiny model at
 small sizes). Each result is a JSON line in ``--out`` as soon as it is measured, each section runs on
-its own (one failure does not lose the rest), the run keeps within ``--budget`` seconds (configurations
-that would not fit are recorded as skipped), and a short table closes it. On a CPU the "graphed" rows
-replay through the stand-in for CUDA graphs (eden_serve/edge/graphs.py): they try the code, their
-times mean nothing. Runs from the checkout (the package importable); needs tests/golden.
+its own (one failure does not lose the rest), in order of importance, and the run keeps within
+``--budget`` seconds (what would not fit is recorded as skipped; the last :data:`RESERVE` seconds are
+the served edge's), and a short table closes it. On a CPU the "graphed" rows replay through the
+stand-in for CUDA graphs (eden_serve/edge/graphs.py): they try the code, their times mean nothing.
+Runs from the checkout (the package importable); needs tests/golden and a real video (benchmarks/gpu_clip.py).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,17 +37,20 @@ from eden_serve.checkpoint import module_from_state  # noqa: E402
 from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import Acceleration, EdgeModel  # noqa: E402
-from eden_serve.edge.acceleration import Compile  # noqa: E402
 from eden_serve.edge.graphs import RerunGraphs  # noqa: E402
 from eden_serve.edge.precision import check_bf16  # noqa: E402
 from eden_serve.edge.sizing import bytes_per_pair, free_memory, pairs_for_memory  # noqa: E402
+
+import gpu_clip  # noqa: E402  (benchmarks/, beside this script)
+import gpu_compile  # noqa: E402
 
 GOLDEN = REPO / "tests" / "golden"
 BOUNDS = {"fp32": 1e-4, "bf16_max": 0.03, "bf16_mean": 0.005}  # the CPU tests' (tests/test_edge.py)
 SIZES = {"480x854": (480, 854), "720p": (720, 1280), "1080p": (1080, 1920)}
 QUICK_SIZES = {"64x96": (64, 96), "128x224": (128, 224)}
-BATCHES = (1, 2, 4, 8, 16)
+BATCHES = (1, 4, 16)  # the informative ones: one pair, the knee, the most the defaults take
 MODES = ("eager", "graphed")
+RESERVE = 40  # seconds kept for the served edge, the last section
 
 
 class Run:
@@ -57,11 +63,13 @@ class Run:
         self.sizes = QUICK_SIZES if args.quick else SIZES
         self.rows: list[dict] = []
         self._state: dict | None = None
+        self._models: tuple | None = None
         args.out.parent.mkdir(parents=True, exist_ok=True)
         self.out = args.out.open("a")
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        """Seconds left to a section, the served edge's :data:`RESERVE` kept (a child's budget is its own)."""
+        return self.deadline - time.monotonic() - (0 if self.args.in_child else RESERVE)
 
     def row(self, section: str, **fields) -> dict:
         row = {"section": section, **fields}
@@ -76,6 +84,15 @@ class Run:
             self._state = synthetic.state_dict(self.config, seed=0)
         return self._state
 
+    def models(self) -> tuple[CloudEncoder, EdgeModel]:
+        """The two halves as ``eden-serve interpolate`` loads them (precision auto), made once."""
+        if self._models is None:
+            config, state = self.config, self.state()
+            precision = "auto" if self.device.type == "cuda" else "fp32"
+            self._models = (CloudEncoder(module_from_state(state, "cloud", config), config, self.device),
+                            EdgeModel(module_from_state(state, "edge", config), config, self.device, precision))
+        return self._models
+
     def precisions(self) -> tuple[str, ...]:
         """bf16 where it runs fast (a GPU from compute capability 8.0); on an AVX2 CPU it is ~600x slower."""
         return ("fp32", "bf16") if check_bf16(self.device).fast else ("fp32",)
@@ -84,9 +101,9 @@ class Run:
         config = config or self.config
         edge = EdgeModel(module_from_state(state or self.state(), "edge", config), config, self.device, precision)
         if mode == "graphed":
-            edge.accelerate(Acceleration("on") if self.device.type == "cuda" else Acceleration(), self._stand_in())
+            edge.accelerate(Acceleration("on" if self.device.type == "cuda" else "auto", None), self._stand_in())
         elif mode == "eager":
-            edge.accelerate(Acceleration("off"))
+            edge.accelerate(Acceleration("off", None))
         return edge
 
     def _stand_in(self):
@@ -214,16 +231,32 @@ def gpu_busy(run: Run) -> None:
             run.row("gpu busy", size=name, precision=precision, mode=mode, wall_ms=wall, busy=busy, **found)
 
 
+def kernels(run: Run) -> None:
+    """The top kernels by GPU time (on a CPU: operations by CPU time) of one graphed pair at the
+    largest size, in the fastest precision (``torch.profiler``'s key averages)."""
+    name, size = list(run.sizes.items())[-1]
+    precision = run.precisions()[-1]
+    edge = run.edge(precision, "graphed")
+    inputs = edge.prepare(pairs_of(edge, size, 1))
+    timed_ms(run, lambda: edge.forward(inputs), 2)  # the capture
+    run.row("kernels", size=name, precision=precision, mode="graphed", top=gpu_compile.top_kernels(run, lambda: edge.forward(inputs)))
+
+
 def edge_alone(run: Run) -> None:
-    """Each size, precision and batch, eager and graphed: ms per pair, pairs/s, the first call
-    (a graph's capture), and the peak memory per pair (eager) against :mod:`eden_serve.edge.sizing`'s estimate."""
-    batches = BATCHES[:3] if run.args.quick else BATCHES
+    """Each size in the fastest precision (bf16 on a GPU) at batches 1, 4 and 16, the others at one
+    pair of the largest size, eager and graphed: ms per pair, pairs/s, the first call (a graph's
+    capture), and the peak memory per pair (eager) against :mod:`eden_serve.edge.sizing`'s estimate."""
+    batches = BATCHES[:2] if run.args.quick else BATCHES
+    largest = list(run.sizes)[-1]
     for name, size in run.sizes.items():
         for precision in run.precisions():
+            wanted = batches if precision == run.precisions()[-1] else (1,) if name == largest else ()
+            if not wanted:
+                continue
             edges = {mode: run.edge(precision, mode) for mode in MODES}
-            pairs = pairs_of(edges["eager"], size, max(batches))
+            pairs = pairs_of(edges["eager"], size, max(wanted))
             failed = set()
-            for batch in batches:
+            for batch in wanted:
                 for mode in MODES:
                     if mode in failed or run.left() < 15:
                         run.row("edge alone", size=name, precision=precision, batch=batch, mode=mode,
@@ -259,56 +292,44 @@ def release(run: Run) -> None:
         torch.cuda.empty_cache()
 
 
-def compiled(run: Run) -> None:
-    """torch.compile (inductor on a GPU, dynamo's eager backend on a CPU: inductor takes minutes
-    there) at the first size, with our graphs where on: the first call (compile time counts), ms per
-    pair, and the difference from the eager forward. In a child process, so that a compilation that
-    outlasts the budget cannot overrun the run."""
-    if run.args.in_child:
-        name, size = next(iter(run.sizes.items()))
-        precision = run.precisions()[-1]
-        backend = "inductor" if run.device.type == "cuda" else "eager"
-        eager = run.edge(precision, "eager")
-        edge = run.edge(precision, "compiled")
-        edge.accelerate(Acceleration(compile=Compile(backend=backend)))
-        for batch in (1, 2) if run.args.quick else (1, 8):
-            pairs = pairs_of(edge, size, batch)
-            first = timed_ms(run, lambda: edge.forward(edge.prepare(pairs)), 1)[0]
-            ms = statistics.median(timed_ms(run, lambda: edge.forward(edge.prepare(pairs)), run.args.repeat))
-            diff = (edge.middles(pairs, uint8=False) - eager.middles(pairs, uint8=False)).abs().max().item()
-            run.row("compiled", size=name, precision=precision, batch=batch, backend=backend, graphs=edge.runner.graphs is not None,
-                    first_call_s=first / 1000, ms_per_pair=ms / batch, max_abs_diff_from_eager=diff)
-        return
-    timeout = run.left() - 10
-    if timeout < 60:
-        run.row("compiled", skipped="out of time")
-        return
-    command = [sys.executable, __file__, "--device", str(run.device), "--out", str(run.args.out), "--sections", "compiled",
-               "--in-child", "--budget", str(int(timeout)), "--repeat", str(run.args.repeat)] + (["--quick"] if run.args.quick else [])
-    run.out.flush()
-    try:
-        done = subprocess.run(command, timeout=timeout, capture_output=True, text=True)
-        run.rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode:
-            run.row("compiled", failed=f"exit {done.returncode}: {done.stderr.strip()[-500:]}")
-    except subprocess.TimeoutExpired:
-        run.row("compiled", skipped=f"compilation outlasted the {timeout:.0f} s left")
+def clip_largest(run: Run) -> None:
+    """At the largest size, the defaults against every alternative (is the encoder the bound?)."""
+    name, size = list(run.sizes.items())[-1]
+    gpu_clip.clip_size(run, name, size, gpu_clip.ALTERNATIVES)
 
 
-def later(run: Run) -> None:
-    """Places kept for the next phases of issue 31, measured in this same run once they land."""
-    run.row("clip pipeline", status="not measured yet: the overlapped in-process clip pipeline (issue 31, item 3) adds it here")
+def clip_smallest(run: Run) -> None:
+    name, size = next(iter(run.sizes.items()))
+    gpu_clip.clip_size(run, name, size, {"graphs, not compiled": gpu_clip.ALTERNATIVES["graphs, not compiled"]})
+
+
+def clip_middle(run: Run) -> None:
+    if len(run.sizes) < 3:
+        return
+    name, size = list(run.sizes.items())[1]
+    gpu_clip.clip_size(run, name, size, {})
+
+
+def served_edge(run: Run) -> None:
+    """The place kept for the served edge (issue 31, item 4), within the budget's last :data:`RESERVE` seconds."""
     run.row("served edge", status="not measured yet: the edge's service fed real payloads (issue 31, item 4) adds it here")
 
 
+# In order of importance: what is cut when time runs out comes last.
 SECTIONS = {"environment": environment, "correctness": correctness, "graphed_equals_eager": graphed_equals_eager,
-            "devices_agree": devices_agree, "gpu_busy": gpu_busy, "edge_alone": edge_alone, "compiled": compiled, "later": later}
+            "devices_agree": devices_agree, "clip_largest": clip_largest, "clip_smallest": clip_smallest,
+            "encoder": gpu_clip.encoder_speed, "kernels": kernels,
+            "compiled": lambda run: gpu_compile.compiled(run, sys.modules[__name__]), "gpu_busy": gpu_busy,
+            "edge_alone": edge_alone, "clip_middle": clip_middle, "served_edge": served_edge}
 
 
 def table(rows: list[dict]) -> str:
-    """The run in short: the edge alone (eager and graphed side by side), the GPU's busy
-    fraction, compilation, and whether every correctness check held."""
-    lines = ["| size | precision | batch | eager ms/pair | graphed ms/pair | graphed pairs/s | speedup |", "|---|---|---:|---:|---:|---:|---:|"]
+    """The run in short: the clip (start-up, steady state, defaults against the best), the
+    encoder, the edge alone (eager and graphed side by side), the GPU's busy fraction,
+    compilation, and whether every correctness check held."""
+    lines = gpu_clip.table(rows)
+    lines += ["", "| size | precision | batch | eager ms/pair | graphed ms/pair | graphed pairs/s | speedup |",
+              "|---|---|---:|---:|---:|---:|---:|"]
     alone = {(r["size"], r["precision"], r["batch"], r["mode"]): r for r in rows if r["section"] == "edge alone" and "ms_per_pair" in r}
     for size, precision, batch, mode in alone:
         if mode == "eager":
@@ -322,8 +343,11 @@ def table(rows: list[dict]) -> str:
             lines.append(f"gpu busy, {r['size']} {r['precision']} {r['mode']}, one pair: {busy} ({r['kernel_ms']:.1f} ms of kernels in "
                          f"{r['wall_ms']:.1f} ms; {r['kernels']:.0f} kernels, {r['host_launches']:.0f} host launches, {r['aten_ops']:.0f} aten ops)")
         if r["section"] == "compiled" and "ms_per_pair" in r:
-            lines.append(f"compiled ({r['backend']}), {r['size']} {r['precision']} batch {r['batch']}: {r['ms_per_pair']:.2f} ms/pair, "
-                         f"first call {r['first_call_s']:.1f} s, max diff from eager {r['max_abs_diff_from_eager']:.1e}")
+            lines.append(f"compiled ({r['case']}, {r['backend']}), {r['size']} {r['precision']} batch {r['batch']}: {r['ms_per_pair']:.2f} "
+                         f"ms/pair, first call {r['first_call_s']:.1f} s, max diff from eager {r['max_abs_diff_from_eager']:.1e}")
+        if r["section"] in ("kernels", "compiled") and r.get("top"):
+            top = "; ".join(f"{k['name'][:40]} {k['share']:.0%}" for k in r["top"][:5])
+            lines.append(f"top kernels, {r['size']} {r.get('case', r.get('mode'))}: {top}")
     checks = [r for r in rows if "within_bounds" in r or "within_rounding" in r]
     held = sum(bool(r.get("within_bounds", r.get("within_rounding"))) for r in checks)
     failed = [r["section"] for r in rows if "failed" in r]
@@ -340,6 +364,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, help="timed forwards per configuration, after the first (default 5; quick 2)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
     parser.add_argument("--in-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compile-case", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.budget = args.budget or (330 if args.device.startswith("cuda") else 170)
     args.repeat = args.repeat or (2 if args.quick else 5)

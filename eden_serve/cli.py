@@ -64,11 +64,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output image (pair; format from the extension, e.g. .png) or clip of the input's kind")
     p.add_argument("--seed", type=int, default=0, help="noise seed (pair i of a clip uses seed + i; default 0)")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, help="refuse larger frames (default: 4K UHD)")
-    p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help=f"clip pairs per batch (default {DEFAULT_CHUNK})")
+    p.add_argument("--chunk", type=int, help=f"clip pairs per chunk, computed in batched forwards (default {DEFAULT_CHUNK} on a CPU, "
+                                             f"{pipeline.CLIP_DEFAULTS['cuda'].chunk} on a GPU)")
     p.add_argument("--scene-threshold", type=threshold, default=SCENE_THRESHOLD,
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
-    p.add_argument("--inflight", type=int, default=pipeline.DEFAULT_INFLIGHT,
-                   help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT})")
+    p.add_argument("--inflight", type=int, help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT} on a CPU, "
+                                                f"{pipeline.CLIP_DEFAULTS['cuda'].inflight} on a GPU)")
     add_clip_arguments(p)
     add_model_options(p, wire.NO_WIRE)
     Acceleration.add_arguments(p)

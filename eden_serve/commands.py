@@ -7,6 +7,7 @@ line a failure is told in.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import warnings
 from pathlib import Path
@@ -147,13 +148,18 @@ def client_from(args: argparse.Namespace) -> Client:
 def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
                     models: Callable[[], tuple[CloudEncoder, EdgeModel]], **hooks) -> Summary:
     """``eden-serve interpolate CLIP``: the clip options of ``args``, checked before ``models()``
-    gives the halves that compute it; ``hooks``: :func:`~eden_serve.client.streaming.interpolate_clip`'s
-    ``watch``."""
+    gives the halves that compute it; the chunks, the chunks in flight and the encoder's speed the
+    edge's device suits where ``args`` leaves them (:func:`~eden_serve.pipeline.clip_defaults`);
+    ``hooks``: :func:`~eden_serve.client.streaming.interpolate_clip`'s ``watch``."""
     wire.kind(args.codec, in_process=True)
     options = clip_options(args)
     cloud, edge = models()
+    defaults = pipeline.clip_defaults(edge.device)
+    chunk = defaults.chunk if args.chunk is None else args.chunk
+    inflight = defaults.inflight if args.inflight is None else args.inflight
+    options["encoding"] = dataclasses.replace(options["encoding"], gpu=edge.device.type == "cuda")
     return pipeline.interpolate_clip_in_process(
-        src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=args.chunk, inflight=args.inflight,
+        src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight,
         progress=getattr(args, "progress", None), max_pixels=args.max_pixels, scene_threshold=args.scene_threshold, resume=args.resume,
         **options, **hooks,
     )

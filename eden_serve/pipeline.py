@@ -4,30 +4,55 @@ What the two servers compute together, payload included, so the results equal th
 for the same seed, codec and thread count. With the codec ``none`` the chunk skips the wire: its
 tensors go from the cloud's device to the edge's as they are (float32, device to device), as
 codec ``fp32`` would deliver them.
+
+A clip's frames stay tensors from the decoder to the encoder (docs/video.md, "The clip's
+pipeline"): a chunk's 8-bit pixels go to the device in one copy, the cloud and the edge work there,
+and the middles come back as 8-bit pixels in one copy per chunk, each chunk's work on a CUDA stream
+of its worker thread's own, so that one chunk's cloud runs beside another's edge.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from dataclasses import replace
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
-from PIL import Image
 
 from . import wire
 from .client.processors import FunctionProcessor, Middles, Processor
 from .client.streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
 from .cloud.encoder import CloudEncoder
 from .cloud.scene_cuts import SCENE_THRESHOLD
-from .edge import AttentionPath, EdgeModel
+from .edge import AttentionPath, EdgeModel, to_host, upload
 from .edge.conditions import Intake
 from .media import Frame
-from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, to_uint8
+from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, pixels_to_tensor, to_uint8
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
+
+
+@dataclass(frozen=True)
+class ClipDefaults:
+    """How a clip runs in this process where the command line does not say: pairs per chunk (the
+    most pairs one batched forward can take) and chunks in flight."""
+
+    chunk: int
+    inflight: int
+
+
+# A GPU's forward takes 8 pairs at 1080p and 16 at 480x854 (edge/sizing.py), and runs faster per
+# pair the more it takes; a third chunk in flight keeps the next one's frames and E_cond ready
+# while two take their turns at the edge (docs/gpu.md "The clip's defaults").
+CLIP_DEFAULTS = {"cpu": ClipDefaults(DEFAULT_CHUNK, DEFAULT_INFLIGHT), "cuda": ClipDefaults(16, 3)}
+
+
+def clip_defaults(device: torch.device) -> ClipDefaults:
+    return CLIP_DEFAULTS.get(device.type, CLIP_DEFAULTS["cpu"])
 
 
 def hand_over(cloud: CloudEncoder, intake: Intake, frames: Sequence[torch.Tensor], seed: int, kind: wire.Kind,
@@ -75,12 +100,56 @@ def interpolate_chunk(
 
 def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast") -> torch.Tensor:
     """The edge's half of :func:`interpolate_chunk`: the chunk's K middles, [K, 3, H, W]."""
-    middles: list[torch.Tensor | None] = [load_frame(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
+    middles: list[torch.Tensor | None] = [_cut_frame(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
     for batch in edge.batched(computed, chunk.grid):
         for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
             middles[j] = middle
     return torch.stack(middles)
+
+
+def _cut_frame(copy: bytes | torch.Tensor) -> torch.Tensor:
+    """A cut's middle, [3, H, W] float32 on the CPU, from its PNG or (handed over) its pixels."""
+    return load_frame(copy) if isinstance(copy, bytes) else pixels_to_tensor(copy).cpu()
+
+
+def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
+    """The chunk's K middles as 8-bit pixels [K, H, W, 3] on the host: made on the edge's device in
+    batched forwards (the scene cuts' copies beside them), then copied back in one copy."""
+    height, width = chunk.size
+    middles = torch.empty((chunk.pairs, height, width, 3), dtype=torch.uint8, device=edge.device)
+    for j, copy in chunk.copies.items():
+        middles[j] = copy.to(edge.device) if isinstance(copy, torch.Tensor) else torch.from_numpy(to_uint8(load_frame(copy)))
+    computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
+    for batch in edge.batched(computed, chunk.grid):
+        middles[batch] = edge.forward(edge.prepare([chunk.pair(j) for j in batch]))
+    return to_host(middles)
+
+
+def frame_tensors(frames: Sequence[Frame], device: torch.device) -> list[torch.Tensor]:
+    """The frames as the cloud takes them, [3, H, W] float32 in [0, 1]: where all have pixels (a
+    video's), made on ``device`` from one copy of their 8-bit pixels; else each frame's tensor."""
+    if any(frame.pixels is None for frame in frames) or any(frame.pixels.shape != frames[0].pixels.shape for frame in frames):
+        return [frame.tensor for frame in frames]
+    pixels = upload(torch.stack([frame.pixels for frame in frames]), device)  # [F, H, W, 3] uint8
+    return list(pixels.permute(0, 3, 1, 2).contiguous().float().div_(255.0).unbind())  # as pixels_to_tensor makes each
+
+
+_streams = threading.local()
+
+
+@contextlib.contextmanager
+def worker_stream(device: torch.device) -> Iterator[None]:
+    """A CUDA stream of this thread's own as the current one: a worker's syncs (the cloud's
+    statistics, the copy back) then wait for its own chunk's work, not for the other workers'."""
+    if device.type != "cuda":
+        yield
+        return
+    streams = _streams.__dict__.setdefault("by_device", {})
+    if device not in streams:
+        streams[device] = torch.cuda.Stream(device)
+    with torch.cuda.stream(streams[device]):
+        yield
 
 
 def in_process(
@@ -94,21 +163,20 @@ def in_process(
     intake = Intake.beside(edge, cloud.weights)
 
     def process(index: int, frames: list[Frame], seed: int) -> Middles:
-        tensors = [frame.tensor for frame in frames]
-        for tensor in tensors[1:]:
-            check_pair(tensors[0], tensor)
-
         def event(name: str) -> None:
             TIMELINE.debug("chunk %d (%d pairs): %s", index, len(frames) - 1, name)
 
-        event("cloud asked")
-        chunk, payload_bytes = hand_over(cloud, intake, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
-        event("payload in")
-        event("edge asked")
-        middles = edge_middles(edge, chunk)
+        with worker_stream(cloud.device):
+            tensors = frame_tensors(frames, cloud.device)
+            for tensor in tensors[1:]:
+                check_pair(tensors[0], tensor)
+            event("cloud asked")
+            chunk, payload_bytes = hand_over(cloud, intake, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
+            event("payload in")
+            event("edge asked")
+            middles = pixel_middles(edge, chunk)
         event("done")
-        return Middles([Image.fromarray(to_uint8(middle)) for middle in middles],
-                       payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
+        return Middles(list(middles), payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
 
     return FunctionProcessor(process)
 

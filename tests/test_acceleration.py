@@ -1,6 +1,8 @@
 """How the edge's forward runs (eden_serve/edge/acceleration.py): the switches, where users set
 them, and the forward compiled (dynamo's tracing on the CPU; inductor takes minutes here)."""
 
+import os
+
 import pytest
 import torch
 
@@ -8,7 +10,9 @@ from eden_serve.checkpoint import module_from_state
 from eden_serve import edge as edge_package
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, EdgeModel
+from eden_serve.edge import compiling
 from eden_serve.edge.acceleration import Compile, Runner, bucket
+from eden_serve.edge.forward import SampleInputs
 from eden_serve.edge.graphs import RerunGraphs
 from eden_serve.errors import BadInputError
 from eden_serve.wire import Conditions
@@ -43,11 +47,12 @@ def test_unknown_settings_are_refused():
 
 
 def test_the_pt2_section_as_torchserve_documents_it():
-    assert Compile.from_pt2(None) is None
+    assert Compile.from_pt2(None) == "auto"  # absent: the default, compiled in the background on a GPU
     assert Compile.from_pt2({"compile": {"enable": False, "backend": "inductor"}}) is None
     assert Compile.from_pt2({"compile": {"enable": True}}) == Compile()
     assert Compile.from_pt2({"compile": {"enable": True, "backend": "inductor", "mode": "max-autotune-no-cudagraphs"}}) == Compile(
         "inductor", "max-autotune-no-cudagraphs")
+    assert Compile.from_pt2({"compile": {"enable": True, "scope": "stages", "background": False}}) == Compile(scope="stages", background=False)
     for bad in ("inductor", {"compile": {"backend": "inductor"}}, {"compile": {"enable": "yes"}},
                 {"compile": {"enable": True, "dynamic": True}}, {"export": {"aot_compile": True}}):
         with pytest.raises(BadInputError, match="model-config.yaml: pt2 must be"):
@@ -59,14 +64,40 @@ def test_a_graph_serves_batches_up_to_the_next_power_of_two():
 
 
 def test_a_runner_without_graphs_calls_the_stage():
-    runner = Runner(Acceleration(), CPU)
-    assert runner.graphs is None
-    assert runner("stage", lambda inputs: inputs * 2, torch.ones(2)).tolist() == [2.0, 2.0]
+    runner = Runner(Acceleration(), CPU, {"stage": lambda inputs: inputs.noise * 2})
+    assert runner.graphs is None and runner.compiled is None and runner.background is None
+    inputs = SampleInputs(torch.ones(2, 1), torch.ones(2, 1), torch.ones(2, 1), torch.ones(1), torch.ones(2), (2, 2))
+    assert runner("stage", inputs).tolist() == [[2.0], [2.0]]
 
 
 def test_the_graph_cache_takes_its_bounds_from_the_settings():
-    runner = Runner(Acceleration(max_graphs=3, graph_bytes=1 << 20), CPU, RerunGraphs())
+    runner = Runner(Acceleration(max_graphs=3, graph_bytes=1 << 20), CPU, {}, api=RerunGraphs())
     assert (runner.graphs.max_graphs, runner.graphs.max_bytes) == (3, 1 << 20)
+
+
+def test_compile_auto_is_inductor_in_the_background_on_a_gpu_only():
+    """The default everywhere (the command line, the edge archive without a pt2 section, EdgeModel):
+    compiled block by block in the background on a GPU, nothing on a CPU."""
+    assert Acceleration().compiler(CUDA) == Compile() and Acceleration().compiler(CPU) is None
+    assert (Compile().backend, Compile().scope, Compile().background) == ("inductor", "blocks", True)
+    assert Acceleration(compile=None).compiler(CUDA) is None
+    assert Acceleration(compile=Compile(backend="eager")).compiler(CPU) == Compile(backend="eager")
+    assert Compile.from_pt2(None) == "auto"
+    assert Acceleration().describe(CUDA) == "CUDA graphs, compiled in the background (inductor, default, blocks)"
+    assert Acceleration().describe(CPU) == "eager"
+
+
+def test_inductors_cache_is_kept_under_the_users_cache_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compiling.persistent_cache() == str(tmp_path / "eden-serve" / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert compiling.persistent_cache() == str(tmp_path / "mine")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    Compile().prepare()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "home" / ".cache" / "eden-serve" / "inductor")
 
 
 @pytest.fixture(scope="module")
@@ -80,22 +111,22 @@ def pair(seed: int) -> Conditions:
     return Conditions(tokens, tokens.flip(0), 0.4, 0.2, 0.3, (6, 8), (91, 125), seed)
 
 
-def test_the_compiled_forward_equals_the_eager_one(tiny_edge, monkeypatch):
-    """dynamo's graph run by its eager backend: the same operations as the eager forward with
-    torch's products, bit for bit; compiled once per stage and kept (a second pair runs the
-    compiled code). Compiled, the oneDNN products give way to torch's (the compiler picks its own),
-    and come back after."""
+@pytest.mark.parametrize("scope", ["blocks", "stages"])
+def test_the_compiled_forward_equals_the_eager_one(tiny_edge, monkeypatch, scope):
+    """dynamo's graphs run by its eager backend: the same operations as the eager forward with
+    torch's products, bit for bit; compiled at first use (not in the background here) and kept (a
+    second pair runs the compiled code). Compiled, the oneDNN products give way to torch's (the
+    compiler picks its own), and come back after."""
     with monkeypatch.context() as patch:
         patch.setattr(edge_package, "onednn_linear_available", lambda *args: False)
         tiny_edge.accelerate(Acceleration())
         eager = [tiny_edge.middles([pair(s)], uint8=False) for s in (1, 2)]
-    tiny_edge.accelerate(Acceleration(compile=Compile(backend="eager")))
+    tiny_edge.accelerate(Acceleration(compile=Compile(backend="eager", scope=scope, background=False)))
     try:
-        assert tiny_edge.linears.kind == "torch"
+        assert tiny_edge.linears.kind == "torch" and set(tiny_edge.runner.compiled) == {"sample", "render", "render_uint8"}
         compiled = [tiny_edge.middles([pair(s)], uint8=False) for s in (1, 2)]
-        assert set(tiny_edge.runner._compiled) == {"sample", "render"}
         assert all(torch.equal(a, b) for a, b in zip(compiled, eager))
     finally:
         tiny_edge.accelerate(Acceleration())
-    assert tiny_edge.runner._compiled == {} and tiny_edge.runner.graphs is None
+    assert tiny_edge.runner.compiled is None and tiny_edge.runner.graphs is None
     assert tiny_edge.linears.kind == ("onednn" if edge_package.onednn_linear_available(CPU) else "torch")

@@ -22,6 +22,7 @@ from eden_serve.cli import main
 from eden_serve.client.processors import pairwise
 from eden_serve.client.streaming import interpolate_clip
 from eden_serve.config import preset
+from eden_serve.edge import Compile
 from eden_serve.errors import BadInputError
 from eden_serve.media.frames import load_frame, to_png, to_uint8
 from eden_serve.pipeline import interpolate_pair
@@ -376,19 +377,41 @@ def loaded(monkeypatch) -> list:
 
 @pytest.mark.parametrize("count, precision, graphs", [(1, "auto", True), (0, "fp32", False)])
 def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, precision, graphs):
-    """On a GPU: auto (bf16 from compute capability 8.0: tests/test_sizing.py) and CUDA graphs; on a
-    CPU: fp32, eager. An explicit --precision or --cuda-graphs wins."""
+    """On a GPU: auto (bf16 from compute capability 8.0: tests/test_sizing.py), CUDA graphs and
+    inductor in the background; on a CPU: fp32, eager, uncompiled. An explicit --precision,
+    --cuda-graphs or --compile wins."""
     gpus(monkeypatch, count)
     calls = loaded(monkeypatch)
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png"])
     commands.load_models(args)
     edge = calls[-1]["edge"]
-    assert calls[-1]["precision"] == precision and edge.acceleration.graphs_on(torch.device(calls[-1]["edge_device"])) == graphs
+    device = torch.device(calls[-1]["edge_device"])
+    assert calls[-1]["precision"] == precision and edge.acceleration.graphs_on(device) == graphs
+    assert edge.acceleration.compiler(device) == (Compile() if graphs else None)
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--precision", "bf16",
                                            "--cuda-graphs", "off", "--compile", "max-autotune-no-cudagraphs"])
     commands.load_models(args)
     assert calls[-1]["precision"] == "bf16" and calls[-1]["edge"].acceleration.cuda_graphs == "off"
     assert calls[-1]["edge"].acceleration.compile.mode == "max-autotune-no-cudagraphs"
+    args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--compile", "off"])
+    commands.load_models(args)
+    assert calls[-1]["edge"].acceleration.compiler(device) is None
+
+
+@pytest.mark.parametrize("device, chunk, inflight", [("cuda", 16, 3), ("cpu", 8, 2)])
+def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monkeypatch, device, chunk, inflight):
+    """A new user's eden-serve interpolate clip.mp4 -o out.mp4: on a GPU, chunks of 16 pairs (the
+    batch its memory allows at 480x854), 3 in flight and an encoder that keeps the pace (x264
+    veryfast or NVENC: tests/test_encoding.py); on a CPU, as before. What the command line says wins."""
+    runs = []
+    monkeypatch.setattr(commands.pipeline, "interpolate_clip_in_process", lambda *args, **kwargs: runs.append(kwargs))
+    edge = LoadedEdge()
+    edge.device = torch.device(device)
+    for argv, expected in (([], (chunk, inflight)), (["--chunk", "4", "--inflight", "1"], (4, 1))):
+        args = cli._build_parser().parse_args(["interpolate", "clip.mp4", "-o", "out.mp4", *argv])
+        commands.clip_in_process(args, "clip.mp4", "out.mp4", lambda: (None, edge))
+        assert (runs[-1]["chunk"], runs[-1]["inflight"]) == expected
+        assert runs[-1]["encoding"].gpu == (device == "cuda") and not runs[-1]["encoding"].given
 
 
 def test_interpolate_crosses_no_wire_unless_asked():

@@ -219,8 +219,8 @@ def test_the_per_head_products_as_grouped_convolutions_equal_the_einsums(dtype, 
     q = torch.randn(tokens, 3, 12, 64).to(dtype)[:, 0]  # a view of a projection, as in the model
     mixed = torch.randn(tokens, 12, 768).to(dtype)
     linears = Linears("onednn")
-    cases = [(linears.per_head(q, w_k, key=(id(weight), 768)), torch.einsum("thc,hcd->thd", q.float(), w_k.float())),
-             (linears.per_head(mixed, w_v, transposed=True, key=(id(weight), 1536)),
+    cases = [(linears.per_head(q, w_k, key=(weight, 768)), torch.einsum("thc,hcd->thd", q.float(), w_k.float())),
+             (linears.per_head(mixed, w_v, transposed=True, key=(weight, 1536)),
               torch.einsum("thd,hcd->thc", mixed.float(), w_v.float()))]
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     for got, expected in cases:

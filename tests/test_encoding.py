@@ -12,7 +12,8 @@ from eden_serve.client.processors import pairwise
 from eden_serve.client.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding
-from eden_serve.media.encoding import encoder
+from eden_serve.media import encoding as encoding_module
+from eden_serve.media.encoding import encoder, hardware
 
 av = pytest.importorskip("av")
 
@@ -40,6 +41,37 @@ def test_the_input_codec_keeps_its_default_quality(tmp_path, clip):
     assert probe(tmp_path / "out.mp4") == ("h264", "yuv420p", 7)
     settings = x26x_settings(tmp_path / "out.mp4")
     assert (settings["rc"], settings["crf"], settings["cabac"]) == ("crf", "18.0", "1")
+
+
+def test_x264_runs_its_frame_threads(tmp_path, clip):
+    """FFmpeg's way (x264's own), not PyAV's default slice threads, which are slower per frame."""
+    interpolate_clip(clip, tmp_path / "out.mp4", pairwise(average), progress=False)
+    assert x26x_settings(tmp_path / "out.mp4")["sliced_threads"] == "0"
+
+
+def test_beside_a_gpu_edge_x264_keeps_its_pace_unless_told(tmp_path, clip):
+    """Encoding(gpu=True): NVENC where it opens (not on this machine: no GPU), else x264 at preset
+    veryfast (subme 2; medium's is 7); an explicit --preset wins; the command line asked nothing."""
+    assert not Encoding(gpu=True).given and hardware("libx264", 64, 48) is None
+    interpolate_clip(clip, tmp_path / "gpu.mp4", pairwise(average), encoding=Encoding(gpu=True), progress=False)
+    assert probe(tmp_path / "gpu.mp4") == ("h264", "yuv420p", 7)
+    assert (x26x_settings(tmp_path / "gpu.mp4")["subme"], x26x_settings(tmp_path / "gpu.mp4")["crf"]) == ("2", "18.0")
+    interpolate_clip(clip, tmp_path / "told.mp4", pairwise(average), encoding=Encoding(preset="medium", gpu=True), progress=False)
+    assert x26x_settings(tmp_path / "told.mp4")["subme"] == "7"
+    interpolate_clip(clip, tmp_path / "cpu.mp4", pairwise(average), progress=False)
+    assert x26x_settings(tmp_path / "cpu.mp4")["subme"] == "7"
+
+
+def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
+    """Where the GPU has a video encoder (an L4, not an H100), h264 is written by h264_nvenc; an
+    encoder the user names is kept. Here NVENC cannot open, so its probe is stood in for."""
+    monkeypatch.setattr(encoding_module, "_OPENS", {"h264_nvenc": True})
+    monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
+    assert hardware("libx264", 64, 48) == "h264_nvenc" and hardware("libvpx-vp9", 64, 48) is None
+    with pytest.raises(BadInputError, match="h264_nvenc refuses these settings"):  # chosen; it cannot open here
+        interpolate_clip(clip, tmp_path / "nvenc.mp4", pairwise(average), encoding=Encoding(gpu=True), progress=False)
+    interpolate_clip(clip, tmp_path / "named.mp4", pairwise(average), encoding=Encoding("libx264", gpu=True), progress=False)
+    assert probe(tmp_path / "named.mp4")[0] == "h264"
 
 
 def test_x264_options_reach_the_file(tmp_path, clip):

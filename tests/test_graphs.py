@@ -152,3 +152,25 @@ def test_callers_on_several_threads_take_turns():
     with ThreadPoolExecutor(4) as pool:
         outputs = list(pool.map(lambda x: [run(cache, "k", x) for _ in range(20)], inputs))
     assert all(torch.equal(out, x * 2 + 1) for x, outs in zip(inputs, outputs) for out in outs)
+
+
+def test_a_replaced_graph_is_captured_and_swapped_in_one_turn():
+    """A compiled stage's graph (eden_serve/edge/compiling.py): captured in one turn with putting it
+    in place of the key's graph, which is released; the other keys and the bounds kept."""
+    api = Ledger()
+    cache = GraphCache(api, max_graphs=2)
+    run(cache, "a", torch.ones(4, 3))
+    run(cache, "b", torch.ones(4, 3))
+    old = cache._entries["a"].graph
+    taken = []
+
+    def triple(static):
+        taken.append(cache._lock._is_owned())
+        return static[0] * 3
+
+    cache.replace("a", triple, (torch.zeros(4, 3),), 4)
+    assert taken == [True]  # no other capture or release meanwhile
+    assert ("release", old) in api.calls and cache.keys() == ["b", "a"] and cache.captures == 3
+    assert torch.equal(run(cache, "a", torch.full((2, 3), 2.0), batch=4), torch.full((2, 3), 6.0))  # the new graph
+    cache.replace("c", triple, (torch.zeros(4, 3),), 4)  # a new key: the count bound evicts the oldest
+    assert cache.keys() == ["a", "c"]

@@ -12,7 +12,7 @@ from eden_serve import wire
 from eden_serve.config import PRESETS
 from eden_serve.edge.conditions import Intake
 from eden_serve.errors import BadInputError, CodecError, ModelMismatchError
-from eden_serve.media.frames import load_frame
+from eden_serve.media.frames import load_frame, to_uint8
 
 TINY = PRESETS["tiny"]
 CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))
@@ -55,13 +55,20 @@ def test_each_kind_carries_a_chunk_from_the_cloud_to_the_edge(tiny_models, frame
     chunk = kind.conditions(received, Intake.beside(edge, cloud.weights))
     expected = cloud.encode_chunk(frames, seed=3, scene_threshold=0.9)
     assert (chunk.seeds, chunk.cuts, sorted(chunk.copies)) == ([3, 4, 5, 6], [1], [1])
-    assert chunk.copies == expected.copies and chunk.grid == expected.grid and chunk.size == expected.size
+    # Handed over, a cut's copy is its 8-bit pixels on the device; crossed, the PNG of the same pixels.
+    assert {j: pixels(copy) for j, copy in chunk.copies.items()} == {j: pixels(copy) for j, copy in expected.copies.items()}
+    assert isinstance(chunk.copies[1], torch.Tensor) != kind.crosses
+    assert chunk.grid == expected.grid and chunk.size == expected.size
     exact = name in (wire.FRAMES_CODEC, wire.NO_WIRE, "fp32", "fp32+zstd")
     for got, want in ((chunk.cond_dit, expected.cond_dit), (chunk.cond_dec, expected.cond_dec)):
         if exact:
             assert torch.equal(got.frames(0, 5), want.frames(0, 5))
         else:
             assert (got.frames(0, 5) - want.frames(0, 5)).abs().max() < 0.1
+
+
+def pixels(copy: bytes | torch.Tensor) -> bytes:
+    return (copy if isinstance(copy, torch.Tensor) else torch.from_numpy(to_uint8(load_frame(copy)))).numpy().tobytes()
 
 
 def test_a_kind_refuses_what_it_does_not_carry(tiny_models, frames):

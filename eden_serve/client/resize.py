@@ -12,7 +12,7 @@ from __future__ import annotations
 from PIL import Image
 
 from ..media.base import Frame
-from ..media.frames import check_size
+from ..media.frames import as_image, check_size
 from .processors import Processor
 
 
@@ -36,7 +36,7 @@ class AtSize(Processor):
         small = [Frame(f.index, f.name, image=self.scaled(f.image)) for f in frames]
         result = self.inner(index, small, seed)
         images = getattr(result, "images", result)
-        full = [image.resize(frames[0].image.size, Image.Resampling.BICUBIC) for image in images]
+        full = [as_image(image).resize(frames[0].size, Image.Resampling.BICUBIC) for image in images]
         if hasattr(result, "images"):
             result.images = full
             return result

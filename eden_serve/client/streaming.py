@@ -42,12 +42,13 @@ from tqdm import tqdm
 
 from ..errors import BadInputError, EdenError, PairError, TransientError
 from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
-from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH
-from .schedule import Schedule
+from ..media.frames import picture_size
 from ..media.resume import Journal
+from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH
 from .levels import Item, Level
 from .processors import Cached, Middles, Processor, as_processor
 from .resize import AtSize
+from .schedule import Schedule
 from .tree import retime
 from .workers import Arrivals, Workers
 
@@ -158,9 +159,9 @@ def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
     problem = None
     if len(middles.images) != pairs:
         problem = f"{len(middles.images)} middle frames came back for {pairs} pairs"
-    elif any(image.size != frames[0].image.size for image in middles.images):
-        sizes = sorted({image.size for image in middles.images})
-        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].image.size}"
+    elif any(picture_size(image) != frames[0].size for image in middles.images):
+        sizes = sorted({picture_size(image) for image in middles.images})
+        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].size}"
     if problem:
         raise PairError(index, frames[0], frames[-1], BadInputError(problem), pairs)
     return middles
@@ -224,9 +225,9 @@ class _Run:
             image = arrivals.wait(given)
             if image is None:
                 break
-            if image.size != frames[0].image.size:
+            if picture_size(image) != frames[0].size:
                 raise PairError(index, frames[0], frames[-1], BadInputError(
-                    f"a middle frame is {image.size}, the input frames {frames[0].image.size}"), len(frames) - 1)
+                    f"a middle frame is {picture_size(image)}, the input frames {frames[0].size}"), len(frames) - 1)
             given += 1
             self.bar.update(1)
             yield image

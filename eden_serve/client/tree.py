@@ -17,10 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from fractions import Fraction
 from typing import Iterable
 
-from PIL import Image
-
-from ..media.base import Frame
-from ..media.frames import match_mode
+from ..media.base import Frame, matched
+from ..media.frames import Picture
 from .schedule import Schedule, Target, ancestors
 
 
@@ -51,7 +49,7 @@ class _Window:
         self.ready: deque = deque()
         self.waiting = 0
         self.nodes: dict[tuple[int, Fraction], Frame] = {}
-        self.images: dict[tuple[int, Fraction], Image.Image] = {}
+        self.images: dict[tuple[int, Fraction], Picture] = {}
 
     def node(self, interval: int, position: Fraction) -> Frame:
         if position.denominator == 1:
@@ -73,7 +71,7 @@ class _Window:
             self.depth += 1
             self.ready.extend((self.depth, run) for run in self.jobs.get(self.depth, ()))
 
-    def fill(self, depth: int, run: list[int], images: list[Image.Image]) -> None:
+    def fill(self, depth: int, run: list[int], images: list[Picture]) -> None:
         """The middles of pairs ``run`` of depth ``depth`` have come."""
         for g, image in zip(run, images):
             interval, left, right = self._pair(depth, g)
@@ -81,8 +79,7 @@ class _Window:
             position = (left + right) / 2
             self.images[interval, position] = image
             # The next depth reads it as a 2x pass would have written it: in its neighbours' format.
-            matched = match_mode(image, before.image, after.image)
-            self.nodes[interval, position] = Frame(before.index, f"{before.name}+{position}", image=matched)
+            self.nodes[interval, position] = Frame(before.index, f"{before.name}+{position}", image=matched(image, before, after))
         self.waiting -= 1
         self.advance()
 
@@ -90,7 +87,7 @@ class _Window:
     def done(self) -> bool:
         return self.depth == self.last and not self.ready and not self.waiting
 
-    def shown(self, k: int, target: Target) -> Frame | Image.Image:
+    def shown(self, k: int, target: Target) -> Frame | Picture:
         if target.shown.denominator == 1:
             return self.frames[k + target.shown.numerator]
         return self.images[self.first + k, target.shown]

@@ -20,7 +20,7 @@ import torch
 from ..config import EdenConfig
 from ..e_cond import embed_frames, weights_digest
 from ..errors import BadInputError
-from ..media.frames import from_uint8, to_png, to_uint8
+from ..media.frames import from_uint8, to_pixels, to_png, to_uint8
 from ..model import CloudWeights
 from ..wire import DEFAULT_CODEC, Chunk, Conditions, Decisions, FramesChunk, Tokens
 from .scene_cuts import scene_cuts
@@ -40,7 +40,8 @@ class CloudEncoder:
         :func:`~.scene_cuts.scene_cuts` finds across a cut at ``scene_threshold`` (None: detection
         off) has the earlier frame for its middle, which travels as a PNG instead of costing the
         edge its DiT. The tokens come back on the CPU for the wire, or with ``on_device`` where
-        they were made, for an edge in the same process."""
+        they were made, for an edge in the same process: then each cut's middle is the earlier
+        frame's 8-bit pixels [H, W, 3] on the device, no PNG made."""
         x = self._frames(frames)
         decisions = self._decide(x, seed, scene_threshold)
         cond_dit, cond_dec, means, stds = embed_frames(self.weights, self.config, x)
@@ -52,7 +53,7 @@ class CloudEncoder:
             decisions=decisions,
             grid=self.config.patch_grid(*x[0].shape[-2:]),
             size=tuple(x[0].shape[-2:]),
-            copies={j: to_png(x[j].cpu()) for j in decisions.cuts},
+            copies={j: to_pixels(x[j]) if on_device else to_png(x[j].cpu()) for j in decisions.cuts},
         )
 
     @torch.inference_mode()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from typing import Callable, Iterator, Literal, Sequence
 
 import torch
@@ -21,9 +22,9 @@ from ..config import EdenConfig
 from ..model import EdgeWeights
 from ..wire import Chunk, Conditions, Tokens
 from . import sizing
-from .acceleration import Acceleration, Runner
-from .forward import (EdgeInputs, RenderInputs, SampleInputs, as_uint8, initial_noise, prepare, prepare_render, prepare_sample,
-                      render, sample, to_host, upload)
+from .acceleration import Acceleration, Compile, Runner
+from .forward import (EdgeInputs, Regions, RenderInputs, SampleInputs, as_uint8, initial_noise, prepare, prepare_render,
+                      prepare_sample, render, sample, to_host, upload)
 from .graphs import GraphAPI
 from .kernels import Linears, onednn_linear_available
 from .paths import BlockPath, FastPath, ReferencePath
@@ -32,7 +33,7 @@ from .precision import PRECISIONS, Bf16Check, check_bf16, default_precision, res
 AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16", "auto"]
 
-__all__ = ["PRECISIONS", "Acceleration", "AttentionPath", "EdgeInputs", "EdgeModel", "Precision", "batches", "default_precision",
+__all__ = ["PRECISIONS", "Acceleration", "AttentionPath", "Compile", "EdgeInputs", "EdgeModel", "Precision", "batches", "default_precision",
            "initial_noise", "synchronize", "to_host", "upload"]
 
 
@@ -76,16 +77,34 @@ class EdgeModel:
         self.accelerate(Acceleration())
 
     def accelerate(self, acceleration: Acceleration, graph_api: GraphAPI | None = None) -> None:
-        """Run the fast path's forward as ``acceleration`` says (graphs captured before are released)."""
+        """Run the fast path's forward as ``acceleration`` says (graphs captured before are released,
+        compilations under way dropped)."""
         old = getattr(self, "runner", None)
-        if old is not None and old.graphs is not None:
-            old.graphs.clear()
+        if old is not None:
+            old.close()
         self.acceleration = acceleration
-        self.runner = Runner(acceleration, self.device, graph_api)
-        # Compiled, the products are the compiler's to choose: it cannot trace oneDNN on weights we prepacked.
-        onednn = acceleration.compile is None and onednn_linear_available(self.device, self.dtype)
+        compile = acceleration.compiler(self.device)
+        # Compiled, the products are the compiler's to choose: it cannot trace oneDNN on weights we
+        # prepacked. Under a compilation in the background the eager forward runs torch's products too,
+        # which the compiled one then replaces.
+        onednn = compile is None and onednn_linear_available(self.device, self.dtype)
         self.linears = Linears("onednn" if onednn else "torch")
         self.paths: dict[str, BlockPath] = {"fast": FastPath(self.linears, self.dtype), "reference": ReferencePath()}
+        stages = {"sample": self._sample, "render": self._render, "render_uint8": self._render_uint8}
+        self.runner = Runner(acceleration, self.device, stages, compile and self._compiled(stages, compile), graph_api)
+
+    def _compiled(self, stages: dict[str, Callable], compile: Compile) -> dict[str, Callable]:
+        """The stages under ``torch.compile``: each whole, or (scope ``blocks``) through the fast
+        path's regions compiled one by one, the block functions once for all their blocks."""
+        if compile.scope == "stages":
+            return {name: compile.wrap(stage) for name, stage in stages.items()}
+        regions = Regions.of(self.paths["fast"]).compiled(compile.wrap)
+
+        def render(inputs: RenderInputs) -> torch.Tensor:
+            return self._render(inputs, regions=regions)
+
+        return {"sample": functools.partial(self._sample, regions=regions), "render": render,
+                "render_uint8": lambda inputs: as_uint8(render(inputs))}
 
     def receive(self, chunk: Chunk) -> Chunk:
         """``chunk`` with its tokens on this model's device, in their wire dtype (bf16 or int8 move
@@ -150,7 +169,7 @@ class EdgeModel:
         """G_DiT: the latents [B, Nq, L] on the device."""
         stage = inputs.sample if isinstance(inputs, EdgeInputs) else inputs
         if path == "fast":
-            return self.runner("sample", self._sample, stage)
+            return self.runner("sample", stage)
         return self._sample(stage, self._path(path))
 
     @torch.inference_mode()
@@ -159,17 +178,17 @@ class EdgeModel:
         """D_dec: the middles on the device, [B, 3, H, W] float32 in [0, 1] (or as :meth:`forward`'s ``uint8``)."""
         stage = dataclasses.replace(inputs.render if isinstance(inputs, EdgeInputs) else inputs, latents=latents)
         if path == "fast":
-            return self.runner("render_uint8", self._render_uint8, stage) if uint8 else self.runner("render", self._render, stage)
+            return self.runner("render_uint8" if uint8 else "render", stage)
         pixels = self._render(stage, self._path(path))
         return as_uint8(pixels) if uint8 else pixels
 
-    def _sample(self, inputs: SampleInputs, impl: BlockPath | None = None) -> torch.Tensor:
+    def _sample(self, inputs: SampleInputs, impl: BlockPath | None = None, regions: Regions | None = None) -> torch.Tensor:
         with self._autocast():
-            return sample(self.weights, self.config, impl or self.paths["fast"], inputs)
+            return sample(self.weights, self.config, impl or self.paths["fast"], inputs, regions)
 
-    def _render(self, inputs: RenderInputs, impl: BlockPath | None = None) -> torch.Tensor:
+    def _render(self, inputs: RenderInputs, impl: BlockPath | None = None, regions: Regions | None = None) -> torch.Tensor:
         with self._autocast():
-            return render(self.weights, self.config, impl or self.paths["fast"], inputs)
+            return render(self.weights, self.config, impl or self.paths["fast"], inputs, regions)
 
     def _render_uint8(self, inputs: RenderInputs) -> torch.Tensor:
         return as_uint8(self._render(inputs))

@@ -3,49 +3,66 @@
 (``benchmarks/gpu_check.py``; docs/gpu.md "CUDA graphs and torch.compile").
 
 Users switch them where they look: ``eden-serve interpolate|bench --cuda-graphs auto|on|off
---compile MODE``, and for TorchServe the edge archive's model-config.yaml (``handler.cuda_graphs``;
-the ``pt2`` section for ``torch.compile``, as TorchServe documents it).
+--compile auto|off|MODE``, and for TorchServe the edge archive's model-config.yaml
+(``handler.cuda_graphs``; the ``pt2`` section for ``torch.compile``, as TorchServe documents it).
+``auto`` (both defaults): graphs on a GPU, and there the forward compiled by inductor in the
+background (:mod:`.compiling`), block by block (:class:`~.forward.Regions`); nothing on a CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable, Literal
 
 import torch
 
 from ..errors import BadInputError
+from .compiling import Background, allow_recompiles, persistent_cache
 from .forward import StageInputs
 from .graphs import CudaGraphs, GraphAPI, GraphCache
 
 GRAPH_MODES = ("auto", "on", "off")  # auto: on for CUDA devices
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_SETTINGS = ("auto", "off", *COMPILE_MODES)  # the command line's: auto compiles on a GPU only
 # Inductor's modes that capture CUDA graphs of their own: ours stay off under them.
 INDUCTOR_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-PT2_KEYS = ("enable", "backend", "mode", "fullgraph")
+SCOPES = ("blocks", "stages")
+PT2_KEYS = ("enable", "backend", "mode", "fullgraph", "scope", "background")
 
 
 @dataclass(frozen=True)
 class Compile:
-    """``torch.compile``'s options for the forward's stages (static shapes: one compilation per key)."""
+    """``torch.compile``'s options for the forward (static shapes: one compilation per key).
+    ``scope``: ``blocks`` compiles the repeated block functions (one artefact per shape for all the
+    DiT's blocks, one for the decoder's) and the small work around them, ``stages`` each stage
+    whole. ``background``: compile beside the forwards and swap the result in when ready
+    (:mod:`.compiling`), a key once it has run ``after`` times (so that one-off shapes, such as a
+    clip's first and last chunks, stay uncompiled); else at a key's first forward, which waits."""
 
     backend: str = "inductor"
     mode: str = "default"
     fullgraph: bool = False
+    scope: str = "blocks"
+    background: bool = True
+    after: int = 3
 
     def __post_init__(self):
         if self.mode not in COMPILE_MODES:
             raise BadInputError(f"unknown compile mode {self.mode!r}; use one of {', '.join(COMPILE_MODES)}")
-        if not isinstance(self.backend, str) or not isinstance(self.fullgraph, bool):
-            raise BadInputError(f"compile backend must be a name and fullgraph true or false, got {self.backend!r}, {self.fullgraph!r}")
+        if self.scope not in SCOPES:
+            raise BadInputError(f"unknown compile scope {self.scope!r}; use one of {', '.join(SCOPES)}")
+        if not isinstance(self.backend, str) or not all(isinstance(v, bool) for v in (self.fullgraph, self.background)):
+            raise BadInputError(f"compile backend must be a name, fullgraph and background true or false, got "
+                                f"{self.backend!r}, {self.fullgraph!r}, {self.background!r}")
 
     @classmethod
-    def from_pt2(cls, pt2: object) -> "Compile | None":
+    def from_pt2(cls, pt2: object) -> "Compile | None | Literal['auto']":
         """model-config.yaml's ``pt2`` section, ``{compile: {enable: true, backend: inductor, mode:
-        ...}}`` as TorchServe documents it: the options, or None where absent or not enabled."""
+        ...}}`` as TorchServe documents it: the options, None where not enabled, ``auto`` where the
+        section is absent (compiled in the background on a GPU, as the command line's default)."""
         if pt2 is None:
-            return None
+            return "auto"
         options = pt2.get("compile") if isinstance(pt2, dict) and set(pt2) == {"compile"} else None
         if not isinstance(options, dict) or not set(options) <= set(PT2_KEYS) or not isinstance(options.get("enable"), bool):
             raise BadInputError(f"model-config.yaml: pt2 must be {{compile: {{enable: true|false, backend: ..., mode: ...}}}} "
@@ -61,47 +78,69 @@ class Compile:
         return torch.compile(fn, backend=self.backend, mode=None if self.mode == "default" else self.mode,
                              fullgraph=self.fullgraph, dynamic=False)
 
+    def prepare(self) -> None:
+        """The process's compiler settings: inductor's artefacts kept on disk, enough recompilations."""
+        if self.backend == "inductor":
+            persistent_cache()
+        allow_recompiles()
+
 
 @dataclass(frozen=True)
 class Acceleration:
-    """What runs the forward: ``cuda_graphs`` (auto: on for CUDA), ``compile`` (None: off), and the
-    bounds of the graph cache: ``max_graphs`` graphs, ``graph_bytes`` of memory (None: half the GPU's)."""
+    """What runs the forward: ``cuda_graphs`` (auto: on for CUDA), ``compile`` (None: off; auto:
+    :class:`Compile`'s defaults on CUDA, off elsewhere), and the bounds of the graph cache:
+    ``max_graphs`` graphs, ``graph_bytes`` of memory (None: half the GPU's)."""
 
     cuda_graphs: str = "auto"
-    compile: Compile | None = None
+    compile: Compile | None | Literal["auto"] = "auto"
     max_graphs: int = 16
     graph_bytes: int | None = None
 
     def __post_init__(self):
         if self.cuda_graphs not in GRAPH_MODES:
             raise BadInputError(f"unknown cuda graphs setting {self.cuda_graphs!r}; use one of {', '.join(GRAPH_MODES)}")
+        if not (self.compile is None or self.compile == "auto" or isinstance(self.compile, Compile)):
+            raise BadInputError(f"compile must be auto, None or a Compile, got {self.compile!r:.60}")
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """The command line's switches (``eden-serve interpolate``); :meth:`from_arguments` reads them."""
         parser.add_argument("--cuda-graphs", choices=GRAPH_MODES, default="auto",
                             help="replay the edge's forward from CUDA graphs, one per frame size and batch; auto: on a GPU (default auto)")
-        parser.add_argument("--compile", choices=("off", *COMPILE_MODES), default="off",
-                            help="torch.compile the edge's forward in this mode (compiling takes minutes at first use; default off)")
+        parser.add_argument("--compile", choices=COMPILE_SETTINGS, default="auto",
+                            help="torch.compile the edge's forward: auto compiles it with inductor on a GPU in the background "
+                                 "(the first middles do not wait; cached on disk for the next run), off never; a mode "
+                                 "compiles in that mode (default auto)")
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> "Acceleration":
         """The switches of :meth:`add_arguments`, their defaults where a command has none of them."""
-        mode = getattr(args, "compile", "off")
-        return cls(getattr(args, "cuda_graphs", "auto"), None if mode == "off" else Compile(mode=mode))
+        setting = getattr(args, "compile", "auto")
+        compile = setting if setting == "auto" else None if setting == "off" else Compile(mode=setting)
+        return cls(getattr(args, "cuda_graphs", "auto"), compile)
+
+    def compiler(self, device: torch.device) -> Compile | None:
+        """The compile options on ``device``, ``auto`` resolved; None: uncompiled."""
+        if self.compile == "auto":
+            return Compile() if device.type == "cuda" else None
+        return self.compile
 
     def graphs_on(self, device: torch.device) -> bool:
         """Whether this edge replays CUDA graphs on ``device``; a contradiction is a clear error."""
-        inductors = self.compile is not None and self.compile.mode in INDUCTOR_GRAPH_MODES
+        compile = self.compiler(device)
+        inductors = compile is not None and compile.mode in INDUCTOR_GRAPH_MODES
         if self.cuda_graphs == "on" and device.type != "cuda":
             raise BadInputError(f"CUDA graphs need a CUDA device, and the edge runs on {device}; use --cuda-graphs auto or off")
         if self.cuda_graphs == "on" and inductors:
-            raise BadInputError(f"compile mode {self.compile.mode} captures CUDA graphs itself; use --cuda-graphs auto or off with it")
+            raise BadInputError(f"compile mode {compile.mode} captures CUDA graphs itself; use --cuda-graphs auto or off with it")
         return self.cuda_graphs != "off" and device.type == "cuda" and not inductors
 
     def describe(self, device: torch.device) -> str:
-        graphs = "CUDA graphs" if self.graphs_on(device) else "eager"
-        return graphs if self.compile is None else f"{graphs}, compiled ({self.compile.backend}, {self.compile.mode})"
+        graphs, compile = "CUDA graphs" if self.graphs_on(device) else "eager", self.compiler(device)
+        if compile is None:
+            return graphs
+        how = "in the background" if compile.background else "at first use"
+        return f"{graphs}, compiled {how} ({compile.backend}, {compile.mode}, {compile.scope})"
 
 
 def bucket(batch: int) -> int:
@@ -110,31 +149,99 @@ def bucket(batch: int) -> int:
     return 1 << (batch - 1).bit_length()
 
 
-class Runner:
-    """Runs the forward's stages as :class:`Acceleration` says: each stage function through
-    ``torch.compile`` where asked (compiled on first use), then replayed from a graph of its key
-    where graphs are on, else called. ``api`` puts a stand-in for CUDA graphs on any device."""
+Stage = Callable[[StageInputs], torch.Tensor]
 
-    def __init__(self, acceleration: Acceleration, device: torch.device, api: GraphAPI | None = None):
-        self.acceleration = acceleration
+
+@dataclass(frozen=True)
+class _Job:
+    """What compiling a key takes: its stage, what the compiled code is specialised on of its
+    per-call tensors (shape, strides, dtype, device, whether made under inference mode), and its
+    constants."""
+
+    name: str
+    specs: tuple[tuple, ...]
+    constants: StageInputs
+    batch: int
+
+    def zeros(self) -> tuple[torch.Tensor, ...]:
+        made = []
+        for shape, stride, dtype, device, inference in self.specs:
+            with torch.inference_mode(inference):
+                made.append(torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_())
+        return tuple(made)
+
+
+class Runner:
+    """Runs the forward's named ``stages`` as :class:`Acceleration` says: replayed from a graph of
+    their key where graphs are on, else called; compiled (``compiled``: the same stages under
+    ``torch.compile``) where asked, at once or, in the background, once ready. ``api`` puts a
+    stand-in for CUDA graphs on any device."""
+
+    def __init__(self, acceleration: Acceleration, device: torch.device, stages: dict[str, Stage],
+                 compiled: dict[str, Stage] | None = None, api: GraphAPI | None = None):
+        self.acceleration, self.device, self.stages = acceleration, device, stages
+        self.compile = acceleration.compiler(device) if compiled is not None else None
+        self.compiled = compiled if self.compile is not None else None
         self.graphs: GraphCache | None = None
         if api is not None or acceleration.graphs_on(device):
             limit = acceleration.graph_bytes
             if limit is None:
                 limit = torch.cuda.get_device_properties(device).total_memory // 2 if device.type == "cuda" else 1 << 62
             self.graphs = GraphCache(api or CudaGraphs(device), acceleration.max_graphs, limit)
-        self._compiled: dict[str, Callable] = {}
+        self.background: Background | None = None
+        if self.compile is not None:
+            self.compile.prepare()
+            if self.compile.background:
+                self.background = Background(self._swap_in, device)
+        self.swapped: set[Hashable] = set()  # keys whose compiled form runs now
+        self._uses: dict[Hashable, int] = {}
 
-    def __call__(self, name: str, fn: Callable[[StageInputs], torch.Tensor], inputs: StageInputs) -> torch.Tensor:
-        """``fn(inputs)``, a stage of the forward; ``name`` tells the stage (and its output kind)."""
-        if self.acceleration.compile is not None:
-            if name not in self._compiled:
-                self._compiled[name] = self.acceleration.compile.wrap(fn)
-            fn = self._compiled[name]
+    def __call__(self, name: str, inputs: StageInputs) -> torch.Tensor:
+        """Stage ``name`` of the forward on ``inputs``."""
+        tensors = inputs.per_call()
+        batch = bucket(len(tensors[0])) if self.graphs is not None else len(tensors[0])
+        key = (name, batch, inputs.shape_key(), tuple((tuple(t.shape[1:]), t.dtype) for t in tensors))
+        fn = self._function(name, key, inputs, batch)
         if self.graphs is None:
             return fn(inputs)
-        tensors = inputs.per_call()
-        batch = bucket(len(tensors[0]))
-        key = (name, batch, inputs.shape_key(), tuple((tuple(t.shape[1:]), t.dtype) for t in tensors))
         constants = inputs.with_per_call([None] * len(tensors))  # the graph keeps these, not the call's tensors
         return self.graphs.run(key, lambda static: fn(constants.with_per_call(static)), tensors, batch)
+
+    def _function(self, name: str, key: Hashable, inputs: StageInputs, batch: int) -> Stage:
+        """The compiled stage where it is ready (or compiles at its first use), else the eager one,
+        asking for its compilation once the key has run often enough."""
+        if self.compiled is None:
+            return self.stages[name]
+        if self.background is None or key in self.swapped:
+            return self.compiled[name]
+        self._uses[key] = uses = self._uses.get(key, 0) + 1
+        if uses >= self.compile.after:
+            tensors = inputs.per_call()
+            if self.graphs is not None:  # the graph's static buffers: the batch of the key, contiguous, made by the cache
+                specs = tuple(((batch, *t.shape[1:]), torch.empty((batch, *t.shape[1:]), device="meta").stride(), t.dtype, t.device,
+                               torch.is_inference_mode_enabled()) for t in tensors)
+            else:
+                specs = tuple((tuple(t.shape), t.stride(), t.dtype, t.device, t.is_inference()) for t in tensors)
+            self.background.ask(key, _Job(name, specs, inputs.with_per_call([None] * len(tensors)), batch))
+        return self.stages[name]
+
+    def _swap_in(self, key: Hashable, job: _Job) -> None:
+        """On the compiling thread: ``key``'s stage compiled (run once on zeros of its shapes, beside
+        the forwards), then its graph captured anew in place of the eager one, in one turn."""
+        fn, tensors = self.compiled[job.name], job.zeros()
+        fn(job.constants.with_per_call(tensors))
+        if self.graphs is not None and not self.background.closed:
+            self.graphs.replace(key, lambda static: fn(job.constants.with_per_call(static)), tensors, job.batch)
+        if not self.background.closed:
+            self.swapped.add(key)
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Wait for the compilations asked so far; False on the timeout."""
+        return self.background is None or self.background.wait(timeout)
+
+    def close(self) -> None:
+        """Compile nothing more and release the graphs."""
+        if self.background is not None:
+            self.background.close()
+        if self.graphs is not None:
+            self.graphs.clear()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -143,43 +143,84 @@ def _grid(batch: Sequence[Conditions]) -> tuple[int, int]:
     return batch[0].grid
 
 
-def sample(w: EdgeWeights, config: EdenConfig, impl: BlockPath, inputs: SampleInputs) -> torch.Tensor:
+@dataclass(frozen=True)
+class Regions:
+    """The parts of the two stages that ``torch.compile`` takes one at a time (docs/gpu.md, "Regional
+    compilation"): each block function once for all its blocks (the DiT's 12 share one compiled
+    artefact per shape, the decoder's 4 another), and the small work before and after them. Eager,
+    they are the functions themselves."""
+
+    dit_block: Callable
+    decoder_block: Callable
+    dit_input: Callable
+    dit_velocity: Callable
+    decoder_input: Callable
+    decoder_output: Callable
+
+    @classmethod
+    def of(cls, impl: BlockPath) -> "Regions":
+        return cls(impl.dit_block, impl.decoder_block, dit_input, dit_velocity, decoder_input, decoder_output)
+
+    def compiled(self, wrap: Callable[[Callable], Callable]) -> "Regions":
+        return Regions(*(wrap(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
+
+def dit_input(w: EdgeWeights, inputs: SampleInputs, z: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+    """The query tokens [B, Nq, D] of the latents ``z`` at time ``t`` ([1]), and the blocks' six
+    modulations (shift, scale, gate; twice: [B, 1, D] each)."""
+    c = w.denoise_timestep_embedder(t) + w.difference_embedder(inputs.difference)  # [B, D]
+    return w.proj_in(z) + inputs.pos_query, w.adaLN_modulation(c)[:, None].chunk(6, dim=-1)
+
+
+def dit_velocity(w: EdgeWeights, x: torch.Tensor, latent_dim: int) -> torch.Tensor:
+    return w.proj_out(w.norm_out(x))[..., :latent_dim].float()
+
+
+def sample(w: EdgeWeights, config: EdenConfig, impl: BlockPath, inputs: SampleInputs, regions: Regions | None = None) -> torch.Tensor:
     """G_DiT sampled with Euler on the flow from noise to the latents, then unscaled: [B, Nq, L]."""
-    z, (ph, pw) = inputs.noise, inputs.grid
+    z, (ph, pw), r = inputs.noise, inputs.grid, regions or Regions.of(impl)
     # Each query token's 2x2 block of condition tokens in frame 0 and frame 1: [B Nq, 4, D] each.
     cond = impl.dit_conditions(*(query_blocks(inputs.cond_dit[:, i], ph, pw) for i in (0, 1)))
     steps = config.timesteps
     for i, (t0, t1) in enumerate(zip(steps[:-1], steps[1:])):
-        c = w.denoise_timestep_embedder(inputs.timesteps[i : i + 1]) + w.difference_embedder(inputs.difference)  # [B, D]
-        mods = w.adaLN_modulation(c)[:, None].chunk(6, dim=-1)  # shift, scale, gate; twice: [B, 1, D] each
-        x = w.proj_in(z) + inputs.pos_query  # [B, Nq, D]
+        x, mods = r.dit_input(w, inputs, z, inputs.timesteps[i : i + 1])
         for blk in w.dit_blocks:
-            x = impl.dit_block(blk, x, mods, cond)
-        velocity = w.proj_out(w.norm_out(x))[..., : config.latent_dim]
-        z = z + (t1 - t0) * velocity.float()
+            x = r.dit_block(blk, x, mods, cond)
+        z = z + (t1 - t0) * r.dit_velocity(w, x, config.latent_dim)
     return z / config.vae_scaler + config.vae_shift
 
 
-def render(w: EdgeWeights, config: EdenConfig, impl: BlockPath, inputs: RenderInputs) -> torch.Tensor:
-    """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped:
-    [B, 3, H, W] float32 in [0, 1]."""
-    latents, p, (ph, pw) = inputs.latents, config.patch_size, inputs.grid
-    b, n = latents.shape[0], ph * pw
-    cond = impl.decoder_conditions(*(inputs.cond_dec[:, i].reshape(b * n, -1) for i in (0, 1)))  # [B N, D] each
-    q = w.proj_token(latents)  # [B, Nq, D]
-    grid = q.transpose(1, 2).reshape(b, config.hidden_dim, ph // 2, pw // 2)
+def decoder_input(w: EdgeWeights, inputs: RenderInputs, hidden_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reconstruction tokens [B, N, D] (the latents' tokens upsampled bicubically to the patch
+    grid) and the query tokens [B, Nq, D], with their positions."""
+    (ph, pw), q = inputs.grid, w.proj_token(inputs.latents)  # [B, Nq, D]
+    grid = q.transpose(1, 2).reshape(len(q), hidden_dim, ph // 2, pw // 2)
     up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
-    r = up.flatten(2).transpose(1, 2) + inputs.pos_patch  # [B, N, D]
-    q = q + inputs.pos_query
-    for blk in w.decoder_blocks:
-        r = impl.decoder_block(blk, r, q, cond)
+    return up.flatten(2).transpose(1, 2) + inputs.pos_patch, q + inputs.pos_query
+
+
+def decoder_output(w: EdgeWeights, r: torch.Tensor, inputs: RenderInputs, padding: tuple[int, int], patch: int) -> torch.Tensor:
+    """The tokens as pixels, de-normalised, cropped from the padded frame at ``padding`` (top,
+    left), clamped: [B, 3, H, W] float32 in [0, 1]."""
+    (ph, pw), b = inputs.grid, len(r)
     patches = w.unpatchify(r).float()  # [B, N, 3 p^2], each patch (p1, p2, channel)
-    image = patches.reshape(b, ph, pw, p, p, 3).permute(0, 5, 1, 3, 2, 4).reshape(b, 3, ph * p, pw * p)
+    image = patches.reshape(b, ph, pw, patch, patch, 3).permute(0, 5, 1, 3, 2, 4).reshape(b, 3, ph * patch, pw * patch)
     stats = inputs.stats[:, :, None, None, None]
     image = image * stats[:, 1] + stats[:, 0]
-    height, width = inputs.size
-    top, _, left, _ = config.padding(height, width)
+    (height, width), (top, left) = inputs.size, padding
     return image[:, :, top : top + height, left : left + width].clamp(0, 1)
+
+
+def render(w: EdgeWeights, config: EdenConfig, impl: BlockPath, inputs: RenderInputs, regions: Regions | None = None) -> torch.Tensor:
+    """D_dec: latents and the decoder conditions -> pixels, de-normalised, cropped, clamped:
+    [B, 3, H, W] float32 in [0, 1]."""
+    (ph, pw), b, r = inputs.grid, len(inputs.latents), regions or Regions.of(impl)
+    cond = impl.decoder_conditions(*(inputs.cond_dec[:, i].reshape(b * ph * pw, -1) for i in (0, 1)))  # [B N, D] each
+    tokens, q = r.decoder_input(w, inputs, config.hidden_dim)
+    for blk in w.decoder_blocks:
+        tokens = r.decoder_block(blk, tokens, q, cond)
+    top, _, left, _ = config.padding(*inputs.size)
+    return r.decoder_output(w, tokens, inputs, (top, left), config.patch_size)
 
 
 def as_uint8(pixels: torch.Tensor) -> torch.Tensor:

@@ -67,7 +67,8 @@ class CudaGraphs:
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads (the cloud's E_cond, the next chunk's preparation) may use the device meanwhile.
+        # thread_local: other threads (the cloud's E_cond, the next chunk's preparation, a compiler)
+        # may use the device meanwhile.
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = fn()
         return graph, out, torch.cuda.memory_reserved(self.device) - before
@@ -76,6 +77,7 @@ class CudaGraphs:
         graph.replay()
 
     def release(self, graph):
+        self.stream.synchronize()  # its last replay may still run
         graph.reset()
         torch.cuda.empty_cache()  # the pool's segments go back to the device
 
@@ -173,30 +175,51 @@ class GraphCache:
             out.record_stream(torch.cuda.current_stream(out.device))  # made on the replays' stream, used on the caller's
         return out
 
+    def replace(self, key: Hashable, fn: Callable[[Sequence[torch.Tensor]], torch.Tensor], inputs: Sequence[torch.Tensor],
+                batch: int) -> None:
+        """Capture ``fn`` as ``key``'s graph and put it in place of the key's graph, in one turn (a
+        compiled stage, :mod:`.compiling`: compiled before, so the turn lasts a capture). Under the
+        turn, a capture never meets another thread's, nor a release's emptying of the cache."""
+        with self._lock, self.api.ordered():
+            entry = self._make(fn, inputs, batch)
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._release(key, old)
+            self._insert(key, entry)
+
     def _capture(self, key, fn, inputs, batch) -> Entry:
         while len(self._entries) >= self.max_graphs:
             self._evict()
-        static = tuple(torch.zeros((batch, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in inputs)
-        for buffer, tensor in zip(static, inputs):
-            buffer[: len(tensor)].copy_(tensor)
         try:
-            graph, out, pool_bytes = self.api.capture(lambda: fn(static))
+            entry = self._make(fn, inputs, batch)
         except torch.OutOfMemoryError:
             if not self._entries:
                 raise
             logger.warning("out of memory capturing a graph; releasing %d graphs and trying once more", len(self._entries))
             self.clear()
-            graph, out, pool_bytes = self.api.capture(lambda: fn(static))
-        entry = Entry(graph, static, out, pool_bytes + sum(t.numel() * t.element_size() for t in static))
+            entry = self._make(fn, inputs, batch)
+        self._insert(key, entry)
+        return entry
+
+    def _make(self, fn, inputs, batch) -> Entry:
+        """Static buffers of ``batch`` rows holding ``inputs``, and ``fn`` captured reading them."""
+        static = tuple(torch.zeros((batch, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in inputs)
+        for buffer, tensor in zip(static, inputs):
+            buffer[: len(tensor)].copy_(tensor)
+        graph, out, pool_bytes = self.api.capture(lambda: fn(static))
+        return Entry(graph, static, out, pool_bytes + sum(t.numel() * t.element_size() for t in static))
+
+    def _insert(self, key, entry: Entry) -> None:
         self.captures += 1
         self._entries[key] = entry
         self.bytes += entry.bytes
-        while self.bytes > self.max_bytes and len(self._entries) > 1:
+        while (self.bytes > self.max_bytes or len(self._entries) > self.max_graphs) and len(self._entries) > 1:
             self._evict()
-        return entry
 
     def _evict(self) -> None:
-        key, entry = self._entries.popitem(last=False)
+        self._release(*self._entries.popitem(last=False))
+
+    def _release(self, key, entry: Entry) -> None:
         self.bytes -= entry.bytes
         graph = entry.graph
         entry.inputs, entry.out, entry.graph = (), None, None  # the pool's tensors dropped before it is freed

@@ -40,7 +40,7 @@ def onednn_linear_available(device: torch.device, dtype: torch.dtype = torch.flo
         packed = torch.ops.mkldnn._reorder_linear_weight(w, _PACK_ROWS)
         out = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
         gelu = torch.ops.mkldnn._linear_pointwise(x, packed, b, "gelu", [], "none")
-        heads = Linears("onednn").per_head(x.view(3, 2, 4), w[:2].reshape(2, 2, 4), True, key=(0, 0))
+        heads = Linears("onednn").per_head(x.view(3, 2, 4), w[:2].reshape(2, 2, 4), True, key=(w, 0))
     except (AttributeError, RuntimeError):
         return False
     atol = 1e-5 if dtype == torch.float32 else 2e-2
@@ -81,14 +81,14 @@ class Linears:
         return torch.ops.mkldnn._linear_pointwise(x.to(weight.dtype), self._prepared[key], bias, attr, [], algorithm)
 
     def per_head(self, x: torch.Tensor, weight: torch.Tensor, transposed: bool = False,
-                 key: tuple[int, int] | None = None) -> torch.Tensor:
+                 key: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
         """Each head's own product, ``weight`` [H, a, b] (a view of the ``qkv`` weight, cached
-        under ``key`` = (id of that weight, first row)): [T, H, a] -> [T, H, b] (``x[t, h] @
+        under ``key`` = (that weight, first row)): [T, H, a] -> [T, H, b] (``x[t, h] @
         weight[h]``), or ``transposed``, [T, H, b] -> [T, H, a] (``weight[h] @ x[t, h]``)."""
         if self.kind == "torch" or key is None:
             return torch.einsum("thd,hcd->thc" if transposed else "thc,hcd->thd", x, weight)
         heads = weight.shape[0]
-        cache_key = ("per_head", *key, int(transposed))
+        cache_key = ("per_head", id(key[0]), key[1], int(transposed))
         if cache_key not in self._prepared:
             # A grouped 1x1 convolution is a block-diagonal product, one block per head: its
             # [H * outputs, inputs] weight is each head's block stacked.
@@ -136,7 +136,8 @@ def absorbed_temporal_attention(linears: Linears, attn: Attention, h: torch.Tens
     q, k, v = linears.project(attn, h).unbind(-3)  # [T, H, hd] each
     q = q * (dim // heads) ** -0.5
     w_k, w_v = (attn.qkv.weight[i * dim : (i + 1) * dim].view(heads, dim // heads, dim) for i in (1, 2))
-    keys = [(id(attn.qkv.weight), i * dim) for i in (1, 2)]
+    # The weight itself, not its id: a compiled block (torch's products) then guards on no block's identity.
+    keys = [(attn.qkv.weight, i * dim) for i in (1, 2)]
     q_in_cond = linears.per_head(q, w_k, key=keys[0])  # [T, H, D]: each head's query seen in token space
     scores = torch.cat([(q * k).sum(-1, keepdim=True), torch.bmm(q_in_cond, cond.transpose(1, 2))], dim=-1)
     weights = scores.float().softmax(-1)  # [T, H, 1 + C]: the token itself first; float32 under bf16 too

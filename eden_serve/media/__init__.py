@@ -32,6 +32,7 @@ from .base import HALF, Clip, ClipWriter, Frame
 from .encoding import VIDEO_EXTRA, Encoding
 from .frames import PNG_MODES, match_mode
 from .resume import Journal, Tally, start_afresh, sync
+from .threads import ThreadedWriter
 from .timing import Retiming
 from .video import PIPE, RawVideo, VideoClip
 
@@ -235,6 +236,8 @@ def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), jou
     with output as tmp:
         checkpoint = journal.checkpoint if journal is not None else None
         writer = clip.writer(tmp, dst, retiming, checkpoint["writer"] if checkpoint else None, encoding)
+        if clip.kind == "video":  # encoding on a thread of its own, beside the model (:mod:`.threads`)
+            writer = ThreadedWriter(writer)
         if journal is not None:
             journal.confirm()
         try:

@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from .encoding import Encoding
-from .frames import TRANSPORT_PNG_LEVEL, image_to_tensor, open_image, png_bytes
+from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, image_to_tensor, match_mode, open_image, picture_size, pixels_to_tensor,
+                     png_bytes)
 from .resume import input_identity
 from .timing import Retiming
 
@@ -35,11 +36,13 @@ class Frame:
 
     ``image`` is the decoded frame in the clip's working mode; for a directory it is decoded on first
     use, by whichever thread needs it first (a lock per frame: different frames decode in parallel).
-    ``tensor`` is what the model takes, ``encoded`` what a server is sent: the file's own bytes for a
-    directory (the server then decodes exactly what we would), a PNG otherwise.
+    A video's frame (and a middle made in this process) is given its 8-bit RGB pixels [H, W, 3] as
+    ``image`` instead, a tensor, which it keeps as ``pixels``, its image made only where something
+    asks for one. ``tensor`` is what the model takes, ``encoded`` what a server is sent: the file's
+    own bytes for a directory (the server then decodes exactly what we would), a PNG otherwise.
     """
 
-    def __init__(self, index: int, name: str, *, image: Image.Image | None = None, path: Path | None = None,
+    def __init__(self, index: int, name: str, *, image: Picture | None = None, path: Path | None = None,
                  duration: float | None = None, max_pixels: int | None = None, decoded: Decoded | None = None):
         self.index = index
         self.name = name
@@ -47,7 +50,8 @@ class Frame:
         self.max_pixels = max_pixels  # checked from the file's header, before decoding
         self.duration = duration  # milliseconds on screen, for animations
         self.raw, self.time, self.end, self.source = decoded if decoded is not None else Decoded(None, None, None)
-        self._image = image
+        self.pixels = image if isinstance(image, torch.Tensor) else None
+        self._image = None if self.pixels is not None else image
         self._cache: dict[str, object] = {}
         self._lock = threading.RLock()  # tensor and encoded compute image under it
 
@@ -59,10 +63,28 @@ class Frame:
 
     @property
     def image(self) -> Image.Image:
-        return self._image if self._image is not None else self._lazy("image", self._load)
+        if self._image is not None:
+            return self._image
+        return self._lazy("image", self._load if self.pixels is None else lambda: as_image(self.pixels))
+
+    @property
+    def picture(self) -> Picture:
+        """The pixels where the frame has them, else the image."""
+        return self.image if self.pixels is None else self.pixels
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height)."""
+        return picture_size(self.picture)
+
+    @property
+    def mode(self) -> str:
+        return "RGB" if self.pixels is not None else self.image.mode
 
     @property
     def tensor(self) -> torch.Tensor:
+        if self.pixels is not None:
+            return self._lazy("tensor", lambda: pixels_to_tensor(self.pixels))
         return self._lazy("tensor", lambda: image_to_tensor(self.image))
 
     @property
@@ -74,6 +96,14 @@ class Frame:
     def _load(self) -> Image.Image:
         # Oriented as image_to_tensor orients it, so alpha and mode matching see the frame the model sees.
         return open_image(self.path, self.name, self.max_pixels)
+
+
+def matched(middle: Picture, before: Frame, after: Frame) -> Picture:
+    """:func:`~.frames.match_mode` of a middle and its neighbours: between RGB frames with pixels
+    (a video's), the middle as it is, with no image made of anything."""
+    if before.mode == "RGB" and before.pixels is not None and isinstance(middle, torch.Tensor):
+        return middle
+    return match_mode(middle, before.image, after.image)
 
 
 class Clip:

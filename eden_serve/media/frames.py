@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Union
 
 import numpy as np
 import torch
@@ -148,9 +148,14 @@ def check_pair(frame0: torch.Tensor, frame1: torch.Tensor) -> None:
         raise BadInputError(f"frames differ in size: frame0 is {w0}x{h0}, frame1 is {w1}x{h1}")
 
 
+def to_pixels(frame: torch.Tensor) -> torch.Tensor:
+    """[3, H, W] in [0, 1] -> [H, W, 3] uint8, round(x * 255), on the frame's device."""
+    return (frame.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous()
+
+
 def to_uint8(frame: torch.Tensor) -> np.ndarray:
     """[3, H, W] in [0, 1] -> H x W x 3 uint8, round(x * 255)."""
-    return (frame.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+    return to_pixels(frame).cpu().numpy()
 
 
 # zlib level of the PNGs that travel between the client and the servers (frames up, middles down,
@@ -175,13 +180,34 @@ def png_of(pixels: np.ndarray) -> bytes:
     return png_bytes(Image.fromarray(pixels), TRANSPORT_PNG_LEVEL)
 
 
-def match_mode(middle: Image.Image, before: Image.Image, after: Image.Image) -> Image.Image:
+# A picture: an image, or 8-bit RGB pixels as a tensor [H, W, 3] (a video's frames and the middles an
+# edge in this process makes: they go from the decoder to the encoder without an image).
+Picture = Union[Image.Image, torch.Tensor]
+
+
+def pixels_to_tensor(pixels: torch.Tensor) -> torch.Tensor:
+    """[H, W, 3] uint8 -> [3, H, W] float32 in [0, 1], on the pixels' device: what
+    :func:`image_to_tensor` makes of their image, bit for bit."""
+    return pixels.permute(2, 0, 1).float().div_(255.0)
+
+
+def picture_size(picture: Picture) -> tuple[int, int]:
+    """(width, height)."""
+    return (picture.shape[1], picture.shape[0]) if isinstance(picture, torch.Tensor) else picture.size
+
+
+def as_image(picture: Picture) -> Image.Image:
+    """The picture as an image, for what only takes images (frame files, animations, previews)."""
+    return Image.fromarray(picture.cpu().numpy()) if isinstance(picture, torch.Tensor) else picture
+
+
+def match_mode(middle: Picture, before: Image.Image, after: Image.Image) -> Image.Image:
     """The RGB middle frame in the pixel format of the frame before it.
 
     The model only sees colour, so an alpha channel is the mean of the neighbours' alphas; a palette
     image is mapped onto the palette of the frame before; 16- and 32-bit grey keeps its range.
     """
-    mode = before.mode
+    middle, mode = as_image(middle), before.mode
     if middle.mode == mode:
         return middle
     if mode in ("RGBA", "LA"):

@@ -39,7 +39,7 @@ from PIL import Image
 
 from ..atomic import check_destination, create_partial, place, remove_partial
 from ..errors import BadInputError
-from .frames import png_bytes
+from .frames import Picture, as_image, png_bytes
 
 JOURNAL_VERSION = 2  # 2: sealed, with the partial output's checksum
 _HEAD_BYTES = 1 << 20  # of an input file, hashed: a changed file of the same size and time still differs
@@ -303,11 +303,11 @@ class Journal:
             self.hits += len(images)
         return images
 
-    def keep_middles(self, level: int, index: int, images: list[Image.Image]) -> None:
+    def keep_middles(self, level: int, index: int, images: list[Picture]) -> None:
         """Caches the middles of pairs ``index`` ... of level ``level``, on disk before it returns."""
         self.cache.mkdir(exist_ok=True)
         for j, image in enumerate(images):
-            data = png_bytes(image, _CACHE_PNG_LEVEL)
+            data = png_bytes(as_image(image), _CACHE_PNG_LEVEL)
             digest = hashlib.blake2b(data, digest_size=16).hexdigest()
             write_durably(self.cache / f"{level}-{index + j:09d}-{digest}.png", data)
         sync(self.cache)

@@ -12,13 +12,15 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
+import torch
 from PIL import Image
 
 from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
-from .encoding import RAW_FORMATS, Encoding, configure, encoder, import_av
+from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av
 from .frames import check_size
+from .threads import Prefetch
 from .timing import Retiming
 
 PIPE = "-"
@@ -29,6 +31,18 @@ MAX_TIME_BASE_DENOMINATOR = 65535
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+
+
+# Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
+READ_AHEAD = 16
+
+
+def rgb_pixels(frame) -> torch.Tensor:
+    """A decoded frame as the 8-bit RGB pixels [H, W, 3] that the model and every codec take: PyAV's
+    own conversion, the pixels of :func:`~eden_serve.sandbox.decoder.rgb`'s image (swscale, bilinear,
+    to rgb24 by the frame's colour matrix and range, which the decoder takes from the bitstream or,
+    where the bitstream leaves them out, from its context)."""
+    return torch.from_numpy(frame.to_ndarray(format="rgb24"))
 
 
 @dataclass(frozen=True)
@@ -80,10 +94,21 @@ class VideoClip(Clip):
         self.time_base = self.stream.time_base or 1 / self.rate
 
     def __iter__(self) -> Iterator[Frame]:
+        """The frames, decoded and converted to RGB on a thread of their own, :data:`READ_AHEAD` ahead."""
+        self._stop_reading()
+        self._reading = Prefetch(self._decoded, READ_AHEAD)
+        yield from self._reading
+
+    def _decoded(self) -> Iterator[Frame]:
         try:
             yield from self.timed(self.container.decode(self.stream))
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
+
+    def _stop_reading(self) -> None:
+        reading, self._reading = getattr(self, "_reading", None), None
+        if reading is not None:
+            reading.stop()
 
     def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
         """The decoded frames as :class:`Frame` objects, each timed after the one before."""
@@ -97,14 +122,14 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-            yield Frame(i, f"frame {i}", image=rgb(frame), decoded=Decoded(frame, time, time + duration, source))
+            yield Frame(i, f"frame {i}", image=rgb_pixels(frame), decoded=Decoded(frame, time, time + duration, source))
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
 
     def close(self) -> None:
+        self._stop_reading()  # the decoding thread must be done with the container first
         self.container.close()
-
 
 
 def _time_base(source: Fraction, retiming: Retiming) -> Fraction:
@@ -180,6 +205,8 @@ class VideoWriter(ClipWriter):
             name = encoder(encoding.vcodec, "--vcodec")
         else:
             name = encoder(source.codec.canonical_name, "the input's video codec")
+        if encoding.gpu and not raw and encoding.vcodec in (None, "h264", "hevc"):  # not an encoder named by the user
+            name = hardware(name, source.width, source.height) or name
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
             self.stream = self.container.add_stream(name, rate=rate)
@@ -200,7 +227,7 @@ class VideoWriter(ClipWriter):
         self.first = None  # (pts, dts) of the first packet
         self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
-        self._from_image = av.VideoFrame.from_image
+        self._from_image, self._from_ndarray = av.VideoFrame.from_image, av.VideoFrame.from_ndarray
 
     def _add_copies(self, clip: VideoClip, av) -> None:
         outputs = {}
@@ -282,6 +309,8 @@ class VideoWriter(ClipWriter):
             frame = picture.raw
             if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
                 frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt)
+        elif isinstance(picture, torch.Tensor):  # 8-bit RGB pixels, as from_image takes an RGB image's
+            frame = self._from_ndarray(picture.numpy(), format="rgb24").reformat(format=self.pix_fmt)
         else:
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt)
         self._hold(frame, self.shown if self.counted else round(time / self.time_base))

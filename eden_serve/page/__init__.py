@@ -89,7 +89,7 @@ def run_page(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise BadInputError(f"the page needs the page extra ({exc.name} is missing): pip install 'eden-serve[page]'") from None
     args.max_upload *= 1024**2
-    args.inflight = args.inflight or (4 if servers else 2)
+    args.inflight = args.inflight or (4 if servers else None)  # in process: the device's (pipeline.clip_defaults)
     if servers:
         args.scene_threshold = None
         client_from(args).close()  # the deployment options checked before the page opens

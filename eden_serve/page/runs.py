@@ -25,6 +25,7 @@ from PIL import Image
 from ..client.processors import Processor, Wrapper
 from ..client.streaming import TIMELINE, Summary
 from ..commands import PROG, failure
+from ..media.frames import as_image
 
 MAX_CHUNKS_SHOWN = 400  # the newest chunks' timelines a page is sent
 PREVIEW_WIDTH = 480  # pixels, at most, of the live preview
@@ -96,7 +97,7 @@ class Run:
         """Middle ``j`` of a chunk of ``frames``: counted (``streamed``: as it arrived), a scene cut
         where the pair is two originals and the middle is the earlier one, the live preview where
         the last is old enough."""
-        before = frames[j].image
+        image, before = as_image(image), frames[j].image
         cut = (_original(frames[j]) and _original(frames[j + 1]) and image.size == before.size
                and np.array_equal(np.asarray(image.convert("RGB")), np.asarray(before.convert("RGB"))))
         now = time.time()

@@ -44,7 +44,9 @@ class Settings:
     decode_deadline_s: float = 30.0  # one request's decoding (edge: a bitstream payload's, in the sandbox; cloud: a source's)
     unkeyed_bitstream: str = "sandbox"  # edge: decode bitstream payloads without a wire key's tag in the sandbox, or refuse them
     raw_answers: str = "loopback"  # edge: answer raw frames to requests that ask: loopback, any, off (docs/serving.md)
-    compile: Compile | None = None  # edge: torch.compile, from the model-config's pt2 section (not the handler's)
+    # edge: torch.compile, from the model-config's pt2 section (not the handler's); auto where it has
+    # none: inductor in the background on a GPU, nothing on a CPU (docs/gpu.md)
+    compile: Compile | None | str = "auto"
 
     @classmethod
     def from_yaml(cls, model_yaml_config: dict | None) -> "Settings":

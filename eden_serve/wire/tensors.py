@@ -124,7 +124,9 @@ def unpack(read: Callable[[int], np.ndarray], encoding: str, delta: bool, frames
         np.cumsum(q, axis=0, dtype=np.uint8, out=q)  # modulo 256
     scale_shape = (frames, 1, d) if INT8_AXIS[encoding] == 1 else (frames, n, 1)
     scale = torch.from_numpy(read(4 * int(np.prod(scale_shape))).view(np.float32).reshape(scale_shape))
-    if not finite(scale) or bool((scale < 0).any()):
+    # A scale is absmax / 127 of float32 values, so 127 times it is finite: a larger one would turn
+    # q * scale infinite.
+    if not finite(scale * 127) or bool((scale < 0).any()):
         raise CodecError("payload int8 scales are negative, NaN or infinite; the sender's cloud encoder is broken")
     return Tokens(torch.from_numpy(q.view(np.int8)), scale)
 

@@ -65,7 +65,8 @@ class Chunk(Decided):
     decisions: Decisions
     grid: tuple[int, int]
     size: tuple[int, int]
-    copies: dict[int, bytes] = field(default_factory=dict)  # each cut pair's middle: its earlier frame as PNG
+    # each cut pair's middle: its earlier frame as PNG (handed over in one process: its uint8 pixels [H, W, 3])
+    copies: dict[int, bytes | torch.Tensor] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:

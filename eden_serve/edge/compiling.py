@@ -1,0 +1,131 @@
+"""``torch.compile`` beside the serving: the stages of a key compiled on a thread of their own while
+the caller's forwards run uncompiled, then swapped in (docs/gpu.md, "Compiled in the background").
+
+Inductor takes about a minute per shape for the whole forward on an H100, and the first middle must
+not wait for it. So a key (a stage, a batch, a frame size) runs eagerly (from its CUDA graph, where
+graphs are on) until its compiled form is ready: :class:`Background` compiles it on zeros of the
+key's shapes (compilation needs shapes and dtypes, not values), then hands it to the caller's
+``swap``, which replaces the key's graph by one of the compiled function in one step. A compilation
+that fails logs one line, and the forward stays uncompiled. Inductor's artefacts are kept on disk
+(:func:`persistent_cache`), so the second run of the same shapes compiles in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Callable, Hashable, Iterator
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Compilations per compiled function before dynamo gives up and runs it uncompiled: each block
+# function is compiled once per shape (the batches of a few frame sizes, two precisions).
+RECOMPILE_LIMIT = 64
+
+
+def persistent_cache() -> str:
+    """Inductor's cache directory: ``TORCHINDUCTOR_CACHE_DIR`` where set, else under the user's cache
+    directory (``$XDG_CACHE_HOME`` or ``~/.cache``), ``eden-serve/inductor``, where it outlives the
+    process and the machine's temporary files (inductor's own default is under /tmp)."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "eden-serve" / "inductor")
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
+def allow_recompiles() -> None:
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
+
+
+def zeros_like(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Inputs of the same shapes, dtypes and strides, made on the current stream."""
+    return tuple(torch.zeros_like(t) for t in tensors)
+
+
+class Background:
+    """One thread that compiles keys in the order they are asked for, each once.
+
+    ``work(key, job)`` runs on the thread with the device current, under inference mode, on a
+    CUDA stream of its own: its kernels run beside the caller's, and it waits for them itself. A
+    failure is logged once, and every key asked after it is left uncompiled."""
+
+    def __init__(self, work: Callable[[Hashable, object], None], device: torch.device):
+        self.work = work
+        self.device = device
+        self.asked: set[Hashable] = set()
+        self.done: set[Hashable] = set()
+        self.failed: str | None = None
+        self.closed = False
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def ask(self, key: Hashable, job: object) -> None:
+        """Compile ``key`` (once; nothing after a failure)."""
+        with self._idle:
+            if key in self.asked or self.failed or self.closed:
+                return
+            self.asked.add(key)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="eden-compile", daemon=True)
+                self._thread.start()
+        self._jobs.put((key, job))
+
+    def _run(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            key, job = item
+            try:
+                if not self.closed and not self.failed:
+                    self._compile(key, job)
+            finally:
+                with self._idle:
+                    self.done.add(key)
+                    self._idle.notify_all()
+            del item, key, job  # an idle thread must not keep a job's inputs (and its model) alive
+
+    def _compile(self, key: Hashable, job: object) -> None:
+        try:
+            with torch.inference_mode(), _on(self.device):
+                self.work(key, job)
+        except Exception as exc:  # a compiler's failure costs its speed-up, never the forward
+            self.failed = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            logger.warning("compiling the edge's forward failed (%s); it runs uncompiled", self.failed)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every key asked so far is compiled (or given up); False on the timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self.done >= self.asked, timeout)
+
+    def close(self) -> None:
+        """Compile nothing more (a compilation under way finishes, and its result is dropped), and
+        let the thread end."""
+        with self._idle:
+            self.closed = True
+            if self._thread is not None:
+                self._jobs.put(None)
+
+
+@contextlib.contextmanager
+def _on(device: torch.device) -> Iterator[None]:
+    """The device current and a stream of this thread's own, waited for before leaving."""
+    if device.type != "cuda":
+        yield
+        return
+    stream = torch.cuda.Stream(device)
+    torch.cuda.set_device(device)
+    try:
+        with torch.cuda.stream(stream):
+            yield
+    finally:
+        stream.synchronize()

@@ -1,0 +1,154 @@
+"""The forward compiled in the background (eden_serve/edge/compiling.py, acceleration.Runner): the
+first forwards never wait for the compiler, the compiled stages are swapped in per key once ready
+(their graphs captured anew) and compute what the eager ones do, a compiler that fails leaves the
+forward uncompiled, and the block functions are compiled once for all their blocks.
+
+The compiler is dynamo with backends of the tests' own (``torch._dynamo.register_backend``): the
+eager operations dynamo traced, run as they are (bit for bit the eager forward's), counted, held
+back or failing on purpose. Inductor takes minutes on this CPU; the GPU check measures it."""
+
+import itertools
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from eden_serve import edge as edge_package
+from eden_serve.checkpoint import module_from_state
+from eden_serve.config import PRESETS
+from eden_serve.edge import Acceleration, Compile, EdgeModel
+from eden_serve.edge.graphs import RerunGraphs
+from eden_serve.wire import Conditions
+
+CONFIG = PRESETS["tiny"]
+NAMES = itertools.count()  # dynamo keeps every backend registered: each stand-in has a name of its own
+
+
+class Compiler:
+    """A dynamo backend that records each graph it compiles (by the function it came from), counts
+    the calls of the compiled code, and may wait for ``release`` or fail first."""
+
+    def __init__(self, hold: bool = False, fail: bool = False):
+        self.name, self.hold, self.fail = f"eden_test_{next(NAMES)}", hold, fail
+        self.graphs: list[str] = []
+        self.calls = 0
+        self.started, self.release = threading.Event(), threading.Event()
+        torch._dynamo.register_backend(self, name=self.name)
+
+    def __call__(self, gm, example_inputs):
+        self.started.set()
+        if self.hold:
+            assert self.release.wait(120), "the test never released the compiler"
+        if self.fail:
+            raise RuntimeError("the stand-in compiler fails on purpose")
+        self.graphs.append(gm.meta.get("dynamo_compile_id", len(self.graphs)))
+
+        def run(*args):
+            self.calls += 1
+            return gm.forward(*args)
+
+        return run
+
+
+@pytest.fixture
+def edge(tiny_state, monkeypatch):
+    """The tiny edge with torch's products (what compiled code runs) and dynamo's caches emptied."""
+    monkeypatch.setattr(edge_package, "onednn_linear_available", lambda *args: False)
+    torch._dynamo.reset()
+    model = EdgeModel(module_from_state(tiny_state, "edge", CONFIG), CONFIG)
+    yield model
+    model.runner.close()
+    torch._dynamo.reset()
+
+
+def pair(seed: int, batch: int = 1) -> list[Conditions]:
+    tokens = torch.randn(2, 48, CONFIG.hidden_dim, generator=torch.Generator().manual_seed(seed))
+    return [Conditions(tokens, tokens.flip(0), 0.4, 0.2, 0.3, (6, 8), (91, 125), seed + i) for i in range(batch)]
+
+
+def eager_middles(edge: EdgeModel, batches) -> list[torch.Tensor]:
+    edge.accelerate(Acceleration(compile=None))
+    return [edge.middles(batch) for batch in batches]
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphed", "ungraphed"])
+def test_the_first_forward_never_waits_for_the_compiler(edge, graphs):
+    """The compiler is held until the first forward has returned: that forward ran eagerly. Once
+    released and done, the compiled stages run (their code is called) and give the eager middles."""
+    expected = eager_middles(edge, [pair(1)])[0]
+    compiler = Compiler(hold=True)
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs() if graphs else None)
+    first = edge.middles(pair(1))
+    assert compiler.started.wait(60) and not compiler.release.is_set()  # compiling, and the forward is back
+    assert torch.equal(first, expected) and compiler.calls == 0 and not edge.runner.swapped
+    compiler.release.set()
+    assert edge.runner.wait_compiled(120) and edge.runner.background.failed is None
+    assert {key[0] for key in edge.runner.swapped} == {"sample", "render_uint8"}
+    calls = compiler.calls
+    assert torch.equal(edge.middles(pair(1)), expected) and compiler.calls > calls  # the compiled code ran
+    if graphs:  # each stage's graph captured twice: eagerly, then compiled in its place
+        assert edge.runner.graphs.captures == 4 and len(edge.runner.graphs) == 2
+
+
+def test_a_key_is_compiled_once_it_has_run_often_enough(edge):
+    """One-off shapes (a clip's first chunks and its last) stay eager: a key is compiled from its
+    ``after``-th forward on, and each key on its own."""
+    compiler = Compiler()
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=3)), RerunGraphs())
+    for _ in range(2):
+        edge.middles(pair(1))
+    assert edge.runner.wait_compiled(120) and not edge.runner.swapped and not compiler.graphs
+    edge.middles(pair(1))
+    edge.middles(pair(2, batch=2))  # another key (batch 2): its first forward
+    assert edge.runner.wait_compiled(120)
+    assert {(key[0], key[1]) for key in edge.runner.swapped} == {("sample", 1), ("render_uint8", 1)}
+
+
+def test_the_blocks_share_one_compiled_function(edge):
+    """Scope ``blocks``: the DiT's two blocks in both Euler steps run one compiled block function,
+    the decoder's two another, plus the work before and after them: six graphs for a key, however
+    many blocks (the official model's 12 and 4 compile no more than the tiny one's 2 and 2)."""
+    compiler = Compiler()
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, background=False)), RerunGraphs())
+    edge.middles(pair(1))
+    assert len(compiler.graphs) == 6
+    edge.middles(pair(2))
+    assert len(compiler.graphs) == 6  # the same shapes: no new compilation
+
+
+def test_a_failing_compiler_leaves_the_forward_uncompiled(edge, caplog):
+    """One warning line, the eager middles, nothing swapped, and no later key compiled."""
+    expected = eager_middles(edge, [pair(1), pair(2, batch=2)])
+    compiler = Compiler(fail=True)
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs())
+    with caplog.at_level(logging.WARNING, logger="eden_serve.edge.compiling"):
+        assert torch.equal(edge.middles(pair(1)), expected[0])
+        assert edge.runner.wait_compiled(120)
+        assert torch.equal(edge.middles(pair(2, batch=2)), expected[1]) and edge.runner.wait_compiled(120)
+    assert not edge.runner.swapped and compiler.started.is_set() and not compiler.graphs
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "runs uncompiled" in warnings[0].getMessage()
+    assert "fails on purpose" in edge.runner.background.failed
+
+
+def test_callers_on_several_threads_while_the_compiled_graphs_swap_in(edge):
+    """Forwards from four threads take their turns at the graph cache while the compiler swaps the
+    compiled graphs in: every middle is the eager one, before, during and after the swap."""
+    batches = [pair(seed, batch=1 + seed % 2) for seed in range(8)]
+    expected = eager_middles(edge, batches)
+    compiler = Compiler(hold=True)
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs())
+
+    def forward(i: int) -> bool:
+        if i == 8:
+            compiler.release.set()  # the swap happens among the forwards
+        return torch.equal(edge.middles(batches[i % 8]), expected[i % 8])
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(forward, range(24)))
+    assert edge.runner.wait_compiled(120) and len(edge.runner.swapped) == 4  # two stages, batches 1 and 2
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(forward, range(9, 17)))
+    assert compiler.calls > 0
