@@ -10,7 +10,8 @@ The payloads are made as the cloud makes them, from the first frames of scikit-v
 to each size (on a CPU, or ``--quick``: the tiny model at 64x96 and 128x224; else official dimensions at
 480x854, 720p and 1080p): the token codecs' and the frames codec's from the decoded frames, the bitstream's from the
 clip re-encoded with libx264 at that size (its own packets), signed with a wire key so that the edge
-decodes it in its process (an unkeyed one goes to the sandbox). Each row is a JSON line in ``--out``:
+decodes it in its process, and the same payloads unsigned to an edge without the key, which decodes
+them in its sandbox (row codec ``bitstream (sandbox)``: what the sandbox costs the served edge). Each row is a JSON line in ``--out``:
 pairs/s served, the client's reading of the answers (s per pair), and the edge alone on the same pairs
 (no wire, no answer), timed in the same rounds, for the ratio. Each size gets its share of ``--budget`` seconds
 (90: about 85 s on an H100 is the plan, unmeasured); what would not fit is recorded as skipped.
@@ -36,6 +37,7 @@ from eden_serve.checkpoint import WEIGHTS_FILES, module_from_state, write_halves
 from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge.streams import streams_for  # noqa: E402
+from eden_serve.serving.bitstreams import start_sandbox  # noqa: E402
 from eden_serve.serving.overlap import Preparation  # noqa: E402
 from eden_serve.serving.services import EdgeService  # noqa: E402
 from eden_serve.serving.sources import SourceChunk, read_source  # noqa: E402
@@ -50,6 +52,8 @@ QUICK_SIZES = {"64x96": (64, 96), "128x224": (128, 224)}
 # The cloud holding the video first (the goal's codec), then uploads, then the token codecs.
 CODECS = (wire.BITSTREAM_CODEC, wire.FRAMES_CODEC, "bf16+zstd", "int8+zstd", "fp32")
 KEY = b"gpu_served benchmark wire key...."
+# The bitstream payloads unsigned, to an edge without a wire key: decoded in the sandbox.
+SANDBOXED = f"{wire.BITSTREAM_CODEC} (sandbox)"
 
 
 class Context:
@@ -101,7 +105,10 @@ def payloads(cloud: CloudEncoder, clip_dir: Path, size: tuple[int, int], args) -
         for name in args.codecs:
             kind = wire.kind(name, source=True)
             chunk = kind.make(cloud, frames, seed=span.start, scene_threshold=None, source=SourceChunk(settings, clip.name, span))
-            made[name].append(keyed.sign(kind.seal(chunk, cloud.config), KEY))
+            sealed = kind.seal(chunk, cloud.config)
+            made[name].append(keyed.sign(sealed, KEY))
+            if name == wire.BITSTREAM_CODEC:
+                made.setdefault(SANDBOXED, []).append(sealed)
     return made
 
 
@@ -176,7 +183,8 @@ def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> Non
     alone, per_forward = edge_alone(run.service, made.get("fp32") or made[run.args.codecs[0]])
     ahead = run.service.preparation
     preparations = {"ahead": ahead, "in turn": Preparation(streams_for(run.service.model.device), ahead=0)}
-    for name in run.args.codecs:
+    for name in [n for codec in run.args.codecs for n in ((codec, SANDBOXED) if codec == wire.BITSTREAM_CODEC else (codec,))]:
+        run.service.wire_key = None if name == SANDBOXED else KEY
         for answer in ("png", "raw"):
             if deadline - time.monotonic() < run.last_cost * 1.2:
                 run.row(label, size, name, answer=answer, skipped="budget")
@@ -185,7 +193,7 @@ def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> Non
             for result in measure(run.service, made[name], answer, preparations, alone, run.args, size):
                 run.row(label, size, name, answer=answer, pairs_per_forward=per_forward, **result)
             run.last_cost = time.monotonic() - start
-    run.service.preparation = ahead
+    run.service.preparation, run.service.wire_key = ahead, KEY
 
 
 class Run:
@@ -198,6 +206,8 @@ class Run:
         write_halves(state, workdir, config)
         self.cloud = CloudEncoder(module_from_state(state, "cloud", config), config, self.device)
         self.service = service_of(workdir, self.device, config.name)
+        if wire.BITSTREAM_CODEC in args.codecs:
+            start_sandbox(self.service.settings, keyed=False)  # as an edge without the wire key starts it
         self.clip_dir = workdir / "clips"
         self.clip_dir.mkdir()
         args.out.parent.mkdir(parents=True, exist_ok=True)
