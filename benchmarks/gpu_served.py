@@ -98,11 +98,13 @@ def payloads(cloud: CloudEncoder, clip_dir: Path, size: tuple[int, int], args) -
     count = args.batch * args.pairs + 1
     clip = make_clip(clip_dir / f"bikes_{size[0]}x{size[1]}.mp4", "libx264", {"crf": "18", "preset": "veryfast"}, size, count)
     settings = Settings(media_root=str(clip_dir), max_pixels=size[0] * size[1])
-    made: dict[str, list[bytes]] = {name: [] for name in args.codecs}
+    # fp32 always: the edge alone opens its conditions from a token payload, whichever codecs are timed.
+    names = list(dict.fromkeys([*args.codecs, "fp32"]))
+    made: dict[str, list[bytes]] = {name: [] for name in names}
     for r in range(args.batch):
         span = range(r * args.pairs, r * args.pairs + frames_each)
         frames = list(read_source(settings, clip.name, span, cloud.config, 1 << 17, 1 << 20).to(cloud.device))
-        for name in args.codecs:
+        for name in names:
             kind = wire.kind(name, source=True)
             chunk = kind.make(cloud, frames, seed=span.start, scene_threshold=None, source=SourceChunk(settings, clip.name, span))
             sealed = kind.seal(chunk, cloud.config)
@@ -180,7 +182,7 @@ def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> Non
     """The rows of one frame size, within ``share`` seconds."""
     deadline = time.monotonic() + share
     made = payloads(run.cloud, run.clip_dir, size, run.args)
-    alone, per_forward = edge_alone(run.service, made.get("fp32") or made[run.args.codecs[0]])
+    alone, per_forward = edge_alone(run.service, made["fp32"])
     ahead = run.service.preparation
     preparations = {"ahead": ahead, "in turn": Preparation(streams_for(run.service.model.device), ahead=0)}
     for name in [n for codec in run.args.codecs for n in ((codec, SANDBOXED) if codec == wire.BITSTREAM_CODEC else (codec,))]:
