@@ -36,7 +36,8 @@ from eden_serve import synthetic  # noqa: E402
 from eden_serve.checkpoint import module_from_state  # noqa: E402
 from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
-from eden_serve.edge import Acceleration, EdgeModel  # noqa: E402
+from eden_serve.edge import Acceleration, EdgeModel, middles_of  # noqa: E402
+from eden_serve.edge.conditions import EdgeSide  # noqa: E402
 from eden_serve.edge.graphs import RerunGraphs  # noqa: E402
 from eden_serve.edge.precision import check_bf16  # noqa: E402
 from eden_serve.edge.sizing import bytes_per_pair, free_memory, pairs_for_memory  # noqa: E402
@@ -116,7 +117,7 @@ class Run:
 
 def pairs_of(edge: EdgeModel, size: tuple[int, int], count: int) -> list:
     """``count`` pairs of ``size`` on ``edge``'s device: one synthetic chunk's pair, each with a seed of its own."""
-    pair = edge.receive(synthetic.chunk(edge.config, size, frames=2, seed=1)).pair(0)
+    pair = EdgeSide(edge).receive(synthetic.chunk(edge.config, size, frames=2, seed=1)).pair(0)
     return [dataclasses.replace(pair, seed=i) for i in range(count)]
 
 
@@ -162,7 +163,7 @@ def correctness(run: Run) -> None:
         for precision in run.precisions():
             for mode, path in (("eager", "fast"), ("eager", "reference"), ("graphed", "fast")):
                 edge = run.edge(precision, mode, state, tiny)
-                error = (edge.interpolate(cond, path).cpu() - expected).abs()
+                error = (middles_of(edge, [cond], uint8=False, path=path)[0] - expected).abs()
                 worst, mean = error.max().item(), error.mean().item()
                 within = worst <= BOUNDS["fp32"] if precision == "fp32" else worst < BOUNDS["bf16_max"] and mean < BOUNDS["bf16_mean"]
                 run.row("golden", case=name, precision=precision, mode=mode, path=path, max_error=worst, mean_error=mean,
@@ -176,7 +177,7 @@ def graphed_equals_eager(run: Run) -> None:
         eager, graphed = run.edge(precision, "eager"), run.edge(precision, "graphed")
         for batch in (1, 3):
             pairs = pairs_of(eager, size, batch)
-            diff = (graphed.middles(pairs, uint8=False) - eager.middles(pairs, uint8=False)).abs().max().item()
+            diff = (middles_of(graphed, pairs, uint8=False) - middles_of(eager, pairs, uint8=False)).abs().max().item()
             run.row("graphed vs eager", size=name, precision=precision, batch=batch, max_abs_diff=diff, within_rounding=diff <= 1e-5)
 
 
@@ -188,7 +189,7 @@ def devices_agree(run: Run) -> None:
     outputs = {}
     for where in ("cpu", run.device):
         edge = EdgeModel(module_from_state(run.state(), "edge", run.config), run.config, where, "fp32")
-        outputs[str(where)] = edge.middles(pairs_of(edge, size, 1), uint8=False)[0].cpu()
+        outputs[str(where)] = middles_of(edge, pairs_of(edge, size, 1), uint8=False)[0]
     diff = (outputs["cpu"] - outputs[str(run.device)]).abs()
     run.row("cpu vs device", size=f"{size[0]}x{size[1]}", max_abs_diff=diff.max().item(), mean_abs_diff=diff.mean().item())
 

@@ -143,7 +143,7 @@ def clip_run(run, models, src: Path, argv: list[str]) -> dict:
             "compiled_keys": len(edge.runner.swapped), "compile_failed": edge.runner.background and edge.runner.background.failed,
             "acceleration": edge.acceleration.describe(edge.device), "chunk": args.chunk or clip_defaults(edge.device).chunk,
             "inflight": args.inflight or clip_defaults(edge.device).inflight,
-            "batch": edge.pairs_per_forward(edge.config.patch_grid(*_size(src))), "decoded_by": "software",
+            "batch": edge.sizing.pairs(edge.config.patch_grid(*_size(src))), "decoded_by": "software",
             "encoded_by": _encoder(args, edge.device, _size(src))}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from eden_serve.edge import Acceleration, Compile
+from eden_serve.edge import Acceleration, Compile, middles_of
 
 # case: (scope, the inductor cache it starts from: the clips' or a fresh one), most important first.
 CASES = {"blocks, from the cache": ("blocks", "clips"), "stages, cold": ("stages", "fresh"), "blocks, cold": ("blocks", "fresh")}
@@ -55,7 +55,7 @@ def _points(edge, sizes: list, case: str) -> list:
     """(size, batch) to compile: a clip's batch (what the edge takes at that size) from the clips'
     cache at the smallest and largest sizes, at the smallest from cold, or one pair from cold."""
     def clip_batch(size):
-        return edge.pairs_per_forward(edge.config.patch_grid(*size[1]))
+        return edge.sizing.pairs(edge.config.patch_grid(*size[1]))
 
     if case == "blocks, from the cache":
         return [(sizes[0], clip_batch(sizes[0])), (sizes[-1], clip_batch(sizes[-1]))]
@@ -81,7 +81,7 @@ def _case(run, check, case: str) -> None:
         inputs = edge.prepare(pairs)
         first = check.timed_ms(run, lambda: edge.forward(inputs), 1)[0]
         ms = statistics.median(check.timed_ms(run, lambda: edge.forward(inputs), run.args.repeat))
-        diff = (edge.middles(pairs, uint8=False) - eager.middles(pairs, uint8=False)).abs().max().item()
+        diff = (middles_of(edge, pairs, uint8=False) - middles_of(eager, pairs, uint8=False)).abs().max().item()
         row = {"case": case, "size": name, "precision": precision, "batch": batch, "backend": backend, "scope": scope,
                "graphs": edge.runner.graphs is not None, "first_call_s": first / 1000, "ms_per_pair": ms / batch,
                "max_abs_diff_from_eager": diff, "cache": Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")).name}

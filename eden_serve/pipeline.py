@@ -27,8 +27,8 @@ from .client.processors import FunctionProcessor, Middles, Processor
 from .client.streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
 from .cloud.encoder import CloudEncoder
 from .cloud.scene_cuts import SCENE_THRESHOLD
-from .edge import AttentionPath, EdgeModel, to_host, upload
-from .edge.conditions import Intake
+from .edge import AttentionPath, EdgeModel, middles_of, upload
+from .edge.conditions import EdgeSide
 from .media import Frame
 from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, pixels_to_tensor, to_uint8
 
@@ -55,14 +55,14 @@ def clip_defaults(device: torch.device) -> ClipDefaults:
     return CLIP_DEFAULTS.get(device.type, CLIP_DEFAULTS["cpu"])
 
 
-def hand_over(cloud: CloudEncoder, intake: Intake, frames: Sequence[torch.Tensor], seed: int, kind: wire.Kind,
+def hand_over(cloud: CloudEncoder, edge_side: EdgeSide, frames: Sequence[torch.Tensor], seed: int, kind: wire.Kind,
               scene_threshold: float | None, encoded: Callable[[], None] = lambda: None) -> tuple[wire.Chunk, int]:
-    """The cloud's chunk of ``frames`` as the edge's ``intake`` makes it, on the edge's device, and the
+    """The cloud's chunk of ``frames`` as the edge's ``edge_side`` makes it, on the edge's device, and the
     bytes of the payload it crossed as (0 without the wire); ``encoded()`` is called once the cloud is done."""
     made = kind.make(cloud, frames, seed, scene_threshold)
     encoded()
-    received, payload_bytes = kind.cross(made, cloud.config, intake.config)
-    return kind.conditions(received, intake), payload_bytes
+    received, payload_bytes = kind.cross(made, cloud.config, edge_side.config)
+    return kind.conditions(received, edge_side), payload_bytes
 
 
 def interpolate_pair(
@@ -91,10 +91,10 @@ def interpolate_chunk(
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
     None: off) get the earlier frame, the others are computed in batched forwards of
-    ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames, and the
+    ``edge.sizing`` pairs. With the frames codec the payload carries the frames, and the
     edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
     kind = wire.kind(codec, in_process=True)
-    chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), frames, seed, kind, scene_threshold)
+    chunk, payload_bytes = hand_over(cloud, EdgeSide.beside(edge, cloud.weights), frames, seed, kind, scene_threshold)
     return edge_middles(edge, chunk, path), payload_bytes
 
 
@@ -102,8 +102,8 @@ def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast
     """The edge's half of :func:`interpolate_chunk`: the chunk's K middles, [K, 3, H, W]."""
     middles: list[torch.Tensor | None] = [_cut_frame(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
-    for batch in edge.batched(computed, chunk.grid):
-        for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
+    for batch in edge.sizing.batches(computed, chunk.grid):
+        for j, middle in zip(batch, middles_of(edge, [chunk.pair(j) for j in batch], uint8=False, path=path)):
             middles[j] = middle
     return torch.stack(middles)
 
@@ -121,9 +121,9 @@ def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
     for j, copy in chunk.copies.items():
         middles[j] = copy.to(edge.device) if isinstance(copy, torch.Tensor) else torch.from_numpy(to_uint8(load_frame(copy)))
     computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
-    for batch in edge.batched(computed, chunk.grid):
+    for batch in edge.sizing.batches(computed, chunk.grid):
         middles[batch] = edge.forward(edge.prepare([chunk.pair(j) for j in batch]))
-    return to_host(middles)
+    return edge.to_host(middles)
 
 
 def frame_tensors(frames: Sequence[Frame], device: torch.device) -> list[torch.Tensor]:
@@ -160,7 +160,7 @@ def in_process(
     middles equal theirs for the same seed, codec and thread count. Each chunk's stages go to
     :data:`~eden_serve.streaming.TIMELINE`."""
     kind = wire.kind(codec, in_process=True)
-    intake = Intake.beside(edge, cloud.weights)
+    edge_side = EdgeSide.beside(edge, cloud.weights)
 
     def process(index: int, frames: list[Frame], seed: int) -> Middles:
         def event(name: str) -> None:
@@ -171,7 +171,7 @@ def in_process(
             for tensor in tensors[1:]:
                 check_pair(tensors[0], tensor)
             event("cloud asked")
-            chunk, payload_bytes = hand_over(cloud, intake, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
+            chunk, payload_bytes = hand_over(cloud, edge_side, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
             event("payload in")
             event("edge asked")
             middles = pixel_middles(edge, chunk)
@@ -204,6 +204,6 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
     options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS, **options})
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
     if options.resume:
-        options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,
+        options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.sizing.batch_tokens, "scene_threshold": scene_threshold,
                                                 **model_identity(cloud, edge)})
     return interpolate_clip(src, dst, processor, options)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
 import pytest
 
 from eden_serve import wire
+from eden_serve.edge import EdgeModel
 from harness.servers import REPO
 
 PACKAGE = REPO / "eden_serve"
@@ -44,6 +46,8 @@ LAYOUT_PAGE = REPO / "docs" / "development.md"
 MAX_LINES = 400
 MAX_FUNCTION_LINES = 60  # from the def to the last line of the body
 MAX_PARAMETERS = 7  # self and cls aside; *args and **options count one each (an options dataclass is one)
+# The edge's one way in: set-up (accelerate, warm_up), then prepare -> forward -> to host.
+MAX_EDGE_METHODS = 6
 # What names a codec: the wire's constants, and the codec names themselves as strings compared with
 # something called a codec ("none" aside, a word of other fields too).
 CODEC_CONSTANTS = {"DEFAULT_CODEC", "FRAMES_CODEC", "BITSTREAM_CODEC", "NO_WIRE", "TOKEN_CODECS", "CODECS", "AUTO"}
@@ -215,3 +219,11 @@ def test_the_code_checks_see_what_they_look_for():
                              "y = kind == NO_WIRE\nz = precision == 'bf16'\nw = job.codec != 'fp32'") == [1, 3, 4, 6]
     method = ast.parse("class A:\n    def m(self, *args, **options):\n        pass").body[0].body[0]
     assert parameters(method) == ["*args", "*options"]
+
+
+def test_the_edge_has_one_way_in():
+    """Everyone (the pipeline, the services, the bench, the tests) reaches the edge through the same
+    few methods: its set-up, then prepare -> forward -> to host; a stage's time comes from the
+    forward's clock, not from a method of its own."""
+    public = [name for name, _ in inspect.getmembers(EdgeModel, inspect.isfunction) if not name.startswith("_")]
+    assert len(public) <= MAX_EDGE_METHODS, f"EdgeModel has {len(public)} public methods: {public}"

@@ -13,6 +13,7 @@ values, no synchronisation, no state kept between calls. :func:`to_host` is the 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -44,6 +45,39 @@ def to_host(tensor: torch.Tensor) -> torch.Tensor:
     done.record(torch.cuda.current_stream(tensor.device))
     done.synchronize()
     return host
+
+
+class StageClock:
+    """The forward's own clock: made before :meth:`~eden_serve.edge.EdgeModel.prepare`, marked by the
+    forward as each of its stages ends, read (:meth:`seconds`) once the middles are on the host. On
+    a GPU its marks are CUDA events on the current stream, so the forward waits for nothing; on a
+    CPU the host's clock, since a stage there has run when its call returns."""
+
+    def __init__(self, device: torch.device):
+        self.events = device.type == "cuda"
+        self.marks: list[tuple[str, object]] = [("start", self._now())]
+
+    def _now(self):
+        if not self.events:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def mark(self, stage: str) -> None:
+        """``stage`` ends here (it began at the mark before, the first at the clock's making)."""
+        self.marks.append((stage, self._now()))
+
+    def seconds(self) -> dict[str, float]:
+        """Each stage's seconds, by name."""
+        spans = {}
+        for (_, begun), (stage, ended) in zip(self.marks, self.marks[1:]):
+            if self.events:
+                ended.synchronize()
+                spans[stage] = begun.elapsed_time(ended) / 1000
+            else:
+                spans[stage] = ended - begun
+        return spans
 
 
 def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:

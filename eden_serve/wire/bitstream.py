@@ -334,7 +334,7 @@ class BitstreamKind(Kind):
         return fill(answer, held.packets(wanted(answer)))
 
     def conditions(self, chunk: BitstreamChunk, edge: Edge):
-        return edge.embed(to_frames(chunk, edge.decoded(chunk)))
+        return edge.embed(to_frames(chunk, edge.decode(chunk)))
 
 
 BITSTREAM = BitstreamKind()

@@ -36,7 +36,7 @@ def fire(name: str, point: str) -> None:
 
 def patch_services(module) -> None:
     edge = module.EdgeService
-    inference, send_ready = edge.inference, edge.send_ready
+    inference = edge.inference
 
     def faulty_inference(self, jobs):
         streamed = any(getattr(job, "stream", None) for job in jobs)
@@ -46,6 +46,13 @@ def patch_services(module) -> None:
         if streamed:
             fire("edge-kill", "after")
         return results
+
+    edge.inference = faulty_inference
+
+
+def patch_replies(module) -> None:
+    replies = module.Replies
+    send_ready = replies.send_ready
 
     def faulty_send_ready(self, idx, answer):
         send = self.send_part
@@ -61,7 +68,7 @@ def patch_services(module) -> None:
         finally:
             self.send_part = send
 
-    edge.inference, edge.send_ready = faulty_inference, faulty_send_ready
+    replies.send_ready = faulty_send_ready
 
 
 def patch_decoder(module) -> None:
@@ -78,7 +85,8 @@ def patch_decoder(module) -> None:
     module.decode = faulty_decode
 
 
-PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.sandbox.decoder": patch_decoder}
+PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.serving.replies": patch_replies,
+           "eden_serve.sandbox.decoder": patch_decoder}
 
 
 class Patcher(importlib.abc.MetaPathFinder):
