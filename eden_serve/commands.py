@@ -20,7 +20,7 @@ from .checkpoint import load_pair
 from .client import DEFAULT_TIMEOUT, Client
 from .client.streaming import Summary
 from .client.tls import ClientTLS
-from .client.transports import TOKEN_ENV, read_token
+from .client.transports import TOKEN_ENV, TRANSPORTS, read_token
 from .clip_options import clip_options
 from .cloud.encoder import CloudEncoder
 from .config import PRESETS, preset
@@ -118,7 +118,7 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
     where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
     where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
-    where.add_argument("--transport", choices=("http", "grpc"),
+    where.add_argument("--transport", choices=TRANSPORTS.names,
                        help="http, or grpc with grpc:// or grpcs:// URLs of the gRPC inference ports; over gRPC "
                             "--server names a server with eden_encoder and eden_ditdec (default: the URLs' scheme says)")
     auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")

@@ -30,7 +30,6 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
-from urllib.parse import urlsplit
 
 from PIL import Image
 
@@ -43,16 +42,13 @@ from .processors import Middles, Processor
 from .remote import RemoteVideo, named_fields, open_remote, source_name
 from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, ClipOptions, Summary, interpolate_clip
 from .tls import ClientTLS
-from .transports import DECODER, ENCODER, Retry, Stage, Transport
-from .transports.grpc import GrpcTransport
-from .transports.http import HttpTransport
+from .transports import DECODER, ENCODER, Retry, Stage, transport_for
 from .workers import Arrivals
 
 __all__ = ["DECODER", "DEFAULT_TIMEOUT", "ENCODER", "Client", "ClientOptions"]
 
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
-TRANSPORTS: tuple[type[Transport], ...] = (HttpTransport, GrpcTransport)
 
 
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
@@ -66,25 +62,14 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
         raise BadInputError(f"cannot read {name} {str(frame)!r}: {exc.strerror}") from None
 
 
-def transport_for(url: str, name: str | None = None) -> type[Transport]:
-    """The transport named ``name``; else the one whose scheme ``url`` has (HTTP for any other,
-    which then says what it takes)."""
-    if name is not None:
-        named = [t for t in TRANSPORTS if t.name == name]
-        if not named:
-            raise BadInputError(f"transport must be {' or '.join(t.name for t in TRANSPORTS)}, got {name!r}")
-        return named[0]
-    scheme = urlsplit(url).scheme if isinstance(url, str) else ""
-    return next((t for t in TRANSPORTS if scheme in t.schemes), HttpTransport)
-
-
 @dataclass(frozen=True)
 class ClientOptions:
     """How the client reaches its servers: ``token``, the inference token (None: no auth);
     ``edge_token``, the edge server's where it differs (two TorchServes have two key files);
     ``tls``, the CA that signed the servers' certificates (https:// and grpcs:// URLs); ``timeout``,
     seconds to wait for an answer; ``tries`` and ``backoff``, the retries of each request
-    (:class:`~.transports.Retry`); ``transport``, http or grpc (None: the URLs' scheme says)."""
+    (:class:`~.transports.Retry`); ``transport``, a transport's name, http or grpc
+    (:data:`~.transports.TRANSPORTS`; None: the URLs' scheme says)."""
 
     token: str | None = None
     edge_token: str | None = None
