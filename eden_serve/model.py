@@ -158,7 +158,7 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     """Self-attention, temporal attention over the two frames' tokens, MLP; each pre-normalised.
 
-    The DiT and the decoder wire these parts differently (see ``edge.py``), so there is no forward.
+    The DiT and the decoder wire these parts differently (see ``edge/forward.py``), so there is no forward.
     """
 
     def __init__(self, config: EdenConfig):
