@@ -32,13 +32,13 @@ import torch
 from PIL import Image
 
 from eden_serve import wire
-from eden_serve.checkpoint import load_pair
 from eden_serve.cloud.encoder import CloudEncoder
+from eden_serve.config import PRESETS
 from eden_serve.edge import middles_of
 from eden_serve.edge.conditions import EdgeSide
-from eden_serve.config import PRESETS
 from eden_serve.media import open_clip
 from eden_serve.media.frames import image_to_tensor
+from eden_serve.model.checkpoint import load_pair
 import results
 
 CHUNKS = (1, 4, 8, 16)

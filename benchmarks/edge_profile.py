@@ -21,12 +21,12 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from eden_serve import synthetic
-from eden_serve.bench import gemm_rate, pair_flops
-from eden_serve.checkpoint import load_pair
+from eden_serve.commands.bench import gemm_rate, pair_flops
 from eden_serve.config import preset
 from eden_serve.edge import middles_of
 from eden_serve.edge.conditions import EdgeSide
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_pair
 
 ATTENTION = "aten::_scaled_dot_product"  # the kernel: the public op above it only dispatches
 

@@ -24,11 +24,11 @@ import av
 import numpy as np
 import torch
 
-from eden_serve import cli, commands
-from eden_serve.client.streaming import TIMELINE
+from eden_serve.commands import cli, shared as commands
+from eden_serve.clips.streaming import TIMELINE
 from eden_serve.edge import Acceleration
 from eden_serve.media.encoding import TUNINGS, hardware
-from eden_serve.pipeline import clip_defaults
+from eden_serve.clips.pipeline import clip_defaults
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = "bigbuckbunny.mp4"

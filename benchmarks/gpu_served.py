@@ -32,8 +32,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from eden_serve import synthetic, wire  # noqa: E402
-from eden_serve.checkpoint import WEIGHTS_FILES, module_from_state, write_halves  # noqa: E402
+from eden_serve.model import synthetic  # noqa: E402
+from eden_serve import wire  # noqa: E402
+from eden_serve.model.checkpoint import WEIGHTS_FILES, module_from_state, write_halves  # noqa: E402
 from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import middles_of, synchronize  # noqa: E402

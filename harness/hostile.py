@@ -33,8 +33,9 @@ from typing import Iterator
 import requests
 from PIL import Image
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import PRESETS
+from eden_serve.model import synthetic
 from eden_serve.wire.bitstream import Packet, StreamParameters
 from harness.fuzz import CLOUD, bitstream_payloads
 from harness.servers import loopback_http, set_handler

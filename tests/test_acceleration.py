@@ -6,7 +6,6 @@ import os
 import pytest
 import torch
 
-from eden_serve.checkpoint import module_from_state
 from eden_serve import edge as edge_package
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, EdgeModel, middles_of
@@ -15,6 +14,7 @@ from eden_serve.edge.acceleration import Compile, Runner, bucket
 from eden_serve.edge.forward import SampleInputs
 from eden_serve.edge.graphs import RerunGraphs
 from eden_serve.errors import BadInputError
+from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
 
 CUDA, CPU = torch.device("cuda:0"), torch.device("cpu")

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from eden_serve import edge as edge_package
-from eden_serve.checkpoint import module_from_state
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, Compile, EdgeModel, middles_of
 from eden_serve.edge.graphs import RerunGraphs
+from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
 
 CONFIG = PRESETS["tiny"]

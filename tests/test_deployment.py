@@ -22,14 +22,15 @@ import requests
 import torch
 from PIL import Image
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import load_archived
+from eden_serve import wire
 from eden_serve.config import preset
 from eden_serve.edge import middles_of
 from eden_serve.media.frames import load_frame, to_png
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_archived
 from harness.servers import torchserve
+from eden_serve.model.synthetic import image_header, scene
 from eden_serve.serving.worker import default_threads, usable_cores
-from eden_serve.synthetic import image_header, scene
 
 pytestmark = pytest.mark.serving
 

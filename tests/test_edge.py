@@ -9,20 +9,21 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import module_from_state
+from eden_serve import wire
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS, preset
 from eden_serve.edge import EdgeModel, StageClock, initial_noise, middles_of, upload
+from eden_serve.edge.blocks import _modulated
 from eden_serve.edge.conditions import EdgeSide
-from eden_serve.edge.sizing import CPU_BATCH_TOKENS, batches
 from eden_serve.edge.kernels import Linears, modulated_layer_norm, onednn_linear_available
-from eden_serve.edge.paths import _modulated
 from eden_serve.edge.precision import Bf16Check
+from eden_serve.edge.sizing import CPU_BATCH_TOKENS, batches
 from eden_serve.media.frames import to_uint8
-from eden_serve.model import EdgeWeights, Mlp
-from eden_serve.synthetic import frame_pair
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import module_from_state
+from eden_serve.model.synthetic import frame_pair
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.weights import EdgeWeights, Mlp
 
 
 def test_noise_contract_matches_golden(golden):

@@ -12,18 +12,18 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from eden_serve import model as model_module
-from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, EdgeModel, initial_noise, middles_of
+from eden_serve.edge.blocks import query_blocks
 from eden_serve.edge.forward import as_uint8
 from eden_serve.edge.graphs import RerunGraphs
-from eden_serve.edge.paths import query_blocks
 from eden_serve.edge.precision import Bf16Check
 from eden_serve.media.frames import load_frame
-from eden_serve.model import EdgeWeights, pos_embedding
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model import weights as model_module
+from eden_serve.model.checkpoint import module_from_state
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.weights import EdgeWeights, pos_embedding
 from eden_serve.wire import Conditions
 
 REAL_FRAMES = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))[:4]  # 160x68, before the cut

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.edge.sizing import batches
 from eden_serve.edge.streams import HostStreams, SideStream
 from eden_serve.errors import CodecError
+from eden_serve.model import synthetic
 from eden_serve.serving.overlap import Forwards, Preparation, device_tensors, earliest_first, header_seeds
 from eden_serve.serving.refusals import Refusal
 from eden_serve.wire import keyed

@@ -26,16 +26,17 @@ from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.metrics.metric_type_enum import MetricTypes
 
-from eden_serve import errors, synthetic, wire
-from eden_serve.checkpoint import write_halves
+from eden_serve import errors, wire
 from eden_serve.config import preset
+from eden_serve.edge import middles_of
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.media.frames import DEFAULT_MAX_PIXELS
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import write_halves
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 from eden_serve.serving import fields, worker
 from eden_serve.serving.archive import GLUE
-from eden_serve.edge import middles_of
 from eden_serve.serving.refusals import request_by_request
-from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 
 def handler_class(name: str, class_name: str):

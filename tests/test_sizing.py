@@ -7,7 +7,7 @@ import torch
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel, default_precision, sizing
 from eden_serve.edge.precision import Bf16Check, check_bf16, resolve
-from eden_serve.model import EdgeWeights
+from eden_serve.model.weights import EdgeWeights
 
 OFFICIAL = PRESETS["official"]
 GRIDS = {"480x854": OFFICIAL.patch_grid(480, 854), "720p": OFFICIAL.patch_grid(720, 1280), "1080p": OFFICIAL.patch_grid(1080, 1920),

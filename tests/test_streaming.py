@@ -12,15 +12,13 @@ import pytest
 from PIL import Image
 
 from eden_serve.client import Client
-from eden_serve.client.dispatch import Chunking
-from eden_serve.client.levels import Item, Level
-from eden_serve.client.processors import FunctionProcessor, Middles, pairwise
-from eden_serve.client.schedule import Schedule
-from eden_serve.client.streaming import Summary, interpolate_clip
-from eden_serve.client.tree import retime
 from eden_serve.client.transports import Retry
-from eden_serve.media.base import Frame
-from eden_serve.media.timing import Retiming
+from eden_serve.clips.dispatch import Chunking
+from eden_serve.clips.levels import Item, Level
+from eden_serve.clips.processors import FunctionProcessor, Middles, pairwise
+from eden_serve.clips.retimed import retime
+from eden_serve.clips.schedule import Schedule
+from eden_serve.clips.streaming import Summary, interpolate_clip
 from eden_serve.errors import (
     BadInputError,
     PairError,
@@ -28,6 +26,8 @@ from eden_serve.errors import (
     TransientError,
     UnavailableError,
 )
+from eden_serve.media.base import Frame
+from eden_serve.media.timing import Retiming
 
 SIZE = (96, 64)
 

@@ -20,18 +20,18 @@ import requests
 from PIL import Image
 
 from conftest import loopback_http
-from eden_serve import synthetic
-from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
-from eden_serve.cli import main
-from eden_serve.commands import add_deployment_arguments
 from eden_serve.client import DECODER, ENCODER, Client, _Chunk, transport_for
 from eden_serve.client.transports import TRANSPORTS, Stage, Transport, Transports
 from eden_serve.client.transports.grpc import GrpcTransport
 from eden_serve.client.transports.http import HttpTransport
-from eden_serve.client.workers import Arrivals
+from eden_serve.clips.workers import Arrivals
+from eden_serve.commands.cli import main
+from eden_serve.commands.shared import add_deployment_arguments
 from eden_serve.errors import BadInputError, ServerError, UnavailableError
 from eden_serve.media import Frame
 from eden_serve.media.frames import png_bytes
+from eden_serve.model import synthetic
+from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 
 pytestmark = pytest.mark.serving
 

@@ -34,16 +34,16 @@ from typing import Callable, Sequence
 from PIL import Image
 
 from .. import wire
+from ..clips.processors import Middles, Processor
+from ..clips.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, ClipOptions, Summary, interpolate_clip
+from ..clips.workers import Arrivals
 from ..errors import BadInputError, ChunkTooLargeError, CodecError, ServerError
 from ..media import Frame
 from ..media.frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
 from .pace import codec_policy
-from .processors import Middles, Processor
 from .remote import RemoteVideo, named_fields, open_remote, source_name
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, ClipOptions, Summary, interpolate_clip
 from .tls import ClientTLS
 from .transports import DECODER, ENCODER, Retry, Stage, transport_for
-from .workers import Arrivals
 
 __all__ = ["DECODER", "DEFAULT_TIMEOUT", "ENCODER", "Client", "ClientOptions"]
 
@@ -222,7 +222,7 @@ class Client:
 
     def interpolate_clip(self, src: str | Path, dst: str | Path, **options) -> Summary:
         """Stream the clip ``src`` through the servers into ``dst``, with the options of
-        :func:`~eden_serve.client.streaming.interpolate_clip` (:class:`~.streaming.ClipOptions`):
+        :func:`~eden_serve.clips.streaming.interpolate_clip` (:class:`~.streaming.ClipOptions`):
         here by default ``chunk`` pairs per request, :data:`DEFAULT_CHUNK`, ``ramp``ed (1, 1, 2, 4,
         ... first), ``inflight`` requests per server, :data:`DEFAULT_INFLIGHT`."""
         options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "ramp": True, "inflight": DEFAULT_INFLIGHT, **options})
@@ -249,7 +249,7 @@ class Client:
         return 2 * inflight if self.split else inflight
 
     def processor(self, cancel: threading.Event | None = None, inflight: int | None = None) -> Processor:
-        """This client as a :mod:`~eden_serve.client.streaming` processor, to run with a window of
+        """This client as a :mod:`~eden_serve.clips.streaming` processor, to run with a window of
         :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
         caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
         each taken in the order of the chunks (:class:`~eden_serve.client.transports.Stage`), and middles

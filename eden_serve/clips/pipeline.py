@@ -22,15 +22,15 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from . import wire
-from .client.processors import FunctionProcessor, Middles, Processor
-from .client.streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
-from .cloud.encoder import CloudEncoder
-from .cloud.scene_cuts import SCENE_THRESHOLD
-from .edge import AttentionPath, EdgeModel, middles_of, upload
-from .edge.conditions import EdgeSide
-from .media import Frame
-from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, pixels_to_tensor, to_uint8
+from .. import wire
+from ..cloud.encoder import CloudEncoder
+from ..cloud.scene_cuts import SCENE_THRESHOLD
+from ..edge import AttentionPath, EdgeModel, middles_of, upload
+from ..edge.conditions import EdgeSide
+from ..media import Frame
+from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, pixels_to_tensor, to_uint8
+from .processors import FunctionProcessor, Middles, Processor
+from .streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
@@ -197,7 +197,7 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
                                 codec: str = wire.DEFAULT_CODEC, scene_threshold: float | None = SCENE_THRESHOLD,
                                 **options) -> Summary:
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`;
-    ``options``: :class:`~eden_serve.client.streaming.ClipOptions`' (here by default chunks of
+    ``options``: :class:`~eden_serve.clips.streaming.ClipOptions`' (here by default chunks of
     :data:`DEFAULT_CHUNK` pairs, :data:`DEFAULT_INFLIGHT` in flight, frames of at most
     :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
     wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error

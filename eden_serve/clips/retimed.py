@@ -1,4 +1,4 @@
-"""The frames of a retimed output (:mod:`eden_serve.client.schedule`): only the middles its frames show, and their
+"""The frames of a retimed output (:mod:`eden_serve.clips.schedule`): only the middles its frames show, and their
 ancestors in the 2x tree, are computed.
 
 The source intervals are read in windows of ``chunk`` (the run's :class:`~.dispatch.Chunking`). In

@@ -8,21 +8,21 @@ on one of ``inflight`` worker threads (:mod:`.processors`). The main thread read
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. ``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs
-(:func:`~eden_serve.client.levels.chunk_end`), so that its first middle needs one pair's work. A
+(:func:`~eden_serve.clips.levels.chunk_end`), so that its first middle needs one pair's work. A
 processor that streams hands over each middle of its chunk as soon as it has it; they are written
 as they come, in order, and its final result must hold the same images. ``arrived.order`` numbers
 the chunks 0, 1, 2, ... as they are submitted (all levels together), and the processor hears each
 number (:meth:`~.processors.Processor.queued`) on the main thread before any worker runs it.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
-(:mod:`eden_serve.client.levels`); any other factor, or a frame rate, computes only the middles its
-frames show (:mod:`eden_serve.client.tree`). Both ask the run only what :mod:`.dispatch` declares:
+(:mod:`eden_serve.clips.levels`); any other factor, or a frame rate, computes only the middles its
+frames show (:mod:`eden_serve.clips.retimed`). Both ask the run only what :mod:`.dispatch` declares:
 how it chunks, and where its chunks go (:class:`~.dispatch.Dispatch`, to the processors' workers).
 ``resume`` keeps and continues a stopped run's output (:mod:`eden_serve.media.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
 stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
 KeyboardInterrupt) propagates unchanged. Either way the output does not appear (see
-:mod:`eden_serve.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
+:mod:`eden_serve.media.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
 that processors waiting to retry give up.
 """
 
@@ -47,8 +47,8 @@ from .dispatch import Chunking, Chunks, Dispatch
 from .levels import Item, Level, Sink
 from .processors import Cached, Middles, Processor, as_processor
 from .resize import AtSize
+from .retimed import retime
 from .schedule import Schedule
-from .tree import retime
 from .workers import Workers
 
 DEFAULT_INFLIGHT = 4
@@ -256,8 +256,8 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     depend on (the model, the servers, the codec), recorded in the journal.
 
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
-    ``time_error`` (:mod:`eden_serve.client.schedule`). ``encoding``: a video's encoder options.
-    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.client.resize`). ``raw``: the
+    ``time_error`` (:mod:`eden_serve.clips.schedule`). ``encoding``: a video's encoder options.
+    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
     input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
     already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
     processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import synthetic, wire
-from .checkpoint import load_pair
-from .config import EdenConfig
-from .edge import EdgeModel, StageClock, synchronize
-from .edge.conditions import EdgeSide
-from .model import EdgeWeights
-from .wire import Conditions
+from .. import wire
+from ..config import EdenConfig
+from ..edge import EdgeModel, StageClock, synchronize
+from ..edge.conditions import EdgeSide
+from ..model import synthetic
+from ..model.checkpoint import load_pair
+from ..model.weights import EdgeWeights
+from ..wire import Conditions
 
 GEMM_TRIES = 3  # per round; the best is the round's peak
 

@@ -1,6 +1,6 @@
-"""Payload size, token error and speed of every token codec: ``python -m eden_serve.bench_wire``.
+"""Payload size, token error and speed of every token codec: ``python -m eden_serve.commands.bench_wire``.
 
-Conditions are pairs of :func:`eden_serve.synthetic.chunk` (LayerNorm outputs) with the official
+Conditions are pairs of :func:`eden_serve.model.synthetic.chunk` (LayerNorm outputs) with the official
 dimensions, in its two token profiles, ``plain`` and ``outliers``. The frames codec carries frames, not
 tokens: benchmarks/chunks.py measures it on real video.
 
@@ -18,11 +18,11 @@ import time
 
 import torch
 
-from . import synthetic
-from .checkpoint import load_pair
-from .config import PRESETS, EdenConfig
-from .edge import EdgeModel, middles_of
-from .wire import DEFAULT_CODEC, TOKEN_CODECS, Chunk, decode, encode
+from ..config import PRESETS, EdenConfig
+from ..edge import EdgeModel, middles_of
+from ..model import synthetic
+from ..model.checkpoint import load_pair
+from ..wire import DEFAULT_CODEC, TOKEN_CODECS, Chunk, decode, encode
 
 RESOLUTIONS = {"480p": (480, 854), "1080p": (1080, 1920), "4K": (2160, 3840)}
 

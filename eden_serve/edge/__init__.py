@@ -22,14 +22,14 @@ from typing import Callable, Literal, Sequence
 import torch
 
 from ..config import EdenConfig
-from ..model import EdgeWeights
+from ..model.weights import EdgeWeights
 from ..wire import Conditions
 from .acceleration import Acceleration, Compile, Runner
+from .blocks import BlockPath, FastPath, ReferencePath
 from .forward import (EdgeInputs, Regions, RenderInputs, SampleInputs, StageClock, as_uint8, initial_noise, prepare, render,
                       sample, to_host, upload)
 from .graphs import GraphAPI
 from .kernels import Linears, onednn_linear_available
-from .paths import BlockPath, FastPath, ReferencePath
 from .precision import PRECISIONS, Bf16Check, check_bf16, default_precision, resolve
 from .sizing import Sizing
 

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 
 from ..config import EdenConfig
-from ..e_cond import embed_frames, weights_digest
 from ..errors import ModelMismatchError, TooMuchWorkError, UnauthenticPayloadError
-from ..media import sandbox
+from ..media import sandboxed as sandbox
 from ..media.frames import from_uint8, to_png
 from ..media.packets import decode_chunk
-from ..model import CloudWeights
+from ..model.e_cond import embed_frames, weights_digest
+from ..model.weights import CloudWeights
 from ..wire import DEFAULT_CODEC, BitstreamChunk, Chunk, FramesChunk, Tokens
 from . import EdgeModel, upload
 

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from ..config import EdenConfig
-from ..model import EdgeWeights, pos_embedding
+from ..model.weights import EdgeWeights, pos_embedding
 from ..wire import Conditions
-from .paths import BlockPath, query_blocks
+from .blocks import BlockPath, query_blocks
 
 
 def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import EdenConfig
+from ..config import EdenConfig
 
 CLOUD_PREFIXES = ("patch_cond_dit.", "norm_cond_dit.", "patch_cond_dec.", "norm_cond_dec.")
 

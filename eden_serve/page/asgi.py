@@ -31,7 +31,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .. import wire
 from ..client.pace import AUTO
-from ..commands import PROG, clip_in_process, clip_through, client_from, failure
+from ..commands.shared import PROG, clip_in_process, clip_through, client_from, failure
 from ..errors import BadInputError, EdenError
 from .guard import Guard
 from .media import describe, preview

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from ..atomic import atomic_output
+from ..media.atomic import atomic_output
 from ..media import open_clip
 from ..media.encoding import import_av
 

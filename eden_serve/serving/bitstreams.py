@@ -7,7 +7,7 @@ bounded first (``handler.max_decoded_pixels``). The decoder itself is the edge's
 from __future__ import annotations
 
 from ..edge.conditions import PacketDecoder
-from ..media import sandbox
+from ..media import sandboxed as sandbox
 from .worker import Settings
 
 

@@ -26,12 +26,12 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from .. import wire
-from ..checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..cloud.encoder import CloudEncoder
 from ..edge import EdgeModel
 from ..edge.conditions import EdgeEncoder, EdgeSide
 from ..edge.streams import streams_for
 from ..errors import BadInputError, encoder_refusal
+from ..model.checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..wire import Chunk, keyed
 from .answer_formats import answer_format
 from .bitstreams import packet_decoder, start_sandbox

@@ -50,7 +50,7 @@ from .envelope import (
 )
 from .keyed import TAGGED_PREFIX, is_tagged
 from .kinds import Cloud, Edge, Held, Kind, Source
-from .pixels import FRAMES_CODEC, FramesChunk
+from .frames import FRAMES_CODEC, FramesChunk
 
 BITSTREAM_CODEC = "bitstream"
 # FFmpeg's software decoders of the codecs whose decoding is bit-exact by their specification, the
