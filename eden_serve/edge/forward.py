@@ -8,6 +8,7 @@ positional embeddings taken from the cache (the inputs hold their own references
 from the cache cannot free a tensor that a captured graph still reads). :func:`sample` (G_DiT) and
 :func:`render` (D_dec) then run on the device alone: no copy to the host, no tensor made from Python
 values, no synchronisation, no state kept between calls. :func:`to_host` is the copy back, after.
+A :class:`StageClock` times the stages from marks the forward sets between them.
 """
 
 from __future__ import annotations
