@@ -96,7 +96,7 @@ class Replies:
             self.send_part(idx, record(MIDDLE, answer.next, answer.middles[answer.next]), STREAMED)
             answer.next += 1
 
-    def reply(self, answer: Answer, closing: set[int], idx: int) -> Reply | Refusal:
+    def reply(self, idx: int, answer: Answer, closing: set[int]) -> Reply | Refusal:
         """Request ``idx``'s answer: its middles whole, or the end of those it streamed (a stream
         with parts sent is TorchServe's to end: ``idx`` leaves ``closing``)."""
         outcome = answer.refusal

@@ -273,4 +273,4 @@ class EdgeService(Service):
         if answer.refusal is None:
             for stage, metric in STAGE_METRICS.items():
                 self.time_metric(metric, answer.seconds.get(stage, 0.0), idx)
-        return self.replies.reply(answer, self.closing, idx)
+        return self.replies.reply(idx, answer, self.closing)
