@@ -22,6 +22,8 @@ from typing import Callable, Hashable, Iterator
 
 import torch
 
+from .streams import role_stream
+
 logger = logging.getLogger(__name__)
 
 # Compilations per compiled function before dynamo gives up and runs it uncompiled: each block
@@ -53,8 +55,9 @@ def zeros_like(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 class Background:
     """One thread that compiles keys in the order they are asked for, each once.
 
-    ``work(key, job)`` runs on the thread with the device current, under inference mode, on a
-    CUDA stream of its own: its kernels run beside the caller's, and it waits for them itself. A
+    ``work(key, job)`` runs on the thread with the device current, under inference mode, on the
+    device's compiler stream (:func:`.streams.role_stream`): its kernels run beside the caller's, and
+    it waits for them itself. A
     failure is logged once, and every key asked after it is left uncompiled."""
 
     def __init__(self, work: Callable[[Hashable, object], None], device: torch.device):
@@ -118,11 +121,11 @@ class Background:
 
 @contextlib.contextmanager
 def _on(device: torch.device) -> Iterator[None]:
-    """The device current and a stream of this thread's own, waited for before leaving."""
+    """The device current and the compiler's stream, waited for before leaving."""
     if device.type != "cuda":
         yield
         return
-    stream = torch.cuda.Stream(device)
+    stream = role_stream(device, "compile")
     torch.cuda.set_device(device)
     try:
         with torch.cuda.stream(stream):
