@@ -44,6 +44,9 @@ GOLDEN = REPO / "tests" / "golden"
 BOUNDS = {"fp32": 1e-4, "bf16_max": 0.03, "bf16_mean": 0.005}  # the CPU tests' (tests/test_edge.py)
 THREADS = 3
 NAN_FILL = 8 << 30  # bytes at most of fresh allocations filled with NaN (half the free memory at most)
+# (float32 elements, count): the allocator's small blocks (under 1 MB, in 2 MB segments) and middling
+# ones, where the embeddings of small frames were, before the large ones.
+FILL_PIECES = ((128 << 10, 256), (1 << 20, 64))
 
 
 def golden_case(name: str):
@@ -95,8 +98,9 @@ def put_at_risk(run) -> list[torch.Tensor]:
         return [torch.full((1 << 22,), float("nan"))]
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info(run.device)
-    pieces = min(NAN_FILL, free // 2) // (256 << 20)
-    return [torch.full((64 << 20,), float("nan"), device=run.device) for _ in range(pieces)]
+    fill = [torch.full((n,), float("nan"), device=run.device) for n, count in FILL_PIECES for _ in range(count)]  # both pools' blocks
+    large = (min(NAN_FILL, free // 2) - sum(t.numel() * 4 for t in fill)) // (256 << 20)
+    return fill + [torch.full((64 << 20,), float("nan"), device=run.device) for _ in range(max(0, large))]
 
 
 def _thread_stream(run):

@@ -192,7 +192,7 @@ def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> Non
     preparations = {"ahead": ahead, "in turn": Preparation(streams_for(run.service.model.device), ahead=0)}
     for name in [n for codec in run.args.codecs for n in ((codec, SANDBOXED) if codec == wire.BITSTREAM_CODEC else (codec,))]:
         run.service.wire_key = None if name == SANDBOXED else KEY
-        for answer in ("png", "raw"):
+        for answer in run.args.answers:
             if deadline - time.monotonic() < run.last_cost * 1.2:
                 run.row(label, size, name, answer=answer, skipped="budget")
                 continue
@@ -250,6 +250,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="the tiny model at small sizes (the default on a CPU)")
     parser.add_argument("--codecs", nargs="+", default=list(CODECS))
+    parser.add_argument("--answers", nargs="+", choices=("png", "raw"), default=["png", "raw"])
     parser.add_argument("--batch", type=int, default=4, help="requests per worker call (TorchServe's batchSize)")
     parser.add_argument("--pairs", type=int, default=4, help="pairs per request (a chunk of pairs + 1 frames)")
     parser.add_argument("--rounds", type=int, default=3)

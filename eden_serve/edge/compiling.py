@@ -17,6 +17,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Hashable, Iterator
 
@@ -65,6 +66,7 @@ class Background:
         self.device = device
         self.asked: set[Hashable] = set()
         self.done: set[Hashable] = set()
+        self.seconds: dict[Hashable, float] = {}  # each key's compilation, swap included (the GPU check reports them)
         self.failed: str | None = None
         self.closed = False
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -98,9 +100,11 @@ class Background:
             del item, key, job  # an idle thread must not keep a job's inputs (and its model) alive
 
     def _compile(self, key: Hashable, job: object) -> None:
+        started = time.monotonic()
         try:
             with torch.inference_mode(), _on(self.device):
                 self.work(key, job)
+            self.seconds[key] = time.monotonic() - started
         except Exception as exc:  # a compiler's failure costs its speed-up, never the forward
             self.failed = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             logger.warning("compiling the edge's forward failed (%s); it runs uncompiled", self.failed)
