@@ -20,7 +20,7 @@ import torch
 from ..config import EdenConfig
 from ..e_cond import embed_frames, weights_digest
 from ..errors import BadInputError
-from ..media.frames import from_uint8, to_pixels, to_png, to_uint8
+from ..media.frames import frames_depth, from_pixels, to_pixels, to_png
 from ..model import CloudWeights
 from ..wire import DEFAULT_CODEC, Chunk, Conditions, Decisions, FramesChunk, Tokens
 from .scene_cuts import scene_cuts
@@ -41,7 +41,7 @@ class CloudEncoder:
         off) has the earlier frame for its middle, which travels as a PNG instead of costing the
         edge its DiT. The tokens come back on the CPU for the wire, or with ``on_device`` where
         they were made, for an edge in the same process: then each cut's middle is the earlier
-        frame's 8-bit pixels [H, W, 3] on the device, no PNG made."""
+        frame's pixels [H, W, 3] on the device, no PNG made. Copies are of the chunk's depth."""
         x = self._frames(frames)
         decisions = self._decide(x, seed, scene_threshold)
         cond_dit, cond_dec, means, stds = embed_frames(self.weights, self.config, x)
@@ -53,22 +53,22 @@ class CloudEncoder:
             decisions=decisions,
             grid=self.config.patch_grid(*x[0].shape[-2:]),
             size=tuple(x[0].shape[-2:]),
-            copies={j: to_pixels(x[j]) if on_device else to_png(x[j].cpu()) for j in decisions.cuts},
+            copies={j: to_pixels(x[j], decisions.depth) if on_device else to_png(x[j].cpu(), decisions.depth) for j in decisions.cuts},
         )
 
     @torch.inference_mode()
     def frames_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None) -> FramesChunk:
-        """What the frames kind sends: the frames as 8-bit pixels, and the same decisions about
-        their pairs as :meth:`encode_chunk` makes, naming these weights (:attr:`digest`), which
-        the edge must hold too. Frames of more than 8 bits (16-bit grey) are refused: their
-        pixels would not give back the same tensors."""
+        """What the frames kind sends: the frames as pixels of their depth (8 bits, or 16), and the
+        same decisions about their pairs as :meth:`encode_chunk` makes, naming these weights
+        (:attr:`digest`), which the edge must hold too. Frames that 16 bits do not hold (32-bit
+        float images) are refused: their pixels would not give back the same tensors."""
         x = self._frames(frames)
-        pixels = np.stack([to_uint8(frame.cpu()) for frame in x])
-        for i, frame in enumerate(x):
-            if not torch.equal(from_uint8(pixels[i]).to(self.device), frame):
-                raise BadInputError(f"frame{i} has more than 8 bits per channel, which the frames codec does not carry; "
-                                    f"use a token codec such as {DEFAULT_CODEC}")
         decisions = self._decide(x, seed, scene_threshold)
+        pixels = np.stack([to_pixels(frame, decisions.depth).cpu().numpy() for frame in x])
+        for i, frame in enumerate(x):  # 8 bits are exact where _decide found them so; 16 are checked
+            if decisions.depth == 16 and not torch.equal(from_pixels(pixels[i]).to(self.device), frame):
+                raise BadInputError(f"frame{i} has more than 16 bits per channel, which the frames codec does not carry; "
+                                    f"use a token codec such as {DEFAULT_CODEC}")
         decisions.cloud = self.digest
         return FramesChunk(pixels, decisions)
 
@@ -87,11 +87,12 @@ class CloudEncoder:
         return [frame.to(self.device, torch.float32) for frame in frames]
 
     def _decide(self, x: list[torch.Tensor], seed: int, scene_threshold: float | None) -> Decisions:
-        """Each pair's difference scalar and seed, and the pairs across a scene cut."""
+        """Each pair's difference scalar and seed, the pairs across a scene cut, and the frames' depth."""
         norms = [self._channel_norm(frame) for frame in x]  # each frame's once, not once per pair
         differences = [self._difference(x[j], x[j + 1], norms[j], norms[j + 1]).item() for j in range(len(x) - 1)]
         del norms
-        return Decisions(differences, [seed + j for j in range(len(x) - 1)], scene_cuts(x, scene_threshold))
+        return Decisions(differences, [seed + j for j in range(len(x) - 1)], scene_cuts(x, scene_threshold),
+                         depth=frames_depth(x))
 
     @staticmethod
     def _channel_norm(frame: torch.Tensor) -> torch.Tensor:

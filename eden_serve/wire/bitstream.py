@@ -231,16 +231,26 @@ def _digests(value: object, frames: int, *, payload: bool = True) -> list[str]:
 
 
 def frame_digest(pixels: np.ndarray) -> str:
-    """BLAKE2b-128 of an RGB frame's size and bytes, in hex: what the cloud states of each frame."""
-    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}:".encode(), digest_size=16)
-    digest.update(np.ascontiguousarray(pixels, np.uint8))
+    """BLAKE2b-128 of an RGB frame's size, depth (16-bit ones) and bytes, in hex: what the cloud states of each frame."""
+    deep = "x16" if pixels.dtype == np.uint16 else ""
+    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}{deep}:".encode(), digest_size=16)
+    digest.update(np.ascontiguousarray(pixels, np.uint16 if deep else np.uint8))
     return digest.hexdigest()
 
 
+def at_depth(pixels: np.ndarray, depth: int) -> np.ndarray:
+    """16-bit ``pixels`` as the 8-bit ones they equal, where ``depth`` is 8 (a chunk of a deeper
+    video whose frames hold whole 8-bit levels, which the cloud sent at 8 bits) and they do; else as they are."""
+    if depth == 8 and pixels.dtype == np.uint16 and not (pixels % 257).any():
+        return (pixels // 257).astype(np.uint8)
+    return pixels
+
+
 def to_frames(chunk: BitstreamChunk, pixels: np.ndarray) -> FramesChunk:
-    """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here, each
-    frame checked against the cloud's digest of it: a mismatch means this edge's decoder is
-    another build (:class:`DigestMismatchError`)."""
+    """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here (at the
+    stream's depth, then the chunk's), each frame checked against the cloud's digest of it: a
+    mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
+    pixels = at_depth(pixels, chunk.depth)
     for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
         if frame_digest(frame) != expected:
             import av  # the decoder that differs is PyAV's: name its build

@@ -34,7 +34,7 @@ class Cloud(Protocol):
         """The frames' token chunk (:class:`~.tokens.Chunk`), on the host, or ``on_device`` where made."""
 
     def frames_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None):
-        """The frames as 8-bit pixels and the cloud's decisions (:class:`~.pixels.FramesChunk`)."""
+        """The frames as pixels of their depth (8 or 16 bits) and the cloud's decisions (:class:`~.pixels.FramesChunk`)."""
 
 
 class Source(Protocol):
@@ -64,7 +64,7 @@ class Edge(Protocol):
         """A frames chunk's token chunk, from the edge's own copy of E_cond, on its device."""
 
     def decoded(self, chunk):
-        """The uint8 frames [F, H, W, 3] that a bitstream chunk's packets decode to."""
+        """The RGB frames [F, H, W, 3] (uint8, or uint16 for a stream deeper than 8 bits) that a bitstream chunk's packets decode to."""
 
 
 class Kind:
