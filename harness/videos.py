@@ -80,7 +80,7 @@ def make_graded_clip(path: Path, codec: str, pix_fmt: str, size: tuple[int, int]
     colour = colour or Colour()
     options = merged(dict(options or {}), codec, {**({"log-level": "error"} if codec == "libx265" else {}),
                                                   **colour.parameters(codec)})
-    with av.open(str(path), "w") as container:
+    with av.open(str(path), "w", container_options={"strict": "-1"} if path.suffix == ".y4m" else None) as container:
         stream = container.add_stream(codec, rate=25, options=options)
         stream.height, stream.width = size
         stream.pix_fmt = pix_fmt

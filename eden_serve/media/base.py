@@ -8,6 +8,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -123,8 +124,9 @@ def matched(middle: Picture, before: Frame, after: Frame) -> Picture:
     """:func:`~.frames.match_mode` of a middle and its neighbours: between RGB frames with pixels
     (a video's, a 16-bit file's), the middle as its pixels at the frame before's depth, with no
     image made of anything."""
-    if before.pixels is not None and isinstance(middle, torch.Tensor):
-        return widened(middle, before.depth)
+    if before.pixels is not None:
+        pixels = middle if isinstance(middle, torch.Tensor) else torch.from_numpy(np.array(middle.convert("RGB")))
+        return widened(pixels, before.depth)
     return match_mode(middle, before.image, after.image)
 
 

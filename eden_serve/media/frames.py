@@ -235,9 +235,9 @@ def frames_depth(frames: Sequence[torch.Tensor]) -> int:
 
 def as_pixels(frames: torch.Tensor, depth: int) -> torch.Tensor:
     """[B, 3, H, W] float32 in [0, 1] (the edge's middles, clamped) -> [B, H, W, 3] of ``depth``
-    bits, rounded as :func:`to_pixels` rounds, on their device. Consumes ``frames``."""
+    bits, rounded as :func:`to_pixels` rounds, on their device."""
     dtype = DEPTHS[depth]
-    return frames.mul_(_LEVELS[dtype]).round_().to(dtype).permute(0, 2, 3, 1).contiguous()
+    return frames.mul(_LEVELS[dtype]).round_().to(dtype).permute(0, 2, 3, 1).contiguous()
 
 
 def to_uint8(frame: torch.Tensor) -> np.ndarray:

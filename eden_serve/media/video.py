@@ -34,6 +34,7 @@ _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
 
 
+Y4M_OPTIONS = {"strict": "-1"}
 # Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
 READ_AHEAD = 16
 
@@ -189,10 +190,12 @@ class VideoWriter(ClipWriter):
         self.dst = dst
         self.copies = None
         try:
+            # Y4M's deeper formats (C420p10, C444p12...) are outside its first definition, which FFmpeg's
+            # muxer writes only when told to; every tool that reads Y4M of more than 8 bits reads them.
             if str(dst) == PIPE:
-                self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe")
-            else:
-                self.container = av.open(str(tmp), "w")  # the container format follows the extension
+                self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe", container_options=Y4M_OPTIONS)
+            else:  # the container format follows the extension
+                self.container = av.open(str(tmp), "w", container_options=Y4M_OPTIONS if Path(tmp).suffix == ".y4m" else None)
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
         try:

@@ -17,7 +17,7 @@ from ..cloud.limits import check_tokens
 from ..cloud.sources import FileCache, SourceFile, SourceVideo, Work
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
-from ..media.frames import check_sides, image_to_tensor
+from ..media.frames import check_sides, pixels_to_tensor
 from ..media.packets import PacketReader
 from ..wire.bitstream import Packet, StreamParameters
 from ..wire.envelope import Limits
@@ -120,6 +120,6 @@ def read_source(settings: Settings, name: str, frames: range, config: EdenConfig
     check_tokens(width, height, len(frames), config, Limits(tokens=max_tokens, chunk_tokens=max_chunk_tokens,
                                                             pixels=settings.max_pixels), name)
     batch = torch.empty(len(frames), 3, height, width)
-    for i, image in enumerate(video.read(frames.start, len(frames))):
-        image_to_tensor(image, batch[i])
+    for i, pixels in enumerate(video.read(frames.start, len(frames))):
+        batch[i] = pixels_to_tensor(torch.from_numpy(pixels))
     return batch
