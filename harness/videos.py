@@ -50,10 +50,10 @@ def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], coun
 
 
 def local_frames(path: Path) -> list[np.ndarray]:
-    """Every frame of ``path`` as a local run reads it (VideoClip), RGB."""
+    """Every frame of ``path`` as a local run reads it (VideoClip): its RGB pixels, 16-bit for a video deeper than 8 bits."""
     clip = VideoClip(path)
     try:
-        return [np.asarray(frame.image) for frame in clip]
+        return [frame.pixels.numpy() for frame in clip]
     finally:
         clip.close()
 

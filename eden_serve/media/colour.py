@@ -8,6 +8,8 @@ metadata, the mastering display and the content light level, which the encoders 
 Read from the input's stream, and the metadata from its first frame's side data, where decoders put
 it. PyAV cannot tag a stream's container with the metadata itself, nor read a stream's chroma
 location: an encoder that has no place for the metadata (FFV1, VP9) leaves it out, saying so in one line.
+
+:func:`tone_mapped` shows an HDR frame on an SDR screen (the page's previews, docs/video.md's picture).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import struct
 import warnings
 from dataclasses import dataclass, replace
 from fractions import Fraction
+
+import numpy as np
 
 UNSPECIFIED = 2  # AVCOL_PRI_, AVCOL_TRC_ and AVCOL_SPC_UNSPECIFIED
 PQ, HLG = 16, 18  # AVCOL_TRC_SMPTE2084, AVCOL_TRC_ARIB_STD_B67
@@ -105,9 +109,9 @@ class Colour:
 
     def tag(self, context) -> None:
         """Tag an encoder's codec context (before it opens) with the stated values."""
-        for name, value in (("color_primaries", self.primaries), ("color_trc", self.transfer),
-                            ("colorspace", self.matrix), ("color_range", self.range)):
-            if value not in (UNSPECIFIED, 0):
+        for name, value, unstated in (("color_primaries", self.primaries, UNSPECIFIED), ("color_trc", self.transfer, UNSPECIFIED),
+                                      ("colorspace", self.matrix, UNSPECIFIED), ("color_range", self.range, 0)):
+            if value != unstated:
                 setattr(context, name, value)
 
     def parameters(self, encoder: str) -> dict[str, str]:
@@ -142,3 +146,42 @@ def merged(options: dict[str, str], encoder: str, defaults: dict[str, str]) -> d
     named = {pair.partition("=")[0] for pair in given}
     added = [f"{name}={value}" for name, value in defaults.items() if name not in named]
     return {**options, key: ":".join(added + given)}
+
+
+# --- an HDR frame for an SDR screen --------------------------------------------------------------
+
+_PQ = (2610 / 16384, 2523 / 4096 * 128, 3424 / 4096, 2413 / 4096 * 32, 2392 / 4096 * 32)  # m1, m2, c1, c2, c3
+_HLG = (0.17883277, 0.28466892, 0.55991073)  # a, b, c
+_BT2020_TO_BT709 = np.array([[1.6605, -0.5876, -0.0728], [-0.1246, 1.1329, -0.0083], [-0.0182, -0.1006, 1.1187]], np.float32)
+_BT2020_LUMA = np.array([0.2627, 0.6780, 0.0593], np.float32)
+REFERENCE_WHITE = 203.0  # cd/m²: HDR's diffuse white (ITU-R BT.2408), shown as SDR's
+
+
+def _nits(signal: np.ndarray, colour: Colour) -> np.ndarray:
+    """Display light in cd/m² of PQ- or HLG-coded RGB in [0, 1] (HLG on a 1000 cd/m² display)."""
+    if colour.transfer == PQ:
+        m1, m2, c1, c2, c3 = _PQ
+        power = np.power(signal, 1 / m2)
+        return 10000 * np.power(np.maximum(power - c1, 0) / (c2 - c3 * power), 1 / m1)
+    a, b, c = _HLG
+    scene = np.where(signal <= 0.5, signal * signal / 3, (np.exp((signal - c) / a) + b) / 12)
+    luma = np.maximum(scene @ _BT2020_LUMA, 1e-6)[..., None]
+    return 1000 * np.power(luma, 0.2) * scene  # the reference OOTF: system gamma 1.2
+
+
+def tone_mapped(pixels: np.ndarray, colour: Colour) -> np.ndarray:
+    """RGB pixels [H, W, 3] (8 or 16 bits) coded with the PQ or HLG transfer -> 8-bit BT.709 RGB for
+    an SDR screen: display light, BT.2020 primaries to BT.709's, its luminance rolled off (extended
+    Reinhard) from the clip's peak (MaxCLL, else the mastering display's, else 1000 cd/m²) to SDR's
+    white at HDR's reference white, then BT.1886's gamma. A picture to look at, not a grade."""
+    signal = pixels.astype(np.float32) / (65535.0 if pixels.dtype == np.uint16 else 255.0)
+    light = _nits(signal, colour)
+    if colour.primaries == BT2020:
+        light = np.maximum(light @ _BT2020_TO_BT709.T, 0)
+    peak = (colour.light[0] if colour.light and colour.light[0] else
+            float(colour.mastering.luminance[1]) if colour.mastering else 1000.0) / REFERENCE_WHITE
+    relative = light / REFERENCE_WHITE
+    luma = np.maximum(relative @ np.array([0.2126, 0.7152, 0.0722], np.float32), 1e-6)[..., None]
+    mapped = luma * (1 + luma / (peak * peak)) / (1 + luma)
+    sdr = np.clip(relative * (mapped / luma), 0, 1)
+    return np.round(np.power(sdr, 1 / 2.4) * 255).astype(np.uint8)

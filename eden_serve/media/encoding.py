@@ -168,9 +168,9 @@ def output_range(pix_fmt: str, colour: Colour) -> int:
 
 def _log_level(name: str, verbose: bool) -> dict[str, str]:
     """The encoder's own log at the command line's level. SVT-AV1 reads its level from the
-    environment, once, when it first logs."""
+    environment, once, when it first logs (a process's later encoders keep that level)."""
     if name == "libsvtav1":
-        os.environ.setdefault("SVT_LOG", "3" if verbose else "1")
+        os.environ["SVT_LOG"] = "3" if verbose else "1"
     return {"log-level": "info" if verbose else "error"} if name == "libx265" else {}
 
 
