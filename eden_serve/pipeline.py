@@ -19,7 +19,7 @@ import hashlib
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -56,12 +56,9 @@ def clip_defaults(device: torch.device) -> ClipDefaults:
     return CLIP_DEFAULTS.get(device.type, CLIP_DEFAULTS["cpu"])
 
 
-def hand_over(cloud: CloudEncoder, intake: Intake, frames: Sequence[torch.Tensor], seed: int, kind: wire.Kind,
-              scene_threshold: float | None, encoded: Callable[[], None] = lambda: None) -> tuple[wire.Chunk, int]:
-    """The cloud's chunk of ``frames`` as the edge's ``intake`` makes it, on the edge's device, and the
-    bytes of the payload it crossed as (0 without the wire); ``encoded()`` is called once the cloud is done."""
-    made = kind.make(cloud, frames, seed, scene_threshold)
-    encoded()
+def hand_over(cloud: CloudEncoder, intake: Intake, made, kind: wire.Kind) -> tuple[wire.Chunk, int]:
+    """What the cloud ``made`` of a chunk's frames (``kind.make``) as the edge's ``intake`` makes it,
+    on the edge's device, and the bytes of the payload it crossed as (0 without the wire)."""
     received, payload_bytes = kind.cross(made, cloud.config, intake.config)
     return kind.conditions(received, intake), payload_bytes
 
@@ -95,7 +92,7 @@ def interpolate_chunk(
     ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames, and the
     edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
     kind = wire.kind(codec, in_process=True)
-    chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), frames, seed, kind, scene_threshold)
+    chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), kind.make(cloud, frames, seed, scene_threshold), kind)
     return edge_middles(edge, chunk, path), payload_bytes
 
 
@@ -177,7 +174,9 @@ def in_process(
             for tensor in tensors[1:]:
                 check_pair(tensors[0], tensor)
             event("cloud asked")
-            chunk, payload_bytes = hand_over(cloud, intake, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
+            made = kind.make(cloud, tensors, seed, scene_threshold, depth=max(frame.depth for frame in frames))
+            event("encoded")
+            chunk, payload_bytes = hand_over(cloud, intake, made, kind)
             event("payload in")
             event("edge asked")
             middles = pixel_middles(edge, chunk)

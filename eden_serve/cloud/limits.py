@@ -10,7 +10,7 @@ import torch
 
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError, FrameTooLargeError
-from ..media.frames import check_frame, image_to_tensor, is_deep, open_deep, open_image, pixels_to_tensor
+from ..media.frames import SIXTEEN_BIT_MODES, check_frame, image_to_tensor, is_deep, open_deep, open_image, open_mode, pixels_to_tensor
 from ..wire.envelope import Limits
 
 
@@ -50,6 +50,15 @@ def read_chunk(images: Sequence[bytes], config: EdenConfig, max_pixels: int, max
         image_to_tensor(image, batch[i])
         del image
     return batch
+
+
+def images_depth(images: Sequence[bytes]) -> int:
+    """16 where a request's frames hold more than 8 bits a channel (16-bit RGB or grey), else 8: the
+    depth the chunk's middles keep; from the headers, as :func:`read_chunk` has judged them."""
+    for i, data in enumerate(images):
+        if is_deep(data, f"frame{i}") or open_mode(data, f"frame{i}") in SIXTEEN_BIT_MODES:
+            return 16
+    return 8
 
 
 def check_tokens(width: int, height: int, count: int, config: EdenConfig, limits: Limits, name: str = "frame") -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
-from typing import Iterator, Sequence, Union
+from typing import Iterator, Union
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 # Modes a PNG can hold; a middle frame of any other mode (CMYK, YCbCr, LAB, F...) is written as TIFF.
 PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
 
-_SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 # The pixels' dtype of each depth, and the largest value of each dtype.
 DEPTHS = {8: torch.uint8, 16: torch.uint16}
 _LEVELS = {torch.uint8: 255.0, torch.uint16: 65535.0, np.dtype(np.uint8): 255.0, np.dtype(np.uint16): 65535.0}
@@ -62,8 +62,8 @@ def image_to_tensor(image: Image.Image, out: torch.Tensor | None = None) -> torc
     beyond it."""
     if out is None:
         out = torch.empty(3, image.height, image.width)
-    if image.mode in _SIXTEEN_BIT_MODES or image.mode == "F":
-        scale = 65535.0 if image.mode in _SIXTEEN_BIT_MODES else 1.0
+    if image.mode in SIXTEEN_BIT_MODES or image.mode == "F":
+        scale = 65535.0 if image.mode in SIXTEEN_BIT_MODES else 1.0
         gray = np.clip(np.asarray(image, dtype=np.float32) / scale, 0, 1)
         out.copy_(torch.from_numpy(gray)[None].expand(3, -1, -1))
         return out
@@ -171,6 +171,12 @@ def is_deep(source: bytes | str | Path, name: str = "frame") -> bool:
         return image.tag_v2.get(258) == (16, 16, 16)
 
 
+def open_mode(source: bytes | str | Path, name: str = "frame") -> str:
+    """The mode Pillow reads the image in, from its header."""
+    with _opened(source, name) as image:
+        return image.mode
+
+
 def _head(path: str | Path) -> bytes:
     with open(path, "rb") as file:
         return file.read(PNG_HEADER_BYTES)
@@ -221,16 +227,6 @@ def to_pixels(frame: torch.Tensor, depth: int = 8) -> torch.Tensor:
     """[3, H, W] in [0, 1] -> [H, W, 3] of ``depth`` bits, round(x * 255) or round(x * 65535), on the frame's device."""
     dtype = DEPTHS[depth]
     return (frame.clamp(0, 1) * _LEVELS[dtype]).round().to(dtype).permute(1, 2, 0).contiguous()
-
-
-def frames_depth(frames: Sequence[torch.Tensor]) -> int:
-    """8 where every frame [3, H, W] is whole 8-bit levels (x * 255 whole, as :func:`from_pixels`
-    makes of 8-bit pixels), else 16: the depth a chunk's frames and middles keep (docs/video.md)."""
-    for frame in frames:
-        levels = frame * 255.0
-        if not torch.equal(levels.round_().div_(255.0), frame):
-            return 16
-    return 8
 
 
 def as_pixels(frames: torch.Tensor, depth: int) -> torch.Tensor:

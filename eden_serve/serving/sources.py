@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from .. import wire
@@ -19,6 +20,7 @@ from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
 from ..media.frames import check_sides, pixels_to_tensor
 from ..media.packets import PacketReader
+from ..sandbox.decoder import pixel_dtype
 from ..wire.bitstream import Packet, StreamParameters
 from ..wire.envelope import Limits
 from ..wire.pages import pack
@@ -108,6 +110,12 @@ class SourceChunk(NamedTuple):
 
 # The PacketReader of a source (its packets' times, read once), kept like the cloud's scans.
 packet_reader = FileCache(lambda source, max_pixels, work: PacketReader(Path(source.name), max_pixels, source.open, work))
+
+
+def source_depth(settings: Settings, name: str) -> int:
+    """16 where the source's video is deeper than 8 bits, else 8: the depth its frames are read at (:func:`read_source`)."""
+    pix_fmt = open_source(settings, name).scan.pix_fmt
+    return 16 if pix_fmt and pixel_dtype(pix_fmt) == np.uint16 else 8
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,

@@ -238,19 +238,10 @@ def frame_digest(pixels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def at_depth(pixels: np.ndarray, depth: int) -> np.ndarray:
-    """16-bit ``pixels`` as the 8-bit ones they equal, where ``depth`` is 8 (a chunk of a deeper
-    video whose frames hold whole 8-bit levels, which the cloud sent at 8 bits) and they do; else as they are."""
-    if depth == 8 and pixels.dtype == np.uint16 and not (pixels % 257).any():
-        return (pixels // 257).astype(np.uint8)
-    return pixels
-
-
 def to_frames(chunk: BitstreamChunk, pixels: np.ndarray) -> FramesChunk:
-    """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here (at the
-    stream's depth, then the chunk's), each frame checked against the cloud's digest of it: a
-    mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
-    pixels = at_depth(pixels, chunk.depth)
+    """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here (16-bit
+    for a stream deeper than 8 bits, as the cloud read them), each frame checked against the cloud's
+    digest of it: a mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
     for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
         if frame_digest(frame) != expected:
             import av  # the decoder that differs is PyAV's: name its build
@@ -324,10 +315,10 @@ class BitstreamKind(Kind):
     fallback_on = frozenset({DigestMismatchError.kind, CodecError.kind, BadInputError.kind})
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None) -> BitstreamChunk:
+             source: Source | None = None, depth: int = 8) -> BitstreamChunk:
         if source is None:
             raise CodecError("the bitstream codec carries a video's own packets: only a chunk of a source the cloud holds has them")
-        decided = cloud.frames_chunk(frames, seed, scene_threshold)
+        decided = cloud.frames_chunk(frames, seed, scene_threshold, depth)
         parameters, packets, skip = source.packets()
         return BitstreamChunk(parameters, packets, skip, decided.frames, [frame_digest(f) for f in decided.pixels], decided.decisions)
 

@@ -166,8 +166,8 @@ class FramesKind(Kind):
     carried = "the frames (CloudEncoder.frames_chunk); the token codecs carry the tokens (CloudEncoder.encode_chunk)"
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None) -> FramesChunk:
-        return cloud.frames_chunk(frames, seed, scene_threshold)
+             source: Source | None = None, depth: int = 8) -> FramesChunk:
+        return cloud.frames_chunk(frames, seed, scene_threshold, depth)
 
     def encode(self, chunk: FramesChunk, config: EdenConfig) -> bytes:
         return encode_frames(chunk, config)

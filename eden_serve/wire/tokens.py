@@ -234,8 +234,8 @@ class TokenKind(Kind):
         self.name, self.spec = name, Codec.named(name)
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None) -> Chunk:
-        return cloud.encode_chunk(frames, seed, scene_threshold)
+             source: Source | None = None, depth: int = 8) -> Chunk:
+        return cloud.encode_chunk(frames, seed, scene_threshold, depth=depth)
 
     def encode(self, chunk: Chunk, config: EdenConfig) -> bytes:
         return encode_tokens(chunk, config, self.spec)
@@ -258,8 +258,8 @@ class HandOver(TokenKind):
         self.name, self.spec = NO_WIRE, None
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None) -> Chunk:
-        return cloud.encode_chunk(frames, seed, scene_threshold, on_device=True)
+             source: Source | None = None, depth: int = 8) -> Chunk:
+        return cloud.encode_chunk(frames, seed, scene_threshold, on_device=True, depth=depth)
 
     def cross(self, chunk: Chunk, cloud: EdenConfig, edge: EdenConfig) -> tuple[Chunk, int]:
         return chunk, 0
