@@ -152,3 +152,9 @@ def test_the_page_previews_an_hdr_clip_tone_mapped(tmp_path):
     mapped, as_coded = tone_mapped(pixels, colour).astype(int), np.round(pixels / 257).astype(int)
     assert np.abs(shown - mapped).mean() < 3  # the tone-mapped frame, through H.264 at crf 18
     assert np.abs(shown - as_coded).mean() > 20  # not PQ's code values shown as SDR ones
+
+
+def test_process_size_says_that_it_works_at_8_bits(tmp_path):
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", (48, 64), 3)
+    with pytest.warns(UserWarning, match="--process-size scales with Pillow at 8 bits"):
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, process_size=(32, 48))
