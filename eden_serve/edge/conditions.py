@@ -20,8 +20,8 @@ import torch
 
 from ..config import EdenConfig
 from ..errors import ModelMismatchError, TooMuchWorkError, UnauthenticPayloadError
-from ..media import sandboxed as sandbox
-from ..media.frames import from_uint8, to_png
+from ..media import sandboxed
+from ..media.frames import from_pixels, to_png
 from ..media.packets import decode_chunk
 from ..model.e_cond import embed_frames, weights_digest
 from ..model.weights import CloudWeights
@@ -52,10 +52,10 @@ class EdgeEncoder:
                 f"payload's frames are for cloud weights {chunk.cloud[:16]}, but this edge derives conditions with "
                 f"{self.digest[:16]}; deploy the archives of one archive.sh run to cloud and edge"
             )
-        frames = [from_uint8(pixels) for pixels in chunk.pixels]
+        frames = [from_pixels(pixels) for pixels in chunk.pixels]
         cond_dit, cond_dec, means, stds = embed_frames(self.weights, self.config, [frame.to(self.device) for frame in frames])
         return Chunk(Tokens(cond_dit), Tokens(cond_dec), means, stds, chunk.decisions, self.config.patch_grid(*chunk.size),
-                     chunk.size, {j: to_png(frames[j]) for j in chunk.cuts})
+                     chunk.size, {j: to_png(frames[j], chunk.depth) for j in chunk.cuts})
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class PacketDecoder:
     max_pixels: int | None = None
     max_decoded_pixels: int | None = None
     where: Literal["process", "sandbox", "refuse"] = "process"
-    deadline_s: float = sandbox.DEADLINE_S
+    deadline_s: float = sandboxed.DEADLINE_S
 
     def decode(self, chunk: BitstreamChunk) -> np.ndarray:
         """The frames of ``chunk``, [F, H, W, 3] uint8 (the bitstream kind checks each against the
@@ -80,7 +80,7 @@ class PacketDecoder:
         if self.where == "refuse":
             raise UnauthenticPayloadError("this edge decodes only bitstream payloads its cloud signed (handler.unkeyed_bitstream: "
                                           "refuse), and it holds no wire key; send the frames codec, or give both a wire key")
-        return sandbox.decode_chunk(chunk, self.max_pixels, self.deadline_s)
+        return sandboxed.decode_chunk(chunk, self.max_pixels, self.deadline_s)
 
     def check_work(self, chunk: BitstreamChunk) -> None:
         """Refuses a payload whose packets would decode to more pixels than the edge decodes for one

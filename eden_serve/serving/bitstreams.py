@@ -7,7 +7,7 @@ bounded first (``handler.max_decoded_pixels``). The decoder itself is the edge's
 from __future__ import annotations
 
 from ..edge.conditions import PacketDecoder
-from ..media import sandboxed as sandbox
+from ..media import sandboxed
 from .worker import Settings
 
 
@@ -22,4 +22,4 @@ def start_sandbox(settings: Settings, keyed: bool) -> None:
     """Starts the worker's sandbox as it loads, where bitstream payloads will be decoded there (no
     wire key, ``handler.unkeyed_bitstream: sandbox``): the first payload does not wait for it."""
     if packet_decoder(settings, keyed).where == "sandbox":
-        sandbox.start()
+        sandboxed.start()

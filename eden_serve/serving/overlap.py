@@ -27,6 +27,7 @@ from ..config import MAX_SEED
 from ..edge import EdgeModel, StageClock
 from ..edge.sizing import Sizing
 from ..edge.streams import SideStream, StreamAPI, Ticket
+from ..media.frames import as_pixels
 from ..wire import Chunk, keyed
 from ..wire.envelope import peek_header
 from .refusals import Refusal, refusal, release_cached_memory
@@ -178,11 +179,18 @@ def forwards(model: EdgeModel, batch: list[tuple[int, int]], chunks: list) -> It
         yield (batch, *outcome)
 
 
-def _attempt(model: EdgeModel, pairs: list[tuple[Chunk, int]]) -> tuple[torch.Tensor, dict] | Refusal:
-    """One batched forward of pair j of each chunk, its stages timed by the forward's own clock."""
+def _attempt(model: EdgeModel, pairs: list[tuple[Chunk, int]]) -> tuple[torch.Tensor | list[torch.Tensor], dict] | Refusal:
+    """One batched forward of pair j of each chunk, its stages timed by the forward's own clock; the
+    middles as pixels on the host, each at its chunk's depth: 8 bits rounded on the device (a
+    quarter of the bytes back); a batch with 16-bit chunks in it comes back in float32 and is
+    rounded here, each pair as the in-process pipeline rounds it."""
     try:
         clock = StageClock(model.device)
-        middles = model.to_host(model.forward(model.prepare([chunk.pair(j) for chunk, j in pairs]), clock=clock))
+        depths = [chunk.depth for chunk, _ in pairs]
+        eight = all(depth == 8 for depth in depths)
+        middles = model.to_host(model.forward(model.prepare([chunk.pair(j) for chunk, j in pairs]), uint8=eight, clock=clock))
+        if not eight:
+            middles = [as_pixels(frame[None], depth)[0] for frame, depth in zip(middles, depths)]
         return middles, clock.seconds()
     except Exception as exc:  # the batch's requests fail (or are tried in halves); the others go on
         return refusal(exc)

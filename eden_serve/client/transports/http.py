@@ -14,7 +14,7 @@ import requests
 from PIL import Image
 
 from ...errors import BadInputError, TransientError, connection_failure, error_from_document
-from ...wire.answers import STREAMED, StreamedAnswer, whole_answer
+from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
 from ...wire.raw import RAW, loopback, whole_raw
 from ..tls import ClientTLS
 from .base import DECODER, ENCODER, WORKFLOW, Transport, refusal_error
@@ -130,7 +130,7 @@ class HttpTransport(Transport):
                 content = _check(response).content
                 where = f"(from {response.url})"
                 if self.raw and content_type == RAW:
-                    middles = [Image.fromarray(m) for m in whole_raw(content, pairs - first, size, where)]
+                    middles = [middle_of(m) for m in whole_raw(content, pairs - first, size, where)]
                 else:
                     middles = whole_answer(content, pairs - first, size, where)
                 for j, image in enumerate(middles, first):
