@@ -40,7 +40,7 @@ def test_hostile_requests_among_good_pairs(setting):
     assert tally.mismatched == []
     assert tally.hostile == len(hostiles)
     assert set(tally.by_class) == {"container", "work", "large", "decoder", "field", "size", "token"}
-    assert (tally.good, tally.lost, tally.wrong) == (24, [], 0)
+    assert (tally.good, tally.lost, tally.wrong) == (24, [], 0), tally.lost
     assert worker_pids(server) == before
     assert watch.count() == 0 and fetched == []
 
