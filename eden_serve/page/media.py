@@ -2,7 +2,8 @@
 output takes), and a preview the browser's video element can play where the clip itself is not one
 (an animation, a frame directory, FFV1, 4:4:4...): H.264 in MP4, each frame at its own time, so the
 original and the result stay in step frame for frame. Clips are read by :func:`eden_serve.media.open_clip`,
-as the commands read them."""
+as the commands read them; ``cloud:`` sources as the cloud reads them (:mod:`eden_serve.cloud.sources`:
+by descriptor, as MP4 or Matroska alone, within the pixel and work limits)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from typing import Callable
+
 from ..atomic import atomic_output
+from ..cloud.sources import CONTAINERS, SourceVideo
+from ..media import Clip as OpenedClip
 from ..media import open_clip
 from ..media.encoding import import_av
 
@@ -20,6 +25,7 @@ from ..media.encoding import import_av
 CONTAINER_EXTENSIONS = {"mov,mp4,m4a,3gp,3g2,mj2": ".mp4", "matroska,webm": ".mkv", "avi": ".avi", "mpegts": ".ts",
                         "mpeg": ".mpg", "yuv4mpegpipe": ".y4m", "flv": ".flv", "ogg": ".ogv"}
 ANIMATION_EXTENSIONS = {"GIF": ".gif", "PNG": ".png", "WEBP": ".webp"}
+SOURCE_EXTENSIONS = {CONTAINERS["MP4 or MOV"]: ".mp4", CONTAINERS["Matroska or WebM"]: ".mkv"}
 # What a page may ask the output's container to be, for a video.
 OUTPUT_EXTENSIONS = (".mp4", ".mkv", ".webm", ".mov", ".avi")
 # What Chromium, Firefox and Safari all play from an MP4.
@@ -65,13 +71,21 @@ def describe(path: Path, max_pixels: int | None = None) -> Clip:
         return Clip(clip.kind, clip.length, width, height, 25.0, "", False)
 
 
+def describe_source(video: SourceVideo) -> Clip:
+    """A ``cloud:`` source as the cloud's own probe tells it."""
+    probe = video.probe()
+    extension = SOURCE_EXTENSIONS[video.source.format]
+    playable = extension == ".mp4" and probe["codec"] in PLAYABLE_MP4_CODECS and probe["pix_fmt"] == "yuv420p"
+    return Clip("video", probe["frames"], probe["width"], probe["height"], float(Fraction(probe["rate"])), extension, playable)
+
+
 _locks: dict[Path, threading.Lock] = {}
 _locks_lock = threading.Lock()
 
 
-def preview(src: Path, dst: Path, rate: float = 25.0) -> Path:
-    """``dst``, an H.264 MP4 of the clip ``src`` with each frame at its time (a directory's at
-    ``rate``), made once; several callers wait for the one making it."""
+def preview(src: Path | Callable[[], OpenedClip], dst: Path, rate: float = 25.0) -> Path:
+    """``dst``, an H.264 MP4 of the clip ``src`` (a path, or what opens it) with each frame at its
+    time (a directory's at ``rate``), made once; several callers wait for the one making it."""
     with _locks_lock:
         lock = _locks.setdefault(dst, threading.Lock())
     with lock:
@@ -81,9 +95,9 @@ def preview(src: Path, dst: Path, rate: float = 25.0) -> Path:
     return dst
 
 
-def _encode(src: Path, dst: Path, rate: float) -> None:
+def _encode(src: Path | Callable[[], OpenedClip], dst: Path, rate: float) -> None:
     av = import_av()
-    with open_clip(src) as clip, av.open(str(dst), "w", format="mp4") as container:
+    with (src() if callable(src) else open_clip(src)) as clip, av.open(str(dst), "w", format="mp4") as container:
         stream = None
         elapsed = Fraction(0)
         for frame in clip:
