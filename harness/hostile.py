@@ -30,6 +30,7 @@ import http.server
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import time
@@ -156,7 +157,7 @@ def _compromised(folder: Path) -> list[Hostile]:
     return [
         Hostile("decoder", "a decoder that tells secrets and forges log lines", "edge", (400, "bad_payload"),
                 body=seal(starting(chunk, b"EDEN-CONFIDE")), absent=tuple(SECRETS.values())),
-        Hostile("decoder", "a decoder that starts threads without end", "edge", (400, "bad_payload"),
+        Hostile("decoder", "a decoder that starts threads without end (and answers other pixels)", "edge", (409, "digest_mismatch"),
                 body=seal(starting(chunk, b"EDEN-THREADS"))),
         Hostile("field", "raw frames claimed by a field named host", "edge", (200, "image/png"),
                 {"data": pair, "answer": "raw", "host": "127.0.0.1"}, headers={"Host": "edge.example"}),
@@ -284,9 +285,13 @@ def server_environment(folder: Path) -> dict[str, str]:
 
 
 def forged_lines(server) -> list[str]:
-    """Lines of the server's logs that a compromised decoder forged (harness/standins.py's)."""
+    """Lines of the server's logs that a compromised decoder forged (harness/standins.py's): a metric
+    TorchServe parsed (a worker's output line that starts ``[METRICS]``), or one holding a secret. The
+    worker's own line about a refusal holds the child's words escaped, after its prefix: not one."""
+    forged = re.compile(r"(^|MODEL_LOG - |MODEL_METRICS - )\[METRICS\]ForgedMetric|^ForgedMetric")
     return [line for log in server.log_dir.glob("*") if log.is_file()
-            for line in log.read_text(errors="replace").splitlines() if "ForgedMetric" in line or any(
+            for line in log.read_text(errors="replace").splitlines()
+            if forged.search(line) or "ForgedMetric" in line and "metrics" in log.name or any(
                 secret in line for secret in SECRETS.values())]
 
 
