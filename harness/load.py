@@ -28,6 +28,7 @@ from eden_serve import synthetic
 from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.media.frames import load_frame, to_uint8
+from harness.rounding import rounding_difference
 from eden_serve.pipeline import interpolate_clip_in_process, interpolate_pair
 from eden_serve.serving.worker import default_threads, usable_cores
 from harness.hostile import TIMEOUT, Hostile, PageHostile, PageTarget
@@ -76,12 +77,9 @@ def good_pairs(store: Path, count: int = 8) -> list[Pair]:
 
 
 def same_frame(got: np.ndarray, want: np.ndarray) -> bool:
-    """Equal up to the rounding of the edge's batched forwards, which batch requests as they come:
-    within one 8-bit level, for under 0.1% of the values (as tests/test_client.py judges)."""
-    if got.shape != want.shape:
-        return False
-    difference = np.abs(got.astype(int) - want.astype(int))
-    return difference.max() <= 1 and (difference > 0).mean() < 1e-3
+    """Equal up to the rounding of the edge's batched forwards, which batch requests as they come
+    (harness/rounding.py: the documented bound)."""
+    return rounding_difference(got, want) is None
 
 
 @dataclass

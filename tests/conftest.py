@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import os
 import warnings
 import weakref
 from pathlib import Path
@@ -58,6 +59,14 @@ def ordinary_scheduling():
     if watcher.moved:
         warnings.warn(f"{len(watcher.moved)} thread(s) of the test run were found under a real-time policy "
                       f"and put back under SCHED_OTHER (harness/scheduling.py)")
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory) -> Path:
+    """Where the page's tests save their screenshots: a temporary folder, so that a run changes no
+    tracked file; EDEN_SCREENSHOTS=docs/img refreshes the documentation's (docs/development.md)."""
+    folder = os.environ.get("EDEN_SCREENSHOTS")
+    return Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
 
 
 @pytest.fixture(scope="session", params=GOLDEN_CASES)

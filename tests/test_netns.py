@@ -27,6 +27,7 @@ from eden_serve.pipeline import interpolate_clip_in_process
 from eden_serve.serving.tls import ServerTLS
 from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
+from harness.rounding import assert_within_rounding
 from harness.servers import torchserve
 from eden_serve.client.processors import FunctionProcessor
 from eden_serve.client.streaming import interpolate_clip
@@ -117,12 +118,11 @@ def client_for(servers, authority, transport="http", **options) -> Client:
 
 def assert_same_frames(out, expected):
     """Frame for frame, up to the rounding of the edge's batched forwards (they batch requests as they
-    come): within one 8-bit level, for a tiny share of the pixels."""
+    come; harness/rounding.py)."""
     got, want = sorted(out.iterdir()), sorted(expected.iterdir())
     assert len(got) == len(want) == 2 * FRAMES - 1
     for k, (a, b) in enumerate(zip(got, want)):
-        a, b = np.asarray(Image.open(a)).astype(int), np.asarray(Image.open(b)).astype(int)
-        assert np.abs(a - b).max() <= 1 and (a != b).mean() < 1e-3, f"frame {k} differs"
+        assert_within_rounding(np.asarray(Image.open(a)), np.asarray(Image.open(b)), f"frame {k}")
 
 
 def test_a_clip_across_the_link_equals_in_process_and_nothing_on_the_link_is_readable(

@@ -26,7 +26,6 @@ from harness.browser import chromium, drop, page_server, until
 from harness.servers import REPO
 
 SCENE_CUT = sorted((REPO / "tests" / "data" / "scene_cut").glob("*.png"))  # the cut: between the 4th and 5th
-SCREENSHOTS = REPO / "docs" / "img"
 TINY = ("--config", "tiny", "--device", "cpu")
 
 
@@ -129,7 +128,7 @@ def times(page) -> tuple[float, float]:
     return tuple(page.evaluate("[document.getElementById('original').currentTime, document.getElementById('result').currentTime]"))
 
 
-def test_a_dropped_clip_in_process_end_to_end(page, server, clip, tmp_path):
+def test_a_dropped_clip_in_process_end_to_end(page, server, clip, tmp_path, screenshots):
     drop(page, clip)
     until(page, "document.getElementById('clip').dataset.ready === 'true'")
     assert run_to_the_end(page) == "done", page.inner_text("#error")
@@ -144,7 +143,7 @@ def test_a_dropped_clip_in_process_end_to_end(page, server, clip, tmp_path):
     for stage in ("cloud", "wire", "edge"):
         assert page.locator(f"#chunks .chunk .bar.{stage}").count() == page.locator("#chunks .chunk").count()
     assert page.locator("#codecs tbody tr").first.inner_text().startswith("none")
-    page.screenshot(path=str(SCREENSHOTS / "page-in-process.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "page-in-process.png"), full_page=True)
 
     # Both play; paused, they show the same instant.
     page.click("#play")
@@ -169,7 +168,7 @@ def test_a_dropped_clip_in_process_end_to_end(page, server, clip, tmp_path):
     page.check("input[name=view][value=wipe]")
     page.fill("#wipe", "50")
     page.dispatch_event("#wipe", "input")
-    page.locator("#compare").screenshot(path=str(SCREENSHOTS / "page-wipe.png"))
+    page.locator("#compare").screenshot(path=str(screenshots / "page-wipe.png"))
 
     # The download is what the command makes of the same clip with its own defaults (in process,
     # the page's default wire codec is the command's: none).

@@ -12,7 +12,7 @@ import pytest
 
 from harness.browser import chromium, page_server, until
 from harness.servers import build_archives, torchserve
-from test_page import SCREENSHOTS, cli, decoded, make_mp4, run_to_the_end
+from test_page import cli, decoded, make_mp4, run_to_the_end
 
 pytestmark = pytest.mark.serving
 
@@ -49,7 +49,7 @@ def assert_same_video(got, expected):
             assert difference.max() <= 2 and (difference > 0).mean() < 0.01, f"middle {k // 2}"
 
 
-def test_a_clip_and_a_cloud_source_through_the_split(servers, media, tmp_path):
+def test_a_clip_and_a_cloud_source_through_the_split(servers, media, tmp_path, screenshots):
     cloud, edge = servers
     clip = shutil.copy(media / "cut.mp4", tmp_path / "upload.mp4")
     with page_server(*deployment(cloud, edge), "--media-root", str(media), "--work-dir", str(tmp_path / "work")) as server, \
@@ -71,7 +71,7 @@ def test_a_clip_and_a_cloud_source_through_the_split(servers, media, tmp_path):
         cells = page.locator("#codecs tbody tr").first.locator("td").all_inner_texts()
         assert cells[0] == "the server's" and cells[1] == "15" and all(cell.endswith("B") for cell in cells[2:])
         until(page, "document.getElementById('result').readyState >= 2")
-        page.screenshot(path=str(SCREENSHOTS / "page-split.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "page-split.png"), full_page=True)
         with page.expect_download() as download:
             page.click("#download")
         got = tmp_path / "page.mkv"
