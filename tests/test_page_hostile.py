@@ -26,6 +26,7 @@ from test_page import SCENE_CUT, TINY, cli, error_line, make_mp4
 from websockets.sync.client import connect
 
 from eden_serve.page import runs, uploads
+from eden_serve.page.guard import Signer
 from harness.browser import chromium, page_server, until
 from harness.hostile import OpenWatch, PageTarget, media_root, page_catalogue, page_options, recording_server
 from harness.servers import loopback_http
@@ -225,3 +226,15 @@ def test_finished_runs_are_pruned_those_of_closed_pages_first(tmp_path):
     gone = {5, 0, 1, 2}  # the closed page's first, then the oldest
     assert set(runner.runs) == {run.key for k, run in enumerate(made) if k not in gone}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"run{k}" for k in range(len(made)) if k not in gone)
+
+
+def test_a_signed_url_is_good_for_its_path_and_its_minutes_only():
+    signer = Signer(lifetime=300)
+    url = signer.sign("/sources/play?name=a%20b.mp4", now=1000)
+    path, query = url.split("?", 1)
+    assert signer.check(path, query, now=1000) and signer.check(path, query, now=1299)
+    assert not signer.check(path, query, now=1300)  # expired
+    assert not signer.check("/sources/play", query.replace("a%20b", "c"), now=1000)  # another source
+    assert not Signer(lifetime=300).check(path, query, now=1000)  # another page's key
+    later = signer.sign("/runs/0123456789abcdef/play", now=10**9)  # signed far ahead: refused now
+    assert not signer.check(*later.split("?", 1), now=1000)

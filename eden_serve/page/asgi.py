@@ -75,11 +75,12 @@ class Page:
         self.uploads = Uploads(settings.work / "uploads", self.args.max_upload, self.args.max_pixels, self.in_use,
                                lambda path: _preview_of(path, self.previews).unlink(missing_ok=True))
         self.runner = Runner(self.execute)
-        # Paths a message must not show, the longest first, and the pattern of their files.
+        # The folders whose paths no message may show (the longest first: a link's target may be
+        # longer), and what follows one up to a space, a quote, a colon or a comma: a file under it.
         roots = {str(settings.work), os.path.realpath(settings.work)}
         if self.media_root is not None:
             roots |= {str(self.media_root), os.path.realpath(self.media_root)}
-        self.paths = re.compile("(" + "|".join(re.escape(root) for root in sorted(roots, key=len, reverse=True)) + r")(/[^\s'\"]*)?")
+        self.paths = re.compile("(?:" + "|".join(re.escape(root) for root in sorted(roots, key=len, reverse=True)) + r")(/[^\s'\":,]*)?")
 
     def in_use(self, path: Path) -> bool:
         return any(run.source == str(path) and run.state in ("queued", "running") for run in list(self.runner.runs.values()))
@@ -88,7 +89,11 @@ class Page:
         """``text`` naming the page's files by their names (an upload's: the name it was dropped
         by), never by their paths on this machine."""
         labels = {str(item.path): item.label for item in list(self.uploads.items.values())}
-        return self.paths.sub(lambda m: labels.get(m.group(0)) or (m.group(2) or "/").rsplit("/", 1)[-1] or "…", text)
+
+        def named(match: re.Match) -> str:
+            return labels.get(match.group(0)) or Path(match.group(1) or "…").name
+
+        return self.paths.sub(named, text)
 
     def source(self, name) -> SourceVideo:
         """A ``cloud:`` source, opened as the cloud opens it."""
@@ -143,8 +148,9 @@ class EdenNotFound(EdenError):
     kind = "not_found"
 
 
-def _preview_of(path: Path, previews: Path) -> Path:
-    return previews / f"{hashlib.sha256(str(path).encode()).hexdigest()[:32]}.mp4"
+def _preview_of(known_as, previews: Path) -> Path:
+    """Where the preview of the file ``known_as`` (its path, or a source's device and inode) is made."""
+    return previews / f"{hashlib.sha256(str(known_as).encode()).hexdigest()[:32]}.mp4"
 
 
 async def _playable(path: Path, previews: Path) -> Path:
@@ -165,7 +171,7 @@ async def _play_source(page: Page, name) -> FileResponse:
         return FileResponse(video.source.through, media_type="video/mp4", stat_result=os.fstat(video.source.fd),
                             background=BackgroundTask(lambda: video))  # the descriptor open until it is sent
     page.previews.mkdir(parents=True, exist_ok=True)
-    made = _preview_of(Path(f"{video.source.key}"), page.previews)
+    made = _preview_of(video.source.key, page.previews)
     return FileResponse(await anyio.to_thread.run_sync(preview, lambda: video.source.clip(page.args.max_pixels), made, info.rate))
 
 
