@@ -104,13 +104,17 @@ class Tasks:
 
     @staticmethod
     def place(group: Path | None, pid: int) -> None:
-        """The child ``pid`` into its ``group``, before it is handed a job (so before the next
-        :meth:`make` would find the group empty and remove it)."""
+        """The child ``pid``'s tasks capped before it is handed a job (so before the next
+        :meth:`make` would find its group empty and remove it): in ``group``, else by
+        ``RLIMIT_NPROC`` at the tasks its user runs now plus :data:`MAX_TASKS`."""
         if group is not None:
             try:
                 (group / "cgroup.procs").write_text(str(pid))
-            except OSError:  # the child finds itself outside and takes RLIMIT_NPROC
+                return
+            except OSError:
                 pass
+        tasks = _user_tasks() + MAX_TASKS
+        resource.prlimit(pid, resource.RLIMIT_NPROC, (tasks, tasks))
 
 
 def pids_cgroup() -> Path | None:
@@ -155,16 +159,6 @@ def remove(base: Path, wait: float = 1.0) -> None:
         time.sleep(0.02)
 
 
-def cap_tasks(group: Path | None) -> None:
-    """Where the zygote put this child in ``group`` (:meth:`Tasks.place`), the group caps its
-    tasks; else ``RLIMIT_NPROC`` at the tasks its user runs now plus :data:`MAX_TASKS`."""
-    if group is not None and any(str(group).endswith(line.split(":", 2)[2])
-                                 for line in _read(Path("/proc/self/cgroup")).splitlines() if line.count(":") >= 2):
-        return
-    tasks = _user_tasks() + MAX_TASKS
-    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
-
-
 def limit(keep: int, frames_bytes: int) -> None:
     """No file descriptor but ``keep`` and the standard ones, and the resource limits."""
     os.closerange(3, keep)
@@ -194,7 +188,7 @@ def seccomp_filter():
 
 def confine(keep: int, frames_bytes: int, rules) -> None:
     """Confines this (just forked) process: :func:`limit`, then ``rules`` (:func:`seccomp_filter`'s,
-    None: none). Its tasks were capped as it was forked (:func:`cap_tasks`)."""
+    None: none). Its tasks were capped as it was forked (:meth:`Tasks.place`)."""
     limit(keep, frames_bytes)
     if rules is not None:
         rules.load()

@@ -33,7 +33,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import CodecError, EdenError
-from .confine import Tasks, cap_tasks, confine, seccomp_filter
+from .confine import Tasks, confine, seccomp_filter
 from .decoder import warm_up
 
 logger = logging.getLogger(__name__)
@@ -43,15 +43,14 @@ MAX_MESSAGE = 1024
 DECODER = "eden_serve.sandbox.decoder:decode"
 
 
-def _child(connection: socket.socket, decoder, rules, group) -> None:
+def _child(connection: socket.socket, decoder, rules) -> None:
     """Decodes one job into the memfd that comes with it, confined before it reads a byte of the
-    packets (its tasks capped in ``group``); answers its status."""
+    packets; answers its status."""
     length, fds, _, _ = socket.recv_fds(connection, LENGTH.size, 1)
     if len(length) != LENGTH.size or len(fds) != 1:
         return
     frames = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     os.close(fds[0])
-    cap_tasks(group)
     confine(connection.fileno(), len(frames), rules)
     try:
         header = json.loads(_read_exactly(connection, LENGTH.unpack(length)[0]))
@@ -116,7 +115,7 @@ def _fork_children(control: socket.socket, decode_into, rules, tasks: Tasks) -> 
             try:
                 for standard in (0, 1, 2):
                     os.dup2(devnull, standard)
-                _child(socket.socket(fileno=fds[0]), decode_into, rules, group)
+                _child(socket.socket(fileno=fds[0]), decode_into, rules)
             finally:
                 os._exit(0)
         os.close(fds[0])
