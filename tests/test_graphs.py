@@ -1,28 +1,42 @@
-"""The graph cache (eden_serve/edge/graphs.py) against a stand-in for the CUDA graph API: capture
-once per key, replay after, the static buffers, the outputs, the bounds and the eviction order."""
+"""The graph cache (eden_serve/edge/graphs.py) against a stand-in for the CUDA graph API that keeps
+what CUDA keeps (its static output, and nothing of the function captured): capture once per key,
+replay after, the static buffers, the outputs, the bounds and the eviction order; what a graph
+reads kept alive by its entry; a capture that fails leaving its key eager; the graphs' stream."""
 
+import gc
+import logging
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
-from eden_serve.edge.graphs import GraphCache, RerunGraphs
+from eden_serve import model as model_module
+from eden_serve.checkpoint import module_from_state
+from eden_serve.config import PRESETS
+from eden_serve.edge import Acceleration, EdgeModel
+from eden_serve.edge.graphs import CudaGraphs, DeadTensorError, GraphCache, RerunGraphs, pool_bytes
+from eden_serve.edge.streams import role_stream
+from eden_serve.wire import Conditions
+from harness.cuda_streams import FakeStreams
 
 
 class Ledger(RerunGraphs):
     """The stand-in, with the memory each capture holds set by the test and every call recorded."""
 
-    def __init__(self, pool_bytes: int = 0, fail_captures: int = 0):
+    def __init__(self, pool_bytes: int = 0, fail_captures: int = 0, error: type = torch.OutOfMemoryError):
         super().__init__()
         self.pool_bytes = pool_bytes
-        self.fail_captures = fail_captures  # the next captures to run out of memory
+        self.fail_captures = fail_captures  # the next captures to fail, with ``error``
+        self.error = error
         self.calls = []
 
     def capture(self, fn):
         if self.fail_captures:
             self.fail_captures -= 1
-            raise torch.OutOfMemoryError("CUDA out of memory (stand-in)")
+            raise self.error("CUDA out of memory (stand-in)" if self.error is torch.OutOfMemoryError else
+                             "operation not permitted when stream is capturing (stand-in)")
         graph, out, _ = super().capture(fn)
         self.calls.append(("capture", graph))
         return graph, out, self.pool_bytes
@@ -169,8 +183,103 @@ def test_a_replaced_graph_is_captured_and_swapped_in_one_turn():
         return static[0] * 3
 
     cache.replace("a", triple, (torch.zeros(4, 3),), 4)
-    assert taken == [True]  # no other capture or release meanwhile
+    assert taken and all(taken)  # warm-up and capture: no other capture or release meanwhile
     assert ("release", old) in api.calls and cache.keys() == ["b", "a"] and cache.captures == 3
     assert torch.equal(run(cache, "a", torch.full((2, 3), 2.0), batch=4), torch.full((2, 3), 6.0))  # the new graph
     cache.replace("c", triple, (torch.zeros(4, 3),), 4)  # a new key: the count bound evicts the oldest
     assert cache.keys() == ["a", "c"]
+
+
+def test_a_replay_keeps_nothing_of_the_function_captured():
+    """The stand-in keeps what a CUDA graph keeps: a replay reads the tensors the capture read, and
+    one that died since fails loudly (on a GPU the replay would read their memory, reused)."""
+    api = RerunGraphs()
+    weight = torch.full((3,), 2.0)
+    static = torch.ones(4, 3)
+    graph, out, _ = api.capture(lambda: static * weight + 1)
+    static.fill_(2.0)
+    api.replay(graph)
+    assert torch.equal(out, torch.full((4, 3), 5.0))  # the capture's operations on the buffers' values now
+    del weight
+    gc.collect()
+    with pytest.raises(DeadTensorError, match="died after its capture"):
+        api.replay(graph)
+
+
+CONFIG = PRESETS["tiny"]
+
+
+def a_pair(seed: int) -> Conditions:
+    tokens = torch.randn(2, 48, CONFIG.hidden_dim, generator=torch.Generator().manual_seed(seed))
+    return Conditions(tokens, tokens.flip(0), 0.4, 0.2, 0.3, (6, 8), (91, 125), seed)
+
+
+def constants(inputs) -> list[torch.Tensor]:
+    """The tensors a stage reads besides its per-call inputs: the positional embeddings, the Euler grid."""
+    stages = (inputs.sample, inputs.render)
+    return list({id(t): t for stage in stages for t in vars(stage).values() if isinstance(t, torch.Tensor)
+                 and not any(t is c for c in stage.per_call() if c is not None)}.values())
+
+
+def test_a_graph_holds_what_its_replay_reads_through_eviction_and_collection(tiny_state):
+    """The positional embeddings and the other constants a captured stage reads stay alive while its
+    graph is cached, with the embedding cache emptied and the garbage collected; the replay then
+    still gives the eager middles. Released, the graphs let them go."""
+    edge = EdgeModel(module_from_state(tiny_state, "edge", CONFIG), CONFIG)
+    expected = [edge.middles([a_pair(seed)]) for seed in (1, 2)]
+    edge.accelerate(Acceleration(), graph_api=RerunGraphs())
+    inputs = edge.prepare([a_pair(1)])
+    assert torch.equal(edge.forward(inputs), expected[0])
+    held = [weakref.ref(t) for t in constants(inputs)]
+    assert len(held) == 3  # the query grid's embedding (read by both stages), the patch grid's, the Euler grid
+    del inputs
+    model_module.EMBEDDINGS.clear()
+    gc.collect()
+    assert sum(ref() is not None for ref in held) == 3 and len(edge.runner.graphs) == 2
+    assert torch.equal(edge.middles([a_pair(2)]), expected[1])
+    edge.runner.graphs.clear()
+    model_module.EMBEDDINGS.clear()
+    gc.collect()
+    assert sum(ref() is not None for ref in held) == 1  # the Euler grid, the model's own
+
+
+def test_a_capture_that_fails_leaves_its_key_eager_with_one_warning(caplog):
+    """A capture error other than memory (an operation a capture forbids, say) costs the key its
+    graph, not its forwards: they run eagerly, without another capture, and the other keys keep
+    theirs."""
+    api = Ledger(fail_captures=1, error=RuntimeError)
+    cache = GraphCache(api)
+    x = torch.arange(12.0).reshape(4, 3)
+    with caplog.at_level(logging.WARNING, logger="eden_serve.edge.graphs"):
+        outs = [run(cache, "a", x), run(cache, "a", x[:3]), run(cache, "b", x)]
+    assert torch.equal(outs[0], x * 2 + 1) and torch.equal(outs[1], x[:3] * 2 + 1) and torch.equal(outs[2], x * 2 + 1)
+    assert "a" in cache.eager and "stream is capturing" in cache.eager["a"] and cache.keys() == ["b"] and api.captured == 1
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "runs eagerly" in warnings[0].getMessage()
+
+
+def test_the_graphs_of_every_cache_share_one_high_priority_stream(monkeypatch):
+    """The graphs' captures and replays run on one stream per device for the whole process, from
+    the high-priority pool (which nothing else draws from), however many caches and captures."""
+    fake = FakeStreams(monkeypatch)
+    first, second = CudaGraphs(torch.device("cuda:0")), CudaGraphs(torch.device("cuda", 0))
+    assert first.stream is second.stream is role_stream(torch.device("cuda:0"), "graphs") and first.lock is second.lock
+    assert [s.priority for s in fake.made] == [-1]
+    assert role_stream(torch.device("cuda:0"), "prepare") is not first.stream and len(fake.made) == 2
+
+
+def test_a_graphs_bytes_are_its_pools_segments(monkeypatch):
+    """The bound counts the segments the caching allocator holds in the graph's own pool, on its
+    device (read after the capture), not the device's reserved memory before and after it."""
+    segments = [{"device": 0, "segment_pool_id": (0, 7), "total_size": 2 << 20},
+                {"device": 0, "segment_pool_id": (0, 7), "total_size": 20 << 20},
+                {"device": 0, "segment_pool_id": (0, 0), "total_size": 512 << 20},  # the ordinary pool
+                {"device": 1, "segment_pool_id": (0, 7), "total_size": 4 << 20},
+                {"device": 0, "segment_pool_id": (0, 8), "total_size": 6 << 20}]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *args, **kwargs: segments)
+
+    class Graph:
+        def pool(self):
+            return (0, 7)
+
+    assert pool_bytes(Graph(), torch.device("cuda:0")) == 22 << 20

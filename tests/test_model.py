@@ -2,6 +2,8 @@
 
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from conftest import GOLDEN_DIR
@@ -48,6 +50,22 @@ def test_embeddings_are_kept_by_device_within_a_byte_budget():
     cache.get((config, 40, 60, 1, torch.device("cpu")), make("too large"))  # never kept
     assert cache.bytes <= cache.max_bytes and len(cache._entries) == 3
     assert pos_embedding(config, 4, 6, 2, "meta").device.type == "meta"
+
+
+def test_threads_that_miss_one_key_at_once_get_the_one_tensor_stored():
+    """Four threads miss one key together (each makes its tensor while the others do): all get the
+    tensor the cache keeps, not each its own."""
+    cache = EmbeddingCache()
+    together = threading.Barrier(4)
+
+    def make():
+        together.wait(timeout=30)
+        return torch.zeros(6, 8)
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: cache.get(("key",), make), range(4)))
+    assert all(tensor is got[0] for tensor in got) and cache.get(("key",), make) is got[0]
+    assert cache.bytes == 6 * 8 * 4
 
 
 RSS_SCRIPT = """

@@ -12,11 +12,12 @@ import torch
 
 from eden_serve import wire
 from eden_serve.edge import batches, earliest_first
-from eden_serve.edge.streams import HostStreams, SideStream
+from eden_serve.edge.streams import CudaStreams, HostStreams, SideStream
 from eden_serve.errors import CodecError
 from eden_serve.serving.overlap import Forwards, Preparation, device_tensors, stated
 from eden_serve.serving.refusals import Refusal
 from eden_serve.wire import keyed
+from harness.cuda_streams import FakeStreams
 
 
 def slow_open(failing: set[int], opened_on: list[str]):
@@ -89,9 +90,9 @@ class RecordingStreams:
         self.local = threading.local()
         self.made = self.records = 0
 
-    def stream(self):
+    def stream(self, role):
         self.made += 1
-        return f"side{self.made}"
+        return f"{role}{self.made}"
 
     def current(self):
         return getattr(self.local, "stream", "compute")
@@ -140,8 +141,8 @@ def test_a_preparation_runs_on_its_stream_and_the_compute_waits_for_its_event(ti
     tensors = device_tensors(chunk)
     assert len(tensors) == 2  # the DiT's and the decoder's tokens, fp32 codec: no scales
     preparing = [call for call in api.calls if call[0] in ("using", "open", "record")]
-    assert preparing == [("using", "side1"), ("open", 0, "side1"), ("record", "side1", "event1"),
-                         ("using", "side1"), ("open", 1, "side1"), ("record", "side1", "event2")]
+    assert preparing == [("using", "prepare1"), ("open", 0, "prepare1"), ("record", "prepare1", "event1"),
+                         ("using", "prepare1"), ("open", 1, "prepare1"), ("record", "prepare1", "event2")]
     # The compute stream waits for each preparation's own event, and keeps the chunk's tensors.
     computing = [call for call in api.calls if call[0] in ("wait", "keep")]
     assert computing == [("wait", "compute", "event1"), *(("keep", "compute", t.shape) for t in tensors), ("wait", "compute", "event2")]
@@ -153,8 +154,17 @@ def test_side_stream_take_waits_then_keeps():
     with side.making():
         ticket = side.hand_over()
     side.take(ticket, [torch.zeros(2), torch.zeros(3)])
-    assert api.calls == [("using", "side1"), ("record", "side1", "event1"), ("wait", "compute", "event1"),
+    assert api.calls == [("using", "prepare1"), ("record", "prepare1", "event1"), ("wait", "compute", "event1"),
                          ("keep", "compute", torch.Size([2])), ("keep", "compute", torch.Size([3]))]
+
+
+def test_every_preparation_of_a_device_runs_on_its_one_preparation_stream(monkeypatch):
+    """The preparation's stream is made once per device for the process, not per preparation (a
+    worker's streams would come round again from the pool), and is not the graphs' stream."""
+    fake = FakeStreams(monkeypatch)
+    sides = [Preparation(CudaStreams(torch.device("cuda:0")), ahead=0).side for _ in range(3)]
+    assert all(side.stream is sides[0].stream for side in sides) and len(fake.made) == 1
+    assert sides[0].stream.priority == 0
 
 
 class Budget:

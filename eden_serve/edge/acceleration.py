@@ -204,8 +204,9 @@ class Runner:
         fn = self._function(name, key, inputs, batch)
         if self.graphs is None:
             return fn(inputs)
-        constants = inputs.with_per_call([None] * len(tensors))  # the graph keeps these, not the call's tensors
-        return self.graphs.run(key, lambda static: fn(constants.with_per_call(static)), tensors, batch)
+        # The graph reads these, not the call's own: its entry holds them (the embedding cache may evict them).
+        constants = inputs.with_per_call([None] * len(tensors))
+        return self.graphs.run(key, lambda static: fn(constants.with_per_call(static)), tensors, batch, holds=constants)
 
     def _function(self, name: str, key: Hashable, inputs: StageInputs, batch: int) -> Stage:
         """The compiled stage where it is ready (or compiles at its first use), else the eager one,
@@ -231,7 +232,7 @@ class Runner:
         fn, tensors = self.compiled[job.name], job.zeros()
         fn(job.constants.with_per_call(tensors))
         if self.graphs is not None and not self.background.closed:
-            self.graphs.replace(key, lambda static: fn(job.constants.with_per_call(static)), tensors, job.batch)
+            self.graphs.replace(key, lambda static: fn(job.constants.with_per_call(static)), tensors, job.batch, holds=job.constants)
         if not self.background.closed:
             self.swapped.add(key)
 

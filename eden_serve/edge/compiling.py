@@ -17,10 +17,13 @@ import logging
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Hashable, Iterator
 
 import torch
+
+from .streams import role_stream
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +56,9 @@ def zeros_like(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 class Background:
     """One thread that compiles keys in the order they are asked for, each once.
 
-    ``work(key, job)`` runs on the thread with the device current, under inference mode, on a
-    CUDA stream of its own: its kernels run beside the caller's, and it waits for them itself. A
+    ``work(key, job)`` runs on the thread with the device current, under inference mode, on the
+    device's compiler stream (:func:`.streams.role_stream`): its kernels run beside the caller's, and
+    it waits for them itself. A
     failure is logged once, and every key asked after it is left uncompiled."""
 
     def __init__(self, work: Callable[[Hashable, object], None], device: torch.device):
@@ -62,6 +66,7 @@ class Background:
         self.device = device
         self.asked: set[Hashable] = set()
         self.done: set[Hashable] = set()
+        self.seconds: dict[Hashable, float] = {}  # each key's compilation, swap included (the GPU check reports them)
         self.failed: str | None = None
         self.closed = False
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -95,9 +100,11 @@ class Background:
             del item, key, job  # an idle thread must not keep a job's inputs (and its model) alive
 
     def _compile(self, key: Hashable, job: object) -> None:
+        started = time.monotonic()
         try:
             with torch.inference_mode(), _on(self.device):
                 self.work(key, job)
+            self.seconds[key] = time.monotonic() - started
         except Exception as exc:  # a compiler's failure costs its speed-up, never the forward
             self.failed = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             logger.warning("compiling the edge's forward failed (%s); it runs uncompiled", self.failed)
@@ -118,11 +125,11 @@ class Background:
 
 @contextlib.contextmanager
 def _on(device: torch.device) -> Iterator[None]:
-    """The device current and a stream of this thread's own, waited for before leaving."""
+    """The device current and the compiler's stream, waited for before leaving."""
     if device.type != "cuda":
         yield
         return
-    stream = torch.cuda.Stream(device)
+    stream = role_stream(device, "compile")
     torch.cuda.set_device(device)
     try:
         with torch.cuda.stream(stream):

@@ -4,14 +4,19 @@ A replay launches every kernel of a stage in one call, so the host no longer set
 pair launches about 1270 kernels; docs/gpu.md). :class:`GraphCache` keeps the graphs least recently
 used first, bounded by their count and by the memory they hold (each graph has its own memory pool,
 freed when it is evicted). The CUDA calls sit behind :class:`GraphAPI`, so that the cache's logic runs
-on a CPU against a stand-in (:class:`RerunGraphs`).
+on a CPU against a stand-in (:class:`RerunGraphs`) that keeps no more than CUDA keeps.
 
-What a replay assumes of the function captured: it reads only its static input buffers and tensors
-that stay alive and unchanged for its key (the positional embeddings: :mod:`.forward`), does no host
-work, and returns its output in memory of its own. A batch smaller than its key's is written into the
-first rows of the static buffers: the pairs of a batch do not mix, and the rows past it hold earlier
-inputs, finite numbers whose middles are dropped. Callers on several threads and streams take turns:
-a run (copies in, replay, copy out) holds a lock on the host and runs on one stream of the cache's.
+What a CUDA graph keeps: its memory pool and its static output, nothing of the function captured. A
+replay reads the addresses the capture read, whoever owns them now. So each cache entry holds,
+besides its static input buffers, every tensor the replay reads (``holds``: the positional
+embeddings and the other constants of the key's shape, :mod:`.forward`): the embedding cache may
+evict them, or a thread's own copy of them may die, while the graph lives. The function captured
+must do no host work and return its output in memory of its own. A batch smaller than its key's is
+written into the first rows of the static buffers: the pairs of a batch do not mix, and the rows
+past it hold earlier inputs, finite numbers whose middles are dropped. Callers on several threads
+and streams take turns: a run (copies in, replay, copy out) holds a lock on the host and runs on the
+graphs' stream of the device (:func:`.streams.role_stream`). A capture that fails for any reason
+but memory leaves its key eager, with one warning.
 """
 
 from __future__ import annotations
@@ -19,11 +24,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Hashable, Protocol, Sequence
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .streams import role_lock, role_stream
 
 logger = logging.getLogger(__name__)
 
@@ -47,66 +57,85 @@ class GraphAPI(Protocol):
 
 
 class CudaGraphs:
-    """:class:`GraphAPI` on a CUDA device: warm-up on a side stream, then capture into a memory pool
-    of the graph's own (``torch.cuda.graph``'s default), measured by what the device's caching
-    allocator reserved for it."""
+    """:class:`GraphAPI` on a CUDA device: warm-up, then capture into a memory pool of the graph's
+    own (``torch.cuda.graph``'s default), both on the device's graphs stream, which every cache of
+    the process shares, taking turns under its lock (a capture must meet no other work on its
+    stream, nor a release's emptying of the allocator's cache). The bytes are the pool's segments,
+    read once the capture is over (it empties the allocator's cache as it begins)."""
 
     def __init__(self, device: torch.device, warmup: int = 2):
         self.device = device
         self.warmup = warmup  # eager runs before capture: lazy initialisation (cuBLAS workspaces, compiled kernels)
-        self.stream = torch.cuda.Stream(device)  # every replay's: the static buffers are shared by all callers
+        self.stream = role_stream(device, "graphs")
+        self.lock = role_lock(device, "graphs")
 
     def capture(self, fn):
-        current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
+        with self.lock:  # within ordered(): on the graphs stream, after the caller's work
             for _ in range(self.warmup):
                 fn()
-        current.wait_stream(side)
-        torch.cuda.synchronize(self.device)
-        before = torch.cuda.memory_reserved(self.device)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads (the cloud's E_cond, the next chunk's preparation, a compiler)
-        # may use the device meanwhile.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            out = fn()
-        return graph, out, torch.cuda.memory_reserved(self.device) - before
+            graph = torch.cuda.CUDAGraph()
+            try:
+                # thread_local: other threads (the cloud's E_cond, the next request's preparation, a
+                # compiler) may use the device meanwhile, on streams of their own.
+                with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
+                    out = fn()
+            except Exception:
+                del graph  # its pool freed before the caller goes on
+                torch.cuda.empty_cache()
+                raise
+            return graph, out, pool_bytes(graph, self.device)
 
     def replay(self, graph):
         graph.replay()
 
     def release(self, graph):
-        self.stream.synchronize()  # its last replay may still run
-        graph.reset()
-        torch.cuda.empty_cache()  # the pool's segments go back to the device
+        with self.lock:
+            self.stream.synchronize()  # its last replay may still run
+            graph.reset()
+            torch.cuda.empty_cache()  # the pool's segments go back to the device
 
     @contextlib.contextmanager
     def ordered(self):
-        caller = torch.cuda.current_stream(self.device)
-        self.stream.wait_stream(caller)
-        with torch.cuda.stream(self.stream):
-            yield
-        caller.wait_stream(self.stream)
+        with self.lock:
+            caller = torch.cuda.current_stream(self.device)
+            self.stream.wait_stream(caller)
+            with torch.cuda.stream(self.stream):
+                yield
+            caller.wait_stream(self.stream)
+
+
+def pool_bytes(graph: "torch.cuda.CUDAGraph", device: torch.device) -> int:
+    """The bytes of the segments the caching allocator holds in ``graph``'s memory pool."""
+    pool, index = tuple(graph.pool()), torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    return sum(s["total_size"] for s in torch.cuda.memory_snapshot()
+               if s["device"] == index and tuple(s["segment_pool_id"]) == pool)
 
 
 class RerunGraphs:
-    """A stand-in for :class:`CudaGraphs` on any device: "capture" runs ``fn`` once and keeps it,
-    a "replay" runs it again and writes its result into the static output, as a CUDA graph's replay
-    overwrites its output. It computes what a graph computes, bit for bit on the CPU; for tests and
-    for trying the graphed path of a benchmark where there is no GPU. The bytes are the output's."""
+    """A stand-in for :class:`CudaGraphs` on any device that keeps what a CUDA graph keeps and no
+    more. "Capture" warms ``fn`` up once, then records the operations of a second run (what a CUDA
+    graph records: the kernels and the tensors they read), keeping the static output and, of the
+    tensors made before the capture, weak references only; a "replay" runs those operations again,
+    on the same tensors, and writes the result into the static output. A replay that would read a
+    tensor that has died fails loudly, where a CUDA graph would read freed memory. It computes what
+    a graph computes, bit for bit on the CPU; for tests and for trying the graphed path of a
+    benchmark where there is no GPU. The bytes are the output's."""
 
     def __init__(self):
         self.captured = 0
         self.released = 0
 
     def capture(self, fn):
+        fn()
+        with _Recorder() as recorder:
+            out = fn()
         self.captured += 1
-        graph = _Rerun(fn, fn())
-        return graph, graph.out, graph.out.numel() * graph.out.element_size()
+        graph = recorder.tape(out)
+        return graph, out, out.numel() * out.element_size()
 
     def replay(self, graph):
-        graph.out.copy_(graph.fn())
+        graph.replay()
 
     def release(self, graph):
         self.released += 1
@@ -115,10 +144,82 @@ class RerunGraphs:
         return contextlib.nullcontext()
 
 
+class DeadTensorError(RuntimeError):
+    """A replay would read a tensor that died after the capture: on a GPU, memory reused."""
+
+
 @dataclass
-class _Rerun:
-    fn: Callable[[], torch.Tensor]
-    out: torch.Tensor
+class _Tape:
+    """The operations of a capture: each an operation, its arguments' structure, and per argument
+    a constant, a weak reference (made before the capture) or the slot of an earlier result."""
+
+    steps: list = field(default_factory=list)
+    result: int = -1  # the slot of the static output's value
+    out: "weakref.ref[torch.Tensor] | None" = None
+    slots: int = 0
+
+    def replay(self) -> None:
+        values: list = [None] * self.slots
+        for func, spec, arguments, results in self.steps:
+            flat = [_resolve(kind, value, values) for kind, value in arguments]
+            args, kwargs = tree_unflatten(flat, spec)
+            made, _ = tree_flatten(func(*args, **kwargs))
+            for slot, tensor in zip(results, made):
+                if slot is not None:
+                    values[slot] = tensor
+        out = self.out()
+        if out is None:
+            raise DeadTensorError("the graph's static output is gone")
+        out.copy_(values[self.result])
+
+
+def _resolve(kind: str, value, values: list):
+    if kind == "slot":
+        return values[value]
+    if kind == "before":
+        tensor = value()
+        if tensor is None:
+            raise DeadTensorError("a replay reads a tensor that died after its capture (on a GPU: freed memory, "
+                                  "reused): the graph's entry must hold what it reads")
+        return tensor
+    return value
+
+
+class _Recorder(TorchDispatchMode):
+    """Records the operations of the calling thread (dispatch modes are per thread, as a
+    ``thread_local`` capture is)."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps: list = []
+        self.made: dict[int, tuple[int, torch.Tensor]] = {}  # id -> (slot, the tensor, kept while recording)
+        self.before: dict[int, torch.Tensor] = {}  # kept while recording, so that ids stay unique
+
+    def _argument(self, value) -> tuple[str, object]:
+        if not isinstance(value, torch.Tensor):
+            return "constant", value
+        if id(value) in self.made:
+            return "slot", self.made[id(value)][0]
+        if value.dim() == 0 and value.device.type == "cpu":
+            return "constant", value.clone()  # a host scalar: a kernel's argument, by value
+        self.before[id(value)] = value
+        return "before", weakref.ref(value)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        flat, spec = tree_flatten((args, kwargs or {}))
+        arguments = [self._argument(value) for value in flat]
+        made = func(*args, **(kwargs or {}))
+        results = []
+        for tensor in tree_flatten(made)[0]:
+            new = isinstance(tensor, torch.Tensor) and id(tensor) not in self.made and id(tensor) not in self.before
+            if new:
+                self.made[id(tensor)] = (len(self.made), tensor)
+            results.append(self.made[id(tensor)][0] if new else None)
+        self.steps.append((func, spec, arguments, results))
+        return made
+
+    def tape(self, out: torch.Tensor) -> _Tape:
+        return _Tape(self.steps, self.made[id(out)][0], weakref.ref(out), len(self.made))
 
 
 @dataclass
@@ -126,12 +227,17 @@ class Entry:
     graph: object
     inputs: tuple[torch.Tensor, ...]  # the static buffers, [batch of the key, ...] each
     out: torch.Tensor  # the static output
+    holds: object  # what else the replay reads (the key's constants), alive as long as the graph
     bytes: int  # the pool's and the static inputs'
+
+
+StaticFn = Callable[[Sequence[torch.Tensor]], torch.Tensor]  # a stage of the static buffers
 
 
 class GraphCache:
     """Graphs by key, least recently used first, within ``max_graphs`` and ``max_bytes``: an
-    evicted graph is released, and captured again when its key comes back."""
+    evicted graph is released, and captured again when its key comes back. A key whose capture
+    failed (other than for memory) runs eagerly from then on."""
 
     def __init__(self, api: GraphAPI, max_graphs: int = 16, max_bytes: int = 1 << 62):
         if max_graphs < 1:
@@ -141,6 +247,7 @@ class GraphCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         self.captures = 0
+        self.eager: dict[Hashable, str] = {}  # keys whose capture failed, and why
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
         # One run at a time: callers on several threads share the static buffers.
         self._lock = threading.RLock()
@@ -155,59 +262,75 @@ class GraphCache:
         """Least recently used first."""
         return list(self._entries)
 
-    def run(self, key: Hashable, fn: Callable[[Sequence[torch.Tensor]], torch.Tensor], inputs: Sequence[torch.Tensor],
-            batch: int) -> torch.Tensor:
+    def run(self, key: Hashable, fn: StaticFn, inputs: Sequence[torch.Tensor], batch: int, holds: object = None) -> torch.Tensor:
         """``fn(static)`` for ``inputs``, replayed from the graph of ``key`` (captured on first use,
-        with static buffers of ``batch`` rows): the rows of ``inputs`` are copied into the static
-        buffers, and the output's first rows come back in memory of their own (the next replay
-        overwrites the static output)."""
-        with self._lock, self.api.ordered():
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._capture(key, fn, inputs, batch)
-            else:
-                self._entries.move_to_end(key)
-                for static, tensor in zip(entry.inputs, inputs, strict=True):
-                    static[: len(tensor)].copy_(tensor)
-            self.api.replay(entry.graph)
-            out = entry.out[: len(inputs[0])].clone()
-        if out.device.type == "cuda":
-            out.record_stream(torch.cuda.current_stream(out.device))  # made on the replays' stream, used on the caller's
-        return out
+        with static buffers of ``batch`` rows, keeping ``holds``: whatever else ``fn`` reads): the
+        rows of ``inputs`` are copied into the static buffers, and the output's first rows come back
+        in memory of their own (the next replay overwrites the static output)."""
+        if key not in self.eager:
+            with self._lock, self.api.ordered():
+                out = self._replayed(key, fn, inputs, batch, holds)
+            if out is not None:
+                if out.device.type == "cuda":
+                    out.record_stream(torch.cuda.current_stream(out.device))  # made on the graphs' stream, used on the caller's
+                return out
+        return fn(inputs)
 
-    def replace(self, key: Hashable, fn: Callable[[Sequence[torch.Tensor]], torch.Tensor], inputs: Sequence[torch.Tensor],
-                batch: int) -> None:
+    def _replayed(self, key, fn, inputs, batch, holds) -> torch.Tensor | None:
+        """Under the turn: the key's graph replayed on ``inputs`` (captured first where it has
+        none), its output's rows copied out; None where the key runs eagerly."""
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._capture(key, fn, inputs, batch, holds)
+            if entry is None:
+                return None
+        else:
+            self._entries.move_to_end(key)
+            for static, tensor in zip(entry.inputs, inputs, strict=True):
+                static[: len(tensor)].copy_(tensor)
+        self.api.replay(entry.graph)
+        return entry.out[: len(inputs[0])].clone()
+
+    def replace(self, key: Hashable, fn: StaticFn, inputs: Sequence[torch.Tensor], batch: int, holds: object = None) -> None:
         """Capture ``fn`` as ``key``'s graph and put it in place of the key's graph, in one turn (a
         compiled stage, :mod:`.compiling`: compiled before, so the turn lasts a capture). Under the
-        turn, a capture never meets another thread's, nor a release's emptying of the cache."""
+        turn, a capture never meets another thread's, nor a release's emptying of the cache. A
+        capture that fails leaves the key's graph as it was, and raises."""
         with self._lock, self.api.ordered():
-            entry = self._make(fn, inputs, batch)
+            entry = self._make(fn, inputs, batch, holds)
             old = self._entries.pop(key, None)
             if old is not None:
                 self._release(key, old)
             self._insert(key, entry)
 
-    def _capture(self, key, fn, inputs, batch) -> Entry:
+    def _capture(self, key, fn, inputs, batch, holds) -> Entry | None:
         while len(self._entries) >= self.max_graphs:
             self._evict()
         try:
-            entry = self._make(fn, inputs, batch)
+            try:
+                entry = self._make(fn, inputs, batch, holds)
+            except torch.OutOfMemoryError:
+                if not self._entries:
+                    raise
+                logger.warning("out of memory capturing a graph; releasing %d graphs and trying once more", len(self._entries))
+                self.clear()
+                entry = self._make(fn, inputs, batch, holds)
         except torch.OutOfMemoryError:
-            if not self._entries:
-                raise
-            logger.warning("out of memory capturing a graph; releasing %d graphs and trying once more", len(self._entries))
-            self.clear()
-            entry = self._make(fn, inputs, batch)
+            raise  # the caller's to answer (a served batch is retried in halves)
+        except Exception as exc:  # a graph is a speed-up: without it the key runs as it would uncaptured
+            self.eager[key] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            logger.warning("capturing the graph of %s failed (%s); that key runs eagerly", key, self.eager[key])
+            return None
         self._insert(key, entry)
         return entry
 
-    def _make(self, fn, inputs, batch) -> Entry:
+    def _make(self, fn, inputs, batch, holds) -> Entry:
         """Static buffers of ``batch`` rows holding ``inputs``, and ``fn`` captured reading them."""
         static = tuple(torch.zeros((batch, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in inputs)
         for buffer, tensor in zip(static, inputs):
             buffer[: len(tensor)].copy_(tensor)
         graph, out, pool_bytes = self.api.capture(lambda: fn(static))
-        return Entry(graph, static, out, pool_bytes + sum(t.numel() * t.element_size() for t in static))
+        return Entry(graph, static, out, holds, pool_bytes + sum(t.numel() * t.element_size() for t in static))
 
     def _insert(self, key, entry: Entry) -> None:
         self.captures += 1
@@ -222,8 +345,10 @@ class GraphCache:
     def _release(self, key, entry: Entry) -> None:
         self.bytes -= entry.bytes
         graph = entry.graph
-        entry.inputs, entry.out, entry.graph = (), None, None  # the pool's tensors dropped before it is freed
+        # The pool's tensors dropped before it is freed; what the replay read, after.
+        entry.inputs, entry.out, entry.graph = (), None, None
         self.api.release(graph)
+        entry.holds = None
         logger.info("released the graph of %s (%d bytes)", key, entry.bytes)
 
     def clear(self) -> None:

@@ -8,21 +8,57 @@ event, not for the whole device, before it reads the tensors (:meth:`~SideStream
 are then marked as used by the computing stream, so that the caching allocator does not give their
 memory to the side stream again while the forward may still read it. The CUDA calls sit behind
 :class:`StreamAPI`; on a CPU :class:`HostStreams` runs the same code path with nothing to order.
+
+Each role has one stream per device for the whole process (:func:`role_stream`): the graphs' captures
+and replays, the preparation, the compiler. ``torch.cuda.Stream()`` hands out the streams of a small
+pool in turn (32 per priority and device), so streams made per job come round again in a long-lived
+worker: a compile job's stream would then be the replays', and a capture would take in another
+thread's work queued on its stream. The graphs' stream is taken from the high-priority pool, which
+nothing else here draws from, so that no other role's stream is ever the one a capture runs on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Iterable, NamedTuple, Protocol
 
 import torch
+
+ROLES = ("graphs", "prepare", "compile")
+_HIGH = -1  # the high-priority pool: the graphs' stream, and no other
+_roles: dict[tuple[torch.device, str], tuple[object, threading.RLock]] = {}
+_made = threading.Lock()
+
+
+def _role(device: torch.device, role: str) -> tuple[object, threading.RLock]:
+    assert role in ROLES, role
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    with _made:
+        if (device, role) not in _roles:
+            stream = torch.cuda.Stream(device, priority=_HIGH if role == "graphs" else 0) if device.type == "cuda" else None
+            _roles[device, role] = (stream, threading.RLock())
+        return _roles[device, role]
+
+
+def role_stream(device: torch.device, role: str):
+    """``role``'s stream of ``device`` (one of :data:`ROLES`), made at its first use, the same for
+    the rest of the process; None on a CPU."""
+    return _role(device, role)[0]
+
+
+def role_lock(device: torch.device, role: str) -> threading.RLock:
+    """The lock under which the work of ``role`` on ``device`` takes its turns on the role's stream."""
+    return _role(device, role)[1]
 
 
 class StreamAPI(Protocol):
     """What :class:`SideStream` needs of a device's streams and events."""
 
-    def stream(self) -> object:
-        """A new stream of the device."""
+    def stream(self, role: str) -> object:
+        """The device's stream for ``role`` (:func:`role_stream`)."""
 
     def current(self) -> object:
         """The calling thread's current stream."""
@@ -46,8 +82,8 @@ class CudaStreams:
     def __init__(self, device: torch.device):
         self.device = device
 
-    def stream(self):
-        return torch.cuda.Stream(self.device)
+    def stream(self, role):
+        return role_stream(self.device, role)
 
     def current(self):
         return torch.cuda.current_stream(self.device)
@@ -71,7 +107,7 @@ class CudaStreams:
 class HostStreams:
     """:class:`StreamAPI` on a CPU: its work runs as it is called, in order; nothing to wait for."""
 
-    def stream(self):
+    def stream(self, role):
         return None
 
     def current(self):
@@ -101,11 +137,12 @@ class Ticket(NamedTuple):
 
 
 class SideStream:
-    """One stream of ``api``'s device for preparations, made by one thread at a time."""
+    """The preparations' stream of ``api``'s device (one per process: preparations on several
+    threads at once only wait for each other's work as well)."""
 
     def __init__(self, api: StreamAPI):
         self.api = api
-        self.stream = api.stream()
+        self.stream = api.stream("prepare")
 
     def making(self) -> contextlib.AbstractContextManager:
         """The context in which a preparation's device work is queued on the side stream."""

@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
 from ..sandbox import zygote
 from ..sandbox.confine import Tasks, pids_cgroup, remove
+from ..sandbox.decoder import pixel_dtype
 from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
 from ..wire.bitstream import Packet, StreamParameters
 
@@ -142,7 +143,8 @@ class Sandbox:
         height, width = parameters.size
         if max_pixels is not None and width * height > max_pixels:  # told here: a child's refusal names no size
             raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
-        size = max(1, count * height * width * 3)
+        dtype = np.dtype(pixel_dtype(parameters.pix_fmt))
+        size = max(1, count * height * width * 3 * dtype.itemsize)
         memfd = os.memfd_create("eden-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         connection, pidfd = None, None
         try:
@@ -152,7 +154,7 @@ class Sandbox:
             connection, pidfd = self._take()
             _exchange(connection, memfd, _job(parameters, packets, skip, count, max_pixels), deadline)
             view = mmap.mmap(memfd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-            return np.frombuffer(view, np.uint8, count * height * width * 3).reshape(count, height, width, 3)
+            return np.frombuffer(view, dtype, count * height * width * 3).reshape(count, height, width, 3)
         finally:
             if pidfd is not None:
                 _end(pidfd)

@@ -8,6 +8,12 @@ patches the package's modules as they are imported. A fault is armed by a file i
   when a call with a streamed request starts, once the first middle of a request of two or more
   pairs was sent with more to come, or when the call is done with every middle sent and the end
   records not yet.
+- ``edge-oom`` holding ``batch``: the edge's next forward of two or more pairs runs out of device
+  memory for real (it asks the allocator for twice the device's memory), so that the batch is
+  tried again in halves (on a GPU; a CPU's allocator fails otherwise).
+- ``edge-device-assert`` holding ``next``: the edge's next forward triggers a device-side assert
+  (an index out of bounds in a CUDA kernel), a sticky error: the worker answers 503 and exits (on
+  a GPU only).
 - Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``eden_serve.sandbox.decoder.decode``
   crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed); with
   ``EDEN-CONFIDE`` or ``EDEN-THREADS`` it behaves as a compromised decoder would (harness/standins.py's
@@ -35,6 +41,35 @@ def fire(name: str, point: str) -> None:
     except OSError:
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def taken(name: str, point: str) -> bool:
+    """Whether the fault ``name`` is armed at ``point``: then it is fired (once, by this process)."""
+    armed = os.path.join(FOLDER, name)
+    try:
+        with open(armed) as file:
+            if file.read().strip() != point:
+                return False
+        os.rename(armed, os.path.join(FOLDER, f"fired-{name}"))
+    except OSError:
+        return False
+    return True
+
+
+def patch_edge(module) -> None:
+    model = module.EdgeModel
+    denoise = model.denoise
+
+    def faulty_denoise(self, batch, *args, **kwargs):
+        torch = sys.modules["torch"]
+        if len(batch) > 1 and taken("edge-oom", "batch"):
+            torch.empty(2 * torch.cuda.get_device_properties(self.device).total_memory, dtype=torch.uint8, device=self.device)
+        if taken("edge-device-assert", "next"):
+            torch.zeros(2, device=self.device)[torch.tensor([7], device=self.device)]
+            torch.cuda.synchronize(self.device)
+        return denoise(self, batch, *args, **kwargs)
+
+    model.denoise = faulty_denoise
 
 
 def patch_services(module) -> None:
@@ -93,7 +128,7 @@ def patch_sandbox(module) -> None:
     module.zygote_environment = lambda: {**environment(), "EDEN_FAULT_DIR": FOLDER}
 
 
-PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.sandbox.decoder": patch_decoder,
+PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.edge": patch_edge,
            "eden_serve.media.sandbox": patch_sandbox}
 
 

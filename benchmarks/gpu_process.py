@@ -1,0 +1,172 @@
+"""One fresh process of the GPU check (benchmarks/gpu_check.py starts it): ``eden-serve interpolate``
+on video files as a user runs it, with the start-up timed from the command and taken apart
+(interpreter and imports, CUDA context, weights read, first middle), then the other clips, and what
+the process is for:
+
+- ``cold`` (a fresh inductor cache): then waiting for the clips' compilations, so that their
+  artefacts are on disk for the next process, and the golden cases compiled (bf16, inductor, our
+  graphs around it: the compiled fidelity);
+- ``warm`` (the cold process's cache): compiling from the cache on disk, waited for; then the first
+  clip's defaults again (compiled keys swapped in) and the options against them (``--alternatives``).
+
+``--t0`` is the wall-clock time at which the parent started this command. Each result is a JSON line
+on stdout, as it comes. The process keeps within ``--budget`` seconds (what would not fit is a row
+saying so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# What the command imports as it starts, no more: the start-up's first part ends here. The benchmark's
+# own modules are imported where they are first used (gpu_clip with the first clip, as the command
+# imports PyAV when it opens the video; gpu_correct after the clips).
+import torch  # noqa: E402
+
+from eden_serve import cli, commands  # noqa: E402
+from eden_serve.checkpoint import module_from_state  # noqa: E402
+from eden_serve.config import PRESETS  # noqa: E402
+from eden_serve.edge import Acceleration, Compile, EdgeModel  # noqa: E402
+from eden_serve.edge.graphs import RerunGraphs  # noqa: E402
+from eden_serve.edge.precision import check_bf16  # noqa: E402
+
+IMPORTED = time.time()
+LAZY = ("gpu_clip", "gpu_correct")  # benchmarks/, beside this script
+LEAST = {"clip": 20, "golden compiled": 30}  # seconds a step needs left to be started (quick: a quarter)
+
+
+class Child:
+    """This process's device, clock and rows (what gpu_correct's sections ask of a run)."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args, self.device = args, torch.device(args.device)
+        self.deadline = time.monotonic() + args.budget
+        self.config = PRESETS[args.config]
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def fits(self, step: str) -> bool:
+        return self.left() >= LEAST[step] / (4 if self.args.quick else 1)
+
+    def row(self, section: str, **fields) -> dict:
+        row = {"section": section, "process": self.args.process, **fields}
+        print(json.dumps(row), flush=True)
+        return row
+
+    def precisions(self) -> tuple[str, ...]:
+        return ("bf16",) if check_bf16(self.device).fast else ("fp32",)
+
+    def edge(self, precision: str, mode: str, state: dict, config) -> EdgeModel:
+        """The golden edge compiled as this process's default would compile it, at first use."""
+        edge = EdgeModel(module_from_state(state, "edge", config), config, self.device, precision)
+        cuda = self.device.type == "cuda"
+        compile = Compile(backend="inductor" if cuda else "eager", background=False)
+        edge.accelerate(Acceleration("on" if cuda else "auto", compile), None if cuda else RerunGraphs())
+        return edge
+
+
+def bench(name: str):
+    """One of this directory's modules, imported at first use (see :data:`LAZY`)."""
+    assert name in LAZY, name
+    return importlib.import_module(name)
+
+
+def command(args: argparse.Namespace, src: Path, argv: list[str] = ()) -> list[str]:
+    return ["interpolate", str(src), "-o", "unused.mp4", "--device", args.device, "--config", args.config,
+            "--checkpoint", str(args.checkpoint), *argv]
+
+
+def started(child: Child, clips: list[tuple[str, str, Path]]):
+    """The models loaded as the command loads them, and the first clip run: the start-up's parts."""
+    args = child.args
+    marks = {"interpreter and imports": IMPORTED}
+    if child.device.type == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device=child.device)
+    marks["CUDA context"] = time.time()
+    parsed = cli._build_parser().parse_args(command(args, clips[0][2]))
+    models = commands.load_models(parsed)
+    marks["weights"] = time.time()
+    label, pixels, src = clips[0]
+    found = bench("gpu_clip").clip_run(models, src, command(args, src)[4:], command_started=args.t0)
+    marks["first middle"] = args.t0 + found["startup_s"]
+    times = [args.t0, *marks.values()]
+    parts = {name: later - earlier for name, earlier, later in zip(marks, times, times[1:])}
+    child.row("clip", size=label, pixels=pixels, options="defaults", startup_parts=parts, device_name=device_name(child), **found)
+    return models
+
+
+def device_name(child: Child) -> str:
+    return torch.cuda.get_device_name(child.device) if child.device.type == "cuda" else f"cpu ({torch.backends.cpu.get_cpu_capability()})"
+
+
+def clip(child: Child, models, entry: tuple[str, str, Path], options: str, argv: list[str]) -> dict | None:
+    label, pixels, src = entry
+    if not child.fits("clip"):
+        child.row("clip", size=label, pixels=pixels, options=options, skipped="out of time")
+        return None
+    found = bench("gpu_clip").clip_run(models, src, command(child.args, src, argv)[4:])
+    return child.row("clip", size=label, pixels=pixels, options=options, argv=" ".join(argv), device_name=device_name(child), **found)
+
+
+def alternatives(child: Child, models, entry) -> None:
+    """The defaults again (this process's compiled keys swapped in by now), then each option set."""
+    rows = [clip(child, models, entry, "defaults, again", [])]
+    rows += [clip(child, models, entry, name, argv) for name, argv in bench("gpu_clip").ALTERNATIVES.items()]
+    rows = [r for r in rows if r and "wall_s" in r]
+    if any(r["options"] == "defaults, again" for r in rows):
+        child.row("clip options", size=entry[0], pixels=entry[1], device_name=device_name(child), **bench("gpu_clip").best_of(rows))
+
+
+def compiled(child: Child, edge: EdgeModel, waited_from: float) -> None:
+    """The background compilations of the clips: waited for within the budget (``--reserve`` seconds
+    kept for what follows), then what came of them."""
+    background = edge.runner.background
+    done = background is None or edge.runner.wait_compiled(max(0.0, child.left() - child.args.reserve - 5))
+    child.row("compile", waited_s=time.monotonic() - waited_from, all_done=done,
+              asked=len(background.asked) if background else 0, swapped=len(edge.runner.swapped),
+              compile_failed=background.failed if background else None,
+              seconds_per_key=sorted(background.seconds.values()) if background else [])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--t0", type=float, required=True, help="wall-clock time of the command's start")
+    parser.add_argument("--process", choices=("cold", "warm"), required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--config", default="official")
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--clip", action="append", required=True, metavar="LABEL=HxW=PATH", help="in order; the first is timed from the command")
+    parser.add_argument("--alternatives", action="store_true", help="the options against the defaults, on the first clip")
+    parser.add_argument("--golden-compiled", action="store_true")
+    parser.add_argument("--budget", type=float, required=True)
+    parser.add_argument("--reserve", type=float, default=0.0, help="seconds of the budget kept from the compile wait for what follows it")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    child = Child(args)
+    torch.set_float32_matmul_precision("highest")
+    clips = [(label, pixels, Path(path)) for label, pixels, path in (entry.split("=", 2) for entry in args.clip)]
+    models = started(child, clips)
+    for entry in clips[1:]:
+        clip(child, models, entry, "defaults", [])
+    compiled(child, models[1], time.monotonic())
+    if args.golden_compiled:
+        if child.fits("golden compiled"):
+            bench("gpu_correct").golden(child, modes=("compiled",))
+        else:
+            child.row("golden", mode="compiled", skipped="out of time")
+    if args.alternatives:
+        alternatives(child, models, clips[0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The one-run GPU check (benchmarks/gpu_check.py) tried on this CPU as ``--device cpu --quick``: the
+preflight passes, every correctness check holds (the graphs replaying through the stand-in that
+keeps what CUDA keeps), no section fails, and every goal of benchmarks/gpu_goals.py gets its one
+line, UNMEASURED, since the goals are a GPU's."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness.servers import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_goals  # noqa: E402  (benchmarks/)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_check") / "rows.jsonl"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--quick", "--budget", "170",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_every_goal_has_one_line_and_a_cpu_leaves_each_unmeasured(quick_run):
+    stdout, _ = quick_run
+    lines = [line for line in stdout.splitlines() if line.startswith("GOAL ")]
+    assert [re.match(r"GOAL (\S+): ", line).group(1) for line in lines] == [goal.name for goal in gpu_goals.GOALS]
+    assert all(re.match(r"GOAL \S+: UNMEASURED .+ \(goal .+; issue \d+\)$", line) for line in lines), lines
+
+
+def test_the_preflight_runs_first_and_every_check_holds(quick_run):
+    stdout, rows = quick_run
+    assert stdout.splitlines()[0].startswith("PREFLIGHT: ok")
+    checks = [line for line in stdout.splitlines() if line.startswith("CHECK ")]
+    sections = {line.split(":")[0].removeprefix("CHECK ") for line in checks}
+    assert sections == {"golden", "graphs under threads", "preparation beside forwards"}, checks
+    assert all(": PASS " in line for line in checks), checks
+    assert "sections failed: none" in stdout and not [r for r in rows if "failed" in r]
+
+
+def test_the_processes_time_the_startup_from_the_command_and_the_options_against_the_defaults(quick_run):
+    _, rows = quick_run
+    firsts = {r["process"]: r for r in rows if r["section"] == "clip" and r.get("startup_parts")}
+    assert set(firsts) == {"cold", "warm"}
+    for first in firsts.values():
+        assert list(first["startup_parts"]) == ["interpreter and imports", "CUDA context", "weights", "first middle"]
+        assert first["startup_s"] == pytest.approx(sum(first["startup_parts"].values()), abs=1e-3)
+        assert first["output_bytes"] > 0 and first["pairs"] == 15
+    options = {r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"}
+    assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "graphs, not compiled"}
+    assert [r["mode"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"] == ["compiled"] * 2 * len(
+        {r["precision"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"})
