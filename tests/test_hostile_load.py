@@ -44,7 +44,7 @@ def test_hostile_requests_among_good_pairs(setting):
     assert tally.hostile == len(hostiles)
     assert set(tally.by_class) == {"container", "work", "large", "decoder", "field", "size", "token", "page-source", "page-login",
                                    "page-bounds"}
-    assert (tally.good, tally.lost, tally.wrong) == (24, [], 0)
+    assert (tally.good, tally.lost, tally.wrong) == (24, [], 0), tally.lost
     assert worker_pids(server) == before
     assert watch.count() == 0 and fetched == []
     assert forged_lines(server) == []
