@@ -33,7 +33,7 @@ from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.video import rgb
+from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
 MAX_NAME = 1024  # characters of a source's name
@@ -104,15 +104,25 @@ class SourceFile:
             return CONTAINERS["Matroska or WebM"]
         raise BadInputError(f"source {self.name!r} is not a video in a container the cloud opens ({', '.join(CONTAINERS)})")
 
+    @property
+    def through(self) -> str:
+        """A path that opens the file opened, whatever its name is now: its descriptor's."""
+        return f"/proc/self/fd/{self.fd}"
+
     def open(self):
         """A PyAV container of the file, reading through its own descriptor of the file opened."""
         av = import_av()
-        reader = os.fdopen(os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC), "rb")
+        reader = os.fdopen(os.open(self.through, os.O_RDONLY | os.O_CLOEXEC), "rb")
         try:
             return av.open(reader, format=self.format, options=_DEMUXER_OPTIONS)
         except (av.error.FFmpegError, ValueError) as exc:
             reader.close()
             raise BadInputError(f"{self.name}: not a readable video ({exc})") from None
+
+    def clip(self, max_pixels: int | None) -> VideoClip:
+        """The source as a local run reads a video (:class:`~eden_serve.media.video.VideoClip`),
+        opened as :meth:`open` opens it and named by its name."""
+        return VideoClip(Path(self.name), max_pixels, self.open())
 
 
 @dataclass(frozen=True)
