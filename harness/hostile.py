@@ -380,6 +380,9 @@ def page_catalogue(root: Path) -> list[PageHostile]:
         PageHostile("page-bounds", "an upload over --max-pixels, told without a path", (413, "frame_too_large"),
                     upload=(root / "bikes.mp4").read_bytes()),
     ]
+    # The same lists uploaded: refused by their first bytes, before FFmpeg probes what they name.
+    made += [PageHostile("page-source", f"an upload of {name}", (400, "bad_input"), upload=(root / name).read_bytes())
+             for name in NAMING_OTHERS if (root / name).is_file() and not (root / name).is_symlink()]
     return made
 
 

@@ -17,7 +17,8 @@ from typing import AsyncIterator, Callable
 import anyio.to_thread
 
 from ..cloud.sources import SourceFile, SourceVideo, Work
-from ..errors import EdenError
+from ..errors import BadInputError, EdenError
+from ..media.video import self_contained
 from .media import CONTAINER_EXTENSIONS, Clip, describe
 
 DEFAULT_MAX_UPLOAD = 2 * 1024**3  # bytes
@@ -77,6 +78,10 @@ class Uploads:
                         raise UploadTooLargeError(f"the clip is over {self.max_bytes} bytes, the most this page takes "
                                                   "(eden-serve page --max-upload)")
                     out.write(part)
+            with open(partial, "rb") as written:
+                if self_contained(written.read(12)) is None:
+                    raise BadInputError(f"{label(name)}: not a clip in a container this page opens (a video in MP4, "
+                                        "Matroska, WebM, AVI, MPEG-TS or -PS, Y4M, FLV or Ogg; a GIF, PNG or WebP)")
             try:
                 clip = await anyio.to_thread.run_sync(describe, partial, self.max_pixels)
             except EdenError as exc:  # told by the clip's name, never by its path here
