@@ -27,11 +27,11 @@ import av
 import numpy as np
 import torch
 
-from eden_serve import cli, commands
-from eden_serve.client.streaming import TIMELINE
+from eden_serve.commands import cli, shared as commands
+from eden_serve.clips.streaming import TIMELINE
 from eden_serve.edge import Acceleration
 from eden_serve.media.encoding import TUNINGS, hardware
-from eden_serve.pipeline import clip_defaults
+from eden_serve.clips.pipeline import clip_defaults
 
 from gpu_goals import source_video
 
@@ -151,7 +151,7 @@ def clip_run(models, src: Path, argv: list[str], command_started: float | None =
             "compile_failed": edge.runner.background and edge.runner.background.failed,
             "acceleration": edge.acceleration.describe(edge.device), "chunk": args.chunk or clip_defaults(edge.device).chunk,
             "inflight": args.inflight or clip_defaults(edge.device).inflight,
-            "batch": edge.pairs_per_forward(edge.config.patch_grid(*_size(src))), "encoded_by": _encoder(args, edge.device, _size(src))}
+            "batch": edge.sizing.pairs(edge.config.patch_grid(*_size(src))), "encoded_by": _encoder(args, edge.device, _size(src))}
 
 
 def _size(path: Path) -> tuple[int, int]:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO))
 # imports PyAV when it opens the video; gpu_correct after the clips).
 import torch  # noqa: E402
 
-from eden_serve import cli, commands  # noqa: E402
-from eden_serve.checkpoint import module_from_state  # noqa: E402
+from eden_serve.commands import cli, shared as commands  # noqa: E402
+from eden_serve.model.checkpoint import module_from_state  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import Acceleration, Compile, EdgeModel  # noqa: E402
 from eden_serve.edge.graphs import RerunGraphs  # noqa: E402
