@@ -89,7 +89,7 @@ class VideoClip(Clip):
     (``raw.pts`` in ``time_base``) later than the one before."""
 
     kind = "video"
-    colour = Colour()  # the stream's (_colour); a server-side source's stays unstated (client/remote.py)
+    colour = Colour()  # the stream's (_colour); a server-side source's as the cloud's probe states it (client/remote.py)
 
     def __init__(self, path: Path, max_pixels: int | None = None, container=None):
         super().__init__(path)

@@ -172,7 +172,7 @@ async def _play_source(page: Page, name) -> FileResponse:
                             background=BackgroundTask(lambda: video))  # the descriptor open until it is sent
     page.previews.mkdir(parents=True, exist_ok=True)
     made = _preview_of(video.source.key, page.previews)
-    return FileResponse(await anyio.to_thread.run_sync(preview, lambda: video.source.clip(page.args.max_pixels), made, info.rate))
+    return FileResponse(await anyio.to_thread.run_sync(preview, lambda: video.clip(page.args.max_pixels), made, info.rate))
 
 
 def routes(page: Page) -> list:

@@ -81,10 +81,9 @@ def describe(path: Path, max_pixels: int | None = None) -> Clip:
 
 
 def describe_source(video: SourceVideo) -> Clip:
-    """A ``cloud:`` source as the cloud's own probe tells it (its colour, as its file opened says)."""
+    """A ``cloud:`` source as the cloud's own probe tells it."""
     probe = video.probe()
-    with video.source.clip(None) as clip:
-        hdr = {PQ: "PQ", HLG: "HLG"}.get(clip.colour.transfer)
+    hdr = {PQ: "PQ", HLG: "HLG"}.get(video.scan.colour.transfer)
     extension = SOURCE_EXTENSIONS[video.source.format]
     playable = extension == ".mp4" and probe["codec"] in PLAYABLE_MP4_CODECS and probe["pix_fmt"] == "yuv420p" and not hdr
     return Clip("video", probe["frames"], probe["width"], probe["height"], float(Fraction(probe["rate"])), extension, playable, hdr)
