@@ -40,8 +40,8 @@ COLOURS = {
 }
 AV1 = next((name for name in ("libsvtav1", "libaom-av1") if name in av.codecs_available), None)
 ENCODERS = ["libx264", "libx265", *([AV1] if AV1 else []), "ffv1"]
-# The encoders that hold HDR10's metadata in their stream (FFV1 has no place for it).
-HOLD_METADATA = {"libx264", "libx265", "libsvtav1"}
+# The encoders that hold HDR10's metadata neither in their stream nor, through the container, in Matroska.
+LOSE_METADATA = {"libaom-av1"}
 
 
 def blend(index, frame0, frame1, seed):
@@ -83,10 +83,29 @@ def test_colour_tags_and_hdr_metadata_are_kept(tmp_path, name, encoder):
     assert out_fmt.replace("yuvj", "yuv") == pix_fmt  # FFmpeg's H.264 decoder calls full-range 4:2:0 yuvj420p
     assert (got.primaries, got.transfer, got.matrix, got.range) == (colour.primaries, colour.transfer, colour.matrix, colour.range)
     said = [str(w.message) for w in caught]
-    if colour.mastering and encoder not in HOLD_METADATA:
+    if colour.mastering and encoder in LOSE_METADATA:
         assert got.mastering is None and len(said) == 1 and f"{encoder} has no place for the input's HDR metadata" in said[0]
     else:
         assert same_metadata(got, colour) and not said
+
+
+@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi")])
+def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_for_it(tmp_path, encoder, suffix):
+    """Matroska and MP4 state it for FFV1 and VP9 (the bundled libvpx encodes 8 bits: its output is
+    rounded to them, said in one line); AVI cannot, which one line says."""
+    colour, pix_fmt = COLOURS["hdr10"]
+    src = make_graded_clip(tmp_path / "in.mkv", "libx265", pix_fmt, SIZE, 3, colour, {"crf": "12"})
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder))
+    said = [str(w.message) for w in caught if "HDR metadata" in str(w.message)]
+    got, _ = stated(out)
+    if suffix == ".avi":
+        assert got.mastering is None and got.light is None and len(said) == 1 and "nor has this output's container" in said[0]
+    else:
+        assert same_metadata(got, colour) and not said
+        assert (got.primaries, got.transfer, got.matrix, got.range) == (9, 16, 9, LIMITED)
 
 
 # (encoder, pixel format, options): profiles, scaling lists, reference sets predicted from one another,

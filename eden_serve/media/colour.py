@@ -3,7 +3,8 @@ colour"): the tags (primaries, transfer, matrix, range: FFmpeg's AVColor* values
 writes into its stream where the codec has a place for them (H.264's and HEVC's VUI, AV1's
 sequence header) and the muxer into the container (Matroska's Colour, MP4's colr); and HDR10's
 metadata, the mastering display and the content light level, which the encoders that hold them
-(x264, x265, SVT-AV1) write into their stream as their own parameters.
+(x264, x265, SVT-AV1) write into their stream as their own parameters, and Matroska and MP4 into
+the container for FFV1 and VP9 (:mod:`.mastering`).
 
 Read from the input's stream, and the metadata from its first frame's side data, where decoders put
 it; the chroma location from an H.264 or HEVC stream's SPS (:mod:`.chroma`: PyAV exposes none),
@@ -154,7 +155,8 @@ class Colour:
 
     def parameters(self, encoder: str) -> dict[str, str]:
         """The HDR metadata as ``encoder``'s own parameters (KEY=VALUE pairs of its params option);
-        where it has none, a warning says the metadata is left out."""
+        where it has none, a warning says the metadata is left out (asked only where the container
+        does not hold it instead: :mod:`.mastering`)."""
         if self.mastering is None and self.light is None:
             return {}
         if encoder in ("libx265", "libx264"):
@@ -165,8 +167,8 @@ class Colour:
         if encoder == "libsvtav1":
             return {**({"mastering-display": self.mastering.decimals()} if self.mastering else {}),
                     **({"content-light": f"{self.light[0]},{self.light[1]}"} if self.light else {})}
-        warnings.warn(f"{encoder} has no place for the input's HDR metadata (mastering display, content light level), "
-                      "and PyAV cannot write it into the container: the output keeps its colour tags without it")
+        warnings.warn(f"{encoder} has no place for the input's HDR metadata (mastering display, content light level), nor has "
+                      "this output's container (Matroska and MP4 hold it for FFV1 and VP9): the output keeps its colour tags without it")
         return {}
 
 

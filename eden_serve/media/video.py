@@ -21,6 +21,7 @@ from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import Colour
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
+from .mastering import add_video_stream
 from .threads import Prefetch
 from .timing import Retiming
 
@@ -248,7 +249,7 @@ class VideoWriter(ClipWriter):
             name = hardware(name, source.width, source.height) or name
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
-            self.stream = self.container.add_stream(name, rate=rate)
+            self.stream, colour = add_video_stream(self.container, name, rate, clip.colour, (source.width, source.height))
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
@@ -259,7 +260,6 @@ class VideoWriter(ClipWriter):
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        colour = clip.colour
         configure(self.stream, encoding, source.pix_fmt, colour)
         self.pix_fmt = self.stream.pix_fmt
         # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
