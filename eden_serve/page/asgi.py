@@ -127,7 +127,7 @@ class Page:
         folder = self.settings.work / "runs" / key
         folder.mkdir(parents=True)
         name = f"{Path(title).stem}-{args.fps or args.factor}x{extension}".replace("/", "_")
-        run = Run(key, args, source, folder / f"result{extension}", expected_pairs(args, info.frames), name)
+        run = Run(key, args, source, folder / f"result{extension}", expected_pairs(args, info.frames), name, info.colour)
         self.runner.submit(run)
         return run
 
