@@ -117,7 +117,7 @@ def _interpolate(args) -> int:
     wire.kind(args.codec, in_process=True)
     if len(args.inputs) == 1:
         summary = clip_in_process(args, args.inputs[0], args.output, lambda: load_models(args))
-        report(summary, args.output)
+        report(summary, args.output, args.verbose)
         return 0
     if len(args.inputs) != 2:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
@@ -199,7 +199,7 @@ def run_client(args: argparse.Namespace) -> int:
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
         summary = clip_through(client, args, args.inputs[0], args.output)
-        report(summary, args.output)
+        report(summary, args.output, args.verbose)
     return 0
 
 

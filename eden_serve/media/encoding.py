@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 
 from ..errors import BadInputError
+from .segments import default_instances
 
 VIDEO_EXTRA = "reading or writing video needs PyAV: pip install 'eden-serve[video]'"
 
@@ -72,6 +73,7 @@ class Encoding:
     pix_fmt: str | None = None
     options: tuple[tuple[str, str], ...] = ()  # --encoder-opt, in order, passed to the encoder as they are
     gpu: bool = False  # the edge computes on a GPU: the encoder's defaults keep its pace (the module's note)
+    instances: int | None = None  # x264 instances on segments (:mod:`.segments`); None: several beside a GPU, else one
 
     @property
     def given(self) -> bool:
@@ -82,7 +84,18 @@ class Encoding:
         fields = {key: list(map(list, value)) if key == "options" else value for key, value in asdict(self).items()}
         if not self.gpu:
             del fields["gpu"]  # as journals read before there was a GPU default
+        if self.instances is None:
+            del fields["instances"]  # likewise
         return fields
+
+    def instances_for(self, name: str) -> int:
+        """How many instances of encoder ``name`` encode the video: x264's as asked, else several
+        beside a GPU (:func:`.segments.default_instances`); any other encoder one."""
+        if name != "libx264":
+            return 1
+        if self.instances is not None:
+            return self.instances
+        return default_instances() if self.gpu else 1
 
 
 def parse_option(text: str) -> tuple[str, str]:
@@ -136,9 +149,10 @@ def _pix_fmt(codec, asked: str | None, source: str | None) -> str:
     return formats[0]
 
 
-def configure(stream, encoding: Encoding, source_pix_fmt: str | None) -> None:
+def configure(stream, encoding: Encoding, source_pix_fmt: str | None) -> dict:
     """Set the pixel format and options of a new output ``stream`` and open its encoder, so that a
-    bad option is refused before any frame is computed."""
+    bad option is refused before any frame is computed; the options given (the encoder consumes
+    them as it opens: more instances of it take them again, :mod:`.segments`)."""
     av = import_av()
     name = stream.codec_context.name
     tuning = TUNINGS.get(name)
@@ -160,3 +174,4 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None) -> None:
     except (av.error.FFmpegError, ValueError) as exc:
         settings = " ".join(f"{k}={v}" for k, v in options.items())
         raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}") from None
+    return options

@@ -20,6 +20,7 @@ from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av
 from .frames import check_size
+from .segments import open_segments
 from .threads import Prefetch
 from .timing import Retiming
 
@@ -220,8 +221,11 @@ class VideoWriter(ClipWriter):
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        configure(self.stream, encoding, source.pix_fmt)
+        options = configure(self.stream, encoding, source.pix_fmt)
         self.pix_fmt = self.stream.pix_fmt
+        self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn)
+        instances = self.segments.instances if self.segments is not None else 1
+        self.encoder = name if instances == 1 else f"{name} in {instances} instances on segments of {self.segments.length} frames"
         self.held = None
         self.end = None  # when the video ends: the last original seen ends there
         self.first = None  # (pts, dts) of the first packet
@@ -288,9 +292,18 @@ class VideoWriter(ClipWriter):
         self.durations[pts] = duration
         picture.pict_type = self._none  # let the encoder place keyframes, not the input's
         try:
-            self._mux(self.stream.encode(picture))
+            self._mux(self._encoded(picture))
         except self._error as exc:
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
+
+    def _encoded(self, picture) -> list:
+        """The packets ``picture`` (None: the end) makes ready, from the stream's encoder or its instances."""
+        if self.segments is None:
+            return self.stream.encode(picture)
+        packets = self.segments.encode(picture)
+        for packet in packets:
+            packet.stream = self.stream
+        return packets
 
     def _hold(self, picture, pts: int) -> None:
         """Encode the picture held before, which lasts until ``pts``, and hold this one."""
@@ -331,7 +344,7 @@ class VideoWriter(ClipWriter):
         end = start + 1 if self.counted else max(round(self.end / self.time_base), start + 1)
         self._encode(last, start, end - start)
         try:
-            packets = list(self.stream.encode(None))
+            packets = list(self._encoded(None))
             if packets and self.container.format.name in _DECODE_ORDER_FORMATS:
                 # These muxers end the video where the last packet decoded ends, counted from the
                 # first packet's decoding time: reordered (B-)frames would cut the last one short.
@@ -345,6 +358,8 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
     def close(self):
+        if getattr(self, "segments", None) is not None:
+            self.segments.close()
         self.container.close()
         if self.copies is not None:
             self.copies.close()
