@@ -70,6 +70,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT} on a CPU, "
                                                 f"{pipeline.CLIP_DEFAULTS['cuda'].inflight} on a GPU)")
+    p.add_argument("--middles-as", choices=pipeline.MIDDLES_AS, default="auto",
+                   help="how a video's middles come back from the edge: the output's 4:2:0 planes, converted on the device "
+                        "(half the bytes), or RGB converted by the writer; auto: planes on a GPU (default auto)")
     add_clip_arguments(p)
     add_model_options(p, wire.NO_WIRE)
     Acceleration.add_arguments(p)

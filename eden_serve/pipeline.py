@@ -29,7 +29,9 @@ from .cloud.encoder import CloudEncoder
 from .cloud.scene_cuts import SCENE_THRESHOLD
 from .edge import AttentionPath, EdgeModel, to_host, upload
 from .edge.conditions import Intake
+from .edge.yuv import to_planes
 from .media import Frame
+from .media.planes import Colour, Planes
 from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, pixels_to_tensor, to_uint8
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
@@ -113,9 +115,10 @@ def _cut_frame(copy: bytes | torch.Tensor) -> torch.Tensor:
     return load_frame(copy) if isinstance(copy, bytes) else pixels_to_tensor(copy).cpu()
 
 
-def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
-    """The chunk's K middles as 8-bit pixels [K, H, W, 3] on the host: made on the edge's device in
-    batched forwards (the scene cuts' copies beside them), then copied back in one copy."""
+def pixel_middles(edge: EdgeModel, chunk: wire.Chunk, colour: Colour | None = None) -> list:
+    """The chunk's K middles as 8-bit pixels [H, W, 3] on the host: made on the edge's device in
+    batched forwards (the scene cuts' copies beside them), then copied back in one copy; with a
+    ``colour``, as the output's planes (:mod:`.edge.yuv`), converted there: half the bytes come back."""
     height, width = chunk.size
     middles = torch.empty((chunk.pairs, height, width, 3), dtype=torch.uint8, device=edge.device)
     for j, copy in chunk.copies.items():
@@ -123,7 +126,9 @@ def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
     computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
     for batch in edge.batched(computed, chunk.grid):
         middles[batch] = edge.forward(edge.prepare([chunk.pair(j) for j in batch]))
-    return to_host(middles)
+    if colour is None:
+        return list(to_host(middles))
+    return [Planes(planes, width, height, colour) for planes in to_host(to_planes(middles, colour))]
 
 
 def frame_tensors(frames: Sequence[Frame], device: torch.device) -> list[torch.Tensor]:
@@ -152,15 +157,35 @@ def worker_stream(device: torch.device) -> Iterator[None]:
         yield
 
 
+MIDDLES_AS = ("auto", "planes", "rgb")  # auto: planes where the edge is a GPU (a CPU has no copy back to halve)
+
+
+class InProcess(FunctionProcessor):
+    """:func:`in_process`'s processor; :meth:`planes` asks for its middles as an output's planes,
+    which it gives where ``middles_as`` says."""
+
+    colour: Colour | None = None
+
+    def __init__(self, function: Callable, middles_as: str, device: torch.device):
+        super().__init__(function)
+        self.converts = middles_as == "planes" or (middles_as == "auto" and device.type == "cuda")
+
+    def planes(self, colour: Colour) -> None:
+        """Give the middles as ``colour``'s planes (a writer that takes them, where they go to it alone)."""
+        if self.converts:
+            self.colour = colour
+
+
 def in_process(
     cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC,
-    scene_threshold: float | None = SCENE_THRESHOLD,
+    scene_threshold: float | None = SCENE_THRESHOLD, middles_as: str = "auto",
 ) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
     middles equal theirs for the same seed, codec and thread count. Each chunk's stages go to
-    :data:`~eden_serve.streaming.TIMELINE`."""
+    :data:`~eden_serve.streaming.TIMELINE`. ``middles_as``: :data:`MIDDLES_AS`, where a writer takes planes."""
     kind = wire.kind(codec, in_process=True)
     intake = Intake.beside(edge, cloud.weights)
+    processor = InProcess(lambda index, frames, seed: process(index, frames, seed), middles_as, edge.device)
 
     def process(index: int, frames: list[Frame], seed: int) -> Middles:
         def event(name: str) -> None:
@@ -174,11 +199,11 @@ def in_process(
             chunk, payload_bytes = hand_over(cloud, intake, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
             event("payload in")
             event("edge asked")
-            middles = pixel_middles(edge, chunk)
+            middles = pixel_middles(edge, chunk, processor.colour)
         event("done")
-        return Middles(list(middles), payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
+        return Middles(middles, payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
 
-    return FunctionProcessor(process)
+    return processor
 
 
 def model_identity(cloud: CloudEncoder, edge: EdgeModel) -> dict:
@@ -196,13 +221,15 @@ def model_identity(cloud: CloudEncoder, edge: EdgeModel) -> dict:
 def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEncoder, edge: EdgeModel,
                                 codec: str = wire.DEFAULT_CODEC, scene_threshold: float | None = SCENE_THRESHOLD,
                                 **options) -> Summary:
-    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`;
-    ``options``: :class:`~eden_serve.client.streaming.ClipOptions`' (here by default chunks of
+    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`
+    (``middles_as``, of :data:`MIDDLES_AS`, among the options); ``options``:
+    :class:`~eden_serve.client.streaming.ClipOptions`' (here by default chunks of
     :data:`DEFAULT_CHUNK` pairs, :data:`DEFAULT_INFLIGHT` in flight, frames of at most
     :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
     wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error
+    middles_as = options.pop("middles_as", "auto")
     options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS, **options})
-    processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
+    processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
     if options.resume:
         options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,
                                                 **model_identity(cloud, edge)})

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from .encoding import Encoding
+from .planes import Planes
 from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, image_to_tensor, match_mode, open_image, picture_size, pixels_to_tensor,
                      png_bytes)
 from .resume import input_identity
@@ -100,8 +101,8 @@ class Frame:
 
 def matched(middle: Picture, before: Frame, after: Frame) -> Picture:
     """:func:`~.frames.match_mode` of a middle and its neighbours: between RGB frames with pixels
-    (a video's), the middle as it is, with no image made of anything."""
-    if before.mode == "RGB" and before.pixels is not None and isinstance(middle, torch.Tensor):
+    (a video's), the middle as it is, with no image made of anything; the output's planes likewise."""
+    if isinstance(middle, Planes) or (before.mode == "RGB" and before.pixels is not None and isinstance(middle, torch.Tensor)):
         return middle
     return match_mode(middle, before.image, after.image)
 

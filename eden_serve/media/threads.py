@@ -122,6 +122,11 @@ class ThreadedWriter(ClipWriter):
         self._call("place", picture, before, after, position)
 
     @property
+    def colour(self):
+        """The planes the writer takes as they are (a video writer's :class:`~.planes.Colour`), where it does."""
+        return getattr(self.writer, "colour", None)
+
+    @property
     def encoder(self) -> str | None:
         """What encodes the output (a video writer's encoder and its instances), where the writer says."""
         return getattr(self.writer, "encoder", None)

@@ -20,6 +20,7 @@ from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av
 from .frames import check_size
+from .planes import Planes, output_colour
 from .segments import open_segments
 from .threads import Prefetch
 from .timing import Retiming
@@ -223,6 +224,8 @@ class VideoWriter(ClipWriter):
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         options = configure(self.stream, encoding, source.pix_fmt)
         self.pix_fmt = self.stream.pix_fmt
+        # The planes this writer takes as they are (:mod:`.planes`), in the colour it converts RGB to.
+        self.colour = output_colour(self.pix_fmt, source.width, source.height, self.stream.codec_context.colorspace)
         self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn)
         instances = self.segments.instances if self.segments is not None else 1
         self.encoder = name if instances == 1 else f"{name} in {instances} instances on segments of {self.segments.length} frames"
@@ -322,12 +325,21 @@ class VideoWriter(ClipWriter):
             frame = picture.raw
             if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
                 frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt)
+        elif isinstance(picture, Planes):  # converted by the edge, in this writer's colour
+            assert picture.colour == self.colour, (picture.colour, self.colour)
+            frame = self._from_ndarray(picture.array(), format=self.pix_fmt)
         elif isinstance(picture, torch.Tensor):  # 8-bit RGB pixels, as from_image takes an RGB image's
-            frame = self._from_ndarray(picture.numpy(), format="rgb24").reformat(format=self.pix_fmt)
+            frame = self._converted(self._from_ndarray(picture.numpy(), format="rgb24"))
         else:
-            frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt)
+            frame = self._converted(self._from_image(picture.convert("RGB")))
         self._hold(frame, self.shown if self.counted else round(time / self.time_base))
         self.shown += 1
+
+    def _converted(self, rgb):
+        """An RGB frame in the output's format, by the matrix its stream says (swscale's default, BT.601, where untagged)."""
+        if self.colour is None:
+            return rgb.reformat(format=self.pix_fmt)
+        return rgb.reformat(format=self.pix_fmt, dst_colorspace=self.colour.swscale_colorspace)
 
     def add(self, frame):
         self._show(frame, frame.time, frame)

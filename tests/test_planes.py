@@ -1,0 +1,141 @@
+"""Middles as the output's 4:2:0 planes, made on the edge's device (eden_serve/edge/yuv.py,
+media/planes.py): within one level of the conversion FFmpeg's swscale does for the writer (BT.601
+and BT.709, limited and full range, 8 and 10 bits); the same file where the encoder sees the same
+planes; a clip in process whose middles come back as planes (half the bytes) within one level of
+the RGB path, its originals untouched; RGB kept where the middles go anywhere but the writer."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from test_video import average, real_video
+
+from eden_serve import pipeline
+from eden_serve.cli import main
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
+from eden_serve.edge.yuv import to_planes
+from eden_serve.media import Encoding
+from eden_serve.media.planes import Colour, Planes, output_colour
+from eden_serve.media.video import VideoWriter
+
+av = pytest.importorskip("av")
+
+REAL = np.asarray(Image.open("tests/data/scene_cut/05.png").convert("RGB"))[:270, :480]
+NOISE = np.random.default_rng(1).integers(0, 256, (64, 96, 3), dtype=np.uint8)
+# (pix_fmt, swscale's name of the matrix, full range, depth)
+COLOURS = [("yuv420p", "ITU601", False, 8), ("yuv420p", "ITU709", False, 8), ("yuvj420p", "ITU601", True, 8),
+           ("yuv420p10le", "ITU601", False, 10), ("yuv420p10le", "ITU709", False, 10)]
+
+
+def swscale(pixels: np.ndarray, pix_fmt: str, colorspace: str) -> np.ndarray:
+    return av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(format=pix_fmt, dst_colorspace=colorspace).to_ndarray(format=pix_fmt)
+
+
+@pytest.mark.parametrize("pix_fmt, colorspace, full, depth", COLOURS)
+@pytest.mark.parametrize("name", ["real", "noise"])
+def test_planes_within_one_level_of_swscale(name, pix_fmt, colorspace, full, depth):
+    pixels = {"real": REAL, "noise": NOISE}[name]
+    height, width, _ = pixels.shape
+    colour = Colour(pix_fmt, "bt709" if colorspace == "ITU709" else "bt601", full, depth)
+    made = to_planes(torch.from_numpy(pixels.copy())[None], colour)
+    assert made.dtype == (torch.uint8 if depth == 8 else torch.int16) and made.shape == (1, width * height * 3 // 2)
+    got = Planes(made[0], width, height, colour).array()
+    difference = np.abs(got.astype(np.int32) - swscale(pixels, pix_fmt, colorspace).astype(np.int32))
+    assert difference.max() <= 1
+    assert (difference > 0).mean() < 0.25  # most samples equal (measured: 1-3% limited range, about 20% full)
+
+
+def test_which_outputs_take_planes():
+    assert output_colour("yuv420p", 96, 64) == Colour("yuv420p")
+    assert output_colour("yuv420p", 96, 64, "ITU709") == Colour("yuv420p", "bt709")
+    assert output_colour("yuv420p10le", 96, 64) == Colour("yuv420p10le", depth=10)
+    assert output_colour("yuvj420p", 96, 64).full
+    assert output_colour("yuv420p", 95, 64) is None and output_colour("yuv420p", 96, 63) is None
+    assert output_colour("yuv444p", 96, 64) is None and output_colour("rgb24", 96, 64) is None
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    return real_video(tmp_path_factory.mktemp("planes") / "in.mp4", 6, Fraction(25), size=(96, 64))
+
+
+def planes_of_average(index, frame0, frame1, seed):
+    """:func:`average`'s middle as the planes swscale makes of it: what the writer's RGB path encodes."""
+    rgb = np.asarray(average(index, frame0, frame1, seed))
+    height, width, _ = rgb.shape
+    planes = torch.from_numpy(swscale(rgb, "yuv420p", "ITU601").reshape(-1).copy())
+    return Planes(planes, width, height, Colour("yuv420p"))
+
+
+def test_the_encoder_sees_the_same_planes(tmp_path, clip, monkeypatch):
+    """Planes that equal swscale's reach the encoder as the RGB path's do: the same samples, in the
+    same order and at the same times; so the encoder's output is the same (a lossless one's, decoded)."""
+    seen = []
+    encode = VideoWriter._encode
+
+    def recorded(self, picture, pts, duration):
+        seen[-1].append((pts, duration, picture.format.name, picture.to_ndarray().tobytes()))
+        return encode(self, picture, pts, duration)
+
+    monkeypatch.setattr(VideoWriter, "_encode", recorded)
+    for name, middle in (("rgb", average), ("planes", planes_of_average)):
+        seen.append([])
+        interpolate_clip(clip, tmp_path / f"{name}.mkv", pairwise(middle), progress=False, encoding=Encoding(vcodec="ffv1"))
+    assert len(seen[0]) == 11 and seen[1] == seen[0]
+    assert all(np.array_equal(a, b) for a, b in zip(decoded(tmp_path / "rgb.mkv"), decoded(tmp_path / "planes.mkv")))
+
+
+def decoded(path, pix_fmt="yuv420p"):
+    with av.open(str(path)) as container:
+        return [frame.to_ndarray(format=pix_fmt).astype(np.int32) for frame in container.decode(video=0)]
+
+
+@pytest.fixture
+def copied(monkeypatch):
+    """The bytes of each copy back from the edge's device."""
+    sizes = []
+    real = pipeline.to_host
+
+    def to_host(tensor):
+        sizes.append(tensor.numel() * tensor.element_size())
+        return real(tensor)
+
+    monkeypatch.setattr(pipeline, "to_host", to_host)
+    return sizes
+
+
+@pytest.mark.parametrize("pix_fmt", ["yuv420p", "yuv420p10le"])
+def test_a_clip_with_planes_is_within_one_level_of_rgb(tmp_path, clip, copied, pix_fmt):
+    """The tiny model in process, lossless output (FFV1): originals the same, middles within one
+    level, each chunk's copy back half the bytes of 8-bit RGB (10-bit samples take two bytes each: as many)."""
+    outputs = {}
+    for way in ("rgb", "planes"):
+        copied.clear()
+        outputs[way] = tmp_path / f"{way}.mkv"
+        assert main(["interpolate", str(clip), "-o", str(outputs[way]), "--config", "tiny", "--vcodec", "ffv1",
+                     "--pix-fmt", pix_fmt, "--middles-as", way, "--chunk", "5"]) == 0
+        assert copied == [5 * 64 * 96 * (3 if way == "rgb" else 1.5 * (1 if pix_fmt == "yuv420p" else 2))]
+    rgb, planes = decoded(outputs["rgb"], pix_fmt), decoded(outputs["planes"], pix_fmt)
+    assert len(rgb) == len(planes) == 11
+    assert all(np.array_equal(a, b) for a, b in zip(rgb[0::2], planes[0::2]))  # the originals
+    assert max(np.abs(a - b).max() for a, b in zip(rgb[1::2], planes[1::2])) <= 1
+
+
+@pytest.mark.parametrize("extra", [["--factor", "4"], ["--resume"], ["--pix-fmt", "yuv444p"]], ids=["factor4", "resume", "yuv444p"])
+def test_rgb_where_the_middles_go_elsewhere(tmp_path, clip, copied, extra):
+    """A 4x run's first middles are frames of its second pass; a resumed run keeps middles; a
+    format the edge cannot make: RGB comes back."""
+    assert main(["interpolate", str(clip), "-o", str(tmp_path / "out.mkv"), "--config", "tiny", "--vcodec", "ffv1",
+                 "--middles-as", "planes", "--chunk", "5", *extra]) == 0
+    assert copied and all(size % (64 * 96 * 3) == 0 for size in copied)
+
+
+def test_auto_gives_planes_on_a_gpu_only(tmp_path, clip, copied):
+    assert pipeline.InProcess(lambda *a: None, "auto", torch.device("cuda")).converts
+    assert not pipeline.InProcess(lambda *a: None, "auto", torch.device("cpu")).converts
+    assert not pipeline.InProcess(lambda *a: None, "rgb", torch.device("cuda")).converts
+    main(["interpolate", str(clip), "-o", str(tmp_path / "out.mp4"), "--config", "tiny", "--chunk", "5"])
+    assert copied == [5 * 64 * 96 * 3]
