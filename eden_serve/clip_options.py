@@ -44,10 +44,13 @@ def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
     video.add_argument("--vcodec", help="encoder or codec: libx264, libx265, libsvtav1, libvpx-vp9, ffv1, av1...")
     video.add_argument("--crf", help="constant quality (x264 18, x265 20, AV1 30, VP9 31 by default)")
     video.add_argument("--preset", help="speed preset (x264/x265: medium...; svt-av1: 0-13; aom/vpx: cpu-used)")
-    video.add_argument("--pix-fmt", help="pixel format (default: the input's where the encoder takes it, else yuv420p)")
+    video.add_argument("--pix-fmt", help="pixel format, 8-bit or deeper: yuv420p10le, yuv444p12le, p010le... (default: the "
+                                         "input's where the encoder takes it, else yuv420p10le for a deeper input, else yuv420p)")
     video.add_argument("--encoder-opt", action="append", default=[], metavar="KEY=VALUE",
                        help="an encoder option passed as it is (repeatable)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print the encoder's share of the run and of a chunk")
+    video.add_argument("-v", "--verbose", action="store_true",
+                       help="the encoder's own log on stderr (x265's and SVT-AV1's banners and statistics), else its errors "
+                            "only; and the encoder's share of the run and of a chunk")
     video.add_argument("--encoder-instances", type=int, metavar="N",
                        help="x264 instances, each on a segment of the video starting with a key frame, joined into one "
                             "stream (default: one per four cores, at most 4, beside a GPU; else 1)")
@@ -58,7 +61,7 @@ def clip_options(args) -> dict:
     if args.encoder_instances is not None and args.encoder_instances < 1:
         raise BadInputError(f"--encoder-instances must be at least 1, got {args.encoder_instances}")
     encoding = Encoding(args.vcodec, args.crf, args.preset, args.pix_fmt,
-                        tuple(parse_option(text) for text in args.encoder_opt), instances=args.encoder_instances)
+                        tuple(parse_option(text) for text in args.encoder_opt), verbose=args.verbose, instances=args.encoder_instances)
     factor = parse_rate(args.factor, "--factor")
     fps = parse_rate(args.fps) if args.fps is not None else None
     time_error = parse_rate(args.time_error, "--time-error")

@@ -6,9 +6,10 @@ tensors go from the cloud's device to the edge's as they are (float32, device to
 codec ``fp32`` would deliver them.
 
 A clip's frames stay tensors from the decoder to the encoder (docs/video.md, "The clip's
-pipeline"): a chunk's 8-bit pixels go to the device in one copy, the cloud and the edge work there,
-and the middles come back as 8-bit pixels in one copy per chunk, each chunk's work on a CUDA stream
-of its worker thread's own, so that one chunk's cloud runs beside another's edge.
+pipeline"): a chunk's pixels (8-bit, or 16-bit from a deeper source) go to the device in one copy,
+the cloud and the edge work there, and the middles come back as pixels of the chunk's depth in one
+copy per chunk, each chunk's work on a CUDA stream of its worker thread's own, so that one chunk's
+cloud runs beside another's edge.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from .edge import AttentionPath, EdgeModel, to_host, upload
 from .edge.conditions import Intake
 from .edge.yuv import to_planes
 from .media import Frame
-from .media.planes import Colour, Planes
-from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, pixels_to_tensor, to_uint8
+from .media.planes import PlaneFormat, Planes
+from .media.frames import DEFAULT_MAX_PIXELS, DEPTHS, as_pixels, check_pair, levels, load_frame, pixels_to_tensor, to_pixels
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
@@ -57,12 +58,9 @@ def clip_defaults(device: torch.device) -> ClipDefaults:
     return CLIP_DEFAULTS.get(device.type, CLIP_DEFAULTS["cpu"])
 
 
-def hand_over(cloud: CloudEncoder, intake: Intake, frames: Sequence[torch.Tensor], seed: int, kind: wire.Kind,
-              scene_threshold: float | None, encoded: Callable[[], None] = lambda: None) -> tuple[wire.Chunk, int]:
-    """The cloud's chunk of ``frames`` as the edge's ``intake`` makes it, on the edge's device, and the
-    bytes of the payload it crossed as (0 without the wire); ``encoded()`` is called once the cloud is done."""
-    made = kind.make(cloud, frames, seed, scene_threshold)
-    encoded()
+def hand_over(cloud: CloudEncoder, intake: Intake, made, kind: wire.Kind) -> tuple[wire.Chunk, int]:
+    """What the cloud ``made`` of a chunk's frames (``kind.make``) as the edge's ``intake`` makes it,
+    on the edge's device, and the bytes of the payload it crossed as (0 without the wire)."""
     received, payload_bytes = kind.cross(made, cloud.config, intake.config)
     return kind.conditions(received, intake), payload_bytes
 
@@ -96,7 +94,7 @@ def interpolate_chunk(
     ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames, and the
     edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
     kind = wire.kind(codec, in_process=True)
-    chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), frames, seed, kind, scene_threshold)
+    chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), kind.make(cloud, frames, seed, scene_threshold), kind)
     return edge_middles(edge, chunk, path), payload_bytes
 
 
@@ -115,29 +113,34 @@ def _cut_frame(copy: bytes | torch.Tensor) -> torch.Tensor:
     return load_frame(copy) if isinstance(copy, bytes) else pixels_to_tensor(copy).cpu()
 
 
-def pixel_middles(edge: EdgeModel, chunk: wire.Chunk, colour: Colour | None = None) -> list:
-    """The chunk's K middles as 8-bit pixels [H, W, 3] on the host: made on the edge's device in
-    batched forwards (the scene cuts' copies beside them), then copied back in one copy; with a
-    ``colour``, as the output's planes (:mod:`.edge.yuv`), converted there: half the bytes come back."""
+def pixel_middles(edge: EdgeModel, chunk: wire.Chunk, planes: PlaneFormat | None = None) -> list:
+    """The chunk's K middles as pixels [H, W, 3] of its depth on the host (8 bits, or 16 for
+    frames deeper than 8): made on the edge's device in batched forwards (the scene cuts' copies
+    beside them), then copied back in one copy; with ``planes``, 8-bit middles as the output's
+    planes (:mod:`.edge.yuv`), converted there: half the bytes come back."""
     height, width = chunk.size
-    middles = torch.empty((chunk.pairs, height, width, 3), dtype=torch.uint8, device=edge.device)
+    middles = torch.empty((chunk.pairs, height, width, 3), dtype=DEPTHS[chunk.depth], device=edge.device)
     for j, copy in chunk.copies.items():
-        middles[j] = copy.to(edge.device) if isinstance(copy, torch.Tensor) else torch.from_numpy(to_uint8(load_frame(copy)))
+        middles[j] = copy.to(edge.device) if isinstance(copy, torch.Tensor) else to_pixels(load_frame(copy), chunk.depth)
     computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
     for batch in edge.batched(computed, chunk.grid):
-        middles[batch] = edge.forward(edge.prepare([chunk.pair(j) for j in batch]))
-    if colour is None:
+        inputs = edge.prepare([chunk.pair(j) for j in batch])
+        made = edge.forward(inputs) if chunk.depth == 8 else as_pixels(edge.forward(inputs, uint8=False), chunk.depth)
+        for j, middle in zip(batch, made):  # one by one: indexing with a list is not defined for uint16
+            middles[j] = middle
+    if planes is None or middles.dtype != torch.uint8:
         return list(to_host(middles))
-    return [Planes(planes, width, height, colour) for planes in to_host(to_planes(middles, colour))]
+    return [Planes(each, width, height, planes) for each in to_host(to_planes(middles, planes))]
 
 
 def frame_tensors(frames: Sequence[Frame], device: torch.device) -> list[torch.Tensor]:
-    """The frames as the cloud takes them, [3, H, W] float32 in [0, 1]: where all have pixels (a
-    video's), made on ``device`` from one copy of their 8-bit pixels; else each frame's tensor."""
-    if any(frame.pixels is None for frame in frames) or any(frame.pixels.shape != frames[0].pixels.shape for frame in frames):
+    """The frames as the cloud takes them, [3, H, W] float32 in [0, 1]: where all have pixels of one
+    shape and depth (a video's), made on ``device`` from one copy of their pixels; else each frame's tensor."""
+    first = frames[0].pixels
+    if any(frame.pixels is None or frame.pixels.shape != first.shape or frame.pixels.dtype != first.dtype for frame in frames):
         return [frame.tensor for frame in frames]
-    pixels = upload(torch.stack([frame.pixels for frame in frames]), device)  # [F, H, W, 3] uint8
-    return list(pixels.permute(0, 3, 1, 2).contiguous().float().div_(255.0).unbind())  # as pixels_to_tensor makes each
+    pixels = upload(torch.stack([frame.pixels for frame in frames]), device)  # [F, H, W, 3] uint8 or uint16
+    return list(pixels.permute(0, 3, 1, 2).contiguous().float().div_(levels(first.dtype)).unbind())  # as pixels_to_tensor makes each
 
 
 _streams = threading.local()
@@ -164,16 +167,16 @@ class InProcess(FunctionProcessor):
     """:func:`in_process`'s processor; :meth:`planes` asks for its middles as an output's planes,
     which it gives where ``middles_as`` says."""
 
-    colour: Colour | None = None
+    format: PlaneFormat | None = None
 
     def __init__(self, function: Callable, middles_as: str, device: torch.device):
         super().__init__(function)
         self.converts = middles_as == "planes" or (middles_as == "auto" and device.type == "cuda")
 
-    def planes(self, colour: Colour) -> None:
-        """Give the middles as ``colour``'s planes (a writer that takes them, where they go to it alone)."""
+    def planes(self, format: PlaneFormat) -> None:
+        """Give the middles as ``format``'s planes (a writer that takes them, where they go to it alone)."""
         if self.converts:
-            self.colour = colour
+            self.format = format
 
 
 def in_process(
@@ -196,10 +199,12 @@ def in_process(
             for tensor in tensors[1:]:
                 check_pair(tensors[0], tensor)
             event("cloud asked")
-            chunk, payload_bytes = hand_over(cloud, intake, tensors, seed, kind, scene_threshold, lambda: event("encoded"))
+            made = kind.make(cloud, tensors, seed, scene_threshold, depth=max(frame.depth for frame in frames))
+            event("encoded")
+            chunk, payload_bytes = hand_over(cloud, intake, made, kind)
             event("payload in")
             event("edge asked")
-            middles = pixel_middles(edge, chunk, processor.colour)
+            middles = pixel_middles(edge, chunk, processor.format)
         event("done")
         return Middles(middles, payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
 

@@ -51,9 +51,46 @@ def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], coun
 
 
 def local_frames(path: Path) -> list[np.ndarray]:
-    """Every frame of ``path`` as a local run reads it (VideoClip), RGB."""
+    """Every frame of ``path`` as a local run reads it (VideoClip): its RGB pixels, 16-bit for a video deeper than 8 bits."""
     clip = VideoClip(path)
     try:
-        return [np.asarray(frame.image) for frame in clip]
+        return [frame.pixels.numpy() for frame in clip]
     finally:
         clip.close()
+
+
+def gradient(index: int, size: tuple[int, int], levels: tuple[int, int] = (64, 32)) -> np.ndarray:
+    """Frame ``index`` of a moving colour gradient, 16-bit RGB [H, W, 3]: red rises across the width
+    by ``levels[0]`` 8-bit levels, green down the height by ``levels[1]``, blue with both; each frame
+    moves by a quarter of an 8-bit level. Gentle slopes, so that 8 bits band it and 10 do not."""
+    height, width = size
+    x = np.linspace(0, 257 * levels[0], width)[None, :] + 64 * index
+    y = np.linspace(0, 257 * levels[1], height)[:, None] + 32 * index
+    start = 257 * 96  # mid-grey, where every depth and range holds the whole gradient
+    planes = [start + x + 0 * y, start + y + 0 * x, start + (x + y) / 2]
+    return np.clip(np.stack(planes, axis=-1), 0, 65535).round().astype(np.uint16)
+
+
+def make_graded_clip(path: Path, codec: str, pix_fmt: str, size: tuple[int, int], count: int, colour=None,
+                     options: dict | None = None) -> Path:
+    """``count`` frames of :func:`gradient` encoded with ``codec`` in ``pix_fmt``, tagged with
+    ``colour`` (an :class:`eden_serve.media.colour.Colour`: its tags on the stream, its HDR
+    metadata as the encoder's own parameters), at 25 frames a second."""
+    from eden_serve.media.colour import Colour, merged
+
+    colour = colour or Colour()
+    options = merged(dict(options or {}), codec, {**({"log-level": "error"} if codec == "libx265" else {}),
+                                                  **colour.parameters(codec)})
+    with av.open(str(path), "w", container_options={"strict": "-1"} if path.suffix == ".y4m" else None) as container:
+        stream = container.add_stream(codec, rate=25, options=options)
+        stream.height, stream.width = size
+        stream.pix_fmt = pix_fmt
+        stream.codec_context.time_base = Fraction(1, 25)
+        colour.tag(stream.codec_context)
+        convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": colour.range or None}
+        for k in range(count):
+            picture = av.VideoFrame.from_ndarray(gradient(k, size), format="rgb48le").reformat(format=pix_fmt, **convert)
+            picture.pts, picture.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(picture))
+        container.mux(stream.encode(None))
+    return path

@@ -57,7 +57,7 @@ def test_a_stream_cut_short_is_not_finished():
     (record(b"X", 0, b""), "should not"),
     (record(MIDDLE, 0, b"\0" * 200_000), "should not"),  # longer than any PNG of a 40x24 frame
     (record(MIDDLE, 0, png(0, (41, 24))), "41x24 PNG, for frames of 40x24"),
-    (record(MIDDLE, 0, png(0, mode="L")), "not in 8-bit RGB"),
+    (record(MIDDLE, 0, png(0, mode="L")), "not in 8- or 16-bit RGB"),
     (record(FAILED, 0, b"not a document"), "without an error document"),
 ])
 def test_a_hostile_stream_is_refused(data, message):

@@ -24,8 +24,12 @@ from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 
 def test_noise_contract_matches_golden(golden):
+    """The seed's noise, up to the last bits of the math that turns uniform draws into normal ones:
+    vectorized on AVX2 and AVX512, scalar otherwise (docs/gpu.md: up to 1.1e-6 apart)."""
     noise = golden.arrays["noise"]
-    assert torch.equal(initial_noise(golden.seed, noise.shape[1], golden.config), noise)
+    drawn = initial_noise(golden.seed, noise.shape[1], golden.config)
+    assert (drawn - noise).abs().max().item() <= 4e-6
+    assert (initial_noise(golden.seed + 1, noise.shape[1], golden.config) - noise).abs().max().item() > 0.1
 
 
 def test_both_paths_reproduce_golden_output(golden):

@@ -78,7 +78,7 @@ def one_line_and_exit_2(capsys, argv: list[str], output) -> str:
 HOSTILE = {
     "a PNG header of 60000x60000": (200, "image/png", image_header("PNG", 60000, 60000), "60000x60000"),
     "a 12000x12000 middle for a 200x120 pair": (200, "image/png", image_header("PNG", 12000, 12000), "12000x12000"),
-    "a middle in another mode": (200, "image/png", encoded(Image.new("L", SIZE)), "not in 8-bit RGB"),
+    "a middle in another mode": (200, "image/png", encoded(Image.new("L", SIZE)), "not in 8- or 16-bit RGB"),
     "a JPEG middle": (200, "image/jpeg", encoded(Image.new("RGB", SIZE), "JPEG"), "not a PNG"),
     "a deeply nested JSON answer": (200, "application/json", NESTED, "not a PNG"),
     "a deeply nested JSON refusal": (400, "application/json", NESTED, "HTTP 400"),

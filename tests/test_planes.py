@@ -18,7 +18,7 @@ from eden_serve.client.processors import pairwise
 from eden_serve.client.streaming import interpolate_clip
 from eden_serve.edge.yuv import to_planes
 from eden_serve.media import Encoding
-from eden_serve.media.planes import Colour, Planes, output_colour
+from eden_serve.media.planes import PlaneFormat, Planes, plane_format
 from eden_serve.media.video import VideoWriter
 
 av = pytest.importorskip("av")
@@ -26,35 +26,40 @@ av = pytest.importorskip("av")
 REAL = np.asarray(Image.open("tests/data/scene_cut/05.png").convert("RGB"))[:270, :480]
 NOISE = np.random.default_rng(1).integers(0, 256, (64, 96, 3), dtype=np.uint8)
 # (pix_fmt, swscale's name of the matrix, full range, depth)
-COLOURS = [("yuv420p", "ITU601", False, 8), ("yuv420p", "ITU709", False, 8), ("yuvj420p", "ITU601", True, 8),
-           ("yuv420p10le", "ITU601", False, 10), ("yuv420p10le", "ITU709", False, 10)]
+# (pix_fmt, FFmpeg's matrix, full range): BT.601 untagged, BT.709, BT.2020; limited and full range.
+COLOURS = [("yuv420p", 2, False), ("yuv420p", 1, False), ("yuv420p", 9, False), ("yuvj420p", 2, True), ("yuv420p", 1, True),
+           ("yuv420p10le", 2, False), ("yuv420p10le", 1, False), ("yuv420p10le", 9, False)]
 
 
-def swscale(pixels: np.ndarray, pix_fmt: str, colorspace: str) -> np.ndarray:
-    return av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(format=pix_fmt, dst_colorspace=colorspace).to_ndarray(format=pix_fmt)
+def swscale(pixels: np.ndarray, pix_fmt: str, matrix: int = 2, full: bool = False) -> np.ndarray:
+    """The writer's own conversion (VideoWriter.convert)."""
+    rgb = av.VideoFrame.from_ndarray(pixels, format="rgb48le" if pixels.dtype == np.uint16 else "rgb24")
+    frame = rgb.reformat(format=pix_fmt, dst_colorspace=matrix if matrix != 2 else None, dst_color_range=2 if full else None)
+    return frame.to_ndarray(format=pix_fmt)
 
 
-@pytest.mark.parametrize("pix_fmt, colorspace, full, depth", COLOURS)
+@pytest.mark.parametrize("pix_fmt, matrix, full", COLOURS)
 @pytest.mark.parametrize("name", ["real", "noise"])
-def test_planes_within_one_level_of_swscale(name, pix_fmt, colorspace, full, depth):
+def test_planes_within_one_level_of_swscale(name, pix_fmt, matrix, full):
     pixels = {"real": REAL, "noise": NOISE}[name]
     height, width, _ = pixels.shape
-    colour = Colour(pix_fmt, "bt709" if colorspace == "ITU709" else "bt601", full, depth)
-    made = to_planes(torch.from_numpy(pixels.copy())[None], colour)
-    assert made.dtype == (torch.uint8 if depth == 8 else torch.int16) and made.shape == (1, width * height * 3 // 2)
-    got = Planes(made[0], width, height, colour).array()
-    difference = np.abs(got.astype(np.int32) - swscale(pixels, pix_fmt, colorspace).astype(np.int32))
+    format = plane_format(pix_fmt, width, height, matrix, full)
+    made = to_planes(torch.from_numpy(pixels.copy())[None], format)
+    assert made.dtype == (torch.uint8 if format.depth == 8 else torch.int16) and made.shape == (1, width * height * 3 // 2)
+    got = Planes(made[0], width, height, format).array()
+    difference = np.abs(got.astype(np.int32) - swscale(pixels, pix_fmt, matrix, full).astype(np.int32))
     assert difference.max() <= 1
     assert (difference > 0).mean() < 0.25  # most samples equal (measured: 1-3% limited range, about 20% full)
 
 
 def test_which_outputs_take_planes():
-    assert output_colour("yuv420p", 96, 64) == Colour("yuv420p")
-    assert output_colour("yuv420p", 96, 64, "ITU709") == Colour("yuv420p", "bt709")
-    assert output_colour("yuv420p10le", 96, 64) == Colour("yuv420p10le", depth=10)
-    assert output_colour("yuvj420p", 96, 64).full
-    assert output_colour("yuv420p", 95, 64) is None and output_colour("yuv420p", 96, 63) is None
-    assert output_colour("yuv444p", 96, 64) is None and output_colour("rgb24", 96, 64) is None
+    assert plane_format("yuv420p", 96, 64) == PlaneFormat("yuv420p")
+    assert plane_format("yuv420p", 96, 64, 1) == PlaneFormat("yuv420p", "bt709")
+    assert plane_format("yuv420p10le", 96, 64, 9) == PlaneFormat("yuv420p10le", "bt2020", depth=10)
+    assert plane_format("yuvj420p", 96, 64, 2, True).full
+    assert plane_format("yuv420p", 95, 64) is None and plane_format("yuv420p", 96, 63) is None
+    assert plane_format("yuv444p", 96, 64) is None and plane_format("rgb24", 96, 64) is None
+    assert plane_format("yuv420p", 96, 64, 7) is None  # SMPTE 240M: the writer converts RGB itself
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +71,8 @@ def planes_of_average(index, frame0, frame1, seed):
     """:func:`average`'s middle as the planes swscale makes of it: what the writer's RGB path encodes."""
     rgb = np.asarray(average(index, frame0, frame1, seed))
     height, width, _ = rgb.shape
-    planes = torch.from_numpy(swscale(rgb, "yuv420p", "ITU601").reshape(-1).copy())
-    return Planes(planes, width, height, Colour("yuv420p"))
+    planes = torch.from_numpy(swscale(rgb, "yuv420p").reshape(-1).copy())
+    return Planes(planes, width, height, PlaneFormat("yuv420p"))
 
 
 def test_the_encoder_sees_the_same_planes(tmp_path, clip, monkeypatch):

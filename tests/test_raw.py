@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+import torch
 
 from eden_serve.errors import BadInputError, ServerError
 from eden_serve.serving.answer_formats import PNG_ANSWER, RAW_ANSWER, answer_format
@@ -33,6 +34,16 @@ def test_a_raw_middle_round_trips():
     assert all(np.array_equal(a, b) for a, b in zip(got, middles))
 
 
+def test_a_16_bit_raw_middle_round_trips_to_its_pixels():
+    pixels = np.random.default_rng(1).integers(0, 65536, (5, 7, 3), dtype=np.uint16)
+    data = encode_raw(pixels)
+    assert len(data) == raw_bytes(7, 5, 16) == RAW_HEADER_BYTES + pixels.nbytes
+    middle = middle_image(data, (7, 5), WHERE, raw=True)
+    assert middle.dtype == torch.uint16 and np.array_equal(middle.numpy(), pixels)
+    got = whole_raw(data + encode_raw(pixels[::-1].copy()), 2, (7, 5), WHERE)
+    assert np.array_equal(got[0], pixels) and np.array_equal(got[1], pixels[::-1])
+
+
 def forged(data: bytes, offset: int, fmt: str, value) -> bytes:
     out = bytearray(data)
     struct.pack_into(fmt, out, offset, value)
@@ -47,7 +58,8 @@ GOOD = encode_raw(frame())
     (GOOD[:RAW_HEADER_BYTES - 1], "shorter than its header"),
     (b"EDENRAWX" + GOOD[8:], "not a raw middle"),
     (forged(GOOD, 8, "<H", 2), "version 2"),
-    (forged(GOOD, 10, "<H", 1), "flags 0x0001"),
+    (forged(GOOD, 10, "<H", 2), "flags 0x0002"),
+    (forged(GOOD, 10, "<H", 1), "not the 230 of a 7x5 frame of 16 bits"),
     (forged(GOOD, 12, "<I", 8), "is 8x5, for frames of 7x5"),
     (forged(GOOD, 16, "<I", 1 << 31), "for frames of 7x5"),
     (GOOD[:-1], "not the 125"),

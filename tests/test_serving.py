@@ -569,10 +569,17 @@ def test_frames_payloads_answer_what_fp32_payloads_answer(encoder, edge):
     assert edge[1].metrics.get_metric("EdenConditionsMs", MetricTypes.GAUGE).dimension_names == ["ModelName", "Level"]
 
 
-def test_16_bit_frames_are_refused_by_the_frames_codec(encoder):
+def test_16_bit_frames_cross_the_frames_codec_at_16_bits_and_float_ones_are_refused(encoder):
+    levels = np.arange(64 * 96, dtype=np.uint16).reshape(64, 96) * 7
     grey = io.BytesIO()
-    Image.fromarray(np.arange(64 * 96, dtype=np.uint16).reshape(64, 96) * 7).save(grey, format="PNG")
+    Image.fromarray(levels).save(grey, format="PNG")
     ((status, _, body),) = handle(*encoder, [{"frame0": grey.getvalue(), "frame1": grey.getvalue(), "codec": "frames"}])
+    assert status == 200
+    chunk = wire.decode(body, preset("tiny"))
+    assert chunk.depth == 16 and np.array_equal(chunk.pixels[0], np.repeat(levels[..., None], 3, axis=2))
+    floats = io.BytesIO()
+    Image.fromarray(levels.astype(np.float32) / 65535 + 1e-6).save(floats, format="TIFF")
+    ((status, _, body),) = handle(*encoder, [{"frame0": floats.getvalue(), "frame1": floats.getvalue(), "codec": "frames"}])
     document = json.loads(body)
     assert (status, document["type"]) == (400, "bad_input") and "more than 8 bits" in document["message"]
 

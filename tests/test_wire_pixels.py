@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import struct
 import tracemalloc
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +23,11 @@ from eden_serve.config import PRESETS
 from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError
 from eden_serve.wire import Decisions, FramesChunk, decode, encode
 from conftest import changed
+from eden_serve.serving.answer_formats import PNG_ANSWER
+from eden_serve.wire.png import RGB16, png_header, rgb16_png
 from harness import envelopes
 from harness.envelopes import PREFIX
+from harness.videos import gradient
 
 TINY = PRESETS["tiny"]
 CLIP = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))  # 160x68 real video, a cut after frame 3
@@ -219,3 +224,65 @@ def test_forged_bodies_raise_only_codec_errors(good, data):
     except CodecError:
         return
     assert out.pixels.shape == (5, 68, 160, 3)  # damage the WebP decoder does not notice is still the right shape
+
+
+# --- 16-bit frames ---------------------------------------------------------------------------------
+
+
+def deep_chunk(count: int = 3) -> FramesChunk:
+    pixels = np.stack([gradient(k, (68, 160)) for k in range(count)])
+    return FramesChunk(pixels, Decisions([0.5] * (count - 1), list(range(count - 1)), [], DIGEST, depth=16))
+
+
+def test_16_bit_frames_round_trip_as_16_bit_pngs():
+    chunk = deep_chunk()
+    header, body = split(encode(chunk, TINY, "frames"))
+    assert header["depth"] == 16 and all(png_header(image)[2:] == RGB16 for image in images(header, body))
+    got = decode(reframe(header, body), TINY)
+    assert got.depth == 16 and np.array_equal(got.pixels, chunk.pixels)
+    eight = split(encode(frames_chunk(), TINY, "frames"))[0]
+    assert "depth" not in eight  # an 8-bit payload is what it was before depth
+
+
+def sub_png(pixels: np.ndarray, filter_type: int = 1, extra: bytes = b"") -> bytes:
+    """A 16-bit RGB PNG like rgb16_png's, with every row's filter byte ``filter_type`` and ``extra`` inflated after the rows."""
+    height, width, _ = pixels.shape
+    rows = np.zeros((height, 6 * width + 1), np.uint8)
+    rows[:, 0] = filter_type
+    rows[:, 1:] = np.ascontiguousarray(pixels, ">u2").view(np.uint8).reshape(height, -1)
+    stream = zlib.compress(rows.tobytes() + extra)
+
+    def chunk(kind, data):
+        return struct.pack(">I4s", len(data), kind) + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", stream) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("webp", "frame 1 is not a 16-bit RGB PNG"),
+    ("8-bit png", "frame 1 is not a 16-bit RGB PNG"),
+    ("paeth", "a filter other than None, Sub or Up"),
+    ("inflates past its size", "not the 65348 of its size"),
+    ("crc", "fails its CRC"),
+    ("other size", "frame 1 is 160x67"),
+])
+def test_16_bit_frames_that_are_not_this_writers_pngs_are_refused(kind, words):
+    header, body = split(encode(deep_chunk(), TINY, "frames"))
+    parts, pixels = images(header, body), gradient(1, (68, 160))
+    bad = {"webp": lambda: webp(np.zeros((68, 160, 3), np.uint8)),
+           "8-bit png": lambda: PNG_ANSWER.encode(np.zeros((68, 160, 3), np.uint8)),
+           "paeth": lambda: sub_png(pixels, 4),
+           "inflates past its size": lambda: sub_png(pixels, 1, bytes(1 << 20)),
+           "crc": lambda: parts[1][:-20] + bytes(4) + parts[1][-16:],
+           "other size": lambda: rgb16_png(pixels[:67])}[kind]()
+    with pytest.raises(CodecError, match=words) as caught:
+        decode(with_images(header, [parts[0], bad, parts[2]]), TINY)
+    assert caught.value.status == 400
+
+
+def test_a_depth_other_than_16_is_refused():
+    header, body = split(encode(deep_chunk(), TINY, "frames"))
+    for depth in (8, 10, "16"):
+        with pytest.raises(CodecError, match="depth must be 16 where it is given"):
+            decode(reframe({**header, "depth": depth}, body), TINY)

@@ -308,7 +308,7 @@ class _Processor(Processor):
         """The chunk's middles: sent again with its kind's fallback where that kind failed on it, or
         as two halves where a server finds it too large."""
         named = named_fields(frames)
-        chunk = _Chunk([] if named else [frame.encoded for frame in frames], seed, frames[0].image.size, named, index, order)
+        chunk = _Chunk([] if named else [frame.encoded for frame in frames], seed, frames[0].size, named, index, order)
         codec = self.client._codec(chunk)
         try:
             return self.client._middles(chunk, codec, self.cancel, self.stages, arrived)

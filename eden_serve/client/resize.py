@@ -9,6 +9,8 @@ what the smaller grid cannot hold), and each middle comes back scaled to the cli
 
 from __future__ import annotations
 
+import warnings
+
 from PIL import Image
 
 from ..media.base import Frame
@@ -33,6 +35,9 @@ class AtSize(Processor):
         return image.resize(self.size[::-1], Image.Resampling.LANCZOS)
 
     def __call__(self, index: int, frames: list[Frame], seed: int, arrived=None):
+        if any(f.depth == 16 for f in frames):  # said once: Python shows a warning once per place and text
+            warnings.warn("--process-size scales with Pillow at 8 bits: the 16-bit frames reach the model, and its middles "
+                          "the output, at 8 bits")
         small = [Frame(f.index, f.name, image=self.scaled(f.image)) for f in frames]
         result = self.inner(index, small, seed)
         images = getattr(result, "images", result)

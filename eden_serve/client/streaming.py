@@ -345,9 +345,9 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
         with write_clip(clip, dst, options.retiming, journal, options.encoding) as writer, \
                 Workers(options.inflight, options.cancel) as workers:
             # Middles that go to the writer alone (a 2x output, not kept for a resume) may come as its planes.
-            if (getattr(writer, "colour", None) is not None and hasattr(processor, "planes") and options.retiming.levels == 1
+            if (getattr(writer, "planes", None) is not None and hasattr(processor, "planes") and options.retiming.levels == 1
                     and journal is None):
-                processor.planes(writer.colour)
+                processor.planes(writer.planes)
             summary = _Run(options, processor, workers, writer, journal).write(clip, src)
     summary.seconds = time.perf_counter() - started
     summary.encoder, summary.encoder_seconds = getattr(writer, "encoder", None), getattr(writer, "busy", 0.0)

@@ -20,7 +20,7 @@ import torch
 from ..config import EdenConfig
 from ..e_cond import embed_frames, weights_digest
 from ..errors import BadInputError
-from ..media.frames import from_uint8, to_pixels, to_png, to_uint8
+from ..media.frames import from_pixels, to_pixels, to_png
 from ..model import CloudWeights
 from ..wire import DEFAULT_CODEC, Chunk, Conditions, Decisions, FramesChunk, Tokens
 from .scene_cuts import scene_cuts
@@ -34,16 +34,17 @@ class CloudEncoder:
 
     @torch.inference_mode()
     def encode_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-                     on_device: bool = False) -> Chunk:
+                     on_device: bool = False, depth: int = 8) -> Chunk:
         """F >= 2 consecutive [3, H, W] float frames in [0, 1] -> their chunk for the edge: every frame
         embedded once, in batched patch embeddings; pair j gets seed ``seed + j``. A pair that
         :func:`~.scene_cuts.scene_cuts` finds across a cut at ``scene_threshold`` (None: detection
         off) has the earlier frame for its middle, which travels as a PNG instead of costing the
         edge its DiT. The tokens come back on the CPU for the wire, or with ``on_device`` where
         they were made, for an edge in the same process: then each cut's middle is the earlier
-        frame's 8-bit pixels [H, W, 3] on the device, no PNG made."""
+        frame's pixels [H, W, 3] on the device, no PNG made. ``depth``: the bits of the pixels the
+        frames were (8, or 16 for frames deeper than 8), which the copies and the edge's middles keep."""
         x = self._frames(frames)
-        decisions = self._decide(x, seed, scene_threshold)
+        decisions = self._decide(x, seed, scene_threshold, depth)
         cond_dit, cond_dec, means, stds = embed_frames(self.weights, self.config, x)
         return Chunk(
             cond_dit=Tokens(cond_dit if on_device else cond_dit.cpu()),
@@ -53,22 +54,24 @@ class CloudEncoder:
             decisions=decisions,
             grid=self.config.patch_grid(*x[0].shape[-2:]),
             size=tuple(x[0].shape[-2:]),
-            copies={j: to_pixels(x[j]) if on_device else to_png(x[j].cpu()) for j in decisions.cuts},
+            copies={j: to_pixels(x[j], decisions.depth) if on_device else to_png(x[j].cpu(), decisions.depth) for j in decisions.cuts},
         )
 
     @torch.inference_mode()
-    def frames_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None) -> FramesChunk:
-        """What the frames kind sends: the frames as 8-bit pixels, and the same decisions about
-        their pairs as :meth:`encode_chunk` makes, naming these weights (:attr:`digest`), which
-        the edge must hold too. Frames of more than 8 bits (16-bit grey) are refused: their
-        pixels would not give back the same tensors."""
+    def frames_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
+                     depth: int = 8) -> FramesChunk:
+        """What the frames kind sends: the frames as pixels of ``depth`` bits (8, or 16 for frames
+        deeper than 8), and the same decisions about their pairs as :meth:`encode_chunk` makes,
+        naming these weights (:attr:`digest`), which the edge must hold too. Frames of more bits than
+        that (16-bit grey said to be 8, 32-bit float images) are refused: their pixels would not give
+        back the same tensors."""
         x = self._frames(frames)
-        pixels = np.stack([to_uint8(frame.cpu()) for frame in x])
+        pixels = np.stack([to_pixels(frame, depth).cpu().numpy() for frame in x])
         for i, frame in enumerate(x):
-            if not torch.equal(from_uint8(pixels[i]).to(self.device), frame):
-                raise BadInputError(f"frame{i} has more than 8 bits per channel, which the frames codec does not carry; "
-                                    f"use a token codec such as {DEFAULT_CODEC}")
-        decisions = self._decide(x, seed, scene_threshold)
+            if not torch.equal(from_pixels(pixels[i]).to(self.device), frame):
+                raise BadInputError(f"frame{i} has more than {depth} bits per channel, which the frames codec does not carry "
+                                    f"as they are; use a token codec such as {DEFAULT_CODEC}")
+        decisions = self._decide(x, seed, scene_threshold, depth)
         decisions.cloud = self.digest
         return FramesChunk(pixels, decisions)
 
@@ -86,12 +89,12 @@ class CloudEncoder:
         assert len(frames) >= 2 and len(shape) == 3 and shape[0] == 3 and all(f.shape == shape for f in frames), "checked by the caller"
         return [frame.to(self.device, torch.float32) for frame in frames]
 
-    def _decide(self, x: list[torch.Tensor], seed: int, scene_threshold: float | None) -> Decisions:
-        """Each pair's difference scalar and seed, and the pairs across a scene cut."""
+    def _decide(self, x: list[torch.Tensor], seed: int, scene_threshold: float | None, depth: int) -> Decisions:
+        """Each pair's difference scalar and seed, the pairs across a scene cut, and the frames' depth."""
         norms = [self._channel_norm(frame) for frame in x]  # each frame's once, not once per pair
         differences = [self._difference(x[j], x[j + 1], norms[j], norms[j + 1]).item() for j in range(len(x) - 1)]
         del norms
-        return Decisions(differences, [seed + j for j in range(len(x) - 1)], scene_cuts(x, scene_threshold))
+        return Decisions(differences, [seed + j for j in range(len(x) - 1)], scene_cuts(x, scene_threshold), depth=depth)
 
     @staticmethod
     def _channel_norm(frame: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch
 
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError, FrameTooLargeError
-from ..media.frames import check_frame, image_to_tensor, open_image
+from ..media.frames import SIXTEEN_BIT_MODES, check_frame, image_to_tensor, is_deep, open_deep, open_image, open_mode, pixels_to_tensor
 from ..wire.envelope import Limits
 
 
@@ -22,7 +22,7 @@ def read_chunk(images: Sequence[bytes], config: EdenConfig, max_pixels: int, max
     give: each frame readable (400), within ``max_pixels``, ``max_side`` and ``max_tokens`` (413);
     all of one size (400); ``max_chunk_tokens`` in all (413). Then decoded one at a time into the
     batch, so a request's memory is bounded by the chunk limit: the batch, plus one frame's
-    decoding (its 8-bit pixels), whatever its files declare.
+    decoding (its pixels), whatever its files declare. A 16-bit RGB PNG or TIFF keeps its 16 bits.
     """
     limits = Limits(tokens=max_tokens, chunk_tokens=max_chunk_tokens, pixels=max_pixels)
     sizes = []
@@ -37,12 +37,28 @@ def read_chunk(images: Sequence[bytes], config: EdenConfig, max_pixels: int, max
     check_tokens(width, height, count, config, limits)
     batch = torch.empty(count, 3, height, width)
     for i, data in enumerate(images):
+        if is_deep(data, f"frame{i}"):  # 16-bit RGB, which Pillow would read as 8 bits
+            pixels = open_deep(data, f"frame{i}", max_pixels, max_side)
+            if pixels.shape[:2] != (height, width):  # open_deep turns no frame by its EXIF orientation
+                raise BadInputError(f"frame{i} is 16-bit {pixels.shape[1]}x{pixels.shape[0]} turned to {width}x{height} by its "
+                                    "EXIF orientation, which 16-bit frames do not take; send it upright")
+            batch[i] = pixels_to_tensor(pixels)
+            continue
         image = open_image(data, f"frame{i}", max_pixels, max_side)
         if image.size != (width, height):  # an orientation stated after the pixel data, which the header read skips
             raise BadInputError(f"frame{i} decodes to {image.width}x{image.height}, not the {width}x{height} its header states")
         image_to_tensor(image, batch[i])
         del image
     return batch
+
+
+def images_depth(images: Sequence[bytes]) -> int:
+    """16 where a request's frames hold more than 8 bits a channel (16-bit RGB or grey), else 8: the
+    depth the chunk's middles keep; from the headers, as :func:`read_chunk` has judged them."""
+    for i, data in enumerate(images):
+        if is_deep(data, f"frame{i}") or open_mode(data, f"frame{i}") in SIXTEEN_BIT_MODES:
+            return 16
+    return 8
 
 
 def check_tokens(width: int, height: int, count: int, config: EdenConfig, limits: Limits, name: str = "frame") -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
 
-from PIL import Image
+import numpy as np
 
 from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from ..media.encoding import import_av
@@ -219,9 +219,9 @@ class SourceVideo:
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "video_bytes": s.video_bytes, "key_frames": len(s.starts),
                 "bytes": self.source.size, "streams": s.streams}
 
-    def read(self, first: int, count: int) -> list[Image.Image]:
-        """Frames ``first`` ... ``first + count - 1`` (display order) as RGB images, converted as
-        :class:`~eden_serve.media.video.VideoClip` converts them."""
+    def read(self, first: int, count: int) -> list[np.ndarray]:
+        """Frames ``first`` ... ``first + count - 1`` (display order) as RGB pixels (8-bit, or 16-bit
+        for a deeper video), converted as :class:`~eden_serve.media.video.VideoClip` converts them."""
         total = self.scan.frames
         if first < 0 or count < 1 or first + count > total:
             raise BadInputError(f"frames {first} to {first + count - 1} asked for, but {self.source.name} holds {total} "
@@ -234,12 +234,12 @@ class SourceVideo:
         frames = self._decode(self.scan.starts[at], first, count, wanted) if at > 0 else None
         return frames or self._decode(None, first, count, wanted)
 
-    def _decode(self, seek: int | None, first: int, count: int, wanted: list[int] | None = None) -> list[Image.Image] | None:
+    def _decode(self, seek: int | None, first: int, count: int, wanted: list[int] | None = None) -> list[np.ndarray] | None:
         """The frames asked for, decoding from the key frame the demuxer seeks to at or before
         ``seek`` (None: from the start); None where frames asked for were not met (a seek that
         landed past them)."""
         av = import_av()
-        found: dict[int, Image.Image] = {}
+        found: dict[int, np.ndarray] = {}
         self.decoded = 0
         if seek is None or wanted is None:  # from the start: up to the last frame asked for
             self._decoding(first + count)

@@ -19,7 +19,7 @@ import torch
 from ..config import EdenConfig
 from ..e_cond import embed_frames, weights_digest
 from ..errors import ModelMismatchError
-from ..media.frames import from_uint8, to_png
+from ..media.frames import from_pixels, to_png
 from ..media.packets import decode_chunk
 from ..model import CloudWeights
 from ..wire import DEFAULT_CODEC, BitstreamChunk, Chunk, FramesChunk, Tokens
@@ -49,10 +49,10 @@ class EdgeEncoder:
                 f"payload's frames are for cloud weights {chunk.cloud[:16]}, but this edge derives conditions with "
                 f"{self.digest[:16]}; deploy the archives of one archive.sh run to cloud and edge"
             )
-        frames = [from_uint8(pixels) for pixels in chunk.pixels]
+        frames = [from_pixels(pixels) for pixels in chunk.pixels]
         cond_dit, cond_dec, means, stds = embed_frames(self.weights, self.config, [frame.to(self.device) for frame in frames])
         return Chunk(Tokens(cond_dit), Tokens(cond_dec), means, stds, chunk.decisions, self.config.patch_grid(*chunk.size),
-                     chunk.size, {j: to_png(frames[j]) for j in chunk.cuts})
+                     chunk.size, {j: to_png(frames[j], chunk.depth) for j in chunk.cuts})
 
 
 @dataclass

@@ -15,23 +15,25 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..media.planes import MATRICES, Colour
+from ..media.planes import MATRICES, PlaneFormat
 
 
-def to_planes(pixels: torch.Tensor, colour: Colour) -> torch.Tensor:
+def to_planes(pixels: torch.Tensor, format: PlaneFormat) -> torch.Tensor:
     """[B, H, W, 3] uint8 RGB -> [B, H W 3/2]: each frame's Y, U and V planes back to back, uint8
-    for 8 bits, int16 for more, on the pixels' device."""
+    for 8 bits, int16 for more, on the pixels' device. (From 16-bit RGB swscale filters the chroma
+    otherwise, 2-4 levels away from this: deeper middles stay RGB.)"""
+    assert pixels.dtype == torch.uint8, pixels.dtype
     batch, height, width, _ = pixels.shape
-    kr, kb = MATRICES[colour.matrix]
+    kr, kb = MATRICES[format.matrix]
     rgb = pixels.permute(0, 3, 1, 2).float()  # [B, 3, H, W]
     r, g, b = rgb.unbind(1)
     luma = kr * r + (1 - kr - kb) * g + kb * b
     chroma = torch.stack(((b - luma) / (2 * (1 - kb)), (r - luma) / (2 * (1 - kr))), 1)  # [B, 2, H, W], in [-127.5, 127.5]
-    top = (1 << colour.depth) - 1
-    if colour.full:
-        y_plane, c_scale, c_offset = luma * (top / 255), top / 255, float(1 << (colour.depth - 1))
+    top = (1 << format.depth) - 1
+    if format.full:
+        y_plane, c_scale, c_offset = luma * (top / 255), top / 255, float(1 << (format.depth - 1))
     else:
-        unit = 1 << (colour.depth - 8)
+        unit = 1 << (format.depth - 8)
         y_plane, c_scale, c_offset = (16 + luma * (219 / 255)) * unit, 224 / 255 * unit, float(128 * unit)
     # Two columns averaged, then rows 2j - 1 .. 2j + 2 weighted 1, 3, 3, 1 (edge rows repeated).
     columns = 0.5 * (chroma[..., 0::2] + chroma[..., 1::2])
@@ -39,4 +41,4 @@ def to_planes(pixels: torch.Tensor, colour: Colour) -> torch.Tensor:
     rows = (padded[..., 0:-2:2, :] + 3 * padded[..., 1:-1:2, :] + 3 * padded[..., 2::2, :] + padded[..., 3::2, :]) / 8
     planes = torch.cat((y_plane.reshape(batch, -1), (rows * c_scale + c_offset).reshape(batch, -1)), 1)
     samples = planes.round_().clamp_(0, top)
-    return samples.to(torch.uint8 if colour.depth == 8 else torch.int16)
+    return samples.to(torch.uint8 if format.depth == 8 else torch.int16)

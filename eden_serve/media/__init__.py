@@ -22,15 +22,16 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..atomic import atomic_output, remove_partial
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE
 from .animation import ANIMATION_FORMATS, AnimationClip
-from .base import HALF, Clip, ClipWriter, Frame
+from .base import HALF, Clip, ClipWriter, Frame, matched
 from .encoding import VIDEO_EXTRA, Encoding
-from .frames import PNG_MODES, match_mode
+from .frames import PNG_MODES, png_of
 from .resume import Journal, Tally, start_afresh, sync
 from .threads import ThreadedWriter
 from .timing import Retiming
@@ -86,7 +87,8 @@ def _png_ready(image: Image.Image) -> Image.Image:
 class DirectoryWriter(ClipWriter):
     """Output frame k is ``%06d.png`` (k = 0, 1, ...: the pattern ffmpeg and most tools read): a PNG
     original copied byte for byte, any other decoded and written as PNG (lossless, and in its own
-    mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float)."""
+    mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float). A 16-bit RGB
+    frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs."""
 
     continues = True
 
@@ -129,11 +131,17 @@ class DirectoryWriter(ClipWriter):
             png = file.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
         if png:
             shutil.copyfile(frame.path, self._next())
+        elif frame.pixels is not None:
+            self._next().write_bytes(png_of(frame.pixels.numpy()))
         else:
             _png_ready(frame.image).save(self._next(), format="PNG")
 
     def add_middle(self, middle, before, after, position=HALF):
-        _png_ready(match_mode(middle, before.image, after.image)).save(self._next(), format="PNG")
+        picture = matched(middle, before, after)
+        if isinstance(picture, torch.Tensor):
+            self._next().write_bytes(png_of(picture.numpy()))
+        else:
+            _png_ready(picture).save(self._next(), format="PNG")
 
     def place(self, picture, before, after, position):
         if isinstance(picture, Frame):

@@ -8,13 +8,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+import numpy as np
 import torch
 from PIL import Image
 
 from .encoding import Encoding
 from .planes import Planes
-from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, image_to_tensor, match_mode, open_image, picture_size, pixels_to_tensor,
-                     png_bytes)
+from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, depth_of, image_to_tensor, is_deep, match_mode, open_deep, open_image,
+                     picture_size, pixels_to_tensor, png_bytes, png_of, widened)
 from .resume import input_identity
 from .timing import Retiming
 
@@ -37,10 +38,12 @@ class Frame:
 
     ``image`` is the decoded frame in the clip's working mode; for a directory it is decoded on first
     use, by whichever thread needs it first (a lock per frame: different frames decode in parallel).
-    A video's frame (and a middle made in this process) is given its 8-bit RGB pixels [H, W, 3] as
+    A video's frame (and a middle made in this process) is given its RGB pixels [H, W, 3] as
     ``image`` instead, a tensor, which it keeps as ``pixels``, its image made only where something
-    asks for one. ``tensor`` is what the model takes, ``encoded`` what a server is sent: the file's
-    own bytes for a directory (the server then decodes exactly what we would), a PNG otherwise.
+    asks for one. The pixels are 8-bit, or 16-bit where the source is deeper (``depth``); a
+    directory's 16-bit RGB PNG or TIFF has them too, read on first use. ``tensor`` is what the model
+    takes, ``encoded`` what a server is sent: the file's own bytes for a directory (the server then
+    decodes exactly what we would), a PNG otherwise (16-bit for 16-bit pixels).
     """
 
     def __init__(self, index: int, name: str, *, image: Picture | None = None, path: Path | None = None,
@@ -51,8 +54,8 @@ class Frame:
         self.max_pixels = max_pixels  # checked from the file's header, before decoding
         self.duration = duration  # milliseconds on screen, for animations
         self.raw, self.time, self.end, self.source = decoded if decoded is not None else Decoded(None, None, None)
-        self.pixels = image if isinstance(image, torch.Tensor) else None
-        self._image = None if self.pixels is not None else image
+        self._pixels = image if isinstance(image, torch.Tensor) else None
+        self._image = None if self._pixels is not None else image
         self._cache: dict[str, object] = {}
         self._lock = threading.RLock()  # tensor and encoded compute image under it
 
@@ -61,6 +64,20 @@ class Frame:
             if key not in self._cache:
                 self._cache[key] = make()
             return self._cache[key]
+
+    @property
+    def pixels(self) -> torch.Tensor | None:
+        """The RGB pixels, where the frame has them (a video's; a 16-bit file's); else None."""
+        if self._pixels is not None or self.path is None or self._image is not None:
+            return self._pixels
+        return self._lazy("pixels", self._load_deep)
+
+    @property
+    def depth(self) -> int:
+        """8, or 16 for a frame of more than 8 bits a channel (16-bit grey images too)."""
+        if self.pixels is not None:
+            return depth_of(self.pixels)
+        return 16 if self.image.mode.startswith("I") else 8
 
     @property
     def image(self) -> Image.Image:
@@ -92,18 +109,27 @@ class Frame:
     def encoded(self) -> bytes:
         if self.path is not None:
             return self._lazy("encoded", self.path.read_bytes)
+        if self.pixels is not None and self.depth == 16:
+            return self._lazy("encoded", lambda: png_of(self.pixels.numpy()))
         return self._lazy("encoded", lambda: png_bytes(self.image, TRANSPORT_PNG_LEVEL))
 
     def _load(self) -> Image.Image:
         # Oriented as image_to_tensor orients it, so alpha and mode matching see the frame the model sees.
         return open_image(self.path, self.name, self.max_pixels)
 
+    def _load_deep(self) -> torch.Tensor | None:
+        return open_deep(self.path, self.name, self.max_pixels) if is_deep(self.path, self.name) else None
+
 
 def matched(middle: Picture, before: Frame, after: Frame) -> Picture:
     """:func:`~.frames.match_mode` of a middle and its neighbours: between RGB frames with pixels
-    (a video's), the middle as it is, with no image made of anything; the output's planes likewise."""
-    if isinstance(middle, Planes) or (before.mode == "RGB" and before.pixels is not None and isinstance(middle, torch.Tensor)):
+    (a video's, a 16-bit file's), the middle as its pixels at the frame before's depth, with no
+    image made of anything; the output's planes as they are."""
+    if isinstance(middle, Planes):
         return middle
+    if before.pixels is not None:
+        pixels = middle if isinstance(middle, torch.Tensor) else torch.from_numpy(np.array(middle.convert("RGB")))
+        return widened(pixels, before.depth)
     return match_mode(middle, before.image, after.image)
 
 

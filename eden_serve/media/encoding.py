@@ -1,10 +1,12 @@
 """A video output's encoder: codec, quality, speed and pixel format (``--vcodec``, ``--crf``,
-``--preset``, ``--pix-fmt``, ``--encoder-opt``), with defaults per encoder.
+``--preset``, ``--pix-fmt``, ``--encoder-opt``), with defaults per encoder, the input's colour
+(:mod:`.colour`), and its own log kept to errors unless ``-v``.
 
 Without ``--vcodec`` the output keeps the input's codec, written with the encoder PyAV has for it
 (for AV1: libsvtav1 or libaom-av1, whichever the build holds; PyAV decodes AV1 with libdav1d or
 its own decoder, neither of which can encode). A Y4M output is raw video. The pixel format is the
-input's where the encoder takes it, else yuv420p, else the encoder's first.
+input's where the encoder takes it, else yuv420p10le for an input deeper than 8 bits where the
+encoder takes that, else yuv420p, else the encoder's first; a change of depth is said in one line.
 
 Where the edge computes on a GPU (``Encoding.gpu``), the encoder must keep its pace: an H100 makes
 1080p middles at 50-100 a second, and x264 at its default preset medium encodes 51 frames a second
@@ -15,10 +17,13 @@ on 16 cores there, 141 at veryfast (docs/video.md, "Encoder speed"). There the G
 
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 
 from ..errors import BadInputError
+from .colour import FULL, Colour, merged
 from .segments import default_instances
 
 VIDEO_EXTRA = "reading or writing video needs PyAV: pip install 'eden-serve[video]'"
@@ -41,7 +46,7 @@ class Tuning:
 TUNINGS = {
     # AUTO: x264's frame threads, as FFmpeg's command line runs it (PyAV's SLICE makes x264 slice its frames).
     "libx264": Tuning({"crf": "18"}, gpu={"preset": "veryfast"}, thread_type="AUTO"),
-    "libx265": Tuning({"crf": "20", "x265-params": "log-level=error"}),  # else a screenful of notes per run
+    "libx265": Tuning({"crf": "20"}),
     "libsvtav1": Tuning({"crf": "30", "preset": "8"}),
     "libaom-av1": Tuning({"crf": "30", "b": "0", "cpu-used": "6", "row-mt": "1"}, preset="cpu-used"),
     "libvpx-vp9": Tuning({"crf": "31", "b": "0", "row-mt": "1"}, preset="cpu-used"),
@@ -73,15 +78,17 @@ class Encoding:
     pix_fmt: str | None = None
     options: tuple[tuple[str, str], ...] = ()  # --encoder-opt, in order, passed to the encoder as they are
     gpu: bool = False  # the edge computes on a GPU: the encoder's defaults keep its pace (the module's note)
+    verbose: bool = False  # -v: the encoder's own log (x265's and SVT-AV1's banners and statistics) on stderr
     instances: int | None = None  # x264 instances on segments (:mod:`.segments`); None: several beside a GPU, else one
 
     @property
     def given(self) -> bool:
         """Whether the command line asked anything of the encoder."""
-        return replace(self, gpu=False) != Encoding()
+        return replace(self, gpu=False, verbose=False) != Encoding()
 
     def identity(self) -> dict:
         fields = {key: list(map(list, value)) if key == "options" else value for key, value in asdict(self).items()}
+        del fields["verbose"]  # the output does not depend on it
         if not self.gpu:
             del fields["gpu"]  # as journals read before there was a GPU default
         if self.instances is None:
@@ -143,16 +150,47 @@ def _pix_fmt(codec, asked: str | None, source: str | None) -> str:
         if formats and asked not in formats:
             raise BadInputError(f"--pix-fmt {asked}: {codec.name} takes {', '.join(formats)}")
         return asked
-    for candidate in (source, "yuv420p"):
+    deep = source is not None and bits(source) > 8
+    for candidate in (source, "yuv420p10le" if deep else None, "yuv420p"):
         if candidate is not None and (not formats or candidate in formats):
             return candidate
     return formats[0]
 
 
-def configure(stream, encoding: Encoding, source_pix_fmt: str | None) -> dict:
-    """Set the pixel format and options of a new output ``stream`` and open its encoder, so that a
-    bad option is refused before any frame is computed; the options given (the encoder consumes
-    them as it opens: more instances of it take them again, :mod:`.segments`)."""
+def bits(pix_fmt: str) -> int:
+    """The most bits a component of ``pix_fmt`` holds."""
+    return max(c.bits for c in import_av().VideoFormat(pix_fmt).components)
+
+
+def _say_conversion(source: str | None, output: str, colour: Colour) -> None:
+    """One line where the output's pixel format changes the input's depth or range."""
+    if source is None:
+        return
+    was, now = bits(source), bits(output)
+    if was != now:
+        how = "rounded to" if now < was else "widened to"
+        warnings.warn(f"the output's pixel format {output} holds {now} bits: the input's {was}-bit {source} frames are {how} it")
+    if output.startswith("yuvj") and colour.range != FULL:
+        warnings.warn(f"the output's pixel format {output} is full range: the input's limited-range frames are converted to it")
+
+
+def output_range(pix_fmt: str, colour: Colour) -> int:
+    """The range the output's frames are converted to and tagged with: full for a yuvj format, else the input's."""
+    return FULL if pix_fmt.startswith("yuvj") else colour.range
+
+
+def _log_level(name: str, verbose: bool) -> dict[str, str]:
+    """The encoder's own log at the command line's level. SVT-AV1 reads its level from the
+    environment, once, when it first logs (a process's later encoders keep that level)."""
+    if name == "libsvtav1":
+        os.environ["SVT_LOG"] = "3" if verbose else "1"
+    return {"log-level": "info" if verbose else "error"} if name == "libx265" else {}
+
+
+def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Colour = Colour()) -> dict:
+    """Set the pixel format, colour and options of a new output ``stream`` and open its encoder, so
+    that a bad option is refused before any frame is computed; the options given (the encoder
+    consumes them as it opens: more instances of it take them again, :mod:`.segments`)."""
     av = import_av()
     name = stream.codec_context.name
     tuning = TUNINGS.get(name)
@@ -165,7 +203,10 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None) -> dict:
             raise BadInputError(f"{flag} applies to {', '.join(TUNINGS)}; for {name} give --encoder-opt KEY=VALUE")
         options[key] = value
     options.update(encoding.options)
+    options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
     stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt)
+    _say_conversion(source_pix_fmt, stream.pix_fmt, colour)
+    replace(colour, range=output_range(stream.pix_fmt, colour)).tag(stream.codec_context)
     stream.options = options
     if tuning and tuning.thread_type:
         stream.codec_context.thread_type = tuning.thread_type

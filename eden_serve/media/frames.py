@@ -2,7 +2,12 @@
 frame back in its neighbours' pixel format.
 
 Any Pillow-readable format and mode is accepted and converted to RGB; 16-bit images keep their
-precision. The pixel limit is checked from the header, before any pixel is decoded.
+precision: grey through Pillow, RGB PNG and TIFF (which Pillow reads as 8 bits) through PyAV's
+decoders (:func:`open_deep`). The pixel limit is checked from the header, before any pixel is decoded.
+
+A frame's pixels are 8-bit (uint8) or, from a source deeper than 8 bits, 16-bit (uint16): the
+depth is the pixels' dtype, and every conversion here scales by it (x / 255 or x / 65535), so
+that one path serves both (docs/video.md, "Depth and colour").
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 from PIL import ExifTags, Image, ImageChops, ImageOps, UnidentifiedImageError
 
 from ..errors import BadInputError, FrameTooLargeError
+from ..wire.png import PNG_HEADER_BYTES, RGB16, png_header, rgb16_png
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 
@@ -24,7 +30,20 @@ DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 # Modes a PNG can hold; a middle frame of any other mode (CMYK, YCbCr, LAB, F...) is written as TIFF.
 PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
 
-_SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+# The pixels' dtype of each depth, and the largest value of each dtype.
+DEPTHS = {8: torch.uint8, 16: torch.uint16}
+_LEVELS = {torch.uint8: 255.0, torch.uint16: 65535.0, np.dtype(np.uint8): 255.0, np.dtype(np.uint16): 65535.0}
+
+
+def levels(dtype) -> float:
+    """The largest value of a pixels' dtype (uint8: 255, uint16: 65535), by which they are scaled to [0, 1]."""
+    return _LEVELS[dtype]
+
+
+def depth_of(pixels: torch.Tensor | np.ndarray) -> int:
+    """8 or 16: the bits a channel of ``pixels`` holds."""
+    return 16 if _LEVELS[pixels.dtype] > 255 else 8
 
 
 def check_size(width: int, height: int, max_pixels: int, name: str = "frame") -> None:
@@ -43,8 +62,8 @@ def image_to_tensor(image: Image.Image, out: torch.Tensor | None = None) -> torc
     beyond it."""
     if out is None:
         out = torch.empty(3, image.height, image.width)
-    if image.mode in _SIXTEEN_BIT_MODES or image.mode == "F":
-        scale = 65535.0 if image.mode in _SIXTEEN_BIT_MODES else 1.0
+    if image.mode in SIXTEEN_BIT_MODES or image.mode == "F":
+        scale = 65535.0 if image.mode in SIXTEEN_BIT_MODES else 1.0
         gray = np.clip(np.asarray(image, dtype=np.float32) / scale, 0, 1)
         out.copy_(torch.from_numpy(gray)[None].expand(3, -1, -1))
         return out
@@ -52,10 +71,11 @@ def image_to_tensor(image: Image.Image, out: torch.Tensor | None = None) -> torc
     return out.copy_(torch.from_numpy(rgb).permute(2, 0, 1)).div_(255.0)
 
 
-def from_uint8(pixels: np.ndarray) -> torch.Tensor:
-    """H x W x 3 uint8 -> [3, H, W] float32 in [0, 1], x / 255: every 8-bit frame goes through here,
-    so that the edge re-derives from a frames payload exactly the tensor the cloud computed from."""
-    array = pixels.astype(np.float32) / 255.0
+def from_pixels(pixels: np.ndarray) -> torch.Tensor:
+    """H x W x 3 uint8 or uint16 -> [3, H, W] float32 in [0, 1], x / 255 or x / 65535: every frame of
+    a payload goes through here, so that the edge re-derives from it exactly the tensor the cloud
+    computed from."""
+    array = pixels.astype(np.float32) / _LEVELS[pixels.dtype]
     return torch.from_numpy(array).permute(2, 0, 1).contiguous()
 
 
@@ -136,9 +156,64 @@ def check_frame(source: bytes | str | Path, name: str, max_pixels: int, max_side
     return width, height
 
 
+def is_deep(source: bytes | str | Path, name: str = "frame") -> bool:
+    """Whether the image is 16-bit RGB, a PNG or a TIFF, which Pillow would read as 8 bits; from its header."""
+    try:
+        head = bytes(source[:PNG_HEADER_BYTES]) if isinstance(source, (bytes, bytearray)) else _head(source)
+    except OSError as exc:
+        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
+    stated = png_header(head)
+    if stated is not None:
+        return stated[2:] == RGB16
+    if not head.startswith((b"II*\0", b"MM\0*")):
+        return False
+    with _opened(source, name) as image:
+        return image.tag_v2.get(258) == (16, 16, 16)
+
+
+def open_mode(source: bytes | str | Path, name: str = "frame") -> str:
+    """The mode Pillow reads the image in, from its header."""
+    with _opened(source, name) as image:
+        return image.mode
+
+
+def _head(path: str | Path) -> bytes:
+    with open(path, "rb") as file:
+        return file.read(PNG_HEADER_BYTES)
+
+
+def open_deep(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
+              max_side: int | None = None) -> torch.Tensor:
+    """A 16-bit RGB PNG or TIFF (:func:`is_deep`) -> its pixels [H, W, 3] uint16, decoded by PyAV's
+    (FFmpeg's) PNG or TIFF decoder after the limits are checked from its header. EXIF orientation is
+    not applied: a 16-bit frame of a video tool has none."""
+    with _opened(source, name, max_pixels) as image:
+        width, height, codec = *image.size, image.format.lower()
+    if max_pixels is not None:
+        check_size(width, height, max_pixels, name)
+    if max_side is not None:
+        check_sides(width, height, max_side, name)
+    try:
+        import av
+    except ImportError:
+        raise BadInputError(f"{name} is a 16-bit RGB {codec.upper()}, which needs PyAV to read at its depth: "
+                            "pip install 'eden-serve[video]'") from None
+    data = source if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
+    try:
+        frames = av.CodecContext.create(codec, "r").decode(av.Packet(bytes(data)))
+        if len(frames) != 1 or (frames[0].width, frames[0].height) != (width, height):
+            raise ValueError("not one frame of the size its header states")
+        pixels = frames[0].to_ndarray(format="rgb48le")
+    except (av.error.FFmpegError, ValueError) as exc:
+        raise BadInputError(f"{name} is not a readable 16-bit RGB {codec.upper()} ({exc})") from None
+    return torch.from_numpy(pixels)
+
+
 def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
                max_side: int | None = None) -> torch.Tensor:
-    """Image bytes or a file path -> [3, H, W] float32 in [0, 1]."""
+    """Image bytes or a file path -> [3, H, W] float32 in [0, 1]; at 16 bits where the image holds them."""
+    if is_deep(source, name):
+        return pixels_to_tensor(open_deep(source, name, max_pixels, max_side))
     return image_to_tensor(open_image(source, name, max_pixels, max_side))
 
 
@@ -148,9 +223,17 @@ def check_pair(frame0: torch.Tensor, frame1: torch.Tensor) -> None:
         raise BadInputError(f"frames differ in size: frame0 is {w0}x{h0}, frame1 is {w1}x{h1}")
 
 
-def to_pixels(frame: torch.Tensor) -> torch.Tensor:
-    """[3, H, W] in [0, 1] -> [H, W, 3] uint8, round(x * 255), on the frame's device."""
-    return (frame.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous()
+def to_pixels(frame: torch.Tensor, depth: int = 8) -> torch.Tensor:
+    """[3, H, W] in [0, 1] -> [H, W, 3] of ``depth`` bits, round(x * 255) or round(x * 65535), on the frame's device."""
+    dtype = DEPTHS[depth]
+    return (frame.clamp(0, 1) * _LEVELS[dtype]).round().to(dtype).permute(1, 2, 0).contiguous()
+
+
+def as_pixels(frames: torch.Tensor, depth: int) -> torch.Tensor:
+    """[B, 3, H, W] float32 in [0, 1] (the edge's middles, clamped) -> [B, H, W, 3] of ``depth``
+    bits, rounded as :func:`to_pixels` rounds, on their device."""
+    dtype = DEPTHS[depth]
+    return frames.mul(_LEVELS[dtype]).round_().to(dtype).permute(0, 2, 3, 1).contiguous()
 
 
 def to_uint8(frame: torch.Tensor) -> np.ndarray:
@@ -170,25 +253,37 @@ def png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:
     return buffer.getvalue()
 
 
-def to_png(frame: torch.Tensor) -> bytes:
-    """A middle frame as the edge answers it: an 8-bit RGB PNG at :data:`TRANSPORT_PNG_LEVEL`."""
-    return png_of(to_uint8(frame))
+def to_png(frame: torch.Tensor, depth: int = 8) -> bytes:
+    """A middle frame as the edge answers it: an RGB PNG of ``depth`` bits, at :data:`TRANSPORT_PNG_LEVEL`."""
+    return png_of(to_pixels(frame, depth).cpu().numpy())
 
 
 def png_of(pixels: np.ndarray) -> bytes:
-    """H x W x 3 uint8 pixels (:func:`to_uint8`'s) as :func:`to_png` encodes them."""
+    """H x W x 3 uint8 or uint16 pixels as :func:`to_png` encodes them."""
+    if pixels.dtype == np.uint16:
+        return rgb16_png(pixels)
     return png_bytes(Image.fromarray(pixels), TRANSPORT_PNG_LEVEL)
 
 
-# A picture: an image, or 8-bit RGB pixels as a tensor [H, W, 3] (a video's frames and the middles an
-# edge in this process makes: they go from the decoder to the encoder without an image).
+# A picture: an image, or RGB pixels (8 or 16 bits) as a tensor [H, W, 3] (a video's frames and the
+# middles an edge in this process makes: they go from the decoder to the encoder without an image).
 Picture = Union[Image.Image, torch.Tensor]
 
 
 def pixels_to_tensor(pixels: torch.Tensor) -> torch.Tensor:
-    """[H, W, 3] uint8 -> [3, H, W] float32 in [0, 1], on the pixels' device: what
-    :func:`image_to_tensor` makes of their image, bit for bit."""
-    return pixels.permute(2, 0, 1).float().div_(255.0)
+    """[H, W, 3] uint8 or uint16 -> [3, H, W] float32 in [0, 1], on the pixels' device: for 8 bits
+    what :func:`image_to_tensor` makes of their image, bit for bit."""
+    return pixels.permute(2, 0, 1).float().div_(_LEVELS[pixels.dtype])
+
+
+def widened(pixels: torch.Tensor, depth: int) -> torch.Tensor:
+    """``pixels`` at ``depth`` bits (8-bit values times 257 make the same fractions of 16 bits
+    exactly); deeper pixels are rounded down to 8 bits only where ``depth`` asks it."""
+    if depth_of(pixels) == depth:
+        return pixels
+    if depth == 16:
+        return pixels.to(torch.int32).mul_(257).to(torch.uint16)
+    return pixels.to(torch.int32).add_(128).div_(257, rounding_mode="floor").to(torch.uint8)
 
 
 def picture_size(picture: Picture) -> tuple[int, int]:
@@ -197,8 +292,9 @@ def picture_size(picture: Picture) -> tuple[int, int]:
 
 
 def as_image(picture: Picture) -> Image.Image:
-    """The picture as an image, for what only takes images (frame files, animations, previews)."""
-    return Image.fromarray(picture.cpu().numpy()) if isinstance(picture, torch.Tensor) else picture
+    """The picture as an image, for what only takes images (animations, previews, resizing): 16-bit
+    pixels rounded to 8 bits, which Pillow's RGB holds."""
+    return Image.fromarray(widened(picture, 8).cpu().numpy()) if isinstance(picture, torch.Tensor) else picture
 
 
 def match_mode(middle: Picture, before: Image.Image, after: Image.Image) -> Image.Image:

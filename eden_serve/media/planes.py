@@ -2,9 +2,9 @@
 4:2:0 planes, the edge converts its middles on the device, so half the bytes of 8-bit RGB come back
 and the writer's thread hands the planes to the encoder without converting them.
 
-:class:`Colour` is what the conversion must match: the output's matrix (BT.601 or BT.709), range
-(limited, or full for the JPEG formats) and depth (8 or 10 bits), read from the output stream as its
-writer converts RGB today (FFmpeg's swscale). :class:`Planes` is a middle so converted, on the host:
+:class:`PlaneFormat` is what the conversion must match: the output's matrix (BT.601, BT.709 or
+BT.2020), range (limited, or full) and depth (8 or 10 bits), those its writer converts RGB to with
+FFmpeg's swscale (:class:`~.colour.Colour`). :class:`Planes` is a middle so converted, on the host:
 its Y, U and V planes back to back, as FFmpeg lays out ``yuv420p`` (and ``yuv420p10le``) in one
 buffer.
 """
@@ -17,46 +17,43 @@ import numpy as np
 import torch
 
 # Pixel formats whose planes the edge can make: 4:2:0, three planes, 8 or 10 bits.
-FORMATS = {"yuv420p": (8, False), "yuvj420p": (8, True), "yuv420p10le": (10, False)}
-MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}  # (Kr, Kb)
+FORMATS = {"yuv420p": 8, "yuvj420p": 8, "yuv420p10le": 10}
+MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}  # (Kr, Kb)
+# FFmpeg's AVColorSpace values to the matrices swscale converts by: unspecified (2) is BT.601 to it,
+# as are BT.470BG (5) and SMPTE 170M (6); BT.2020's constant-luminance form (10) is converted as the
+# non-constant one (9). Any other matrix (FCC, SMPTE 240M, YCgCo): the writer converts RGB itself.
+SWSCALE_MATRICES = {1: "bt709", 2: "bt601", 5: "bt601", 6: "bt601", 9: "bt2020", 10: "bt2020"}
 
 
 @dataclass(frozen=True)
-class Colour:
-    """The planes' colour: ``matrix`` (a key of :data:`MATRICES`), ``full`` range or limited, ``depth``
-    bits, and the pixel format that holds them."""
+class PlaneFormat:
+    """The planes the writer takes: ``matrix`` (a key of :data:`MATRICES`), ``full`` range or
+    limited, ``depth`` bits, and the pixel format that holds them."""
 
     pix_fmt: str
     matrix: str = "bt601"
     full: bool = False
     depth: int = 8
 
-    @property
-    def swscale_colorspace(self) -> str:
-        """The name PyAV's ``reformat`` takes for the matrix (its RGB conversion uses the same)."""
-        return {"bt601": "ITU601", "bt709": "ITU709"}[self.matrix]
 
-
-def output_colour(pix_fmt: str, width: int, height: int, colorspace: object = None) -> Colour | None:
-    """The colour of an output's planes, where the edge can make them: a 4:2:0 format of
-    :data:`FORMATS`, an even size, and the matrix the stream's colour space tag says (BT.709 where it
-    says so, else BT.601: what swscale assumes untagged)."""
-    if pix_fmt not in FORMATS or width % 2 or height % 2:
+def plane_format(pix_fmt: str, width: int, height: int, matrix: int = 2, full: bool = False) -> PlaneFormat | None:
+    """The planes of an output, where the edge can make them: a 4:2:0 format of :data:`FORMATS`, an
+    even size, and a matrix swscale converts by (``matrix``: FFmpeg's value, as the writer converts
+    to it; ``full``: the range it converts to)."""
+    if pix_fmt not in FORMATS or width % 2 or height % 2 or matrix not in SWSCALE_MATRICES:
         return None
-    depth, full = FORMATS[pix_fmt]
-    matrix = "bt709" if "709" in str(getattr(colorspace, "name", colorspace) or "") else "bt601"
-    return Colour(pix_fmt, matrix, full, depth)
+    return PlaneFormat(pix_fmt, SWSCALE_MATRICES[matrix], full, FORMATS[pix_fmt])
 
 
 class Planes:
     """One frame's planes on the host: ``data`` [H W 3/2] (uint8, or int16 holding 10-bit samples),
-    Y then U then V, of ``height`` x ``width`` in ``colour``."""
+    Y then U then V, of ``height`` x ``width`` in ``format``."""
 
-    __slots__ = ("data", "width", "height", "colour")
+    __slots__ = ("data", "width", "height", "format")
 
-    def __init__(self, data: torch.Tensor, width: int, height: int, colour: Colour):
+    def __init__(self, data: torch.Tensor, width: int, height: int, format: PlaneFormat):
         assert data.numel() == width * height * 3 // 2, (data.shape, width, height)
-        self.data, self.width, self.height, self.colour = data, width, height, colour
+        self.data, self.width, self.height, self.format = data, width, height, format
 
     @property
     def size(self) -> tuple[int, int]:
@@ -66,6 +63,6 @@ class Planes:
     def array(self) -> np.ndarray:
         """[H 3/2, W]: the layout PyAV's ``VideoFrame.from_ndarray`` takes for the 4:2:0 formats."""
         data = self.data.numpy()
-        if self.colour.depth > 8:
+        if self.format.depth > 8:
             data = data.view(np.uint16)
         return data.reshape(self.height * 3 // 2, self.width)

@@ -35,11 +35,12 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
+import torch
 from PIL import Image
 
 from ..atomic import check_destination, create_partial, place, remove_partial
 from ..errors import BadInputError
-from .frames import Picture, as_image, png_bytes
+from .frames import Picture, as_image, depth_of, is_deep, open_deep, png_bytes, png_of
 
 JOURNAL_VERSION = 2  # 2: sealed, with the partial output's checksum
 _HEAD_BYTES = 1 << 20  # of an input file, hashed: a changed file of the same size and time still differs
@@ -287,12 +288,14 @@ class Journal:
             self._cached[int(match[1]), int(match[2])] = path
 
     @staticmethod
-    def _cached_middle(path: Path) -> Image.Image:
+    def _cached_middle(path: Path) -> Picture:
+        if is_deep(path):
+            return open_deep(path, path.name, max_pixels=None)
         with Image.open(path, formats=["PNG"]) as image:
             image.load()
             return image
 
-    def cached_middles(self, level: int, index: int, count: int) -> list[Image.Image] | None:
+    def cached_middles(self, level: int, index: int, count: int) -> list[Picture] | None:
         """The middles of pairs ``index`` to ``index + count - 1`` of factor level ``level``, where a
         stopped run cached them all (PNG: exactly; each checksum was checked when the run opened)."""
         cached = [self._cached.get((level, index + j)) for j in range(count)]
@@ -307,7 +310,8 @@ class Journal:
         """Caches the middles of pairs ``index`` ... of level ``level``, on disk before it returns."""
         self.cache.mkdir(exist_ok=True)
         for j, image in enumerate(images):
-            data = png_bytes(as_image(image), _CACHE_PNG_LEVEL)
+            deep = isinstance(image, torch.Tensor) and depth_of(image) == 16
+            data = png_of(image.numpy()) if deep else png_bytes(as_image(image), _CACHE_PNG_LEVEL)
             digest = hashlib.blake2b(data, digest_size=16).hexdigest()
             write_durably(self.cache / f"{level}-{index + j:09d}-{digest}.png", data)
         sync(self.cache)

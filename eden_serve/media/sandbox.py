@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
 from ..sandbox import zygote
+from ..sandbox.decoder import pixel_dtype
 from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
 from ..wire.bitstream import Packet, StreamParameters
 
@@ -117,7 +118,8 @@ class Sandbox:
                deadline: float = DEADLINE_S) -> np.ndarray:
         """:func:`.packets.decode` in a child process, which has ``deadline`` seconds."""
         height, width = parameters.size
-        size = max(1, count * height * width * 3)
+        dtype = np.dtype(pixel_dtype(parameters.pix_fmt))
+        size = max(1, count * height * width * 3 * dtype.itemsize)
         memfd = os.memfd_create("eden-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         connection, pidfd = None, None
         try:
@@ -127,7 +129,7 @@ class Sandbox:
             connection, pidfd = self._take()
             _exchange(connection, memfd, _job(parameters, packets, skip, count, max_pixels), deadline)
             view = mmap.mmap(memfd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-            return np.frombuffer(view, np.uint8, count * height * width * 3).reshape(count, height, width, 3)
+            return np.frombuffer(view, dtype, count * height * width * 3).reshape(count, height, width, 3)
         finally:
             if pidfd is not None:
                 _end(pidfd)

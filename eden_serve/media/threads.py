@@ -122,9 +122,9 @@ class ThreadedWriter(ClipWriter):
         self._call("place", picture, before, after, position)
 
     @property
-    def colour(self):
-        """The planes the writer takes as they are (a video writer's :class:`~.planes.Colour`), where it does."""
-        return getattr(self.writer, "colour", None)
+    def planes(self):
+        """The planes the writer takes as they are (a video writer's :class:`~.planes.PlaneFormat`), where it does."""
+        return getattr(self.writer, "planes", None)
 
     @property
     def encoder(self) -> str | None:

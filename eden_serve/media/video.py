@@ -18,9 +18,11 @@ from PIL import Image
 from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
-from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av
+from .colour import Colour
+from .colour import FULL
+from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
-from .planes import Planes, output_colour
+from .planes import Planes, plane_format
 from .segments import open_segments
 from .threads import Prefetch
 from .timing import Retiming
@@ -35,16 +37,17 @@ _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
 
 
+Y4M_OPTIONS = {"strict": "-1"}
 # Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
 READ_AHEAD = 16
 
 
 def rgb_pixels(frame) -> torch.Tensor:
-    """A decoded frame as the 8-bit RGB pixels [H, W, 3] that the model and every codec take: PyAV's
-    own conversion, the pixels of :func:`~eden_serve.sandbox.decoder.rgb`'s image (swscale, bilinear,
-    to rgb24 by the frame's colour matrix and range, which the decoder takes from the bitstream or,
-    where the bitstream leaves them out, from its context)."""
-    return torch.from_numpy(frame.to_ndarray(format="rgb24"))
+    """A decoded frame as the RGB pixels [H, W, 3] that the model and every codec take, 8-bit, or
+    16-bit where the video is deeper: :func:`~eden_serve.sandbox.decoder.rgb`'s (swscale, bilinear,
+    by the frame's colour matrix and range, which the decoder takes from the bitstream or, where the
+    bitstream leaves them out, from its context)."""
+    return torch.from_numpy(rgb(frame))
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class VideoClip(Clip):
     (``raw.pts`` in ``time_base``) later than the one before."""
 
     kind = "video"
+    colour = Colour()  # the stream's (_colour); a server-side source's stays unstated (client/remote.py)
 
     def __init__(self, path: Path, max_pixels: int | None = None, container=None):
         super().__init__(path)
@@ -91,9 +95,24 @@ class VideoClip(Clip):
                 self.container.close()
                 raise
         self.stream.thread_type = "AUTO"
+        self.colour = self._colour()
         self.length = self.stream.frames or None
         self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
         self.time_base = self.stream.time_base or 1 / self.rate
+
+    def _colour(self) -> Colour:
+        """The stream's colour; where it may be HDR, with the metadata of its first frame, decoded from a
+        second opening of the file (a pipe is read once: its tags only)."""
+        colour = Colour.of_stream(self.stream.codec_context)
+        if not colour.may_hold_metadata or self.piped or not Path(self.path).is_file():
+            return colour
+        av = import_av()
+        try:
+            with av.open(str(self.path)) as container:
+                first = next(container.decode(video=0), None)
+        except (self._error, ValueError, OSError):
+            return colour  # what cannot be decoded here fails where the clip is read, with its own message
+        return colour if first is None else colour.with_side_data(first)
 
     def __iter__(self) -> Iterator[Frame]:
         """The frames, decoded and converted to RGB on a thread of their own, :data:`READ_AHEAD` ahead."""
@@ -174,10 +193,12 @@ class VideoWriter(ClipWriter):
         self.dst = dst
         self.copies = None
         try:
+            # Y4M's deeper formats (C420p10, C444p12...) are outside its first definition, which FFmpeg's
+            # muxer writes only when told to; every tool that reads Y4M of more than 8 bits reads them.
             if str(dst) == PIPE:
-                self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe")
-            else:
-                self.container = av.open(str(tmp), "w")  # the container format follows the extension
+                self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe", container_options=Y4M_OPTIONS)
+            else:  # the container format follows the extension
+                self.container = av.open(str(tmp), "w", container_options=Y4M_OPTIONS if Path(tmp).suffix == ".y4m" else None)
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
         try:
@@ -222,10 +243,14 @@ class VideoWriter(ClipWriter):
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        options = configure(self.stream, encoding, source.pix_fmt)
+        colour = clip.colour
+        options = configure(self.stream, encoding, source.pix_fmt, colour)
         self.pix_fmt = self.stream.pix_fmt
-        # The planes this writer takes as they are (:mod:`.planes`), in the colour it converts RGB to.
-        self.colour = output_colour(self.pix_fmt, source.width, source.height, self.stream.codec_context.colorspace)
+        # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
+        range_ = output_range(self.pix_fmt, colour)
+        self.convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": range_ or None}
+        # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
+        self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
         self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn)
         instances = self.segments.instances if self.segments is not None else 1
         self.encoder = name if instances == 1 else f"{name} in {instances} instances on segments of {self.segments.length} frames"
@@ -324,22 +349,17 @@ class VideoWriter(ClipWriter):
         if isinstance(picture, Frame):
             frame = picture.raw
             if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
-                frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt)
-        elif isinstance(picture, Planes):  # converted by the edge, in this writer's colour
-            assert picture.colour == self.colour, (picture.colour, self.colour)
+                frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
+        elif isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
+            assert picture.format == self.planes, (picture.format, self.planes)
             frame = self._from_ndarray(picture.array(), format=self.pix_fmt)
-        elif isinstance(picture, torch.Tensor):  # 8-bit RGB pixels, as from_image takes an RGB image's
-            frame = self._converted(self._from_ndarray(picture.numpy(), format="rgb24"))
+        elif isinstance(picture, torch.Tensor):  # RGB pixels, 8 or 16 bits; 8 as from_image takes an RGB image's
+            rgb_format = "rgb48le" if picture.dtype == torch.uint16 else "rgb24"
+            frame = self._from_ndarray(picture.numpy(), format=rgb_format).reformat(format=self.pix_fmt, **self.convert)
         else:
-            frame = self._converted(self._from_image(picture.convert("RGB")))
+            frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
         self._hold(frame, self.shown if self.counted else round(time / self.time_base))
         self.shown += 1
-
-    def _converted(self, rgb):
-        """An RGB frame in the output's format, by the matrix its stream says (swscale's default, BT.601, where untagged)."""
-        if self.colour is None:
-            return rgb.reformat(format=self.pix_fmt)
-        return rgb.reformat(format=self.pix_fmt, dst_colorspace=self.colour.swscale_colorspace)
 
     def add(self, frame):
         self._show(frame, frame.time, frame)

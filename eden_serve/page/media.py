@@ -1,8 +1,10 @@
 """The page's clips as the browser gets them: what a clip is (kind, size, rate, the extension its
-output takes), and a preview the browser's video element can play where the clip itself is not one
-(an animation, a frame directory, FFV1, 4:4:4...): H.264 in MP4, each frame at its own time, so the
-original and the result stay in step frame for frame. Clips are read by :func:`eden_serve.media.open_clip`,
-as the commands read them."""
+output takes, HDR or not), and a preview the browser's video element can play where the clip itself
+is not one (an animation, a frame directory, FFV1, 4:4:4, 10-bit...): H.264 in MP4, each frame at its
+own time, so the original and the result stay in step frame for frame. A browser cannot show PQ or
+HLG, so an HDR clip's preview is tone-mapped to SDR (:func:`eden_serve.media.colour.tone_mapped`),
+which the page says; the download is the result itself. Clips are read by
+:func:`eden_serve.media.open_clip`, as the commands read them."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from PIL import Image
+
 from ..atomic import atomic_output
 from ..media import open_clip
+from ..media.colour import HLG, PQ, tone_mapped
 from ..media.encoding import import_av
 
 # Containers PyAV names, and the extension an output of that container takes (the output's
@@ -32,7 +37,8 @@ PREVIEW_OPTIONS = {"crf": "18", "preset": "veryfast"}
 class Clip:
     """What the page shows of a clip: ``kind`` (video, animation, directory), frames (None where the
     container does not say), width, height, frames a second (a mean for a variable rate), the
-    extension of its format, and whether a browser plays the file as it is."""
+    extension of its format, whether a browser plays the file as it is, and its HDR transfer
+    ("PQ", "HLG"; None for SDR), whose previews are tone-mapped."""
 
     kind: str
     frames: int | None
@@ -41,6 +47,7 @@ class Clip:
     rate: float
     extension: str
     playable: bool
+    hdr: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -52,8 +59,9 @@ def describe(path: Path, max_pixels: int | None = None) -> Clip:
         if clip.kind == "video":
             context = clip.stream.codec_context
             extension = CONTAINER_EXTENSIONS.get(clip.container.format.name, ".mkv")
-            playable = (extension == ".mp4" and context.name in PLAYABLE_MP4_CODECS and context.pix_fmt == "yuv420p")
-            return Clip("video", clip.length, clip.stream.width, clip.stream.height, float(clip.rate), extension, playable)
+            hdr = {PQ: "PQ", HLG: "HLG"}.get(clip.colour.transfer)
+            playable = (extension == ".mp4" and context.name in PLAYABLE_MP4_CODECS and context.pix_fmt == "yuv420p" and not hdr)
+            return Clip("video", clip.length, clip.stream.width, clip.stream.height, float(clip.rate), extension, playable, hdr)
         if clip.kind == "animation":
             durations = [frame.duration or 0 for frame in clip]
             mean = sum(durations) / len(durations) if durations else 0
@@ -86,8 +94,9 @@ def _encode(src: Path, dst: Path, rate: float) -> None:
     with open_clip(src) as clip, av.open(str(dst), "w", format="mp4") as container:
         stream = None
         elapsed = Fraction(0)
+        hdr = clip.kind == "video" and clip.colour.hdr
         for frame in clip:
-            image = frame.image.convert("RGB")
+            image = Image.fromarray(tone_mapped(frame.pixels.numpy(), clip.colour)) if hdr else frame.image.convert("RGB")
             if stream is None:
                 stream = container.add_stream("libx264", rate=round(rate) or 25, options=PREVIEW_OPTIONS)
                 # 4:2:0 wants even sides: a preview one pixel larger where the clip's side is odd.

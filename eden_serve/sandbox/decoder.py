@@ -1,6 +1,7 @@
 """A video stream's packets decoded to RGB frames with PyAV and numpy alone: the edge's decoder of
 bitstream payloads, in its worker for a payload its cloud signed and in the sandbox's children for
-the others, and the conversion every decoded video frame takes (:func:`rgb`, VideoClip's too).
+the others, and the conversion every decoded video frame takes (:func:`rgb`, VideoClip's too): to
+8-bit RGB, or to 16-bit RGB where the stream's pixel format is deeper than 8 bits (:func:`pixel_dtype`).
 
 ``parameters`` is a stream's :class:`~eden_serve.wire.bitstream.StreamParameters`, or an object with
 its attributes: the sandbox's children hold no wire module, which imports PyTorch. Each packet has
@@ -8,6 +9,8 @@ its attributes: the sandbox's children hold no wire module, which imports PyTorc
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -18,29 +21,46 @@ from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError
 _BLOCK = 128
 
 
-def rgb(frame):
-    """A decoded frame as the 8-bit RGB image (Pillow's) that the model and every codec take: PyAV's
-    own conversion (swscale, bilinear, to rgb24 by the frame's colour matrix and range, which the
-    decoder takes from the bitstream or, where the bitstream leaves them out, from its context).
-    :func:`decode` and :class:`~eden_serve.media.video.VideoClip` both convert through it, for the same pixels."""
-    return frame.to_image()
+@functools.lru_cache(maxsize=64)
+def pixel_dtype(pix_fmt: str) -> type:
+    """np.uint16 for a pixel format of more than 8 bits a component (yuv420p10le, p010le, gbrp12le...),
+    else np.uint8: the RGB pixels :func:`rgb` makes of its frames."""
+    import av
+
+    try:
+        components = av.VideoFormat(pix_fmt).components
+    except ValueError:
+        raise CodecError(f"malformed payload: its stream's pixel format {pix_fmt!r:.40} is not one FFmpeg knows") from None
+    return np.uint16 if max(c.bits for c in components) > 8 else np.uint8
+
+
+def rgb(frame) -> np.ndarray:
+    """A decoded frame as the RGB pixels [H, W, 3] that the model and every codec take: PyAV's own
+    conversion (swscale, bilinear, by the frame's colour matrix and range, which the decoder takes
+    from the bitstream or, where the bitstream leaves them out, from its context), to rgb24, or to
+    rgb48 where the frame is deeper than 8 bits. :func:`decode` and
+    :class:`~eden_serve.media.video.VideoClip` both convert through it, for the same pixels."""
+    if pixel_dtype(frame.format.name) == np.uint16:
+        return frame.to_ndarray(format="rgb48le")
+    return frame.to_ndarray(format="rgb24")
 
 
 def warm_up() -> None:
-    """Imports what decoding imports on its first frame (PyAV; Pillow's modules, which a frame's
-    conversion imports as it goes), by converting a blank frame: a sandbox child opens no file, so
-    it can import nothing. Without PyAV, nothing: :func:`decode` refuses each payload, saying so."""
+    """Imports what decoding imports on its first frame (PyAV, and what a frame's conversion imports
+    as it goes), by converting blank frames of both depths: a sandbox child opens no file, so it can
+    import nothing. Without PyAV, nothing: :func:`decode` refuses each payload, saying so."""
     try:
         import av
     except ImportError:
         return
-    np.asarray(rgb(av.VideoFrame(16, 16, "yuv420p")))
+    for pix_fmt in ("yuv420p", "yuv420p10le"):
+        rgb(av.VideoFrame(16, 16, pix_fmt))
 
 
 def decode(parameters, packets: list, skip: int, count: int, max_pixels: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """Frames ``skip`` to ``skip + count - 1`` of ``packets`` (counted from their first, a key
-    frame, in display order) as uint8 RGB [count, H, W, 3], the pixels VideoClip gives (into
-    ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
+    frame, in display order) as RGB [count, H, W, 3] of :func:`pixel_dtype`, the pixels VideoClip
+    gives (into ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
     larger than ``parameters`` declare, and every frame, skipped ones too, must have that size."""
     height, width = parameters.height, parameters.width
     if not packets:
@@ -53,7 +73,7 @@ def decode(parameters, packets: list, skip: int, count: int, max_pixels: int | N
         raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
                                   "chunk with the frames codec") from None
     context = _decoder(parameters, av)
-    pixels = np.empty((count, height, width, 3), np.uint8) if out is None else out
+    pixels = np.empty((count, height, width, 3), pixel_dtype(parameters.pix_fmt)) if out is None else out
     start, shown, got = packets[0].pts, 0, 0
     try:
         for i, packet in enumerate([*packets, None]):
@@ -63,7 +83,7 @@ def decode(parameters, packets: list, skip: int, count: int, max_pixels: int | N
                 if frame.pts is None or frame.pts < start:
                     continue  # a leading picture of an open GOP
                 if shown >= skip:
-                    pixels[got] = np.asarray(rgb(frame))
+                    pixels[got] = rgb(frame)
                     got += 1
                 shown += 1
                 if got == count:

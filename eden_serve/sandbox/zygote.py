@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import CodecError, EdenError
 from .confine import confine, seccomp_filter
-from .decoder import warm_up
+from .decoder import pixel_dtype, warm_up
 
 logger = logging.getLogger(__name__)
 LENGTH = struct.Struct(">I")
@@ -56,7 +56,7 @@ def _child(connection: socket.socket, decoder, rules) -> None:
         parameters = SimpleNamespace(**{**stream, "extradata": base64.b64decode(stream["extradata"])})
         packets = [SimpleNamespace(data=_read_exactly(connection, length), pts=pts, dts=dts, key=key)
                    for length, pts, dts, key in header["packets"]]
-        out = np.frombuffer(frames, np.uint8).reshape(header["count"], parameters.height, parameters.width, 3)
+        out = np.frombuffer(frames, pixel_dtype(parameters.pix_fmt)).reshape(header["count"], parameters.height, parameters.width, 3)
         decoder(parameters, packets, header["skip"], header["count"], header["max_pixels"], out)
         connection.sendall(STATUS.pack(b"K", 0))
     except EdenError as exc:

@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import BadInputError
-from ..media.frames import open_image, png_of
+from ..media.frames import is_deep, open_deep, open_image, png_of
 from ..wire.answers import zip_of
 from ..wire.raw import RAW, encode_raw, loopback
 from .fields import PNG, ZIP, text
@@ -22,7 +22,7 @@ ANSWERS = ("png", "raw")
 
 class AnswerFormat(NamedTuple):
     name: str
-    encode: Callable[[np.ndarray], bytes]  # one middle, H x W x 3 uint8
+    encode: Callable[[np.ndarray], bytes]  # one middle, H x W x 3 uint8 (uint16 for a chunk deeper than 8 bits)
     whole: Callable[[list[bytes]], tuple[bytes, str]]  # the middles of a whole answer -> body, content type
     copy: Callable[[bytes], bytes]  # a cut pair's middle, the PNG of its earlier frame (a payload's, judged), in this format
 
@@ -32,6 +32,8 @@ def _pngs(middles: list[bytes]) -> tuple[bytes, str]:
 
 
 def _raw_copy(png: bytes) -> bytes:
+    if is_deep(png):
+        return encode_raw(open_deep(png, "a cut pair's middle", max_pixels=None).numpy())
     return encode_raw(np.asarray(open_image(png, "a cut pair's middle", max_pixels=None).convert("RGB")))
 
 

@@ -9,13 +9,13 @@ from typing import NamedTuple
 from .. import wire
 from ..checkpoint import load_cloud
 from ..cloud.encoder import CloudEncoder
-from ..cloud.limits import read_chunk
+from ..cloud.limits import images_depth, read_chunk
 from ..config import MAX_SEED
 from ..errors import BadInputError
 from ..wire import keyed
 from .fields import OCTET_STREAM, form_field, frame_fields, image_bytes, parse_kind, parse_seed, parse_threshold
 from .services import Reply, Service
-from .sources import PacketsJob, ProbeJob, SourceChunk, answer, parse_source, read_source
+from .sources import PacketsJob, ProbeJob, SourceChunk, answer, parse_source, read_source, source_depth
 from .worker import Settings
 
 
@@ -68,11 +68,13 @@ class CloudService(Service):
         if job.source is not None:
             frames = read_source(self.settings, job.source, job.frames, self.model.config, self.max_tokens, self.max_chunk_tokens)
             source = SourceChunk(self.settings, job.source, job.frames)
+            depth = source_depth(self.settings, job.source)
         else:
             frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,
                                 self.max_chunk_tokens)
+            depth = images_depth(job.frames)
         start = time.perf_counter()
-        chunk = job.kind.make(self.model, frames, job.seed, job.scene_threshold, source)
+        chunk = job.kind.make(self.model, frames, job.seed, job.scene_threshold, source, depth)
         encoded = time.perf_counter()
         payload = job.kind.seal(chunk, self.model.config)
         payload = job.kind.answer(payload if self.wire_key is None else keyed.sign(payload, self.wire_key))

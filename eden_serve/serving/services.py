@@ -33,6 +33,7 @@ from ..edge import EdgeModel, earliest_first
 from ..edge.conditions import EdgeEncoder, Intake
 from ..edge.streams import streams_for
 from ..errors import BadInputError, encoder_refusal
+from ..media.frames import as_pixels
 from ..wire import Chunk, keyed
 from ..wire.answers import END, FAILED, MIDDLE, STREAMED, record
 from .answer_formats import PNG_ANSWER, AnswerFormat, answer_format
@@ -346,11 +347,21 @@ class EdgeService(Service):
             latents = self.model.denoise(conditions)
             self.model.synchronize()
             denoised = time.perf_counter()
-            frames = self.model.decode_uint8(latents, conditions)
+            frames = self.decode(latents, conditions, [chunk.depth for chunk in chunks])
             self.model.synchronize()
             return frames, denoised - start, time.perf_counter() - denoised
         except Exception as exc:  # the batch's requests fail (or are tried in halves); the others go on
             return refusal(exc)
+
+
+    def decode(self, latents: torch.Tensor, conditions: list, depths: list[int]) -> torch.Tensor | list[torch.Tensor]:
+        """The middles as pixels on the host, each at its chunk's depth: 8 bits rounded on the device
+        (a quarter of the bytes back), as before there were deeper ones; a batch with 16-bit chunks
+        in it comes back in float32 and is rounded here, each pair as the in-process pipeline rounds it."""
+        if all(depth == 8 for depth in depths):
+            return self.model.decode_uint8(latents, conditions)
+        frames = self.model.decode_latents(latents, conditions)
+        return [as_pixels(frame[None], depth)[0] for frame, depth in zip(frames, depths)]
 
 
 class _Answer:

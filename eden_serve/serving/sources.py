@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from .. import wire
@@ -17,8 +18,9 @@ from ..cloud.limits import check_tokens
 from ..cloud.sources import FileCache, SourceFile, SourceVideo, Work
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
-from ..media.frames import check_sides, image_to_tensor
+from ..media.frames import check_sides, pixels_to_tensor
 from ..media.packets import PacketReader
+from ..sandbox.decoder import pixel_dtype
 from ..wire.bitstream import Packet, StreamParameters
 from ..wire.envelope import Limits
 from ..wire.pages import pack
@@ -110,6 +112,12 @@ class SourceChunk(NamedTuple):
 packet_reader = FileCache(lambda source, max_pixels, work: PacketReader(Path(source.name), max_pixels, source.open, work))
 
 
+def source_depth(settings: Settings, name: str) -> int:
+    """16 where the source's video is deeper than 8 bits, else 8: the depth its frames are read at (:func:`read_source`)."""
+    pix_fmt = open_source(settings, name).scan.pix_fmt
+    return 16 if pix_fmt and pixel_dtype(pix_fmt) == np.uint16 else 8
+
+
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
                 max_chunk_tokens: int) -> torch.Tensor:
     """[F, 3, H, W] float32 in [0, 1]: the frames a request names, held to the limits uploaded
@@ -120,6 +128,6 @@ def read_source(settings: Settings, name: str, frames: range, config: EdenConfig
     check_tokens(width, height, len(frames), config, Limits(tokens=max_tokens, chunk_tokens=max_chunk_tokens,
                                                             pixels=settings.max_pixels), name)
     batch = torch.empty(len(frames), 3, height, width)
-    for i, image in enumerate(video.read(frames.start, len(frames))):
-        image_to_tensor(image, batch[i])
+    for i, pixels in enumerate(video.read(frames.start, len(frames))):
+        batch[i] = pixels_to_tensor(torch.from_numpy(pixels))
     return batch

@@ -9,9 +9,10 @@ which a transport may cut or join anywhere (HTTP chunks, gRPC messages)::
 ``M``: the middle of the chunk's pair ``index``, a PNG (or a raw middle, :mod:`.raw`, where the
 client asked for raw answers); ``E``: the request failed after some middles
 were sent, data its JSON error document; ``Z``: the end (``index`` 0, no data).
-Every answer is judged before a pixel is decoded: a PNG by its header (8-bit RGB of the frames'
-size, as the edge makes them), a record by its length, so a broken or hostile server can make the
-client neither decode a bomb nor write frames of another size.
+Every answer is judged before a pixel is decoded: a PNG by its header (RGB of the frames' size, 8
+bits, or 16 for a chunk deeper than 8 bits, as the edge makes them), a record by its length, so a
+broken or hostile server can make the client neither decode a bomb nor write frames of another size.
+A 16-bit middle comes to the client as its pixels (a uint16 tensor [H, W, 3]), which Pillow cannot hold.
 """
 
 from __future__ import annotations
@@ -20,11 +21,16 @@ import io
 import struct
 import zipfile
 
+import numpy as np
+import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import ServerError, TransientError, error_from_document
-from .png import RGB8, most_png_bytes, png_header
+from .png import RGB8, RGB16, most_png_bytes, png_header, rgb16_pixels
 from .raw import decode_raw, is_raw, raw_bytes
+
+# A middle as the client gets it: an 8-bit RGB image, or 16-bit RGB pixels.
+Middle = Image.Image | torch.Tensor
 
 MIDDLE, FAILED, END = b"M", b"E", b"Z"
 RECORD_HEADER = struct.Struct(">cII")
@@ -35,20 +41,27 @@ def record(kind: bytes, index: int, data: bytes = b"") -> bytes:
     return RECORD_HEADER.pack(kind, index, len(data)) + data
 
 
-def middle_image(content: bytes, size: tuple[int, int], where: str, raw: bool = False) -> Image.Image:
-    """A middle frame: an 8-bit RGB PNG of ``size`` (width, height), read from its header first;
-    or, where the client asked for them (``raw``), a raw middle of that size."""
+def middle_of(pixels: np.ndarray) -> Middle:
+    """Raw pixels as the client takes a middle: an image at 8 bits, the pixels at 16."""
+    return Image.fromarray(pixels) if pixels.dtype == np.uint8 else torch.from_numpy(np.array(pixels))
+
+
+def middle_image(content: bytes, size: tuple[int, int], where: str, raw: bool = False) -> Middle:
+    """A middle frame: an RGB PNG of ``size`` (width, height), 8 or 16 bits, read from its header
+    first; or, where the client asked for them (``raw``), a raw middle of that size."""
     if raw and is_raw(content):
-        return Image.fromarray(decode_raw(content, size, where))
+        return middle_of(decode_raw(content, size, where))
     stated = png_header(content)
     if stated is None:
         start = " ".join(content[:100].decode(errors="replace").split())
         raise ServerError(502, "bad_answer", f"the answer is not a PNG: {start!r} {where}")
     width, height, depth, colour = stated
-    if (width, height) != size or (depth, colour) != RGB8:
-        mode = "" if (depth, colour) == RGB8 else f" not in 8-bit RGB (depth {depth}, colour type {colour})"
+    if (width, height) != size or (depth, colour) not in (RGB8, RGB16):
+        mode = "" if (depth, colour) in (RGB8, RGB16) else f" not in 8- or 16-bit RGB (depth {depth}, colour type {colour})"
         raise ServerError(502, "bad_answer", f"the answer is a {width}x{height} PNG{mode}, for frames of {size[0]}x{size[1]} {where}")
     try:
+        if (depth, colour) == RGB16:
+            return torch.from_numpy(rgb16_pixels(content, size[::-1]))
         image = Image.open(io.BytesIO(content), formats=["PNG"])
         image.load()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
@@ -65,12 +78,12 @@ def zip_of(pngs) -> bytes:
     return buffer.getvalue()
 
 
-def whole_answer(content: bytes, pairs: int, size: tuple[int, int], where: str) -> list[Image.Image]:
+def whole_answer(content: bytes, pairs: int, size: tuple[int, int], where: str) -> list[Middle]:
     """The middle frames of a whole answer to ``pairs`` pairs of frames of ``size``."""
     if pairs == 1:
         return [middle_image(content, size, where)]
     names = [f"{j:03d}.png" for j in range(pairs)]
-    most = most_png_bytes(*size)
+    most = most_png_bytes(*size, 16)
     try:
         with zipfile.ZipFile(io.BytesIO(content)) as archive:
             entries = archive.infolist()
@@ -91,14 +104,14 @@ class StreamedAnswer:
 
     def __init__(self, first: int, pairs: int, size: tuple[int, int], where: str, raw: bool = False):
         self.next, self.pairs, self.size, self.where, self.raw = first, pairs, size, where, raw
-        self.most = max(most_png_bytes(*size), raw_bytes(*size)) if raw else most_png_bytes(*size)
+        self.most = max(most_png_bytes(*size, 16), raw_bytes(*size, 16)) if raw else most_png_bytes(*size, 16)
         self.buffer = bytearray()
         self.ended = False
 
     def _bad(self, problem: str) -> ServerError:
         return ServerError(502, "bad_answer", f"the streamed answer {problem} {self.where}")
 
-    def feed(self, data: bytes) -> list[tuple[int, Image.Image]]:
+    def feed(self, data: bytes) -> list[tuple[int, Middle]]:
         self.buffer += data
         middles = []
         while len(self.buffer) >= RECORD_HEADER.size:

@@ -231,16 +231,17 @@ def _digests(value: object, frames: int, *, payload: bool = True) -> list[str]:
 
 
 def frame_digest(pixels: np.ndarray) -> str:
-    """BLAKE2b-128 of an RGB frame's size and bytes, in hex: what the cloud states of each frame."""
-    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}:".encode(), digest_size=16)
-    digest.update(np.ascontiguousarray(pixels, np.uint8))
+    """BLAKE2b-128 of an RGB frame's size, depth (16-bit ones) and bytes, in hex: what the cloud states of each frame."""
+    deep = "x16" if pixels.dtype == np.uint16 else ""
+    digest = hashlib.blake2b(f"{pixels.shape[1]}x{pixels.shape[0]}{deep}:".encode(), digest_size=16)
+    digest.update(np.ascontiguousarray(pixels, np.uint16 if deep else np.uint8))
     return digest.hexdigest()
 
 
 def to_frames(chunk: BitstreamChunk, pixels: np.ndarray) -> FramesChunk:
-    """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here, each
-    frame checked against the cloud's digest of it: a mismatch means this edge's decoder is
-    another build (:class:`DigestMismatchError`)."""
+    """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here (16-bit
+    for a stream deeper than 8 bits, as the cloud read them), each frame checked against the cloud's
+    digest of it: a mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
     for i, (frame, expected) in enumerate(zip(pixels, chunk.digests)):
         if frame_digest(frame) != expected:
             import av  # the decoder that differs is PyAV's: name its build
@@ -314,10 +315,10 @@ class BitstreamKind(Kind):
     fallback_on = frozenset({DigestMismatchError.kind, CodecError.kind, BadInputError.kind})
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None) -> BitstreamChunk:
+             source: Source | None = None, depth: int = 8) -> BitstreamChunk:
         if source is None:
             raise CodecError("the bitstream codec carries a video's own packets: only a chunk of a source the cloud holds has them")
-        decided = cloud.frames_chunk(frames, seed, scene_threshold)
+        decided = cloud.frames_chunk(frames, seed, scene_threshold, depth)
         parameters, packets, skip = source.packets()
         return BitstreamChunk(parameters, packets, skip, decided.frames, [frame_digest(f) for f in decided.pixels], decided.decisions)
 

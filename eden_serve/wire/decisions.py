@@ -4,13 +4,16 @@
 Every payload's header starts with the model it was made for (``fingerprint``, ``hidden_dim``) and
 its ``codec``; the frames and bitstream formats add ``cloud``, the digest of the cloud weights the
 edge re-derives the conditions with; every format carries the decisions: ``differences`` and
-``seeds`` (one per pair) and ``cuts``. The token format writes each cut with the bytes of its
-middle (``[pair, bytes]``), the others the pair alone.
+``seeds`` (one per pair) and ``cuts``, and ``depth`` (16) where the frames are deeper than 8 bits,
+so that the edge answers middles of 16 bits (absent: 8; docs/video.md, "Depth and colour"). The token
+format writes each cut with the bytes of its middle (``[pair, bytes]``), the others the pair alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+DEPTHS = (8, 16)  # the bits a channel of a chunk's frames holds
 
 from ..config import MAX_SEED, EdenConfig
 from ..errors import CodecError
@@ -25,6 +28,7 @@ class Decisions:
     seeds: list[int]  # K: each pair's noise seed
     cuts: list[int] = field(default_factory=list)  # the pairs across a scene cut, increasing
     cloud: str | None = None  # digest of the cloud weights, where the edge re-derives the conditions
+    depth: int = 8  # bits a channel of the frames and of their middles: 8, or 16 for frames deeper than 8
 
     @property
     def pairs(self) -> int:
@@ -56,6 +60,10 @@ class Decided:
     def pairs(self) -> int:
         return self.decisions.pairs
 
+    @property
+    def depth(self) -> int:
+        return self.decisions.depth
+
 
 def header(config: EdenConfig, codec: str, decisions: Decisions, frames: int, fields: dict, *, cloud: bool = True) -> dict:
     """A header: the model, the codec, the cloud's digest where the format carries one (``cloud``),
@@ -66,19 +74,22 @@ def header(config: EdenConfig, codec: str, decisions: Decisions, frames: int, fi
     head = {"fingerprint": config.fingerprint(), "hidden_dim": config.hidden_dim, "codec": codec}
     if cloud:
         head["cloud"] = cloud_digest(decisions.cloud, payload=False)
+    if decisions.depth not in DEPTHS:
+        raise invalid("depth", f"must be one of {DEPTHS}, got {decisions.depth!r:.20}", payload=False)
     return {
         **head,
         **fields,
         "differences": [to_float32(v, "differences") for v in decisions.differences],
         "seeds": [integer(s, "seeds", MAX_SEED, payload=False) for s in decisions.seeds],
         "cuts": [integer(j, "cuts", frames - 2, payload=False) for j in sorted(set(decisions.cuts))],
+        **({} if decisions.depth == 8 else {"depth": decisions.depth}),  # 8-bit payloads as they were before it
     }
 
 
 def check_header(header: dict, keys: set[str], codecs: tuple[str, ...], version: int, config: EdenConfig) -> str:
     """A header's keys (exactly ``keys``), model and codec (one of ``codecs``, those of format
     ``version``), checked in that order; the codec."""
-    if set(header) != keys:
+    if set(header) - {"depth"} != keys:
         kind = "" if len(codecs) > 1 else f" of the {codecs[0]} codec"
         raise CodecError(f"malformed payload: header has {str(sorted(header)):.200}, not the keys {sorted(keys)}{kind}; {REENCODE}")
     check_model(header, config)
@@ -94,4 +105,12 @@ def read_decisions(header: dict, frames: int, cloud: str | None = None, cuts: li
     writes them its own way)."""
     differences = float32_list(header["differences"], "differences", frames - 1)
     seeds = seed_list(header["seeds"], frames - 1)
-    return Decisions(differences, seeds, cut_pairs(header["cuts"], frames - 1) if cuts is None else cuts, cloud)
+    return Decisions(differences, seeds, cut_pairs(header["cuts"], frames - 1) if cuts is None else cuts, cloud, read_depth(header))
+
+
+def read_depth(header: dict) -> int:
+    """The bits a channel of the chunk's frames holds: 16 where the header says so, else 8."""
+    depth = header.get("depth", 8)
+    if "depth" in header and (type(depth) is not int or depth != 16):
+        raise invalid("depth", f"must be 16 where it is given (8 goes without it), got {depth!r:.20}")
+    return depth

@@ -30,11 +30,11 @@ class Cloud(Protocol):
     config: EdenConfig
 
     def encode_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-                     on_device: bool = False):
+                     on_device: bool = False, depth: int = 8):
         """The frames' token chunk (:class:`~.tokens.Chunk`), on the host, or ``on_device`` where made."""
 
-    def frames_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None):
-        """The frames as 8-bit pixels and the cloud's decisions (:class:`~.pixels.FramesChunk`)."""
+    def frames_chunk(self, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None, depth: int = 8):
+        """The frames as pixels of ``depth`` bits (8 or 16) and the cloud's decisions (:class:`~.pixels.FramesChunk`)."""
 
 
 class Source(Protocol):
@@ -64,7 +64,7 @@ class Edge(Protocol):
         """A frames chunk's token chunk, from the edge's own copy of E_cond, on its device."""
 
     def decoded(self, chunk):
-        """The uint8 frames [F, H, W, 3] that a bitstream chunk's packets decode to."""
+        """The RGB frames [F, H, W, 3] (uint8, or uint16 for a stream deeper than 8 bits) that a bitstream chunk's packets decode to."""
 
 
 class Kind:
@@ -89,8 +89,9 @@ class Kind:
         return self.version is not None
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None):
-        """What the cloud makes of ``frames`` (pair j seeded ``seed + j``)."""
+             source: Source | None = None, depth: int = 8):
+        """What the cloud makes of ``frames`` (pair j seeded ``seed + j``), whose pixels were of ``depth``
+        bits (16: deeper than 8 bits), which the edge's middles keep."""
         raise NotImplementedError
 
     def seal(self, chunk, config: EdenConfig) -> bytes:

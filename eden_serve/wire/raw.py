@@ -1,16 +1,16 @@
 """Raw middles: the edge's answer for a client on the edge's own host, where a PNG's encoding and
 decoding cost more than the bytes they save (docs/serving.md, "Raw answers").
 
-A raw middle is a small header, then the frame's 8-bit RGB pixels, rows top to bottom, never
+A raw middle is a small header, then the frame's RGB pixels, rows top to bottom, never
 compressed and never pickled::
 
     offset  size  field
     0       8     magic b"EDENRAWF"
     8       2     format version, u16: 1
-    10      2     flags, u16, reserved: must be 0
+    10      2     flags, u16: 0 for 8-bit channels, 1 for 16-bit ones (a chunk deeper than 8 bits)
     12      4     width, u32
     16      4     height, u32
-    20      3WH   the pixels
+    20      3WH   the pixels (6WH at 16 bits, each channel u16)
 
 (integers little-endian). A whole answer to K pairs is K raw middles back to back; a streamed one
 carries each in its record (:mod:`.answers`). A reader knows the frame size it asked for, so a
@@ -32,47 +32,58 @@ RAW_VERSION = 1
 RAW = "application/x-eden-raw-frames"  # the content type of a whole raw answer
 _HEADER = struct.Struct("<8sHHII")
 RAW_HEADER_BYTES = _HEADER.size
+DEEP = 1  # the flag of 16-bit channels
+_DTYPES = {0: np.dtype(np.uint8), DEEP: np.dtype("<u2")}
 
 
-def raw_bytes(width: int, height: int) -> int:
-    """The length of one raw middle of ``width`` x ``height``."""
-    return _HEADER.size + 3 * width * height
+def raw_bytes(width: int, height: int, depth: int = 8) -> int:
+    """The length of one raw middle of ``width`` x ``height`` at ``depth`` bits a channel."""
+    return _HEADER.size + 3 * depth // 8 * width * height
 
 
 def encode_raw(pixels: np.ndarray) -> bytes:
-    """H x W x 3 uint8 pixels as a raw middle."""
-    if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[2] != 3:
-        raise ValueError(f"a raw middle is H x W x 3 uint8 pixels, got {pixels.dtype} {pixels.shape}")
+    """H x W x 3 uint8 or uint16 pixels as a raw middle."""
+    if pixels.dtype not in (np.uint8, np.uint16) or pixels.ndim != 3 or pixels.shape[2] != 3:
+        raise ValueError(f"a raw middle is H x W x 3 uint8 or uint16 pixels, got {pixels.dtype} {pixels.shape}")
     height, width, _ = pixels.shape
-    return _HEADER.pack(RAW_MAGIC, RAW_VERSION, 0, width, height) + np.ascontiguousarray(pixels).tobytes()
+    flags = DEEP if pixels.dtype == np.uint16 else 0
+    return _HEADER.pack(RAW_MAGIC, RAW_VERSION, flags, width, height) + np.ascontiguousarray(pixels, _DTYPES[flags]).tobytes()
 
 
 def is_raw(data: bytes | memoryview) -> bool:
     return bytes(data[: len(RAW_MAGIC)]) == RAW_MAGIC
 
 
-def decode_raw(data: bytes | memoryview, size: tuple[int, int], where: str) -> np.ndarray:
-    """The pixels [H, W, 3] uint8 of one raw middle of ``size`` (width, height), judged first."""
-    width, height = size
+def raw_depth(data: bytes | memoryview, where: str) -> int:
+    """The bits a channel of a raw middle holds, from its header, which must be this format's."""
     if len(data) < _HEADER.size:
         raise ServerError(502, "bad_answer", f"the raw middle is {len(data)} bytes, shorter than its header {where}")
-    magic, version, flags, stated_w, stated_h = _HEADER.unpack_from(data)
+    magic, version, flags, _, _ = _HEADER.unpack_from(data)
     if magic != RAW_MAGIC:
         raise ServerError(502, "bad_answer", f"the answer is not a raw middle {where}")
-    if version != RAW_VERSION or flags:
+    if version != RAW_VERSION or flags not in _DTYPES:
         raise ServerError(502, "bad_answer", f"the raw middle has version {version}, flags {flags:#06x}; this client reads "
-                                             f"version {RAW_VERSION} without flags: run one eden-serve release on both {where}")
+                                             f"version {RAW_VERSION} with flags 0 or 1: run one eden-serve release on both {where}")
+    return 8 * _DTYPES[flags].itemsize
+
+
+def decode_raw(data: bytes | memoryview, size: tuple[int, int], where: str) -> np.ndarray:
+    """The pixels [H, W, 3] (uint8, or uint16 where its flags say so) of one raw middle of ``size``
+    (width, height), judged first."""
+    width, height = size
+    depth = raw_depth(data, where)
+    _, _, flags, stated_w, stated_h = _HEADER.unpack_from(data)
     if (stated_w, stated_h) != (width, height):
         raise ServerError(502, "bad_answer", f"the raw middle is {stated_w}x{stated_h}, for frames of {width}x{height} {where}")
-    if len(data) != raw_bytes(width, height):
-        raise ServerError(502, "bad_answer", f"the raw middle is {len(data)} bytes, not the {raw_bytes(width, height)} "
-                                             f"of a {width}x{height} frame {where}")
-    return np.frombuffer(data, np.uint8, offset=_HEADER.size).reshape(height, width, 3)
+    if len(data) != raw_bytes(width, height, depth):
+        raise ServerError(502, "bad_answer", f"the raw middle is {len(data)} bytes, not the {raw_bytes(width, height, depth)} "
+                                             f"of a {width}x{height} frame of {depth} bits {where}")
+    return np.frombuffer(data, _DTYPES[flags], offset=_HEADER.size).reshape(height, width, 3)
 
 
 def whole_raw(content: bytes, pairs: int, size: tuple[int, int], where: str) -> list[np.ndarray]:
-    """The ``pairs`` middles of a whole raw answer."""
-    each = raw_bytes(*size)
+    """The ``pairs`` middles of a whole raw answer, all of the first one's depth."""
+    each = raw_bytes(*size, raw_depth(content, where))
     if len(content) != pairs * each:
         raise ServerError(502, "bad_answer", f"the raw answer is {len(content)} bytes, not {pairs} middles of {each} {where}")
     view = memoryview(content)

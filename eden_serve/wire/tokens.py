@@ -4,14 +4,15 @@
 A :class:`Chunk` holds F consecutive frames' condition tokens, each frame once, with each frame's own
 normalisation statistics, and the cloud's :class:`~.decisions.Decisions` about its K = F - 1 pairs.
 A pair is the chunk of two frames; :meth:`Chunk.pair` gives the edge one pair's :class:`Conditions`.
-A pair across a scene cut carries its middle instead: the earlier frame, as an 8-bit RGB PNG.
+A pair across a scene cut carries its middle instead: the earlier frame, as an RGB PNG of the
+chunk's depth (8 bits, or 16).
 Positional embeddings and padding are *not* here: the edge recomputes them from ``grid`` and ``size``.
 
 The header has exactly these keys: ``fingerprint`` and ``hidden_dim`` of the model that made it,
 ``codec``, ``size`` (height, width), ``grid`` (the patch grid), ``frames`` (F), ``means`` and
 ``stds`` (F float32 values), ``differences`` (K float32 values), ``seeds`` (K integers) and ``cuts``
 (``[pair, bytes]`` of each pair across a scene cut, in pair order; the PNGs follow the tensors in
-the body, in that order).
+the body, in that order), and ``depth`` where it is 16 (:mod:`.decisions`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ import zstandard
 
 from ..config import EdenConfig
 from ..errors import CodecError
-from .decisions import Decided, Decisions, check_header, header, read_decisions
+from .decisions import Decided, Decisions, check_header, header, read_decisions, read_depth
 from .envelope import (
     MAX_FRAMES, MAX_SIDE, MAX_TOKENS, REENCODE, TOKENS_VERSION, Limits, check_limits, float32_list, integer, integer_pair,
     invalid, seal, to_float32,
 )
 from .kinds import Cloud, Edge, Kind, Source
-from .png import PNG_HEADER_BYTES, RGB8, most_png_bytes, png_header
+from .png import PNG_HEADER_BYTES, most_png_bytes, png_header
 from .tensors import CODECS, Codec, Tokens, finite, layout, pack, unpack
 
 NO_WIRE = "none"
@@ -65,7 +66,7 @@ class Chunk(Decided):
     decisions: Decisions
     grid: tuple[int, int]
     size: tuple[int, int]
-    # each cut pair's middle: its earlier frame as PNG (handed over in one process: its uint8 pixels [H, W, 3])
+    # each cut pair's middle: its earlier frame as PNG (handed over in one process: its pixels [H, W, 3] at the chunk's depth)
     copies: dict[int, bytes | torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -100,7 +101,7 @@ def encode_tokens(chunk: Chunk, config: EdenConfig, spec: Codec) -> bytes:
     head["cuts"] = [[j, len(png)] for j, png in zip(head["cuts"], copies)]
     parts = _tensor_parts(chunk, (frames, n, config.hidden_dim), spec)
     for png in copies:
-        _check_png(png, size, payload=False)
+        _check_png(png, size, chunk.depth, payload=False)
     return seal(head, parts + copies, TOKENS_VERSION)
 
 
@@ -128,7 +129,8 @@ def open_tokens(head: dict, body: memoryview, config: EdenConfig, limits: Limits
     frames = integer(head["frames"], "frames", MAX_FRAMES, lo=2)
     check_limits(size, n, frames, limits)
     means, stds = (float32_list(head[key], key, frames) for key in ("means", "stds"))
-    cuts = _cut_lengths(head["cuts"], frames - 1, size)
+    depth = read_depth(head)
+    cuts = _cut_lengths(head["cuts"], frames - 1, size, depth)
     decisions = read_decisions(head, frames, cuts=list(cuts))
 
     copies_start = len(body) - sum(cuts.values())
@@ -137,7 +139,7 @@ def open_tokens(head: dict, body: memoryview, config: EdenConfig, limits: Limits
     copies = {}
     for j, length in cuts.items():
         copies[j] = bytes(body[copies_start : copies_start + length])
-        _check_png(copies[j], size)
+        _check_png(copies[j], size, depth)
         copies_start += length
     parts = layout(spec.encoding, frames, n, config.hidden_dim)
     read = _reader(body[: len(body) - sum(cuts.values())], sum(length for _, length in parts), spec.zstd)
@@ -146,10 +148,10 @@ def open_tokens(head: dict, body: memoryview, config: EdenConfig, limits: Limits
     return Chunk(tokens["cond_dit"], tokens["cond_dec"], means, stds, decisions, grid, size, copies)
 
 
-def _cut_lengths(value: object, pairs: int, size: tuple[int, int]) -> dict[int, int]:
+def _cut_lengths(value: object, pairs: int, size: tuple[int, int], depth: int) -> dict[int, int]:
     """{pair: PNG bytes} of the header's ``cuts``, pairs increasing, each PNG at most what an
-    uncompressed 8-bit RGB PNG of the frame takes."""
-    most = most_png_bytes(size[1], size[0])
+    uncompressed RGB PNG of the frame at ``depth`` bits takes."""
+    most = most_png_bytes(size[1], size[0], depth)
     if not isinstance(value, list) or len(value) > pairs:
         raise invalid("cuts", f"must be a list of at most {pairs} [pair, bytes] entries, got {value!r:.60}")
     cuts, last = {}, -1
@@ -161,11 +163,11 @@ def _cut_lengths(value: object, pairs: int, size: tuple[int, int]) -> dict[int, 
     return cuts
 
 
-def _check_png(data: bytes, size: tuple[int, int], *, payload: bool = True) -> None:
-    """An 8-bit RGB PNG of ``size`` (height, width), judged by its header."""
+def _check_png(data: bytes, size: tuple[int, int], depth: int, *, payload: bool = True) -> None:
+    """An RGB PNG of ``size`` (height, width) and the chunk's ``depth``, judged by its header."""
     stated = png_header(data)
-    if stated is None or stated[2:] != RGB8 or stated[1::-1] != size:
-        raise invalid("cuts", f"must name 8-bit RGB PNGs of {size[1]}x{size[0]}, the frames' size", payload=payload)
+    if stated is None or stated[2:] != (depth, 2) or stated[1::-1] != size:
+        raise invalid("cuts", f"must name {depth}-bit RGB PNGs of {size[1]}x{size[0]}, the frames' size", payload=payload)
 
 
 def _reader(body: memoryview, expected: int, compressed: bool):
@@ -232,8 +234,8 @@ class TokenKind(Kind):
         self.name, self.spec = name, Codec.named(name)
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None) -> Chunk:
-        return cloud.encode_chunk(frames, seed, scene_threshold)
+             source: Source | None = None, depth: int = 8) -> Chunk:
+        return cloud.encode_chunk(frames, seed, scene_threshold, depth=depth)
 
     def encode(self, chunk: Chunk, config: EdenConfig) -> bytes:
         return encode_tokens(chunk, config, self.spec)
@@ -256,8 +258,8 @@ class HandOver(TokenKind):
         self.name, self.spec = NO_WIRE, None
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
-             source: Source | None = None) -> Chunk:
-        return cloud.encode_chunk(frames, seed, scene_threshold, on_device=True)
+             source: Source | None = None, depth: int = 8) -> Chunk:
+        return cloud.encode_chunk(frames, seed, scene_threshold, on_device=True, depth=depth)
 
     def cross(self, chunk: Chunk, cloud: EdenConfig, edge: EdenConfig) -> tuple[Chunk, int]:
         return chunk, 0

@@ -14,7 +14,7 @@ import requests
 from PIL import Image
 
 from . import DECODER, ENCODER, WORKFLOW, Transport, warn_cleartext
-from ...wire.answers import STREAMED, StreamedAnswer, whole_answer
+from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
 from ...wire.raw import RAW, loopback, whole_raw
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ..tls import ClientTLS
@@ -134,7 +134,7 @@ class HttpTransport(Transport):
                 content = _check(response).content
                 where = f"(from {response.url})"
                 if self.raw and content_type == RAW:
-                    middles = [Image.fromarray(m) for m in whole_raw(content, pairs - first, size, where)]
+                    middles = [middle_of(m) for m in whole_raw(content, pairs - first, size, where)]
                 else:
                     middles = whole_answer(content, pairs - first, size, where)
                 for j, image in enumerate(middles, first):

@@ -41,7 +41,12 @@ function chosen(clip, info, play) {
   state.originalRate = info.rate || 25;
   const frames = info.frames ? `${info.frames} frames, ` : "";
   const name = clip.source ? `cloud:${clip.source}` : info.label;
-  $("clip").textContent = `${name}: ${info.kind}, ${frames}${info.width}x${info.height}, ${info.rate.toFixed(2)} frames/s`;
+  const hdr = info.hdr ? `, HDR (${info.hdr})` : "";
+  $("clip").textContent = `${name}: ${info.kind}, ${frames}${info.width}x${info.height}, ${info.rate.toFixed(2)} frames/s${hdr}`;
+  // A browser shows no PQ or HLG: the page plays previews tone-mapped to SDR, and says so.
+  $("tone").hidden = !info.hdr;
+  $("tone").textContent = info.hdr ? `HDR (${info.hdr}): a browser cannot show it, so the original and the result play ` +
+    "here tone-mapped to SDR. The download is the result itself, in HDR." : "";
   $("clip").dataset.ready = "true";
   $("start").disabled = false;
 }

@@ -1,0 +1,137 @@
+"""eden_serve.media.colour: a video's colour tags (primaries, transfer, matrix, range) and HDR10's
+metadata (mastering display, content light level) go from the input's stream to the output's,
+through every encoder this PyAV has for them; a change of depth is said in one line; the encoders'
+own logs stay off stderr unless -v. Clips are made here with the installed PyAV's encoders."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
+from eden_serve.media import Encoding
+from eden_serve.media.colour import FULL, LIMITED, Colour, Mastering
+from eden_serve.media.frames import to_pixels
+from harness.videos import make_graded_clip
+
+av = pytest.importorskip("av")
+
+SIZE = (48, 64)
+# A P3-D65 mastering display of 1000 cd/m², as HDR10 masters state it.
+P3 = Mastering((Fraction(34000, 50000), Fraction(16000, 50000)), (Fraction(13250, 50000), Fraction(34500, 50000)),
+               (Fraction(7500, 50000), Fraction(3000, 50000)), (Fraction(15635, 50000), Fraction(16450, 50000)),
+               (Fraction(50, 10000), Fraction(1000)))
+COLOURS = {
+    "hdr10": (Colour(9, 16, 9, LIMITED, P3, (1000, 400)), "yuv420p10le"),  # BT.2020, PQ, BT.2020 NCL
+    "hlg": (Colour(9, 18, 9, LIMITED), "yuv420p10le"),
+    "bt709": (Colour(1, 1, 1, LIMITED), "yuv420p"),
+    "bt601": (Colour(6, 6, 6, LIMITED), "yuv420p"),  # SMPTE 170M
+    "bt709-full": (Colour(1, 1, 1, FULL), "yuv420p"),
+}
+AV1 = next((name for name in ("libsvtav1", "libaom-av1") if name in av.codecs_available), None)
+ENCODERS = ["libx264", "libx265", *([AV1] if AV1 else []), "ffv1"]
+# The encoders that hold HDR10's metadata in their stream (FFV1 has no place for it).
+HOLD_METADATA = {"libx264", "libx265", "libsvtav1"}
+
+
+def blend(index, frame0, frame1, seed):
+    """A stand-in model: the mean of the two frames, at their depth."""
+    return to_pixels((frame0.tensor + frame1.tensor) / 2, frame0.depth)
+
+
+def stated(path) -> tuple[Colour, str]:
+    """The colour an output states (its stream's tags and its first frame's HDR metadata), and its pixel format."""
+    with av.open(str(path)) as container:
+        context = container.streams.video[0].codec_context
+        first = next(container.decode(video=0))
+        return Colour.of_stream(context).with_side_data(first), context.pix_fmt
+
+
+def same_metadata(got: Colour, sent: Colour) -> bool:
+    """Within the units the encoders write (0.00002 and 0.0001 cd/m²)."""
+    if got.light != sent.light or (got.mastering is None) != (sent.mastering is None):
+        return False
+    if sent.mastering is None:
+        return True
+    pairs = zip((got.mastering.red, got.mastering.green, got.mastering.blue, got.mastering.white, got.mastering.luminance),
+                (sent.mastering.red, sent.mastering.green, sent.mastering.blue, sent.mastering.white, sent.mastering.luminance))
+    return all(abs(a - b) <= Fraction(1, 10000) for x, y in pairs for a, b in zip(x, y))
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+@pytest.mark.parametrize("name", list(COLOURS))
+def test_colour_tags_and_hdr_metadata_are_kept(tmp_path, name, encoder):
+    colour, pix_fmt = COLOURS[name]
+    src = make_graded_clip(tmp_path / "in.mkv", "libx265" if colour.mastering else "ffv1", pix_fmt, SIZE, 3, colour,
+                           {"crf": "12"} if colour.mastering else None)
+    source, _ = stated(src)
+    assert source == colour  # the clip states what it was made with
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    got, out_fmt = stated(tmp_path / "out.mkv")
+    assert out_fmt.replace("yuvj", "yuv") == pix_fmt  # FFmpeg's H.264 decoder calls full-range 4:2:0 yuvj420p
+    assert (got.primaries, got.transfer, got.matrix, got.range) == (colour.primaries, colour.transfer, colour.matrix, colour.range)
+    said = [str(w.message) for w in caught]
+    if colour.mastering and encoder not in HOLD_METADATA:
+        assert got.mastering is None and len(said) == 1 and f"{encoder} has no place for the input's HDR metadata" in said[0]
+    else:
+        assert same_metadata(got, colour) and not said
+
+
+def test_originals_pass_through_ffv1_bit_exact_at_10_bits_with_their_tags(tmp_path):
+    colour = COLOURS["hdr10"][0]
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 4, colour)
+    interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False)
+
+    def planes(path):
+        with av.open(str(path)) as container:
+            return [[bytes(plane) for plane in frame.planes] for frame in container.decode(video=0)]
+
+    assert planes(tmp_path / "out.mkv")[::2] == planes(src)
+    got, pix_fmt = stated(tmp_path / "out.mkv")
+    assert pix_fmt == "yuv420p10le" and (got.primaries, got.transfer, got.matrix, got.range) == (9, 16, 9, LIMITED)
+
+
+def test_a_change_of_depth_is_said_in_one_line(tmp_path):
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 3, COLOURS["hlg"][0])
+    with pytest.warns(UserWarning) as caught:
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding("libx264", pix_fmt="yuv420p"))
+    assert [str(w.message) for w in caught] == [
+        "the output's pixel format yuv420p holds 8 bits: the input's 10-bit yuv420p10le frames are rounded to it"]
+    assert stated(tmp_path / "out.mkv")[1] == "yuv420p"
+
+
+def test_an_explicit_10_bit_pix_fmt_is_taken_from_an_8_bit_input(tmp_path):
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p", SIZE, 3, COLOURS["bt709"][0])
+    with pytest.warns(UserWarning, match="holds 10 bits: the input's 8-bit yuv420p frames are widened to it"):
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False,
+                         encoding=Encoding("libx265", pix_fmt="yuv420p10le"))
+    got, pix_fmt = stated(tmp_path / "out.mkv")
+    assert pix_fmt == "yuv420p10le" and (got.primaries, got.transfer, got.matrix) == (1, 1, 1)
+
+
+def command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eden_serve.cli", "interpolate", *args, "--config", "tiny"],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("options", [["--vcodec", "libx265", "--encoder-opt", "x265-params=keyint=12"],
+                                     *([["--vcodec", AV1]] if AV1 else [])])
+def test_encoder_logs_stay_off_stderr_unless_verbose(tmp_path, options):
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 3, COLOURS["hlg"][0])
+    quiet = command(str(src), "-o", str(tmp_path / "quiet.mkv"), *options)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr.splitlines() == [
+        "eden-serve: warning: no checkpoint given: using synthetic weights (seed 0); the output is NOT a real interpolation"]
+    loud = command(str(src), "-o", str(tmp_path / "loud.mkv"), *options, "-v")
+    assert loud.returncode == 0, loud.stderr
+    assert len(loud.stderr.splitlines()) > 3  # the encoder's banner and statistics
+    with av.open(str(tmp_path / "quiet.mkv")) as a, av.open(str(tmp_path / "loud.mkv")) as b:
+        assert np.array_equal(next(a.decode(video=0)).to_ndarray(format="rgb48le"), next(b.decode(video=0)).to_ndarray(format="rgb48le"))

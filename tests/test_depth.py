@@ -1,0 +1,160 @@
+"""Frames at their depth: a source deeper than 8 bits is read as 16-bit RGB, its middles are made and
+written at 16 bits, and every path keeps them so: the clip engine with a linear-blend stand-in for the
+model, the bitstream codec's 10-bit HEVC, AV1 and VP9 packets (in the sandbox too), the frames codec,
+directories of 16-bit PNG and TIFF frames, Y4M pipes, the tiny model in process, and the page's
+tone-mapped previews. Clips are made here with the installed PyAV's encoders."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eden_serve import wire
+from eden_serve.client.processors import pairwise
+from eden_serve.client.streaming import interpolate_clip
+from eden_serve.config import PRESETS
+from eden_serve.media import sandbox
+from eden_serve.media.base import Frame
+from eden_serve.media.colour import LIMITED, Colour, tone_mapped
+from eden_serve.media.frames import from_pixels, open_deep, to_pixels
+from eden_serve.media.packets import PacketReader, decode
+from eden_serve.page.media import describe, preview
+from eden_serve.pipeline import in_process, interpolate_chunk
+from eden_serve.wire.png import rgb16_png
+from harness.videos import gradient, local_frames, make_graded_clip
+
+av = pytest.importorskip("av")
+
+
+def blend(index, frame0, frame1, seed):
+    """A stand-in model: the mean of the two frames, at their depth."""
+    return to_pixels((frame0.tensor + frame1.tensor) / 2, frame0.depth)
+
+
+def colours(path, index: int) -> int:
+    """The distinct colours of frame ``index`` of a video, decoded at its own depth."""
+    with av.open(str(path)) as container:
+        frame = list(container.decode(video=0))[index]
+        deep = frame.format.components[0].bits > 8
+        pixels = frame.to_ndarray(format="rgb48le" if deep else "rgb24")
+    return len(np.unique(pixels.reshape(-1, 3), axis=0))
+
+
+def test_a_10_bit_ramps_middle_holds_4x_the_distinct_values_of_the_8_bit_path(tmp_path):
+    """The same gentle gradient in 10 and in 8 bits, its middles by a linear blend: 8 bits band it."""
+    size = (128, 256)
+    for bits, pix_fmt in ((10, "yuv444p10le"), (8, "yuv444p")):
+        make_graded_clip(tmp_path / f"in{bits}.mkv", "ffv1", pix_fmt, size, 3)
+        interpolate_clip(tmp_path / f"in{bits}.mkv", tmp_path / f"out{bits}.mkv", pairwise(blend), progress=False)
+    deep, shallow = colours(tmp_path / "out10.mkv", 1), colours(tmp_path / "out8.mkv", 1)
+    assert deep >= 4 * shallow, (deep, shallow)
+
+
+PACKETS = {"hevc.mkv": ("libx265", {"x265-params": "keyint=4:bframes=2:log-level=error"}),
+           "av1.mkv": ("libsvtav1", {"g": "4", "preset": "12"}),
+           "vp9.webm": ("libvpx-vp9", {"g": "4", "lag-in-frames": "8"})}  # 10-bit 4:2:0: profile 2
+
+
+@pytest.mark.parametrize("name", list(PACKETS))
+def test_10_bit_packets_decode_at_their_depth_here_and_in_the_sandbox(tmp_path, name):
+    codec, options = PACKETS[name]
+    if codec not in av.codecs_available or "yuv420p10le" not in [f.name for f in av.codec.Codec(codec, "w").video_formats]:
+        pytest.skip(f"this PyAV has no {codec} that encodes 10 bits (its libvpx is built for 8), so no clip to decode")
+    path = make_graded_clip(tmp_path / name, codec, "yuv420p10le", (64, 96), 10, Colour(9, 16, 9, LIMITED), options)
+    reader, expected = PacketReader(path), local_frames(path)
+    assert reader.parameters.pix_fmt == "yuv420p10le" and expected[0].dtype == np.uint16
+    packets = list(reader)
+    box = sandbox.Sandbox()
+    try:
+        for first in (0, 5):
+            span = reader.needed(first, first + 3)
+            job = (reader.parameters, packets[span.key : span.end + 1], span.skip, 4)
+            here, boxed = decode(*job), box.decode(*job)
+            assert here.dtype == boxed.dtype == np.uint16
+            assert np.array_equal(here, np.stack(expected[first : first + 4])) and np.array_equal(boxed, here)
+    finally:
+        box.close()
+
+
+def test_the_frames_codec_carries_16_bit_frames_losslessly():
+    frames = [torch.from_numpy(gradient(k, (40, 56))) for k in range(3)]
+    tensors = [f.permute(2, 0, 1).float() / 65535 for f in frames]
+    cloud_chunk = wire.FRAMES.make(_cloud(), tensors, seed=2, depth=16)
+    assert cloud_chunk.depth == 16 and cloud_chunk.pixels.dtype == np.uint16
+    payload = wire.encode(cloud_chunk, PRESETS["tiny"], wire.FRAMES_CODEC)
+    opened = wire.decode(payload, PRESETS["tiny"])
+    assert opened.depth == 16 and np.array_equal(opened.pixels, np.stack([f.numpy() for f in frames]))
+    assert all(torch.equal(from_pixels(p), t) for p, t in zip(opened.pixels, tensors))  # what the cloud computed from
+
+
+def _cloud():
+    from eden_serve.cloud.encoder import CloudEncoder
+    from eden_serve.model import CloudWeights
+
+    torch.manual_seed(0)
+    return CloudEncoder(CloudWeights(PRESETS["tiny"]), PRESETS["tiny"])
+
+
+def test_the_tiny_model_in_process_makes_16_bit_middles_the_same_through_every_codec(tiny_models):
+    """Conditions re-derived from 16-bit frames (frames codec) are the cloud's own (fp32, or handed
+    over in one process): the same middles, at 16 bits, rounded from the edge's floats."""
+    cloud, edge = tiny_models
+    clip = [Frame(k, f"frame {k}", image=torch.from_numpy(gradient(k, (48, 64)))) for k in range(4)]
+    made = {codec: in_process(cloud, edge, codec)(0, clip, 3).images for codec in ("frames", "fp32", wire.NO_WIRE)}
+    floats, _ = interpolate_chunk(cloud, edge, [frame.tensor for frame in clip], seed=3, codec="fp32")
+    for middles in made.values():
+        assert all(m.dtype == torch.uint16 for m in middles)
+        assert all(torch.equal(m, to_pixels(f, 16)) for m, f in zip(middles, floats))
+
+
+def test_a_directory_of_16_bit_png_and_tiff_frames_keeps_16_bits(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    size = (32, 48)
+    (src / "f0.png").write_bytes(rgb16_png(gradient(0, size)))
+    context = av.CodecContext.create("tiff", "w")
+    context.width, context.height, context.pix_fmt = size[1], size[0], "rgb48le"
+    context.open()
+    (src / "f1.tif").write_bytes(bytes(context.encode(av.VideoFrame.from_ndarray(gradient(1, size), format="rgb48le"))[0]))
+    interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False)
+    out = [open_deep(path).numpy() for path in sorted((tmp_path / "out").iterdir())]
+    assert (tmp_path / "out" / "000000.png").read_bytes() == (src / "f0.png").read_bytes()
+    assert np.array_equal(out[2], gradient(1, size))
+    halves = (gradient(0, size).astype(np.float32) / 65535 + gradient(1, size).astype(np.float32) / 65535) / 2
+    assert np.array_equal(out[1], np.round(halves * 65535).astype(np.uint16))
+
+
+def test_a_10_bit_y4m_pipe_goes_through_the_command_at_10_bits(tmp_path):
+    src = make_graded_clip(tmp_path / "in.y4m", "rawvideo", "yuv420p10le", (48, 64), 3)
+    done = subprocess.run([sys.executable, "-m", "eden_serve.cli", "interpolate", "-", "-o", "-", "--config", "tiny"],
+                          input=src.read_bytes(), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.startswith(b"YUV4MPEG2 W64 H48 F50:1") and b" C420p10 " in done.stdout.split(b"\n")[0]
+    (tmp_path / "out.y4m").write_bytes(done.stdout)
+    with av.open(str(tmp_path / "out.y4m")) as container:
+        frames = [f.to_ndarray(format="rgb48le") for f in container.decode(video=0)]
+    assert len(frames) == 5 and np.array_equal(frames[::2], local_frames(src))
+
+
+def test_the_page_previews_an_hdr_clip_tone_mapped(tmp_path):
+    colour = Colour(9, 16, 9, LIMITED)
+    hdr = make_graded_clip(tmp_path / "pq.mkv", "ffv1", "yuv420p10le", (48, 64), 3, colour)
+    sdr = make_graded_clip(tmp_path / "sdr.mkv", "ffv1", "yuv420p10le", (48, 64), 3, Colour(1, 1, 1, LIMITED))
+    assert describe(hdr).hdr == "PQ" and not describe(hdr).playable and describe(sdr).hdr is None
+    with av.open(str(preview(hdr, tmp_path / "preview.mp4"))) as container:
+        shown = next(container.decode(video=0)).to_ndarray(format="rgb24").astype(int)
+    pixels = local_frames(hdr)[0]
+    mapped, as_coded = tone_mapped(pixels, colour).astype(int), np.round(pixels / 257).astype(int)
+    assert np.abs(shown - mapped).mean() < 3  # the tone-mapped frame, through H.264 at crf 18
+    assert np.abs(shown - as_coded).mean() > 20  # not PQ's code values shown as SDR ones
+
+
+def test_process_size_says_that_it_works_at_8_bits(tmp_path):
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", (48, 64), 3)
+    with pytest.warns(UserWarning, match="--process-size scales with Pillow at 8 bits"):
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, process_size=(32, 48))

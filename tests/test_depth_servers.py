@@ -1,0 +1,68 @@
+"""A 10-bit clip between two real TorchServe halves (tiny model): its frames go up as 16-bit PNGs
+(frames codec) or stay the cloud's own HEVC packets (bitstream codec, a server-side source), the
+edge answers 16-bit middles, and the output equals the in-process run bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eden_serve import wire
+from eden_serve.checkpoint import load_archived
+from eden_serve.client import Client
+from eden_serve.media import Encoding
+from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.serving.worker import default_threads, usable_cores
+from eden_serve.wire.raw import raw_bytes
+from harness.servers import build_archives, torchserve
+from harness.videos import make_graded_clip
+
+av = pytest.importorskip("av")
+pytestmark = pytest.mark.serving
+
+SIZE = (64, 96)  # height, width
+FRAMES = 7
+RUN = {"seed": 5, "chunk": 3, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    """A media root with a 10-bit HEVC clip, servers holding the tiny archives with that root, and the
+    in-process output of the clip with the weights of those archives and the workers' thread count."""
+    root = tmp_path_factory.mktemp("deep")
+    media = root / "media"
+    media.mkdir()
+    make_graded_clip(media / "ramp10.mkv", "libx265", "yuv420p10le", SIZE, FRAMES, options={"crf": "12"})
+    store = build_archives(root / "store", config="tiny", media_root=media)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(default_threads("edge", usable_cores()))
+    try:
+        interpolate_clip_in_process(media / "ramp10.mkv", root / "expected.mkv", *load_archived(store), codec=wire.FRAMES_CODEC, **RUN)
+    finally:
+        torch.set_num_threads(threads)
+    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], token_auth=False) as server:
+        yield server, media, root / "expected.mkv"
+
+
+def decoded(path) -> list[tuple[int, np.ndarray]]:
+    """Each frame's time and its pixels at 16 bits."""
+    with av.open(str(path)) as container:
+        assert container.streams.video[0].codec_context.pix_fmt == "yuv420p10le"
+        return [(frame.pts, frame.to_ndarray(format="rgb48le")) for frame in container.decode(video=0)]
+
+
+def same_video(a, b) -> bool:
+    x, y = decoded(a), decoded(b)
+    return len(x) == len(y) == 2 * FRAMES - 1 and all(p == q and np.array_equal(f, g) for (p, f), (q, g) in zip(x, y))
+
+
+@pytest.mark.parametrize("codec, source", [(wire.FRAMES_CODEC, "local"), (wire.BITSTREAM_CODEC, "cloud")])
+def test_a_10_bit_clip_through_the_servers_equals_the_in_process_run(deep, tmp_path, codec, source):
+    server, media, expected = deep
+    src = "cloud:ramp10.mkv" if source == "cloud" else media / "ramp10.mkv"
+    with Client(cloud=server.inference_url, edge=server.inference_url, codec=codec) as client:
+        summary = client.interpolate_clip(src, tmp_path / "out.mkv", **RUN)
+    assert same_video(tmp_path / "out.mkv", expected)
+    # The middles came back at 16 bits: raw middles (an edge on loopback) of 6 bytes a pixel.
+    assert summary.received_bytes >= (FRAMES - 1) * raw_bytes(SIZE[1], SIZE[0], 16)
