@@ -20,7 +20,7 @@ from . import pipeline, synthetic, wire
 from .atomic import save_image
 from .bench import Bench, run_bench
 from .checkpoint import load_official, write_halves
-from .clip_options import add_clip_arguments, parse_size, refuse_clip_options, report
+from .clip_options import add_clip_arguments, parse_shape, parse_size, refuse_clip_options, report
 from .media import Frame
 from .cloud.scene_cuts import SCENE_THRESHOLD
 from .commands import (
@@ -100,6 +100,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-store", default="model_store", help="where to write the archives (default: ./model_store)")
     p.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
     _archive_options(p, "")
+    p.add_argument("--prepare", type=parse_shape, action="append", metavar="HxW[xPAIRS]",
+                   help="compile the edge's forward ahead for frames of this size (repeatable; PAIRS per forward, default "
+                        "what the device takes), on --prepare-device, into the "
+                        "edge archive and beside it: its workers (and eden-serve interpolate --compiled) compile it from there "
+                        "in seconds; made on the GPU kind that will serve (docs/gpu.md, \"Compiled ahead\")")
+    p.add_argument("--prepare-device", default="cuda", help="the device --prepare compiles on (default cuda)")
 
     add_serve_arguments(commands.add_parser("serve", help="one TorchServe node (cloud, edge or both) in the foreground: the container's process"))
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
@@ -221,7 +227,8 @@ def _archive_options(parser: argparse.ArgumentParser, of: str) -> None:
 
 def _archive(args) -> int:
     options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
-    paths = archive.build(args.model_store, checkpoint=args.checkpoint, config=args.config, options=options)
+    prepared = archive.Prepared(tuple(args.prepare), args.prepare_device) if args.prepare else None
+    paths = archive.build(args.model_store, checkpoint=args.checkpoint, config=args.config, options=options, prepared=prepared)
     print(archive.describe(paths, args.config, options))
     return 0
 

@@ -23,6 +23,18 @@ def parse_size(text: str) -> tuple[int, int]:
     return height, width
 
 
+def parse_shape(text: str) -> tuple[int, ...]:
+    """HxW, or HxWxPAIRS: a frame size and the pairs of a forward."""
+    parts = text.lower().split("x")
+    try:
+        values = tuple(int(v) for v in parts)
+    except ValueError:
+        values = ()
+    if len(values) not in (2, 3) or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected HxW or HxWxPAIRS such as 480x854x16, got {text!r}")
+    return values
+
+
 def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
     """A clip's output: its frame rate, encoder and processing size (docs/video.md)."""
     parser.add_argument("--factor", default="2",

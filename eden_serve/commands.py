@@ -24,7 +24,7 @@ from .client.transports import TOKEN_ENV, read_token
 from .clip_options import clip_options
 from .cloud.encoder import CloudEncoder
 from .config import PRESETS, preset
-from .edge import PRECISIONS, Acceleration, EdgeModel, default_precision
+from .edge import PRECISIONS, Acceleration, EdgeModel, artefacts, default_precision
 from .errors import BadInputError, EdenError
 
 PROG = "eden-serve"
@@ -107,8 +107,13 @@ def load_models(args: argparse.Namespace) -> tuple[CloudEncoder, EdgeModel]:
     acceleration = Acceleration.from_arguments(args)
     acceleration.graphs_on(torch.device(edge_device))  # a contradiction fails before the weights load
     precision = args.precision or default_precision(torch.device(edge_device))
+    compiled = getattr(args, "compiled", None)
+    if compiled is not None:
+        artefacts.read_header(compiled)  # not such a file: refused before the weights load
     cloud, edge = load_pair(args.checkpoint, preset(args.config), cloud_device, precision, edge_device=edge_device)
     edge.accelerate(acceleration)
+    if compiled is not None:
+        artefacts.load_into(edge, compiled)
     return cloud, edge
 
 

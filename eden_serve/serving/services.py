@@ -29,7 +29,7 @@ import torch
 from .. import wire
 from ..checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..cloud.encoder import CloudEncoder
-from ..edge import EdgeModel, earliest_first
+from ..edge import EdgeModel, artefacts, earliest_first
 from ..edge.conditions import EdgeEncoder, Intake
 from ..edge.streams import streams_for
 from ..errors import BadInputError, encoder_refusal
@@ -187,6 +187,9 @@ class EdgeService(Service):
             model.batch_tokens = settings.max_batch_tokens
         model.accelerate(settings.acceleration())
         model.warm_up()
+        compiled = Path(weights).parent / artefacts.FILE_NAME  # eden-serve archive --prepare put it beside the weights
+        if compiled.is_file():
+            artefacts.load_into(model, compiled)
         return model
 
     def __init__(self, model: EdgeModel, settings: Settings, context):
