@@ -22,6 +22,7 @@ from .bench import Bench, run_bench
 from .checkpoint import load_official, write_halves
 from .clip_options import add_clip_arguments, parse_shape, parse_size, refuse_clip_options, report
 from .media import Frame
+from .media.decoders import DECODERS
 from .cloud.scene_cuts import SCENE_THRESHOLD
 from .commands import (
     CHECKPOINT_REFERENCE,
@@ -70,6 +71,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT} on a CPU, "
                                                 f"{pipeline.CLIP_DEFAULTS['cuda'].inflight} on a GPU)")
+    p.add_argument("--decoder", choices=DECODERS, default="auto",
+                   help="a video's decoder: the host's, or the GPU's (nvdec: frames copied to the host; nvdec-device: kept on "
+                        "the GPU); auto: the fastest on the clip's first frames beside a GPU, the host's beside a CPU (default auto)")
     p.add_argument("--middles-as", choices=pipeline.MIDDLES_AS, default="auto",
                    help="how a video's middles come back from the edge: the output's 4:2:0 planes, converted on the device "
                         "(half the bytes), or RGB converted by the writer; auto: planes on a GPU (default auto)")

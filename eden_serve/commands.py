@@ -166,7 +166,7 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     return pipeline.interpolate_clip_in_process(
         src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight,
         progress=getattr(args, "progress", None), max_pixels=args.max_pixels, scene_threshold=args.scene_threshold, resume=args.resume,
-        middles_as=getattr(args, "middles_as", "auto"),
+        middles_as=getattr(args, "middles_as", "auto"), decoder=getattr(args, "decoder", "host"),
         **options, **hooks,
     )
 

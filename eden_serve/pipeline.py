@@ -31,7 +31,9 @@ from .cloud.scene_cuts import SCENE_THRESHOLD
 from .edge import AttentionPath, EdgeModel, to_host, upload
 from .edge.conditions import Intake
 from .edge.yuv import to_planes
-from .media import Frame
+from .errors import BadInputError
+from .media import PIPE, Frame, decoders, open_clip
+from .media.video import VideoClip, rgb_pixels
 from .media.planes import PlaneFormat, Planes
 from .media.frames import DEFAULT_MAX_PIXELS, DEPTHS, as_pixels, check_pair, levels, load_frame, pixels_to_tensor, to_pixels
 
@@ -211,6 +213,24 @@ def in_process(
     return processor
 
 
+def decoded_by(src: str | Path, setting: str, device: torch.device, options: ClipOptions) -> str | Path | VideoClip:
+    """``src`` as the clip engine opens it, or where ``setting`` (:data:`~.media.decoders.DECODERS`)
+    asks for another decoder than the host's, a video file opened with it: the one named, or for
+    ``auto`` the fastest on its first frames (:func:`~.media.decoders.choose`) beside a GPU."""
+    if setting == "host" or str(src) == PIPE or options.raw is not None or not Path(src).is_file():
+        return src
+    found = {decoder.name: decoder for decoder in decoders.candidates(device)}
+    if setting != "auto" and setting not in found:
+        raise BadInputError(f"--decoder {setting}: not here ({', '.join(found)} are)")
+    if len(found) == 1:
+        return src
+    with open_clip(src, options.max_pixels) as clip:
+        if clip.kind != "video":
+            return src
+    chosen = found[setting] if setting != "auto" else decoders.choose(Path(src), list(found.values()), rgb_pixels)[0]
+    return VideoClip(Path(src), options.max_pixels, decoder=chosen) if chosen.name != "host" else src
+
+
 def model_identity(cloud: CloudEncoder, edge: EdgeModel) -> dict:
     """What the middles of a cloud and an edge depend on (a resumed run's journal records it): the
     weights themselves, the edge's device and precision, and the arithmetic of this torch build and CPU."""
@@ -232,8 +252,9 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
     :data:`DEFAULT_CHUNK` pairs, :data:`DEFAULT_INFLIGHT` in flight, frames of at most
     :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
     wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error
-    middles_as = options.pop("middles_as", "auto")
+    middles_as, decoder = options.pop("middles_as", "auto"), options.pop("decoder", "host")
     options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS, **options})
+    src = decoded_by(src, decoder, edge.device, options)
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
     if options.resume:
         options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,

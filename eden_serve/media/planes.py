@@ -66,3 +66,17 @@ class Planes:
         if self.format.depth > 8:
             data = data.view(np.uint16)
         return data.reshape(self.height * 3 // 2, self.width)
+
+
+def nv12_to_rgb(luma: torch.Tensor, chroma: torch.Tensor, matrix: str = "bt601", full: bool = False) -> torch.Tensor:
+    """An 8-bit NV12 picture (``luma`` [H, W], ``chroma`` [H/2, W]: U and V interleaved) -> RGB [H, W, 3]
+    uint8 on their device, as swscale converts 4:2:0 to RGB: each chroma sample for its 2 x 2 pixels.
+    Float arithmetic where swscale's tables are fixed point: within 3 levels of it (tests/test_decoders.py)."""
+    kr, kb = MATRICES[matrix]
+    kg = 1 - kr - kb
+    y = luma.float() if full else (luma.float() - 16) * (255 / 219)
+    uv = chroma.float().reshape(chroma.shape[0], -1, 2) - 128  # [H/2, W/2, 2]
+    uv = (uv if full else uv * (255 / 224)).repeat_interleave(2, 0).repeat_interleave(2, 1)[: luma.shape[0], : luma.shape[1]]
+    u, v = uv.unbind(-1)
+    rgb = torch.stack((y + 2 * (1 - kr) * v, y - (2 * kb * (1 - kb) * u + 2 * kr * (1 - kr) * v) / kg, y + 2 * (1 - kb) * u), -1)
+    return rgb.round_().clamp_(0, 255).to(torch.uint8)

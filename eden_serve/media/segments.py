@@ -60,7 +60,9 @@ def open_segments(stream, options: dict, instances: int, logger: Callable[[str],
         return context
 
     try:
-        return SegmentedEncoder(make, template.extradata, instances, segment_frames(instances, template.width, template.height))
+        encoder = SegmentedEncoder(make, template.extradata, instances, segment_frames(instances, template.width, template.height))
+        encoder.stream = stream
+        return encoder
     except Mismatch as exc:
         logger(f"{exc}; encoding with one instance")
         return None
@@ -138,6 +140,7 @@ class SegmentedEncoder:
 
     def __init__(self, make: Callable[[], object], header: bytes | None, instances: int, frames: int):
         self.make, self.header, self.instances, self.length = make, header, instances, frames
+        self.stream = None  # the output stream the packets are muxed into, where one is
         self.flight: deque[_Segment] = deque()
         self.opened = 0
         self.last_dts: int | None = None
@@ -175,6 +178,8 @@ class SegmentedEncoder:
         back before the previous segment's last packet. Moved up by as little as needed, never past
         a packet's own presentation time."""
         for packet in packets:
+            if self.stream is not None:
+                packet.stream = self.stream
             if self.last_dts is not None and packet.dts is not None and packet.dts <= self.last_dts:
                 if packet.pts is not None and self.last_dts + 1 > packet.pts:
                     raise Mismatch("a segment's decoding times cannot follow the previous segment's")

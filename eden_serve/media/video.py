@@ -20,6 +20,7 @@ from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import Colour
 from .colour import FULL
+from .decoders import Decoder
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
 from .planes import Planes, plane_format
@@ -75,13 +76,14 @@ class VideoClip(Clip):
     kind = "video"
     colour = Colour()  # the stream's (_colour); a server-side source's stays unstated (client/remote.py)
 
-    def __init__(self, path: Path, max_pixels: int | None = None, container=None):
+    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None):
         super().__init__(path)
         av = import_av()
         self._error = av.error.FFmpegError
         self.piped = str(path) == PIPE
+        self.decoder = decoder or Decoder()  # the host's, or the GPU's (:mod:`.decoders`)
         try:
-            self.container = container or av.open(sys.stdin.buffer if self.piped else str(path))
+            self.container = container or (decoder.open(path) if decoder else av.open(sys.stdin.buffer if self.piped else str(path)))
         except (self._error, ValueError) as exc:
             raise BadInputError(f"{path}: not a readable video ({exc})") from None
         if not self.container.streams.video:
@@ -143,7 +145,8 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-            yield Frame(i, f"frame {i}", image=rgb_pixels(frame), decoded=Decoded(frame, time, time + duration, source))
+            pixels = self.decoder.pixels(frame, rgb_pixels)
+            yield Frame(i, f"frame {i}", image=pixels, decoded=Decoded(self.decoder.raw(frame), time, time + duration, source))
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
@@ -252,8 +255,8 @@ class VideoWriter(ClipWriter):
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
         self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
         self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn)
-        instances = self.segments.instances if self.segments is not None else 1
-        self.encoder = name if instances == 1 else f"{name} in {instances} instances on segments of {self.segments.length} frames"
+        self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
+        self.encoder = name if self.segments is None else f"{name} in {self.segments.instances} instances on segments of {self.segments.length} frames"
         self.held = None
         self.end = None  # when the video ends: the last original seen ends there
         self.first = None  # (pts, dts) of the first packet
@@ -323,15 +326,6 @@ class VideoWriter(ClipWriter):
             self._mux(self._encoded(picture))
         except self._error as exc:
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
-
-    def _encoded(self, picture) -> list:
-        """The packets ``picture`` (None: the end) makes ready, from the stream's encoder or its instances."""
-        if self.segments is None:
-            return self.stream.encode(picture)
-        packets = self.segments.encode(picture)
-        for packet in packets:
-            packet.stream = self.stream
-        return packets
 
     def _hold(self, picture, pts: int) -> None:
         """Encode the picture held before, which lasts until ``pts``, and hold this one."""
