@@ -29,7 +29,10 @@ import torch
 from .. import wire
 from ..checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..cloud.encoder import CloudEncoder
-from ..edge import EdgeModel, artefacts, earliest_first
+from ..edge import EdgeModel, artefacts, earliest_first, to_host
+from ..edge.forward import prepare_render
+from ..edge.yuv import to_planes
+from ..media.planes import PlaneFormat
 from ..edge.conditions import EdgeEncoder, Intake
 from ..edge.streams import streams_for
 from ..errors import BadInputError, encoder_refusal
@@ -269,7 +272,8 @@ class EdgeService(Service):
         """The middles of ``batch``'s (request, pair)s, encoded on the encoding threads while the
         next batch computes (:meth:`encoded`)."""
         batch = [(idx, j) for idx, j in batch if answers[idx].refusal is None]
-        for part, outcome, denoise_s, decode_s in self.forward(batch, chunks):
+        planes = {answers[idx].format.planes for idx, _ in batch}  # converted on the device where all ask the same
+        for part, outcome, denoise_s, decode_s in self.forward(batch, chunks, planes.pop() if len(planes) == 1 else None):
             for n, (idx, j) in enumerate(part):
                 answer = answers[idx]
                 with self.sending:
@@ -317,14 +321,14 @@ class EdgeService(Service):
             return outcome
         return Reply(*answer.format.whole(outcome[answer.first:]))
 
-    def forward(self, batch: list[tuple[int, int]], chunks: list) -> Iterator[tuple[list, torch.Tensor | Refusal, float, float]]:
+    def forward(self, batch: list[tuple[int, int]], chunks: list, planes: PlaneFormat | None = None) -> Iterator[tuple[list, torch.Tensor | Refusal, float, float]]:
         """(pairs, their middles [B, H, W, 3] uint8 or the Refusal of them all, denoise and decode
         seconds) for the (request, pair) of ``batch``. A batch that runs out of memory is tried
         again in halves, down to single pairs, before its pairs are refused with 507."""
         if not batch:
             return
         start = time.time()
-        outcome = self.attempt([chunks[idx] for idx, _ in batch], [j for _, j in batch])
+        outcome = self.attempt([chunks[idx] for idx, _ in batch], [j for _, j in batch], planes)
         logger.info("edge forward of seeds %s from %.3f to %.3f", [chunks[idx].seeds[j] for idx, j in batch], start, time.time())
         # Out of attempt(): the failure's traceback, and the batch's tensors it held, are gone.
         if isinstance(outcome, Refusal) and outcome.status == 507:
@@ -332,15 +336,15 @@ class EdgeService(Service):
             if len(batch) > 1:
                 half = len(batch) // 2
                 logger.warning("a batch of %d pairs ran out of memory; trying %d and %d", len(batch), half, len(batch) - half)
-                yield from self.forward(batch[:half], chunks)
-                yield from self.forward(batch[half:], chunks)
+                yield from self.forward(batch[:half], chunks, planes)
+                yield from self.forward(batch[half:], chunks, planes)
                 return
         if isinstance(outcome, Refusal):
             yield batch, outcome, 0.0, 0.0
         else:
             yield (batch, *outcome)
 
-    def attempt(self, chunks: list[Chunk], pairs: list[int]) -> tuple[torch.Tensor, float, float] | Refusal:
+    def attempt(self, chunks: list[Chunk], pairs: list[int], planes: PlaneFormat | None = None) -> tuple[torch.Tensor, float, float] | Refusal:
         """One batched forward, timed stage by stage: the device is synchronised at each clock
         reading, so that each stage is charged its own kernels."""
         try:
@@ -350,17 +354,22 @@ class EdgeService(Service):
             latents = self.model.denoise(conditions)
             self.model.synchronize()
             denoised = time.perf_counter()
-            frames = self.decode(latents, conditions, [chunk.depth for chunk in chunks])
+            frames = self.decode(latents, conditions, [chunk.depth for chunk in chunks], planes)
             self.model.synchronize()
             return frames, denoised - start, time.perf_counter() - denoised
         except Exception as exc:  # the batch's requests fail (or are tried in halves); the others go on
             return refusal(exc)
 
 
-    def decode(self, latents: torch.Tensor, conditions: list, depths: list[int]) -> torch.Tensor | list[torch.Tensor]:
+    def decode(self, latents: torch.Tensor, conditions: list, depths: list[int],
+               planes: PlaneFormat | None = None) -> torch.Tensor | list[torch.Tensor]:
         """The middles as pixels on the host, each at its chunk's depth: 8 bits rounded on the device
-        (a quarter of the bytes back), as before there were deeper ones; a batch with 16-bit chunks
-        in it comes back in float32 and is rounded here, each pair as the in-process pipeline rounds it."""
+        (a quarter of the bytes back; with ``planes``, converted to them there, [B, H 3/2, W]: half
+        again), as before there were deeper ones; a batch with 16-bit chunks in it comes back in
+        float32 and is rounded here, each pair as the in-process pipeline rounds it."""
+        if all(depth == 8 for depth in depths) and planes is not None:
+            pixels = self.model.render(latents, prepare_render(conditions, self.model.config, self.model.device), uint8=True)
+            return to_host(to_planes(pixels, planes).reshape(len(conditions), -1, pixels.shape[2]))
         if all(depth == 8 for depth in depths):
             return self.model.decode_uint8(latents, conditions)
         frames = self.model.decode_latents(latents, conditions)
