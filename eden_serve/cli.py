@@ -43,7 +43,7 @@ from .edge import PRECISIONS, Acceleration, default_precision
 from .errors import BadInputError
 from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
-from .page import add_page_arguments, run_page
+from .page import PAGE_DESCRIPTION, add_page_arguments, run_page
 from .serving import archive
 from .serving.launcher import BASE_CONFIG
 from .serving.node import ARCHIVES, serve
@@ -114,7 +114,8 @@ def _build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(commands.add_parser("serve", help="one TorchServe node (cloud, edge or both) in the foreground: the container's process"))
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
     add_page_arguments(commands.add_parser("page", help="a web page to drop a clip, watch it interpolated and compare it "
-                                                        "with the original, in process or through servers (docs/page.md)"))
+                                                        "with the original, in process or through servers (docs/page.md)",
+                                           description=PAGE_DESCRIPTION))
     return parser
 
 

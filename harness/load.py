@@ -31,7 +31,7 @@ from eden_serve.media.frames import load_frame, to_uint8
 from harness.rounding import rounding_difference
 from eden_serve.pipeline import interpolate_clip_in_process, interpolate_pair
 from eden_serve.serving.worker import default_threads, usable_cores
-from harness.hostile import TIMEOUT, Hostile
+from harness.hostile import TIMEOUT, Hostile, PageHostile, PageTarget
 
 SIZE = (48, 64)  # height, width of the good pairs and the clips: tiny
 MODEL_NAMES = ("eden_encoder", "eden_ditdec")
@@ -105,7 +105,7 @@ class Tally:
             self.good += 1
             self.wrong += not same_frame(got, pair.expected)
 
-    def ask_hostile(self, server, hostile: Hostile, session) -> None:
+    def ask_hostile(self, server, hostile: Hostile | PageHostile, session) -> None:
         try:
             got = hostile.send(server, session)
         except Exception as exc:  # noqa: BLE001 - no answer at all is a mismatch too
@@ -121,10 +121,11 @@ def worker_pids(server) -> dict[str, list[int]]:
     return {name: server.worker_pids(name) for name in MODEL_NAMES}
 
 
-def hostile_mix(server, pairs: list[Pair], count: int, hostiles: list[Hostile], clients: int = 8, seed: int = 0) -> tuple[Tally, float]:
+def hostile_mix(server, pairs: list[Pair], count: int, hostiles: list[Hostile | PageHostile], clients: int = 8, seed: int = 0,
+                page: PageTarget | None = None) -> tuple[Tally, float]:
     """``count`` good workflow pairs (cycling through ``pairs``, no retries: a pair that fails is
-    lost) and ``hostiles``, shuffled together and sent by ``clients`` threads; the tally and the
-    seconds it took. The caller compares the workers' pids before and after."""
+    lost) and ``hostiles``, shuffled together and sent by ``clients`` threads (those to the page, to
+    ``page``); the tally and the seconds it took. The caller compares the workers' pids before and after."""
     import requests
 
     tasks: queue.Queue = queue.Queue()
@@ -145,7 +146,7 @@ def hostile_mix(server, pairs: list[Pair], count: int, hostiles: list[Hostile], 
                 if kind == "good":
                     tally.ask_pair(client, task)
                 else:
-                    tally.ask_hostile(server, task, session)
+                    tally.ask_hostile(page if isinstance(task, PageHostile) else server, task, session)
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client_thread) for _ in range(clients)]

@@ -50,6 +50,25 @@ class Golden:
         return EdgeModel(module_from_state(self.state, "edge", self.config), self.config, precision=precision)
 
 
+# The inner loop (docs/development.md, at the top): `pytest -m inner` runs the tests of the wire, the
+# cloud, the edge and the media that need no real TorchServe, network, browser or GPU check, less the
+# few marked slow, in under 3 minutes on 2 cores. The whole suite stays what CI runs.
+INNER = {
+    "test_wire", "test_wire_pixels", "test_wire_keyed", "test_wire_limits", "test_kinds", "test_bitstream",
+    "test_elision", "test_answers", "test_raw", "test_cloud", "test_scene_cuts", "test_edge", "test_forward",
+    "test_graphs", "test_precision", "test_sizing", "test_model", "test_config", "test_errors",
+    "test_synthetic", "test_frames", "test_clips", "test_video", "test_encoding", "test_packets",
+    "test_threads", "test_timing", "test_colour", "test_depth", "test_pipeline", "test_layout", "test_docs",
+}
+OUTER = ("serving", "network", "slow")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.stem in INNER and not any(item.get_closest_marker(name) for name in OUTER):
+            item.add_marker(pytest.mark.inner)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def ordinary_scheduling():
     """The run and every process it starts stay under the ordinary time-sharing policy

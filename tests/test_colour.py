@@ -122,6 +122,7 @@ def command(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # two encoders run: the whole suite's, not the inner loop's
 @pytest.mark.parametrize("options", [["--vcodec", "libx265", "--encoder-opt", "x265-params=keyint=12"],
                                      *([["--vcodec", AV1]] if AV1 else [])])
 def test_encoder_logs_stay_off_stderr_unless_verbose(tmp_path, options):

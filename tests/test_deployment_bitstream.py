@@ -135,7 +135,7 @@ HOSTILE = {
     "frames declared over the pixel limit": (lambda p: resealed(p, stream(width=7680, height=4320)), {413: "payload_too_large"},
                                              "pixels per frame"),
     "a bitstream stating larger frames than declared": (lambda p: resealed(p, stream(width=160, height=68)),
-                                                        {400: "bad_payload"}, "does not decode as h264"),
+                                                        {400: "bad_payload"}, "do not decode to the frames"),  # the sandbox's words
     "packets of zeros": (lambda p: forged(p, lambda c: packet_data(c, lambda q: bytes(len(q.data)))), {400: "bad_payload"}, ""),
     "packets cut short": (lambda p: forged(p, lambda c: packet_data(c, lambda q: q.data[: len(q.data) // 3])), BOTH, ""),
     "a skip that lies": (lambda p: resealed(p, lambda h: h | {"skip": h["skip"] + 1}), BOTH, ""),

@@ -52,6 +52,7 @@ def test_bf16_stays_close_to_fp32(golden):
     assert error.max().item() < 0.03 and error.mean().item() < 0.005
 
 
+@pytest.mark.slow  # official dimensions or real video: the whole suite's, not the inner loop's
 def test_fast_path_equals_reference_with_official_dimensions():
     config = PRESETS["official"]
     state = synthetic_state_dict(config, seed=3)

@@ -54,3 +54,11 @@ def test_no_field_makes_a_500(handlers, side, base, fields):
     request = {**(valid(side) if base else {}), **fields}
     [(status, _, body)] = handle(handler, ctx, [request])
     assert status < 500 or status == 507, (request, body[:300])
+
+
+@pytest.mark.parametrize("after", ["1:99999999999999999999:1", "-9999999999999999999:none:1", f"0:{2**64}:1", f"0:0:{2**63}"])
+def test_after_beyond_int64_is_a_400(handlers, after):
+    """A packet's times and size are int64 in FFmpeg: one beyond is the caller's mistake, not a 500."""
+    handler, ctx = handlers["eden_encoder"]
+    [(status, _, body)] = handle(handler, ctx, [{"source": "bikes.mp4", "ask": "packets", "start": "3", "after": after}])
+    assert status == 400 and b"64-bit integers" in body, body[:300]

@@ -80,6 +80,7 @@ def test_the_pure_forward_equals_the_stepwise_forward_bit_for_bit(golden):
     assert (pure[0] - golden.arrays["output"]).abs().max().item() <= 1e-4  # and still the official output
 
 
+@pytest.mark.slow  # two encoders run: the whole suite's, not the inner loop's
 def test_the_pure_forward_of_a_real_chunk_equals_the_stepwise_forward_bit_for_bit(official):
     edge, pairs = official
     with torch.inference_mode():
@@ -109,6 +110,7 @@ def test_replayed_graphs_equal_the_eager_forward_bit_for_bit(golden):
     assert torch.equal(edge.middles(pairs[:1]), edge.decode_uint8(edge.denoise(pairs[:1]), pairs[:1]))
 
 
+@pytest.mark.slow  # two encoders run: the whole suite's, not the inner loop's
 def test_a_batch_replays_from_the_graph_of_its_bucket(official):
     """Three pairs run in the graph of four (the fourth row holds earlier inputs): each middle as
     the eager batch's within float rounding (tests/test_edge.py's batch bound), four bit for bit."""

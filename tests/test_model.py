@@ -5,6 +5,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 from conftest import GOLDEN_DIR
 
@@ -83,6 +84,7 @@ print(grown, model.EMBEDDINGS.bytes, model.EMBEDDINGS.max_bytes)
 """
 
 
+@pytest.mark.slow  # many frame sizes' embeddings: the whole suite's, not the inner loop's
 def test_cycling_frame_sizes_keeps_the_embeddings_within_the_budget():
     """40 frame sizes of about 1080p are 1.2 GB of embeddings: a worker keeps at most its budget."""
     result = subprocess.run([sys.executable, "-c", RSS_SCRIPT], capture_output=True, text=True, timeout=600, check=True)

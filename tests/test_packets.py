@@ -57,6 +57,7 @@ def assert_chunks_decode_as_locally(path: Path, length: int, step: int) -> list[
     return spans
 
 
+@pytest.mark.slow  # official dimensions or real video: the whole suite's, not the inner loop's
 @pytest.mark.parametrize("name, step", [("bikes.mp4", 3), ("bigbuckbunny.mp4", 11), ("carphone_pristine.mp4", 7),
                                         ("carphone_distorted.mp4", 7)])
 def test_chunks_of_real_video_decode_to_the_local_pixels(name, step):

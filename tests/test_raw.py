@@ -143,6 +143,9 @@ def test_answer_formats_write_whole_answers():
 def test_the_answer_field_comes_as_a_header_and_host_as_the_host_header():
     request = with_headers({"body": b"x"}, {"X-Eden-Answer": "raw", "Host": "127.0.0.1:8080"})
     assert (request["answer"], request["host"]) == ("raw", "127.0.0.1:8080")
+    # A field named host is the caller's word: the Host header alone says whom the request is for.
+    assert with_headers({"body": b"x", "host": "127.0.0.1"}, {"Host": "edge.example"})["host"] == "edge.example"
+    assert with_headers({"body": b"x", "host": "127.0.0.1"}, {})["host"] is None
 
 
 def test_the_raw_answers_setting():

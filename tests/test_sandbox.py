@@ -1,11 +1,17 @@
 """The decoder sandbox (eden_serve/media/sandbox.py): payloads decoded in a child process give the
 pixels of an in-process decode, for every codec the seeds cover; a decoder that crashes, hangs,
 spins or allocates without bound costs its payload a refusal, and the next payload decodes; the
-child can open no file or socket, run nothing and signal no one."""
+child can open no file or socket, run nothing and signal no one. A compromised decoder (the
+stand-ins of harness/standins.py) finds none of the worker's secrets in its environment, and
+nothing it says or prints reaches the client, this process's output, or the log beyond one bounded,
+escaped line; it starts at most a few threads."""
 
 from __future__ import annotations
 
 import errno
+import json
+import logging
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -13,11 +19,14 @@ import pytest
 
 from eden_serve import wire
 from eden_serve.media import packets, sandbox
-from eden_serve.sandbox.confine import seccomp_filter
+from eden_serve.sandbox.confine import MAX_TASKS, pids_cgroup, seccomp_filter
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError, TooMuchWorkError
 from eden_serve.wire.bitstream import to_frames
 from harness import fuzz
+from harness.standins import FORGED, SECRETS, said
+
+WORKER_SECRETS = {name: f"the worker's own {name}" for name in SECRETS}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +83,41 @@ def test_a_failing_decoder_costs_its_payload_only(chunks, standins, name, error,
 def test_the_child_is_confined(chunks, standins):
     if seccomp_filter() is None:
         pytest.skip("libseccomp is not installed here: the sandbox runs with resource limits only")
-    with pytest.raises(CodecError) as refused:
-        standins.decode(*naming(chunks[0], "attempts"), deadline=5.0)
-    got = dict(item.split("=") for item in str(refused.value).split())
+    got = dict(item.split("=") for item in said(standins.decode(*naming(chunks[0], "attempts"), deadline=5.0)).split())
     assert got == {name: str(errno.EPERM) for name in ("open", "socket", "unix", "exec", "fork", "kill", "write")}, got
+
+
+@pytest.fixture
+def compromised(monkeypatch):
+    """A sandbox started by a worker whose environment holds secrets; its decoder a stand-in."""
+    for name, value in WORKER_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    box = sandbox.Sandbox("harness.standins:misbehave")
+    yield box
+    box.close()
+
+
+def test_the_zygote_holds_none_of_the_workers_environment(chunks, compromised):
+    told = said(compromised.decode(*naming(chunks[0], "environ")))
+    assert not any(secret in told for secret in WORKER_SECRETS.values()), told
+    # What the zygote was given, and LC_CTYPE, which Python sets itself in a C locale (PEP 538).
+    assert set(json.loads(told)["names"]) <= {*sandbox.zygote_environment(), "LC_CTYPE"}
+
+
+def test_a_childs_refusal_is_told_in_the_workers_words_and_its_output_goes_nowhere(chunks, compromised, capfd, caplog):
+    with caplog.at_level(logging.INFO, logger=sandbox.__name__), pytest.raises(CodecError) as refused:
+        compromised.decode(*naming(chunks[0], "confide"))
+    assert str(refused.value) == sandbox.REFUSALS[CodecError.kind][1]
+    printed = "".join(capfd.readouterr())
+    assert FORGED not in printed and not any(secret in printed for secret in WORKER_SECRETS.values()), printed
+    (line,) = [record.getMessage() for record in caplog.records if record.name == sandbox.__name__]
+    assert "\n" not in line and len(line) < 400 and not line.startswith("[METRICS]")
+    assert not any(secret in line for secret in WORKER_SECRETS.values())
+
+
+def test_a_childs_threads_are_capped(chunks, compromised):
+    group = pids_cgroup()
+    if os.geteuid() == 0 and (group is None or not os.access(group, os.W_OK)):
+        pytest.skip("root without a pids cgroup it may write: RLIMIT_NPROC does not hold root, so nothing caps the threads")
+    started = int(said(compromised.decode(*naming(chunks[0], "threads"))))
+    assert 0 < started < MAX_TASKS

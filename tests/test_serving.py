@@ -67,9 +67,10 @@ def context(model_dir, model_name: str, **settings) -> Context:
                    metrics=metrics, model_yaml_config=yaml_config)
 
 
-def handle(handler, ctx: Context, batch: list[dict]) -> list[tuple[int, str, bytes]]:
-    """What TorchServe's Service.predict does around the handler, minus the socket."""
-    ctx.request_processor = [RequestProcessor({}) for _ in batch]
+def handle(handler, ctx: Context, batch: list[dict], headers: dict | None = None) -> list[tuple[int, str, bytes]]:
+    """What TorchServe's Service.predict does around the handler, minus the socket; ``headers``:
+    every request's HTTP headers."""
+    ctx.request_processor = [RequestProcessor(dict(headers or {})) for _ in batch]
     ctx.request_ids = ctx.metrics.request_ids = {i: f"request-{i}" for i in range(len(batch))}
     bodies = handler.handle(batch, ctx)
     return [(ctx.get_response_status(i)[0], ctx.get_response_content_type(i), body) for i, body in enumerate(bodies)]
@@ -650,11 +651,13 @@ def test_raw_answers_carry_the_pngs_pixels(fresh_edge, encoder):
     handler, ctx = fresh_edge
     cut = {f"frame{i}": path.read_bytes() for i, path in enumerate(CUT_CLIP[2:6])}  # pair 1 crosses the cut
     payloads = [reply[2] for reply in handle(*encoder, [cut | {"seed": "3"}, chunk_request(0, 2, 0)])]
-    local = {"answer": "raw", "host": "127.0.0.1:8080"}
     pngs = handle(handler, ctx, [{"body": p} for p in payloads])
-    raw = handle(handler, ctx, [{"body": p, **local} for p in payloads])
-    afar = handle(handler, ctx, [{"body": payloads[1], "answer": "raw", "host": "edge.example:443"},
-                                 {"body": payloads[1], "answer": "jpeg", "host": "127.0.0.1"}])
+    raw = handle(handler, ctx, [{"body": p, "answer": "raw"} for p in payloads], {"Host": "127.0.0.1:8080"})
+    afar = handle(handler, ctx, [{"body": payloads[1], "answer": "raw"}, {"body": payloads[1], "answer": "jpeg"}],
+                  {"Host": "edge.example:443"})
+    # Whom a request is addressed to is its Host header's word alone, never a field of that name.
+    claimed = handle(handler, ctx, [{"body": payloads[1], "answer": "raw", "host": "127.0.0.1"}], {"Host": "edge.example:443"})
+    assert claimed[0][:2] == (200, fields.PNG)
     assert [r[:2] for r in raw] == [(200, RAW), (200, RAW)]
     sizes = Image.open(CUT_CLIP[2]).size, Image.open(io.BytesIO(pngs[1][2])).size
     got = whole_raw(raw[0][2], 3, sizes[0], "") + [decode_raw(raw[1][2], sizes[1], "")]
@@ -673,8 +676,8 @@ def test_a_streamed_raw_answer_sends_each_middle_once_in_order(fresh_edge, encod
     parts = []
     service.send_part = lambda idx, body, content_type: parts.append((idx, body, content_type))
     try:
-        ((status, content_type, body),) = handle(handler, ctx, [{"body": payload, "stream": "http", "first": "1", "answer": "raw",
-                                                                  "host": "localhost:8080"}])
+        ((status, content_type, body),) = handle(handler, ctx, [{"body": payload, "stream": "http", "first": "1", "answer": "raw"}],
+                                                   {"Host": "localhost:8080"})
     finally:
         service.send_part = None
     assert (status, content_type, body) == (200, STREAMED, record(END, 0))
@@ -709,7 +712,8 @@ def test_a_streamed_answer_ends_after_its_parts_however_slowly_they_are_sent(fre
     monkeypatch.setattr(service, "reply", late_reply)
     service.send_part = slow_part
     try:
-        ((status, content_type, body),) = handle(handler, ctx, [{"body": payload, "stream": "http", "answer": "raw", "host": "127.0.0.1"}])
+        ((status, content_type, body),) = handle(handler, ctx, [{"body": payload, "stream": "http", "answer": "raw"}],
+                                                   {"Host": "127.0.0.1"})
     finally:
         service.send_part = None
     assert (status, content_type, body) == (200, STREAMED, record(END, 0)) and len(parts) == 1

@@ -30,6 +30,7 @@ from eden_serve.client.workers import Arrivals
 from eden_serve.errors import BadInputError, ServerError, UnavailableError
 from eden_serve.media import Frame
 from eden_serve.media.frames import png_bytes
+from harness.rounding import assert_within_rounding
 
 pytestmark = pytest.mark.serving
 
@@ -76,11 +77,21 @@ def test_streamed_chunk_answers_equal_whole_ones(server, clip):
     streamed = edge_answer(server, payload, {"X-Eden-Stream": "http"})
     assert streamed.headers["Content-Type"] == STREAMED and streamed.headers.get("Transfer-Encoding") == "chunked"
     assert records(streamed.content) == [(MIDDLE, j, png) for j, png in enumerate(pngs)] + [(END, 0, b"")]
-    later = edge_answer(server, payload, {"X-Eden-Stream": "http", "X-Eden-First": "3"})
-    assert records(later.content) == [(MIDDLE, 3, pngs[3]), (MIDDLE, 4, pngs[4]), (END, 0, b"")]
+    # From the fourth pair on, the edge computes two pairs where it computed five: another batch shape,
+    # whose sums may run in another order (on AVX2 they did), so the middles hold the documented bound.
+    later = records(edge_answer(server, payload, {"X-Eden-Stream": "http", "X-Eden-First": "3"}).content)
+    assert [(kind, j) for kind, j, _ in later] == [(MIDDLE, 3), (MIDDLE, 4), (END, 0)]
+    for (_, j, png), want in zip(later, pngs[3:]):
+        assert_within_rounding(pixels(png), pixels(want), f"middle {j}")
     tail = edge_answer(server, payload, {"X-Eden-First": "3"})  # not streamed: a zip of the two
     with zipfile.ZipFile(io.BytesIO(tail.content)) as archive:
-        assert [archive.read(name) for name in archive.namelist()] == pngs[3:]
+        assert len(archive.namelist()) == 2
+        for name, want in zip(archive.namelist(), pngs[3:]):
+            assert_within_rounding(pixels(archive.read(name)), pixels(want), name)
+
+
+def pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)))
 
 
 def test_a_stream_refused_before_its_first_middle_is_a_4xx(server, clip):

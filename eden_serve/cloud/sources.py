@@ -33,7 +33,7 @@ from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.video import rgb
+from ..media.video import VideoClip, rgb, self_contained
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
 MAX_NAME = 1024  # characters of a source's name
@@ -67,8 +67,6 @@ def resolve(root: Path | None, name: str) -> Path:
 # of each: forcing it keeps FFmpeg from probing the file as a playlist, a concatenation list or
 # any other format that names other files or URLs inside it.
 CONTAINERS = {"MP4 or MOV": "mov", "Matroska or WebM": "matroska"}
-_MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
-_MATROSKA = b"\x1a\x45\xdf\xa3"
 # Demuxer options: no protocol but local files for anything a demuxer opens besides the input,
 # and none of a MOV's data references to other files.
 _DEMUXER_OPTIONS = {"protocol_whitelist": "file", "enable_drefs": "0"}
@@ -98,21 +96,30 @@ class SourceFile:
         self.format = self._container(os.pread(self.fd, 12, 0))
 
     def _container(self, start: bytes) -> str:
-        if start[4:8] in _MP4_BOXES:
-            return CONTAINERS["MP4 or MOV"]
-        if start.startswith(_MATROSKA):
-            return CONTAINERS["Matroska or WebM"]
+        shown = self_contained(start)
+        if shown in CONTAINERS:
+            return CONTAINERS[shown]
         raise BadInputError(f"source {self.name!r} is not a video in a container the cloud opens ({', '.join(CONTAINERS)})")
+
+    @property
+    def through(self) -> str:
+        """A path that opens the file opened, whatever its name is now: its descriptor's."""
+        return f"/proc/self/fd/{self.fd}"
 
     def open(self):
         """A PyAV container of the file, reading through its own descriptor of the file opened."""
         av = import_av()
-        reader = os.fdopen(os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC), "rb")
+        reader = os.fdopen(os.open(self.through, os.O_RDONLY | os.O_CLOEXEC), "rb")
         try:
             return av.open(reader, format=self.format, options=_DEMUXER_OPTIONS)
         except (av.error.FFmpegError, ValueError) as exc:
             reader.close()
             raise BadInputError(f"{self.name}: not a readable video ({exc})") from None
+
+    def clip(self, max_pixels: int | None) -> VideoClip:
+        """The source as a local run reads a video (:class:`~eden_serve.media.video.VideoClip`),
+        opened as :meth:`open` opens it and named by its name."""
+        return VideoClip(Path(self.name), max_pixels, self.open())
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,13 @@ A zygote (:mod:`eden_serve.sandbox.zygote`), started when the edge worker loads,
 per payload. The child, before it reads a byte of the packets, closes every file but its socket,
 takes resource limits (address space, CPU seconds, no file writes, no core file) and a seccomp
 filter (:mod:`pyseccomp` over libseccomp): only the system calls that decoding takes, so no socket,
-no exec, no new process, no file opened. It decodes into a sealed memfd that the worker made, sized
-for the frames declared, and answers with one status record. The worker reads only that record and
-the pixels: nothing a compromised child writes is unpickled or parsed beyond a length-prefixed
-text. The worker kills the child at the deadline, or once it answered.
+no exec, no new process, no file opened, at most a few threads. It decodes into a sealed memfd that
+the worker made, sized for the frames declared, and answers with one status record. The worker
+reads only that record and the pixels: nothing a compromised child writes is unpickled or parsed
+beyond a length-prefixed text, and its words reach no client (a refusal is a fixed message per
+kind) and the log only as one bounded, escaped line. The zygote starts with none of the worker's
+environment (its keys and tokens): :func:`zygote_environment`. The worker kills the child at the
+deadline, or once it answered.
 """
 
 from __future__ import annotations
@@ -32,15 +35,34 @@ import numpy as np
 
 from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
 from ..sandbox import zygote
+from ..sandbox.confine import Tasks, pids_cgroup, remove
 from ..sandbox.decoder import pixel_dtype
 from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
 from ..wire.bitstream import Packet, StreamParameters
 
 logger = logging.getLogger(__name__)
-# The types of refusal a child may report; anything else it says is a malformed payload.
-REFUSALS = {cls.kind: cls for cls in (CodecError, PayloadTooLargeError, DigestMismatchError, TooMuchWorkError)}
+# The refusals a child may report, by type, each told in the worker's own words: a child's words
+# reach no client. Any other type is a malformed payload.
+REFUSALS = {
+    CodecError.kind: (CodecError, "malformed payload: its packets do not decode to the frames its header declares"),
+    PayloadTooLargeError.kind: (PayloadTooLargeError, "the payload's packets decode to frames over this edge's pixel limit"),
+    DigestMismatchError.kind: (DigestMismatchError, "this edge cannot decode the cloud's packets (no PyAV, or its FFmpeg "
+                                                    "lacks the decoder); send this chunk with the frames codec"),
+    TooMuchWorkError.kind: (TooMuchWorkError, "decoding the payload's packets is more work than this edge does for one "
+                                              "request; send shorter chunks"),
+}
 CRASHED = "malformed payload: the decoder crashed on its packets (its process ended without an answer)"
 DEADLINE_S = 30.0  # handler.decode_deadline_s's default
+LOGGED = 160  # characters of a child's message the log gets, escaped on one line
+# The zygote's environment beyond where Python finds the package and its libraries: one thread for
+# each numeric library, so that every fork copies a process holding no other thread's locks.
+ENVIRONMENT = {"PATH": os.defpath, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def zygote_environment() -> dict[str, str]:
+    """The zygote's whole environment: :data:`ENVIRONMENT` and the worker's ``PYTHONPATH`` and
+    ``LD_LIBRARY_PATH``, nothing else of the worker's (its cloud keys, hub tokens, ...)."""
+    return {**ENVIRONMENT, **{name: os.environ[name] for name in ("PYTHONPATH", "LD_LIBRARY_PATH") if os.environ.get(name)}}
 
 
 class Sandbox:
@@ -57,10 +79,8 @@ class Sandbox:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair()
-        # One thread in the zygote, so that every fork copies a process holding no other thread's locks.
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self._zygote = subprocess.Popen([sys.executable, "-m", zygote.__name__, str(theirs.fileno()), self.decoder],
-                                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env)
+                                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=zygote_environment())
         theirs.close()
         self._control = ours
 
@@ -112,12 +132,17 @@ class Sandbox:
         if self._zygote is not None:
             self._zygote.kill()
             self._zygote.wait()
+            parent = pids_cgroup()
+            if parent is not None:
+                remove(Tasks.of(self._zygote.pid, parent))
             self._zygote = None
 
     def decode(self, parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
                deadline: float = DEADLINE_S) -> np.ndarray:
         """:func:`.packets.decode` in a child process, which has ``deadline`` seconds."""
         height, width = parameters.size
+        if max_pixels is not None and width * height > max_pixels:  # told here: a child's refusal names no size
+            raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
         dtype = np.dtype(pixel_dtype(parameters.pix_fmt))
         size = max(1, count * height * width * 3 * dtype.itemsize)
         memfd = os.memfd_create("eden-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -168,7 +193,9 @@ def _exchange(connection: socket.socket, memfd: int, job: list[bytes], deadline:
     if kind != b"E":
         raise CodecError(CRASHED)
     name, _, message = text.partition("\n")
-    raise REFUSALS.get(name, CodecError)(" ".join(message.split())[:MAX_MESSAGE] or "malformed payload")
+    refusal, words = REFUSALS.get(name, REFUSALS[CodecError.kind])
+    logger.info("the sandboxed decoder refused a payload (%s): %s", ascii(name[:40]), ascii(message[:LOGGED]))
+    raise refusal(words)
 
 
 def _read(connection: socket.socket, count: int, until: float) -> bytes:

@@ -43,6 +43,25 @@ Y4M_OPTIONS = {"strict": "-1"}
 READ_AHEAD = 16
 
 
+def self_contained(start: bytes) -> str | None:
+    """The container that a file's first 12 bytes show, among those that hold their media
+    themselves: None for anything else, playlists (HLS) and concatenation lists above all, which
+    name other files for the demuxer to open. For a file from someone else, checked before FFmpeg
+    probes it, since probing alone opens what a list names."""
+    if start[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot"):
+        return "MP4 or MOV"
+    signatures = {b"\x1a\x45\xdf\xa3": "Matroska or WebM", b"YUV4MPEG2": "Y4M", b"FLV": "FLV", b"OggS": "Ogg",
+                  b"\x00\x00\x01\xba": "MPEG-PS", b"GIF87a": "GIF", b"GIF89a": "GIF", b"\x89PNG": "PNG"}
+    for signature, name in signatures.items():
+        if start.startswith(signature):
+            return name
+    if start.startswith(b"RIFF") and start[8:12] in (b"AVI ", b"WEBP"):
+        return "AVI" if start[8:12] == b"AVI " else "WebP"
+    if start[:1] == b"\x47":  # MPEG-TS: a sync byte every 188 bytes, which the demuxer checks itself
+        return "MPEG-TS"
+    return None
+
+
 def rgb_pixels(frame) -> torch.Tensor:
     """A decoded frame as the RGB pixels [H, W, 3] that the model and every codec take, 8-bit, or
     16-bit where the video is deeper: :func:`~eden_serve.sandbox.decoder.rgb`'s (swscale, bilinear,

@@ -33,11 +33,17 @@ from ..media.frames import DEFAULT_MAX_PIXELS
 from .guard import allowed_hosts
 
 DEFAULT_MAX_UPLOAD_MB = 2048
+PAGE_DESCRIPTION = ("Serve a web page on this machine: drop a clip on it, watch it being interpolated (in this process, "
+                    "or through a server, or a cloud and an edge) and compare the result with the original, side by side "
+                    "or with a wipe, frame by frame. Open the address it prints (docs/page.md).")
 
 
 def add_page_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address to bind, an IP address of this machine (default 127.0.0.1: this machine only)")
+    parser.add_argument("--allow-cleartext", action="store_true",
+                        help="serve on an address other than loopback over plain HTTP, the token readable on the network "
+                             "(docs/page.md)")
     parser.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
     parser.add_argument("--max-upload", type=int, default=DEFAULT_MAX_UPLOAD_MB, metavar="MB",
                         help=f"the largest clip a page may upload, in MiB (default {DEFAULT_MAX_UPLOAD_MB})")
@@ -52,12 +58,13 @@ def add_page_arguments(parser: argparse.ArgumentParser) -> None:
                         help="chunks in flight (default: as eden-serve interpolate in process, as eden-serve client otherwise)")
     parser.add_argument("--ramp", action=argparse.BooleanOptionalAction, default=True,
                         help="through servers: first chunks of 1, 1, 2, 4, ... pairs (default on)")
-    add_model_options(parser)
+    add_model_options(parser, wire.NO_WIRE)
     add_deployment_arguments(parser)
-    parser.set_defaults(codec=None)  # in process bf16+zstd; through servers, the server's
+    parser.set_defaults(codec=None)  # in process, eden-serve interpolate's (none); through servers, the server's
 
 
-def _bound(host: str, port: int) -> socket.socket:
+def _address(host: str, cleartext: bool) -> None:
+    """Refuses a ``--host`` the page cannot serve safely."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -65,7 +72,14 @@ def _bound(host: str, port: int) -> socket.socket:
     if address.is_unspecified:
         raise BadInputError(f"--host {host} answers on every address, which a page cannot check requests against; "
                             "give the one address to serve on")
-    sock = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
+    if not address.is_loopback and not cleartext:
+        raise BadInputError(f"--host {host} is reachable from other machines, and the page speaks plain HTTP: its token "
+                            "would cross the network readable; add --allow-cleartext to serve it so (a trusted network)")
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -84,6 +98,7 @@ def run_page(args: argparse.Namespace) -> int:
                             "(or --server over --transport grpc)")
     if args.max_upload < 1:
         raise BadInputError(f"--max-upload must be at least 1 MiB, got {args.max_upload}")
+    _address(args.host, args.allow_cleartext)
     try:
         from .asgi import Settings, serve  # the page extra, needed only here
     except ImportError as exc:
@@ -95,7 +110,7 @@ def run_page(args: argparse.Namespace) -> int:
         client_from(args).close()  # the deployment options checked before the page opens
         models = None
     else:
-        args.codec = args.codec or wire.DEFAULT_CODEC
+        args.codec = args.codec or wire.NO_WIRE
         wire.kind(args.codec, in_process=True)
         models = load_models(args)
     sock = _bound(args.host, args.port)
@@ -105,7 +120,7 @@ def run_page(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"{PROG} page: open http://{host}:{port}/?token={token}", flush=True)
     try:
-        serve(Settings(args, token, allowed_hosts(args.host, port), port, work, models), sock)
+        serve(Settings(args, token, allowed_hosts(args.host, port), work, models), sock)
     finally:
         sock.close()
         if not args.work_dir:

@@ -4,8 +4,9 @@ Routes: ``/`` and ``/static/`` (the page, package data), ``POST /uploads`` (a cl
 ``/sources`` and ``/sources/info`` (``cloud:NAME`` sources), ``/clips/ID/play`` and
 ``/sources/play`` (an original as the browser plays it), ``/runs`` (every run's state),
 ``/runs/ID/preview.png`` (the live preview), ``/runs/ID/play`` and ``/runs/ID/result`` (the result,
-to play and to download), and the WebSocket ``/live``: the page starts and cancels its run there
-and is sent its state; closing it cancels the run.
+to play and to download), ``/sign`` (a signed URL of one of those media, for an element that sends
+no header), and the WebSocket ``/live``: the page starts and cancels its run there and is sent its
+state; closing it cancels the run. Messages name no path of this machine (:meth:`Page.scrub`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import anyio
 import anyio.to_thread
 import uvicorn
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -31,17 +35,22 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .. import wire
 from ..client.pace import AUTO
+from ..cloud.sources import SourceVideo
 from ..commands import PROG, clip_in_process, clip_through, client_from, failure
 from ..errors import BadInputError, EdenError
-from .guard import Guard
-from .media import describe, preview
+from .guard import SUBPROTOCOL, Guard, Signer
+from .media import describe, describe_source, preview
 from .options import expected_pairs, output_extension, run_arguments
 from .runs import Run, Runner
-from .uploads import Uploads, list_sources, source_path
+from .uploads import Uploads, list_sources, open_source
 
 STATIC = Path(__file__).with_name("static")
 SNAPSHOT_EVERY = 0.25  # seconds between two looks at a page's run
 GRACEFUL_SHUTDOWN = 5  # seconds the server gives open connections when it stops
+MAX_MESSAGE = 64 * 1024  # characters of a /live message the page reads
+MAX_FRAME = 1024**2  # bytes of a WebSocket message uvicorn takes at all (beyond: the connection is closed)
+# What /sign signs: the media a page loads by URL alone (a video's source, a download).
+SIGNABLE = re.compile(r"/clips/[0-9a-f]{32}/play|/runs/[0-9a-f]{16}/(play|result)|/sources/play\?name=[^&#]{1,3000}")
 
 
 @dataclass
@@ -51,7 +60,6 @@ class Settings:
     args: argparse.Namespace  # its command line
     token: str
     hosts: set[str]
-    port: int
     work: Path  # uploads, results and previews, nowhere else
     models: tuple | None  # the halves, in process; None: through the servers
 
@@ -59,13 +67,39 @@ class Settings:
 class Page:
     """The application's state: the clips it was given and the runs, one at a time."""
 
-    def __init__(self, settings: Settings):
-        self.settings, self.args = settings, settings.args
+    def __init__(self, settings: Settings, signer: Signer):
+        self.settings, self.args, self.signer = settings, settings.args, signer
         self.servers = settings.models is None
         self.media_root = Path(self.args.media_root) if self.args.media_root else None
-        self.uploads = Uploads(settings.work / "uploads", self.args.max_upload, self.args.max_pixels)
+        self.previews = settings.work / "previews"
+        self.uploads = Uploads(settings.work / "uploads", self.args.max_upload, self.args.max_pixels, self.in_use,
+                               lambda path: _preview_of(path, self.previews).unlink(missing_ok=True))
         self.runner = Runner(self.execute)
-        self.labels: dict[str, str] = {}
+        # The folders whose paths no message may show (the longest first: a link's target may be
+        # longer), and what follows one up to a space, a quote, a colon or a comma: a file under it.
+        roots = {str(settings.work), os.path.realpath(settings.work)}
+        if self.media_root is not None:
+            roots |= {str(self.media_root), os.path.realpath(self.media_root)}
+        self.paths = re.compile("(?:" + "|".join(re.escape(root) for root in sorted(roots, key=len, reverse=True)) + r")(/[^\s'\":,]*)?")
+
+    def in_use(self, path: Path) -> bool:
+        return any(run.source == str(path) and run.state in ("queued", "running") for run in list(self.runner.runs.values()))
+
+    def scrub(self, text: str) -> str:
+        """``text`` naming the page's files by their names (an upload's: the name it was dropped
+        by), never by their paths on this machine."""
+        labels = {str(item.path): item.label for item in list(self.uploads.items.values())}
+
+        def named(match: re.Match) -> str:
+            return labels.get(match.group(0)) or Path(match.group(1) or "…").name
+
+        return self.paths.sub(named, text)
+
+    def source(self, name) -> SourceVideo:
+        """A ``cloud:`` source, opened as the cloud opens it."""
+        if self.media_root is None:
+            raise BadInputError("this page lists no cloud: sources (eden-serve page --media-root)")
+        return open_source(self.media_root, name, self.args.max_pixels)
 
     def execute(self, run: Run):
         if self.servers:
@@ -80,10 +114,8 @@ class Page:
             raise BadInputError("start takes a clip and options")
         args = run_arguments(self.args, fields, self.servers)
         if clip.get("source") is not None:
-            if self.media_root is None:
-                raise BadInputError("this page lists no cloud: sources (eden-serve page --media-root)")
             name = str(clip["source"])
-            info = await anyio.to_thread.run_sync(describe, source_path(self.media_root, name), args.max_pixels)
+            info = await anyio.to_thread.run_sync(lambda: describe_source(self.source(name)))
             source, title = f"cloud:{name}", name
         else:
             upload = self.uploads.get(clip.get("upload"))
@@ -100,7 +132,8 @@ class Page:
         return run
 
     def snapshot(self, run: Run) -> dict:
-        return run.snapshot(self.runner.position(run))
+        state = run.snapshot(self.runner.position(run))
+        return {**state, "reason": self.scrub(state["reason"])}
 
 
 def _run_of(page: Page, request: Request) -> Run:
@@ -115,18 +148,35 @@ class EdenNotFound(EdenError):
     kind = "not_found"
 
 
+def _preview_of(known_as, previews: Path) -> Path:
+    """Where the preview of the file ``known_as`` (its path, or a source's device and inode) is made."""
+    return previews / f"{hashlib.sha256(str(known_as).encode()).hexdigest()[:32]}.mp4"
+
+
 async def _playable(path: Path, previews: Path) -> Path:
     """``path`` where a browser plays it as it is, else its preview (made once, in ``previews``)."""
     info = await anyio.to_thread.run_sync(describe, path)
     if info.playable:
         return path
     previews.mkdir(parents=True, exist_ok=True)
-    name = hashlib.sha256(str(path).encode()).hexdigest()[:32]
-    return await anyio.to_thread.run_sync(preview, path, previews / f"{name}.mp4", info.rate)
+    return await anyio.to_thread.run_sync(preview, path, _preview_of(path, previews), info.rate)
+
+
+async def _play_source(page: Page, name) -> FileResponse:
+    """A ``cloud:`` source as the browser plays it: the file opened (read by its descriptor, however
+    it is renamed meanwhile), else a preview of its frames within the page's pixel limit."""
+    video = await anyio.to_thread.run_sync(page.source, name)
+    info = await anyio.to_thread.run_sync(describe_source, video)
+    if info.playable:
+        return FileResponse(video.source.through, media_type="video/mp4", stat_result=os.fstat(video.source.fd),
+                            background=BackgroundTask(lambda: video))  # the descriptor open until it is sent
+    page.previews.mkdir(parents=True, exist_ok=True)
+    made = _preview_of(video.source.key, page.previews)
+    return FileResponse(await anyio.to_thread.run_sync(preview, lambda: video.source.clip(page.args.max_pixels), made, info.rate))
 
 
 def routes(page: Page) -> list:
-    previews = page.settings.work / "previews"
+    previews = page.previews
 
     async def index(request):
         return FileResponse(STATIC / "index.html")
@@ -135,7 +185,13 @@ def routes(page: Page) -> list:
         length = request.headers.get("content-length")
         name = unquote(request.headers.get("x-clip-name", "clip"))
         item = await page.uploads.receive(request.stream(), int(length) if length and length.isdigit() else None, name)
-        return JSONResponse(item.to_json())
+        return JSONResponse({**item.to_json(), "play": f"/clips/{item.id}/play"})
+
+    async def sign(request):
+        target = request.query_params.get("path", "")
+        if not SIGNABLE.fullmatch(target):
+            raise BadInputError("sign takes the path of a clip's, a source's or a run's video or download")
+        return JSONResponse({"url": page.signer.sign(target)})
 
     async def sources(request):
         return JSONResponse({"sources": await anyio.to_thread.run_sync(list_sources, page.media_root)})
@@ -147,12 +203,12 @@ def routes(page: Page) -> list:
         return FileResponse(await _playable(item.path, previews))
 
     async def source_info(request):
-        path = source_path(page.media_root, request.query_params.get("name", ""))
-        return JSONResponse((await anyio.to_thread.run_sync(describe, path, page.args.max_pixels)).to_json())
+        name = request.query_params.get("name", "")
+        info = await anyio.to_thread.run_sync(lambda: describe_source(page.source(name)))
+        return JSONResponse({**info.to_json(), "play": f"/sources/play?name={quote(name, safe='')}"})
 
     async def play_source(request):
-        path = source_path(page.media_root, request.query_params.get("name", ""))
-        return FileResponse(await _playable(path, previews))
+        return await _play_source(page, request.query_params.get("name", ""))
 
     async def runs(request):
         return JSONResponse({"runs": [page.snapshot(run) for run in page.runner.runs.values()]})
@@ -168,13 +224,13 @@ def routes(page: Page) -> list:
         if run.state != "done":
             raise EdenNotFound(f"the run is {run.state}")
         if request.url.path.endswith("/play"):
-            return FileResponse(await _playable(run.output, previews))
+            return FileResponse(await _playable(run.output, run.output.parent))
         return FileResponse(run.output, filename=run.title)
 
     return [
         Route("/", index), Route("/uploads", upload, methods=["POST"]), Route("/sources", sources),
         Route("/clips/{key:str}/play", play_clip), Route("/sources/play", play_source),
-        Route("/sources/info", source_info), Route("/runs", runs),
+        Route("/sources/info", source_info), Route("/runs", runs), Route("/sign", sign),
         Route("/runs/{key:str}/preview.png", preview_png), Route("/runs/{key:str}/play", result),
         Route("/runs/{key:str}/result", result), WebSocketRoute("/live", lambda ws: live(page, ws)),
         Mount("/static", StaticFiles(directory=STATIC)),
@@ -183,7 +239,7 @@ def routes(page: Page) -> list:
 
 async def live(page: Page, ws: WebSocket) -> None:
     """A page's connection: its run is started and cancelled here, and ends with it."""
-    await ws.accept()
+    await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", []) else None)
     codecs = [*wire.CODECS, *([AUTO] if page.args.cloud else []), *([] if page.servers else [wire.NO_WIRE])]
     await ws.send_json({"type": "hello", "servers": page.servers, "split": bool(page.args.cloud), "codecs": codecs,
                         "sources": page.media_root is not None, "max_upload": page.args.max_upload})
@@ -206,51 +262,61 @@ async def live(page: Page, ws: WebSocket) -> None:
         tasks.start_soon(report)
         try:
             while True:
-                await _answer(page, ws, _message(await ws.receive_text()), mine)
+                await _answer(page, ws, await ws.receive_text(), mine)
         except WebSocketDisconnect:
             pass
         finally:
             for run in mine:
                 run.cancel.set()
+                run.page_open = False
             tasks.cancel_scope.cancel()
 
 
-def _message(text: str):
+def _message(text: str) -> dict:
+    """A message of the page's, as JSON; raises BadInputError for what no page sends."""
+    if len(text) > MAX_MESSAGE:
+        raise BadInputError(f"a message of {len(text)} characters; the page reads at most {MAX_MESSAGE}")
     try:
-        return json.loads(text)
+        message = json.loads(text)
+    except RecursionError:
+        raise BadInputError("a message nested too deep to read") from None
     except ValueError:
-        return None
+        raise BadInputError("a message that is not JSON") from None
+    if not isinstance(message, dict) or message.get("type") not in ("start", "cancel"):
+        raise BadInputError("a message is a JSON object of type start or cancel")
+    return message
 
 
-async def _answer(page: Page, ws: WebSocket, message, mine: list[Run]) -> None:
-    kind = message.get("type") if isinstance(message, dict) else None
-    if kind == "cancel":
-        for run in mine:
-            run.cancel.set()
-    elif kind == "start":
-        if mine and mine[-1].state in ("queued", "running"):
-            return await ws.send_json({"type": "refused", "reason": f"{PROG}: error: this page's run is not over: cancel it first"})
-        try:
+async def _answer(page: Page, ws: WebSocket, text: str, mine: list[Run]) -> None:
+    try:
+        message = _message(text)
+        if message["type"] == "cancel":
+            for run in mine:
+                run.cancel.set()
+        elif mine and mine[-1].state in ("queued", "running"):
+            raise BadInputError("this page's run is not over: cancel it first")
+        else:
             mine.append(await page.start(message))
-        except (EdenError, OSError) as exc:
-            await ws.send_json({"type": "refused", "reason": f"{PROG}: {failure(exc)}"})
-
-
-async def _refusal(request, exc: EdenError):
-    return JSONResponse(exc.to_json(), status_code=exc.status)
+    except (EdenError, OSError) as exc:
+        await ws.send_json({"type": "refused", "reason": page.scrub(f"{PROG}: {failure(exc)}")})
 
 
 def application(settings: Settings) -> Guard:
-    page = Page(settings)
-    app = Starlette(routes=routes(page), exception_handlers={EdenError: _refusal})
+    signer = Signer()
+    page = Page(settings, signer)
+
+    async def refusal(request, exc: EdenError):
+        return JSONResponse({**exc.to_json(), "message": page.scrub(str(exc))}, status_code=exc.status)
+
+    app = Starlette(routes=routes(page), exception_handlers={EdenError: refusal})
     app.state.page = page
-    return Guard(app, settings.token, settings.hosts, settings.port)
+    return Guard(app, settings.token, settings.hosts, signer)
 
 
 def serve(settings: Settings, sock: socket.socket) -> None:
     """Serve the page on ``sock`` until Ctrl-C or SIGTERM; then every run is cancelled."""
     guarded = application(settings)
-    config = uvicorn.Config(guarded, log_level="warning", lifespan="off", ws="websockets-sansio",
+    config = uvicorn.Config(guarded, log_level="warning", lifespan="off", ws="websockets-sansio", ws_max_size=MAX_FRAME,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN)
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -1,13 +1,20 @@
-"""Who may use the page: an ASGI middleware in front of every request, HTTP and WebSocket alike.
+"""Who may use the page: an ASGI middleware in front of every request, HTTP and WebSocket alike
+(docs/page.md, "Safe to leave open").
 
-- **The token.** Every request carries it, in the cookie that the first visit sets from the URL's
-  ``?token=`` (HttpOnly, SameSite=Strict, named after the port so that two pages on one host do not
-  share one) or in ``Authorization: Bearer``; it is compared in constant time. The URL's token is
-  taken on ``GET /`` only, which answers with the cookie and a redirect to a URL without it.
-- **The address.** ``Host`` must name the address the page is bound to (``localhost`` too, for a
-  loopback one), so a page of another site whose name an attacker re-points at 127.0.0.1 (DNS
-  rebinding) is refused; an ``Origin``, where the browser sends one (every POST and WebSocket),
-  must be the page's own.
+- **The token, in no cookie.** A browser sends a cookie to every port of its host, so a cookie
+  would reach any other server on this machine (and be used by any page it serves). The page's
+  script takes the token from the URL's ``?token=`` into the tab's own storage (kept by origin:
+  scheme, host and port) and sends it as ``Authorization: Bearer`` (a WebSocket, which can set no
+  header, offers it as its second subprotocol after ``eden-page``). It is compared in constant
+  time. ``/`` and ``/static/`` hold no secret and need none; ``/?token=`` with a wrong one is refused.
+- **Media by signed URLs.** What a media element or a download loads, which carries no header, is
+  asked by a URL that the page signed for that path alone (:class:`Signer`: an HMAC under a key of
+  this process's own, valid for :data:`SIGNED_FOR` seconds).
+- **This page only.** ``Host`` must name the address the page is bound to (``localhost`` too, for a
+  loopback one): a page of another site that an attacker re-points at 127.0.0.1 (DNS rebinding) is
+  refused. An ``Origin``, where the browser sends one, must be the page's own, and a request whose
+  ``Sec-Fetch-Site`` (sent by browsers) is neither ``same-origin`` nor ``none`` is refused: another
+  port of this host is the same *site*, never the same *origin*.
 - **What a response may do.** A content security policy keeps the page to its own scripts, styles,
   media and connection, no frame may embed it, and no Referer leaves it.
 
@@ -16,13 +23,20 @@ A refusal is ``403`` with the package's JSON error document; a WebSocket is clos
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import json
-from http.cookies import SimpleCookie
+import secrets
+import time
 from urllib.parse import parse_qs
 
 from ..errors import EdenError
+
+SUBPROTOCOL = "eden-page"  # a WebSocket's first subprotocol; its second is the token
+SIGNED_FOR = 300  # seconds a signed media URL is good for
+# Sec-Fetch-Site values a request may carry: the page itself, or the user (an address typed or opened).
+FETCH_SITES = {b"same-origin", b"none"}
 
 
 class Forbidden(EdenError):
@@ -51,14 +65,41 @@ def allowed_hosts(host: str, port: int) -> set[str]:
     return {f"{name}:{port}" for name in names}
 
 
-class Guard:
-    """Wraps the ASGI application ``app``: only requests to one of ``hosts``, from no origin or the
-    page's own, holding ``token``, reach it."""
+class Signer:
+    """URLs of the page's media, each good for one path (and query) for :data:`SIGNED_FOR` seconds."""
 
-    def __init__(self, app, token: str, hosts: set[str], port: int):
-        self.app, self.token, self.hosts = app, token.encode(), hosts
+    def __init__(self, key: bytes | None = None, lifetime: float = SIGNED_FOR):
+        self.key, self.lifetime = key or secrets.token_bytes(32), lifetime
+
+    def _tag(self, target: str, expires: int) -> str:
+        return hmac.new(self.key, f"{target}\n{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def sign(self, target: str, now: float | None = None) -> str:
+        """``target`` (a path, with its query) with ``exp`` and ``sig`` after it."""
+        expires = int((time.time() if now is None else now) + self.lifetime)
+        return f"{target}{'&' if '?' in target else '?'}exp={expires}&sig={self._tag(target, expires)}"
+
+    def check(self, path: str, query: str, now: float | None = None) -> bool:
+        """Whether ``path`` with its raw ``query`` is a URL this signer made that has not expired."""
+        parts = query.split("&") if query else []
+        if len(parts) < 2 or not parts[-2].startswith("exp=") or not parts[-1].startswith("sig="):
+            return False
+        expires = parts[-2][4:]
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
+            return False
+        left = int(expires) - (time.time() if now is None else now)
+        target = f"{path}?{'&'.join(parts[:-2])}" if parts[:-2] else path
+        return 0 < left <= self.lifetime and hmac.compare_digest(parts[-1][4:], self._tag(target, int(expires)))
+
+
+class Guard:
+    """Wraps the ASGI application ``app``: only requests to one of ``hosts``, from the page itself
+    (or no page), holding ``token`` or a URL ``signer`` signed, reach it; ``/`` and ``/static/``
+    need no token."""
+
+    def __init__(self, app, token: str, hosts: set[str], signer: Signer):
+        self.app, self.token, self.hosts, self.signer = app, token.encode(), hosts, signer
         self.origins = {f"http://{host}".encode() for host in hosts}
-        self.cookie = f"eden_page_{port}"
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -68,10 +109,8 @@ class Guard:
             headers.setdefault(name.lower(), value)
         try:
             self._check_address(headers)
-            query_token = self._query_token(scope)
-            if query_token is not None and scope["type"] == "http" and scope["path"] == "/" and scope["method"] == "GET":
-                return await self._enter(query_token, send)
-            self._check_token(headers)
+            if not self._public(scope) and not self._signed(scope):
+                self._check_token(headers)
         except Forbidden as exc:
             return await self._refuse(scope, send, exc)
         await self.app(scope, receive, self._with_headers(send) if scope["type"] == "http" else send)
@@ -83,10 +122,24 @@ class Guard:
         origin = headers.get(b"origin")
         if origin is not None and origin not in self.origins:
             raise Forbidden(f"requests from origin {origin.decode('latin-1')[:80]!r} are refused: only the page itself may call it")
+        site = headers.get(b"sec-fetch-site")
+        if site is not None and site not in FETCH_SITES:
+            raise Forbidden(f"a request from another page ({site.decode('latin-1')[:20]}) is refused: only the page itself may call it")
 
-    def _query_token(self, scope) -> str | None:
-        values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
-        return values[0] if values else None
+    def _public(self, scope) -> bool:
+        """The page and its scripts, which hold no secret; a wrong ``?token=`` is told at once."""
+        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+            return False
+        if scope["path"] == "/":
+            token = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+            if token is not None and not self._matches(token[0]):
+                raise Forbidden("wrong token: open the address the command printed")
+            return True
+        return scope["path"].startswith("/static/")
+
+    def _signed(self, scope) -> bool:
+        return (scope["type"] == "http" and scope["method"] in ("GET", "HEAD")
+                and self.signer.check(scope["path"], scope.get("query_string", b"").decode("latin-1")))
 
     def _matches(self, given: str | bytes | None) -> bool:
         if given is None:
@@ -98,23 +151,10 @@ class Guard:
         authorization = headers.get(b"authorization", b"")
         if authorization[:7].lower() == b"bearer " and self._matches(authorization[7:].strip()):
             return
-        cookies = SimpleCookie()
-        try:
-            cookies.load(headers.get(b"cookie", b"").decode("latin-1"))
-        except Exception:  # a malformed cookie header is no token
-            cookies = SimpleCookie()
-        morsel = cookies.get(self.cookie)
-        if not self._matches(morsel.value if morsel is not None else None):
-            raise Forbidden("a valid token is needed: open the address the command printed (http://…/?token=…)")
-
-    async def _enter(self, token: str, send) -> None:
-        """``GET /?token=``: the cookie, and the page again without the token in its address."""
-        if not self._matches(token):
-            return await self._refuse({"type": "http"}, send, Forbidden("wrong token: open the address the command printed"))
-        cookie = f"{self.cookie}={token}; Path=/; HttpOnly; SameSite=Strict".encode()
-        await send({"type": "http.response.start", "status": 303,
-                    "headers": [(b"location", b"/"), (b"set-cookie", cookie), (b"content-length", b"0"), *SECURITY_HEADERS]})
-        await send({"type": "http.response.body", "body": b""})
+        offered = [p.strip() for p in headers.get(b"sec-websocket-protocol", b"").split(b",")]
+        if offered[:1] == [SUBPROTOCOL.encode()] and len(offered) == 2 and self._matches(offered[1]):
+            return
+        raise Forbidden("a valid token is needed: open the address the command printed (http://…/?token=…)")
 
     async def _refuse(self, scope, send, exc: Forbidden) -> None:
         if scope["type"] == "websocket":
@@ -135,4 +175,3 @@ class Guard:
             await send(message)
 
         return sending
-

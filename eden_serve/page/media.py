@@ -4,7 +4,9 @@ is not one (an animation, a frame directory, FFV1, 4:4:4, 10-bit...): H.264 in M
 own time, so the original and the result stay in step frame for frame. A browser cannot show PQ or
 HLG, so an HDR clip's preview is tone-mapped to SDR (:func:`eden_serve.media.colour.tone_mapped`),
 which the page says; the download is the result itself. Clips are read by
-:func:`eden_serve.media.open_clip`, as the commands read them."""
+:func:`eden_serve.media.open_clip`, as the commands read them; ``cloud:`` sources as the cloud reads
+them (:mod:`eden_serve.cloud.sources`: by descriptor, as MP4 or Matroska alone, within the pixel and
+work limits)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,13 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from typing import Callable
+
 from PIL import Image
 
 from ..atomic import atomic_output
+from ..cloud.sources import CONTAINERS, SourceVideo
+from ..media import Clip as OpenedClip
 from ..media import open_clip
 from ..media.colour import HLG, PQ, tone_mapped
 from ..media.encoding import import_av
@@ -25,6 +31,7 @@ from ..media.encoding import import_av
 CONTAINER_EXTENSIONS = {"mov,mp4,m4a,3gp,3g2,mj2": ".mp4", "matroska,webm": ".mkv", "avi": ".avi", "mpegts": ".ts",
                         "mpeg": ".mpg", "yuv4mpegpipe": ".y4m", "flv": ".flv", "ogg": ".ogv"}
 ANIMATION_EXTENSIONS = {"GIF": ".gif", "PNG": ".png", "WEBP": ".webp"}
+SOURCE_EXTENSIONS = {CONTAINERS["MP4 or MOV"]: ".mp4", CONTAINERS["Matroska or WebM"]: ".mkv"}
 # What a page may ask the output's container to be, for a video.
 OUTPUT_EXTENSIONS = (".mp4", ".mkv", ".webm", ".mov", ".avi")
 # What Chromium, Firefox and Safari all play from an MP4.
@@ -73,13 +80,23 @@ def describe(path: Path, max_pixels: int | None = None) -> Clip:
         return Clip(clip.kind, clip.length, width, height, 25.0, "", False)
 
 
+def describe_source(video: SourceVideo) -> Clip:
+    """A ``cloud:`` source as the cloud's own probe tells it (its colour, as its file opened says)."""
+    probe = video.probe()
+    with video.source.clip(None) as clip:
+        hdr = {PQ: "PQ", HLG: "HLG"}.get(clip.colour.transfer)
+    extension = SOURCE_EXTENSIONS[video.source.format]
+    playable = extension == ".mp4" and probe["codec"] in PLAYABLE_MP4_CODECS and probe["pix_fmt"] == "yuv420p" and not hdr
+    return Clip("video", probe["frames"], probe["width"], probe["height"], float(Fraction(probe["rate"])), extension, playable, hdr)
+
+
 _locks: dict[Path, threading.Lock] = {}
 _locks_lock = threading.Lock()
 
 
-def preview(src: Path, dst: Path, rate: float = 25.0) -> Path:
-    """``dst``, an H.264 MP4 of the clip ``src`` with each frame at its time (a directory's at
-    ``rate``), made once; several callers wait for the one making it."""
+def preview(src: Path | Callable[[], OpenedClip], dst: Path, rate: float = 25.0) -> Path:
+    """``dst``, an H.264 MP4 of the clip ``src`` (a path, or what opens it) with each frame at its
+    time (a directory's at ``rate``), made once; several callers wait for the one making it."""
     with _locks_lock:
         lock = _locks.setdefault(dst, threading.Lock())
     with lock:
@@ -89,9 +106,9 @@ def preview(src: Path, dst: Path, rate: float = 25.0) -> Path:
     return dst
 
 
-def _encode(src: Path, dst: Path, rate: float) -> None:
+def _encode(src: Path | Callable[[], OpenedClip], dst: Path, rate: float) -> None:
     av = import_av()
-    with open_clip(src) as clip, av.open(str(dst), "w", format="mp4") as container:
+    with (src() if callable(src) else open_clip(src)) as clip, av.open(str(dst), "w", format="mp4") as container:
         stream = None
         elapsed = Fraction(0)
         hdr = clip.kind == "video" and clip.colour.hdr

@@ -6,7 +6,9 @@ A run watches its processor (:func:`eden_serve.client.streaming.interpolate_clip
 done, the latest middle (the live preview), each chunk's bytes by wire codec, the scene cuts (a
 middle that is its earlier frame, copied by the cloud's decision), and, from the timeline events
 (:data:`eden_serve.client.streaming.TIMELINE`), each chunk's time at the cloud, on the wire and at the edge.
-Cancelling (the page closed) stops it at the next chunk boundary and leaves no output.
+Cancelling (the page closed) stops it at the next chunk boundary and leaves no output. At most
+:data:`RUNS_KEPT` finished runs are kept, with their results: the oldest go first, those of closed
+pages before those of open ones.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import io
 import logging
 import queue
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -30,6 +33,8 @@ from ..media.frames import as_image
 MAX_CHUNKS_SHOWN = 400  # the newest chunks' timelines a page is sent
 PREVIEW_WIDTH = 480  # pixels, at most, of the live preview
 PREVIEW_EVERY = 0.2  # seconds between two previews made
+RUNS_KEPT = 16  # finished runs kept, each with its folder (its result and the result's preview)
+FINISHED = ("done", "failed", "cancelled")
 
 
 class Cancelled(Exception):
@@ -74,6 +79,7 @@ class Run:
         self.key, self.args, self.source, self.output, self.total = key, args, source, output, total
         self.title = title  # the download's name
         self.state = "queued"
+        self.page_open = True  # its page's connection: a finished run of a closed page goes first
         self.cancel = threading.Event()
         self.lock = threading.Lock()
         self.pairs = 0
@@ -240,8 +246,21 @@ class Runner:
                 self.waiting.remove(run)
             if run.cancel.is_set():
                 run.end("cancelled")
-                continue
-            self._run(run)
+            else:
+                self._run(run)
+            self.prune()
+
+    def prune(self) -> None:
+        """The finished runs past :data:`RUNS_KEPT` forgotten and their folders removed: the oldest
+        first, those of closed pages before those of open ones."""
+        with self.lock:
+            finished = sorted((run for run in self.runs.values() if run.state in FINISHED),
+                              key=lambda run: (run.page_open, run.finished or 0))
+            gone = finished[:max(0, len(finished) - RUNS_KEPT)]
+            for run in gone:
+                del self.runs[run.key]
+        for run in gone:
+            shutil.rmtree(run.output.parent, ignore_errors=True)
 
     def _run(self, run: Run) -> None:
         handler = _Timeline(run)

@@ -19,6 +19,7 @@ from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError
 # Decoders check max_pixels against sizes rounded up to their coding blocks and strides, so the
 # decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
 _BLOCK = 128
+DECODER_THREADS = 4  # a fixed count: a sandboxed child's tasks are capped (confine.MAX_TASKS)
 
 
 @functools.lru_cache(maxsize=64)
@@ -108,6 +109,7 @@ def _decoder(parameters, av):
     # Slice threads only: with frame threads, FFmpeg 8's decoders hung the process on the next decode
     # after refusing a frame over max_pixels. A decoder's output does not depend on its threads.
     context.thread_type = "SLICE"
+    context.thread_count = DECODER_THREADS
     context.options = {"max_pixels": str(_padded(parameters.width) * _padded(parameters.height))}
     return context
 

@@ -2,14 +2,17 @@
 worker (:class:`eden_serve.media.sandbox.Sandbox`), and the child it forks for each payload.
 
 The zygote imports PyAV, Pillow and the decoder once (:func:`.decoder.warm_up`), and no PyTorch,
-so a fork copies a small process. The child, before it reads a byte of the packets, closes every file but its socket and
-takes its limits and filter (:mod:`.confine`); it decodes into the sealed memfd that came with its
-job and answers one status record.
+so a fork copies a small process. The child, before it reads a byte of the packets, puts
+``/dev/null`` on its standard input, output and error (nothing it writes reaches the worker's log,
+which TorchServe parses), closes every other file but its socket and takes its limits and filter
+(:mod:`.confine`); it decodes into the sealed memfd that came with its job and answers one status
+record.
 
 Worker to child (trusted): ``u32`` length, a JSON header (the stream's parameters, skip, count,
 max_pixels, each packet's length, pts, dts and key flag), then the packets' bytes. Child to worker:
 ``kind`` (1 byte: ``K`` decoded, ``E`` refused), ``u32`` length, then for ``E`` the error's type
-and message (UTF-8, type and message split by a newline), at most :data:`MAX_MESSAGE` bytes.
+and message (UTF-8, type and message split by a newline), at most :data:`MAX_MESSAGE` bytes. The
+worker answers its client by the type alone, and logs a bounded, escaped line of the message.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import CodecError, EdenError
-from .confine import confine, seccomp_filter
+from .confine import Tasks, confine, seccomp_filter
 from .decoder import pixel_dtype, warm_up
 
 logger = logging.getLogger(__name__)
@@ -62,8 +65,8 @@ def _child(connection: socket.socket, decoder, rules) -> None:
     except EdenError as exc:
         text = f"{exc.kind}\n{exc}".encode()[:MAX_MESSAGE]
         connection.sendall(STATUS.pack(b"E", len(text)) + text)
-    except Exception:  # noqa: BLE001 - the worker answers a malformed payload; the log has why
-        logger.exception("the sandboxed decoder failed")
+    except Exception:  # noqa: BLE001 - no status: the worker answers a malformed payload
+        pass
 
 
 def _read_exactly(connection: socket.socket, count: int) -> bytes:
@@ -89,6 +92,15 @@ def zygote(control: socket.socket, decoder: str) -> None:
     rules = seccomp_filter()  # built once: each child only loads it
     if rules is None:
         logger.warning("the decoder sandbox has no seccomp filter (pyseccomp or libseccomp is missing): limits only")
+    tasks = Tasks()
+    try:
+        _fork_children(control, decode_into, rules, tasks)
+    finally:
+        tasks.close()
+
+
+def _fork_children(control: socket.socket, decode_into, rules, tasks: Tasks) -> None:
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 1, 1)
@@ -96,14 +108,18 @@ def zygote(control: socket.socket, decoder: str) -> None:
             return
         if not message or len(fds) != 1:
             return
+        group = tasks.make()
         pid = os.fork()
         if pid == 0:
             control.close()
             try:
+                for standard in (0, 1, 2):
+                    os.dup2(devnull, standard)
                 _child(socket.socket(fileno=fds[0]), decode_into, rules)
             finally:
                 os._exit(0)
         os.close(fds[0])
+        tasks.place(group, pid)
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -111,7 +127,6 @@ def zygote(control: socket.socket, decoder: str) -> None:
             continue
         socket.send_fds(control, [b"P"], [pidfd])
         os.close(pidfd)
-
 
 if __name__ == "__main__":
     zygote(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])

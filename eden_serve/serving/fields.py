@@ -117,16 +117,16 @@ def request_body(request: dict) -> Any:
 
 STREAMS = ("http", "grpc")
 # TorchServe hands a handler a prediction's HTTP headers but not its query parameters, so over HTTP
-# the edge's stream, first and answer fields come as these headers (over gRPC: as inputs); host,
-# whom the request was addressed to, is the HTTP Host header.
-FIELD_HEADERS = {"stream": "x-eden-stream", "first": "x-eden-first", "answer": "x-eden-answer", "host": "host"}
+# the edge's stream, first and answer fields come as these headers (over gRPC: as inputs).
+FIELD_HEADERS = {"stream": "x-eden-stream", "first": "x-eden-first", "answer": "x-eden-answer"}
 
 
 def with_headers(request: dict, headers: dict[str, str] | None) -> dict:
-    """``request`` with the fields its HTTP ``headers`` carry (:data:`FIELD_HEADERS`)."""
+    """``request`` with the fields its HTTP ``headers`` carry (:data:`FIELD_HEADERS`), and ``host``,
+    whom the request was addressed to: its HTTP Host header only, never a field of the same name."""
     lowered = {str(key).lower(): value for key, value in (headers or {}).items()}
     fields = {name: lowered[header] for name, header in FIELD_HEADERS.items() if header in lowered and name not in request}
-    return {**request, **fields} if fields else request
+    return {**request, **fields, "host": lowered.get("host")}
 
 
 def stream_of(request: dict) -> str | None:

@@ -59,8 +59,12 @@ def parse_source(request: dict, settings: Settings) -> ProbeJob | PacketsJob | t
     return source, range(start, start + count)
 
 
+INT64 = range(-2**63, 2**63)  # what a packet's times and size are in FFmpeg
+
+
 def parse_after(value) -> tuple | None:
-    """The ``after`` field: ``PTS:DTS:SIZE`` of the packet before a page (``none`` for a missing time)."""
+    """The ``after`` field: ``PTS:DTS:SIZE`` of the packet before a page (``none`` for a missing time),
+    each an int64 as FFmpeg keeps them."""
     if value is None:
         return None
     parts = text(value, "after").split(":")
@@ -68,9 +72,12 @@ def parse_after(value) -> tuple | None:
         if len(parts) != 3 or any(len(p) > 20 for p in parts):
             raise ValueError
         pts, dts = (None if p == "none" else int(p) for p in parts[:2])
-        return pts, dts, int(parts[2])
+        after = pts, dts, int(parts[2])
+        if any(n is not None and n not in INT64 for n in after):
+            raise ValueError
+        return after
     except ValueError:
-        raise BadInputError(f"after must be PTS:DTS:SIZE, integers (or none for a time), got {parts!r:.60}") from None
+        raise BadInputError(f"after must be PTS:DTS:SIZE, 64-bit integers (or none for a time), got {parts!r:.60}") from None
 
 
 def source_file(settings: Settings, name: str) -> SourceFile:

@@ -10,9 +10,9 @@ HERE = Path(__file__).resolve().parent
 
 def environment(folder: Path) -> dict[str, str]:
     """The environment that makes a server's Python processes import this folder's sitecustomize
-    and read armed faults from ``folder``."""
-    path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": f"{HERE}{os.pathsep}{path}" if path else str(HERE), "EDEN_FAULT_DIR": str(folder)}
+    (and find harness/standins.py's compromised decoders) and read armed faults from ``folder``."""
+    path = os.pathsep.join([str(HERE), str(HERE.parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"PYTHONPATH": path, "EDEN_FAULT_DIR": str(folder)}
 
 
 def arm(folder: Path, name: str, point: str) -> None:

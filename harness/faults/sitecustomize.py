@@ -15,7 +15,10 @@ patches the package's modules as they are imported. A fault is armed by a file i
   (an index out of bounds in a CUDA kernel), a sticky error: the worker answers 503 and exits (on
   a GPU only).
 - Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``eden_serve.sandbox.decoder.decode``
-  crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed).
+  crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed); with
+  ``EDEN-CONFIDE`` or ``EDEN-THREADS`` it behaves as a compromised decoder would (harness/standins.py's
+  ``confide`` and ``threads``: secrets and forged metric lines in its refusal and on its output,
+  threads without end). The zygote is given ``$EDEN_FAULT_DIR`` (its environment is otherwise fixed).
 """
 
 import importlib.abc
@@ -100,6 +103,8 @@ def patch_services(module) -> None:
 
 
 def patch_decoder(module) -> None:
+    from harness import standins  # now: a sandboxed child can open no file to import it
+
     decode = module.decode
 
     def faulty_decode(parameters, packets, *args, **kwargs):
@@ -108,12 +113,23 @@ def patch_decoder(module) -> None:
         if packets and packets[0].data.startswith(b"EDEN-HANG"):
             while True:
                 time.sleep(1)
+        for name in ("confide", "threads"):
+            if packets and packets[0].data.startswith(f"EDEN-{name.upper()}".encode()):
+                return getattr(standins, name)(parameters, packets, *args, **kwargs)
         return decode(parameters, packets, *args, **kwargs)
 
     module.decode = faulty_decode
 
 
-PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.edge": patch_edge}
+def patch_sandbox(module) -> None:
+    """The zygote starts with none of the worker's environment: given the faults' folder, so that
+    it imports this file and patches its decoder too."""
+    environment = module.zygote_environment
+    module.zygote_environment = lambda: {**environment(), "EDEN_FAULT_DIR": FOLDER}
+
+
+PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.edge": patch_edge,
+           "eden_serve.media.sandbox": patch_sandbox}
 
 
 class Patcher(importlib.abc.MetaPathFinder):

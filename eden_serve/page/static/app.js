@@ -3,6 +3,41 @@
 const $ = (id) => document.getElementById(id);
 const state = { clip: null, run: null, hello: null, originalRate: 25, resultRate: 50, duration: 0, shown: null };
 
+// The login: the token of the address the command printed, kept in this tab's storage (which is
+// this origin's alone: scheme, host and port) and sent as a header, never as a cookie, which a
+// browser would send to every port of this host (docs/page.md).
+const TOKEN = new URLSearchParams(location.search).get("token") || sessionStorage.getItem("eden-page-token") || "";
+sessionStorage.setItem("eden-page-token", TOKEN);
+if (location.search) history.replaceState(null, "", "/");
+
+function api(path, options = {}) {
+  return fetch(path, { ...options, headers: { ...(options.headers || {}), Authorization: `Bearer ${TOKEN}` } });
+}
+
+// A URL of a video or a download, which an element loads without our header: signed for that path
+// alone by the page, for a few minutes (SIGNED_FOR in guard.py).
+async function signed(path) {
+  const answer = await api(`/sign?path=${encodeURIComponent(path)}`);
+  if (!answer.ok) throw new Error(`cannot sign ${path} (${answer.status})`);
+  return (await answer.json()).url;
+}
+
+// A video whose signed URL expired while it played asks for another, and goes on where it was.
+function playFrom(video, path) {
+  video.dataset.path = path;
+  return signed(path).then((url) => { video.src = url; });
+}
+
+function renew(video) {
+  if (Date.now() - Number(video.dataset.renewed || 0) < 10000) return;  // not an expired URL: a real error
+  video.dataset.renewed = String(Date.now());
+  const time = video.currentTime;
+  signed(video.dataset.path).then((url) => {
+    video.addEventListener("loadedmetadata", () => { video.currentTime = time; }, { once: true });
+    video.src = url;
+  });
+}
+
 function say(reason) {
   $("error").textContent = reason || "";
 }
@@ -24,7 +59,7 @@ function bytes(value) {
 async function upload(file) {
   say("");
   $("clip").textContent = `Uploading ${file.name}…`;
-  const answer = await fetch("/uploads", {
+  const answer = await api("/uploads", {
     method: "POST", body: file, headers: { "X-Clip-Name": encodeURIComponent(file.name) },
   });
   const document_ = await answer.json().catch(() => ({ message: `the upload failed (${answer.status})` }));
@@ -33,7 +68,7 @@ async function upload(file) {
     say(`eden-serve: error: ${document_.message}`);
     return;
   }
-  chosen({ upload: document_.id }, document_, `/clips/${document_.id}/play`);
+  chosen({ upload: document_.id }, document_, document_.play);
 }
 
 function chosen(clip, info, play) {
@@ -67,15 +102,15 @@ function dropZone() {
   $("source").addEventListener("change", async () => {
     const name = encodeURIComponent($("source").value);
     if (!name) return;
-    const answer = await fetch(`/sources/info?name=${name}`);
+    const answer = await api(`/sources/info?name=${name}`);
     const info = await answer.json();
     if (!answer.ok) return say(`eden-serve: error: ${info.message}`);
-    chosen({ source: $("source").value }, info, `/sources/play?name=${name}`);
+    chosen({ source: $("source").value }, info, info.play);
   });
 }
 
 async function listSources() {
-  const answer = await fetch("/sources");
+  const answer = await api("/sources");
   if (!answer.ok) return;
   const { sources } = await answer.json();
   for (const name of sources) $("source").append(new Option(name, name));
@@ -116,11 +151,19 @@ function progress(run) {
   $("left").textContent = run.state === "done" ? seconds(0) : seconds(run.left);
   $("first").textContent = seconds(run.first_middle);
   $("summary").textContent = run.summary;
-  if (run.previews && run.previews !== state.run?.previews) $("preview").src = `/runs/${run.id}/preview.png?n=${run.previews}`;
+  if (run.previews && run.previews !== state.run?.previews) showPreview(run.id);
   if (run.reason) say(run.reason);
   split(run);
   if (run.state === "done" && state.shown !== run.id) compare(run);
   state.run = run;
+}
+
+async function showPreview(id) {
+  const answer = await api(`/runs/${id}/preview.png`);
+  if (!answer.ok) return;
+  const old = $("preview").src;
+  $("preview").src = URL.createObjectURL(await answer.blob());
+  if (old.startsWith("blob:")) URL.revokeObjectURL(old);
 }
 
 function split(run) {
@@ -172,9 +215,10 @@ function chunkBar(chunk, longest) {
 function compare(run) {
   state.shown = run.id;
   $("compare").hidden = false;
-  $("original").src = state.clip.play;
-  $("result").src = `/runs/${run.id}/play`;
-  $("download").href = `/runs/${run.id}/result`;
+  playFrom($("original"), state.clip.play);
+  playFrom($("result"), `/runs/${run.id}/play`);
+  $("download").dataset.path = `/runs/${run.id}/result`;
+  freshLink();
   const factor = Number(fraction(options().factor || "2"));
   state.resultRate = options().fps ? Number(fraction(options().fps)) : state.originalRate * factor;
   $("result").addEventListener("loadedmetadata", () => marks(run), { once: true });
@@ -238,7 +282,23 @@ function playPause() {
   }
 }
 
+// The download's link, signed again when half its time has gone; a click on an older one waits for it.
+async function freshLink() {
+  const link = $("download");
+  link.href = await signed(link.dataset.path);
+  link.dataset.signed = String(Date.now());
+}
+
+function download(event) {
+  const link = $("download");
+  if (Date.now() - Number(link.dataset.signed || 0) < 120000) return;
+  event.preventDefault();
+  freshLink().then(() => link.click());
+}
+
 function player() {
+  $("download").addEventListener("click", download);
+  for (const video of videos()) video.addEventListener("error", () => { if (video.dataset.path) renew(video); });
   $("play").addEventListener("click", playPause);
   $("back").addEventListener("click", () => step(-1));
   $("next").addEventListener("click", () => step(1));
@@ -256,7 +316,7 @@ function player() {
 // --- the connection --------------------------------------------------------------------------
 
 function connect() {
-  const socket = new WebSocket(`ws://${location.host}/live`);
+  const socket = new WebSocket(`ws://${location.host}/live`, TOKEN ? ["eden-page", TOKEN] : []);
   socket.addEventListener("message", (event) => {
     const message = JSON.parse(event.data);
     if (message.type === "hello") hello(message);
