@@ -56,6 +56,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _add_device_clip_arguments(p: argparse.ArgumentParser) -> None:
+    """How a clip in this process meets the edge's device: its decoder, and the middles' way back."""
+    p.add_argument("--decoder", choices=DECODERS, default="auto",
+                   help="a video's decoder: the host's, or the GPU's (nvdec: frames copied to the host; nvdec-device: kept on "
+                        "the GPU); auto: the fastest on the clip's first frames beside a GPU, the host's beside a CPU (default auto)")
+    p.add_argument("--middles-as", choices=pipeline.MIDDLES_AS, default="auto",
+                   help="how a video's middles come back from the edge: the output's 4:2:0 planes, converted on the device "
+                        "(half the bytes), or RGB converted by the writer; auto: planes on a GPU (default auto)")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="EDEN frame interpolation, split between a cloud encoder and an edge DiT+decoder.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -71,12 +81,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT} on a CPU, "
                                                 f"{pipeline.CLIP_DEFAULTS['cuda'].inflight} on a GPU)")
-    p.add_argument("--decoder", choices=DECODERS, default="auto",
-                   help="a video's decoder: the host's, or the GPU's (nvdec: frames copied to the host; nvdec-device: kept on "
-                        "the GPU); auto: the fastest on the clip's first frames beside a GPU, the host's beside a CPU (default auto)")
-    p.add_argument("--middles-as", choices=pipeline.MIDDLES_AS, default="auto",
-                   help="how a video's middles come back from the edge: the output's 4:2:0 planes, converted on the device "
-                        "(half the bytes), or RGB converted by the writer; auto: planes on a GPU (default auto)")
+    _add_device_clip_arguments(p)
     add_clip_arguments(p)
     add_model_options(p, wire.NO_WIRE)
     Acceleration.add_arguments(p)

@@ -4,7 +4,6 @@ Y4M on the way out)."""
 
 from __future__ import annotations
 
-import math
 import sys
 import warnings
 from dataclasses import dataclass
@@ -18,19 +17,16 @@ from PIL import Image
 from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
-from .colour import Colour
-from .colour import FULL
+from .colour import FULL, Colour
 from .decoders import Decoder
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
 from .planes import Planes, plane_format
 from .segments import open_segments
 from .threads import Prefetch
-from .timing import Retiming
+from .timing import Retiming, output_time_base
 
 PIPE = "-"
-# Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits; see VideoWriter.
-MAX_TIME_BASE_DENOMINATOR = 65535
 # Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
 # sets where the video ends.
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
@@ -175,28 +171,13 @@ class VideoClip(Clip):
         self.container.close()
 
 
-def _time_base(source: Fraction, retiming: Retiming) -> Fraction:
-    """A tick that every output time falls on: under a factor a/b the source's divided by a (times
-    fall on 1/a of an interval), under ``--fps`` the largest dividing both the source's tick and a
-    frame's time; where that exceeds 16 bits, a coarser one and times rounded to it."""
-    if retiming.fps is not None:
-        step = 1 / retiming.fps
-        common = Fraction(math.gcd(source.numerator * step.denominator, step.numerator * source.denominator),
-                          source.denominator * step.denominator)
-        return common if common.denominator <= MAX_TIME_BASE_DENOMINATOR else step
-    scale = retiming.factor.numerator
-    while scale > 1 and (source / scale).denominator > MAX_TIME_BASE_DENOMINATOR:
-        scale //= 2
-    return source / scale
-
-
 class VideoWriter(ClipWriter):
     """The output video, with the input's audio and subtitles.
 
     Timing: each frame is due at its time (an original at its own, a middle at its position
     between its neighbours, a retimed frame at its exact time on the output clock) and lasts until
     the next; the last lasts until the input's last frame ends, so the video ends where the audio
-    does. Rounding happens only where the time base had to be coarsened (:func:`_time_base`). A
+    does. Rounding happens only where the time base had to be coarsened (:func:`~.timing.output_time_base`). A
     variable frame rate stays variable and in sync. Originals are re-encoded from their decoded
     pictures (no RGB round trip). The encoder follows :mod:`.encoding`. An encoder's state cannot
     be saved, so a resumed run encodes the whole video again (``continues`` is False).
@@ -259,7 +240,7 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
-        self.time_base = _time_base(clip.time_base, self.retiming)
+        self.time_base = output_time_base(clip.time_base, self.retiming)
         if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
