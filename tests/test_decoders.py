@@ -52,6 +52,7 @@ class DeviceFrame:
         self.planes = [Plane(planes[: frame.height], frame.width + 64), Plane(planes[frame.height:], frame.width + 64)]
         self.pts, self.time_base, self.duration = frame.pts, frame.time_base, frame.duration
         self.colorspace, self.color_range = frame.colorspace, frame.color_range
+        self.sw_format = av.VideoFormat("nv12")
 
 
 class Container:
@@ -70,7 +71,15 @@ class StandIn(Nvdec):
     """NVDEC stood in for: FFmpeg's software decoder behind what the CUDA frames keep."""
 
     def open(self, path):
-        return Container(path, DeviceFrame if self.on_device else (lambda frame: frame))
+        return Container(path, DeviceFrame if self.on_device else as_nv12)
+
+
+def as_nv12(frame):
+    """What NVDEC copied to the host gives: NV12."""
+    nv12 = frame.reformat(format="nv12")
+    nv12.pts, nv12.time_base, nv12.duration = frame.pts, frame.time_base, frame.duration
+    nv12.colorspace, nv12.color_range = frame.colorspace, frame.color_range
+    return nv12
 
 
 def test_a_frame_on_the_device_becomes_rgb_within_3_levels_of_swscale(clip):
@@ -167,14 +176,30 @@ def test_a_clip_read_on_the_device_writes_the_hosts_originals(tmp_path, clip, mo
     """The tiny model, a lossless output: the stand-in's frames (kept "on the device", RGB made
     there) give the same originals bit for bit, and middles as many."""
     monkeypatch.setattr(decoders, "candidates", lambda device: [Decoder(), StandIn(False), StandIn(True)])
-    for name in ("host", "nvdec-device"):
+    for name in ("host", "nvdec", "nvdec-device"):
         assert main(["interpolate", str(clip), "-o", str(tmp_path / f"{name}.mkv"), "--config", "tiny", "--vcodec", "ffv1",
                      "--decoder", name]) == 0
-    host, device = decoded(tmp_path / "host.mkv"), decoded(tmp_path / "nvdec-device.mkv")
-    assert len(host) == len(device) == 19
+    host, copied, device = (decoded(tmp_path / f"{name}.mkv") for name in ("host", "nvdec", "nvdec-device"))
+    assert len(host) == len(device) == 19 and all(np.array_equal(a, b) for a, b in zip(copied, host, strict=True))  # the same file
     assert all(np.array_equal(a, b) for a, b in zip(host[0::2], device[0::2]))
 
 
 def test_a_decoder_this_machine_lacks_is_refused(tmp_path, clip, capsys):
     assert main(["interpolate", str(clip), "-o", str(tmp_path / "o.mkv"), "--config", "tiny", "--decoder", "nvdec"]) == 2
     assert capsys.readouterr().err.strip().endswith("--decoder nvdec: not here (host are)")
+
+
+def test_frames_copied_back_as_nv12_give_the_hosts_rgb(clip):
+    """Through the planar format the host's decoder gives: swscale's NV12 path interpolates the
+    chroma and would not."""
+    with av.open(str(clip)) as container:
+        for frame in container.decode(video=0):
+            assert torch.equal(StandIn(False).pixels(as_nv12(frame), rgb_pixels), rgb_pixels(frame))
+
+
+def test_a_deeper_frame_is_not_converted_on_the_device(clip):
+    with av.open(str(clip)) as container:
+        frame = DeviceFrame(next(container.decode(video=0)))
+    frame.sw_format = av.VideoFormat("p010le")
+    with pytest.raises(ValueError, match="8-bit NV12 only"):
+        StandIn(True).pixels(frame, rgb_pixels)

@@ -4,12 +4,15 @@ hardware acceleration), chosen by measuring each on the clip's first frames, not
 
 - ``host``: FFmpeg's software decoder, its frames converted to RGB by swscale on the host (what a
   clip always had).
-- ``nvdec``: NVDEC decodes, PyAV copies each frame to the host (NV12), and swscale converts it there:
-  the decoding leaves the host's cores, the conversion and the copy stay.
+- ``nvdec``: NVDEC decodes, PyAV copies each frame to the host (NV12, P010 deeper), and swscale
+  converts it there, through the planar format the host's decoder gives (swscale's NV12 path
+  interpolates the chroma, its planar one does not): the decoding leaves the host's cores, the
+  conversion and the copy stay.
 - ``nvdec-device``: NVDEC decodes into the GPU's memory and the frame stays there: its planes are
   read through DLPack and converted to RGB on the device (:func:`~.planes.nv12_to_rgb`, within 3
   levels of swscale's), so the cloud takes them without a copy; only the originals the writer
-  re-encodes are copied to the host, as NV12 (their pictures unchanged: no RGB round trip).
+  re-encodes are copied to the host, as NV12 (their pictures unchanged: no RGB round trip). 8-bit
+  video only: a deeper one's trial fails, and another decoder reads it.
 
 torchcodec's CUDA decoder is not among them: it gives RGB alone, so the writer would re-encode the
 originals from RGB, which changes them.
@@ -74,7 +77,9 @@ class Nvdec(Decoder):
 
     def pixels(self, frame, rgb: Callable) -> torch.Tensor:
         if not self.on_device:
-            return rgb(frame)
+            return rgb(planar(frame))
+        if frame.sw_format is None or frame.sw_format.name != "nv12":
+            raise ValueError(f"frames of {frame.sw_format and frame.sw_format.name} are not converted on the device (8-bit NV12 only)")
         luma, chroma = (torch.from_dlpack(plane) for plane in frame.planes[:2])  # [H, W] and [H/2, W] (U, V interleaved)
         matrix = SWSCALE_MATRICES.get(int(frame.colorspace), "bt601")
         return nv12_to_rgb(luma[: frame.height, : frame.width], chroma[: frame.height // 2, : frame.width], matrix,
@@ -94,6 +99,20 @@ class Nvdec(Decoder):
     def sync(self) -> None:
         if self.on_device and torch.cuda.is_available():
             torch.cuda.synchronize(self.device)
+
+
+PLANAR = {"nv12": "yuv420p", "p010le": "yuv420p10le"}  # a hardware decoder's formats, as the host's decoder gives them
+
+
+def planar(frame):
+    """A frame of a hardware decoder's interleaved format in the planar one of the host's decoder: the
+    same samples (a lossless copy), so that swscale converts it to RGB as it converts the host's."""
+    name = PLANAR.get(frame.format.name)
+    if name is None:
+        return frame
+    converted = frame.reformat(format=name)
+    converted.colorspace, converted.color_range = frame.colorspace, frame.color_range
+    return converted
 
 
 def candidates(device: torch.device) -> list[Decoder]:
