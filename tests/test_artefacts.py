@@ -171,3 +171,27 @@ def test_the_served_edge_loads_what_its_archive_carries(store, tmp_path, monkeyp
         assert model.runner.wait_compiled(600) and len(model.runner.swapped) == 2 and not model.runner.background.failed
     finally:
         model.runner.close()
+
+
+def test_a_refused_file_leaves_the_forward_compiling_as_without_it(tmp_path, monkeypatch, caplog):
+    """Refused, the edge compiles each key from its third forward in the background, as always
+    (dynamo's eager backend here: the key's compile options say which)."""
+    from eden_serve.checkpoint import load_pair
+    from eden_serve.config import preset
+    from eden_serve.edge import Acceleration, Compile
+    from eden_serve.synthetic import chunk
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    _, edge = load_pair(None, preset("tiny"))
+    edge.accelerate(Acceleration("off", Compile(backend="eager")))
+    try:
+        other = artefacts.write(tmp_path / "other.bin", {**artefacts.key(edge, edge.runner.compile), "torch": "0.0.0"}, [(64, 96, 2)], b"")
+        with caplog.at_level(logging.WARNING, logger=artefacts.__name__):
+            assert artefacts.load_into(edge, other) is None
+        assert not edge.runner.background.asked
+        pairs = [chunk(edge.config, (64, 96), frames=3, seed=7).pair(j) for j in range(2)]
+        for _ in range(3):
+            edge.middles(pairs)
+        assert edge.runner.background.asked and edge.runner.wait_compiled(300) and len(edge.runner.swapped) == 2
+    finally:
+        edge.runner.close()
