@@ -12,15 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import requests
-import torch
 from PIL import Image
 
 from eden_serve import synthetic
 from eden_serve.client.tls import ClientTLS
 from eden_serve.client.transports.http import HttpTransport
 from eden_serve.wire.answers import RECORD_HEADER, STREAMED
-from eden_serve.edge.yuv import to_planes
-from eden_serve.media.planes import PlaneFormat, Planes
+from eden_serve.media.planes import PlaneFormat, Planes, swscale_planes
 from eden_serve.wire.raw import RAW, RAW_MAGIC, raw_bytes, whole_raw
 
 pytestmark = pytest.mark.serving
@@ -102,10 +100,11 @@ def test_requests_that_arrive_together_share_forwards_each_answered_alone(server
 
 
 def test_yuv_answers_carry_the_planes_of_the_pngs_pixels(server):
-    """A forward whose requests all ask yuv converts on the device (its middles come back in
-    planes); each middle is the planes of the PNG answer's pixels, whole, streamed and to the client."""
+    """Each middle is the planes of the PNG answer's pixels, whole and to the client: on this CPU
+    edge made by swscale, what the client's writer would make of the RGB (a GPU edge converts on
+    its device, within a level: tests/test_raw_planes.py)."""
     body = payload(server, 0, 3)
-    expected = [to_planes(torch.from_numpy(p.copy())[None], PlaneFormat("yuv420p", "bt709"))[0].numpy() for p in pngs_of(edge(server, body), 3)]
+    expected = [swscale_planes(p, PlaneFormat("yuv420p", "bt709")) for p in pngs_of(edge(server, body), 3)]
     whole = edge(server, body, **{"X-Eden-Answer": "yuv:bt709:limited"})
     assert (whole.status_code, whole.headers["Content-Type"]) == (200, RAW)
     middles = whole_raw(whole.content, 3, (WIDTH, HEIGHT), "")

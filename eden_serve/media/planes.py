@@ -20,9 +20,9 @@ import torch
 FORMATS = {"yuv420p": 8, "yuvj420p": 8, "yuv420p10le": 10}
 MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}  # (Kr, Kb)
 # FFmpeg's AVColorSpace values to the matrices swscale converts by: unspecified (2) is BT.601 to it,
-# as are BT.470BG (5) and SMPTE 170M (6); BT.2020's constant-luminance form (10) is converted as the
-# non-constant one (9). Any other matrix (FCC, SMPTE 240M, YCgCo): the writer converts RGB itself.
-SWSCALE_MATRICES = {1: "bt709", 2: "bt601", 5: "bt601", 6: "bt601", 9: "bt2020", 10: "bt2020"}
+# as are BT.470BG (5) and SMPTE 170M (6). Any other matrix (FCC, SMPTE 240M, YCgCo, BT.2020's
+# constant-luminance form): the writer converts RGB itself.
+SWSCALE_MATRICES = {1: "bt709", 2: "bt601", 5: "bt601", 6: "bt601", 9: "bt2020"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,22 @@ def plane_format(pix_fmt: str, width: int, height: int, matrix: int = 2, full: b
     if pix_fmt not in FORMATS or width % 2 or height % 2 or matrix not in SWSCALE_MATRICES:
         return None
     return PlaneFormat(pix_fmt, SWSCALE_MATRICES[matrix], full, FORMATS[pix_fmt])
+
+
+# swscale's names of the matrices (AVColorSpace values) and of full range (AVCOL_RANGE_JPEG).
+SWSCALE_COLORSPACES = {"bt601": None, "bt709": 1, "bt2020": 9}
+FULL_RANGE = 2
+
+
+def swscale_planes(pixels: np.ndarray, format: PlaneFormat) -> np.ndarray:
+    """8-bit RGB [H, W, 3] as ``format``'s planes [H W 3/2], converted by swscale on the host, as a
+    video writer converts RGB: on a CPU, where it is the cheaper conversion and the same one."""
+    import av
+
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
+    converted = frame.reformat(format=format.pix_fmt, dst_colorspace=SWSCALE_COLORSPACES[format.matrix],
+                               dst_color_range=FULL_RANGE if format.full else None)
+    return converted.to_ndarray(format=format.pix_fmt).reshape(-1)
 
 
 class Planes:

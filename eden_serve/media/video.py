@@ -90,13 +90,14 @@ class VideoClip(Clip):
 
     kind = "video"
     colour = Colour()  # the stream's (_colour); a server-side source's stays unstated (client/remote.py)
+    decoded_by = Decoder()  # the host's, or the GPU's (:mod:`.decoders`); a server-side source's: the host's
 
     def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None):
         super().__init__(path)
         av = import_av()
         self._error = av.error.FFmpegError
         self.piped = str(path) == PIPE
-        self.decoder = decoder or Decoder()  # the host's, or the GPU's (:mod:`.decoders`)
+        self.decoded_by = decoder or self.decoded_by
         try:
             self.container = container or (decoder.open(path) if decoder else av.open(sys.stdin.buffer if self.piped else str(path)))
         except (self._error, ValueError) as exc:
@@ -160,8 +161,8 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-            pixels = self.decoder.pixels(frame, rgb_pixels)
-            yield Frame(i, f"frame {i}", image=pixels, decoded=Decoded(self.decoder.raw(frame), time, time + duration, source))
+            pixels = self.decoded_by.pixels(frame, rgb_pixels)
+            yield Frame(i, f"frame {i}", image=pixels, decoded=Decoded(self.decoded_by.raw(frame), time, time + duration, source))
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())

@@ -11,12 +11,9 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-import torch
-
-from ..edge.yuv import to_planes
 from ..errors import BadInputError
 from ..media.frames import is_deep, open_deep, open_image, png_of
-from ..media.planes import PlaneFormat
+from ..media.planes import PlaneFormat, swscale_planes
 from ..wire.answers import zip_of
 from ..wire.raw import MATRIX_FLAGS, RAW, encode_planes, encode_raw, loopback
 from .fields import PNG, ZIP, text
@@ -47,15 +44,16 @@ RAW_ANSWER = AnswerFormat("raw", encode_raw, lambda middles: (b"".join(middles),
 
 
 def planes_answer(format: PlaneFormat) -> AnswerFormat:
-    """Raw middles as ``format``'s 8-bit planes: converted on the device where a forward's middles all
-    go this way, else here from their RGB; a chunk deeper than 8 bits keeps its RGB."""
+    """Raw middles as ``format``'s 8-bit planes: converted on a GPU edge's device where a forward's
+    middles all go this way, else here from their RGB by swscale (as the client's writer would: the
+    same planes); a chunk deeper than 8 bits keeps its RGB."""
 
     def encode(pixels: np.ndarray) -> bytes:
         if pixels.dtype == np.uint16:
             return encode_raw(pixels)
         if pixels.ndim == 3:  # RGB: converted here
             height, width, _ = pixels.shape
-            pixels = to_planes(torch.from_numpy(np.ascontiguousarray(pixels))[None], format)[0].numpy()
+            pixels = swscale_planes(pixels, format)
         else:  # planes from the device, [H 3/2, W]
             height, width = pixels.shape[0] * 2 // 3, pixels.shape[1]
         return encode_planes(pixels.reshape(-1), width, height, format.matrix, format.full)

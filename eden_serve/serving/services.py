@@ -364,10 +364,10 @@ class EdgeService(Service):
     def decode(self, latents: torch.Tensor, conditions: list, depths: list[int],
                planes: PlaneFormat | None = None) -> torch.Tensor | list[torch.Tensor]:
         """The middles as pixels on the host, each at its chunk's depth: 8 bits rounded on the device
-        (a quarter of the bytes back; with ``planes``, converted to them there, [B, H 3/2, W]: half
-        again), as before there were deeper ones; a batch with 16-bit chunks in it comes back in
-        float32 and is rounded here, each pair as the in-process pipeline rounds it."""
-        if all(depth == 8 for depth in depths) and planes is not None:
+        (a quarter of the bytes back; with ``planes`` on a GPU, converted to them there, [B, H 3/2,
+        W]: half again), as before there were deeper ones; a batch with 16-bit chunks in it comes
+        back in float32 and is rounded here, each pair as the in-process pipeline rounds it."""
+        if all(depth == 8 for depth in depths) and planes is not None and self.model.device.type == "cuda":
             pixels = self.model.render(latents, prepare_render(conditions, self.model.config, self.model.device), uint8=True)
             return to_host(to_planes(pixels, planes).reshape(len(conditions), -1, pixels.shape[2]))
         if all(depth == 8 for depth in depths):
