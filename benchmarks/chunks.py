@@ -32,12 +32,13 @@ import torch
 from PIL import Image
 
 from eden_serve import wire
-from eden_serve.checkpoint import load_pair
 from eden_serve.cloud.encoder import CloudEncoder
-from eden_serve.edge.conditions import Intake
 from eden_serve.config import PRESETS
+from eden_serve.edge import middles_of
+from eden_serve.edge.conditions import EdgeSide
 from eden_serve.media import open_clip
 from eden_serve.media.frames import image_to_tensor
+from eden_serve.model.checkpoint import load_pair
 import results
 
 CHUNKS = (1, 4, 8, 16)
@@ -82,10 +83,10 @@ def make(cloud: CloudEncoder, codec: str):
     return lambda frames: wire.kind(codec).make(cloud, frames)
 
 
-def received(intake: Intake, payload: bytes, config) -> wire.Chunk:
+def received(edge_side: EdgeSide, payload: bytes, config) -> wire.Chunk:
     """The edge's side before its DiT: the payload decoded, and a frames chunk's conditions re-derived."""
     chunk = wire.decode(payload, config)
-    return wire.kind_of(chunk).conditions(chunk, intake)
+    return wire.kind_of(chunk).conditions(chunk, edge_side)
 
 
 def plot(prefix: Path, rows: list[dict]) -> None:
@@ -116,7 +117,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     config = PRESETS[args.config]
     cloud, edge = load_pair(None, config)  # synthetic weights, seed 0
-    intake = Intake.beside(edge, cloud.weights)
+    edge_side = EdgeSide.beside(edge, cloud.weights)
     codecs = args.codecs.split(",")
     clip = video_frames(args.video, args.frames)
     print(f"{args.config} dimensions, synthetic weights; {args.video} frames 0-{args.frames - 1}; "
@@ -138,7 +139,7 @@ def main() -> None:
         chunks8 = chunked(frames, 8)
         payloads = {codec: [wire.encode(make(cloud, codec)(c), config, codec) for c in chunks8] for codec in codecs}
         work = timed({(side, codec): (lambda codec=codec: [wire.encode(make(cloud, codec)(c), config, codec) for c in chunks8])
-                      if side == "cloud" else (lambda codec=codec: [received(intake, p, config) for p in payloads[codec]])
+                      if side == "cloud" else (lambda codec=codec: [received(edge_side, p, config) for p in payloads[codec]])
                       for codec in codecs for side in ("cloud", "edge")}, args.repeat)
         for codec in codecs:
             per_pair = sum(map(len, payloads[codec])) / pairs
@@ -168,13 +169,13 @@ def main() -> None:
     for size_text in filter(None, args.edge_sizes.split(",")):
         height, width = (int(v) for v in size_text.split("x"))
         grid = config.patch_grid(height, width)
-        default = max(1, edge.batch_tokens // (grid[0] * grid[1]))  # what the edge runs (edge.batches)
+        default = edge.sizing.pairs(grid)  # what the edge runs
         frames = [image_to_tensor(f.convert("RGB").resize((width, height), Image.BICUBIC)) for f in clip[: max(*batches, default) + 1]]
         chunk = cloud.encode_chunk(frames)
         conds = [chunk.pair(j) for j in range(chunk.pairs)]
         sizes = [1, *batches, default]
         n = len(conds)
-        work = timed({b: lambda b=b: [edge.interpolate_batch(conds[i : i + b]) for i in range(0, n, b)] for b in dict.fromkeys(sizes)},
+        work = timed({b: lambda b=b: [middles_of(edge, conds[i : i + b], uint8=False) for i in range(0, n, b)] for b in dict.fromkeys(sizes)},
                      args.repeat)
         row = [f"{width}x{height}", f"{work[1] / n * 1000:.0f} ms"]
         row += [f"{work[b] / n * 1000:.0f} ms ({work[1] / work[b]:.2f}x)" for b in [*batches, default]]
@@ -183,7 +184,7 @@ def main() -> None:
     if not edge_rows:
         return
     print(f"\nedge work per pair (fp32, fast path), one at a time against batches of B pairs, median of {args.repeat}; "
-          f"the default budget is {edge.batch_tokens} condition tokens")
+          f"the default budget is {edge.sizing.batch_tokens} condition tokens")
     print(markdown(["frames", "one at a time", *(f"B = {b}" for b in batches), "default B"], edge_rows))
 
 if __name__ == "__main__":

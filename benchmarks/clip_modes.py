@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from eden_serve import synthetic
-from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
-from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.clips.pipeline import interpolate_clip_in_process
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_archived
 from eden_serve.serving.worker import default_threads, usable_cores
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.servers import build_archives, torchserve

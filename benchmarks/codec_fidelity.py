@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from eden_serve.checkpoint import load_pair
+from eden_serve.clips.pipeline import interpolate_chunk
 from eden_serve.config import PRESETS
 from eden_serve.media.frames import load_frame, to_uint8
-from eden_serve.pipeline import interpolate_chunk
+from eden_serve.model.checkpoint import load_pair
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.servers import REPO
 import results

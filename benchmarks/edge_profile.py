@@ -21,10 +21,12 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from eden_serve import synthetic
-from eden_serve.bench import gemm_rate, pair_flops
-from eden_serve.checkpoint import load_pair
+from eden_serve.commands.bench import gemm_rate, pair_flops
 from eden_serve.config import preset
+from eden_serve.edge import middles_of
+from eden_serve.edge.conditions import EdgeSide
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_pair
 
 ATTENTION = "aten::_scaled_dot_product"  # the kernel: the public op above it only dispatches
 
@@ -47,10 +49,10 @@ def main() -> None:
     warnings.simplefilter("ignore")  # synthetic weights: this measures time, not pictures
     cloud, edge = load_pair(None, config, "cpu", args.precision)
     chunk = cloud.encode_chunk(synthetic.frame_pair(*size), seed=0, on_device=True)
-    pair = [edge.receive(chunk).pair(0)]
+    pair = [EdgeSide(edge).receive(chunk).pair(0)]
 
     def run():
-        return edge.decode_latents(edge.denoise(pair, "fast"), pair, "fast")
+        return middles_of(edge, pair, uint8=False)
 
     with torch.inference_mode():
         run()

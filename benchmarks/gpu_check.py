@@ -53,8 +53,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from eden_serve import synthetic  # noqa: E402
-from eden_serve.checkpoint import module_from_state  # noqa: E402
+from eden_serve.model import synthetic  # noqa: E402
+from eden_serve.model.checkpoint import module_from_state  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import Acceleration, EdgeModel  # noqa: E402
 from eden_serve.edge.graphs import RerunGraphs  # noqa: E402

@@ -28,14 +28,13 @@ import av
 import numpy as np
 import torch
 
-from eden_serve import cli, commands
-from eden_serve.client.streaming import TIMELINE
+from eden_serve.commands import cli, shared as commands
+from eden_serve.clips.streaming import TIMELINE
 from eden_serve.edge import Acceleration
-from eden_serve.media import decoders
+from eden_serve.clips.pipeline import clip_defaults
+from eden_serve.media import decoders, segments
 from eden_serve.media.encoding import TUNINGS, Encoding, configure, hardware
-from eden_serve.media import segments
 from eden_serve.media.video import rgb_pixels
-from eden_serve.pipeline import clip_defaults
 
 from gpu_goals import source_video
 
@@ -170,7 +169,7 @@ def clip_run(models, src: Path, argv: list[str], command_started: float | None =
             "compile_failed": edge.runner.background and edge.runner.background.failed,
             "acceleration": edge.acceleration.describe(edge.device), "chunk": args.chunk or clip_defaults(edge.device).chunk,
             "inflight": args.inflight or clip_defaults(edge.device).inflight,
-            "batch": edge.pairs_per_forward(edge.config.patch_grid(*_size(src))), "encoded_by": summary.encoder or _encoder(args, edge.device, _size(src)),
+            "batch": edge.sizing.pairs(edge.config.patch_grid(*_size(src))), "encoded_by": summary.encoder or _encoder(args, edge.device, _size(src)),
             "encoder_share": summary.encoder_seconds / summary.seconds if summary.seconds else None, "decoders": chosen.line,
             "middles_as": args.middles_as}
 

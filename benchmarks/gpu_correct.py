@@ -27,13 +27,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eden_serve import model as model_module
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import WEIGHTS_FILES, module_from_state, write_halves
+from eden_serve import wire
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
-from eden_serve.edge import Acceleration, EdgeModel
+from eden_serve.edge import Acceleration, EdgeModel, middles_of
+from eden_serve.edge.conditions import EdgeSide
 from eden_serve.edge.graphs import RerunGraphs
+from eden_serve.model import synthetic
+from eden_serve.model import weights as model_module
+from eden_serve.model.checkpoint import WEIGHTS_FILES, module_from_state, write_halves
 from eden_serve.serving.services import EdgeService
 from eden_serve.serving.worker import Settings
 from eden_serve.wire.raw import whole_raw
@@ -75,7 +77,7 @@ def golden(run, modes=("eager", "graphed")) -> None:
         for precision in run.precisions():
             for mode, path in [(m, p) for m in modes for p in (("fast", "reference") if m == "eager" else ("fast",))]:
                 edge = run.edge(precision, mode, state, tiny)
-                error = (edge.interpolate(cond, path).cpu() - expected).abs()
+                error = (middles_of(edge, [cond], uint8=False, path=path)[0] - expected).abs()
                 run.row("golden", case=name, precision=precision, mode=mode, path=path, max_error=error.max().item(),
                         mean_error=error.mean().item(), within_bounds=within(error, precision))
                 edge.runner.close()
@@ -117,13 +119,13 @@ def graphs_under_threads(run) -> None:
     eager, graphed = run.edge(precision, "eager"), run.edge(precision, "graphed")
     keys = {"batch 1": 1, "batch 3 (graph of 4)": 3}
     a, b = run.pairs(eager, size, 3, chunk_seed=1), run.pairs(eager, size, 3, chunk_seed=2)
-    expected = {(key, name): eager.middles(pairs[:n]) for key, n in keys.items() for name, pairs in (("A", a), ("B", b))}
+    expected = {(key, name): middles_of(eager, pairs[:n]) for key, n in keys.items() for name, pairs in (("A", a), ("B", b))}
     start = threading.Barrier(THREADS)
 
     def thread(_):
         start.wait(timeout=60)
         with _thread_stream(run):
-            return {(key, name): graphed.middles(pairs[:n]) for key, n in keys.items() for name, pairs in (("A", a), ("B", b), ("A'", a))}
+            return {(key, name): middles_of(graphed, pairs[:n]) for key, n in keys.items() for name, pairs in (("A", a), ("B", b), ("A'", a))}
 
     def rounds():
         with ThreadPoolExecutor(THREADS) as pool:
@@ -162,7 +164,7 @@ def preparation_beside_forwards(run) -> None:
         bodies = [wire.encode(chunk, run.config, "fp32") for chunk in chunks]
         eager = EdgeModel(module_from_state(run.state(), "edge", run.config), run.config, run.device, model.precision)
         eager.accelerate(Acceleration("off", None))
-        expected = [eager.middles([eager.receive(c).pair(j) for j in range(c.pairs)]) for c in chunks]
+        expected = [middles_of(eager, [EdgeSide(eager).receive(c).pair(j) for j in range(c.pairs)]) for c in chunks]
         answers = []
         for _ in range(2):
             fill = put_at_risk(run) if answers else None
@@ -186,7 +188,7 @@ def devices_agree(run) -> None:
     for where in ("cpu", run.device):
         edge = EdgeModel(module_from_state(run.state(), "edge", run.config), run.config, where, "fp32")
         edge.accelerate(Acceleration("off", None))
-        outputs[str(where)] = edge.middles(run.pairs(edge, size, 1), uint8=False)[0].cpu()
+        outputs[str(where)] = middles_of(edge, run.pairs(edge, size, 1), uint8=False)[0]
     diff = (outputs["cpu"] - outputs[str(run.device)]).abs()
     run.row("cpu vs device", size=f"{size[0]}x{size[1]}", max_abs_diff=diff.max().item(), mean_abs_diff=diff.mean().item(),
             within_bounds=diff.max().item() <= BOUNDS["fp32"])
@@ -194,5 +196,5 @@ def devices_agree(run) -> None:
 
 def pairs_of(edge: EdgeModel, size: tuple[int, int], count: int, chunk_seed: int = 1) -> list:
     """``count`` pairs of ``size`` on ``edge``'s device: one synthetic chunk's pair, each with a seed of its own."""
-    pair = edge.receive(synthetic.chunk(edge.config, size, frames=2, seed=chunk_seed)).pair(0)
+    pair = EdgeSide(edge).receive(synthetic.chunk(edge.config, size, frames=2, seed=chunk_seed)).pair(0)
     return [dataclasses.replace(pair, seed=i) for i in range(count)]

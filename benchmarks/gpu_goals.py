@@ -171,8 +171,8 @@ def goal_lines(rows: list[dict], gpu: bool) -> list[str]:
 
 # --- preflight ----------------------------------------------------------------------------------
 
-MODULES = ("numpy", "av", "zstandard", "eden_serve.cli", "eden_serve.commands", "eden_serve.serving.services", "eden_serve.edge.artefacts",
-           "eden_serve.media.segments", "eden_serve.media.decoders",
+MODULES = ("numpy", "av", "zstandard", "eden_serve.commands.cli", "eden_serve.commands.shared", "eden_serve.serving.services",
+           "eden_serve.edge.artefacts", "eden_serve.media.segments", "eden_serve.media.decoders",
            "eden_serve.serving.bitstreams", "eden_serve.wire", "harness.videos", "gpu_clip", "gpu_served", "gpu_correct",
            "gpu_process")
 GOLDEN_FILES = ("tiny_70x100.npz", "tiny_64x96.npz")

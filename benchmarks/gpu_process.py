@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 # imports PyAV when it opens the video; gpu_correct after the clips).
 import torch  # noqa: E402
 
-from eden_serve import cli, commands  # noqa: E402
-from eden_serve.checkpoint import module_from_state  # noqa: E402
+from eden_serve.commands import cli, shared as commands  # noqa: E402
+from eden_serve.model.checkpoint import module_from_state  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
 from eden_serve.edge import Acceleration, Compile, EdgeModel, artefacts  # noqa: E402
 from eden_serve.edge.graphs import RerunGraphs  # noqa: E402
@@ -155,7 +155,7 @@ def save_compiled(child: Child, edge: EdgeModel, clips: list[tuple[str, str, Pat
     shapes = []
     for _, pixels, _ in clips:
         height, width = (int(v) for v in pixels.split("x"))
-        shapes.append((height, width, edge.pairs_per_forward(edge.config.patch_grid(height, width))))
+        shapes.append((height, width, edge.sizing.pairs(edge.config.patch_grid(height, width))))
     artefacts.write(path, artefacts.key(edge, edge.runner.compile), shapes, artefacts.saved())
     child.row("artefacts", shapes=shapes, bytes=path.stat().st_size, write_s=time.monotonic() - started)
 

@@ -32,10 +32,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from eden_serve import synthetic, wire  # noqa: E402
-from eden_serve.checkpoint import WEIGHTS_FILES, module_from_state, write_halves  # noqa: E402
+from eden_serve.model import synthetic  # noqa: E402
+from eden_serve import wire  # noqa: E402
+from eden_serve.model.checkpoint import WEIGHTS_FILES, module_from_state, write_halves  # noqa: E402
 from eden_serve.cloud.encoder import CloudEncoder  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
+from eden_serve.edge import middles_of, synchronize  # noqa: E402
 from eden_serve.edge.streams import streams_for  # noqa: E402
 from eden_serve.serving.bitstreams import start_sandbox  # noqa: E402
 from eden_serve.serving.overlap import Preparation  # noqa: E402
@@ -150,7 +152,7 @@ def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations
     for round_ in range(args.rounds + 1):
         for name, preparation in preparations.items():
             service.preparation = preparation
-            service.model.synchronize()
+            synchronize(service.model.device)
             start = time.perf_counter()
             answers, types = call(service, bodies, answer)
             if round_:
@@ -172,13 +174,13 @@ def edge_alone(service: EdgeService, bodies: list[bytes]):
     """The edge's forwards on the pairs of ``bodies``, their conditions opened before (no wire, no
     answer): a callable, and the pairs per forward."""
     model = service.model
-    chunks = [model.receive(wire.decode(keyed.verify(b, KEY), model.config)) for b in bodies]
+    chunks = [service.edge_side.receive(wire.decode(keyed.verify(b, KEY), model.config)) for b in bodies]
     pairs = [chunk.pair(j) for chunk in chunks for j in range(chunk.pairs)]
-    batches = list(model.batched(pairs, pairs[0].grid))
+    batches = list(model.sizing.batches(pairs, pairs[0].grid))
 
     def run() -> None:
         for batch in batches:
-            model.middles(batch)
+            middles_of(model, batch)
 
     return run, len(batches[0])
 

@@ -43,7 +43,8 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from eden_serve import wire  # noqa: E402
 from eden_serve.wire import keyed  # noqa: E402
-from eden_serve.checkpoint import load_archived  # noqa: E402
+from eden_serve.edge import middles_of  # noqa: E402
+from eden_serve.model.checkpoint import load_archived  # noqa: E402
 from eden_serve.media.frames import png_bytes  # noqa: E402
 from harness import faults  # noqa: E402
 from harness.servers import build_archives, torchserve  # noqa: E402
@@ -96,7 +97,7 @@ def workflow_pair(server, store: Path, args, size: tuple[int, int]) -> None:
     cloud, edge = load_archived(store, args.device, "auto" if args.device == "cuda" else "fp32")
     tensors = [torch.from_numpy(f).permute(2, 0, 1).float().div(255).to(cloud.device) for f in frames]
     payload = wire.encode(cloud.encode_chunk(tensors, 0), cloud.config, wire.DEFAULT_CODEC)
-    here = edge.middles([wire.decode(payload, edge.config).pair(0)])[0].numpy()
+    here = middles_of(edge, [wire.decode(payload, edge.config).pair(0)])[0].numpy()
     levels = np.abs(served.astype(int) - here.astype(int))
     figure("workflow_pair", f"200 in {seconds:.2f} s, {served.shape[1]}x{served.shape[0]}; against this process's middle: "
                             f"max {levels.max()} levels, {np.mean(levels > 0):.4%} of values differ (edge {edge.precision})")
@@ -113,7 +114,7 @@ def pairs_per_second(command: list[str], env: dict | None = None) -> tuple[float
 
 def served_clip(server, clip: Path, scratch: Path) -> float | None:
     url = server.inference_url
-    rate, tail = pairs_per_second([sys.executable, "-m", "eden_serve.cli", "client", str(clip), "-o", str(scratch / "served.mp4"),
+    rate, tail = pairs_per_second([sys.executable, "-m", "eden_serve.commands.cli", "client", str(clip), "-o", str(scratch / "served.mp4"),
                                    "--cloud", url, "--edge", url, "--codec", wire.BITSTREAM_CODEC, "--token", server.keys.get("inference", "")])
     return rate if rate is not None else print(f"TS client failed: {tail}", flush=True)
 
@@ -164,7 +165,7 @@ def main() -> None:
         key.chmod(0o600)
         folder = scratch / "faults"
         folder.mkdir()
-        here, _ = pairs_per_second([sys.executable, "-m", "eden_serve.cli", "interpolate", str(clip), "-o", str(scratch / "here.mp4"),
+        here, _ = pairs_per_second([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", str(clip), "-o", str(scratch / "here.mp4"),
                                     "--config", "tiny" if args.quick else "official", "--device", args.device])
         started = time.monotonic()
         with torchserve(store, models=MODELS, workflows=["eden.war"], env={keyed.KEY_FILE_ENV: str(key), **faults.environment(folder)},

@@ -25,8 +25,8 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eden_serve.client.processors import pairwise  # noqa: E402
-from eden_serve.client.streaming import interpolate_clip  # noqa: E402
+from eden_serve.clips.processors import pairwise  # noqa: E402
+from eden_serve.clips.streaming import interpolate_clip  # noqa: E402
 from eden_serve.media import Encoding  # noqa: E402
 from eden_serve.media.colour import LIMITED, REFERENCE_WHITE, Colour, Mastering, merged, tone_mapped  # noqa: E402
 from eden_serve.media.frames import to_pixels  # noqa: E402
@@ -80,9 +80,9 @@ def interpolate(src: Path, dst: Path, checkpoint: str | None) -> str:
     if checkpoint is None:
         interpolate_clip(src, dst, pairwise(blend), progress=False, encoding=encoding)
         return "the stand-in that averages the two frames"
-    from eden_serve.checkpoint import load_pair
+    from eden_serve.model.checkpoint import load_pair
     from eden_serve.config import preset
-    from eden_serve.pipeline import interpolate_clip_in_process
+    from eden_serve.clips.pipeline import interpolate_clip_in_process
 
     interpolate_clip_in_process(src, dst, *load_pair(checkpoint, preset("official")), progress=False, encoding=encoding)
     return "EDEN (the official weights)"

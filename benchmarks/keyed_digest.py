@@ -3,7 +3,7 @@ encoding and decoding the same payload, and against keyed BLAKE2b, the other MAC
 
     .venv/bin/python benchmarks/keyed_digest.py [--sizes 480x854,1080x1920] [--codec bf16+zstd] [--repeat 7]
 
-Payloads are pairs of synthetic conditions with the official dimensions (eden_serve.synthetic), so
+Payloads are pairs of synthetic conditions with the official dimensions (eden_serve.model.synthetic), so
 their sizes are the real ones for each codec. Prints the median of ``--repeat`` timings of each step.
 """
 
@@ -17,8 +17,9 @@ import time
 
 import torch
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import PRESETS
+from eden_serve.model import synthetic
 from eden_serve.wire import keyed
 import results
 

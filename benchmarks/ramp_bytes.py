@@ -17,13 +17,14 @@ from pathlib import Path
 
 import torch
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import module_from_state
-from eden_serve.client.levels import chunk_end
+from eden_serve import wire
+from eden_serve.clips.levels import chunk_end
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.media import open_clip
 from eden_serve.media.frames import image_to_tensor
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import module_from_state
 
 
 def boundaries(pairs: int, chunk: int, ramp: bool) -> list[tuple[int, int]]:

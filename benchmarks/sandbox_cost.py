@@ -32,9 +32,9 @@ import torch
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))  # harness/ is in the checkout, not installed
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))  # the zygote's too
-from eden_serve.media import packets, sandbox
-from eden_serve.sandbox.confine import seccomp_filter
+from eden_serve.media import packets, sandboxed as sandbox
 from eden_serve.media.packets import PacketReader
+from eden_serve.sandbox.confine import seccomp_filter
 from harness.videos import make_clip
 import results
 

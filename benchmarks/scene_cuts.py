@@ -29,12 +29,12 @@ import av
 import torch
 import torch.nn.functional as F
 
-from eden_serve import synthetic
-from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD, _histogram, _ssim, _thumbnail, scene_change
 from eden_serve.config import PRESETS
 from eden_serve.media.frames import image_to_tensor, load_frame
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import module_from_state
 import results
 
 KNOWN_CUTS = {"cut_640x272": {5}, "bikes": {29, 75, 136, 186, 241}}  # pair i: frames i and i + 1

@@ -15,11 +15,11 @@ import warnings
 import numpy as np
 import torch
 
-from eden_serve import synthetic
-from eden_serve.checkpoint import load_pair
+from eden_serve.clips.pipeline import interpolate_pair
 from eden_serve.config import preset
 from eden_serve.media.frames import image_to_tensor, to_uint8
-from eden_serve.pipeline import interpolate_pair
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_pair
 import results
 
 

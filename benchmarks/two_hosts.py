@@ -46,11 +46,11 @@ import torch
 from PIL import Image
 
 from eden_serve.client import DECODER, ENCODER, TIMELINE, Client
-from eden_serve.client.levels import chunk_end
 from eden_serve.client.pace import AUTO
-from eden_serve.client.processors import Middles, Wrapper, as_processor
-from eden_serve.client.streaming import interpolate_clip
 from eden_serve.client.tls import ClientTLS
+from eden_serve.clips.levels import chunk_end
+from eden_serve.clips.processors import Middles, Wrapper, as_processor
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import open_clip
 from eden_serve.serving.worker import default_threads
 from eden_serve.wire import BITSTREAM_CODEC, DEFAULT_CODEC, FRAMES_CODEC, keyed

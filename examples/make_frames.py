@@ -1,6 +1,6 @@
 """Write the bundled example pair, frame0.png and frame1.png (256 x 448), next to this script.
 
-Two consecutive frames of eden_serve.synthetic.scene, so the repository ships no third-party images.
+Two consecutive frames of eden_serve.model.synthetic.scene, so the repository ships no third-party images.
 Run: .venv/bin/python examples/make_frames.py
 """
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from eden_serve.synthetic import scene
+from eden_serve.model.synthetic import scene
 
 HEIGHT, WIDTH = 256, 448
 

@@ -55,7 +55,7 @@ class PageServer:
 def page_server(*options: str, startup_timeout: float = 300) -> Iterator[PageServer]:
     """``eden-serve page OPTIONS`` in its own process, once it prints its address; stopped on exit
     (SIGTERM, then SIGKILL)."""
-    process = subprocess.Popen([sys.executable, "-m", "eden_serve.cli", "page", *options], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "eden_serve.commands.cli", "page", *options], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     output: list[str] = []
     found = threading.Event()

@@ -8,7 +8,7 @@ Targets (:data:`TARGETS`): ``wire`` (:func:`eden_serve.wire.decode`, formats 2, 
 codec), ``keyed`` (a keyed envelope, then the payload in it), ``elided`` (a bitstream answer
 without its packets, as the client fills it in), ``pages`` (pages of packets from the cloud),
 ``answers`` (the edge's answers, whole and streamed), ``bitstream`` (a bitstream payload decoded by
-:mod:`eden_serve.media.sandbox`, as an edge decodes one it does not trust), ``decoder`` (the
+:mod:`eden_serve.media.sandboxed`, as an edge decodes one it does not trust), ``decoder`` (the
 packets' bytes alone, in a seed chunk's structure, so that every input is decoded); ``all`` runs them all
 in one process (tests/test_fuzz.py), ``benchmarks/fuzz.py`` each on its own.
 
@@ -31,8 +31,9 @@ from typing import Callable
 import atheris
 
 with atheris.instrument_imports(include=["eden_serve"]):
-    from eden_serve import synthetic, wire
-    from eden_serve.media import sandbox
+    from eden_serve.model import synthetic
+    from eden_serve import wire
+    from eden_serve.media import sandboxed as sandbox
     from eden_serve.wire import pages
     from eden_serve.media.packets import PacketReader
     from eden_serve.config import PRESETS

@@ -43,8 +43,9 @@ import requests
 from PIL import Image
 from websockets.sync.client import connect
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import PRESETS
+from eden_serve.model import synthetic
 from eden_serve.wire.bitstream import Packet, StreamParameters
 from harness import faults
 from harness.fuzz import CLOUD, bitstream_payloads

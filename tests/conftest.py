@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from eden_serve import media
-from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel
+from eden_serve.model.checkpoint import module_from_state
 from harness.scheduling import OrdinaryScheduling
 from harness.servers import build_archives, loopback_http, torchserve  # noqa: F401 - loopback_http for the tests
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 

@@ -6,15 +6,15 @@ import os
 import pytest
 import torch
 
-from eden_serve.checkpoint import module_from_state
 from eden_serve import edge as edge_package
 from eden_serve.config import PRESETS
-from eden_serve.edge import Acceleration, EdgeModel
+from eden_serve.edge import Acceleration, EdgeModel, middles_of
 from eden_serve.edge import compiling
 from eden_serve.edge.acceleration import Compile, Runner, bucket
 from eden_serve.edge.forward import SampleInputs
 from eden_serve.edge.graphs import RerunGraphs
 from eden_serve.errors import BadInputError
+from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
 
 CUDA, CPU = torch.device("cuda:0"), torch.device("cpu")
@@ -120,11 +120,11 @@ def test_the_compiled_forward_equals_the_eager_one(tiny_edge, monkeypatch, scope
     with monkeypatch.context() as patch:
         patch.setattr(edge_package, "onednn_linear_available", lambda *args: False)
         tiny_edge.accelerate(Acceleration())
-        eager = [tiny_edge.middles([pair(s)], uint8=False) for s in (1, 2)]
+        eager = [middles_of(tiny_edge, [pair(s)], uint8=False) for s in (1, 2)]
     tiny_edge.accelerate(Acceleration(compile=Compile(backend="eager", scope=scope, background=False)))
     try:
         assert tiny_edge.linears.kind == "torch" and set(tiny_edge.runner.compiled) == {"sample", "render", "render_uint8"}
-        compiled = [tiny_edge.middles([pair(s)], uint8=False) for s in (1, 2)]
+        compiled = [middles_of(tiny_edge, [pair(s)], uint8=False) for s in (1, 2)]
         assert all(torch.equal(a, b) for a, b in zip(compiled, eager))
     finally:
         tiny_edge.accelerate(Acceleration())

@@ -13,13 +13,14 @@ import pytest
 import torch
 import yaml
 
-from eden_serve import checkpoint, wire
-from eden_serve.checkpoint import load_half, split
+from eden_serve import wire
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError
+from eden_serve.model import checkpoint
+from eden_serve.model.checkpoint import load_half, split
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 from eden_serve.serving import archive
 from eden_serve.serving.worker import Settings
-from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 TINY = preset("tiny")
 
@@ -122,7 +123,7 @@ def test_bad_options_are_refused_before_any_work(options, message, tmp_path):
 
 
 def test_the_command_refuses_a_bad_option_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "archive", "--config", "tiny", "--model-store",
+    result = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "archive", "--config", "tiny", "--model-store",
                              str(tmp_path / "store"), "--codec", "gzip"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from eden_serve.cli import main
+from eden_serve.commands.cli import main
 from eden_serve.edge import artefacts
 from eden_serve.serving import archive
 
@@ -30,11 +30,11 @@ warnings.simplefilter("ignore")
 started = time.perf_counter()
 import torch
 from torch._dynamo.utils import counters
-from eden_serve.checkpoint import load_pair
+from eden_serve.model.checkpoint import load_pair
 from eden_serve.config import preset
 from eden_serve.edge import Acceleration, Compile, artefacts
-from eden_serve.pipeline import interpolate_chunk
-from eden_serve.synthetic import frame_pair
+from eden_serve.clips.pipeline import interpolate_chunk
+from eden_serve.model.synthetic import frame_pair
 cloud, edge = load_pair(None, preset("tiny"))
 edge.accelerate(Acceleration("off", Compile()))
 loaded = time.perf_counter()
@@ -99,7 +99,7 @@ def forged(path: Path, source: Path, key: dict | None = None, data: bytes | None
 @pytest.fixture
 def edge(tmp_path, monkeypatch):
     """The tiny edge compiled in the background (inductor) into an empty cache of its own."""
-    from eden_serve.checkpoint import load_pair
+    from eden_serve.model.checkpoint import load_pair
     from eden_serve.config import preset
     from eden_serve.edge import Acceleration, Compile
 
@@ -176,10 +176,11 @@ def test_the_served_edge_loads_what_its_archive_carries(store, tmp_path, monkeyp
 def test_a_refused_file_leaves_the_forward_compiling_as_without_it(tmp_path, monkeypatch, caplog):
     """Refused, the edge compiles each key from its third forward in the background, as always
     (dynamo's eager backend here: the key's compile options say which)."""
-    from eden_serve.checkpoint import load_pair
+    from eden_serve.model.checkpoint import load_pair
     from eden_serve.config import preset
     from eden_serve.edge import Acceleration, Compile
-    from eden_serve.synthetic import chunk
+    from eden_serve.edge import middles_of
+    from eden_serve.model.synthetic import chunk
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     _, edge = load_pair(None, preset("tiny"))
@@ -191,7 +192,7 @@ def test_a_refused_file_leaves_the_forward_compiling_as_without_it(tmp_path, mon
         assert not edge.runner.background.asked
         pairs = [chunk(edge.config, (64, 96), frames=3, seed=7).pair(j) for j in range(2)]
         for _ in range(3):
-            edge.middles(pairs)
+            middles_of(edge, pairs)
         assert edge.runner.background.asked and edge.runner.wait_compiled(300) and len(edge.runner.swapped) == 2
     finally:
         edge.runner.close()

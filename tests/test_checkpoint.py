@@ -5,18 +5,11 @@ import pickle
 import pytest
 import torch
 
-from eden_serve.checkpoint import (
-    load_cloud,
-    load_edge,
-    load_half,
-    load_official,
-    split,
-    write_halves,
-)
 from eden_serve.config import PRESETS
 from eden_serve.errors import CheckpointError
-from eden_serve.model import is_cloud_key
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.checkpoint import load_cloud, load_edge, load_half, load_official, split, write_halves
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.weights import is_cloud_key
 
 TINY = PRESETS["tiny"]
 

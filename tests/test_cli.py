@@ -15,18 +15,18 @@ import pytest
 import torch
 from PIL import Image
 
-from eden_serve import cli, commands
-from eden_serve.bench import pair_flops
-from eden_serve.checkpoint import load_cloud, load_edge
-from eden_serve.cli import main
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.pipeline import interpolate_pair
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.commands import cli, shared as commands
+from eden_serve.commands.bench import pair_flops
+from eden_serve.commands.cli import main
 from eden_serve.config import preset
 from eden_serve.edge import Compile
 from eden_serve.errors import BadInputError
 from eden_serve.media.frames import load_frame, to_png, to_uint8
-from eden_serve.pipeline import interpolate_pair
-from eden_serve.synthetic import frame_pair, write_clip
+from eden_serve.model.checkpoint import load_cloud, load_edge
+from eden_serve.model.synthetic import frame_pair, write_clip
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def frames(tmp_path_factory):
 
 def run(*args):
     """The installed command in a fresh process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "eden_serve.cli", *map(str, args)], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def test_interpolate_equals_split_weights_pipeline(frames, tmp_path):
@@ -196,7 +196,7 @@ def test_a_y4m_pipe_round_trip(tmp_path):
     source = real_video(tmp_path / "in.y4m", 6, Fraction(25), video="rawvideo", audio=None).read_bytes()
 
     def piped(*options, data=source):
-        result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "interpolate", "-", "-o", "-", "--config", "tiny",
+        result = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", "-", "-o", "-", "--config", "tiny",
                                  *options], input=data, capture_output=True, timeout=300)
         assert result.returncode == 0, result.stderr.decode()
         with av.open(io.BytesIO(result.stdout)) as container:
@@ -281,14 +281,14 @@ def test_a_full_disk_ends_in_one_line_and_leaves_nothing(tmp_path, kind):
         src = tmp_path / ("in.gif" if kind == "gif" else "in.png")
         frames[0].save(src, save_all=True, append_images=frames[1:], duration=40)
     out = tmp_path / "small" / ("out" + src.suffix)
-    result = in_small_filesystem(tmp_path, [sys.executable, "-m", "eden_serve.cli", "interpolate", src, "-o", out,
+    result = in_small_filesystem(tmp_path, [sys.executable, "-m", "eden_serve.commands.cli", "interpolate", src, "-o", out,
                                             "--config", "tiny", "--chunk", "2"])
     assert "No space left on device" in one_error(result) and result.stdout == ""  # nothing left in the tmpfs
 
 
 def test_resume_into_a_read_only_directory_is_refused_in_one_line(tmp_path):
     src = write_clip(tmp_path / "in", 5, 32, 48)
-    result = in_small_filesystem(tmp_path, [sys.executable, "-m", "eden_serve.cli", "interpolate", src, "-o",
+    result = in_small_filesystem(tmp_path, [sys.executable, "-m", "eden_serve.commands.cli", "interpolate", src, "-o",
                                             tmp_path / "small" / "out", "--config", "tiny", "--resume"], options=",ro")
     assert "its directory is not writable" in one_error(result)
 

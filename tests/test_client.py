@@ -25,16 +25,16 @@ import requests
 import torch
 from PIL import Image
 
-from eden_serve import synthetic
-from eden_serve.checkpoint import load_archived
-from eden_serve.cli import main
 from eden_serve.client import Client
 from eden_serve.client.transports import read_token
+from eden_serve.clips.pipeline import interpolate_clip_in_process
+from eden_serve.commands.cli import main
 from eden_serve.errors import BadInputError, PairError, ServerError, UnavailableError, UnreachableError
-from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_archived
 from harness.rounding import assert_gif_frame_close, assert_within_rounding
 from harness.servers import REPO, torchserve
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.serving.worker import default_threads, usable_cores
 
 pytestmark = pytest.mark.serving

@@ -7,17 +7,18 @@ import numpy as np
 import pytest
 import torch
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import module_from_state
+from eden_serve import wire
 from eden_serve.cloud.limits import read_chunk
 from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD
-from eden_serve.edge.conditions import EdgeEncoder
 from eden_serve.config import PRESETS
+from eden_serve.edge.conditions import EdgeEncoder
 from eden_serve.errors import BadInputError, ChunkTooLargeError, FrameTooLargeError, ModelMismatchError
 from eden_serve.media.frames import DEFAULT_MAX_PIXELS, load_frame, to_png
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import module_from_state
+from eden_serve.model.synthetic import image_header
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 from eden_serve.serving.worker import max_tokens_for
-from eden_serve.synthetic import image_header
-from eden_serve.synthetic import state_dict as synthetic_state_dict
 
 
 def test_cloud_conditions_match_golden(golden):

@@ -13,8 +13,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding
 from eden_serve.media.colour import FULL, LIMITED, Colour, Mastering
 from eden_serve.media.frames import to_pixels
@@ -118,7 +118,7 @@ def test_an_explicit_10_bit_pix_fmt_is_taken_from_an_8_bit_input(tmp_path):
 
 
 def command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eden_serve.cli", "interpolate", *args, "--config", "tiny"],
+    return subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", *args, "--config", "tiny"],
                           capture_output=True, text=True, timeout=300)
 
 

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from eden_serve import edge as edge_package
-from eden_serve.checkpoint import module_from_state
 from eden_serve.config import PRESETS
-from eden_serve.edge import Acceleration, Compile, EdgeModel
+from eden_serve.edge import Acceleration, Compile, EdgeModel, middles_of
 from eden_serve.edge.compiling import Background
 from eden_serve.edge.graphs import RerunGraphs
+from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
 from harness.cuda_streams import FakeStreams
 
@@ -72,7 +72,7 @@ def pair(seed: int, batch: int = 1) -> list[Conditions]:
 
 def eager_middles(edge: EdgeModel, batches) -> list[torch.Tensor]:
     edge.accelerate(Acceleration(compile=None))
-    return [edge.middles(batch) for batch in batches]
+    return [middles_of(edge, batch) for batch in batches]
 
 
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphed", "ungraphed"])
@@ -84,14 +84,14 @@ def test_the_first_forward_never_waits_for_the_compiler(edge, graphs):
     expected = eager_middles(edge, [pair(1)])[0]
     compiler = Compiler(hold=True)
     edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs() if graphs else None)
-    first = edge.middles(pair(1))
+    first = middles_of(edge, pair(1))
     assert compiler.started.wait(60) and not compiler.release.is_set()  # compiling, and the forward is back
     assert torch.equal(first, expected) and compiler.calls == 0 and not edge.runner.swapped
     compiler.release.set()
     assert edge.runner.wait_compiled(120) and edge.runner.background.failed is None
     assert {key[0] for key in edge.runner.swapped} == {"sample", "render_uint8"}
     calls = compiler.calls
-    assert calls > 0 and torch.equal(edge.middles(pair(1)), expected)
+    assert calls > 0 and torch.equal(middles_of(edge, pair(1)), expected)
     if graphs:  # each stage's graph captured twice: eagerly, then compiled in its place
         assert edge.runner.graphs.captures == 4 and len(edge.runner.graphs) == 2
     else:
@@ -104,10 +104,10 @@ def test_a_key_is_compiled_once_it_has_run_often_enough(edge):
     compiler = Compiler()
     edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=3)), RerunGraphs())
     for _ in range(2):
-        edge.middles(pair(1))
+        middles_of(edge, pair(1))
     assert edge.runner.wait_compiled(120) and not edge.runner.swapped and not compiler.graphs
-    edge.middles(pair(1))
-    edge.middles(pair(2, batch=2))  # another key (batch 2): its first forward
+    middles_of(edge, pair(1))
+    middles_of(edge, pair(2, batch=2))  # another key (batch 2): its first forward
     assert edge.runner.wait_compiled(120)
     assert {(key[0], key[1]) for key in edge.runner.swapped} == {("sample", 1), ("render_uint8", 1)}
 
@@ -118,9 +118,9 @@ def test_the_blocks_share_one_compiled_function(edge):
     many blocks (the official model's 12 and 4 compile no more than the tiny one's 2 and 2)."""
     compiler = Compiler()
     edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, background=False)), RerunGraphs())
-    edge.middles(pair(1))
+    middles_of(edge, pair(1))
     assert len(compiler.graphs) == 6
-    edge.middles(pair(2))
+    middles_of(edge, pair(2))
     assert len(compiler.graphs) == 6  # the same shapes: no new compilation
 
 
@@ -130,9 +130,9 @@ def test_a_failing_compiler_leaves_the_forward_uncompiled(edge, caplog):
     compiler = Compiler(fail=True)
     edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs())
     with caplog.at_level(logging.WARNING, logger="eden_serve.edge.compiling"):
-        assert torch.equal(edge.middles(pair(1)), expected[0])
+        assert torch.equal(middles_of(edge, pair(1)), expected[0])
         assert edge.runner.wait_compiled(120)
-        assert torch.equal(edge.middles(pair(2, batch=2)), expected[1]) and edge.runner.wait_compiled(120)
+        assert torch.equal(middles_of(edge, pair(2, batch=2)), expected[1]) and edge.runner.wait_compiled(120)
     assert not edge.runner.swapped and compiler.started.is_set() and not compiler.graphs
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "runs uncompiled" in warnings[0].getMessage()
@@ -150,7 +150,7 @@ def test_callers_on_several_threads_while_the_compiled_graphs_swap_in(edge):
     def forward(i: int) -> bool:
         if i == 8:
             compiler.release.set()  # the swap happens among the forwards
-        return torch.equal(edge.middles(batches[i % 8]), expected[i % 8])
+        return torch.equal(middles_of(edge, batches[i % 8]), expected[i % 8])
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(forward, range(24)))

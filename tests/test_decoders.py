@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_video import real_video
 
-from eden_serve import pipeline
-from eden_serve.cli import main
+from eden_serve.clips import pipeline
+from eden_serve.commands.cli import main
 from eden_serve.media import decoders
 from eden_serve.media.decoders import Decoder, Nvdec, choose
 from eden_serve.media.planes import nv12_to_rgb

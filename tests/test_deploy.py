@@ -25,10 +25,10 @@ import torch
 import yaml
 from referencing import Registry, Resource
 
-from eden_serve.checkpoint import load_archived
 from eden_serve.client import Client
+from eden_serve.clips.pipeline import interpolate_pair
 from eden_serve.media.frames import load_frame, to_uint8
-from eden_serve.pipeline import interpolate_pair
+from eden_serve.model.checkpoint import load_archived
 from eden_serve.serving.archive import GLUE
 from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, read_properties
 from harness.servers import REPO, build_archives, free_port

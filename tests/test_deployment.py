@@ -22,13 +22,15 @@ import requests
 import torch
 from PIL import Image
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import load_archived
+from eden_serve import wire
 from eden_serve.config import preset
+from eden_serve.edge import middles_of
 from eden_serve.media.frames import load_frame, to_png
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_archived
 from harness.servers import torchserve
+from eden_serve.model.synthetic import image_header, scene
 from eden_serve.serving.worker import default_threads, usable_cores
-from eden_serve.synthetic import image_header, scene
 
 pytestmark = pytest.mark.serving
 
@@ -84,7 +86,7 @@ def in_process(halves, fields: dict, seed: int = 0, codec: str = wire.DEFAULT_CO
     try:
         f0, f1 = (load_frame(fields[k], k) for k in ("frame0", "frame1"))
         payload = wire.encode(cloud.encode_chunk([f0, f1], seed), cloud.config, codec)
-        return payload, to_png(edge.interpolate(wire.decode(payload, edge.config).pair(0)))
+        return payload, to_png(middles_of(edge, [wire.decode(payload, edge.config).pair(0)], uint8=False)[0])
     finally:
         torch.set_num_threads(threads)
 

@@ -15,16 +15,16 @@ import pytest
 import torch
 
 from eden_serve import wire
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.config import PRESETS
-from eden_serve.media import sandbox
+from eden_serve.media import sandboxed as sandbox
 from eden_serve.media.base import Frame
 from eden_serve.media.colour import LIMITED, Colour, tone_mapped
 from eden_serve.media.frames import from_pixels, open_deep, to_pixels
 from eden_serve.media.packets import PacketReader, decode
 from eden_serve.page.media import describe, preview
-from eden_serve.pipeline import in_process, interpolate_chunk
+from eden_serve.clips.pipeline import in_process, interpolate_chunk
 from eden_serve.wire.png import rgb16_png
 from harness.videos import gradient, local_frames, make_graded_clip
 
@@ -94,7 +94,7 @@ def test_the_frames_codec_carries_16_bit_frames_losslessly():
 
 def _cloud():
     from eden_serve.cloud.encoder import CloudEncoder
-    from eden_serve.model import CloudWeights
+    from eden_serve.model.weights import CloudWeights
 
     torch.manual_seed(0)
     return CloudEncoder(CloudWeights(PRESETS["tiny"]), PRESETS["tiny"])
@@ -131,7 +131,7 @@ def test_a_directory_of_16_bit_png_and_tiff_frames_keeps_16_bits(tmp_path):
 
 def test_a_10_bit_y4m_pipe_goes_through_the_command_at_10_bits(tmp_path):
     src = make_graded_clip(tmp_path / "in.y4m", "rawvideo", "yuv420p10le", (48, 64), 3)
-    done = subprocess.run([sys.executable, "-m", "eden_serve.cli", "interpolate", "-", "-o", "-", "--config", "tiny"],
+    done = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", "-", "-o", "-", "--config", "tiny"],
                           input=src.read_bytes(), capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.startswith(b"YUV4MPEG2 W64 H48 F50:1") and b" C420p10 " in done.stdout.split(b"\n")[0]

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from eden_serve import wire
-from eden_serve.checkpoint import load_archived
+from eden_serve.model.checkpoint import load_archived
 from eden_serve.client import Client
 from eden_serve.media import Encoding
-from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.clips.pipeline import interpolate_clip_in_process
 from eden_serve.serving.worker import default_threads, usable_cores
 from eden_serve.wire.raw import raw_bytes
 from harness.servers import build_archives, torchserve

@@ -2,25 +2,28 @@
 its two attention paths against each other."""
 
 import math
+import time
 
 import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import module_from_state
+from eden_serve import wire
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS, preset
-from eden_serve.edge import EdgeModel, batches, earliest_first, initial_noise, upload
-from eden_serve.edge.sizing import CPU_BATCH_TOKENS
+from eden_serve.edge import EdgeModel, StageClock, initial_noise, middles_of, upload
+from eden_serve.edge.blocks import _modulated
+from eden_serve.edge.conditions import EdgeSide
 from eden_serve.edge.kernels import Linears, modulated_layer_norm, onednn_linear_available
-from eden_serve.edge.paths import _modulated
 from eden_serve.edge.precision import Bf16Check
+from eden_serve.edge.sizing import CPU_BATCH_TOKENS, batches
 from eden_serve.media.frames import to_uint8
-from eden_serve.model import EdgeWeights, Mlp
-from eden_serve.synthetic import frame_pair
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import module_from_state
+from eden_serve.model.synthetic import frame_pair
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.weights import EdgeWeights, Mlp
 
 
 def test_noise_contract_matches_golden(golden):
@@ -32,11 +35,16 @@ def test_noise_contract_matches_golden(golden):
     assert (initial_noise(golden.seed + 1, noise.shape[1], golden.config) - noise).abs().max().item() > 0.1
 
 
+def middle(edge: EdgeModel, cond, path: str = "fast") -> torch.Tensor:
+    """One pair's middle, [3, H, W] float32 in [0, 1], through the edge's one way in."""
+    return middles_of(edge, [cond], uint8=False, path=path)[0]
+
+
 def test_both_paths_reproduce_golden_output(golden):
     cond = golden.cloud().encode(golden.frame0, golden.frame1, seed=golden.seed)
     edge = golden.edge()
     for path in ("reference", "fast"):
-        out = edge.interpolate(cond, path)
+        out = middle(edge, cond, path)
         assert out.shape == golden.arrays["output"].shape
         assert (out - golden.arrays["output"]).abs().max().item() <= 1e-4, path
         u8 = (out * 255).round().to(torch.int16)
@@ -47,7 +55,7 @@ def test_both_paths_reproduce_golden_output(golden):
 def test_bf16_stays_close_to_fp32(golden):
     """bf16 matrix products: measured max 6.6e-3, mean 1.1e-3 on tests/golden; bound 4x that."""
     cond = golden.cloud().encode(golden.frame0, golden.frame1, seed=golden.seed)
-    out = golden.edge("bf16").interpolate(cond)
+    out = middle(golden.edge("bf16"), cond)
     error = (out - golden.arrays["output"]).abs()
     assert error.max().item() < 0.03 and error.mean().item() < 0.005
 
@@ -59,14 +67,14 @@ def test_fast_path_equals_reference_with_official_dimensions():
     cloud = CloudEncoder(module_from_state(state, "cloud", config), config)
     edge = EdgeModel(module_from_state(state, "edge", config), config)
     cond = cloud.encode(*frame_pair(50, 70), seed=5)
-    fast, reference = edge.interpolate(cond, "fast"), edge.interpolate(cond, "reference")
+    fast, reference = middle(edge, cond, "fast"), middle(edge, cond, "reference")
     assert (fast - reference).abs().max().item() <= 1e-4
 
 
 def test_seed_changes_output_and_same_seed_repeats(tiny_models):
     cloud, edge = tiny_models
     frames = frame_pair(40, 60)
-    a, b, c = (edge.interpolate(cloud.encode(*frames, seed=s)) for s in (0, 0, 1))
+    a, b, c = (middle(edge, cloud.encode(*frames, seed=s)) for s in (0, 0, 1))
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
 
@@ -79,11 +87,26 @@ def test_batched_pairs_equal_one_at_a_time(tiny_models):
     chunk = cloud.encode_chunk(frames, seed=11)
     pairs = [chunk.pair(j) for j in range(chunk.pairs)]
     for path in ("fast", "reference"):
-        one = torch.stack([edge.interpolate(pair, path) for pair in pairs])
-        batched = edge.interpolate_batch(pairs, path)
+        one = torch.stack([middle(edge, pair, path) for pair in pairs])
+        batched = middles_of(edge, pairs, uint8=False, path=path)
         assert batched.shape == (4, 3, 70, 100)
         assert (batched - one).abs().max().item() <= 1e-5, path
     assert not torch.equal(one[0], one[1])  # the pairs differ, so the batch did not mix them up
+
+
+def test_the_forwards_clock_times_its_stages(tiny_models):
+    """A clock given to the forward is marked as G_DiT and then D_dec end: the seconds of each
+    stage, the host's preparation in the first, together no longer than the calls took."""
+    cloud, edge = tiny_models
+    pairs = [cloud.encode(*frame_pair(40, 60), seed=s) for s in (1, 2)]
+    start = time.perf_counter()
+    clock = StageClock(edge.device)
+    timed = edge.to_host(edge.forward(edge.prepare(pairs), clock=clock))
+    wall = time.perf_counter() - start
+    seconds = clock.seconds()
+    assert list(seconds) == ["denoise", "decode"]
+    assert all(spent > 0 for spent in seconds.values()) and sum(seconds.values()) <= wall
+    assert torch.equal(timed, middles_of(edge, pairs))  # the clock changes nothing
 
 
 def test_batches_stay_within_the_token_budget():
@@ -96,12 +119,12 @@ def test_the_batch_budget_on_a_cpu_is_a_token_budget(tiny_models):
     """On a CPU only small frames batch (README "Clip chunks"): 6 pairs at 136x240, 2 at 256x448,
     one at 480x854 with the official patch grid (a GPU's: tests/test_sizing.py)."""
     _, edge = tiny_models
-    assert edge.batch_tokens == CPU_BATCH_TOKENS == 1024
+    assert edge.sizing.batch_tokens == CPU_BATCH_TOKENS == 1024
     official = preset("official")
-    sizes = [len(next(batches(range(17), math.prod(official.patch_grid(h, w)), edge.batch_tokens)))
+    sizes = [len(next(batches(range(17), math.prod(official.patch_grid(h, w)), edge.sizing.batch_tokens)))
              for h, w in ((136, 240), (256, 448), (480, 854))]
     assert sizes == [6, 2, 1]
-    assert [edge.pairs_per_forward(official.patch_grid(h, w)) for h, w in ((136, 240), (256, 448), (480, 854))] == sizes
+    assert [edge.sizing.pairs(official.patch_grid(h, w)) for h, w in ((136, 240), (256, 448), (480, 854))] == sizes
 
 
 # --- devices ------------------------------------------------------------------------------------
@@ -121,15 +144,15 @@ def test_both_paths_keep_every_tensor_on_the_models_device(tiny_models):
     edge = meta_edge()
     frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(3, 40, 60)]
     for codec in ("fp32", "bf16+zstd", "int8"):
-        chunk = edge.receive(wire.decode(wire.encode(cloud.encode_chunk(frames), cloud.config, codec), edge.config))
+        chunk = EdgeSide(edge).receive(wire.decode(wire.encode(cloud.encode_chunk(frames), cloud.config, codec), edge.config))
         dtype = {"fp32": torch.float32, "bf16+zstd": torch.bfloat16, "int8": torch.int8}[codec]
         assert (chunk.cond_dit.values.device.type, chunk.cond_dit.values.dtype) == ("meta", dtype)  # as it travelled
         pairs = [chunk.pair(j) for j in range(chunk.pairs)]
         assert pairs[0].cond_dec.device.type == "meta" and pairs[0].cond_dec.dtype == torch.float32
         for path in ("fast", "reference"):
-            latents = edge.denoise(pairs, path)
-            assert latents.device.type == "meta" and latents.shape == (2, 4, edge.config.latent_dim)
-            pixels = edge.decode_on_device(latents, pairs, path)
+            inputs = edge.prepare(pairs)
+            assert inputs.sample.noise.device.type == "meta" and inputs.render.cond_dec.device.type == "meta"
+            pixels = edge.forward(inputs, uint8=False, path=path)
             assert pixels.device.type == "meta" and pixels.shape == (2, 3, 40, 60)
 
 
@@ -138,10 +161,9 @@ def test_uint8_middles_round_as_to_uint8_does(tiny_models):
     frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(3, 40, 60)]
     chunk = cloud.encode_chunk(frames, seed=4)
     pairs = [chunk.pair(j) for j in range(chunk.pairs)]
-    latents = edge.denoise(pairs)
-    u8 = edge.decode_uint8(latents, pairs)
+    u8 = middles_of(edge, pairs)
     assert u8.dtype == torch.uint8 and u8.shape == (2, 40, 60, 3)
-    assert all(np.array_equal(u8[i].numpy(), to_uint8(frame)) for i, frame in enumerate(edge.decode_latents(latents, pairs)))
+    assert all(np.array_equal(u8[i].numpy(), to_uint8(frame)) for i, frame in enumerate(middles_of(edge, pairs, uint8=False)))
 
 
 def test_a_batch_is_modulated_by_one_layer_norm():
@@ -182,15 +204,6 @@ def test_an_upload_to_a_gpu_is_pinned_and_does_not_wait(monkeypatch):
     upload(torch.zeros(2), torch.device("meta"))
     monkeypatch.undo()
     assert calls == ["pin", ((torch.device("cuda:1"),), {"non_blocking": True}), ((torch.device("meta"),), {})]
-
-
-def test_a_worker_calls_requests_run_in_their_clips_order(tiny_models):
-    """Chunks that arrived as pairs 8-9, 0-1, a refusal, and 2-3 asked from its second pair on run
-    refusal first, then by the seed of the first pair asked: 0, 3, 8 (not in arrival order)."""
-    cloud, _ = tiny_models
-    frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(3, 32, 32)]
-    later, first, middle = (cloud.encode_chunk(frames, seed=seed) for seed in (8, 0, 2))
-    assert earliest_first([later, first, ValueError("refused"), middle], [0, 0, 0, 1]) == [2, 1, 3, 0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

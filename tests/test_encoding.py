@@ -7,9 +7,9 @@ from fractions import Fraction
 import pytest
 from test_video import average, real_video
 
-from eden_serve.cli import main
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.commands.cli import main
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding
 from eden_serve.media import encoding as encoding_module

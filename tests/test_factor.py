@@ -15,15 +15,15 @@ import torch
 from PIL import Image
 from test_video import CFR_12, audio_end, frame_times, make_video, packets, video_end
 
-from eden_serve import synthetic
-from eden_serve.checkpoint import load_archived
-from eden_serve.cli import main
 from eden_serve.client import Client
+from eden_serve.clips.pipeline import interpolate_clip_in_process
+from eden_serve.commands.cli import main
 from eden_serve.errors import BadInputError
-from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_archived
 from harness.servers import build_archives, torchserve
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.serving.worker import default_threads, usable_cores
 
 SIZE = (96, 64)  # width, height

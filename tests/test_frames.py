@@ -20,7 +20,7 @@ from eden_serve.media.frames import (
     oriented_size,
     to_png,
 )
-from eden_serve.synthetic import image_header
+from eden_serve.model.synthetic import image_header
 
 
 def encode(image: Image.Image, fmt: str = "PNG") -> bytes:

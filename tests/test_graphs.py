@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from eden_serve import model as model_module
-from eden_serve.checkpoint import module_from_state
 from eden_serve.config import PRESETS
-from eden_serve.edge import Acceleration, EdgeModel
+from eden_serve.edge import Acceleration, EdgeModel, middles_of
 from eden_serve.edge.graphs import CudaGraphs, DeadTensorError, GraphCache, RerunGraphs, pool_bytes
 from eden_serve.edge.streams import role_stream
+from eden_serve.model import weights as model_module
+from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
 from harness.cuda_streams import FakeStreams
 
@@ -226,7 +226,7 @@ def test_a_graph_holds_what_its_replay_reads_through_eviction_and_collection(tin
     graph is cached, with the embedding cache emptied and the garbage collected; the replay then
     still gives the eager middles. Released, the graphs let them go."""
     edge = EdgeModel(module_from_state(tiny_state, "edge", CONFIG), CONFIG)
-    expected = [edge.middles([a_pair(seed)]) for seed in (1, 2)]
+    expected = [middles_of(edge, [a_pair(seed)]) for seed in (1, 2)]
     edge.accelerate(Acceleration(), graph_api=RerunGraphs())
     inputs = edge.prepare([a_pair(1)])
     assert torch.equal(edge.forward(inputs), expected[0])
@@ -236,7 +236,7 @@ def test_a_graph_holds_what_its_replay_reads_through_eviction_and_collection(tin
     model_module.EMBEDDINGS.clear()
     gc.collect()
     assert sum(ref() is not None for ref in held) == 3 and len(edge.runner.graphs) == 2
-    assert torch.equal(edge.middles([a_pair(2)]), expected[1])
+    assert torch.equal(middles_of(edge, [a_pair(2)]), expected[1])
     edge.runner.graphs.clear()
     model_module.EMBEDDINGS.clear()
     gc.collect()

@@ -15,8 +15,9 @@ import pytest
 import requests
 from PIL import Image
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import preset
+from eden_serve.model import synthetic
 from eden_serve.serving.launcher import BASE_CONFIG, read_properties
 from harness.hostile import recording_server
 from harness.servers import torchserve

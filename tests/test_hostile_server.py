@@ -11,10 +11,10 @@ import pytest
 from PIL import Image
 
 from conftest import loopback_http
-from eden_serve.cli import main
 from eden_serve.client import Client
+from eden_serve.commands.cli import main
 from eden_serve.errors import PairError, ServerError
-from eden_serve.synthetic import image_header, scene
+from eden_serve.model.synthetic import image_header, scene
 
 SIZE = (200, 120)  # width, height of the input frames
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from eden_serve.checkpoint import load_half, split
 from eden_serve.config import PRESETS
 from eden_serve.errors import CheckpointError
-from eden_serve.hub import HubFile, parse_reference
+from eden_serve.model.checkpoint import load_half, split
+from eden_serve.model.hub import HubFile, parse_reference
 from harness.servers import REPO
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 
 TINY = PRESETS["tiny"]
 MAIN_COMMIT, TAGGED_COMMIT = "a" * 40, "b" * 40
@@ -71,7 +71,7 @@ def offline_env(cache: Path) -> dict[str, str]:
 
 def cli(cache: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "eden_serve.cli", *map(str, args)], env=offline_env(cache), capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "eden_serve.commands.cli", *map(str, args)], env=offline_env(cache), capture_output=True, text=True, timeout=300
     )
 
 
@@ -188,14 +188,14 @@ def test_an_unreachable_hub_is_one_try_and_one_line(hub_cache, tmp_path):
         closed.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
     env = {**offline_env(tmp_path / "empty-cache"), "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint, "NO_PROXY": "127.0.0.1"}
-    result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "download"], env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "download"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
         f"eden-serve: error: hf://zhZ524/EDEN/eden.pt: the hub cannot be reached (127.0.0.1:{endpoint.rsplit(':', 1)[1]}: "
         f"Connection refused) and the file is not in the hub cache ({tmp_path / 'empty-cache'})"
     ]
     env["HF_HUB_CACHE"] = str(hub_cache)
-    result = subprocess.run([sys.executable, "-m", "eden_serve.cli", "download", "--config", "tiny"], env=env,
+    result = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "download", "--config", "tiny"], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert Path(result.stdout.strip()) == hub_cache / "models--zhZ524--EDEN" / "snapshots" / MAIN_COMMIT / "eden.pt"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from eden_serve.checkpoint import load_archived
+from eden_serve.model.checkpoint import load_archived
 from harness.servers import REPO, free_port
 
 GLUE = ["config.properties", "eden.yaml", "eden_workflow_handler.py", "eden_encoder_handler.py", "eden_encoder-config.yaml",

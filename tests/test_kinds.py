@@ -10,7 +10,7 @@ import torch
 
 from eden_serve import wire
 from eden_serve.config import PRESETS
-from eden_serve.edge.conditions import Intake
+from eden_serve.edge.conditions import EdgeSide
 from eden_serve.errors import BadInputError, CodecError, ModelMismatchError
 from eden_serve.media.frames import load_frame, to_uint8
 
@@ -52,7 +52,7 @@ def test_each_kind_carries_a_chunk_from_the_cloud_to_the_edge(tiny_models, frame
     assert isinstance(made, kind.carries)
     received, payload_bytes = kind.cross(made, cloud.config, edge.config)
     assert (payload_bytes > 0) == kind.crosses
-    chunk = kind.conditions(received, Intake.beside(edge, cloud.weights))
+    chunk = kind.conditions(received, EdgeSide.beside(edge, cloud.weights))
     expected = cloud.encode_chunk(frames, seed=3, scene_threshold=0.9)
     assert (chunk.seeds, chunk.cuts, sorted(chunk.copies)) == ([3, 4, 5, 6], [1], [1])
     # Handed over, a cut's copy is its 8-bit pixels on the device; crossed, the PNG of the same pixels.
@@ -85,4 +85,4 @@ def test_an_edge_without_cloud_weights_refuses_frames(tiny_models, frames):
     kind = wire.kind(wire.FRAMES_CODEC)
     received, _ = kind.cross(kind.make(cloud, frames[:2]), TINY, TINY)
     with pytest.raises(ModelMismatchError, match="carries no cloud weights"):
-        kind.conditions(received, Intake(edge))
+        kind.conditions(received, EdgeSide(edge))

@@ -7,31 +7,37 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from eden_serve import wire
+from eden_serve.edge import EdgeModel
 from harness.servers import REPO
 
 PACKAGE = REPO / "eden_serve"
 # Bottom first. A module imports only from layers below its own (a subpackage's modules may also
-# import one another).
+# import one another). A unit is a subpackage, or a module of one whose folder spans layers (the
+# model's checkpoint sits above the halves it splits the weights into; the front ends around the page).
 LAYERS = [
     {"errors"},
     {"config"},
-    {"model", "wire", "atomic", "hub", "sandbox"},
-    {"media", "synthetic", "e_cond"},
+    {"wire", "sandbox"},
+    {"media", "model"},
     {"cloud", "edge"},
-    {"checkpoint"},
+    {"clips", "model.checkpoint"},
     {"serving", "client"},  # side by side: neither imports the other
-    {"pipeline", "bench", "bench_wire", "clip_options"},
-    {"commands"},
+    {"commands.bench", "commands.bench_wire"},
+    {"commands.shared"},
     {"page"},
-    {"cli"},
+    {"commands.cli", "commands"},  # "commands": the folder's __init__, which imports nothing
 ]
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
+# The package's root holds only the bottom layers; everything else sits in the folder of its room.
+ROOT_MODULES = {"__init__.py", "config.py", "errors.py"}
 # Imported where they are used: optional extras (generated: the gRPC messages made at setup).
 LAZY_IMPORTS = {
     "av", "huggingface_hub", "huggingface_hub.errors", "grpc", "grpc_tools", "generated", "pyseccomp",
@@ -44,6 +50,8 @@ LAYOUT_PAGE = REPO / "docs" / "development.md"
 MAX_LINES = 400
 MAX_FUNCTION_LINES = 60  # from the def to the last line of the body
 MAX_PARAMETERS = 7  # self and cls aside; *args and **options count one each (an options dataclass is one)
+# The edge's one way in: set-up (accelerate, warm_up), then prepare -> forward -> to host.
+MAX_EDGE_METHODS = 6
 # What names a codec: the wire's constants, and the codec names themselves as strings compared with
 # something called a codec ("none" aside, a word of other fields too).
 CODEC_CONSTANTS = {"DEFAULT_CODEC", "FRAMES_CODEC", "BITSTREAM_CODEC", "NO_WIRE", "TOKEN_CODECS", "CODECS", "AUTO"}
@@ -55,9 +63,19 @@ def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts and "generated" not in p.parts)
 
 
+def unit(parts: list[str] | tuple[str, ...]) -> str:
+    """The layer unit of a dotted name under the package (("model", "checkpoint", "load_pair") ->
+    "model.checkpoint"): its longest leading part that has a layer of its own, else its first."""
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in LAYER:
+            return ".".join(parts[:end])
+    return parts[0]
+
+
 def unit_of(path: Path) -> str:
-    """The layer unit of a module: its top-level name under the package (a subpackage counts as one)."""
-    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+    """The layer unit of a module."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return unit(parts[:-1] if parts[-1] == "__init__" else parts) if len(parts) > 1 else parts[0]
 
 
 def imported_units(path: Path) -> list[tuple[int, str]]:
@@ -67,19 +85,16 @@ def imported_units(path: Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                target = [*base, *(node.module.split(".") if node.module else [])]
-                names = [[*target, alias.name] for alias in node.names] if not node.module else [target]
-            else:
-                names = [node.module.split(".")] if node.module else []
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            target = [*base, *(node.module.split(".") if node.module else [])]
+            names = [[*target, alias.name] for alias in node.names]
         elif isinstance(node, ast.Import):
             names = [alias.name.split(".") for alias in node.names]
         else:
             continue
         for parts in names:
             if parts[0] == "eden_serve" and len(parts) > 1:
-                found.append((node.lineno, parts[1]))
+                found.append((node.lineno, unit(parts[1:])))
     return found
 
 
@@ -125,10 +140,40 @@ def test_the_layout_table_names_every_module():
 
 def test_the_layer_check_sees_imports():
     """The checks above would pass vacuously if the parser found nothing."""
-    found = dict.fromkeys(unit for _, unit in imported_units(PACKAGE / "cli.py"))
-    assert {"pipeline", "commands", "config", "errors"} <= set(found)
+    found = dict.fromkeys(unit for _, unit in imported_units(PACKAGE / "commands" / "cli.py"))
+    assert {"clips", "commands.shared", "commands.bench", "config", "errors", "model", "model.checkpoint"} <= set(found)
     relative = {unit for _, unit in imported_units(PACKAGE / "serving" / "services.py")}
-    assert {"checkpoint", "wire", "serving"} <= relative
+    assert {"model.checkpoint", "wire", "serving"} <= relative
+    assert unit_of(PACKAGE / "model" / "checkpoint.py") == "model.checkpoint" and unit_of(PACKAGE / "model" / "hub.py") == "model"
+
+
+# Package data, not modules: the handler files TorchServe loads by path from an archive.
+PACKAGE_DATA = PACKAGE / "serving" / "torchserve"
+
+
+def tracked_modules() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "-z", "--", "eden_serve/*.py"], cwd=REPO, capture_output=True, check=True).stdout
+    return [REPO / name for name in listed.decode().split("\0") if name and PACKAGE_DATA not in (REPO / name).parents]
+
+
+def test_no_tracked_module_is_outside_a_package():
+    """Every tracked module sits in a regular package, up to eden_serve itself (a folder without
+    an __init__.py would be a namespace package, and packaged whatever it holds)."""
+    def folders(path: Path) -> list[Path]:
+        return [folder for folder in (path.parent, *path.parent.parents) if folder == PACKAGE or PACKAGE in folder.parents]
+
+    outside = [str(p.relative_to(REPO)) for p in tracked_modules() if any(not (f / "__init__.py").is_file() for f in folders(p))]
+    assert tracked_modules() and not outside, f"modules outside a package: {outside}"
+
+
+def test_the_root_holds_only_the_bottom_layers():
+    assert {p.name for p in PACKAGE.glob("*.py")} <= ROOT_MODULES
+
+
+def test_the_pipeline_imports_no_client_module():
+    """The in-process pipeline runs a clip through the clip engine, not through the client."""
+    (pipeline,) = [p for p in modules() if p.name == "pipeline.py"]
+    assert "client" not in {unit for _, unit in imported_units(pipeline)}
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "benchmarks").glob("*.py")), ids=lambda p: p.name)
@@ -215,3 +260,11 @@ def test_the_code_checks_see_what_they_look_for():
                              "y = kind == NO_WIRE\nz = precision == 'bf16'\nw = job.codec != 'fp32'") == [1, 3, 4, 6]
     method = ast.parse("class A:\n    def m(self, *args, **options):\n        pass").body[0].body[0]
     assert parameters(method) == ["*args", "*options"]
+
+
+def test_the_edge_has_one_way_in():
+    """Everyone (the pipeline, the services, the bench, the tests) reaches the edge through the same
+    few methods: its set-up, then prepare -> forward -> to host; a stage's time comes from the
+    forward's clock, not from a method of its own."""
+    public = [name for name, _ in inspect.getmembers(EdgeModel, inspect.isfunction) if not name.startswith("_")]
+    assert len(public) <= MAX_EDGE_METHODS, f"EdgeModel has {len(public)} public methods: {public}"

@@ -10,7 +10,7 @@ import torch
 from conftest import GOLDEN_DIR
 
 from eden_serve.config import PRESETS, EdenConfig
-from eden_serve.model import EmbeddingCache, expected_layout, pos_embedding
+from eden_serve.model.weights import EmbeddingCache, expected_layout, pos_embedding
 
 
 def test_official_layout_matches_the_released_checkpoint():
@@ -71,8 +71,8 @@ def test_threads_that_miss_one_key_at_once_get_the_one_tensor_stored():
 
 RSS_SCRIPT = """
 import resource, sys
-from eden_serve import model
 from eden_serve.config import PRESETS
+from eden_serve.model import weights as model
 config = PRESETS["official"]
 start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for i in range(40):  # 40 sizes about 1080p, as a worker sees when clips of many sizes come in

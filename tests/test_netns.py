@@ -19,18 +19,18 @@ import pytest
 import torch
 from PIL import Image
 
-from eden_serve.checkpoint import load_archived
-from eden_serve.cli import main
 from eden_serve.client import Client
-from eden_serve.wire.png import PNG_SIGNATURE
-from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.clips.pipeline import interpolate_clip_in_process
+from eden_serve.commands.cli import main
+from eden_serve.model.checkpoint import load_archived
 from eden_serve.serving.tls import ServerTLS
+from eden_serve.wire.png import PNG_SIGNATURE
 from harness.certificates import Authority
 from harness.netns import two_hosts, unavailable
 from harness.rounding import assert_within_rounding
 from harness.servers import torchserve
-from eden_serve.client.processors import FunctionProcessor
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import FunctionProcessor
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.wire import MAGIC, keyed
 
 pytestmark = [pytest.mark.network, pytest.mark.serving]

@@ -7,13 +7,13 @@ import requests
 import torch
 
 from eden_serve import wire
-from eden_serve.checkpoint import load_pair
+from eden_serve.clips.pipeline import interpolate_pair
 from eden_serve.config import PRESETS
 from eden_serve.media.frames import load_frame, to_png
-from eden_serve.pipeline import interpolate_pair
+from eden_serve.model.checkpoint import load_pair
 from harness.servers import build_archives, torchserve
-from eden_serve.synthetic import frame_pair
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.model.synthetic import frame_pair
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 
 pytestmark = pytest.mark.serving
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from eden_serve import wire
-from eden_serve.edge import batches, earliest_first
+from eden_serve.edge.sizing import batches
 from eden_serve.edge.streams import CudaStreams, HostStreams, SideStream
 from eden_serve.errors import CodecError
-from eden_serve.serving.overlap import Forwards, Preparation, device_tensors, stated
+from eden_serve.model import synthetic
+from eden_serve.serving.overlap import Forwards, Preparation, device_tensors, earliest_first, header_seeds
 from eden_serve.serving.refusals import Refusal
 from eden_serve.wire import keyed
 from harness.cuda_streams import FakeStreams
@@ -168,16 +170,16 @@ def test_every_preparation_of_a_device_runs_on_its_one_preparation_stream(monkey
 
 
 class Budget:
-    """A stand-in for EdgeModel's sizing: ``pairs`` per forward."""
+    """A stand-in for EdgeModel's sizing: ``per_forward`` pairs per forward."""
 
-    def __init__(self, pairs: int):
-        self.pairs = pairs
+    def __init__(self, per_forward: int):
+        self.per_forward = per_forward
 
-    def pairs_per_forward(self, grid):
-        return self.pairs
+    def pairs(self, grid):
+        return self.per_forward
 
-    def batched(self, items, grid):
-        return batches(items, 1, self.pairs)
+    def batches(self, items, grid):
+        return batches(items, 1, self.per_forward)
 
 
 class Sized:
@@ -198,8 +200,17 @@ def test_the_seeds_a_payload_states_order_its_request(tiny_models):
     cloud, _ = tiny_models
     frames = [torch.rand(3, 64, 96, generator=torch.Generator().manual_seed(i)) for i in range(3)]
     payload = wire.encode(cloud.encode_chunk(frames, seed=41), cloud.config, "fp32")
-    assert stated(payload).seeds == [41, 42]
-    assert stated(keyed.sign(payload, b"k" * 32)).seeds == [41, 42]  # a tag is skipped, not checked
-    assert stated(payload[:20]) is None and stated(b"not a payload") is None
-    assert earliest_first([stated(payload), None, stated(wire.encode(cloud.encode_chunk(frames, seed=7), cloud.config, "fp32"))],
+    assert header_seeds(payload).seeds == [41, 42]
+    assert header_seeds(keyed.sign(payload, b"k" * 32)).seeds == [41, 42]  # a tag is skipped, not checked
+    assert header_seeds(payload[:20]) is None and header_seeds(b"not a payload") is None
+    assert earliest_first([header_seeds(payload), None, header_seeds(wire.encode(cloud.encode_chunk(frames, seed=7), cloud.config, "fp32"))],
                           [1, 0, 0]) == [1, 2, 0]
+
+
+def test_a_worker_calls_requests_run_in_their_clips_order(tiny_models):
+    """Chunks that arrived as pairs 8-9, 0-1, a refusal, and 2-3 asked from its second pair on run
+    refusal first, then by the seed of the first pair asked: 0, 3, 8 (not in arrival order)."""
+    cloud, _ = tiny_models
+    frames = [torch.from_numpy(np.array(f)).permute(2, 0, 1).float() / 255 for f in synthetic.clip(3, 32, 32)]
+    later, first, middle = (cloud.encode_chunk(frames, seed=seed) for seed in (8, 0, 2))
+    assert earliest_first([later, first, ValueError("refused"), middle], [0, 0, 0, 1]) == [2, 1, 3, 0]

@@ -53,7 +53,7 @@ def decoded(path: Path) -> list[tuple[float, np.ndarray]]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eden_serve.cli", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", *args], capture_output=True, text=True, timeout=600)
 
 
 def error_line(result: subprocess.CompletedProcess) -> str:

@@ -13,14 +13,15 @@ import pytest
 import torch
 from PIL import Image
 
-from eden_serve import synthetic, wire
-from eden_serve.checkpoint import load_pair
+from eden_serve import wire
+from eden_serve.clips.pipeline import interpolate_chunk, interpolate_clip_in_process, interpolate_pair
 from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD
 from eden_serve.config import preset
 from eden_serve.errors import BadInputError, PairError
 from eden_serve.media import Encoding
 from eden_serve.media.frames import load_frame, to_uint8
-from eden_serve.pipeline import interpolate_chunk, interpolate_clip_in_process, interpolate_pair
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import load_pair
 from harness.rounding import assert_within_rounding
 
 # The frames codec re-derives the float32 conditions at the edge: fp32's bound.

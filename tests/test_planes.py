@@ -12,10 +12,11 @@ import torch
 from PIL import Image
 from test_video import average, real_video
 
-from eden_serve import pipeline
-from eden_serve.cli import main
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips import pipeline
+from eden_serve.commands.cli import main
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.edge import EdgeModel
 from eden_serve.edge.yuv import to_planes
 from eden_serve.media import Encoding
 from eden_serve.media.planes import PlaneFormat, Planes, plane_format
@@ -102,13 +103,13 @@ def decoded(path, pix_fmt="yuv420p"):
 def copied(monkeypatch):
     """The bytes of each copy back from the edge's device."""
     sizes = []
-    real = pipeline.to_host
+    real = EdgeModel.to_host
 
-    def to_host(tensor):
+    def to_host(self, tensor):
         sizes.append(tensor.numel() * tensor.element_size())
-        return real(tensor)
+        return real(self, tensor)
 
-    monkeypatch.setattr(pipeline, "to_host", to_host)
+    monkeypatch.setattr(EdgeModel, "to_host", to_host)
     return sizes
 
 

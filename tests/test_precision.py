@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from eden_serve.checkpoint import module_from_state
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel, precision
 from eden_serve.edge.precision import (
@@ -14,6 +13,7 @@ from eden_serve.edge.precision import (
     resolve,
 )
 from eden_serve.errors import BadInputError
+from eden_serve.model.checkpoint import module_from_state
 
 CPU = torch.device("cpu")
 AVX2 = {"architecture": "x86_64", "avx2": True, "avx512_bf16": False, "amx_bf16": False}

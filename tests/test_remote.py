@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from eden_serve import wire
-from eden_serve.cli import main
 from eden_serve.client import Client
 from eden_serve.client.remote import RemoteVideo
 from eden_serve.cloud import sources
 from eden_serve.cloud.sources import SourceVideo
+from eden_serve.commands.cli import main
 from eden_serve.config import preset
 from eden_serve.errors import CodecError
 from eden_serve.media import Encoding, open_clip

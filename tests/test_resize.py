@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve.cli import main
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.commands.cli import main
 from eden_serve.errors import FrameTooLargeError, PairError
 
 REAL = sorted((Path(__file__).parent / "data" / "scene_cut").glob("*.png"))[:3]  # 160x68

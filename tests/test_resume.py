@@ -19,11 +19,12 @@ import pytest
 from PIL import Image
 from test_video import CFR_12, make_video
 
-from eden_serve import pipeline, synthetic
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips import pipeline
+from eden_serve.clips.pipeline import interpolate_clip_in_process
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
-from eden_serve.pipeline import interpolate_clip_in_process
+from eden_serve.model import synthetic
 
 SIZE = (96, 64)  # width, height
 STAND_IN = {"processor": "average"}  # the stand-in model's fingerprint
@@ -34,9 +35,9 @@ KILLED_RUN = """
 import os, signal, sys, threading
 import numpy as np
 from PIL import Image
-from eden_serve import pipeline
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips import pipeline
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 
 src, dst, model, factor, chunk, at, sig = sys.argv[1:]
 calls, lock = [0], threading.Lock()
@@ -56,7 +57,7 @@ def average(index, frame0, frame1, seed):
 
 options = dict(seed=3, chunk=int(chunk), factor=int(factor), inflight=1, progress=False, resume=True)
 if model == "tiny":
-    from eden_serve.checkpoint import load_pair
+    from eden_serve.model.checkpoint import load_pair
     from eden_serve.config import preset
     in_process = pipeline.in_process
     pipeline.in_process = lambda *args, **kwargs: killing(in_process(*args, **kwargs))
@@ -148,7 +149,7 @@ def test_a_killed_run_resumed_equals_an_uninterrupted_one(tmp_path, tiny_models,
 
 
 def cli(*args):
-    return [sys.executable, "-m", "eden_serve.cli", "interpolate", *map(str, args), "--config", "tiny", "--chunk", "2"]
+    return [sys.executable, "-m", "eden_serve.commands.cli", "interpolate", *map(str, args), "--config", "tiny", "--chunk", "2"]
 
 
 @pytest.fixture(scope="module")

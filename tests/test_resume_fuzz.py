@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_resume import STAND_IN, average, contents, inputs, stop_at
 
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import EdenError
 
 KINDS = ["directory", "apng", "gif"]

@@ -1,4 +1,4 @@
-"""The decoder sandbox (eden_serve/media/sandbox.py): payloads decoded in a child process give the
+"""The decoder sandbox (eden_serve/media/sandboxed.py): payloads decoded in a child process give the
 pixels of an in-process decode, for every codec the seeds cover; a decoder that crashes, hangs,
 spins or allocates without bound costs its payload a refusal, and the next payload decodes; the
 child can open no file or socket, run nothing and signal no one. A compromised decoder (the
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from eden_serve import wire
-from eden_serve.media import packets, sandbox
-from eden_serve.sandbox.confine import MAX_TASKS, pids_cgroup, seccomp_filter
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError, TooMuchWorkError
+from eden_serve.media import packets, sandboxed as sandbox
+from eden_serve.sandbox.confine import MAX_TASKS, pids_cgroup, seccomp_filter
 from eden_serve.wire.bitstream import to_frames
 from harness import fuzz
 from harness.standins import FORGED, SECRETS, said

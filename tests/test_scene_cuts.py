@@ -13,11 +13,11 @@ import torch
 from PIL import Image
 
 from eden_serve import wire
+from eden_serve.clips.pipeline import interpolate_chunk, interpolate_clip_in_process
 from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD, scene_change, scene_cuts
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError
 from eden_serve.media.frames import load_frame
-from eden_serve.pipeline import interpolate_chunk, interpolate_clip_in_process
 
 TINY = PRESETS["tiny"]
 

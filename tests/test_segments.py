@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from test_video import average, real_video
 
-from eden_serve.cli import main
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.commands.cli import main
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding, segments
 from eden_serve.media.segments import Mismatch, SegmentedEncoder, default_instances
 

@@ -14,9 +14,9 @@ import pytest
 import requests
 from PIL import Image
 
-from eden_serve import synthetic
 from eden_serve.client.tls import ClientTLS
 from eden_serve.client.transports.http import HttpTransport
+from eden_serve.model import synthetic
 from eden_serve.wire.answers import RECORD_HEADER, STREAMED
 from eden_serve.media.planes import PlaneFormat, Planes, swscale_planes
 from eden_serve.wire.raw import RAW, RAW_MAGIC, raw_bytes, whole_raw

@@ -26,15 +26,17 @@ from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.metrics.metric_type_enum import MetricTypes
 
-from eden_serve import errors, synthetic, wire
-from eden_serve.checkpoint import write_halves
+from eden_serve import errors, wire
 from eden_serve.config import preset
+from eden_serve.edge import middles_of
 from eden_serve.errors import BadInputError, UpstreamError, error_from_document
 from eden_serve.media.frames import DEFAULT_MAX_PIXELS
-from eden_serve.serving import fields, services, worker
+from eden_serve.model import synthetic
+from eden_serve.model.checkpoint import write_halves
+from eden_serve.model.synthetic import state_dict as synthetic_state_dict
+from eden_serve.serving import fields, worker
 from eden_serve.serving.archive import GLUE
-from eden_serve.serving.services import each
-from eden_serve.synthetic import state_dict as synthetic_state_dict
+from eden_serve.serving.refusals import request_by_request
 
 
 def handler_class(name: str, class_name: str):
@@ -155,7 +157,7 @@ def test_unexpected_failure_is_a_short_500(edge):
 
     ctx = edge[1]
     ctx.request_processor = [RequestProcessor({})]
-    (body,) = edge[0].service.postprocess(each(broken, [{}]))
+    (body,) = edge[0].service.postprocess(request_by_request(broken, [{}]))
     assert ctx.get_response_status(0)[0] == 500
     assert json.loads(body) == {"code": 500, "type": "internal_error", "message": "internal error (RuntimeError); see the server log"}
 
@@ -414,10 +416,10 @@ def test_a_sticky_device_error_answers_503_and_the_worker_leaves(fresh_edge, enc
     left = []
     monkeypatch.setattr(service, "leave", lambda: left.append(True))
 
-    def broken(batch, path="fast"):
+    def broken(inputs, *args, **kwargs):
         raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(service.model, "denoise", broken)
+    monkeypatch.setattr(service.model, "forward", broken)
     payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
     replies = handle(handler, ctx, [{"body": payload}, {"body": b"EDENWIRE" + bytes(40)}])
     assert [(status, json.loads(body)["type"]) for status, _, body in replies] == [(503, "device_failure"), (400, "unsupported_version")]
@@ -428,6 +430,24 @@ def test_a_sticky_device_error_answers_503_and_the_worker_leaves(fresh_edge, enc
     # Neither a healthy answer nor a document claiming a device failure makes it leave.
     assert [r[0] for r in handle(handler, ctx, [{"body": payload}, {"body": forged}])] == [200, 400]
     assert left == [True]
+
+
+def test_the_edge_side_holds_the_packet_decoder_the_settings_and_key_choose(fresh_edge):
+    """The service gives its edge side the decoder when it makes it (no call goes back up into the
+    service): without a wire key the sandbox, or a refusal; with one, this process. The work is
+    bounded before anything is decoded."""
+    from eden_serve.edge.conditions import PacketDecoder
+    from eden_serve.serving.bitstreams import packet_decoder
+
+    service = fresh_edge[0].service
+    assert service.edge_side.decoder.where == "sandbox"
+    service.wire_key = b"k" * 32
+    assert service.edge_side.decoder == packet_decoder(service.settings, keyed=True) and service.edge_side.decoder.where == "process"
+    three_frames = types.SimpleNamespace(size=(64, 96), packets=[b""] * 3)
+    with pytest.raises(errors.UnauthenticPayloadError):
+        packet_decoder(worker.Settings(unkeyed_bitstream="refuse"), keyed=False).decode(three_frames)
+    with pytest.raises(errors.TooMuchWorkError):
+        PacketDecoder(max_decoded_pixels=3 * 64 * 96 - 1).decode(three_frames)
 
 
 def test_leaving_exits_the_process_after_the_answers(fresh_edge, monkeypatch):
@@ -456,15 +476,15 @@ def test_a_batch_out_of_memory_is_tried_again_in_halves(fresh_edge, encoder, mon
     payloads = [reply[2] for reply in handle(*encoder, requests)]
     expected = [body for _, _, body in handle(handler, ctx, [{"body": p} for p in payloads])]
     sizes = []
-    real = model.denoise
+    real = model.forward
 
-    def small_batches_only(batch, path="fast"):
-        sizes.append(len(batch))
-        if len(batch) > 1:
+    def small_batches_only(inputs, *args, **kwargs):
+        sizes.append(inputs.batch)
+        if inputs.batch > 1:
             raise RuntimeError("CUDA error: out of memory")  # not a torch.OutOfMemoryError: cuBLAS and others
-        return real(batch, path)
+        return real(inputs, *args, **kwargs)
 
-    monkeypatch.setattr(model, "denoise", small_batches_only)
+    monkeypatch.setattr(model, "forward", small_batches_only)
     replies = handle(handler, ctx, [{"body": p} for p in payloads])
     assert [status for status, _, _ in replies] == [200, 200]
     assert sizes == [4, 2, 1, 1, 2, 1, 1]
@@ -473,7 +493,7 @@ def test_a_batch_out_of_memory_is_tried_again_in_halves(fresh_edge, encoder, mon
     assert len(middles[0]) == 4
     assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 1 for a, b in zip(middles[0], before[0]))
 
-    monkeypatch.setattr(model, "denoise", lambda batch, path="fast": (_ for _ in ()).throw(torch.OutOfMemoryError("out of memory")))
+    monkeypatch.setattr(model, "forward", lambda inputs, *args, **kwargs: (_ for _ in ()).throw(torch.OutOfMemoryError("out of memory")))
     replies = handle(handler, ctx, [{"body": payloads[1]}])
     assert [(status, json.loads(body)["type"]) for status, _, body in replies] == [(507, "out_of_memory")]
 
@@ -483,42 +503,38 @@ def test_the_cache_is_emptied_once_the_failed_batch_is_freed(fresh_edge, encoder
     handler, ctx = fresh_edge
     held, alive_at_release = [], []
 
-    def runs_out(batch, path="fast"):
+    def runs_out(inputs, *args, **kwargs):
         activations = torch.ones(1 << 16)
         held.append(weakref.ref(activations))
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(handler.service.model, "denoise", runs_out)
+    monkeypatch.setattr(handler.service.model, "forward", runs_out)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: alive_at_release.append(held[-1]() is not None))
     payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
     assert handle(handler, ctx, [{"body": payload}])[0][0] == 507
     assert alive_at_release == [False]
 
 
-def test_stage_timers_wait_for_the_device(fresh_edge, encoder, monkeypatch):
-    """A GPU runs a stage's kernels after the call returns: the timer must wait for them. Here
-    denoise 'queues' 0.3 s of work on a stand-in device whose clock advances only when it is
-    synchronised, so each stage must be charged exactly its own work, whatever the machine's load."""
+def test_stage_metrics_come_from_the_forwards_clock(fresh_edge, encoder, monkeypatch):
+    """Each stage is charged its own time, as the forward's clock marks it (on a GPU by events on
+    the stream, which wait for its kernels): here a clock that only G_DiT's stage moves, by 300 s
+    for the request's one forward of its two pairs."""
+    from eden_serve.edge import forward as forward_module
+
     handler, ctx = fresh_edge
-    model, recorded = handler.service.model, {}
-    device = {"clock": 0.0, "queued": 0.0}
-    real = model.denoise
+    model, recorded, clock = handler.service.model, {}, types.SimpleNamespace(now=0.0)
+    runner = model.runner
 
-    def asynchronous(batch, path="fast"):
-        device["queued"] += 0.3
-        return real(batch, path)
+    def slow_sample(name, inputs):
+        clock.now += 300.0 if name == "sample" else 0.0
+        return runner(name, inputs)
 
-    def synchronize():
-        device["clock"] += device["queued"]
-        device["queued"] = 0.0
-
-    monkeypatch.setattr(model, "denoise", asynchronous)
-    monkeypatch.setattr(model, "synchronize", synchronize)
-    monkeypatch.setattr(services, "time", types.SimpleNamespace(perf_counter=lambda: device["clock"], time=time.time))
+    monkeypatch.setattr(model, "runner", slow_sample)
+    monkeypatch.setattr(forward_module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
     monkeypatch.setattr(handler.service, "time_metric", lambda name, seconds, idx: recorded.setdefault(name, seconds))
     payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
     assert handle(handler, ctx, [{"body": payload}])[0][0] == 200
-    assert (recorded["EdenDenoiseMs"], recorded["EdenDecodeMs"]) == (0.3, 0.0)
+    assert (recorded["EdenDenoiseMs"], recorded["EdenDecodeMs"]) == (300.0, 0.0)
 
 
 def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, encoder, monkeypatch):
@@ -530,20 +546,20 @@ def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, e
     model = handler.service.model
     second_batch = threading.Event()
     waited = []
-    real_denoise, real_png = model.denoise, answer_formats.png_of
+    real_forward, real_png = model.forward, answer_formats.png_of
 
-    def denoise(batch, path="fast"):
+    def forward(inputs, *args, **kwargs):
         if len(waited) or model.calls:
             second_batch.set()
         model.calls += 1
-        return real_denoise(batch, path)
+        return real_forward(inputs, *args, **kwargs)
 
     def png_of(pixels):
         waited.append(second_batch.wait(timeout=60))
         return real_png(pixels)
 
     model.calls = 0
-    monkeypatch.setattr(model, "denoise", denoise)
+    monkeypatch.setattr(model, "forward", forward)
     monkeypatch.setattr(answer_formats, "png_of", png_of)
     requests = [chunk_request(0, 2, 0), {"frame0": scene_png(0, 70, 100), "frame1": scene_png(1, 70, 100)}]
     payloads = [reply[2] for reply in handle(*encoder, requests)]
@@ -632,16 +648,16 @@ def test_requests_of_one_batch_share_a_forward_and_get_its_middles(fresh_edge, e
     model = handler.service.model
     payloads = [reply[2] for reply in handle(*encoder, [chunk_request(0, 3, 0), chunk_request(5, 4, 9)])]
     sizes = []
-    real = model.denoise
-    monkeypatch.setattr(model, "denoise", lambda batch, path="fast": sizes.append(len(batch)) or real(batch, path))
+    real = model.prepare
+    monkeypatch.setattr(model, "prepare", lambda batch: sizes.append(len(batch)) or real(batch))
     replies = handle(handler, ctx, [{"body": p} for p in payloads])
     assert sizes == [5] and [r[:2] for r in replies] == [(200, fields.ZIP)] * 2
     served = unzip(replies[0][2])[0] + unzip(replies[1][2])[0]
     chunks = [wire.decode(p, model.config) for p in payloads]
     pairs = [chunk.pair(j) for chunk in chunks for j in range(chunk.pairs)]
-    together = model.middles(pairs).numpy()
+    together = middles_of(model, pairs).numpy()
     assert all(np.array_equal(got, expected) for got, expected in zip(served, together, strict=True))
-    alone = [model.middles([p])[0].numpy() for p in pairs]
+    alone = [middles_of(model, [p])[0].numpy() for p in pairs]
     assert all(np.abs(a.astype(int) - b.astype(int)).max() <= 1 for a, b in zip(alone, together))
 
 

@@ -7,7 +7,7 @@ import torch
 from eden_serve.config import PRESETS
 from eden_serve.edge import EdgeModel, default_precision, sizing
 from eden_serve.edge.precision import Bf16Check, check_bf16, resolve
-from eden_serve.model import EdgeWeights
+from eden_serve.model.weights import EdgeWeights
 
 OFFICIAL = PRESETS["official"]
 GRIDS = {"480x854": OFFICIAL.patch_grid(480, 854), "720p": OFFICIAL.patch_grid(720, 1280), "1080p": OFFICIAL.patch_grid(1080, 1920),
@@ -38,24 +38,24 @@ def gpu_like_edge(monkeypatch, free_bytes: int) -> tuple[EdgeModel, list]:
     with torch.device("meta"):
         weights = EdgeWeights(OFFICIAL)
     edge = EdgeModel(weights, OFFICIAL, "meta", "fp32")
-    edge.batch_tokens = sizing.default_batch_tokens(torch.device("cuda"))
+    edge.sizing.batch_tokens = sizing.default_batch_tokens(torch.device("cuda"))
     monkeypatch.setattr(sizing, "free_memory", lambda device: asked.append(device) or free_bytes)
     return edge, asked
 
 
 def test_a_gpu_edge_sizes_its_batches_from_free_memory_once_per_frame_size(monkeypatch):
     edge, asked = gpu_like_edge(monkeypatch, 80 * GIB)
-    assert edge.batch_tokens is None
-    assert [len(b) for b in edge.batched(list(range(20)), GRIDS["1080p"])] == [8, 8, 4]
-    assert edge.pairs_per_forward(GRIDS["1080p"]) == 8 and edge.pairs_per_forward(GRIDS["480x854"]) == 16
+    assert edge.sizing.batch_tokens is None
+    assert [len(b) for b in edge.sizing.batches(list(range(20)), GRIDS["1080p"])] == [8, 8, 4]
+    assert edge.sizing.pairs(GRIDS["1080p"]) == 8 and edge.sizing.pairs(GRIDS["480x854"]) == 16
     assert len(asked) == 2  # once per grid: the same batches, and graphs, for the rest of the run
 
 
 def test_a_token_budget_set_for_the_edge_wins_over_memory(monkeypatch):
-    """handler.max_batch_tokens (tests/test_serving.py) sets edge.batch_tokens."""
+    """handler.max_batch_tokens (tests/test_serving.py) sets edge.sizing.batch_tokens."""
     edge, asked = gpu_like_edge(monkeypatch, 80 * GIB)
-    edge.batch_tokens = 16384
-    assert edge.pairs_per_forward(GRIDS["1080p"]) == 2 and asked == []
+    edge.sizing.batch_tokens = 16384
+    assert edge.sizing.pairs(GRIDS["1080p"]) == 2 and asked == []
 
 
 def test_the_cpu_keeps_its_token_budget():

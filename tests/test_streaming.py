@@ -4,15 +4,21 @@ import random
 import socket
 import threading
 import time
+from concurrent.futures import Future
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from eden_serve.client import Client
-from eden_serve.client.processors import FunctionProcessor, Middles, pairwise
-from eden_serve.client.streaming import Summary, interpolate_clip
 from eden_serve.client.transports import Retry
+from eden_serve.clips.dispatch import Chunking
+from eden_serve.clips.levels import Item, Level
+from eden_serve.clips.processors import FunctionProcessor, Middles, pairwise
+from eden_serve.clips.retimed import retime
+from eden_serve.clips.schedule import Schedule
+from eden_serve.clips.streaming import Summary, interpolate_clip
 from eden_serve.errors import (
     BadInputError,
     PairError,
@@ -20,6 +26,8 @@ from eden_serve.errors import (
     TransientError,
     UnavailableError,
 )
+from eden_serve.media.base import Frame
+from eden_serve.media.timing import Retiming
 
 SIZE = (96, 64)
 
@@ -325,3 +333,61 @@ def test_a_streaming_processor_learns_each_chunks_order_on_the_main_thread_befor
     interpolate_clip(src, tmp_path / "out", process, chunk=8, ramp=True, progress=False)
     assert queued == [(0, True), (1, True), (2, True), (3, True)]
     assert sorted(calls) == [(0, 0, True), (1, 1, True), (2, 2, True), (4, 3, True)]
+
+
+class Recorded:
+    """The declared chunks (``submit``, ``collect``) in this thread, and no more: each chunk's
+    middles are grey, its submissions recorded."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, depth, index, frames):
+        self.submitted.append((depth, index, len(frames) - 1))
+        future = Future()
+        future.set_result([Image.new("RGB", frames[0].size[::-1], (128, 128, 128))] * (len(frames) - 1))
+        return future
+
+    def collect(self, future, index, frames):
+        yield from future.result()
+
+
+class Written:
+    """An output stream as a list: a level's sink, a retimed run's placer."""
+
+    def __init__(self):
+        self.positions, self.closed = [], False
+
+    def push(self, item):
+        self.positions.append(item.position)
+
+    def place(self, picture, before, after, position):
+        self.positions.append(before.index + position)
+
+    def close(self):
+        self.closed = True
+
+
+def grey_frames(count):
+    return [Frame(i, f"f{i}", image=Image.new("RGB", SIZE, (i, i, i))) for i in range(count)]
+
+
+def test_a_level_asks_only_its_declared_chunking_and_chunks():
+    """A level driven without a run: ramped chunks of 1, 1, 2 pairs, then the rest, and the stream
+    of a 2x pass, each original followed by its middle."""
+    chunks, out = Recorded(), Written()
+    level = Level(1, 0, out, Chunking(chunk=2, ramp=True, inflight=1), chunks)
+    for frame in grey_frames(6):
+        level.push(Item(frame))
+    level.close()
+    assert chunks.submitted == [(1, 0, 1), (1, 1, 1), (1, 2, 2), (1, 4, 1)]
+    assert out.closed and out.positions == [0, Fraction(1, 2)] * 5 + [0]
+
+
+def test_a_retimed_output_asks_only_its_declared_chunking_chunks_and_placer():
+    """Factor 3 without a run: every output frame placed at its time, k / 3, each showing a middle
+    computed through the chunks (at most two pairs each)."""
+    chunks, out = Recorded(), Written()
+    read = retime(grey_frames(4), Schedule(Retiming(Fraction(3))), Chunking(chunk=2, ramp=False, inflight=2), chunks, out)
+    assert read == 4 and out.positions == [Fraction(k, 3) for k in range(3 * 3 + 1)]
+    assert chunks.submitted and all(depth >= 1 and pairs <= 2 for depth, _, pairs in chunks.submitted)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from eden_serve import synthetic
 from eden_serve.config import PRESETS
-from eden_serve.model import expected_layout
+from eden_serve.model import synthetic
+from eden_serve.model.weights import expected_layout
 
 TINY = PRESETS["tiny"]
 

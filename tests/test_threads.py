@@ -8,8 +8,8 @@ from fractions import Fraction
 
 import pytest
 
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError, PairError
 from eden_serve.media.base import ClipWriter
 from eden_serve.media.threads import Prefetch, ThreadedWriter

@@ -5,8 +5,8 @@ from fractions import Fraction as F
 
 import pytest
 
+from eden_serve.clips.schedule import Schedule, ancestors, nearest_dyadic
 from eden_serve.errors import BadInputError
-from eden_serve.client.schedule import Schedule, ancestors, nearest_dyadic
 from eden_serve.media.timing import Retiming, parse_rate
 
 

@@ -15,13 +15,14 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from eden_serve import synthetic, wire
-from eden_serve.cli import main
+from eden_serve import wire
 from eden_serve.client import Client
 from eden_serve.client.tls import ClientTLS
 from eden_serve.client.transports import read_token, warn_cleartext
+from eden_serve.commands.cli import main
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, UnreachableError
+from eden_serve.model import synthetic
 from eden_serve.serving.launcher import read_properties
 from eden_serve.serving.tls import ServerTLS
 from eden_serve.wire import keyed
@@ -203,7 +204,7 @@ def test_serve_with_a_certificate_and_a_wire_key_serves_https_and_refuses_untagg
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "eden_serve.cli", "serve", "edge", "--model-store", str(store), "--properties", str(local),
+            [sys.executable, "-m", "eden_serve.commands.cli", "serve", "edge", "--model-store", str(store), "--properties", str(local),
              "--tls-cert", str(node_tls.cert), "--tls-key", str(node_tls.key), "--wire-key-file", str(tmp_path / "wire.key")],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )

@@ -5,6 +5,7 @@ the edge; and the stages' order on their own."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.server
 import io
@@ -19,17 +20,18 @@ import requests
 from PIL import Image
 
 from conftest import loopback_http
-from eden_serve import synthetic
-from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
-from eden_serve.cli import main
 from eden_serve.client import DECODER, ENCODER, Client, _Chunk, transport_for
-from eden_serve.client.transports import Stage
+from eden_serve.client.transports import TRANSPORTS, Stage, Transport, Transports
 from eden_serve.client.transports.grpc import GrpcTransport
 from eden_serve.client.transports.http import HttpTransport
-from eden_serve.client.workers import Arrivals
+from eden_serve.clips.workers import Arrivals
+from eden_serve.commands.cli import main
+from eden_serve.commands.shared import add_deployment_arguments
 from eden_serve.errors import BadInputError, ServerError, UnavailableError
 from eden_serve.media import Frame
 from eden_serve.media.frames import png_bytes
+from eden_serve.model import synthetic
+from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 from harness.rounding import assert_within_rounding
 
 pytestmark = pytest.mark.serving
@@ -335,3 +337,33 @@ def test_the_urls_scheme_picks_the_transport_unless_one_is_named():
         transport_for("http://a", "ws")
     with pytest.raises(BadInputError, match="must be an http:// or https:// URL"):
         Client("ftp://a")
+
+
+class LoopTransport(Transport):
+    """A transport of a scheme of its own, answering the workflow in this process with grey middles:
+    what another protocol brings to be mounted."""
+
+    name, schemes, secure, workflow_api = "loop", ("loop", "loops"), ("loops",), True
+
+    def __init__(self, server, cloud, edge, tokens, timeout, tls):
+        self.reach({"workflow": server}, tokens)
+
+    def workflow(self, frames, form, pairs, size):
+        return [Image.new("RGB", size, (128, 128, 128))] * pairs, sum(map(len, frames)), 0
+
+
+def test_another_transport_is_mounted_picked_by_its_scheme_and_offered_by_the_command(monkeypatch, recwarn):
+    registry = Transports(HttpTransport, GrpcTransport)
+    assert registry.mount(LoopTransport) is LoopTransport and registry.names == ["http", "grpc", "loop"]
+    assert registry.for_url("loops://edge") is LoopTransport and registry.for_url("grpc://a:7070", "loop") is LoopTransport
+    with pytest.raises(ValueError, match="already mounted: \\['loop'\\]"):
+        registry.mount(type("Again", (LoopTransport,), {"name": "again", "schemes": ("loop",)}))
+    monkeypatch.setitem(TRANSPORTS.by_name, "loop", LoopTransport)
+    parser = argparse.ArgumentParser()
+    add_deployment_arguments(parser)
+    assert parser.parse_args(["--transport", "loop"]).transport == "loop"
+    client = Client("loop://edge.example:9", token="secret")
+    assert [str(w.message).split(", which")[0] for w in recwarn] == ["the token goes in clear to loop://edge.example:9"]
+    assert isinstance(client.transport, LoopTransport) and client.transport.authorization == {"workflow": "Bearer secret"}
+    middle = client.interpolate(Image.new("RGB", (48, 32)), Image.new("RGB", (48, 32)))
+    assert middle.size == (48, 32) and middle.getpixel((0, 0)) == (128, 128, 128)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve import synthetic
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError, PairError
+from eden_serve.model import synthetic
 
 SIZE = (48, 32)  # width, height
 

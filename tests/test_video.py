@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve.client.processors import pairwise
-from eden_serve.client.streaming import interpolate_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.media import RawVideo
 

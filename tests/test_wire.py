@@ -20,7 +20,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import PRESETS
 from eden_serve.errors import (
     BadInputError,
@@ -29,6 +29,7 @@ from eden_serve.errors import (
     PayloadTooLargeError,
     UnsupportedVersionError,
 )
+from eden_serve.model import synthetic
 from eden_serve.wire import (
     CODECS,
     DEFAULT_CODEC,

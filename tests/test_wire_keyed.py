@@ -7,9 +7,10 @@ import hashlib
 
 import pytest
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import PRESETS
 from eden_serve.errors import BadInputError, UnauthenticPayloadError
+from eden_serve.model import synthetic
 from eden_serve.wire import keyed
 from eden_serve.wire.envelope import DIGEST_SIZE
 

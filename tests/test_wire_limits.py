@@ -10,10 +10,11 @@ import tracemalloc
 
 import pytest
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import preset
 from eden_serve.errors import PayloadTooLargeError
 from eden_serve.media.frames import DEFAULT_MAX_PIXELS
+from eden_serve.model import synthetic
 from eden_serve.serving.worker import max_tokens_for
 
 def payload_for(size: tuple[int, int], codec: str = wire.DEFAULT_CODEC, config_name: str = "tiny") -> bytes:
@@ -41,8 +42,9 @@ def test_a_payload_just_over_the_pixel_limit_is_refused_before_decoding():
 PEAK = textwrap.dedent("""
     import sys, gc
     from pathlib import Path
-    from eden_serve import synthetic, wire
+    from eden_serve import wire
     from eden_serve.config import preset
+    from eden_serve.model import synthetic
     payload = Path(sys.argv[1]).read_bytes()
     gc.collect()
     def status(key):

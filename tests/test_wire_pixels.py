@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from eden_serve import synthetic, wire
+from eden_serve import wire
 from eden_serve.config import PRESETS
 from eden_serve.errors import ChunkTooLargeError, CodecError, ModelMismatchError, PayloadTooLargeError
+from eden_serve.model import synthetic
 from eden_serve.wire import Decisions, FramesChunk, decode, encode
 from conftest import changed
 from eden_serve.serving.answer_formats import PNG_ANSWER

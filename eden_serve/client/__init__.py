@@ -30,29 +30,25 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
-from urllib.parse import urlsplit
 
 from PIL import Image
 
 from .. import wire
+from ..clips.processors import Middles, Processor
+from ..clips.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, ClipOptions, Summary, interpolate_clip
+from ..clips.workers import Arrivals
 from ..errors import BadInputError, ChunkTooLargeError, CodecError, ServerError
 from ..media import Frame
 from ..media.frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
 from .pace import codec_policy
-from .processors import Middles, Processor
 from .remote import RemoteVideo, named_fields, open_remote, source_name
-from .streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, ClipOptions, Summary, interpolate_clip
 from .tls import ClientTLS
-from .transports import DECODER, ENCODER, Retry, Stage, Transport
-from .transports.grpc import GrpcTransport
-from .transports.http import HttpTransport
-from .workers import Arrivals
+from .transports import DECODER, ENCODER, Retry, Stage, transport_for
 
 __all__ = ["DECODER", "DEFAULT_TIMEOUT", "ENCODER", "Client", "ClientOptions"]
 
 DEFAULT_TIMEOUT = 300.0  # seconds to wait for an answer: a 4K pair on a CPU takes minutes
 CLOUD_REQUESTS = 2  # requests at the cloud at once in the split (see Client.processor)
-TRANSPORTS: tuple[type[Transport], ...] = (HttpTransport, GrpcTransport)
 
 
 def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
@@ -66,25 +62,14 @@ def _as_bytes(frame: str | Path | bytes | Image.Image, name: str) -> bytes:
         raise BadInputError(f"cannot read {name} {str(frame)!r}: {exc.strerror}") from None
 
 
-def transport_for(url: str, name: str | None = None) -> type[Transport]:
-    """The transport named ``name``; else the one whose scheme ``url`` has (HTTP for any other,
-    which then says what it takes)."""
-    if name is not None:
-        named = [t for t in TRANSPORTS if t.name == name]
-        if not named:
-            raise BadInputError(f"transport must be {' or '.join(t.name for t in TRANSPORTS)}, got {name!r}")
-        return named[0]
-    scheme = urlsplit(url).scheme if isinstance(url, str) else ""
-    return next((t for t in TRANSPORTS if scheme in t.schemes), HttpTransport)
-
-
 @dataclass(frozen=True)
 class ClientOptions:
     """How the client reaches its servers: ``token``, the inference token (None: no auth);
     ``edge_token``, the edge server's where it differs (two TorchServes have two key files);
     ``tls``, the CA that signed the servers' certificates (https:// and grpcs:// URLs); ``timeout``,
     seconds to wait for an answer; ``tries`` and ``backoff``, the retries of each request
-    (:class:`~.transports.Retry`); ``transport``, http or grpc (None: the URLs' scheme says)."""
+    (:class:`~.transports.Retry`); ``transport``, a transport's name, http or grpc
+    (:data:`~.transports.TRANSPORTS`; None: the URLs' scheme says)."""
 
     token: str | None = None
     edge_token: str | None = None
@@ -237,7 +222,7 @@ class Client:
 
     def interpolate_clip(self, src: str | Path, dst: str | Path, **options) -> Summary:
         """Stream the clip ``src`` through the servers into ``dst``, with the options of
-        :func:`~eden_serve.client.streaming.interpolate_clip` (:class:`~.streaming.ClipOptions`):
+        :func:`~eden_serve.clips.streaming.interpolate_clip` (:class:`~.streaming.ClipOptions`):
         here by default ``chunk`` pairs per request, :data:`DEFAULT_CHUNK`, ``ramp``ed (1, 1, 2, 4,
         ... first), ``inflight`` requests per server, :data:`DEFAULT_INFLIGHT`."""
         options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "ramp": True, "inflight": DEFAULT_INFLIGHT, **options})
@@ -264,7 +249,7 @@ class Client:
         return 2 * inflight if self.split else inflight
 
     def processor(self, cancel: threading.Event | None = None, inflight: int | None = None) -> Processor:
-        """This client as a :mod:`~eden_serve.client.streaming` processor, to run with a window of
+        """This client as a :mod:`~eden_serve.clips.streaming` processor, to run with a window of
         :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
         caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
         each taken in the order of the chunks (:class:`~eden_serve.client.transports.Stage`), and middles

@@ -2,7 +2,7 @@
 condition tokens.
 
 :meth:`CloudEncoder.encode_chunk` makes a :class:`~eden_serve.wire.Chunk`: E_cond's tokens
-(:mod:`eden_serve.e_cond`) and the decisions (each pair's frame-difference scalar and seed, and
+(:mod:`eden_serve.model.e_cond`) and the decisions (each pair's frame-difference scalar and seed, and
 the scene cuts, :mod:`.scene_cuts`, so that a pair across a cut costs the edge nothing). With the
 frames and bitstream kinds the cloud sends the frames and its decisions instead
 (:meth:`CloudEncoder.frames_chunk`), and the edge runs E_cond on them itself
@@ -18,10 +18,10 @@ import numpy as np
 import torch
 
 from ..config import EdenConfig
-from ..e_cond import embed_frames, weights_digest
 from ..errors import BadInputError
 from ..media.frames import from_pixels, to_pixels, to_png
-from ..model import CloudWeights
+from ..model.e_cond import embed_frames, weights_digest
+from ..model.weights import CloudWeights
 from ..wire import DEFAULT_CODEC, Chunk, Conditions, Decisions, FramesChunk, Tokens
 from .scene_cuts import scene_cuts
 
@@ -77,7 +77,7 @@ class CloudEncoder:
 
     @functools.cached_property
     def digest(self) -> str:
-        """The weights' digest (:func:`~eden_serve.e_cond.weights_digest`), which a frames payload names."""
+        """The weights' digest (:func:`~eden_serve.model.e_cond.weights_digest`), which a frames payload names."""
         return weights_digest(self.weights)
 
     def encode(self, frame0: torch.Tensor, frame1: torch.Tensor, seed: int = 0) -> Conditions:

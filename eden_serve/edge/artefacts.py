@@ -190,7 +190,7 @@ def prepare(edge, sizes: Iterable[tuple[int, ...]], path: str | Path) -> Path:
     compile = edge.runner.compile
     if compile is None or edge.runner.background is None:
         raise BadInputError("preparing compiled artefacts needs the edge compiled in the background (--compile auto or a mode)")
-    shapes = [(size[0], size[1], size[2] if len(size) > 2 else edge.pairs_per_forward(edge.config.patch_grid(*size[:2])))
+    shapes = [(size[0], size[1], size[2] if len(size) > 2 else edge.sizing.pairs(edge.config.patch_grid(*size[:2])))
               for size in sizes]
     for height, width, pairs in shapes:
         compile_ahead(edge, (height, width), pairs)

@@ -8,11 +8,13 @@ positional embeddings taken from the cache (the inputs hold their own references
 from the cache cannot free a tensor that a captured graph still reads). :func:`sample` (G_DiT) and
 :func:`render` (D_dec) then run on the device alone: no copy to the host, no tensor made from Python
 values, no synchronisation, no state kept between calls. :func:`to_host` is the copy back, after.
+A :class:`StageClock` times the stages from marks the forward sets between them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -20,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from ..config import EdenConfig
-from ..model import EdgeWeights, pos_embedding
+from ..model.weights import EdgeWeights, pos_embedding
 from ..wire import Conditions
-from .paths import BlockPath, query_blocks
+from .blocks import BlockPath, query_blocks
 
 
 def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -44,6 +46,39 @@ def to_host(tensor: torch.Tensor) -> torch.Tensor:
     done.record(torch.cuda.current_stream(tensor.device))
     done.synchronize()
     return host
+
+
+class StageClock:
+    """The forward's own clock: made before :meth:`~eden_serve.edge.EdgeModel.prepare`, marked by the
+    forward as each of its stages ends, read (:meth:`seconds`) once the middles are on the host. On
+    a GPU its marks are CUDA events on the current stream, so the forward waits for nothing; on a
+    CPU the host's clock, since a stage there has run when its call returns."""
+
+    def __init__(self, device: torch.device):
+        self.events = device.type == "cuda"
+        self.marks: list[tuple[str, object]] = [("start", self._now())]
+
+    def _now(self):
+        if not self.events:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def mark(self, stage: str) -> None:
+        """``stage`` ends here (it began at the mark before, the first at the clock's making)."""
+        self.marks.append((stage, self._now()))
+
+    def seconds(self) -> dict[str, float]:
+        """Each stage's seconds, by name."""
+        spans = {}
+        for (_, begun), (stage, ended) in zip(self.marks, self.marks[1:]):
+            if self.events:
+                ended.synchronize()
+                spans[stage] = begun.elapsed_time(ended) / 1000
+            else:
+                spans[stage] = ended - begun
+        return spans
 
 
 def initial_noise(seed: int, num_tokens: int, config: EdenConfig) -> torch.Tensor:

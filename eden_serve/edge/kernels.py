@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..model import Attention, Mlp
+from ..model.weights import Attention, Mlp
 
 # oneDNN's blocked weight layout is chosen for a number of rows; any row count works with it.
 _PACK_ROWS = 512

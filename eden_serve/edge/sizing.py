@@ -9,6 +9,8 @@ as its memory holds, within a cap.
 
 from __future__ import annotations
 
+from typing import Iterator, Sequence
+
 import torch
 
 from ..config import EdenConfig
@@ -50,3 +52,34 @@ def free_memory(device: torch.device) -> int:
     PyTorch's caching allocator holds unused."""
     free, _ = torch.cuda.mem_get_info(device)
     return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def batches(items: Sequence, tokens_each: int, max_batch_tokens: int) -> Iterator[Sequence]:
+    """``items`` (pairs of one size, ``tokens_each`` condition tokens per frame) in consecutive
+    batches of at most ``max_batch_tokens`` tokens, and of at least one pair."""
+    size = max(1, max_batch_tokens // tokens_each)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class Sizing:
+    """How many pairs of a patch grid one forward on ``device`` takes: ``batch_tokens`` condition
+    tokens where set (handler.max_batch_tokens; a CPU's default), else as many as the device's free
+    memory holds, decided once per grid."""
+
+    def __init__(self, device: torch.device, config: EdenConfig):
+        self.device, self.config = device, config
+        self.batch_tokens: int | None = default_batch_tokens(device)
+        self._pairs: dict[tuple[int, int], int] = {}
+
+    def pairs(self, grid: tuple[int, int]) -> int:
+        """Pairs of ``grid`` per forward."""
+        if self.batch_tokens is not None:
+            return max(1, self.batch_tokens // (grid[0] * grid[1]))
+        if grid not in self._pairs:
+            self._pairs[grid] = pairs_for_memory(free_memory(self.device), self.config, grid)
+        return self._pairs[grid]
+
+    def batches(self, items: Sequence, grid: tuple[int, int]) -> Iterator[Sequence]:
+        """``items`` (pairs of ``grid``) in consecutive forwards of :meth:`pairs` each."""
+        return batches(items, 1, self.pairs(grid))

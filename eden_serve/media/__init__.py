@@ -10,7 +10,7 @@ frames of another factor or a frame rate. A directory's output frames are ``%06d
 
 Memory: frames are read one at a time, so a reader holds only the frames its caller keeps, and
 writers stream too. Atomicity: output is built under a hidden name and renamed at the end
-(:mod:`eden_serve.atomic`).
+(:mod:`eden_serve.media.atomic`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Iterator
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from ..atomic import atomic_output, remove_partial
+from .atomic import atomic_output, remove_partial
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE
 from .animation import ANIMATION_FORMATS, AnimationClip

@@ -181,7 +181,7 @@ class ClipWriter:
         raise NotImplementedError
 
     def place(self, picture: "Frame | Image.Image", before: Frame, after: Frame | None, position: Fraction) -> None:
-        """A retimed output's next frame (:mod:`eden_serve.client.tree`): an original (a :class:`Frame`) or a middle,
+        """A retimed output's next frame (:mod:`eden_serve.clips.retimed`): an original (a :class:`Frame`) or a middle,
         due at exact ``position`` between the originals ``before`` and ``after`` (None: after the
         last original, ``position`` counting in its showing time)."""
         raise NotImplementedError

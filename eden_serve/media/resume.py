@@ -4,7 +4,7 @@ it, and a later run with the same input and options continues from the journal's
 Beside the destination ``NAME.EXT``:
 
 - ``.NAME.partial-resume.EXT``: the output being built (a file or a directory), renamed onto the
-  destination once complete, as :mod:`eden_serve.atomic` does;
+  destination once complete, as :mod:`eden_serve.media.atomic` does;
 - ``….journal``: JSON: what the run is (``identity``: the input's size, time and first bytes, the
   factor, chunk, seed, the model or servers), how far its output is durable (``checkpoint``, with
   the writer's :class:`Tally` of what the partial output holds up to there), and a ``seal``: a
@@ -38,7 +38,7 @@ from typing import Iterator
 import torch
 from PIL import Image
 
-from ..atomic import check_destination, create_partial, place, remove_partial
+from .atomic import check_destination, create_partial, place, remove_partial
 from ..errors import BadInputError
 from .frames import Picture, as_image, depth_of, is_deep, open_deep, png_bytes, png_of
 
@@ -146,7 +146,7 @@ class Journal:
     :meth:`output` opens the partial output; ``checkpoint`` is then the last one saved (None: start
     from the beginning), :meth:`save` records a new one, and :meth:`keep_middles` and
     :meth:`cached_middles` keep middles for an output written again in full
-    (:class:`eden_serve.client.processors.Cached`).
+    (:class:`eden_serve.clips.processors.Cached`).
     """
 
     def __init__(self, dst: str | Path, identity: dict):

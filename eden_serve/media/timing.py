@@ -1,6 +1,6 @@
 """A clip's output clock (:class:`Retiming`): ``--factor`` times the source frames, or ``--fps``
 frames a second; where its frames fall and which middle each shows is the client's
-(:mod:`eden_serve.client.schedule`), the writers only need the clock.
+(:mod:`eden_serve.clips.schedule`), the writers only need the clock.
 
 ``levels`` tells a factor of 2, 4 or 8 (every middle of one to three full 2x passes) from the others.
 """

@@ -3,7 +3,7 @@ compare the result with the original (docs/page.md).
 
 The page computes in this process (the models on this machine's device) or through running servers
 (``--server``, or ``--cloud`` and ``--edge``), with the same functions as ``eden-serve interpolate``
-and ``eden-serve client`` (:mod:`eden_serve.commands`). The server side (:mod:`.asgi`, the ``page``
+and ``eden-serve client`` (:mod:`eden_serve.commands.shared`). The server side (:mod:`.asgi`, the ``page``
 extra: Starlette and uvicorn) is imported only when the page starts; the page itself is plain
 HTML, CSS and JavaScript (``static/``, package data): no build step.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from .. import wire
 from ..client import transport_for
-from ..client.streaming import DEFAULT_CHUNK
-from ..commands import PROG, add_deployment_arguments, add_model_options, client_from, load_models
+from ..clips.streaming import DEFAULT_CHUNK
+from ..commands.shared import PROG, add_deployment_arguments, add_model_options, client_from, load_models
 from ..errors import BadInputError
 from ..media.frames import DEFAULT_MAX_PIXELS
 from .guard import allowed_hosts

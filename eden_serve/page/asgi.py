@@ -36,7 +36,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from .. import wire
 from ..client.pace import AUTO
 from ..cloud.sources import SourceVideo
-from ..commands import PROG, clip_in_process, clip_through, client_from, failure
+from ..commands.shared import PROG, clip_in_process, clip_through, client_from, failure
 from ..errors import BadInputError, EdenError
 from .guard import SUBPROTOCOL, Guard, Signer
 from .media import describe, describe_source, preview

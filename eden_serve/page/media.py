@@ -19,10 +19,10 @@ from typing import Callable
 
 from PIL import Image
 
-from ..atomic import atomic_output
 from ..cloud.sources import CONTAINERS, SourceVideo
 from ..media import Clip as OpenedClip
 from ..media import open_clip
+from ..media.atomic import atomic_output
 from ..media.colour import HLG, PQ, tone_mapped
 from ..media.encoding import import_av
 

@@ -1,16 +1,16 @@
 """What a page asks of a run, read as the command line reads it: the page's fields become the
 options of ``eden-serve interpolate`` / ``eden-serve client`` (``--factor``, ``--fps``, the video
 encoder, ``--seed``, ``--scene-threshold``, ``--wire-codec``), parsed by the same parser code and
-checked by the same :func:`~eden_serve.clip_options.clip_options`, before the run is queued."""
+checked by the same :func:`~eden_serve.clips.arguments.clip_options`, before the run is queued."""
 
 from __future__ import annotations
 
 import argparse
 from fractions import Fraction
 
-from ..clip_options import add_clip_arguments, clip_options
+from ..clips.arguments import add_clip_arguments, clip_options
 from ..cloud.scene_cuts import SCENE_THRESHOLD
-from ..commands import threshold, threshold_text
+from ..commands.shared import threshold, threshold_text
 from ..errors import BadInputError
 from .media import OUTPUT_EXTENSIONS
 

@@ -1,11 +1,11 @@
 """The page's runs: each one clip through the functions the commands call
-(:func:`~eden_serve.commands.clip_in_process`, :func:`~eden_serve.commands.clip_through`), one at a
+(:func:`~eden_serve.commands.shared.clip_in_process`, :func:`~eden_serve.commands.shared.clip_through`), one at a
 time on one thread, so runs of several pages queue instead of sharing the device.
 
-A run watches its processor (:func:`eden_serve.client.streaming.interpolate_clip`'s ``watch``): the pairs
+A run watches its processor (:func:`eden_serve.clips.streaming.interpolate_clip`'s ``watch``): the pairs
 done, the latest middle (the live preview), each chunk's bytes by wire codec, the scene cuts (a
 middle that is its earlier frame, copied by the cloud's decision), and, from the timeline events
-(:data:`eden_serve.client.streaming.TIMELINE`), each chunk's time at the cloud, on the wire and at the edge.
+(:data:`eden_serve.clips.streaming.TIMELINE`), each chunk's time at the cloud, on the wire and at the edge.
 Cancelling (the page closed) stops it at the next chunk boundary and leaves no output. At most
 :data:`RUNS_KEPT` finished runs are kept, with their results: the oldest go first, those of closed
 pages before those of open ones.
@@ -25,9 +25,9 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from ..client.processors import Processor, Wrapper
-from ..client.streaming import TIMELINE, Summary
-from ..commands import PROG, failure
+from ..clips.processors import Processor, Wrapper
+from ..clips.streaming import TIMELINE, Summary
+from ..commands.shared import PROG, failure
 from ..media.frames import as_image
 
 MAX_CHUNKS_SHOWN = 400  # the newest chunks' timelines a page is sent
@@ -173,7 +173,7 @@ class Run:
 def _original(frame) -> bool:
     """Whether a chunk's frame is one of the clip's: those carry where they came from (a file, a
     time, a duration, a source), a middle handed on to the next level is its image alone
-    (client/levels.py, client/tree.py)."""
+    (clips/levels.py, clips/retimed.py)."""
     return any(value is not None for value in (frame.path, frame.time, frame.duration, frame.source))
 
 

@@ -2,5 +2,5 @@
 zygote and the child it forks per payload (:mod:`.zygote`), their confinement (:mod:`.confine`)
 and the decoder they run (:mod:`.decoder`). Nothing here imports PyTorch, only PyAV, Pillow, numpy
 and :mod:`eden_serve.errors`, so the zygote starts in a fraction of a second and forks a small
-process. The worker's side is :mod:`eden_serve.media.sandbox`.
+process. The worker's side is :mod:`eden_serve.media.sandboxed`.
 """

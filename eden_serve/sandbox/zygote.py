@@ -1,5 +1,5 @@
 """The sandbox's zygote (``python -m eden_serve.sandbox.zygote FD DECODER``), started by an edge
-worker (:class:`eden_serve.media.sandbox.Sandbox`), and the child it forks for each payload.
+worker (:class:`eden_serve.media.sandboxed.Sandbox`), and the child it forks for each payload.
 
 The zygote imports PyAV, Pillow and the decoder once (:func:`.decoder.warm_up`), and no PyTorch,
 so a fork copies a small process. The child, before it reads a byte of the packets, puts

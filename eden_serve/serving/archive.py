@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .. import synthetic, wire
-from ..checkpoint import load_edge, load_official, write_halves
+from .. import wire
 from ..config import preset
 from ..edge import PRECISIONS, Acceleration, Compile, artefacts
 from ..errors import BadInputError
-from ..hub import resolve_checkpoint
+from ..model import synthetic
+from ..model.checkpoint import load_edge, load_official, write_halves
+from ..model.hub import resolve_checkpoint
 
 PACKAGE = Path(__file__).resolve().parents[1]
 # What TorchServe reads besides the package: handler files, model-configs, the workflow, config.properties.

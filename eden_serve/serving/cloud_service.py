@@ -7,11 +7,11 @@ import time
 from typing import NamedTuple
 
 from .. import wire
-from ..checkpoint import load_cloud
 from ..cloud.encoder import CloudEncoder
 from ..cloud.limits import images_depth, read_chunk
 from ..config import MAX_SEED
 from ..errors import BadInputError
+from ..model.checkpoint import load_cloud
 from ..wire import keyed
 from .fields import OCTET_STREAM, form_field, frame_fields, image_bytes, parse_kind, parse_seed, parse_threshold
 from .services import Reply, Service

@@ -1,5 +1,7 @@
-"""An edge worker call's requests opened on a thread of their own while the batch before computes,
-and their pairs cut into forwards as they come (docs/serving.md, "The edge's pace").
+"""The edge's batching and overlap (docs/serving.md, "The edge's pace"): an edge worker call's
+requests taken in their clips' order (:func:`earliest_first`, by the seeds their headers state),
+opened on a thread of their own while the batch before computes, their pairs cut into forwards as
+they come, and each forward run, in halves where it runs out of memory (:func:`forwards`).
 
 Opening a request is the host's heavy part of it: the wire decode, the token codecs' decompression,
 a bitstream payload's packets decoded, the frames' E_cond. :class:`Preparation` does it on its
@@ -13,6 +15,8 @@ requests behind it.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -20,30 +24,53 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import torch
 
 from ..config import MAX_SEED
-from ..edge import EdgeModel
+from ..edge import EdgeModel, StageClock
+from ..edge.sizing import Sizing
 from ..edge.streams import SideStream, StreamAPI, Ticket
+from ..edge.yuv import to_planes
+from ..media.frames import as_pixels
+from ..media.planes import PlaneFormat
 from ..wire import Chunk, keyed
 from ..wire.envelope import peek_header
-from .refusals import Refusal, refusal
+from .refusals import Refusal, refusal, release_cached_memory
+
+logger = logging.getLogger(__name__)
 
 # Requests opened ahead of the one the computing thread takes: the next one, while this one computes.
 PREPARE_AHEAD = 1
 
 
-class Stated(NamedTuple):
+class HeaderSeeds(NamedTuple):
     """What a payload's header says of its pairs' seeds, before it is judged: an order, no more."""
 
     seeds: list[int]
 
 
-def stated(payload: bytes) -> Stated | None:
+def header_seeds(payload: bytes) -> HeaderSeeds | None:
     """The seeds ``payload``'s header states (a keyed tag skipped unchecked), or None: a forged
     header can reorder the pairs of one worker call, which changes no answer."""
     header = peek_header(keyed.verify(payload, None))
     seeds = header.get("seeds") if header else None
     if isinstance(seeds, list) and seeds and all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds):
-        return Stated(seeds)
+        return HeaderSeeds(seeds)
     return None
+
+
+def earliest_first(chunks: Sequence, firsts: Sequence[int]) -> list[int]:
+    """The requests of one worker call (indices into ``chunks``: each a wire Chunk or what else
+    states its pairs' ``seeds``, such as :class:`HeaderSeeds`, or the refusal that failed it) in the
+    order to compute their pairs: by the seed of the first pair each asks for (``firsts``). A client
+    gives pair i of a clip the seed base + i, so a clip's chunks queued behind a busy worker run in
+    the clip's order, not in the order their payloads happened to arrive: otherwise a first chunk
+    that arrives last waits for the pairs of all the others (docs/streaming.md, "Where the first
+    middle's time went"). Refusals come first (they cost nothing)."""
+
+    def key(idx: int) -> int:
+        seeds = getattr(chunks[idx], "seeds", None)
+        # A request from first = pairs asks for the end record alone (docs/streaming.md): its last seed will do.
+        return seeds[min(firsts[idx], len(seeds) - 1)] if seeds else -1
+
+    return sorted(range(len(chunks)), key=key)
 
 
 def device_tensors(chunk: Chunk) -> list[torch.Tensor]:
@@ -105,17 +132,17 @@ class Preparation:
 
 
 class Forwards:
-    """An edge call's (request, pair)s grouped by frame size, cut into ``model``'s forwards."""
+    """An edge call's (request, pair)s grouped by frame size, cut into forwards as ``sizing`` says."""
 
-    def __init__(self, model: EdgeModel):
-        self.model = model
+    def __init__(self, sizing: Sizing):
+        self.sizing = sizing
         self.groups: dict[tuple, list[tuple[int, int]]] = {}
 
     def add(self, chunk: Chunk, pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
         """Adds ``pairs`` of ``chunk``'s frame size; the forwards that are full now."""
         group = self.groups.setdefault((chunk.grid, chunk.size), [])
         group.extend(pairs)
-        size = self.model.pairs_per_forward(chunk.grid)
+        size = self.sizing.pairs(chunk.grid)
         full = []
         while len(group) >= size:
             full.append(group[:size])
@@ -126,4 +153,51 @@ class Forwards:
         """The pairs not yet handed out, in forwards (each group's last, part full)."""
         for (grid, _), group in self.groups.items():
             if group:
-                yield from self.model.batched(group, grid)
+                yield from self.sizing.batches(group, grid)
+
+
+def forwards(model: EdgeModel, batch: list[tuple[int, int]], chunks: list,
+             planes: PlaneFormat | None = None) -> Iterator[tuple[list, torch.Tensor | Refusal, dict]]:
+    """(pairs, their middles [B, H, W, 3] uint8 on the host, or with ``planes`` on a GPU those planes
+    [B, H 3/2, W], or the Refusal of them all, each stage's seconds) for the (request, pair)s of
+    ``batch``, the requests' ``chunks`` opened. A batch that runs out of memory is tried again in
+    halves, down to single pairs, before its pairs are refused with 507."""
+    if not batch:
+        return
+    start = time.time()
+    outcome = _attempt(model, [(chunks[idx], j) for idx, j in batch], planes)
+    logger.info("edge forward of seeds %s from %.3f to %.3f", [chunks[idx].seeds[j] for idx, j in batch], start, time.time())
+    # Out of _attempt(): the failure's traceback, and the batch's tensors it held, are gone.
+    if isinstance(outcome, Refusal) and outcome.status == 507:
+        release_cached_memory()
+        if len(batch) > 1:
+            half = len(batch) // 2
+            logger.warning("a batch of %d pairs ran out of memory; trying %d and %d", len(batch), half, len(batch) - half)
+            yield from forwards(model, batch[:half], chunks, planes)
+            yield from forwards(model, batch[half:], chunks, planes)
+            return
+    if isinstance(outcome, Refusal):
+        yield batch, outcome, {}
+    else:
+        yield (batch, *outcome)
+
+
+def _attempt(model: EdgeModel, pairs: list[tuple[Chunk, int]], planes: PlaneFormat | None) -> tuple[torch.Tensor | list[torch.Tensor], dict] | Refusal:
+    """One batched forward of pair j of each chunk, its stages timed by the forward's own clock; the
+    middles as pixels on the host, each at its chunk's depth: 8 bits rounded on the device (a
+    quarter of the bytes back; with ``planes`` on a GPU, converted to them there: half again); a
+    batch with 16-bit chunks in it comes back in float32 and is rounded here, each pair as the
+    in-process pipeline rounds it."""
+    try:
+        clock = StageClock(model.device)
+        depths = [chunk.depth for chunk, _ in pairs]
+        eight = all(depth == 8 for depth in depths)
+        made = model.forward(model.prepare([chunk.pair(j) for chunk, j in pairs]), uint8=eight, clock=clock)
+        if eight and planes is not None and model.device.type == "cuda":
+            made = to_planes(made, planes).reshape(len(made), -1, made.shape[2])
+        middles = model.to_host(made)
+        if not eight:
+            middles = [as_pixels(frame[None], depth)[0] for frame, depth in zip(middles, depths)]
+        return middles, clock.seconds()
+    except Exception as exc:  # the batch's requests fail (or are tried in halves); the others go on
+        return refusal(exc)

@@ -42,7 +42,7 @@ def release_cached_memory() -> None:
     torch.cuda.empty_cache()
 
 
-def each(step: Callable[[int, Any], Any], items: list) -> list:
+def request_by_request(step: Callable[[int, Any], Any], items: list) -> list:
     """``step(idx, item)`` for every item of a batch, each failure kept in its place as a
     :class:`Refusal`. An item refused by an earlier step is passed on untouched."""
     results = []

@@ -30,7 +30,7 @@ from .bitstream import BITSTREAM, BITSTREAM_CODEC, BitstreamChunk
 from .decisions import Decisions
 from .envelope import FORMAT_VERSION, MAGIC, MAX_FRAMES, MAX_SIDE, MAX_TOKENS, Limits, open_envelope
 from .kinds import Kind
-from .pixels import FRAMES, FRAMES_CODEC, FramesChunk
+from .frames import FRAMES, FRAMES_CODEC, FramesChunk
 from .tensors import CODECS as TOKEN_CODECS
 from .tensors import Codec, Tokens
 from .tokens import NO_WIRE, TOKEN_KINDS, Chunk, Conditions, HandOver

@@ -50,7 +50,7 @@ from .envelope import (
 )
 from .keyed import TAGGED_PREFIX, is_tagged
 from .kinds import Cloud, Edge, Held, Kind, Source
-from .pixels import FRAMES_CODEC, FramesChunk
+from .frames import FRAMES_CODEC, FramesChunk
 
 BITSTREAM_CODEC = "bitstream"
 # FFmpeg's software decoders of the codecs whose decoding is bit-exact by their specification, the
@@ -335,7 +335,7 @@ class BitstreamKind(Kind):
         return fill(answer, held.packets(wanted(answer)))
 
     def conditions(self, chunk: BitstreamChunk, edge: Edge):
-        return edge.embed(to_frames(chunk, edge.decoded(chunk)))
+        return edge.embed(to_frames(chunk, edge.decode(chunk)))
 
 
 BITSTREAM = BitstreamKind()

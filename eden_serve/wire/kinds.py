@@ -53,7 +53,7 @@ class Held(Protocol):
 
 
 class Edge(Protocol):
-    """What a kind's edge half asks of the edge (:class:`eden_serve.edge.conditions.Intake`)."""
+    """What a kind's edge half asks of the edge (:class:`eden_serve.edge.conditions.EdgeSide`)."""
 
     config: EdenConfig
 
@@ -63,7 +63,7 @@ class Edge(Protocol):
     def embed(self, chunk):
         """A frames chunk's token chunk, from the edge's own copy of E_cond, on its device."""
 
-    def decoded(self, chunk):
+    def decode(self, chunk):
         """The RGB frames [F, H, W, 3] (uint8, or uint16 for a stream deeper than 8 bits) that a bitstream chunk's packets decode to."""
 
 

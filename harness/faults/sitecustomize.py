@@ -58,23 +58,23 @@ def taken(name: str, point: str) -> bool:
 
 def patch_edge(module) -> None:
     model = module.EdgeModel
-    denoise = model.denoise
+    forward = model.forward
 
-    def faulty_denoise(self, batch, *args, **kwargs):
+    def faulty_forward(self, inputs, *args, **kwargs):
         torch = sys.modules["torch"]
-        if len(batch) > 1 and taken("edge-oom", "batch"):
+        if inputs.batch > 1 and taken("edge-oom", "batch"):
             torch.empty(2 * torch.cuda.get_device_properties(self.device).total_memory, dtype=torch.uint8, device=self.device)
         if taken("edge-device-assert", "next"):
             torch.zeros(2, device=self.device)[torch.tensor([7], device=self.device)]
             torch.cuda.synchronize(self.device)
-        return denoise(self, batch, *args, **kwargs)
+        return forward(self, inputs, *args, **kwargs)
 
-    model.denoise = faulty_denoise
+    model.forward = faulty_forward
 
 
 def patch_services(module) -> None:
     edge = module.EdgeService
-    inference, send_ready = edge.inference, edge.send_ready
+    inference = edge.inference
 
     def faulty_inference(self, jobs):
         streamed = any(getattr(job, "stream", None) for job in jobs)
@@ -84,6 +84,13 @@ def patch_services(module) -> None:
         if streamed:
             fire("edge-kill", "after")
         return results
+
+    edge.inference = faulty_inference
+
+
+def patch_replies(module) -> None:
+    replies = module.Replies
+    send_ready = replies.send_ready
 
     def faulty_send_ready(self, idx, answer):
         send = self.send_part
@@ -99,7 +106,7 @@ def patch_services(module) -> None:
         finally:
             self.send_part = send
 
-    edge.inference, edge.send_ready = faulty_inference, faulty_send_ready
+    replies.send_ready = faulty_send_ready
 
 
 def patch_decoder(module) -> None:
@@ -128,8 +135,8 @@ def patch_sandbox(module) -> None:
     module.zygote_environment = lambda: {**environment(), "EDEN_FAULT_DIR": FOLDER}
 
 
-PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.edge": patch_edge,
-           "eden_serve.media.sandbox": patch_sandbox}
+PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.serving.replies": patch_replies,
+           "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.edge": patch_edge, "eden_serve.media.sandboxed": patch_sandbox}
 
 
 class Patcher(importlib.abc.MetaPathFinder):

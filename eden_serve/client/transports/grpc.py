@@ -17,10 +17,10 @@ from typing import Callable
 
 from PIL import Image
 
-from ...errors import BadInputError, ServerError, TransientError, error_from_document
+from ...errors import BadInputError, ServerError, TransientError
 from ...wire.answers import StreamedAnswer
 from ..tls import ClientTLS
-from . import DECODER, ENCODER, Transport, warn_cleartext
+from .base import DECODER, ENCODER, Transport, check_document
 
 SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService"
 URL = re.compile(r"(grpcs?)://([^/]+?)/?")
@@ -69,6 +69,7 @@ class GrpcTransport(Transport):
 
     name = "grpc"
     schemes = ("grpc", "grpcs")
+    secure = ("grpcs",)
     workflow_api = False
 
     def __init__(self, server: str | None, cloud: str | None, edge: str | None, tokens: dict[str, str | None], timeout: float,
@@ -76,11 +77,11 @@ class GrpcTransport(Transport):
         self.grpc, self.messages = _modules()
         self.timeout = timeout
         self.models = {"encoder": ENCODER, "decoder": DECODER}
-        self.urls = self.where = {"encoder": cloud, "decoder": edge} if server is None else {"encoder": server, "decoder": server}
-        self.metadata = {step: (("authorization", f"Bearer {t}"),) if t else () for step, t in tokens.items()}
+        self.reach({"encoder": cloud, "decoder": edge} if server is None else {"encoder": server, "decoder": server}, tokens)
+        self.where = self.urls
+        self.metadata = {step: (("authorization", value),) if value else () for step, value in self.authorization.items()}
         self.channels, self.calls = {}, {}
         for step, url in self.urls.items():
-            warn_cleartext(url, tokens.get(step))
             address, secure = target(url, step)
             if (address, secure) not in self.channels:
                 options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -104,14 +105,6 @@ class GrpcTransport(Transport):
             return TransientError(message)
         return ServerError(HTTP_STATUS.get(code, 400), code.lower(), message)
 
-    def _refused(self, body: bytes, step: str) -> None:
-        refused = error_from_document(body)
-        if refused is not None:
-            message = f"{refused} ({self.where[step]})"
-            if refused.status >= 500:
-                raise TransientError(message)
-            raise ServerError(refused.status, refused.kind, message)
-
     def ask_cloud(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
                   turn=None) -> tuple[bytes, int]:
         """``first_byte`` gets the time the answer arrived (whole: a unary call has no earlier
@@ -127,7 +120,7 @@ class GrpcTransport(Transport):
             raise self._failure(exc, "encoder") from None
         if first_byte is not None:
             first_byte(time.perf_counter())
-        self._refused(answer.prediction, "encoder")
+        check_document(answer.prediction, self.where["encoder"])
         return answer.prediction, request.ByteSize()
 
     def ask_edge(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
@@ -140,7 +133,7 @@ class GrpcTransport(Transport):
             for message in self.calls["decoder"](request, metadata=self.metadata["decoder"], timeout=self.timeout):
                 received += len(message.prediction)
                 if answer.next == first and not answer.buffer:  # a refusal comes whole, before any record
-                    self._refused(message.prediction, "decoder")
+                    check_document(message.prediction, self.where["decoder"])
                 for j, image in answer.feed(message.prediction):
                     deliver(j, image)
         except self.grpc.RpcError as exc:

@@ -15,12 +15,12 @@ import requests
 import torch
 from PIL import Image
 
-from . import DECODER, ENCODER, WORKFLOW, Transport, warn_cleartext
+from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ...media.planes import PlaneFormat, Planes
 from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
 from ...wire.raw import RAW, RawPlanes, loopback, whole_raw
-from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ..tls import ClientTLS
+from .base import DECODER, ENCODER, WORKFLOW, Transport, refusal_error
 
 CONNECT_TIMEOUT = 10.0
 
@@ -47,10 +47,7 @@ def _check(response: requests.Response) -> requests.Response:
     else:
         status, kind = response.status_code, "http_error"
         message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason
-    where = f"HTTP {status} from {response.url}"
-    if status >= 500:
-        raise TransientError(f"{message} ({where})")
-    raise ServerError(status, kind, f"{message} ({where})")
+    raise refusal_error(status, kind, f"{message} (HTTP {status} from {response.url})")
 
 
 @contextlib.contextmanager
@@ -73,18 +70,17 @@ class HttpTransport(Transport):
 
     name = "http"
     schemes = ("http", "https")
+    secure = ("https",)
     workflow_api = True
 
     def __init__(self, server: str | None, cloud: str | None, edge: str | None, tokens: dict[str, str | None], timeout: float,
                  tls: ClientTLS):
         if server is not None:
-            self.urls = {"workflow": f"{_base(server, 'server')}/wfpredict/{WORKFLOW}"}
+            self.reach({"workflow": f"{_base(server, 'server')}/wfpredict/{WORKFLOW}"}, tokens)
         else:
-            self.urls = {"encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
-                         "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}"}
-        self.headers = {step: {"Authorization": f"Bearer {t}"} if t else {} for step, t in tokens.items()}
-        for step, url in self.urls.items():
-            warn_cleartext(url, tokens.get(step))
+            self.reach({"encoder": f"{_base(cloud, 'cloud')}/predictions/{ENCODER}",
+                        "decoder": f"{_base(edge, 'edge')}/predictions/{DECODER}"}, tokens)
+        self.headers = {step: {"Authorization": value} if value else {} for step, value in self.authorization.items()}
         self.timeout = (CONNECT_TIMEOUT, timeout)
         self.tls = tls
         # An edge on this machine answers raw frames, cheaper than PNGs to make and to read (docs/serving.md, "Raw answers").

@@ -16,39 +16,31 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from . import pipeline, synthetic, wire
-from .atomic import save_image
+from .. import wire
+from ..clips import pipeline
+from ..clips.arguments import add_clip_arguments, parse_shape, parse_size, refuse_clip_options, report
+from ..clips.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
+from ..cloud.scene_cuts import SCENE_THRESHOLD
+from ..config import PRESETS, preset
+from ..edge import PRECISIONS, Acceleration, default_precision
+from ..errors import BadInputError
+from ..media import Frame
+from ..media.decoders import DECODERS
+from ..media.atomic import save_image
+from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
+from ..model import synthetic
+from ..model.checkpoint import load_official, write_halves
+from ..model.hub import OFFICIAL_FILE, OFFICIAL_REPO, download
+from ..page import PAGE_DESCRIPTION, add_page_arguments, run_page
+from ..serving import archive
+from ..serving.launcher import BASE_CONFIG
+from ..serving.node import ARCHIVES, serve
+from ..wire.keyed import KEY_FILE_ENV
 from .bench import Bench, run_bench
-from .checkpoint import load_official, write_halves
-from .clip_options import add_clip_arguments, parse_shape, parse_size, refuse_clip_options, report
-from .media import Frame
-from .media.decoders import DECODERS
-from .cloud.scene_cuts import SCENE_THRESHOLD
-from .commands import (
-    CHECKPOINT_REFERENCE,
-    PROG,
-    add_deployment_arguments,
-    add_model_options,
-    clip_in_process,
-    clip_through,
-    client_from,
-    devices,
-    failure,
-    load_models,
-    threshold,
-    threshold_text,
+from .shared import (
+    CHECKPOINT_REFERENCE, PROG, add_deployment_arguments, add_model_options, clip_in_process, clip_through, client_from, devices,
+    failure, load_models, threshold, threshold_text
 )
-from .config import PRESETS, preset
-from .edge import PRECISIONS, Acceleration, default_precision
-from .errors import BadInputError
-from .media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
-from .hub import OFFICIAL_FILE, OFFICIAL_REPO, download
-from .page import PAGE_DESCRIPTION, add_page_arguments, run_page
-from .serving import archive
-from .serving.launcher import BASE_CONFIG
-from .serving.node import ARCHIVES, serve
-from .client.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
-from .wire.keyed import KEY_FILE_ENV
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,5 +1,5 @@
 """The streaming engine's threads: a fixed set of workers for a clip's chunks, and the middles a
-streaming processor hands over before its chunk is done (:mod:`eden_serve.client.streaming`)."""
+streaming processor hands over before its chunk is done (:mod:`eden_serve.clips.streaming`)."""
 
 from __future__ import annotations
 

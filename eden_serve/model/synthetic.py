@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .config import EdenConfig
-from .model import expected_layout
-from .wire import Chunk, Decisions, Tokens
+from ..config import EdenConfig
+from ..wire import Chunk, Decisions, Tokens
+from .weights import expected_layout
 
 WEIGHTS_WARNING = "no checkpoint given: using synthetic weights (seed {seed}); the output is NOT a real interpolation"
 

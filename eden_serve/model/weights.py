@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import EdenConfig
+from ..config import EdenConfig
 
 CLOUD_PREFIXES = ("patch_cond_dit.", "norm_cond_dit.", "patch_cond_dec.", "norm_cond_dec.")
 
@@ -163,7 +163,7 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     """Self-attention, temporal attention over the two frames' tokens, MLP; each pre-normalised.
 
-    The DiT and the decoder wire these parts differently (see ``edge.py``), so there is no forward.
+    The DiT and the decoder wire these parts differently (see ``edge/forward.py``), so there is no forward.
     """
 
     def __init__(self, config: EdenConfig):

@@ -14,8 +14,8 @@ import hashlib
 import torch
 import torch.nn.functional as F
 
-from .config import EdenConfig
-from .model import CloudWeights, pos_embedding
+from ..config import EdenConfig
+from .weights import CloudWeights, pos_embedding
 
 # Tokens per batched patch embedding (see embed_frames): 8192 x 768 float32 is 25 MB.
 EMBED_TOKENS = 8192

@@ -1,12 +1,12 @@
 """The frames of a clip's output, level by level: for a factor F = 2^L, level l is a 2x pass over
 the frames of level l - 1 (the originals at level 1), and the last level's frames go to the writer.
 
-A level cuts its input stream into chunks of ``run.chunk`` pairs (K + 1 frames, neighbours sharing
-the boundary frame), or where ``run.ramp`` is set first chunks of 1, 1, 2, 4, ... pairs up to K
-(:func:`chunk_end`), hands each to ``run.submit`` (which returns a future) with at most
-``run.inflight`` outstanding, takes their middles in order from ``run.collect`` (as they arrive,
-where the processor streams them), and passes on its output stream: each frame, then the middle
-after it. A middle sent on to the next level is a
+A level cuts its input stream into chunks as its :class:`~.dispatch.Chunking` says: ``chunk`` pairs
+(K + 1 frames, neighbours sharing the boundary frame), or where ``ramp`` is set first chunks of 1,
+1, 2, 4, ... pairs up to K (:func:`chunk_end`); it submits each to its :class:`~.dispatch.Chunks`
+with at most ``inflight`` outstanding, takes their middles in order from them (as they arrive,
+where the processor streams them), and passes on its output stream to its :class:`Sink`: each
+frame, then the middle after it. A middle sent on to the next level is a
 :class:`Frame` of its image in its neighbours' pixel format, what a 2x pass would write and the next
 pass read back, so that factor 4 computes exactly what two 2x passes compute.
 """
@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections import deque
 from fractions import Fraction
+from typing import Protocol
 
 from ..media.base import Frame, matched
 from ..media.frames import Picture
+from .dispatch import Chunking, Chunks
 
 
 def chunk_end(first: int, chunk: int, ramp: bool) -> int:
@@ -52,18 +54,24 @@ class Item:
         return Item(frame, image, self.before, other.before if other.after is None else other.after, position)
 
 
-class Level:
-    """Level ``depth``: one 2x pass over the items pushed to it, handing its output stream on to
-    ``sink`` (the next level, or else anything with ``push`` and ``close``). Its pairs are counted
-    from ``first``; ``run`` has ``chunk``, ``ramp``, ``inflight``, ``submit(depth, index, frames)`` and
-    ``collect(future, index, frames)``, which yields the middle images in order."""
+class Sink(Protocol):
+    """Where a level's output stream goes: the next level, or the output."""
 
-    def __init__(self, depth: int, first: int, sink, run):
-        self.depth, self.next_pair, self.sink, self.run = depth, first, sink, run
+    def push(self, item: Item) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Level:
+    """Level ``depth``: one 2x pass over the items pushed to it, its pairs counted from ``first``
+    and cut as ``chunking`` says, sent to ``chunks``; its output stream handed on to ``sink``."""
+
+    def __init__(self, depth: int, first: int, sink: Sink, chunking: Chunking, chunks: Chunks):
+        self.depth, self.next_pair, self.sink, self.chunking, self.chunks = depth, first, sink, chunking, chunks
         self.last = not isinstance(sink, Level)
         self.items: list[Item] = []
         self.pending: deque = deque()
-        self.end = chunk_end(first, run.chunk, run.ramp)
+        self.end = chunk_end(first, chunking.chunk, chunking.ramp)
 
     def push(self, item: Item) -> None:
         self.items.append(item)
@@ -71,18 +79,18 @@ class Level:
             self._submit()
 
     def _submit(self) -> None:
-        if len(self.pending) == self.run.inflight:
+        if len(self.pending) == self.chunking.inflight:
             self._write_oldest()
         frames = [item.frame for item in self.items]
-        self.pending.append((self.next_pair, self.items, self.run.submit(self.depth, self.next_pair, frames)))
+        self.pending.append((self.next_pair, self.items, self.chunks.submit(self.depth, self.next_pair, frames)))
         self.next_pair += len(self.items) - 1
-        self.end = chunk_end(self.next_pair, self.run.chunk, self.run.ramp)
+        self.end = chunk_end(self.next_pair, self.chunking.chunk, self.chunking.ramp)
         self.items = self.items[-1:]
 
     def _write_oldest(self) -> None:
         index, items, future = self.pending.popleft()
         # Driven by the middles, so that the collector runs to its end (its checks and counts).
-        for j, image in enumerate(self.run.collect(future, index, [item.frame for item in items])):
+        for j, image in enumerate(self.chunks.collect(future, index, [item.frame for item in items])):
             self.sink.push(items[j])
             self.sink.push(items[j].between(items[j + 1], image, self.last))
 

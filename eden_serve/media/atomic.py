@@ -17,7 +17,7 @@ from typing import Iterator
 
 from PIL import Image
 
-from .errors import BadInputError
+from ..errors import BadInputError
 
 
 def check_destination(dst: Path, directory: bool) -> None:

@@ -15,17 +15,18 @@ from typing import Callable
 
 import torch
 
-from . import pipeline, wire
-from .checkpoint import load_pair
-from .client import DEFAULT_TIMEOUT, Client
-from .client.streaming import Summary
-from .client.tls import ClientTLS
-from .client.transports import TOKEN_ENV, read_token
-from .clip_options import clip_options
-from .cloud.encoder import CloudEncoder
-from .config import PRESETS, preset
-from .edge import PRECISIONS, Acceleration, EdgeModel, artefacts, default_precision
-from .errors import BadInputError, EdenError
+from .. import wire
+from ..client import DEFAULT_TIMEOUT, Client
+from ..client.tls import ClientTLS
+from ..client.transports import TOKEN_ENV, TRANSPORTS, read_token
+from ..clips import pipeline
+from ..clips.arguments import clip_options
+from ..clips.streaming import Summary
+from ..cloud.encoder import CloudEncoder
+from ..config import PRESETS, preset
+from ..edge import PRECISIONS, Acceleration, EdgeModel, artefacts, default_precision
+from ..errors import BadInputError, EdenError
+from ..model.checkpoint import load_pair
 
 PROG = "eden-serve"
 CHECKPOINT_REFERENCE = "hf://ORG/NAME/FILE[@REV]"
@@ -123,7 +124,7 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--server", metavar="URL", help="TorchServe running the eden workflow, e.g. http://127.0.0.1:8080")
     where.add_argument("--cloud", metavar="URL", help="TorchServe running eden_encoder")
     where.add_argument("--edge", metavar="URL", help="TorchServe running eden_ditdec")
-    where.add_argument("--transport", choices=("http", "grpc"),
+    where.add_argument("--transport", choices=TRANSPORTS.names,
                        help="http, or grpc with grpc:// or grpcs:// URLs of the gRPC inference ports; over gRPC "
                             "--server names a server with eden_encoder and eden_ditdec (default: the URLs' scheme says)")
     auth = parser.add_argument_group(f"token (else ${TOKEN_ENV}; none if unset)")
@@ -154,8 +155,8 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
                     models: Callable[[], tuple[CloudEncoder, EdgeModel]], **hooks) -> Summary:
     """``eden-serve interpolate CLIP``: the clip options of ``args``, checked before ``models()``
     gives the halves that compute it; the chunks, the chunks in flight and the encoder's speed the
-    edge's device suits where ``args`` leaves them (:func:`~eden_serve.pipeline.clip_defaults`);
-    ``hooks``: :func:`~eden_serve.client.streaming.interpolate_clip`'s ``watch``."""
+    edge's device suits where ``args`` leaves them (:func:`~eden_serve.clips.pipeline.clip_defaults`);
+    ``hooks``: :func:`~eden_serve.clips.streaming.interpolate_clip`'s ``watch``."""
     wire.kind(args.codec, in_process=True)
     options = clip_options(args)
     cloud, edge = models()

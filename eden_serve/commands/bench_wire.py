@@ -1,6 +1,6 @@
-"""Payload size, token error and speed of every token codec: ``python -m eden_serve.bench_wire``.
+"""Payload size, token error and speed of every token codec: ``python -m eden_serve.commands.bench_wire``.
 
-Conditions are pairs of :func:`eden_serve.synthetic.chunk` (LayerNorm outputs) with the official
+Conditions are pairs of :func:`eden_serve.model.synthetic.chunk` (LayerNorm outputs) with the official
 dimensions, in its two token profiles, ``plain`` and ``outliers``. The frames codec carries frames, not
 tokens: benchmarks/chunks.py measures it on real video.
 
@@ -18,10 +18,11 @@ import time
 
 import torch
 
-from . import synthetic
-from .checkpoint import load_pair
-from .config import PRESETS, EdenConfig
-from .wire import DEFAULT_CODEC, TOKEN_CODECS, Chunk, decode, encode
+from ..config import PRESETS, EdenConfig
+from ..edge import EdgeModel, middles_of
+from ..model import synthetic
+from ..model.checkpoint import load_pair
+from ..wire import DEFAULT_CODEC, TOKEN_CODECS, Chunk, decode, encode
 
 RESOLUTIONS = {"480p": (480, 854), "1080p": (1080, 1920), "4K": (2160, 3840)}
 
@@ -34,13 +35,18 @@ def token_errors(chunk: Chunk, config: EdenConfig, codec: str) -> tuple[float, f
     return err.abs().max().item(), rms, rms / x.square().mean().sqrt().item()
 
 
+def _middle(edge: EdgeModel, chunk: Chunk) -> torch.Tensor:
+    """The middle of ``chunk``'s first pair, [3, H, W] float32 in [0, 1]."""
+    return middles_of(edge, [chunk.pair(0)], uint8=False)[0]
+
+
 def frame_errors(config: EdenConfig, checkpoint: str | None, chunks: dict[str, Chunk]) -> None:
     print("\noutput-frame error at 480p against fp32 conditions: max abs / PSNR (dB), pixels in [0, 1]")
     edge = load_pair(checkpoint, config)[1]
     edge_bf16 = load_pair(checkpoint, config, precision="bf16")[1]
-    refs = {profile: edge.interpolate(chunk.pair(0)) for profile, chunk in chunks.items()}
-    rows = {codec: lambda chunk, codec=codec: edge.interpolate(decode(encode(chunk, config, codec), config).pair(0)) for codec in TOKEN_CODECS}
-    rows["edge in bf16"] = lambda chunk: edge_bf16.interpolate(chunk.pair(0))
+    refs = {profile: _middle(edge, chunk) for profile, chunk in chunks.items()}
+    rows = {codec: lambda chunk, codec=codec: _middle(edge, decode(encode(chunk, config, codec), config)) for codec in TOKEN_CODECS}
+    rows["edge in bf16"] = lambda chunk: _middle(edge_bf16, chunk)
     print(f"{'codec':<18}" + "".join(f"{profile:>20}" for profile in chunks))
     for label, run in rows.items():
         if label.endswith("+zstd") or label == "fp32":  # zstd is lossless

@@ -1,5 +1,5 @@
 """Processors: what turns a chunk's frames into its middle frames, for the streaming engine
-(:mod:`.streaming`): the model in this process (:func:`eden_serve.pipeline.in_process`), the
+(:mod:`.streaming`): the model in this process (:func:`eden_serve.clips.pipeline.in_process`), the
 servers (:meth:`eden_serve.client.Client.processor`), and wrappers around either (the
 processing size, :mod:`.resize`; a resumed run's cache, :mod:`.journal`; the web page's watch).
 

@@ -1,13 +1,13 @@
-"""The frames of a retimed output (:mod:`eden_serve.client.schedule`): only the middles its frames show, and their
+"""The frames of a retimed output (:mod:`eden_serve.clips.schedule`): only the middles its frames show, and their
 ancestors in the 2x tree, are computed.
 
-The source intervals are read in windows of ``run.chunk``. In a window, depth d's middles wait for
-depth d - 1's; its pairs are numbered as in a full 2x pass at that depth (pair g of depth d is
-interval g >> (d - 1), seeded ``seed + g``), and consecutive pairs go to ``run.submit`` together,
-cut where g is a multiple of ``run.chunk``, so that each middle is the one a factor 2^d run
-computes and the cut does not depend on where a run starts. Windows overlap: while one waits on
-its next depth, the next window's pairs are in flight, at most ``run.inflight`` chunks in all, and
-windows are written strictly in order through ``run.place``.
+The source intervals are read in windows of ``chunk`` (the run's :class:`~.dispatch.Chunking`). In
+a window, depth d's middles wait for depth d - 1's; its pairs are numbered as in a full 2x pass at
+that depth (pair g of depth d is interval g >> (d - 1), seeded ``seed + g``), and consecutive pairs
+go to the run's :class:`~.dispatch.Chunks` together, cut where g is a multiple of ``chunk``, so that
+each middle is the one a factor 2^d run computes and the cut does not depend on where a run starts.
+Windows overlap: while one waits on its next depth, the next window's pairs are in flight, at most
+``inflight`` chunks in all, and windows are written strictly in order to the :class:`Placer`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,18 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, wait
 from fractions import Fraction
-from typing import Iterable
+from typing import Iterable, Protocol
 
 from ..media.base import Frame, matched
 from ..media.frames import Picture
+from .dispatch import Chunking, Chunks
 from .schedule import Schedule, Target, ancestors
+
+
+class Placer(Protocol):
+    """Where a retimed output's frames go, each at its ``position`` between originals ``before`` and ``after``."""
+
+    def place(self, picture: Frame | Picture, before: Frame, after: Frame | None, position: Fraction) -> None: ...
 
 
 def _runs(pairs: list[int], chunk: int) -> list[list[int]]:
@@ -93,12 +100,11 @@ class _Window:
         return self.images[self.first + k, target.shown]
 
 
-def retime(frames: Iterable[Frame], schedule: Schedule, run) -> int:
-    """Write the retimed output of ``frames`` through ``run`` (``chunk``, ``inflight``,
-    ``submit(depth, index, frames)``, ``collect(future, index, frames)`` and ``place(picture,
-    before, after, position)``); returns the number of source frames read. The schedule's clock
-    is seconds under ``--fps`` (a video's frames are timed), else frame indices."""
-    retiming = _Retiming(frames, schedule, run)
+def retime(frames: Iterable[Frame], schedule: Schedule, chunking: Chunking, chunks: Chunks, output: Placer) -> int:
+    """Write the retimed output of ``frames`` to ``output``, its middles computed by ``chunks`` cut as
+    ``chunking`` says; returns the number of source frames read. The schedule's clock is seconds
+    under ``--fps`` (a video's frames are timed), else frame indices."""
+    retiming = _Retiming(frames, schedule, chunking, chunks, output)
     while True:
         retiming.read()
         retiming.submit()
@@ -112,10 +118,11 @@ def retime(frames: Iterable[Frame], schedule: Schedule, run) -> int:
 
 class _Retiming:
     """:func:`retime` under way: the source read window by window, the windows in flight, and the
-    chunks outstanding (at most ``run.inflight``)."""
+    chunks outstanding (at most ``chunking.inflight``)."""
 
-    def __init__(self, frames: Iterable[Frame], schedule: Schedule, run):
-        self.source, self.schedule, self.run = iter(frames), schedule, run
+    def __init__(self, frames: Iterable[Frame], schedule: Schedule, chunking: Chunking, chunks: Chunks, output: Placer):
+        self.source, self.schedule = iter(frames), schedule
+        self.chunking, self.chunks, self.output = chunking, chunks, output
         self.timed = schedule.retiming.fps is not None
         self.windows: deque[_Window] = deque()
         self.outstanding: dict = {}  # future -> (window, depth, pairs, frames)
@@ -131,20 +138,20 @@ class _Retiming:
         for frame in self.source:
             self.frames_read += 1
             batch.append(frame)
-            if len(batch) == self.run.chunk + 1:
+            if len(batch) == self.chunking.chunk + 1:
                 break
         if batch:
             self.previous = batch[-1]
         if len(batch) < 2:
             return None
         targets = [self.schedule.interval(self.clock(a), self.clock(b)) for a, b in zip(batch, batch[1:])]
-        window = _Window(batch[0].index, batch, targets, self.run.chunk)
+        window = _Window(batch[0].index, batch, targets, self.chunking.chunk)
         window.advance()
         return window
 
     def read(self) -> None:
         """Windows read ahead while the ones in flight wait on their chunks."""
-        while not self.exhausted and len(self.windows) <= self.run.inflight:
+        while not self.exhausted and len(self.windows) <= self.chunking.inflight:
             window = self._window()
             if window is None:
                 self.exhausted = True
@@ -153,10 +160,10 @@ class _Retiming:
 
     def submit(self) -> None:
         for window in self.windows:
-            while window.ready and len(self.outstanding) < self.run.inflight:
+            while window.ready and len(self.outstanding) < self.chunking.inflight:
                 depth, pairs = window.ready.popleft()
                 chunk = window.frames_of(depth, pairs)
-                self.outstanding[self.run.submit(depth, pairs[0], chunk)] = (window, depth, pairs, chunk)
+                self.outstanding[self.chunks.submit(depth, pairs[0], chunk)] = (window, depth, pairs, chunk)
                 window.waiting += 1
 
     def write(self) -> None:
@@ -165,7 +172,7 @@ class _Retiming:
             window = self.windows.popleft()
             for k, due in enumerate(window.targets):
                 for target in due:
-                    self.run.place(window.shown(k, target), window.frames[k], window.frames[k + 1], target.position)
+                    self.output.place(window.shown(k, target), window.frames[k], window.frames[k + 1], target.position)
 
     def collect(self) -> None:
         """The chunks that finish next, each handed to its window."""
@@ -175,11 +182,11 @@ class _Retiming:
         for future in sorted(finished, key=list(self.outstanding).index):
             window, depth, pairs, chunk = self.outstanding.pop(future)
             # Whole: collect tallies the chunk once its last middle has been taken.
-            window.fill(depth, pairs, list(self.run.collect(future, pairs[0], chunk)))
+            window.fill(depth, pairs, list(self.chunks.collect(future, pairs[0], chunk)))
 
     def tail(self) -> None:
         """The frames due from the last original on."""
         if self.previous is not None:
             end = self.previous.end if self.timed else None
             for target in self.schedule.tail(self.clock(self.previous), end):
-                self.run.place(self.previous, self.previous, None, target.position)
+                self.output.place(self.previous, self.previous, None, target.position)

@@ -1,5 +1,5 @@
 """The command line's clip options: frame rate, encoder, processing size and headerless input
-(docs/video.md), parsed into what :func:`eden_serve.client.streaming.interpolate_clip` takes."""
+(docs/video.md), parsed into what :func:`eden_serve.clips.streaming.interpolate_clip` takes."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import BadInputError
-from .media import PIPE, Encoding, RawVideo, Retiming
-from .media.encoding import parse_option
-from .media.timing import DEFAULT_TIME_ERROR, parse_rate
+from ..errors import BadInputError
+from ..media import PIPE, Encoding, RawVideo, Retiming
+from ..media.encoding import parse_option
+from ..media.timing import DEFAULT_TIME_ERROR, parse_rate
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -69,7 +69,7 @@ def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def clip_options(args) -> dict:
-    """The clip options of ``args`` as :func:`eden_serve.client.streaming.interpolate_clip` takes them."""
+    """The clip options of ``args`` as :func:`eden_serve.clips.streaming.interpolate_clip` takes them."""
     if args.encoder_instances is not None and args.encoder_instances < 1:
         raise BadInputError(f"--encoder-instances must be at least 1, got {args.encoder_instances}")
     encoding = Encoding(args.vcodec, args.crf, args.preset, args.pix_fmt,

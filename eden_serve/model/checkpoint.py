@@ -20,13 +20,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ..cloud.encoder import CloudEncoder
+from ..config import MODEL_NAMES, EdenConfig
+from ..edge import EdgeModel, Precision
+from ..errors import CheckpointError
 from . import synthetic
-from .cloud.encoder import CloudEncoder
-from .config import MODEL_NAMES, EdenConfig
-from .edge import EdgeModel, Precision
-from .errors import CheckpointError
 from .hub import resolve_checkpoint
-from .model import CloudWeights, EdgeWeights, expected_layout, is_cloud_key
+from .weights import CloudWeights, EdgeWeights, expected_layout, is_cloud_key
 
 SIDES = {"cloud": CloudWeights, "edge": EdgeWeights}
 # Each archive carries its half under this name.

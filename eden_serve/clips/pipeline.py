@@ -23,19 +23,19 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from . import wire
-from .client.processors import FunctionProcessor, Middles, Processor
-from .client.streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
-from .cloud.encoder import CloudEncoder
-from .cloud.scene_cuts import SCENE_THRESHOLD
-from .edge import AttentionPath, EdgeModel, to_host, upload
-from .edge.conditions import Intake
-from .edge.yuv import to_planes
-from .errors import BadInputError
-from .media import PIPE, Frame, decoders, open_clip
-from .media.video import VideoClip, rgb_pixels
-from .media.planes import PlaneFormat, Planes
-from .media.frames import DEFAULT_MAX_PIXELS, DEPTHS, as_pixels, check_pair, levels, load_frame, pixels_to_tensor, to_pixels
+from .. import wire
+from ..cloud.encoder import CloudEncoder
+from ..cloud.scene_cuts import SCENE_THRESHOLD
+from ..edge import AttentionPath, EdgeModel, middles_of, upload
+from ..edge.conditions import EdgeSide
+from ..edge.yuv import to_planes
+from ..errors import BadInputError
+from ..media import PIPE, Frame, decoders, open_clip
+from ..media.planes import PlaneFormat, Planes
+from ..media.video import VideoClip, rgb_pixels
+from ..media.frames import DEFAULT_MAX_PIXELS, DEPTHS, as_pixels, check_pair, levels, load_frame, pixels_to_tensor, to_pixels
+from .processors import FunctionProcessor, Middles, Processor
+from .streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
 
 # The model already uses every core; a second pair overlaps reading, writing and codec work.
 DEFAULT_INFLIGHT = 2
@@ -60,11 +60,11 @@ def clip_defaults(device: torch.device) -> ClipDefaults:
     return CLIP_DEFAULTS.get(device.type, CLIP_DEFAULTS["cpu"])
 
 
-def hand_over(cloud: CloudEncoder, intake: Intake, made, kind: wire.Kind) -> tuple[wire.Chunk, int]:
-    """What the cloud ``made`` of a chunk's frames (``kind.make``) as the edge's ``intake`` makes it,
-    on the edge's device, and the bytes of the payload it crossed as (0 without the wire)."""
-    received, payload_bytes = kind.cross(made, cloud.config, intake.config)
-    return kind.conditions(received, intake), payload_bytes
+def hand_over(cloud: CloudEncoder, edge_side: EdgeSide, made, kind: wire.Kind) -> tuple[wire.Chunk, int]:
+    """What the cloud ``made`` of a chunk's frames (``kind.make``) as the edge's ``edge_side`` makes
+    it, on the edge's device, and the bytes of the payload it crossed as (0 without the wire)."""
+    received, payload_bytes = kind.cross(made, cloud.config, edge_side.config)
+    return kind.conditions(received, edge_side), payload_bytes
 
 
 def interpolate_pair(
@@ -93,10 +93,10 @@ def interpolate_chunk(
     """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
     they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
     None: off) get the earlier frame, the others are computed in batched forwards of
-    ``edge.pairs_per_forward`` pairs. With the frames codec the payload carries the frames, and the
+    ``edge.sizing`` pairs. With the frames codec the payload carries the frames, and the
     edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
     kind = wire.kind(codec, in_process=True)
-    chunk, payload_bytes = hand_over(cloud, Intake.beside(edge, cloud.weights), kind.make(cloud, frames, seed, scene_threshold), kind)
+    chunk, payload_bytes = hand_over(cloud, EdgeSide.beside(edge, cloud.weights), kind.make(cloud, frames, seed, scene_threshold), kind)
     return edge_middles(edge, chunk, path), payload_bytes
 
 
@@ -104,8 +104,8 @@ def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast
     """The edge's half of :func:`interpolate_chunk`: the chunk's K middles, [K, 3, H, W]."""
     middles: list[torch.Tensor | None] = [_cut_frame(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
     computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
-    for batch in edge.batched(computed, chunk.grid):
-        for j, middle in zip(batch, edge.interpolate_batch([chunk.pair(j) for j in batch], path)):
+    for batch in edge.sizing.batches(computed, chunk.grid):
+        for j, middle in zip(batch, middles_of(edge, [chunk.pair(j) for j in batch], uint8=False, path=path)):
             middles[j] = middle
     return torch.stack(middles)
 
@@ -125,14 +125,14 @@ def pixel_middles(edge: EdgeModel, chunk: wire.Chunk, planes: PlaneFormat | None
     for j, copy in chunk.copies.items():
         middles[j] = copy.to(edge.device) if isinstance(copy, torch.Tensor) else to_pixels(load_frame(copy), chunk.depth)
     computed = [j for j in range(chunk.pairs) if j not in chunk.copies]
-    for batch in edge.batched(computed, chunk.grid):
+    for batch in edge.sizing.batches(computed, chunk.grid):
         inputs = edge.prepare([chunk.pair(j) for j in batch])
         made = edge.forward(inputs) if chunk.depth == 8 else as_pixels(edge.forward(inputs, uint8=False), chunk.depth)
         for j, middle in zip(batch, made):  # one by one: indexing with a list is not defined for uint16
             middles[j] = middle
     if planes is None or middles.dtype != torch.uint8:
-        return list(to_host(middles))
-    return [Planes(each, width, height, planes) for each in to_host(to_planes(middles, planes))]
+        return list(edge.to_host(middles))
+    return [Planes(each, width, height, planes) for each in edge.to_host(to_planes(middles, planes))]
 
 
 def frame_tensors(frames: Sequence[Frame], device: torch.device) -> list[torch.Tensor]:
@@ -189,7 +189,7 @@ def in_process(
     middles equal theirs for the same seed, codec and thread count. Each chunk's stages go to
     :data:`~eden_serve.streaming.TIMELINE`. ``middles_as``: :data:`MIDDLES_AS`, where a writer takes planes."""
     kind = wire.kind(codec, in_process=True)
-    intake = Intake.beside(edge, cloud.weights)
+    edge_side = EdgeSide.beside(edge, cloud.weights)
     processor = InProcess(lambda index, frames, seed: process(index, frames, seed), middles_as, edge.device)
 
     def process(index: int, frames: list[Frame], seed: int) -> Middles:
@@ -203,7 +203,7 @@ def in_process(
             event("cloud asked")
             made = kind.make(cloud, tensors, seed, scene_threshold, depth=max(frame.depth for frame in frames))
             event("encoded")
-            chunk, payload_bytes = hand_over(cloud, intake, made, kind)
+            chunk, payload_bytes = hand_over(cloud, edge_side, made, kind)
             event("payload in")
             event("edge asked")
             middles = pixel_middles(edge, chunk, processor.format)
@@ -248,7 +248,7 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
                                 **options) -> Summary:
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`
     (``middles_as``, of :data:`MIDDLES_AS`, among the options); ``options``:
-    :class:`~eden_serve.client.streaming.ClipOptions`' (here by default chunks of
+    :class:`~eden_serve.clips.streaming.ClipOptions`' (here by default chunks of
     :data:`DEFAULT_CHUNK` pairs, :data:`DEFAULT_INFLIGHT` in flight, frames of at most
     :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
     wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error
@@ -257,6 +257,6 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
     src = decoded_by(src, decoder, edge.device, options)
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
     if options.resume:
-        options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.batch_tokens, "scene_threshold": scene_threshold,
+        options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.sizing.batch_tokens, "scene_threshold": scene_threshold,
                                                 **model_identity(cloud, edge)})
     return interpolate_clip(src, dst, processor, options)

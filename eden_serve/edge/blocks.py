@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from ..model import Block
+from ..model.weights import Block
 from .kernels import (
     Linears,
     absorbed_temporal_attention,

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import synthetic, wire
-from .checkpoint import load_pair
-from .config import EdenConfig
-from .edge import EdgeModel, synchronize
-from .edge.conditions import Intake
-from .model import EdgeWeights
-from .wire import Conditions
+from .. import wire
+from ..config import EdenConfig
+from ..edge import EdgeModel, StageClock, synchronize
+from ..edge.conditions import EdgeSide
+from ..model import synthetic
+from ..model.checkpoint import load_pair
+from ..model.weights import EdgeWeights
+from ..wire import Conditions
 
 GEMM_TRIES = 3  # per round; the best is the round's peak
 
@@ -54,7 +55,7 @@ def pair_flops(config: EdenConfig, size: tuple[int, int]) -> int:
     tokens = torch.zeros(2, ph * pw, config.hidden_dim, device="meta")
     pair = [Conditions(tokens, tokens, 0.5, 0.25, 0.0, (ph, pw), size)]
     with FlopCounterMode(display=False) as counter:
-        edge.decode_on_device(edge.denoise(pair), pair)
+        edge.forward(edge.prepare(pair), uint8=False)
     return counter.get_total_flops()
 
 
@@ -78,22 +79,24 @@ def gemm_rate(edge: EdgeModel, tokens: int) -> tuple[float, float]:
     return flops / best / 1e6, flops / best_cpu / 1e6
 
 
-def _stages(cloud, intake: Intake, frames, kind: wire.Kind, path: str) -> tuple[dict[str, float], torch.Tensor, int, float]:
+def _stages(cloud, edge_side: EdgeSide, frames, kind: wire.Kind, path: str) -> tuple[dict[str, float], torch.Tensor, int, float]:
     """One pair's stages, in ms: the cloud's chunk, the codec's round trip (the edge's E_cond counts
-    as codec work), the denoise and the decode; its middle, payload bytes and the edge's CPU ms."""
-    edge, device = intake.model, intake.model.device
+    as codec work), the denoise (the host's preparation of the forward in it) and the decode, from
+    the forward's own clock; its middle, payload bytes and the edge's CPU ms."""
+    edge, device = edge_side.model, edge_side.model.device
 
     def round_trip(chunk):
         received, payload_bytes = kind.cross(chunk, cloud.config, edge.config)
-        return [kind.conditions(received, intake).pair(0)], payload_bytes
+        return [kind.conditions(received, edge_side).pair(0)], payload_bytes
 
     chunk, encode_ms = _timed(lambda: kind.make(cloud, frames), cloud.device)
     (received, payload_bytes), codec_ms = _timed(lambda: round_trip(chunk), device)
     cpu = time.process_time()
-    latents, denoise_ms = _timed(lambda: edge.denoise(received, path), device)
-    frame, decode_ms = _timed(lambda: edge.decode_latents(latents, received, path)[0], device)
+    clock = StageClock(device)
+    frame = edge.to_host(edge.forward(edge.prepare(received), uint8=False, path=path, clock=clock))[0]
     edge_cpu_ms = (time.process_time() - cpu) * 1000
-    return {"encode": encode_ms, "codec": codec_ms, "denoise": denoise_ms, "decode": decode_ms}, frame, payload_bytes, edge_cpu_ms
+    stages = {stage: seconds * 1000 for stage, seconds in clock.seconds().items()}
+    return {"encode": encode_ms, "codec": codec_ms, **stages}, frame, payload_bytes, edge_cpu_ms
 
 
 def _interleaved(jobs: dict, repeat: int) -> dict[str, list]:
@@ -144,10 +147,10 @@ def run_bench(bench: Bench) -> dict:
           f"{torch.get_num_threads()} threads, {bench.repeat} timed pairs after a warm-up")
     frames = synthetic.frame_pair(*size)
     ph, pw = config.patch_grid(*size)
-    intake = Intake.beside(edge, cloud.weights)
-    jobs = {"peak": lambda: gemm_rate(edge, ph * pw), "optimised": lambda: _stages(cloud, intake, frames, kind, "fast")}
+    edge_side = EdgeSide.beside(edge, cloud.weights)
+    jobs = {"peak": lambda: gemm_rate(edge, ph * pw), "optimised": lambda: _stages(cloud, edge_side, frames, kind, "fast")}
     if bench.reference:
-        fp32 = intake if edge.precision == "fp32" else Intake.beside(
+        fp32 = edge_side if edge.precision == "fp32" else EdgeSide.beside(
             load_pair(bench.checkpoint, config, bench.devices[1], "fp32")[1], cloud.weights)
         jobs["reference"] = lambda: _stages(cloud, fp32, frames, wire.kind("fp32"), "reference")
     runs = _interleaved(jobs, bench.repeat)

@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 OFFICIAL_REPO = "zhZ524/EDEN"
 OFFICIAL_FILE = "eden.pt"

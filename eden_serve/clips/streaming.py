@@ -8,20 +8,21 @@ on one of ``inflight`` worker threads (:mod:`.processors`). The main thread read
 ``inflight`` chunks outstanding and writes the output strictly in order (original i, middle i,
 original i + 1, ...), so memory holds about ``inflight * (K + 1)`` input frames and as many
 middles, whatever the clip length. ``ramp`` starts a level with chunks of 1, 1, 2, 4, ... pairs
-(:func:`~eden_serve.client.levels.chunk_end`), so that its first middle needs one pair's work. A
+(:func:`~eden_serve.clips.levels.chunk_end`), so that its first middle needs one pair's work. A
 processor that streams hands over each middle of its chunk as soon as it has it; they are written
 as they come, in order, and its final result must hold the same images. ``arrived.order`` numbers
 the chunks 0, 1, 2, ... as they are submitted (all levels together), and the processor hears each
 number (:meth:`~.processors.Processor.queued`) on the main thread before any worker runs it.
 A factor of 4 or 8 chains two or three such passes, each over the frames of the one before
-(:mod:`eden_serve.client.levels`); any other factor, or a frame rate, computes only the middles its
-frames show (:mod:`eden_serve.client.tree`); ``resume`` keeps and continues a stopped run's output
-(:mod:`eden_serve.media.resume`).
+(:mod:`eden_serve.clips.levels`); any other factor, or a frame rate, computes only the middles its
+frames show (:mod:`eden_serve.clips.retimed`). Both ask the run only what :mod:`.dispatch` declares:
+how it chunks, and where its chunks go (:class:`~.dispatch.Dispatch`, to the processors' workers).
+``resume`` keeps and continues a stopped run's output (:mod:`eden_serve.media.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
 stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
 KeyboardInterrupt) propagates unchanged. Either way the output does not appear (see
-:mod:`eden_serve.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
+:mod:`eden_serve.media.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
 that processors waiting to retry give up.
 """
 
@@ -31,26 +32,24 @@ import logging
 import sys
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-from PIL import Image
 from tqdm import tqdm
 
-from ..errors import BadInputError, EdenError, PairError, TransientError
+from ..errors import BadInputError
 from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
-from ..media.frames import picture_size
 from ..media.resume import Journal
 from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH
-from .levels import Item, Level
+from .dispatch import Chunking, Chunks, Dispatch
+from .levels import Item, Level, Sink
 from .processors import Cached, Middles, Processor, as_processor
 from .resize import AtSize
+from .retimed import retime
 from .schedule import Schedule
-from .tree import retime
-from .workers import Arrivals, Workers
+from .workers import Workers
 
 DEFAULT_INFLIGHT = 4
 # Pairs per request: the wire carries each frame once per chunk (docs/performance.md "Clip chunks").
@@ -161,95 +160,16 @@ def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
     return tqdm(total=total, unit="pair", desc="interpolating", file=sys.stderr, disable=disable, dynamic_ncols=True)
 
 
-def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
-    pairs = len(frames) - 1
-    try:
-        result = future.result()
-    except (EdenError, TransientError) as exc:
-        raise PairError(index, frames[0], frames[-1], exc, pairs) from exc
-    middles = result if isinstance(result, Middles) else Middles(list(result))
-    problem = None
-    if len(middles.images) != pairs:
-        problem = f"{len(middles.images)} middle frames came back for {pairs} pairs"
-    elif any(picture_size(image) != frames[0].size for image in middles.images):
-        sizes = sorted({picture_size(image) for image in middles.images})
-        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].size}"
-    if problem:
-        raise PairError(index, frames[0], frames[-1], BadInputError(problem), pairs)
-    return middles
+class _Output:
+    """The end of a run's stream: the writer, the summary's count of frames written and, for a
+    resumable output, the checkpoints at which a resumed run can start."""
 
-
-class _Run:
-    """One clip's run: the processors (one per level), the workers, the summary and the writer,
-    with the checkpoints of a resumable output; the levels and the retimed tree share it."""
-
-    def __init__(self, options: ClipOptions, processor: Processor, workers: Workers, writer, journal: Journal | None):
-        self.options, self.workers, self.writer, self.journal = options, workers, writer, journal
-        self.chunk, self.ramp, self.inflight, self.seed = options.chunk, options.ramp, options.inflight, options.seed
-        self.depth = options.retiming.levels  # None: retimed
-        levels = MAX_DEPTH if self.depth is None else self.depth
-        self.processors = [processor] * levels
-        if journal is not None and (self.depth is None or not writer.continues):
-            self.processors = [Cached(processor, journal, level) for level in range(1, levels + 1)]
-        self.closing = 1 - Fraction(1, 2**levels)  # the position of the last middle before an original
-        # A resumed output holds the frames before original ``start``.
-        self.start = journal.checkpoint["position"] if self.depth and journal is not None and journal.checkpoint else 0
-        self.summary = Summary(pairs=0, frames=0, seconds=0.0)
-        self.bar: tqdm | None = None
-        self.submitted = 0  # streamed chunks so far: the next one's order
-        self.arrivals: dict[Future, Arrivals] = {}  # of the streamed chunks not yet collected
-
-    def write(self, clip: Clip, src) -> Summary:
-        """The clip's output: its levels, or its retimed frames."""
-        summary, factor = self.summary, 2 ** len(self.processors)
-        summary.resumed, summary.frames = (factor - 1) * self.start, factor * self.start
-        total = (factor - 1) * (clip.length - 1) if clip.length and self.depth is not None else None
-        schedule = Schedule(self.options.retiming)
-        with progress_bar(total, self.options.progress) as self.bar:
-            self.bar.update(summary.resumed)
-            read = retime(clip, schedule, self) if self.depth is None else _leveled(clip, self, self.depth, self.start)
-            if not read:
-                raise BadInputError(f"{str(src)!r} holds no frames")
-        summary.retiming = schedule.report() if self.depth is None else ""
-        if self.journal is not None:
-            summary.pairs -= self.journal.hits
-            summary.resumed += self.journal.hits
-        return summary
-
-    def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
-        processor = self.processors[depth - 1]
-        if not processor.streams:
-            return self.workers.submit(processor, index, frames, self.seed + index)
-        arrivals = Arrivals(len(frames) - 1, self.submitted)
-        self.submitted += 1
-        processor.queued(arrivals.order)
-        future = self.workers.submit(processor, index, frames, self.seed + index, arrivals)
-        arrivals.watch(future)
-        self.arrivals[future] = arrivals
-        return future
-
-    def collect(self, future: Future, index: int, frames: list[Frame]) -> Iterator[Image.Image]:
-        """The chunk's middles in order: each as it arrives where the processor streams them, the
-        rest (all, otherwise) once it has finished."""
-        given = 0
-        arrivals = self.arrivals.pop(future, None)
-        while arrivals is not None and given < len(frames) - 1:
-            image = arrivals.wait(given)
-            if image is None:
-                break
-            if picture_size(image) != frames[0].size:
-                raise PairError(index, frames[0], frames[-1], BadInputError(
-                    f"a middle frame is {picture_size(image)}, the input frames {frames[0].size}"), len(frames) - 1)
-            given += 1
-            self.bar.update(1)
-            yield image
-        middles = _middles(future, index, frames)
-        self.summary.add(middles)
-        self.bar.update(len(middles.images) - given)
-        yield from middles.images[given:]
+    def __init__(self, writer, journal: Journal | None, summary: Summary, chunk: int, closing: Fraction):
+        self.writer, self.journal, self.summary, self.chunk = writer, journal, summary, chunk
+        self.closing = closing  # the position of the last middle before an original
 
     def push(self, item: Item) -> None:
-        """The writer's end of the last level."""
+        """The last level's stream."""
         if item.after is None:
             self.writer.add(item.before)
         else:
@@ -262,12 +182,40 @@ class _Run:
             self.journal.save({"position": item.after.index, "writer": self.writer.checkpoint()})
 
     def place(self, picture, before: Frame, after: Frame | None, position: Fraction) -> None:
-        """The writer's end of a retimed run."""
+        """A retimed run's frames."""
         self.writer.place(picture, before, after, position)
         self.summary.frames += 1
 
     def close(self) -> None:
         pass
+
+
+def _write(clip: Clip, src, options: ClipOptions, processor: Processor, workers: Workers, writer, journal: Journal | None) -> Summary:
+    """The clip's output: its levels, or its retimed frames, each level's chunks to ``processor``
+    (through the journal's cache of middles where the output resumes level by level)."""
+    depth = options.retiming.levels  # None: retimed
+    levels = MAX_DEPTH if depth is None else depth
+    processors = [processor] * levels
+    if journal is not None and (depth is None or not writer.continues):
+        processors = [Cached(processor, journal, level) for level in range(1, levels + 1)]
+    # A resumed output holds the frames before original ``start``.
+    start = journal.checkpoint["position"] if depth and journal is not None and journal.checkpoint else 0
+    summary, factor = Summary(pairs=0, frames=0, seconds=0.0), 2**levels
+    summary.resumed, summary.frames = (factor - 1) * start, factor * start
+    total = (factor - 1) * (clip.length - 1) if clip.length and depth is not None else None
+    schedule, chunking = Schedule(options.retiming), Chunking(options.chunk, options.ramp, options.inflight)
+    output = _Output(writer, journal, summary, options.chunk, 1 - Fraction(1, factor))
+    with progress_bar(total, options.progress) as bar:
+        bar.update(summary.resumed)
+        chunks = Dispatch(processors, workers, options.seed, summary.add, bar)
+        read = retime(clip, schedule, chunking, chunks, output) if depth is None else _leveled(clip, depth, start, chunking, chunks, output)
+        if not read:
+            raise BadInputError(f"{str(src)!r} holds no frames")
+    summary.retiming = schedule.report() if depth is None else ""
+    if journal is not None:
+        summary.pairs -= journal.hits
+        summary.resumed += journal.hits
+    return summary
 
 
 def _identity(clip: Clip, options: ClipOptions) -> dict:
@@ -284,12 +232,12 @@ def _identity(clip: Clip, options: ClipOptions) -> dict:
     return identity | {key: value for key, value in extra.items() if value}
 
 
-def _leveled(clip, run: _Run, depth: int, start: int) -> int:
+def _leveled(clip, depth: int, start: int, chunking: Chunking, chunks: Chunks, output: _Output) -> int:
     """A factor 2^depth output from original ``start`` on (a resumed run's output holds the frames
     before); returns the frames read."""
-    sink = run
+    sink: Sink = output
     for level in range(depth, 0, -1):
-        sink = Level(level, start << (level - 1), sink, run)
+        sink = Level(level, start << (level - 1), sink, chunking, chunks)
     read = 0
     for frame in clip:
         read += 1
@@ -320,8 +268,8 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     depend on (the model, the servers, the codec), recorded in the journal.
 
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
-    ``time_error`` (:mod:`eden_serve.client.schedule`). ``encoding``: a video's encoder options.
-    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.client.resize`). ``raw``: the
+    ``time_error`` (:mod:`eden_serve.clips.schedule`). ``encoding``: a video's encoder options.
+    ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
     input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
     already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
     processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
@@ -348,7 +296,7 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
             if (getattr(writer, "planes", None) is not None and hasattr(processor, "planes") and options.retiming.levels == 1
                     and journal is None):
                 processor.planes(writer.planes)
-            summary = _Run(options, processor, workers, writer, journal).write(clip, src)
+            summary = _write(clip, src, options, processor, workers, writer, journal)
     summary.seconds = time.perf_counter() - started
     summary.encoder, summary.encoder_seconds = getattr(writer, "encoder", None), getattr(writer, "busy", 0.0)
     return summary

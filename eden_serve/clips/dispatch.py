@@ -1,0 +1,101 @@
+"""What the levels of a 2^L output (:mod:`.levels`) and a retimed output (:mod:`.tree`) ask of a run,
+declared: how it cuts its pairs into chunks (:class:`Chunking`), and where the chunks go
+(:class:`Chunks`: submitted, then their middles collected in order). :class:`Dispatch` is the run's:
+each chunk handed to its level's processor on a worker thread (:mod:`.workers`), its middles
+checked against its frames, counted, and shown on the progress bar as they come.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+from tqdm import tqdm
+
+from ..errors import BadInputError, EdenError, PairError, TransientError
+from ..media.base import Frame
+from ..media.frames import Picture, picture_size
+from .processors import Middles, Processor
+from .workers import Arrivals, Workers
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """Chunks of ``chunk`` pairs (K + 1 frames, neighbours sharing their boundary frame; ``ramp``:
+    a level's first ones 1, 1, 2, 4, ... pairs), at most ``inflight`` outstanding."""
+
+    chunk: int
+    ramp: bool
+    inflight: int
+
+
+class Chunks(Protocol):
+    """Where a level or the retimed tree sends its chunks."""
+
+    def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
+        """The chunk of ``frames`` whose first pair is ``index`` at level (or tree depth) ``depth``, handed on."""
+
+    def collect(self, future: Future, index: int, frames: list[Frame]) -> Iterator[Picture]:
+        """Its middles in order, each as it arrives where the processor streams them."""
+
+
+def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
+    pairs = len(frames) - 1
+    try:
+        result = future.result()
+    except (EdenError, TransientError) as exc:
+        raise PairError(index, frames[0], frames[-1], exc, pairs) from exc
+    middles = result if isinstance(result, Middles) else Middles(list(result))
+    problem = None
+    if len(middles.images) != pairs:
+        problem = f"{len(middles.images)} middle frames came back for {pairs} pairs"
+    elif any(picture_size(image) != frames[0].size for image in middles.images):
+        sizes = sorted({picture_size(image) for image in middles.images})
+        problem = f"the middle frames are {', '.join(map(str, sizes))}, the input frames {frames[0].size}"
+    if problem:
+        raise PairError(index, frames[0], frames[-1], BadInputError(problem), pairs)
+    return middles
+
+
+class Dispatch:
+    """The run's :class:`Chunks`: depth d's chunks to ``processors[d - 1]`` on ``workers``, pair
+    ``index + j`` seeded ``seed + index + j``; each chunk's middles, once all are in, handed to
+    ``count``, and shown on ``bar`` as they come."""
+
+    def __init__(self, processors: list[Processor], workers: Workers, seed: int, count: Callable[[Middles], None], bar: tqdm):
+        self.processors, self.workers, self.seed, self.count, self.bar = processors, workers, seed, count, bar
+        self.submitted = 0  # streamed chunks so far: the next one's order
+        self.arrivals: dict[Future, Arrivals] = {}  # of the streamed chunks not yet collected
+
+    def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
+        processor = self.processors[depth - 1]
+        if not processor.streams:
+            return self.workers.submit(processor, index, frames, self.seed + index)
+        arrivals = Arrivals(len(frames) - 1, self.submitted)
+        self.submitted += 1
+        processor.queued(arrivals.order)
+        future = self.workers.submit(processor, index, frames, self.seed + index, arrivals)
+        arrivals.watch(future)
+        self.arrivals[future] = arrivals
+        return future
+
+    def collect(self, future: Future, index: int, frames: list[Frame]) -> Iterator[Picture]:
+        """The chunk's middles in order: each as it arrives where the processor streams them, the
+        rest (all, otherwise) once it has finished."""
+        given = 0
+        arrivals = self.arrivals.pop(future, None)
+        while arrivals is not None and given < len(frames) - 1:
+            image = arrivals.wait(given)
+            if image is None:
+                break
+            if picture_size(image) != frames[0].size:
+                raise PairError(index, frames[0], frames[-1], BadInputError(
+                    f"a middle frame is {picture_size(image)}, the input frames {frames[0].size}"), len(frames) - 1)
+            given += 1
+            self.bar.update(1)
+            yield image
+        middles = _middles(future, index, frames)
+        self.count(middles)
+        self.bar.update(len(middles.images) - given)
+        yield from middles.images[given:]

@@ -1,1 +1,0 @@
-"""Made by python -m eden_serve.transports.protos; not in git."""
