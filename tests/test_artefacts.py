@@ -83,7 +83,7 @@ def test_a_fresh_process_compiles_the_prepared_shape_from_it(store, tmp_path, ca
     cache.mkdir()
     found = fresh_process(store / "eden_ditdec.compiled.bin", cache)
     assert found["shapes"] == [list(SHAPE)]
-    assert found["hits"] == 6 and found["misses"] == 0  # every region of both stages from the artefacts
+    assert found["hits"] >= 6 and found["misses"] == 0  # every region of both stages from the artefacts, none compiled anew
     assert found["max_difference"] <= 1 / 255  # compiled against eager fp32: within a level
     with capsys.disabled():
         print(f"\ncompiled ahead: made (archive build included) in {float((store / 'making_s').read_text()):.1f} s; "
