@@ -15,6 +15,7 @@ forth and back to the length asked.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import tempfile
@@ -30,8 +31,10 @@ import torch
 from eden_serve.commands import cli, shared as commands
 from eden_serve.clips.streaming import TIMELINE
 from eden_serve.edge import Acceleration
-from eden_serve.media.encoding import TUNINGS, hardware
 from eden_serve.clips.pipeline import clip_defaults
+from eden_serve.media import decoders, segments
+from eden_serve.media.encoding import TUNINGS, Encoding, configure, hardware
+from eden_serve.media.video import rgb_pixels
 
 from gpu_goals import source_video
 
@@ -39,7 +42,8 @@ from gpu_goals import source_video
 # without compiling (last: it re-accelerates the edge), the fastest x264 preset (is the encoder the
 # bound?), and the former defaults (chunks of 8, 2 in flight).
 ALTERNATIVES = {"preset ultrafast": ["--preset", "ultrafast"], "chunk 8, inflight 2": ["--chunk", "8", "--inflight", "2"],
-                "graphs, not compiled": ["--compile", "off"]}
+                "middles as RGB": ["--middles-as", "rgb"], "one x264 instance": ["--encoder-instances", "1"],
+                "host decoder": ["--decoder", "host"], "graphs, not compiled": ["--compile", "off"]}
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium")
 STEADY_FROM = 0.2  # the steady window starts once this share of the pairs is done
 
@@ -76,6 +80,17 @@ class _Done(logging.Handler):
     def emit(self, record):
         if record.args and record.args[-1] == "done":
             self.done.append((record.created, record.args[1]))
+
+
+class _Chosen(logging.Handler):
+    """The decoder a clip's run chose (eden_serve/media/decoders.py logs its trials)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.line = None
+
+    def emit(self, record):
+        self.line = record.getMessage()
 
 
 class _Busy:
@@ -131,14 +146,17 @@ def clip_run(models, src: Path, argv: list[str], command_started: float | None =
         args = cli._build_parser().parse_args(["interpolate", str(src), "-o", f"{scratch}/out.mp4", *argv])
         if Acceleration.from_arguments(args) != edge.acceleration:
             edge.accelerate(Acceleration.from_arguments(args))
-        done, busy = _Done(), _Busy(edge.device)
+        done, busy, chosen = _Done(), _Busy(edge.device), _Chosen()
         TIMELINE.addHandler(done)
         TIMELINE.setLevel(logging.DEBUG)
+        decoders.logger.addHandler(chosen)
+        decoders.logger.setLevel(logging.INFO)
         started = time.time()
         try:
             summary = commands.clip_in_process(args, src, f"{scratch}/out.mp4", lambda: models)
         finally:
             TIMELINE.removeHandler(done)
+            decoders.logger.removeHandler(chosen)
             busy.stop()
         ended = time.time()
         written = Path(f"{scratch}/out.mp4").stat().st_size
@@ -151,7 +169,9 @@ def clip_run(models, src: Path, argv: list[str], command_started: float | None =
             "compile_failed": edge.runner.background and edge.runner.background.failed,
             "acceleration": edge.acceleration.describe(edge.device), "chunk": args.chunk or clip_defaults(edge.device).chunk,
             "inflight": args.inflight or clip_defaults(edge.device).inflight,
-            "batch": edge.sizing.pairs(edge.config.patch_grid(*_size(src))), "encoded_by": _encoder(args, edge.device, _size(src))}
+            "batch": edge.sizing.pairs(edge.config.patch_grid(*_size(src))), "encoded_by": summary.encoder or _encoder(args, edge.device, _size(src)),
+            "encoder_share": summary.encoder_seconds / summary.seconds if summary.seconds else None, "decoders": chosen.line,
+            "middles_as": args.middles_as}
 
 
 def _size(path: Path) -> tuple[int, int]:
@@ -201,6 +221,58 @@ def encoder_speed(run) -> None:
                 run.row("decoder", size=name, decoder=decoder, fps=_decode(clip, decoder == "nvdec"))
             except Exception as exc:  # no NVDEC here
                 run.row("decoder", size=name, decoder=decoder, unavailable=f"{type(exc).__name__}: {exc}"[:300])
+
+
+def segments_quality(run) -> None:
+    """x264 at the clip's settings beside a GPU (crf 18, veryfast) in one instance and in several on
+    segments, as the clip's writer runs them, on the 1080p source frames: frames a second, and the
+    PSNR of each output against the frames it was given (its lossless output)."""
+    size = run.sizes["1080p"]
+    pictures = [av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+                for rgb in source_frames(size, 30 if run.args.quick else 150)]
+    given = np.stack([p.to_ndarray() for p in pictures]).astype(np.float64)
+    found, bounds = {}, segments.SEGMENT_FRAMES
+    if run.args.quick:  # segments of a short clip, so that there are several
+        segments.SEGMENT_FRAMES = (8, 8)
+    try:
+        for instances in (1, max(2, segments.default_instances())):
+            found[instances] = _segmented(run, size, pictures, given, instances)
+    finally:
+        segments.SEGMENT_FRAMES = bounds
+    one, several = found[1], found[max(found)]
+    run.row("segments", size="1080p", psnr_loss_db=one - several, instances=max(found))
+
+
+def _segmented(run, size: tuple[int, int], pictures: list, given: np.ndarray, instances: int) -> float:
+    """``pictures`` encoded by ``instances`` of x264 as the writer runs them: the PSNR against ``given``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "out.mp4"
+        started = time.perf_counter()
+        with av.open(str(path), "w") as container:
+            stream = container.add_stream("libx264", rate=50)
+            stream.height, stream.width = size
+            stream.codec_context.time_base = stream.time_base = Fraction(1, 50)
+            options = configure(stream, Encoding(gpu=True, instances=instances), "yuv420p")
+            encoder = segments.open_segments(stream, options, instances, print)
+            encode = stream.encode if encoder is None else encoder.encode
+            for k, picture in enumerate(pictures):
+                picture.pts, picture.time_base = k, Fraction(1, 50)
+                container.mux(encode(picture))
+            container.mux(encode(None))
+        seconds = time.perf_counter() - started
+        with av.open(str(path)) as container:
+            got = np.stack([f.to_ndarray(format="yuv420p") for f in container.decode(video=0)]).astype(np.float64)
+    psnr = 10 * np.log10(255 ** 2 / np.mean((got - given) ** 2))
+    run.row("segments", size="1080p", pixels=f"{size[0]}x{size[1]}", instances=instances, frames=len(pictures),
+            segment_frames=encoder.length if encoder else len(pictures), fps=len(pictures) / seconds, psnr_db=psnr)
+    return psnr
+
+
+def decoder_choice(run) -> None:
+    """The decoders' trials on the 1080p clip, as a clip's run beside this device makes them."""
+    found = decoders.candidates(run.device)
+    chosen, trials = decoders.choose(run.clips["1080p"], found, rgb_pixels)
+    run.row("decoders", size="1080p", chosen=chosen.name, trials=[dataclasses.asdict(t) for t in trials])
 
 
 def _encode(frames: list[np.ndarray], name: str, options: dict, thread_type: str | None) -> float:
@@ -255,4 +327,14 @@ def table(rows: list[dict]) -> list[str]:
     decoded = [f"{r['decoder']} {r['fps']:.0f}" for r in rows if r["section"] == "decoder" and r.get("fps")]
     if decoded:
         lines.append("decoder fps: " + ", ".join(decoded))
+    for r in rows:
+        if r["section"] == "segments" and "fps" in r:
+            lines.append(f"x264 veryfast at {r['pixels']}, {r['instances']} instance(s), segments of {r['segment_frames']}: "
+                         f"{r['fps']:.0f} frames/s, PSNR {r['psnr_db']:.3f} dB against its input")
+        if r["section"] == "decoders":
+            trials = ", ".join(f"{t['name']} {t['rate']:.0f}/s" if t["rate"] else f"{t['name']} ({t['refused']})" for t in r["trials"])
+            lines.append(f"decoders on the {r['size']} clip: {trials}; chosen {r['chosen']}")
+        if r["section"] == "clip" and r.get("encoder_share") is not None:
+            lines.append(f"{r['process']} {r['size']} {r['options']}: encoder {r['encoded_by']} busy {r['encoder_share']:.0%} of the run; "
+                         f"middles as {r['middles_as']}; {r.get('decoders') or 'host decoder'}")
     return lines

@@ -6,8 +6,11 @@ the process is for:
 - ``cold`` (a fresh inductor cache): then waiting for the clips' compilations, so that their
   artefacts are on disk for the next process, and the golden cases compiled (bf16, inductor, our
   graphs around it: the compiled fidelity);
-- ``warm`` (the cold process's cache): compiling from the cache on disk, waited for; then the first
-  clip's defaults again (compiled keys swapped in) and the options against them (``--alternatives``).
+- ``warm``: an empty inductor cache and the cold process's compilations as prepared artefacts
+  (``--compiled``, the file ``--save-compiled`` wrote: eden_serve/edge/artefacts.py, as ``eden-serve
+  archive --prepare`` makes them), loaded as ``eden-serve interpolate --compiled`` loads them: the
+  start-up with prepared artefacts, compiling from them, waited for; then the first clip's defaults
+  again (compiled keys swapped in) and the options against them (``--alternatives``).
 
 ``--t0`` is the wall-clock time at which the parent started this command. Each result is a JSON line
 on stdout, as it comes. The process keeps within ``--budget`` seconds (what would not fit is a row
@@ -34,7 +37,7 @@ import torch  # noqa: E402
 from eden_serve.commands import cli, shared as commands  # noqa: E402
 from eden_serve.model.checkpoint import module_from_state  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
-from eden_serve.edge import Acceleration, Compile, EdgeModel  # noqa: E402
+from eden_serve.edge import Acceleration, Compile, EdgeModel, artefacts  # noqa: E402
 from eden_serve.edge.graphs import RerunGraphs  # noqa: E402
 from eden_serve.edge.precision import check_bf16  # noqa: E402
 
@@ -81,8 +84,9 @@ def bench(name: str):
 
 
 def command(args: argparse.Namespace, src: Path, argv: list[str] = ()) -> list[str]:
+    prepared = ["--compiled", str(args.compiled)] if args.compiled else []
     return ["interpolate", str(src), "-o", "unused.mp4", "--device", args.device, "--config", args.config,
-            "--checkpoint", str(args.checkpoint), *argv]
+            "--checkpoint", str(args.checkpoint), *prepared, *argv]
 
 
 def started(child: Child, clips: list[tuple[str, str, Path]]):
@@ -95,13 +99,16 @@ def started(child: Child, clips: list[tuple[str, str, Path]]):
     marks["CUDA context"] = time.time()
     parsed = cli._build_parser().parse_args(command(args, clips[0][2]))
     models = commands.load_models(parsed)
-    marks["weights"] = time.time()
+    marks["weights"] = time.time()  # and the prepared artefacts, where --compiled names them
+    background = models[1].runner.background
+    prepared = len(background.asked) if background is not None else 0  # keys asked at load: from the artefacts
     label, pixels, src = clips[0]
     found = bench("gpu_clip").clip_run(models, src, command(args, src)[4:], command_started=args.t0)
     marks["first middle"] = args.t0 + found["startup_s"]
     times = [args.t0, *marks.values()]
     parts = {name: later - earlier for name, earlier, later in zip(marks, times, times[1:])}
-    child.row("clip", size=label, pixels=pixels, options="defaults", startup_parts=parts, device_name=device_name(child), **found)
+    child.row("clip", size=label, pixels=pixels, options="defaults", startup_parts=parts, device_name=device_name(child),
+              prepared_keys=prepared, **found)
     return models
 
 
@@ -138,6 +145,21 @@ def compiled(child: Child, edge: EdgeModel, waited_from: float) -> None:
               seconds_per_key=sorted(background.seconds.values()) if background else [])
 
 
+def save_compiled(child: Child, edge: EdgeModel, clips: list[tuple[str, str, Path]], path: Path) -> None:
+    """The compilations of this process as prepared artefacts for the next (``eden-serve archive
+    --prepare``'s file), the clips' shapes at the pairs a forward takes."""
+    if edge.runner.compile is None:
+        child.row("artefacts", skipped="the edge is not compiled here")
+        return
+    started = time.monotonic()
+    shapes = []
+    for _, pixels, _ in clips:
+        height, width = (int(v) for v in pixels.split("x"))
+        shapes.append((height, width, edge.sizing.pairs(edge.config.patch_grid(height, width))))
+    artefacts.write(path, artefacts.key(edge, edge.runner.compile), shapes, artefacts.saved())
+    child.row("artefacts", shapes=shapes, bytes=path.stat().st_size, write_s=time.monotonic() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--t0", type=float, required=True, help="wall-clock time of the command's start")
@@ -151,6 +173,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, required=True)
     parser.add_argument("--reserve", type=float, default=0.0, help="seconds of the budget kept from the compile wait for what follows it")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--save-compiled", type=Path, help="write this process's compilations as prepared artefacts here")
+    parser.add_argument("--compiled", type=Path, help="prepared artefacts, loaded as eden-serve interpolate --compiled loads them")
     args = parser.parse_args()
     child = Child(args)
     torch.set_float32_matmul_precision("highest")
@@ -159,6 +183,8 @@ def main() -> None:
     for entry in clips[1:]:
         clip(child, models, entry, "defaults", [])
     compiled(child, models[1], time.monotonic())
+    if args.save_compiled:
+        save_compiled(child, models[1], clips, args.save_compiled)
     if args.golden_compiled:
         if child.fits("golden compiled"):
             bench("gpu_correct").golden(child, modes=("compiled",))

@@ -51,6 +51,23 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
         assert first["startup_s"] == pytest.approx(sum(first["startup_parts"].values()), abs=1e-3)
         assert first["output_bytes"] > 0 and first["pairs"] == 15
     options = {r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"}
-    assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "graphs, not compiled"}
+    assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "one x264 instance",
+                       "host decoder", "graphs, not compiled"}
     assert [r["mode"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"] == ["compiled"] * 2 * len(
         {r["precision"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"})
+
+
+def test_issue_41s_sections_measure_what_their_goals_read(quick_run):
+    """x264 on segments against one instance (PSNR against their input), the decoders' trials, the
+    encoder's share of each clip run, and the warm process told of the prepared artefacts (none on a
+    CPU, which compiles nothing)."""
+    stdout, rows = quick_run
+    segmented = {r["instances"]: r for r in rows if r["section"] == "segments" and "fps" in r}
+    assert set(segmented) == {1, 2} and segmented[2]["segment_frames"] < segmented[1]["frames"]
+    loss = [r["psnr_loss_db"] for r in rows if r["section"] == "segments" and "psnr_loss_db" in r]
+    assert loss == [pytest.approx(segmented[1]["psnr_db"] - segmented[2]["psnr_db"])]
+    assert [r["chosen"] for r in rows if r["section"] == "decoders"] == ["host"]
+    runs = [r for r in rows if r["section"] == "clip" and "wall_s" in r]
+    assert runs and all(0 < r["encoder_share"] < 1 and r["encoded_by"].startswith("libx264") for r in runs)
+    assert [r["skipped"] for r in rows if r["section"] == "artefacts"] == ["the edge is not compiled here"]
+    assert "GOAL startup_prepared: UNMEASURED" in stdout and "but no prepared artefacts were loaded" in stdout

@@ -58,7 +58,8 @@ GOOD = encode_raw(frame())
     (GOOD[:RAW_HEADER_BYTES - 1], "shorter than its header"),
     (b"EDENRAWX" + GOOD[8:], "not a raw middle"),
     (forged(GOOD, 8, "<H", 2), "version 2"),
-    (forged(GOOD, 10, "<H", 2), "flags 0x0002"),
+    (forged(GOOD, 10, "<H", 32), "flags 0x0020"),
+    (forged(GOOD, 10, "<H", 2), "not the 72 of a 7x5 frame of 8 bits in planes"),  # planes (issue 41): their own length
     (forged(GOOD, 10, "<H", 1), "not the 230 of a 7x5 frame of 16 bits"),
     (forged(GOOD, 12, "<I", 8), "is 8x5, for frames of 7x5"),
     (forged(GOOD, 16, "<I", 1 << 31), "for frames of 7x5"),

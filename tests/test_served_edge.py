@@ -18,7 +18,8 @@ from eden_serve.client.tls import ClientTLS
 from eden_serve.client.transports.http import HttpTransport
 from eden_serve.model import synthetic
 from eden_serve.wire.answers import RECORD_HEADER, STREAMED
-from eden_serve.wire.raw import RAW, RAW_MAGIC, whole_raw
+from eden_serve.media.planes import PlaneFormat, Planes, swscale_planes
+from eden_serve.wire.raw import RAW, RAW_MAGIC, raw_bytes, whole_raw
 
 pytestmark = pytest.mark.serving
 
@@ -96,3 +97,27 @@ def test_requests_that_arrive_together_share_forwards_each_answered_alone(server
     forwards = [re.findall(r"\d+", seeds) for seeds in re.findall(r"edge forward of seeds \[([\d, ]*)\]", log)]
     # Pairs of different requests (seeds two apart per request) in one forward: requests shared it.
     assert any(len({int(s) // 2 for s in seeds}) > 1 for seeds in forwards), forwards[-10:]
+
+
+def test_yuv_answers_carry_the_planes_of_the_pngs_pixels(server):
+    """Each middle is the planes of the PNG answer's pixels, whole and to the client: on this CPU
+    edge made by swscale, what the client's writer would make of the RGB (a GPU edge converts on
+    its device, within a level: tests/test_raw_planes.py)."""
+    body = payload(server, 0, 3)
+    expected = [swscale_planes(p, PlaneFormat("yuv420p", "bt709")) for p in pngs_of(edge(server, body), 3)]
+    whole = edge(server, body, **{"X-Eden-Answer": "yuv:bt709:limited"})
+    assert (whole.status_code, whole.headers["Content-Type"]) == (200, RAW)
+    middles = whole_raw(whole.content, 3, (WIDTH, HEIGHT), "")
+    assert all(m.matrix == "bt709" and np.array_equal(m.data, e) for m, e in zip(middles, expected, strict=True))
+    assert len(whole.content) == 3 * raw_bytes(WIDTH, HEIGHT, planes=True)
+
+    token = server.inference_headers.get("Authorization", " ").split(" ", 1)[1] or None
+    transport = HttpTransport(None, server.inference_url, server.inference_url, {"encoder": token, "decoder": token}, TIMEOUT, ClientTLS())
+    transport.planes = PlaneFormat("yuv420p", "bt709")
+    got = {}
+    try:
+        transport.ask_edge(body, 0, 3, (WIDTH, HEIGHT), lambda j, middle: got.setdefault(j, middle))
+    finally:
+        transport.close()
+    assert all(isinstance(got[j], Planes) and got[j].format == transport.planes and np.array_equal(got[j].data.numpy(), expected[j])
+               for j in range(3))

@@ -289,6 +289,12 @@ class _Processor(Processor):
         for stage in self.stages.values():
             stage.expect(order)
 
+    def planes(self, format) -> None:
+        """Ask an edge that answers raw frames for ``format``'s 8-bit planes (what the output's writer
+        takes): half the bytes of RGB, converted on the edge's device."""
+        if getattr(self.client.transport, "raw", False) and format.depth == 8:
+            self.client.transport.planes = format
+
     def _middles_of(self, index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
         """The chunk's middles: sent again with its kind's fallback where that kind failed on it, or
         as two halves where a server finds it too large."""

@@ -23,6 +23,18 @@ def parse_size(text: str) -> tuple[int, int]:
     return height, width
 
 
+def parse_shape(text: str) -> tuple[int, ...]:
+    """HxW, or HxWxPAIRS: a frame size and the pairs of a forward."""
+    parts = text.lower().split("x")
+    try:
+        values = tuple(int(v) for v in parts)
+    except ValueError:
+        values = ()
+    if len(values) not in (2, 3) or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected HxW or HxWxPAIRS such as 480x854x16, got {text!r}")
+    return values
+
+
 def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
     """A clip's output: its frame rate, encoder and processing size (docs/video.md)."""
     parser.add_argument("--factor", default="2",
@@ -49,13 +61,19 @@ def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
     video.add_argument("--encoder-opt", action="append", default=[], metavar="KEY=VALUE",
                        help="an encoder option passed as it is (repeatable)")
     video.add_argument("-v", "--verbose", action="store_true",
-                       help="the encoder's own log on stderr (x265's and SVT-AV1's banners and statistics); else its errors only")
+                       help="the encoder's own log on stderr (x265's and SVT-AV1's banners and statistics), else its errors "
+                            "only; and the encoder's share of the run and of a chunk")
+    video.add_argument("--encoder-instances", type=int, metavar="N",
+                       help="x264 instances, each on a segment of the video starting with a key frame, joined into one "
+                            "stream (default: one per four cores, at most 4, beside a GPU; else 1)")
 
 
 def clip_options(args) -> dict:
     """The clip options of ``args`` as :func:`eden_serve.clips.streaming.interpolate_clip` takes them."""
+    if args.encoder_instances is not None and args.encoder_instances < 1:
+        raise BadInputError(f"--encoder-instances must be at least 1, got {args.encoder_instances}")
     encoding = Encoding(args.vcodec, args.crf, args.preset, args.pix_fmt,
-                        tuple(parse_option(text) for text in args.encoder_opt), verbose=args.verbose)
+                        tuple(parse_option(text) for text in args.encoder_opt), verbose=args.verbose, instances=args.encoder_instances)
     factor = parse_rate(args.factor, "--factor")
     fps = parse_rate(args.fps) if args.fps is not None else None
     time_error = parse_rate(args.time_error, "--time-error")
@@ -75,10 +93,13 @@ def refuse_clip_options(args) -> None:
                             "two frames give their middle frame")
 
 
-def report(summary, output: str) -> None:
-    """The summary on stdout (stderr when stdout carries the video), and for a directory of frames
-    the ffmpeg command that makes a video of it."""
-    print(summary, file=sys.stderr if output == PIPE else sys.stdout)
+def report(summary, output: str, verbose: bool = False) -> None:
+    """The summary on stdout (stderr when stdout carries the video), with ``verbose`` the encoder's
+    share, and for a directory of frames the ffmpeg command that makes a video of it."""
+    out = sys.stderr if output == PIPE else sys.stdout
+    print(summary, file=out)
+    if verbose and summary.encoder_line():
+        print(summary.encoder_line(), file=out)
     if output != PIPE and Path(output).is_dir():
         print(f"make a video of it: ffmpeg -framerate RATE -i {Path(output) / '%06d.png'} -c:v libx264 -crf 18 "
               f"-pix_fmt yuv420p {Path(output).name}.mp4  (RATE: the output's frames a second, the input's times the factor)")

@@ -19,7 +19,7 @@ import hashlib
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -28,7 +28,11 @@ from ..cloud.encoder import CloudEncoder
 from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..edge import AttentionPath, EdgeModel, middles_of, upload
 from ..edge.conditions import EdgeSide
-from ..media import Frame
+from ..edge.yuv import to_planes
+from ..errors import BadInputError
+from ..media import PIPE, Frame, decoders, open_clip
+from ..media.planes import PlaneFormat, Planes
+from ..media.video import VideoClip, rgb_pixels
 from ..media.frames import DEFAULT_MAX_PIXELS, DEPTHS, as_pixels, check_pair, levels, load_frame, pixels_to_tensor, to_pixels
 from .processors import FunctionProcessor, Middles, Processor
 from .streaming import DEFAULT_CHUNK, TIMELINE, ClipOptions, Summary, interpolate_clip
@@ -111,10 +115,11 @@ def _cut_frame(copy: bytes | torch.Tensor) -> torch.Tensor:
     return load_frame(copy) if isinstance(copy, bytes) else pixels_to_tensor(copy).cpu()
 
 
-def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
-    """The chunk's K middles as pixels [K, H, W, 3] of its depth on the host (8 bits, or 16 for
+def pixel_middles(edge: EdgeModel, chunk: wire.Chunk, planes: PlaneFormat | None = None) -> list:
+    """The chunk's K middles as pixels [H, W, 3] of its depth on the host (8 bits, or 16 for
     frames deeper than 8): made on the edge's device in batched forwards (the scene cuts' copies
-    beside them), then copied back in one copy."""
+    beside them), then copied back in one copy; with ``planes``, 8-bit middles as the output's
+    planes (:mod:`.edge.yuv`), converted there: half the bytes come back."""
     height, width = chunk.size
     middles = torch.empty((chunk.pairs, height, width, 3), dtype=DEPTHS[chunk.depth], device=edge.device)
     for j, copy in chunk.copies.items():
@@ -125,7 +130,9 @@ def pixel_middles(edge: EdgeModel, chunk: wire.Chunk) -> torch.Tensor:
         made = edge.forward(inputs) if chunk.depth == 8 else as_pixels(edge.forward(inputs, uint8=False), chunk.depth)
         for j, middle in zip(batch, made):  # one by one: indexing with a list is not defined for uint16
             middles[j] = middle
-    return edge.to_host(middles)
+    if planes is None or middles.dtype != torch.uint8:
+        return list(edge.to_host(middles))
+    return [Planes(each, width, height, planes) for each in edge.to_host(to_planes(middles, planes))]
 
 
 def frame_tensors(frames: Sequence[Frame], device: torch.device) -> list[torch.Tensor]:
@@ -155,15 +162,35 @@ def worker_stream(device: torch.device) -> Iterator[None]:
         yield
 
 
+MIDDLES_AS = ("auto", "planes", "rgb")  # auto: planes where the edge is a GPU (a CPU has no copy back to halve)
+
+
+class InProcess(FunctionProcessor):
+    """:func:`in_process`'s processor; :meth:`planes` asks for its middles as an output's planes,
+    which it gives where ``middles_as`` says."""
+
+    format: PlaneFormat | None = None
+
+    def __init__(self, function: Callable, middles_as: str, device: torch.device):
+        super().__init__(function)
+        self.converts = middles_as == "planes" or (middles_as == "auto" and device.type == "cuda")
+
+    def planes(self, format: PlaneFormat) -> None:
+        """Give the middles as ``format``'s planes (a writer that takes them, where they go to it alone)."""
+        if self.converts:
+            self.format = format
+
+
 def in_process(
     cloud: CloudEncoder, edge: EdgeModel, codec: str = wire.DEFAULT_CODEC,
-    scene_threshold: float | None = SCENE_THRESHOLD,
+    scene_threshold: float | None = SCENE_THRESHOLD, middles_as: str = "auto",
 ) -> Processor:
     """The processor of one machine: the same computation as the servers', payload included, so the
     middles equal theirs for the same seed, codec and thread count. Each chunk's stages go to
-    :data:`~eden_serve.streaming.TIMELINE`."""
+    :data:`~eden_serve.streaming.TIMELINE`. ``middles_as``: :data:`MIDDLES_AS`, where a writer takes planes."""
     kind = wire.kind(codec, in_process=True)
     edge_side = EdgeSide.beside(edge, cloud.weights)
+    processor = InProcess(lambda index, frames, seed: process(index, frames, seed), middles_as, edge.device)
 
     def process(index: int, frames: list[Frame], seed: int) -> Middles:
         def event(name: str) -> None:
@@ -179,11 +206,29 @@ def in_process(
             chunk, payload_bytes = hand_over(cloud, edge_side, made, kind)
             event("payload in")
             event("edge asked")
-            middles = pixel_middles(edge, chunk)
+            middles = pixel_middles(edge, chunk, processor.format)
         event("done")
-        return Middles(list(middles), payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
+        return Middles(middles, payload_bytes=payload_bytes if kind.crosses else None, codec=kind.name if kind.crosses else None)
 
-    return FunctionProcessor(process)
+    return processor
+
+
+def decoded_by(src: str | Path, setting: str, device: torch.device, options: ClipOptions) -> str | Path | VideoClip:
+    """``src`` as the clip engine opens it, or where ``setting`` (:data:`~.media.decoders.DECODERS`)
+    asks for another decoder than the host's, a video file opened with it: the one named, or for
+    ``auto`` the fastest on its first frames (:func:`~.media.decoders.choose`) beside a GPU."""
+    if setting == "host" or str(src) == PIPE or options.raw is not None or not Path(src).is_file():
+        return src
+    found = {decoder.name: decoder for decoder in decoders.candidates(device)}
+    if setting != "auto" and setting not in found:
+        raise BadInputError(f"--decoder {setting}: not here ({', '.join(found)} are)")
+    if len(found) == 1:
+        return src
+    with open_clip(src, options.max_pixels) as clip:
+        if clip.kind != "video":
+            return src
+    chosen = found[setting] if setting != "auto" else decoders.choose(Path(src), list(found.values()), rgb_pixels)[0]
+    return VideoClip(Path(src), options.max_pixels, decoder=chosen) if chosen.name != "host" else src
 
 
 def model_identity(cloud: CloudEncoder, edge: EdgeModel) -> dict:
@@ -201,13 +246,16 @@ def model_identity(cloud: CloudEncoder, edge: EdgeModel) -> dict:
 def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEncoder, edge: EdgeModel,
                                 codec: str = wire.DEFAULT_CODEC, scene_threshold: float | None = SCENE_THRESHOLD,
                                 **options) -> Summary:
-    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`;
-    ``options``: :class:`~eden_serve.clips.streaming.ClipOptions`' (here by default chunks of
+    """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`
+    (``middles_as``, of :data:`MIDDLES_AS`, among the options); ``options``:
+    :class:`~eden_serve.clips.streaming.ClipOptions`' (here by default chunks of
     :data:`DEFAULT_CHUNK` pairs, :data:`DEFAULT_INFLIGHT` in flight, frames of at most
     :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
     wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error
+    middles_as, decoder = options.pop("middles_as", "auto"), options.pop("decoder", "host")
     options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS, **options})
-    processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold)
+    src = decoded_by(src, decoder, edge.device, options)
+    processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
     if options.resume:
         options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.sizing.batch_tokens, "scene_threshold": scene_threshold,
                                                 **model_identity(cloud, edge)})

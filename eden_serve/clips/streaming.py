@@ -113,10 +113,14 @@ class Summary:
     retries: int = 0
     resumed: int = 0  # pairs an earlier run had done (not in ``pairs``)
     retiming: str = ""  # a retimed run's time error and cost
+    chunks: int = 0
+    encoder: str | None = None  # what encoded the output, where a writer on a thread of its own did
+    encoder_seconds: float = 0.0  # the seconds its thread was busy converting and encoding
 
     def add(self, middles: Middles) -> None:
         """Counts a chunk's middles and what moving them cost."""
         self.pairs += len(middles.images)
+        self.chunks += 1
         self.sent_bytes += middles.sent_bytes
         self.received_bytes += middles.received_bytes
         self.retries += middles.retries
@@ -140,6 +144,14 @@ class Summary:
         line += f"; {self.retries} requests retried" if self.retries else ""
         line += f"; resumed after {self.resumed} pairs done before" if self.resumed else ""
         return line + (f"\n{self.retiming}" if self.retiming else "")
+
+    def encoder_line(self) -> str | None:
+        """The encoder's share of the run and of a chunk (``-v``): where it nears 1, the encoder is the bound."""
+        if self.encoder is None or not self.seconds or not self.chunks:
+            return None
+        share, each = self.encoder_seconds / self.seconds, 1000 / self.chunks
+        return (f"encoder {self.encoder}: busy {self.encoder_seconds:.2f} s of {self.seconds:.2f} s ({share:.0%}); "
+                f"{self.encoder_seconds * each:.0f} ms of a chunk's {self.seconds * each:.0f} ms")
 
 
 def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
@@ -280,6 +292,11 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
         journal = Journal(dst, _identity(clip, options)) if options.resume else None
         with write_clip(clip, dst, options.retiming, journal, options.encoding) as writer, \
                 Workers(options.inflight, options.cancel) as workers:
+            # Middles that go to the writer alone (a 2x output, not kept for a resume) may come as its planes.
+            if (getattr(writer, "planes", None) is not None and hasattr(processor, "planes") and options.retiming.levels == 1
+                    and journal is None):
+                processor.planes(writer.planes)
             summary = _write(clip, src, options, processor, workers, writer, journal)
     summary.seconds = time.perf_counter() - started
+    summary.encoder, summary.encoder_seconds = getattr(writer, "encoder", None), getattr(writer, "busy", 0.0)
     return summary

@@ -18,13 +18,14 @@ from PIL import Image
 
 from .. import wire
 from ..clips import pipeline
-from ..clips.arguments import add_clip_arguments, parse_size, refuse_clip_options, report
+from ..clips.arguments import add_clip_arguments, parse_shape, parse_size, refuse_clip_options, report
 from ..clips.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT
 from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, default_precision
 from ..errors import BadInputError
 from ..media import Frame
+from ..media.decoders import DECODERS
 from ..media.atomic import save_image
 from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
 from ..model import synthetic
@@ -47,6 +48,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _add_device_clip_arguments(p: argparse.ArgumentParser) -> None:
+    """How a clip in this process meets the edge's device: its decoder, and the middles' way back."""
+    p.add_argument("--decoder", choices=DECODERS, default="auto",
+                   help="a video's decoder: the host's, or the GPU's (nvdec: frames copied to the host; nvdec-device: kept on "
+                        "the GPU); auto: the fastest on the clip's first frames beside a GPU, the host's beside a CPU (default auto)")
+    p.add_argument("--middles-as", choices=pipeline.MIDDLES_AS, default="auto",
+                   help="how a video's middles come back from the edge: the output's 4:2:0 planes, converted on the device "
+                        "(half the bytes), or RGB converted by the writer; auto: planes on a GPU (default auto)")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="EDEN frame interpolation, split between a cloud encoder and an edge DiT+decoder.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -62,6 +73,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT} on a CPU, "
                                                 f"{pipeline.CLIP_DEFAULTS['cuda'].inflight} on a GPU)")
+    _add_device_clip_arguments(p)
     add_clip_arguments(p)
     add_model_options(p, wire.NO_WIRE)
     Acceleration.add_arguments(p)
@@ -89,6 +101,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-store", default="model_store", help="where to write the archives (default: ./model_store)")
     p.add_argument("--config", choices=sorted(PRESETS), default="official", help="model dimensions (default: official)")
     _archive_options(p, "")
+    p.add_argument("--prepare", type=parse_shape, action="append", metavar="HxW[xPAIRS]",
+                   help="compile the edge's forward ahead for frames of this size (repeatable; PAIRS per forward, default "
+                        "what the device takes), on --prepare-device, into the "
+                        "edge archive and beside it: its workers (and eden-serve interpolate --compiled) compile it from there "
+                        "in seconds; made on the GPU kind that will serve (docs/gpu.md, \"Compiled ahead\")")
+    p.add_argument("--prepare-device", default="cuda", help="the device --prepare compiles on (default cuda)")
 
     add_serve_arguments(commands.add_parser("serve", help="one TorchServe node (cloud, edge or both) in the foreground: the container's process"))
     add_client_arguments(commands.add_parser("client", help="interpolate a pair or a clip through TorchServe"))
@@ -110,7 +128,7 @@ def _interpolate(args) -> int:
     wire.kind(args.codec, in_process=True)
     if len(args.inputs) == 1:
         summary = clip_in_process(args, args.inputs[0], args.output, lambda: load_models(args))
-        report(summary, args.output)
+        report(summary, args.output, args.verbose)
         return 0
     if len(args.inputs) != 2:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
@@ -192,7 +210,7 @@ def run_client(args: argparse.Namespace) -> int:
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
         summary = clip_through(client, args, args.inputs[0], args.output)
-        report(summary, args.output)
+        report(summary, args.output, args.verbose)
     return 0
 
 
@@ -211,7 +229,8 @@ def _archive_options(parser: argparse.ArgumentParser, of: str) -> None:
 
 def _archive(args) -> int:
     options = archive.Options(codec=args.codec, precision=args.precision, threads=args.threads, media_root=args.media_root)
-    paths = archive.build(args.model_store, checkpoint=args.checkpoint, config=args.config, options=options)
+    prepared = archive.Prepared(tuple(args.prepare), args.prepare_device) if args.prepare else None
+    paths = archive.build(args.model_store, checkpoint=args.checkpoint, config=args.config, options=options, prepared=prepared)
     print(archive.describe(paths, args.config, options))
     return 0
 

@@ -24,7 +24,7 @@ from ..clips.arguments import clip_options
 from ..clips.streaming import Summary
 from ..cloud.encoder import CloudEncoder
 from ..config import PRESETS, preset
-from ..edge import PRECISIONS, Acceleration, EdgeModel, default_precision
+from ..edge import PRECISIONS, Acceleration, EdgeModel, artefacts, default_precision
 from ..errors import BadInputError, EdenError
 from ..model.checkpoint import load_pair
 
@@ -108,8 +108,13 @@ def load_models(args: argparse.Namespace) -> tuple[CloudEncoder, EdgeModel]:
     acceleration = Acceleration.from_arguments(args)
     acceleration.graphs_on(torch.device(edge_device))  # a contradiction fails before the weights load
     precision = args.precision or default_precision(torch.device(edge_device))
+    compiled = getattr(args, "compiled", None)
+    if compiled is not None:
+        artefacts.read_header(compiled)  # not such a file: refused before the weights load
     cloud, edge = load_pair(args.checkpoint, preset(args.config), cloud_device, precision, edge_device=edge_device)
     edge.accelerate(acceleration)
+    if compiled is not None:
+        artefacts.load_into(edge, compiled)
     return cloud, edge
 
 
@@ -162,6 +167,7 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     return pipeline.interpolate_clip_in_process(
         src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight,
         progress=getattr(args, "progress", None), max_pixels=args.max_pixels, scene_threshold=args.scene_threshold, resume=args.resume,
+        middles_as=getattr(args, "middles_as", "auto"), decoder=getattr(args, "decoder", "host"),
         **options, **hooks,
     )
 

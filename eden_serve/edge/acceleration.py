@@ -111,6 +111,10 @@ class Acceleration:
                             help="torch.compile the edge's forward: auto compiles it with inductor on a GPU in the background "
                                  "(the first middles do not wait; cached on disk for the next run), off never; a mode "
                                  "compiles in that mode (default auto)")
+        parser.add_argument("--compiled", metavar="FILE",
+                            help="the compiled forward made ahead (eden-serve archive --prepare writes MODEL_STORE/"
+                                 "eden_ditdec.compiled.bin): its shapes compile from it in seconds; one made for another "
+                                 "GPU, driver, PyTorch or model is refused with a warning")
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> "Acceleration":
@@ -199,14 +203,27 @@ class Runner:
     def __call__(self, name: str, inputs: StageInputs) -> torch.Tensor:
         """Stage ``name`` of the forward on ``inputs``."""
         tensors = inputs.per_call()
-        batch = bucket(len(tensors[0])) if self.graphs is not None else len(tensors[0])
-        key = (name, batch, inputs.shape_key(), tuple((tuple(t.shape[1:]), t.dtype) for t in tensors))
+        key, batch = self._key(name, inputs)
         fn = self._function(name, key, inputs, batch)
         if self.graphs is None:
             return fn(inputs)
         # The graph reads these, not the call's own: its entry holds them (the embedding cache may evict them).
         constants = inputs.with_per_call([None] * len(tensors))
         return self.graphs.run(key, lambda static: fn(constants.with_per_call(static)), tensors, batch, holds=constants)
+
+    def _key(self, name: str, inputs: StageInputs) -> tuple[Hashable, int]:
+        """The key of a call (its stage, the batch of its graph, its fixed shape, its tensors' own) and that batch."""
+        tensors = inputs.per_call()
+        batch = bucket(len(tensors[0])) if self.graphs is not None else len(tensors[0])
+        return (name, batch, inputs.shape_key(), tuple((tuple(t.shape[1:]), t.dtype) for t in tensors)), batch
+
+    def ahead(self, name: str, inputs: StageInputs) -> None:
+        """Compile stage ``name`` for calls shaped as ``inputs`` now, in the background, before any
+        such call: a shape whose artefacts were loaded (:mod:`.artefacts`) then compiles from them
+        while the first forwards run uncompiled, and is swapped in seconds later."""
+        if self.background is not None:
+            key, batch = self._key(name, inputs)
+            self._ask(name, key, inputs, batch)
 
     def _function(self, name: str, key: Hashable, inputs: StageInputs, batch: int) -> Stage:
         """The compiled stage where it is ready (or compiles at its first use), else the eager one,
@@ -217,14 +234,17 @@ class Runner:
             return self.compiled[name]
         self._uses[key] = uses = self._uses.get(key, 0) + 1
         if uses >= self.compile.after:
-            tensors = inputs.per_call()
-            if self.graphs is not None:  # the graph's static buffers: the batch of the key, contiguous, made by the cache
-                specs = tuple(((batch, *t.shape[1:]), torch.empty((batch, *t.shape[1:]), device="meta").stride(), t.dtype, t.device,
-                               torch.is_inference_mode_enabled()) for t in tensors)
-            else:
-                specs = tuple((tuple(t.shape), t.stride(), t.dtype, t.device, t.is_inference()) for t in tensors)
-            self.background.ask(key, _Job(name, specs, inputs.with_per_call([None] * len(tensors)), batch))
+            self._ask(name, key, inputs, batch)
         return self.stages[name]
+
+    def _ask(self, name: str, key: Hashable, inputs: StageInputs, batch: int) -> None:
+        tensors = inputs.per_call()
+        if self.graphs is not None:  # the graph's static buffers: the batch of the key, contiguous, made by the cache
+            specs = tuple(((batch, *t.shape[1:]), torch.empty((batch, *t.shape[1:]), device="meta").stride(), t.dtype, t.device,
+                           torch.is_inference_mode_enabled()) for t in tensors)
+        else:
+            specs = tuple((tuple(t.shape), t.stride(), t.dtype, t.device, t.is_inference()) for t in tensors)
+        self.background.ask(key, _Job(name, specs, inputs.with_per_call([None] * len(tensors)), batch))
 
     def _swap_in(self, key: Hashable, job: _Job) -> None:
         """On the compiling thread: ``key``'s stage compiled (run once on zeros of its shapes, beside

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from .encoding import Encoding
+from .planes import Planes
 from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, depth_of, image_to_tensor, is_deep, match_mode, open_deep, open_image,
                      picture_size, pixels_to_tensor, png_bytes, png_of, widened)
 from .resume import input_identity
@@ -123,7 +124,9 @@ class Frame:
 def matched(middle: Picture, before: Frame, after: Frame) -> Picture:
     """:func:`~.frames.match_mode` of a middle and its neighbours: between RGB frames with pixels
     (a video's, a 16-bit file's), the middle as its pixels at the frame before's depth, with no
-    image made of anything."""
+    image made of anything; the output's planes as they are."""
+    if isinstance(middle, Planes):
+        return middle
     if before.pixels is not None:
         pixels = middle if isinstance(middle, torch.Tensor) else torch.from_numpy(np.array(middle.convert("RGB")))
         return widened(pixels, before.depth)

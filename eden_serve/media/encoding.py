@@ -24,6 +24,7 @@ from fractions import Fraction
 
 from ..errors import BadInputError
 from .colour import FULL, Colour, merged
+from .segments import default_instances
 
 VIDEO_EXTRA = "reading or writing video needs PyAV: pip install 'eden-serve[video]'"
 
@@ -78,6 +79,7 @@ class Encoding:
     options: tuple[tuple[str, str], ...] = ()  # --encoder-opt, in order, passed to the encoder as they are
     gpu: bool = False  # the edge computes on a GPU: the encoder's defaults keep its pace (the module's note)
     verbose: bool = False  # -v: the encoder's own log (x265's and SVT-AV1's banners and statistics) on stderr
+    instances: int | None = None  # x264 instances on segments (:mod:`.segments`); None: several beside a GPU, else one
 
     @property
     def given(self) -> bool:
@@ -89,7 +91,18 @@ class Encoding:
         del fields["verbose"]  # the output does not depend on it
         if not self.gpu:
             del fields["gpu"]  # as journals read before there was a GPU default
+        if self.instances is None:
+            del fields["instances"]  # likewise
         return fields
+
+    def instances_for(self, name: str) -> int:
+        """How many instances of encoder ``name`` encode the video: x264's as asked, else several
+        beside a GPU (:func:`.segments.default_instances`); any other encoder one."""
+        if name != "libx264":
+            return 1
+        if self.instances is not None:
+            return self.instances
+        return default_instances() if self.gpu else 1
 
 
 def parse_option(text: str) -> tuple[str, str]:
@@ -174,9 +187,10 @@ def _log_level(name: str, verbose: bool) -> dict[str, str]:
     return {"log-level": "info" if verbose else "error"} if name == "libx265" else {}
 
 
-def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Colour = Colour()) -> None:
+def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Colour = Colour()) -> dict:
     """Set the pixel format, colour and options of a new output ``stream`` and open its encoder, so
-    that a bad option is refused before any frame is computed."""
+    that a bad option is refused before any frame is computed; the options given (the encoder
+    consumes them as it opens: more instances of it take them again, :mod:`.segments`)."""
     av = import_av()
     name = stream.codec_context.name
     tuning = TUNINGS.get(name)
@@ -202,3 +216,4 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     except (av.error.FFmpegError, ValueError) as exc:
         settings = " ".join(f"{k}={v}" for k, v in options.items())
         raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}") from None
+    return options

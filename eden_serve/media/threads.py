@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Callable, Iterator
 
 from .base import ClipWriter
@@ -62,7 +63,8 @@ class ThreadedWriter(ClipWriter):
     """``writer`` run on a thread of its own: ``add``, ``add_middle`` and ``place`` are queued (at
     most ``depth`` waiting) and return at once; ``checkpoint`` and ``finish`` wait for what is
     queued before them and return their result. An error of the writer is raised by the next call
-    (and by ``finish``), after which nothing more is written."""
+    (and by ``finish``), after which nothing more is written. ``busy``: the seconds the writer's
+    thread spent writing (converting and encoding), which ``-v`` reports against the run's."""
 
     def __init__(self, writer: ClipWriter, depth: int = 16):
         self.writer = writer
@@ -70,6 +72,7 @@ class ThreadedWriter(ClipWriter):
         self._queue: queue.Queue = queue.Queue(depth)
         self._error: BaseException | None = None
         self._finished = self._closing = False
+        self.busy = 0.0
         self._waited = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="eden-write", daemon=True)
         self._thread.start()
@@ -81,12 +84,14 @@ class ThreadedWriter(ClipWriter):
                 return
             method, args, done = job
             if self._error is None and not self._closing:
+                started = time.perf_counter()
                 try:
                     result = getattr(self.writer, method)(*args)
                     if done is not None:
                         done.append(result)
                 except BaseException as exc:
                     self._error = exc
+                self.busy += time.perf_counter() - started
             if done is not None:
                 with self._waited:
                     self._waited.notify_all()
@@ -115,6 +120,16 @@ class ThreadedWriter(ClipWriter):
 
     def place(self, picture, before, after, position):
         self._call("place", picture, before, after, position)
+
+    @property
+    def planes(self):
+        """The planes the writer takes as they are (a video writer's :class:`~.planes.PlaneFormat`), where it does."""
+        return getattr(self.writer, "planes", None)
+
+    @property
+    def encoder(self) -> str | None:
+        """What encodes the output (a video writer's encoder and its instances), where the writer says."""
+        return getattr(self.writer, "encoder", None)
 
     def checkpoint(self):
         return self._call("checkpoint", wait=True)

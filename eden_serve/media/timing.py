@@ -7,6 +7,7 @@ frames a second; where its frames fall and which middle each shows is the client
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -16,6 +17,8 @@ MAX_DEPTH = 10  # of the 2x tree a retimed output reaches into
 DEFAULT_TIME_ERROR = Fraction(1, 4)  # of an output frame
 MAX_FACTOR = 64
 MAX_FPS = 1000
+# Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits.
+MAX_TIME_BASE_DENOMINATOR = 65535
 
 
 def parse_rate(text: str, what: str = "--fps") -> Fraction:
@@ -53,3 +56,18 @@ class Retiming:
 
     def describe(self) -> str:
         return f"--fps {self.fps}" if self.fps is not None else f"--factor {self.factor}"
+
+
+def output_time_base(source: Fraction, retiming: Retiming) -> Fraction:
+    """A tick that every output time falls on: under a factor a/b the source's divided by a (times
+    fall on 1/a of an interval), under ``--fps`` the largest dividing both the source's tick and a
+    frame's time; where that exceeds 16 bits, a coarser one and times rounded to it."""
+    if retiming.fps is not None:
+        step = 1 / retiming.fps
+        common = Fraction(math.gcd(source.numerator * step.denominator, step.numerator * source.denominator),
+                          source.denominator * step.denominator)
+        return common if common.denominator <= MAX_TIME_BASE_DENOMINATOR else step
+    scale = retiming.factor.numerator
+    while scale > 1 and (source / scale).denominator > MAX_TIME_BASE_DENOMINATOR:
+        scale //= 2
+    return source / scale

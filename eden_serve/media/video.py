@@ -4,7 +4,6 @@ Y4M on the way out)."""
 
 from __future__ import annotations
 
-import math
 import sys
 import warnings
 from dataclasses import dataclass
@@ -18,16 +17,17 @@ from PIL import Image
 from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
-from .colour import Colour
+from .colour import FULL, Colour
+from .decoders import Decoder
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
 from .mastering import add_video_stream
+from .planes import Planes, plane_format
+from .segments import open_segments
 from .threads import Prefetch
-from .timing import Retiming
+from .timing import Retiming, output_time_base
 
 PIPE = "-"
-# Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits; see VideoWriter.
-MAX_TIME_BASE_DENOMINATOR = 65535
 # Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
 # sets where the video ends.
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
@@ -91,14 +91,16 @@ class VideoClip(Clip):
 
     kind = "video"
     colour = Colour()  # the stream's (_colour); a server-side source's as the cloud's probe states it (client/remote.py)
+    decoded_by = Decoder()  # the host's, or the GPU's (:mod:`.decoders`); a server-side source's: the host's
 
-    def __init__(self, path: Path, max_pixels: int | None = None, container=None):
+    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None):
         super().__init__(path)
         av = import_av()
         self._error = av.error.FFmpegError
         self.piped = str(path) == PIPE
+        self.decoded_by = decoder or self.decoded_by
         try:
-            self.container = container or av.open(sys.stdin.buffer if self.piped else str(path))
+            self.container = container or (decoder.open(path) if decoder else av.open(sys.stdin.buffer if self.piped else str(path)))
         except (self._error, ValueError) as exc:
             raise BadInputError(f"{path}: not a readable video ({exc})") from None
         if not self.container.streams.video:
@@ -160,7 +162,8 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
-            yield Frame(i, f"frame {i}", image=rgb_pixels(frame), decoded=Decoded(frame, time, time + duration, source))
+            pixels = self.decoded_by.pixels(frame, rgb_pixels)
+            yield Frame(i, f"frame {i}", image=pixels, decoded=Decoded(self.decoded_by.raw(frame), time, time + duration, source))
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
         return VideoWriter(tmp, dst, self, retiming, encoding or Encoding())
@@ -170,28 +173,13 @@ class VideoClip(Clip):
         self.container.close()
 
 
-def _time_base(source: Fraction, retiming: Retiming) -> Fraction:
-    """A tick that every output time falls on: under a factor a/b the source's divided by a (times
-    fall on 1/a of an interval), under ``--fps`` the largest dividing both the source's tick and a
-    frame's time; where that exceeds 16 bits, a coarser one and times rounded to it."""
-    if retiming.fps is not None:
-        step = 1 / retiming.fps
-        common = Fraction(math.gcd(source.numerator * step.denominator, step.numerator * source.denominator),
-                          source.denominator * step.denominator)
-        return common if common.denominator <= MAX_TIME_BASE_DENOMINATOR else step
-    scale = retiming.factor.numerator
-    while scale > 1 and (source / scale).denominator > MAX_TIME_BASE_DENOMINATOR:
-        scale //= 2
-    return source / scale
-
-
 class VideoWriter(ClipWriter):
     """The output video, with the input's audio and subtitles.
 
     Timing: each frame is due at its time (an original at its own, a middle at its position
     between its neighbours, a retimed frame at its exact time on the output clock) and lasts until
     the next; the last lasts until the input's last frame ends, so the video ends where the audio
-    does. Rounding happens only where the time base had to be coarsened (:func:`_time_base`). A
+    does. Rounding happens only where the time base had to be coarsened (:func:`~.timing.output_time_base`). A
     variable frame rate stays variable and in sync. Originals are re-encoded from their decoded
     pictures (no RGB round trip). The encoder follows :mod:`.encoding`. An encoder's state cannot
     be saved, so a resumed run encodes the whole video again (``continues`` is False).
@@ -254,17 +242,22 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
-        self.time_base = _time_base(clip.time_base, self.retiming)
+        self.time_base = output_time_base(clip.time_base, self.retiming)
         if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        configure(self.stream, encoding, source.pix_fmt, colour)
+        options = configure(self.stream, encoding, source.pix_fmt, colour)
         self.pix_fmt = self.stream.pix_fmt
         # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
         range_ = output_range(self.pix_fmt, colour)
         self.convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": range_ or None}
+        # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
+        self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
+        self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn)
+        self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
+        self.encoder = name if self.segments is None else f"{name} in {self.segments.instances} instances on segments of {self.segments.length} frames"
         self.held = None
         self.end = None  # when the video ends: the last original seen ends there
         self.first = None  # (pts, dts) of the first packet
@@ -331,7 +324,7 @@ class VideoWriter(ClipWriter):
         self.durations[pts] = duration
         picture.pict_type = self._none  # let the encoder place keyframes, not the input's
         try:
-            self._mux(self.stream.encode(picture))
+            self._mux(self._encoded(picture))
         except self._error as exc:
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
@@ -352,6 +345,9 @@ class VideoWriter(ClipWriter):
             frame = picture.raw
             if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
                 frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
+        elif isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
+            assert picture.format == self.planes, (picture.format, self.planes)
+            frame = self._from_ndarray(picture.array(), format=self.pix_fmt)
         elif isinstance(picture, torch.Tensor):  # RGB pixels, 8 or 16 bits; 8 as from_image takes an RGB image's
             rgb_format = "rgb48le" if picture.dtype == torch.uint16 else "rgb24"
             frame = self._from_ndarray(picture.numpy(), format=rgb_format).reformat(format=self.pix_fmt, **self.convert)
@@ -375,7 +371,7 @@ class VideoWriter(ClipWriter):
         end = start + 1 if self.counted else max(round(self.end / self.time_base), start + 1)
         self._encode(last, start, end - start)
         try:
-            packets = list(self.stream.encode(None))
+            packets = list(self._encoded(None))
             if packets and self.container.format.name in _DECODE_ORDER_FORMATS:
                 # These muxers end the video where the last packet decoded ends, counted from the
                 # first packet's decoding time: reordered (B-)frames would cut the last one short.
@@ -389,6 +385,8 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
     def close(self):
+        if getattr(self, "segments", None) is not None:
+            self.segments.close()
         self.container.close()
         if self.copies is not None:
             self.copies.close()

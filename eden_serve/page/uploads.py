@@ -80,7 +80,7 @@ class Uploads:
                     out.write(part)
             with open(partial, "rb") as written:
                 if self_contained(written.read(12)) is None:
-                    raise BadInputError(f"{label(name)}: not a clip in a container this page opens (a video in MP4, "
+                    raise BadInputError(f"{label(name)!r} is not a clip in a container this page opens (a video in MP4, "
                                         "Matroska, WebM, AVI, MPEG-TS or -PS, Y4M, FLV or Ogg; a GIF, PNG or WebP)")
             try:
                 clip = await anyio.to_thread.run_sync(describe, partial, self.max_pixels)

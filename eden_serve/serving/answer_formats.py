@@ -13,18 +13,20 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..media.frames import is_deep, open_deep, open_image, png_of
+from ..media.planes import PlaneFormat, swscale_planes
 from ..wire.answers import zip_of
-from ..wire.raw import RAW, encode_raw, loopback
+from ..wire.raw import MATRIX_FLAGS, RAW, encode_planes, encode_raw, loopback
 from .fields import PNG, ZIP, text
 
-ANSWERS = ("png", "raw")
+ANSWERS = ("png", "raw", "yuv")  # yuv: raw 4:2:0 planes, yuv[:MATRIX[:full]] (BT.601, limited range where unsaid)
 
 
 class AnswerFormat(NamedTuple):
     name: str
-    encode: Callable[[np.ndarray], bytes]  # one middle, H x W x 3 uint8 (uint16 for a chunk deeper than 8 bits)
+    encode: Callable[[np.ndarray], bytes]  # one middle, H x W x 3 uint8 (uint16 for a chunk deeper than 8 bits), or its planes
     whole: Callable[[list[bytes]], tuple[bytes, str]]  # the middles of a whole answer -> body, content type
     copy: Callable[[bytes], bytes]  # a cut pair's middle, the PNG of its earlier frame (a payload's, judged), in this format
+    planes: PlaneFormat | None = None  # the planes the middles are converted to on the device, where all of a forward's ask the same
 
 
 def _pngs(middles: list[bytes]) -> tuple[bytes, str]:
@@ -41,11 +43,45 @@ PNG_ANSWER = AnswerFormat("png", lambda pixels: png_of(pixels), _pngs, lambda pn
 RAW_ANSWER = AnswerFormat("raw", encode_raw, lambda middles: (b"".join(middles), RAW), _raw_copy)
 
 
+def planes_answer(format: PlaneFormat) -> AnswerFormat:
+    """Raw middles as ``format``'s 8-bit planes: converted on a GPU edge's device where a forward's
+    middles all go this way, else here from their RGB by swscale (as the client's writer would: the
+    same planes); a chunk deeper than 8 bits keeps its RGB."""
+
+    def encode(pixels: np.ndarray) -> bytes:
+        if pixels.dtype == np.uint16:
+            return encode_raw(pixels)
+        if pixels.ndim == 3:  # RGB: converted here
+            height, width, _ = pixels.shape
+            pixels = swscale_planes(pixels, format)
+        else:  # planes from the device, [H 3/2, W]
+            height, width = pixels.shape[0] * 2 // 3, pixels.shape[1]
+        return encode_planes(pixels.reshape(-1), width, height, format.matrix, format.full)
+
+    def copy(png: bytes) -> bytes:
+        return encode(open_deep(png, "a cut pair's middle", max_pixels=None).numpy() if is_deep(png)
+                      else np.asarray(open_image(png, "a cut pair's middle", max_pixels=None).convert("RGB")))
+
+    return AnswerFormat("yuv", encode, lambda middles: (b"".join(middles), RAW), copy, format)
+
+
+def _plane_format(name: str) -> PlaneFormat:
+    """``yuv[:MATRIX[:full]]`` as the planes it asks for."""
+    parts = name.split(":")
+    matrix, full = (parts[1:] + ["bt601", "limited"][len(parts) - 1:])[:2] if len(parts) <= 3 else ("", "")
+    if matrix not in MATRIX_FLAGS or full not in ("limited", "full"):
+        raise BadInputError(f"answer yuv takes yuv[:{'|'.join(MATRIX_FLAGS)}[:limited|full]], got {name!r:.40}")
+    return PlaneFormat("yuvj420p" if full == "full" and matrix == "bt601" else "yuv420p", matrix, full == "full")
+
+
 def answer_format(value: Any, host: Any, policy: str) -> AnswerFormat:
-    """The format of a request's answer: its ``answer`` field (png or raw; absent: png), as the
-    policy allows for a request addressed to ``host``."""
+    """The format of a request's answer: its ``answer`` field (png, raw or yuv[:MATRIX[:full]];
+    absent: png), as the policy allows for a request addressed to ``host``."""
     name = "png" if value is None else text(value, "answer")
-    if name not in ANSWERS:
+    if name.split(":")[0] not in ANSWERS or (":" in name and not name.startswith("yuv:")):
         raise BadInputError(f"answer must be one of {', '.join(ANSWERS)}, got {name!r:.40}")
     allowed = policy == "any" or (policy == "loopback" and host is not None and loopback(text(host, "host")))
+    if name.startswith("yuv"):
+        format = _plane_format(name)
+        return planes_answer(format) if allowed else PNG_ANSWER
     return RAW_ANSWER if name == "raw" and allowed else PNG_ANSWER

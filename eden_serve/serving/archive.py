@@ -7,7 +7,10 @@ writes into the model store:
 * ``eden_encoder.mar``: the cloud half (``eden_cloud.safetensors``, its handler, the package);
 * ``eden_ditdec.mar``: the edge half (``eden_edge.safetensors``, and ``eden_cloud.safetensors`` with
   which the edge re-derives the conditions of frames payloads; its handler, the package);
-* ``eden.war``: the workflow eden_encoder -> eden_ditdec.
+* ``eden.war``: the workflow eden_encoder -> eden_ditdec;
+* with ``prepared`` (``--prepare``), the edge's forward compiled ahead for those frame sizes on this
+  machine's device (:mod:`eden_serve.edge.artefacts`), in ``eden_ditdec.mar`` as ``compiled.bin``
+  and beside it as ``eden_ditdec.compiled.bin`` (for ``eden-serve interpolate --compiled``).
 
 The checkpoint is read once (or synthetic weights are made, with a warning), checked strictly and
 split into the two halves; each archive's model-config.yaml is the one in ``serving/torchserve/``
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -32,10 +36,10 @@ from typing import Iterator
 
 from .. import wire
 from ..config import preset
-from ..edge import PRECISIONS
+from ..edge import PRECISIONS, Acceleration, Compile, artefacts
 from ..errors import BadInputError
 from ..model import synthetic
-from ..model.checkpoint import load_official, write_halves
+from ..model.checkpoint import load_edge, load_official, write_halves
 from ..model.hub import resolve_checkpoint
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -70,6 +74,16 @@ class Options:
             raise BadInputError(f"--media-root must be an absolute directory path, got {self.media_root!r}")
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The edge's forward compiled ahead at build time (``--prepare``): for frames of ``sizes``
+    (height, width, and pairs per forward where given, else those the ``device`` takes), in the
+    build's precision."""
+
+    sizes: tuple[tuple[int, ...], ...]
+    device: str = "cuda"
+
+
 def build(
     model_store: str | Path,
     *,
@@ -77,6 +91,7 @@ def build(
     config: str = "official",
     options: Options = Options(),
     seed: int = 0,
+    prepared: Prepared | None = None,
 ) -> dict[str, Path]:
     """Build the three archives into ``model_store`` (made if missing); returns their paths by name.
 
@@ -101,14 +116,36 @@ def build(
         weights = write_halves(state, work / "weights", dims)
         del state  # the halves are on disk: the whole model need not stay in memory while zipping
         lib = _package_sources(work / "lib")
+        extras = {"eden_encoder": [weights["cloud"]], "eden_ditdec": [weights["edge"], weights["cloud"]]}
+        if prepared is not None:
+            extras["eden_ditdec"].append(_compiled(weights["edge"], prepared, options.precision, work))
+            shutil.copyfile(extras["eden_ditdec"][-1], store / "eden_ditdec.compiled.bin")
         # The edge carries the cloud half too: it re-derives the conditions of frames payloads.
-        for name, halves in (("eden_encoder", ["cloud"]), ("eden_ditdec", ["edge", "cloud"])):
+        for name, extra in extras.items():
             model_config = work / name / "model-config.yaml"  # the manifest names it by its file name
             model_config.parent.mkdir()
             model_config.write_text(model_config_text(name, options))
-            _model_archive(name, GLUE / f"{name}_handler.py", [*(weights[h] for h in halves), lib], model_config, store, work)
+            _model_archive(name, GLUE / f"{name}_handler.py", [*extra, lib], model_config, store, work)
         _workflow_archive(store, work)
     return {name: store / name for name in ARCHIVES}
+
+
+def _compiled(edge_weights: Path, prepared: Prepared, precision: str, work: Path) -> Path:
+    """The edge compiled ahead (inductor, in the background, as a worker compiles it) in a cache of
+    its own, so that the artefacts hold these shapes alone."""
+    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
+    try:
+        edge = load_edge(edge_weights, prepared.device, precision)
+        edge.accelerate(Acceleration(compile=Compile()))
+        path = artefacts.prepare(edge, prepared.sizes, work / artefacts.FILE_NAME)
+        edge.runner.close()
+        return path
+    finally:
+        if saved is None:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
 
 
 def model_config_text(name: str, options: Options) -> str:

@@ -27,7 +27,9 @@ from ..config import MAX_SEED
 from ..edge import EdgeModel, StageClock
 from ..edge.sizing import Sizing
 from ..edge.streams import SideStream, StreamAPI, Ticket
+from ..edge.yuv import to_planes
 from ..media.frames import as_pixels
+from ..media.planes import PlaneFormat
 from ..wire import Chunk, keyed
 from ..wire.envelope import peek_header
 from .refusals import Refusal, refusal, release_cached_memory
@@ -154,15 +156,16 @@ class Forwards:
                 yield from self.sizing.batches(group, grid)
 
 
-def forwards(model: EdgeModel, batch: list[tuple[int, int]], chunks: list) -> Iterator[tuple[list, torch.Tensor | Refusal, dict]]:
-    """(pairs, their middles [B, H, W, 3] uint8 on the host or the Refusal of them all, each stage's
-    seconds) for the (request, pair)s of ``batch``, the requests' ``chunks`` opened. A batch that
-    runs out of memory is tried again in halves, down to single pairs, before its pairs are refused
-    with 507."""
+def forwards(model: EdgeModel, batch: list[tuple[int, int]], chunks: list,
+             planes: PlaneFormat | None = None) -> Iterator[tuple[list, torch.Tensor | Refusal, dict]]:
+    """(pairs, their middles [B, H, W, 3] uint8 on the host, or with ``planes`` on a GPU those planes
+    [B, H 3/2, W], or the Refusal of them all, each stage's seconds) for the (request, pair)s of
+    ``batch``, the requests' ``chunks`` opened. A batch that runs out of memory is tried again in
+    halves, down to single pairs, before its pairs are refused with 507."""
     if not batch:
         return
     start = time.time()
-    outcome = _attempt(model, [(chunks[idx], j) for idx, j in batch])
+    outcome = _attempt(model, [(chunks[idx], j) for idx, j in batch], planes)
     logger.info("edge forward of seeds %s from %.3f to %.3f", [chunks[idx].seeds[j] for idx, j in batch], start, time.time())
     # Out of _attempt(): the failure's traceback, and the batch's tensors it held, are gone.
     if isinstance(outcome, Refusal) and outcome.status == 507:
@@ -170,8 +173,8 @@ def forwards(model: EdgeModel, batch: list[tuple[int, int]], chunks: list) -> It
         if len(batch) > 1:
             half = len(batch) // 2
             logger.warning("a batch of %d pairs ran out of memory; trying %d and %d", len(batch), half, len(batch) - half)
-            yield from forwards(model, batch[:half], chunks)
-            yield from forwards(model, batch[half:], chunks)
+            yield from forwards(model, batch[:half], chunks, planes)
+            yield from forwards(model, batch[half:], chunks, planes)
             return
     if isinstance(outcome, Refusal):
         yield batch, outcome, {}
@@ -179,16 +182,20 @@ def forwards(model: EdgeModel, batch: list[tuple[int, int]], chunks: list) -> It
         yield (batch, *outcome)
 
 
-def _attempt(model: EdgeModel, pairs: list[tuple[Chunk, int]]) -> tuple[torch.Tensor | list[torch.Tensor], dict] | Refusal:
+def _attempt(model: EdgeModel, pairs: list[tuple[Chunk, int]], planes: PlaneFormat | None) -> tuple[torch.Tensor | list[torch.Tensor], dict] | Refusal:
     """One batched forward of pair j of each chunk, its stages timed by the forward's own clock; the
     middles as pixels on the host, each at its chunk's depth: 8 bits rounded on the device (a
-    quarter of the bytes back); a batch with 16-bit chunks in it comes back in float32 and is
-    rounded here, each pair as the in-process pipeline rounds it."""
+    quarter of the bytes back; with ``planes`` on a GPU, converted to them there: half again); a
+    batch with 16-bit chunks in it comes back in float32 and is rounded here, each pair as the
+    in-process pipeline rounds it."""
     try:
         clock = StageClock(model.device)
         depths = [chunk.depth for chunk, _ in pairs]
         eight = all(depth == 8 for depth in depths)
-        middles = model.to_host(model.forward(model.prepare([chunk.pair(j) for chunk, j in pairs]), uint8=eight, clock=clock))
+        made = model.forward(model.prepare([chunk.pair(j) for chunk, j in pairs]), uint8=eight, clock=clock)
+        if eight and planes is not None and model.device.type == "cuda":
+            made = to_planes(made, planes).reshape(len(made), -1, made.shape[2])
+        middles = model.to_host(made)
         if not eight:
             middles = [as_pixels(frame[None], depth)[0] for frame, depth in zip(middles, depths)]
         return middles, clock.seconds()

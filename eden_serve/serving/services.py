@@ -27,7 +27,7 @@ import torch
 
 from .. import wire
 from ..cloud.encoder import CloudEncoder
-from ..edge import EdgeModel
+from ..edge import EdgeModel, artefacts
 from ..edge.conditions import EdgeEncoder, EdgeSide
 from ..edge.streams import streams_for
 from ..errors import BadInputError, encoder_refusal
@@ -173,6 +173,9 @@ class EdgeService(Service):
             model.sizing.batch_tokens = settings.max_batch_tokens
         model.accelerate(settings.acceleration())
         model.warm_up()
+        compiled = Path(weights).parent / artefacts.FILE_NAME  # eden-serve archive --prepare put it beside the weights
+        if compiled.is_file():
+            artefacts.load_into(model, compiled)
         return model
 
     def __init__(self, model: EdgeModel, settings: Settings, context):
@@ -265,7 +268,8 @@ class EdgeService(Service):
         """The middles of ``batch``'s (request, pair)s (those of requests not refused yet), encoded
         on the encoding threads while the next batch computes."""
         batch = [(idx, j) for idx, j in batch if answers[idx].refusal is None]
-        for part, outcome, seconds in forwards(self.model, batch, chunks):
+        planes = {answers[idx].format.planes for idx, _ in batch}  # converted on a GPU where all ask the same
+        for part, outcome, seconds in forwards(self.model, batch, chunks, planes.pop() if len(planes) == 1 else None):
             self.replies.computed(part, outcome, seconds, answers)
 
     def reply(self, idx: int, answer: Answer) -> Reply | Refusal:

@@ -27,10 +27,10 @@ from PIL import Image, UnidentifiedImageError
 
 from ..errors import ServerError, TransientError, error_from_document
 from .png import RGB8, RGB16, most_png_bytes, png_header, rgb16_pixels
-from .raw import decode_raw, is_raw, raw_bytes
+from .raw import RawPlanes, decode_raw, is_raw, raw_bytes
 
-# A middle as the client gets it: an 8-bit RGB image, or 16-bit RGB pixels.
-Middle = Image.Image | torch.Tensor
+# A middle as the client gets it: an 8-bit RGB image, 16-bit RGB pixels, or (raw, asked) the planes of its output.
+Middle = Image.Image | torch.Tensor | RawPlanes
 
 MIDDLE, FAILED, END = b"M", b"E", b"Z"
 RECORD_HEADER = struct.Struct(">cII")
@@ -41,8 +41,10 @@ def record(kind: bytes, index: int, data: bytes = b"") -> bytes:
     return RECORD_HEADER.pack(kind, index, len(data)) + data
 
 
-def middle_of(pixels: np.ndarray) -> Middle:
-    """Raw pixels as the client takes a middle: an image at 8 bits, the pixels at 16."""
+def middle_of(pixels: np.ndarray | RawPlanes) -> Middle:
+    """Raw pixels as the client takes a middle: an image at 8 bits, the pixels at 16; planes as they are."""
+    if isinstance(pixels, RawPlanes):
+        return pixels
     return Image.fromarray(pixels) if pixels.dtype == np.uint8 else torch.from_numpy(np.array(pixels))
 
 

@@ -10,12 +10,15 @@ import time
 import urllib.parse
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
 import requests
+import torch
 from PIL import Image
 
-from ...errors import BadInputError, TransientError, connection_failure, error_from_document
+from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
+from ...media.planes import PlaneFormat, Planes
 from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
-from ...wire.raw import RAW, loopback, whole_raw
+from ...wire.raw import RAW, RawPlanes, loopback, whole_raw
 from ..tls import ClientTLS
 from .base import DECODER, ENCODER, WORKFLOW, Transport, refusal_error
 
@@ -82,6 +85,7 @@ class HttpTransport(Transport):
         self.tls = tls
         # An edge on this machine answers raw frames, cheaper than PNGs to make and to read (docs/serving.md, "Raw answers").
         self.raw = "decoder" in self.urls and loopback(urllib.parse.urlsplit(self.urls["decoder"]).netloc)
+        self.planes: PlaneFormat | None = None  # raw answers as the output's planes, where its writer takes them
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
 
     @contextlib.contextmanager
@@ -123,7 +127,8 @@ class HttpTransport(Transport):
         """The middles stream in HTTP chunks (an edge that answers whole is read whole)."""
         headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
         if self.raw:
-            headers["X-Eden-Answer"] = "raw"
+            headers["X-Eden-Answer"] = "raw" if self.planes is None else f"yuv:{self.planes.matrix}:{'full' if self.planes.full else 'limited'}"
+        deliver = self._as_planes(deliver)
         with self._post("decoder", headers, data=payload, stream=True) as response:
             content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type != STREAMED:  # a refusal, or an edge that does not stream
@@ -145,6 +150,20 @@ class HttpTransport(Transport):
         if not answer.finish():
             raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
         return received
+
+    def _as_planes(self, deliver: Callable[[int, object], None]) -> Callable[[int, object], None]:
+        """``deliver`` given the planes of a raw answer as the writer takes them (:class:`~eden_serve.media.planes.Planes`)."""
+        format = self.planes
+
+        def delivered(j: int, middle) -> None:
+            if isinstance(middle, RawPlanes):
+                if format is None or (middle.matrix, middle.full) != (format.matrix, format.full):
+                    raise ServerError(502, "bad_answer", f"the edge answered planes in {middle.matrix}, full range {middle.full}, "
+                                                         f"where {format} was asked")
+                middle = Planes(torch.from_numpy(np.array(middle.data)), middle.width, middle.height, format)
+            deliver(j, middle)
+
+        return delivered
 
     def close(self) -> None:
         while True:

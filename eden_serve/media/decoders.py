@@ -1,0 +1,181 @@
+"""Which decoder reads a clip: the host's (FFmpeg on the CPU), or the GPU's (NVDEC through PyAV's
+hardware acceleration), chosen by measuring each on the clip's first frames, not by name (docs/video.md,
+"Decoding on the GPU").
+
+- ``host``: FFmpeg's software decoder, its frames converted to RGB by swscale on the host (what a
+  clip always had).
+- ``nvdec``: NVDEC decodes, PyAV copies each frame to the host (NV12, P010 deeper), and swscale
+  converts it there, through the planar format the host's decoder gives (swscale's NV12 path
+  interpolates the chroma, its planar one does not): the decoding leaves the host's cores, the
+  conversion and the copy stay.
+- ``nvdec-device``: NVDEC decodes into the GPU's memory and the frame stays there: its planes are
+  read through DLPack and converted to RGB on the device (:func:`~.planes.nv12_to_rgb`, within 3
+  levels of swscale's), so the cloud takes them without a copy; only the originals the writer
+  re-encodes are copied to the host, as NV12 (their pictures unchanged: no RGB round trip). 8-bit
+  video only: a deeper one's trial fails, and another decoder reads it.
+
+torchcodec's CUDA decoder is not among them: it gives RGB alone, so the writer would re-encode the
+originals from RGB, which changes them.
+
+:func:`choose` decodes the first frames with each candidate that opens, on its own container,
+times them (the device synchronised), refuses one whose frames or times differ from the host's,
+and keeps the fastest. Beside a CPU edge there is nothing to choose: the host decodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from .planes import SWSCALE_MATRICES, nv12_to_rgb
+
+logger = logging.getLogger(__name__)
+
+DECODERS = ("auto", "host", "nvdec", "nvdec-device")  # auto: measured beside a GPU, the host's beside a CPU
+TRIAL_FRAMES = 12  # decoded by each candidate before the run (its time counts in the start-up): half a second of video
+
+
+class Decoder:
+    """The host's decoder: what a candidate is asked (the base) and how the host answers."""
+
+    name = "host"
+
+    def open(self, path: Path):
+        import av
+
+        return av.open(str(path))
+
+    def pixels(self, frame, rgb: Callable) -> torch.Tensor:
+        """The frame's RGB pixels as the model takes them (``rgb``: the host's conversion)."""
+        return rgb(frame)
+
+    def raw(self, frame):
+        """The frame the writer re-encodes for an original."""
+        return frame
+
+    def sync(self) -> None:
+        """Wait for the work the frames so far queued on a device."""
+
+
+class Nvdec(Decoder):
+    """NVDEC through PyAV's hardware acceleration; ``on_device``: its frames stay in the GPU's memory."""
+
+    def __init__(self, on_device: bool, device: int = 0):
+        self.on_device, self.device = on_device, device
+        self.name = "nvdec-device" if on_device else "nvdec"
+
+    def open(self, path: Path):
+        import av
+
+        accel = av.codec.hwaccel.HWAccel("cuda", device=str(self.device), allow_software_fallback=False, is_hw_owned=self.on_device)
+        return av.open(str(path), hwaccel=accel)
+
+    def pixels(self, frame, rgb: Callable) -> torch.Tensor:
+        if not self.on_device:
+            return rgb(planar(frame))
+        if frame.sw_format is None or frame.sw_format.name != "nv12":
+            raise ValueError(f"frames of {frame.sw_format and frame.sw_format.name} are not converted on the device (8-bit NV12 only)")
+        luma, chroma = (torch.from_dlpack(plane) for plane in frame.planes[:2])  # [H, W] and [H/2, W] (U, V interleaved)
+        matrix = SWSCALE_MATRICES.get(int(frame.colorspace), "bt601")
+        return nv12_to_rgb(luma[: frame.height, : frame.width], chroma[: frame.height // 2, : frame.width], matrix,
+                           int(frame.color_range) == 2)
+
+    def raw(self, frame):
+        if not self.on_device:
+            return frame
+        import av
+
+        planes = [torch.from_dlpack(plane)[:, : frame.width].cpu() for plane in frame.planes[:2]]
+        host = av.VideoFrame.from_ndarray(torch.cat(planes).numpy(), format="nv12")
+        host.pts, host.time_base, host.duration = frame.pts, frame.time_base, frame.duration
+        host.colorspace, host.color_range = frame.colorspace, frame.color_range
+        return host
+
+    def sync(self) -> None:
+        if self.on_device and torch.cuda.is_available():
+            torch.cuda.synchronize(self.device)
+
+
+PLANAR = {"nv12": "yuv420p", "p010le": "yuv420p10le"}  # a hardware decoder's formats, as the host's decoder gives them
+
+
+def planar(frame):
+    """A frame of a hardware decoder's interleaved format in the planar one of the host's decoder: the
+    same samples (a lossless copy), so that swscale converts it to RGB as it converts the host's."""
+    name = PLANAR.get(frame.format.name)
+    if name is None:
+        return frame
+    converted = frame.reformat(format=name)
+    converted.colorspace, converted.color_range = frame.colorspace, frame.color_range
+    return converted
+
+
+def candidates(device: torch.device) -> list[Decoder]:
+    """The decoders to try beside an edge on ``device``: the host's, and NVDEC's two ways on a GPU
+    whose PyAV has CUDA among its hardware devices."""
+    found = [Decoder()]
+    if device.type == "cuda":
+        import av
+
+        if "cuda" in av.codec.hwaccel.hwdevices_available():
+            found += [Nvdec(False, device.index or 0), Nvdec(True, device.index or 0)]
+    return found
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate on the clip's first frames: frames a second (None where it did not run), and why not."""
+
+    name: str
+    rate: float | None
+    refused: str | None = None
+
+
+def trial(decoder: Decoder, path: Path, frames: int, rgb: Callable, clock: Callable[[], float] = time.perf_counter) -> tuple[Trial, list]:
+    """``decoder`` on the first ``frames`` frames of ``path``: its rate, and their time stamps."""
+    try:
+        container = decoder.open(path)
+    except Exception as exc:  # a decoder that does not open here is no candidate
+        return Trial(decoder.name, None, f"does not open: {type(exc).__name__}: {exc}"[:200]), []
+    stamps = []
+    try:
+        started = clock()
+        for frame in container.decode(video=0):
+            decoder.pixels(frame, rgb)
+            decoder.raw(frame)
+            stamps.append(frame.pts)
+            if len(stamps) == frames:
+                break
+        decoder.sync()
+        seconds = clock() - started
+    except Exception as exc:
+        return Trial(decoder.name, None, f"fails: {type(exc).__name__}: {exc}"[:200]), stamps
+    finally:
+        container.close()
+    return Trial(decoder.name, len(stamps) / seconds if seconds > 0 else float("inf")), stamps
+
+
+def choose(path: Path, decoders: Sequence[Decoder], rgb: Callable, frames: int = TRIAL_FRAMES,
+           clock: Callable[[], float] = time.perf_counter) -> tuple[Decoder, list[Trial]]:
+    """The fastest of ``decoders`` (the host's first: the reference) on the clip's first frames, and
+    every trial; one whose frames or time stamps differ from the host's is refused."""
+    trials, chosen, best, reference = [], decoders[0], None, None
+    for decoder in decoders:
+        result, stamps = trial(decoder, path, frames, rgb, clock)
+        if reference is None:
+            reference = stamps
+        elif result.rate is not None and stamps != reference:
+            result = Trial(decoder.name, None, f"its frames differ from the host's ({len(stamps)} against {len(reference)}, "
+                                               f"or their times)")
+        trials.append(result)
+        if result.rate is not None and (best is None or result.rate > best):
+            chosen, best = decoder, result.rate
+    logger.info("decoders on %s's first %d frames: %s; %s chosen", path.name, frames,
+                ", ".join(f"{t.name} {t.rate:.0f} frames/s" if t.rate else f"{t.name} {t.refused}" for t in trials), chosen.name)
+    return chosen, trials
+

@@ -1,0 +1,98 @@
+"""Middles as the output's own planes (docs/video.md, "Middles as YUV"): where a video's writer takes
+4:2:0 planes, the edge converts its middles on the device, so half the bytes of 8-bit RGB come back
+and the writer's thread hands the planes to the encoder without converting them.
+
+:class:`PlaneFormat` is what the conversion must match: the output's matrix (BT.601, BT.709 or
+BT.2020), range (limited, or full) and depth (8 or 10 bits), those its writer converts RGB to with
+FFmpeg's swscale (:class:`~.colour.Colour`). :class:`Planes` is a middle so converted, on the host:
+its Y, U and V planes back to back, as FFmpeg lays out ``yuv420p`` (and ``yuv420p10le``) in one
+buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# Pixel formats whose planes the edge can make: 4:2:0, three planes, 8 or 10 bits.
+FORMATS = {"yuv420p": 8, "yuvj420p": 8, "yuv420p10le": 10}
+MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}  # (Kr, Kb)
+# FFmpeg's AVColorSpace values to the matrices swscale converts by: unspecified (2) is BT.601 to it,
+# as are BT.470BG (5) and SMPTE 170M (6). Any other matrix (FCC, SMPTE 240M, YCgCo, BT.2020's
+# constant-luminance form): the writer converts RGB itself.
+SWSCALE_MATRICES = {1: "bt709", 2: "bt601", 5: "bt601", 6: "bt601", 9: "bt2020"}
+
+
+@dataclass(frozen=True)
+class PlaneFormat:
+    """The planes the writer takes: ``matrix`` (a key of :data:`MATRICES`), ``full`` range or
+    limited, ``depth`` bits, and the pixel format that holds them."""
+
+    pix_fmt: str
+    matrix: str = "bt601"
+    full: bool = False
+    depth: int = 8
+
+
+def plane_format(pix_fmt: str, width: int, height: int, matrix: int = 2, full: bool = False) -> PlaneFormat | None:
+    """The planes of an output, where the edge can make them: a 4:2:0 format of :data:`FORMATS`, an
+    even size, and a matrix swscale converts by (``matrix``: FFmpeg's value, as the writer converts
+    to it; ``full``: the range it converts to)."""
+    if pix_fmt not in FORMATS or width % 2 or height % 2 or matrix not in SWSCALE_MATRICES:
+        return None
+    return PlaneFormat(pix_fmt, SWSCALE_MATRICES[matrix], full, FORMATS[pix_fmt])
+
+
+# swscale's names of the matrices (AVColorSpace values) and of full range (AVCOL_RANGE_JPEG).
+SWSCALE_COLORSPACES = {"bt601": None, "bt709": 1, "bt2020": 9}
+FULL_RANGE = 2
+
+
+def swscale_planes(pixels: np.ndarray, format: PlaneFormat) -> np.ndarray:
+    """8-bit RGB [H, W, 3] as ``format``'s planes [H W 3/2], converted by swscale on the host, as a
+    video writer converts RGB: on a CPU, where it is the cheaper conversion and the same one."""
+    import av
+
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
+    converted = frame.reformat(format=format.pix_fmt, dst_colorspace=SWSCALE_COLORSPACES[format.matrix],
+                               dst_color_range=FULL_RANGE if format.full else None)
+    return converted.to_ndarray(format=format.pix_fmt).reshape(-1)
+
+
+class Planes:
+    """One frame's planes on the host: ``data`` [H W 3/2] (uint8, or int16 holding 10-bit samples),
+    Y then U then V, of ``height`` x ``width`` in ``format``."""
+
+    __slots__ = ("data", "width", "height", "format")
+
+    def __init__(self, data: torch.Tensor, width: int, height: int, format: PlaneFormat):
+        assert data.numel() == width * height * 3 // 2, (data.shape, width, height)
+        self.data, self.width, self.height, self.format = data, width, height, format
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height), as an image's."""
+        return self.width, self.height
+
+    def array(self) -> np.ndarray:
+        """[H 3/2, W]: the layout PyAV's ``VideoFrame.from_ndarray`` takes for the 4:2:0 formats."""
+        data = self.data.numpy()
+        if self.format.depth > 8:
+            data = data.view(np.uint16)
+        return data.reshape(self.height * 3 // 2, self.width)
+
+
+def nv12_to_rgb(luma: torch.Tensor, chroma: torch.Tensor, matrix: str = "bt601", full: bool = False) -> torch.Tensor:
+    """An 8-bit NV12 picture (``luma`` [H, W], ``chroma`` [H/2, W]: U and V interleaved) -> RGB [H, W, 3]
+    uint8 on their device, as swscale converts 4:2:0 to RGB: each chroma sample for its 2 x 2 pixels.
+    Float arithmetic where swscale's tables are fixed point: within 3 levels of it (tests/test_decoders.py)."""
+    kr, kb = MATRICES[matrix]
+    kg = 1 - kr - kb
+    y = luma.float() if full else (luma.float() - 16) * (255 / 219)
+    uv = chroma.float().reshape(chroma.shape[0], -1, 2) - 128  # [H/2, W/2, 2]
+    uv = (uv if full else uv * (255 / 224)).repeat_interleave(2, 0).repeat_interleave(2, 1)[: luma.shape[0], : luma.shape[1]]
+    u, v = uv.unbind(-1)
+    rgb = torch.stack((y + 2 * (1 - kr) * v, y - (2 * kb * (1 - kb) * u + 2 * kr * (1 - kr) * v) / kg, y + 2 * (1 - kb) * u), -1)
+    return rgb.round_().clamp_(0, 255).to(torch.uint8)
