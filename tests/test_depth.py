@@ -1,8 +1,9 @@
 """Frames at their depth: a source deeper than 8 bits is read as 16-bit RGB, its middles are made and
 written at 16 bits, and every path keeps them so: the clip engine with a linear-blend stand-in for the
 model, the bitstream codec's 10-bit HEVC, AV1 and VP9 packets (in the sandbox too), the frames codec,
-directories of 16-bit PNG and TIFF frames, Y4M pipes, the tiny model in process, and the page's
-tone-mapped previews. Clips are made here with the installed PyAV's encoders."""
+directories of 16-bit PNG and TIFF frames, Y4M pipes, the tiny model in process, ``--process-size``
+(scaled at 16 bits), and the page's tone-mapped previews. Clips are made here with the installed
+PyAV's encoders."""
 
 from __future__ import annotations
 
