@@ -8,6 +8,7 @@ extracted, and the edge compiles as without it; the served edge loads what its a
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import tarfile
@@ -62,7 +63,9 @@ def store(tmp_path_factory):
 
 
 def fresh_process(path: Path, cache: Path) -> dict:
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "HOME": str(cache.parent)}
+    # A forced CPU capability is part of the artefacts' key: the fresh process runs under this one's.
+    forced = {"ATEN_CPU_CAPABILITY": os.environ["ATEN_CPU_CAPABILITY"]} if "ATEN_CPU_CAPABILITY" in os.environ else {}
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "HOME": str(cache.parent), **forced}
     done = subprocess.run([sys.executable, "-c", LOAD, str(path)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
