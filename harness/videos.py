@@ -74,13 +74,14 @@ def gradient(index: int, size: tuple[int, int], levels: tuple[int, int] = (64, 3
 def make_graded_clip(path: Path, codec: str, pix_fmt: str, size: tuple[int, int], count: int, colour=None,
                      options: dict | None = None) -> Path:
     """``count`` frames of :func:`gradient` encoded with ``codec`` in ``pix_fmt``, tagged with
-    ``colour`` (an :class:`eden_serve.media.colour.Colour`: its tags on the stream, its HDR
-    metadata as the encoder's own parameters), at 25 frames a second."""
+    ``colour`` (an :class:`eden_serve.media.colour.Colour`: its tags on the stream, its chroma
+    location as the encoder's option, its HDR metadata as the encoder's own parameters), at 25
+    frames a second."""
     from eden_serve.media.colour import Colour, merged
 
     colour = colour or Colour()
-    options = merged(dict(options or {}), codec, {**({"log-level": "error"} if codec == "libx265" else {}),
-                                                  **colour.parameters(codec)})
+    options = merged({**colour.options(), **(options or {})}, codec, {**({"log-level": "error"} if codec == "libx265" else {}),
+                                                                     **colour.parameters(codec)})
     with av.open(str(path), "w", container_options={"strict": "-1"} if path.suffix == ".y4m" else None) as container:
         stream = container.add_stream(codec, rate=25, options=options)
         stream.height, stream.width = size
@@ -94,3 +95,23 @@ def make_graded_clip(path: Path, codec: str, pix_fmt: str, size: tuple[int, int]
             container.mux(stream.encode(picture))
         container.mux(stream.encode(None))
     return path
+
+
+def traced(path: Path, element: str) -> int | None:
+    """The value of syntax element ``element`` in the headers of ``path``'s video stream (its
+    extradata: H.264's and HEVC's parameter sets, AV1's sequence header) as FFmpeg's own parser
+    reads it (the trace_headers bitstream filter logs each element as it starts); None where it is
+    absent. The oracle of eden_serve/media/chroma.py."""
+    import re
+
+    import av.logging
+
+    level = av.logging.get_level()
+    av.logging.set_level(av.logging.DEBUG)
+    try:
+        with av.open(str(path)) as container, av.logging.Capture(True) as logs:
+            av.bitstream.BitStreamFilterContext("trace_headers", container.streams.video[0])
+    finally:
+        av.logging.set_level(level)
+    found = [re.search(rf"\b{element}\s+[01]+ = (\d+)", line) for _, _, line in logs]
+    return next((int(match.group(1)) for match in found if match), None)

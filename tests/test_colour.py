@@ -1,7 +1,9 @@
-"""eden_serve.media.colour: a video's colour tags (primaries, transfer, matrix, range) and HDR10's
-metadata (mastering display, content light level) go from the input's stream to the output's,
-through every encoder this PyAV has for them; a change of depth is said in one line; the encoders'
-own logs stay off stderr unless -v. Clips are made here with the installed PyAV's encoders."""
+"""eden_serve.media.colour: a video's colour tags (primaries, transfer, matrix, range), its chroma
+location and HDR10's metadata (mastering display, content light level) go from the input's stream
+to the output's, through every encoder this PyAV has for them; the chroma location is read from
+H.264's and HEVC's parameter sets as FFmpeg's own parser reads them; a change of depth is said in
+one line; the encoders' own logs stay off stderr unless -v. Clips are made here with the installed
+PyAV's encoders."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import pytest
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding
+from eden_serve.media.chroma import chroma_location
 from eden_serve.media.colour import FULL, LIMITED, Colour, Mastering
 from eden_serve.media.frames import to_pixels
-from harness.videos import make_graded_clip
+from harness.videos import make_graded_clip, traced
 
 av = pytest.importorskip("av")
 
@@ -28,7 +31,8 @@ P3 = Mastering((Fraction(34000, 50000), Fraction(16000, 50000)), (Fraction(13250
                (Fraction(7500, 50000), Fraction(3000, 50000)), (Fraction(15635, 50000), Fraction(16450, 50000)),
                (Fraction(50, 10000), Fraction(1000)))
 COLOURS = {
-    "hdr10": (Colour(9, 16, 9, LIMITED, P3, (1000, 400)), "yuv420p10le"),  # BT.2020, PQ, BT.2020 NCL
+    # BT.2020, PQ, BT.2020 NCL, chroma sited top left (as UHD masters site it)
+    "hdr10": (Colour(9, 16, 9, LIMITED, P3, (1000, 400), chroma=3), "yuv420p10le"),
     "hlg": (Colour(9, 18, 9, LIMITED), "yuv420p10le"),
     "bt709": (Colour(1, 1, 1, LIMITED), "yuv420p"),
     "bt601": (Colour(6, 6, 6, LIMITED), "yuv420p"),  # SMPTE 170M
@@ -36,8 +40,8 @@ COLOURS = {
 }
 AV1 = next((name for name in ("libsvtav1", "libaom-av1") if name in av.codecs_available), None)
 ENCODERS = ["libx264", "libx265", *([AV1] if AV1 else []), "ffv1"]
-# The encoders that hold HDR10's metadata in their stream (FFV1 has no place for it).
-HOLD_METADATA = {"libx264", "libx265", "libsvtav1"}
+# The encoders that hold HDR10's metadata neither in their stream nor, through the container, in Matroska.
+LOSE_METADATA = {"libaom-av1"}
 
 
 def blend(index, frame0, frame1, seed):
@@ -79,10 +83,71 @@ def test_colour_tags_and_hdr_metadata_are_kept(tmp_path, name, encoder):
     assert out_fmt.replace("yuvj", "yuv") == pix_fmt  # FFmpeg's H.264 decoder calls full-range 4:2:0 yuvj420p
     assert (got.primaries, got.transfer, got.matrix, got.range) == (colour.primaries, colour.transfer, colour.matrix, colour.range)
     said = [str(w.message) for w in caught]
-    if colour.mastering and encoder not in HOLD_METADATA:
+    if colour.mastering and encoder in LOSE_METADATA:
         assert got.mastering is None and len(said) == 1 and f"{encoder} has no place for the input's HDR metadata" in said[0]
     else:
         assert same_metadata(got, colour) and not said
+
+
+@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi")])
+def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_for_it(tmp_path, encoder, suffix):
+    """Matroska and MP4 state it for FFV1 and VP9 (the bundled libvpx encodes 8 bits: its output is
+    rounded to them, said in one line); AVI cannot, which one line says."""
+    colour, pix_fmt = COLOURS["hdr10"]
+    src = make_graded_clip(tmp_path / "in.mkv", "libx265", pix_fmt, SIZE, 3, colour, {"crf": "12"})
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder))
+    said = [str(w.message) for w in caught if "HDR metadata" in str(w.message)]
+    got, _ = stated(out)
+    if suffix == ".avi":
+        assert got.mastering is None and got.light is None and len(said) == 1 and "nor has this output's container" in said[0]
+    else:
+        assert same_metadata(got, colour) and not said
+        assert (got.primaries, got.transfer, got.matrix, got.range) == (9, 16, 9, LIMITED)
+
+
+# (encoder, pixel format, options): profiles, scaling lists, reference sets predicted from one another,
+# long-term references, sample aspect ratios and other VUI fields before the chroma location.
+STREAMS = [("libx264", "yuv420p", {"x264-params": "cqm=jvt:sar=16/11:overscan=show:colorprim=bt2020"}),
+           ("libx264", "yuv420p", {"profile": "baseline"}), ("libx264", "yuv420p10le", {}),
+           ("libx265", "yuv420p10le", {"x265-params": "scaling-list=default:bframes=8:b-pyramid=1:ref=5"}),
+           ("libx265", "yuv420p", {"x265-params": "sar=16:1:keyint=5:rc-lookahead=5:bframes=3"}),
+           ("libx265", "yuv444p12le", {})]
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4", ".ts"])  # avcC/hvcC, and Annex B extradata
+@pytest.mark.parametrize("encoder, pix_fmt, options", STREAMS)
+def test_the_chroma_location_reads_as_ffmpegs_own_parser_reads_it(tmp_path, suffix, encoder, pix_fmt, options):
+    for chroma in (0, 1, 3, 6):  # unstated, left, top left, bottom; 8 frames: MPEG-TS needs bytes to probe
+        path = make_graded_clip(tmp_path / f"{chroma}{suffix}", encoder, pix_fmt, SIZE, 8, Colour(chroma=chroma), options)
+        with av.open(str(path)) as container:
+            context = container.streams.video[0].codec_context
+            read = chroma_location(context.name, context.extradata)
+        top = traced(path, "chroma_sample_loc_type_top_field")  # x264 and x265 state none outside 4:2:0
+        assert read == (0 if top is None else top + 1) and read in (chroma, 0), (read, top)
+
+
+def chroma_sited(path, encoder: str) -> str | None:
+    """Where ``path``'s chroma location says its chroma samples sit, as its encoder's stream or its
+    container states it."""
+    if encoder == "ffv1":  # Matroska's ChromaSitingHorz and ChromaSitingVert (1: co-sited)
+        data = path.read_bytes()
+        sited = [data[data.find(key) + 3] if data.find(key) >= 0 else None for key in (b"\x55\xb7\x81", b"\x55\xb8\x81")]
+        return {(1, 1): "top left", (1, 2): "left"}.get(tuple(sited))
+    if encoder.startswith("libx26"):
+        return {0: "left", 2: "top left"}.get(traced(path, "chroma_sample_loc_type_top_field"))
+    return {1: "left", 2: "top left"}.get(traced(path, "chroma_sample_position"))  # AV1: vertical, colocated
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_the_chroma_location_is_carried(tmp_path, encoder):
+    colour, pix_fmt = COLOURS["hdr10"]
+    src = make_graded_clip(tmp_path / "in.mkv", "libx265", pix_fmt, SIZE, 3, colour, {"crf": "12"})
+    assert chroma_sited(src, "libx265") == "top left"
+    interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    assert chroma_sited(tmp_path / "out.mkv", encoder) == "top left"
 
 
 def test_originals_pass_through_ffv1_bit_exact_at_10_bits_with_their_tags(tmp_path):

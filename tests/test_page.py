@@ -8,6 +8,7 @@ The same through a real TorchServe cloud and edge: tests/test_page_servers.py.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -22,8 +23,10 @@ from PIL import Image
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from eden_serve.media.colour import LIMITED, Colour, tone_mapped
 from harness.browser import chromium, drop, page_server, until
 from harness.servers import REPO
+from harness.videos import make_graded_clip
 
 SCENE_CUT = sorted((REPO / "tests" / "data" / "scene_cut").glob("*.png"))  # the cut: between the 4th and 5th
 TINY = ("--config", "tiny", "--device", "cpu")
@@ -290,3 +293,30 @@ def test_an_animation_at_factor_4_plays_as_a_preview_with_the_clips_cut_marked(s
         assert answer.status_code == 200 and answer.headers["content-type"] == "video/mp4"
         (tmp_path / "preview.mp4").write_bytes(answer.content)
         assert [t for t, _ in decoded(tmp_path / "preview.mp4")] == pytest.approx([k * step for k in range(count)])
+
+
+def test_an_hdr_runs_live_preview_is_tone_mapped_as_its_clips_previews_are(server, tmp_path):
+    """Over the page's own API: the latest middle shown while an HDR10 clip runs is one of the
+    result's middles tone-mapped (as the original's and the result's previews are), not PQ's code
+    values shown as SDR's."""
+    colour = Colour(9, 16, 9, LIMITED)
+    clip = make_graded_clip(tmp_path / "pq.mkv", "ffv1", "yuv444p10le", (48, 64), 3, colour)
+    bearer = {"Authorization": f"Bearer {server.token}"}
+    upload = requests.post(f"{server.origin}/uploads", data=clip.read_bytes(), timeout=60,
+                           headers={**bearer, "X-Clip-Name": "pq.mkv"}).json()
+    assert upload["hdr"] == "PQ" and "colour" not in upload
+    live = server.origin.replace("http://", "ws://") + "/live"
+    with connect(live, origin=server.origin, additional_headers=bearer) as socket:
+        socket.recv(timeout=30)
+        socket.send(json.dumps({"type": "start", "clip": {"upload": upload["id"]}, "options": {}}))
+        while (run := json.loads(socket.recv(timeout=300)))["state"] not in ("done", "failed", "cancelled"):
+            pass
+    assert run["state"] == "done", run["reason"]
+    shown = np.asarray(Image.open(io.BytesIO(requests.get(f"{server.origin}/runs/{run['id']}/preview.png", headers=bearer,
+                                                          timeout=60).content))).astype(int)
+    (tmp_path / "result.mkv").write_bytes(requests.get(f"{server.origin}/runs/{run['id']}/result", headers=bearer, timeout=60).content)
+    with av.open(str(tmp_path / "result.mkv")) as container:
+        middles = [frame.to_ndarray(format="rgb48le") for frame in container.decode(video=0)][1::2]
+    mapped = [np.abs(shown - tone_mapped(middle, colour).astype(int)).mean() for middle in middles]
+    as_coded = [np.abs(shown - np.round(middle / 257)).mean() for middle in middles]
+    assert min(mapped) < 1 and min(as_coded) > 20, (mapped, as_coded)

@@ -20,12 +20,16 @@ from eden_serve.commands.cli import main
 from eden_serve.config import preset
 from eden_serve.errors import CodecError
 from eden_serve.media import Encoding, open_clip
+from eden_serve.media.colour import LIMITED, Colour
 from eden_serve.wire.bitstream import BITSTREAM_CODEC, BitstreamKind
 from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
+from harness.videos import local_frames, make_graded_clip
+from test_colour import P3
 from test_video import make_video, real_video
 
 av = pytest.importorskip("av")
+HDR10 = Colour(9, 16, 9, LIMITED, P3, (1000, 400), chroma=3)
 
 
 def page(**changes) -> Page:
@@ -103,6 +107,48 @@ def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypat
 def test_a_probe_that_is_no_probe_is_refused(probe):
     with pytest.raises(CodecError, match="probe"):
         RemoteVideo("x.mp4", probe, lambda stream, start, after: pack(page()))
+
+
+def _remote(path) -> RemoteVideo:
+    """``path`` as a cloud serves it, read by a client in this process."""
+    video = SourceVideo(path, 10**7)
+    return RemoteVideo(path.name, json.loads(json.dumps(video.probe())),
+                       lambda stream, start, after: pack(video.page(stream, start, after and (after.pts, after.dts, len(after.data)))))
+
+
+def test_a_remote_video_decodes_by_the_colour_its_container_states(tmp_path):
+    """FFV1 states no colour in its stream, Matroska does: a BT.709 clip's pixels are converted by
+    BT.709's matrix on the client as on the cloud, not by swscale's default (BT.601)."""
+    colour = Colour(1, 1, 1, LIMITED)
+    path = make_graded_clip(tmp_path / "bt709.mkv", "ffv1", "yuv420p", (32, 48), 3, colour)
+    remote = _remote(path)
+    assert remote.colour == colour
+    assert all(np.array_equal(a.pixels, b) for a, b in zip(remote, local_frames(path), strict=True))
+
+
+@pytest.mark.parametrize("colour, message", [
+    ("bt709", "colour must be an object"),
+    ({"primaries": 1}, "colour must be an object"),
+    (Colour(1, 1, 1).fields() | {"primaries": 256}, "primaries must be an integer from 0 to 255"),
+    (Colour(1, 1, 1).fields() | {"range": True}, "range must be an integer"),
+    (Colour(1, 1, 1).fields() | {"chroma": 7}, "chroma must be an integer from 0 to 6"),
+    (Colour(1, 1, 1).fields() | {"light": [1000, 70000]}, "light must be null or"),
+    (Colour(1, 1, 1).fields() | {"mastering": {"red": ["1/2", "1/3"]}}, "mastering must be null or an object"),
+    (HDR10.fields() | {"mastering": HDR10.fields()["mastering"] | {"white": ["1/0", "1/3"]}}, "mastering white must be"),
+    (HDR10.fields() | {"mastering": HDR10.fields()["mastering"] | {"green": ["3/2", "1/3"]}}, "mastering green must be"),
+    (HDR10.fields() | {"mastering": HDR10.fields()["mastering"] | {"luminance": ["0", "9" * 10]}}, "mastering luminance must be"),
+    (HDR10.fields() | {"mastering": HDR10.fields()["mastering"] | {"blue": ["0.1", "0.2"]}}, "mastering blue must be two fractions"),
+])
+def test_a_probes_colour_is_checked(tmp_path, colour, message):
+    path = make_graded_clip(tmp_path / "clip.mkv", "ffv1", "yuv420p", (32, 48), 2)
+    probe = json.loads(json.dumps(SourceVideo(path, 10**7).probe())) | {"colour": colour}
+    with pytest.raises(CodecError, match=f"the cloud's probe: (colour's )?{message}"):
+        RemoteVideo("clip.mkv", probe, lambda stream, start, after: pack(page()))
+
+
+def test_a_probes_colour_reads_back_as_stated():
+    assert Colour.from_fields(json.loads(json.dumps(HDR10.fields()))) == HDR10
+    assert Colour.from_fields(Colour().fields()) == Colour()
 
 
 # --- cloud: sources end to end ----------------------------------------------------------------------

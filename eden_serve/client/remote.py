@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..errors import BadInputError, CodecError
 from ..media.base import Clip, Frame
+from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.video import VideoClip
@@ -70,6 +71,10 @@ class RemoteVideo(VideoClip):
             raise CodecError("the cloud's probe is not a probe document (frames, rate, streams)")
         self.rate, self.time_base = _fraction(probe.get("rate"), "rate"), _fraction(probe.get("time_base"), "time base")
         self.length = probe["frames"] or None
+        try:  # as a local file's stream states it; a cloud from before colour was probed states none
+            self.colour = Colour.from_fields(probe["colour"]) if "colour" in probe else Colour()
+        except ValueError as exc:
+            raise CodecError(f"the cloud's probe: {exc}") from None
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
@@ -142,6 +147,10 @@ class RemoteVideo(VideoClip):
             raise BadInputError(f"{self.path}: this client cannot decode {stream['codec']!r} video") from None
         context.extradata = self.first.extradata or None
         context.width, context.height, context.pix_fmt = stream["width"], stream["height"], stream["pix_fmt"] or None
+        # The container's tags, which a local decoder has from the file where the bitstream states none.
+        colour = self.colour
+        context.color_primaries, context.color_trc, context.colorspace = colour.primaries, colour.transfer, colour.matrix
+        context.color_range = colour.range
         context.thread_type = "AUTO"
         return context
 

@@ -5,17 +5,37 @@ say so in the official repository's issue 8); frames over the pixel limit cannot
 The model then sees each frame scaled to the process size (Lanczos, Pillow's, which filters out
 what the smaller grid cannot hold), and each middle comes back scaled to the clip's size, bicubic
 (smooth where Lanczos would ring on the model's soft edges). Originals are written untouched.
+Frames of 16 bits stay at 16 bits: :func:`resized` scales them with the same kernels, each channel
+a 32-bit float image, where Pillow's RGB would hold 8 bits (docs/video.md, "Depth and colour").
 """
 
 from __future__ import annotations
 
-import warnings
-
+import numpy as np
+import torch
 from PIL import Image
 
 from ..media.base import Frame
-from ..media.frames import as_image, check_size
+from ..media.frames import Picture, as_image, check_size
 from .processors import Processor
+
+
+def resized(pixels: torch.Tensor, size: tuple[int, int], resample: Image.Resampling) -> torch.Tensor:
+    """16-bit RGB pixels [H, W, 3] scaled to ``size`` (width, height) as Pillow scales 8-bit RGB:
+    ``resample``'s kernel across, the result clamped to the pixels' range, then down; but each
+    channel a float image, rounded once, at the end, to 16 bits (8-bit RGB is rounded after each pass)."""
+    planes = []
+    for c in range(3):
+        plane = Image.fromarray(pixels[..., c].numpy().astype(np.float32), "F")
+        across = np.clip(np.asarray(plane.resize((size[0], plane.height), resample)), 0, 65535)
+        planes.append(np.asarray(Image.fromarray(across, "F").resize(size, resample)))
+    return torch.from_numpy(np.clip(np.rint(np.stack(planes, axis=-1)), 0, 65535).astype(np.uint16))
+
+
+def _scaled_back(middle: Picture, size: tuple[int, int]) -> Picture:
+    if isinstance(middle, torch.Tensor) and middle.dtype == torch.uint16:
+        return resized(middle, size, Image.Resampling.BICUBIC)
+    return as_image(middle).resize(size, Image.Resampling.BICUBIC)
 
 
 class AtSize(Processor):
@@ -29,19 +49,19 @@ class AtSize(Processor):
             check_size(width, height, max_pixels, "--process-size")
         self.inner, self.size = inner, size
 
-    def scaled(self, image: Image.Image) -> Image.Image:
+    def scaled(self, frame: Frame) -> Picture:
+        if frame.pixels is not None and frame.depth == 16:
+            return resized(frame.pixels, self.size[::-1], Image.Resampling.LANCZOS)
+        image = frame.image
         # The model sees colour only (frames.image_to_tensor); palettes and alpha cannot be filtered.
         image = image if image.mode in ("RGB", "L", "I", "I;16", "F") else image.convert("RGB")
         return image.resize(self.size[::-1], Image.Resampling.LANCZOS)
 
     def __call__(self, index: int, frames: list[Frame], seed: int, arrived=None):
-        if any(f.depth == 16 for f in frames):  # said once: Python shows a warning once per place and text
-            warnings.warn("--process-size scales with Pillow at 8 bits: the 16-bit frames reach the model, and its middles "
-                          "the output, at 8 bits")
-        small = [Frame(f.index, f.name, image=self.scaled(f.image)) for f in frames]
+        small = [Frame(f.index, f.name, image=self.scaled(f)) for f in frames]
         result = self.inner(index, small, seed)
         images = getattr(result, "images", result)
-        full = [as_image(image).resize(frames[0].size, Image.Resampling.BICUBIC) for image in images]
+        full = [_scaled_back(image, frames[0].size) for image in images]
         if hasattr(result, "images"):
             result.images = full
             return result

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
+from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
@@ -38,6 +39,7 @@ from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
 MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
+FIRST_FRAME_PACKETS = 64  # read at most, for the first frame's HDR metadata: more than any reordering holds back
 
 
 def resolve(root: Path | None, name: str) -> Path:
@@ -137,6 +139,7 @@ class Scan:
     frames: int  # packets of the stream: its frames
     video_bytes: int
     streams: list[dict]
+    colour: Colour
 
 
 def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -166,8 +169,27 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
         rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
         streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
                     "language": s.metadata.get("language")} for s in container.streams]
+        colour = Colour.of_stream(context)
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
-                    Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams)
+                    Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
+                    colour.with_side_data(first) if colour.may_hold_metadata and (first := _first_frame(source)) else colour)
+
+
+def _first_frame(source: SourceFile):
+    """The video's first frame, whose side data holds HDR10's metadata, or None where its first
+    :data:`FIRST_FRAME_PACKETS` packets show none (what does not decode fails where frames are read)."""
+    av = import_av()
+    with source.open() as container:
+        stream = container.streams.video[0]
+        try:
+            for n, packet in enumerate(container.demux(stream)):
+                if n == FIRST_FRAME_PACKETS:
+                    return None
+                for frame in packet.decode():
+                    return frame
+        except av.error.FFmpegError:
+            return None
+    return None
 
 
 class FileCache:
@@ -220,11 +242,17 @@ class SourceVideo:
         self.decoded = 0  # frames the last read decoded up to its last: what a seek saved shows here
 
     def probe(self) -> dict:
-        """What a client plans a run with: the frame count, rate, size and the file's streams."""
+        """What a client plans a run with: the frame count, rate, size, colour and the file's streams."""
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
-                "codec": s.codec, "pix_fmt": s.pix_fmt, "video_bytes": s.video_bytes, "key_frames": len(s.starts),
-                "bytes": self.source.size, "streams": s.streams}
+                "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
+                "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams}
+
+    def clip(self, max_pixels: int | None) -> VideoClip:
+        """The source as a local run reads a video, with the colour its probe states."""
+        clip = self.source.clip(max_pixels)
+        clip.colour = self.scan.colour
+        return clip
 
     def read(self, first: int, count: int) -> list[np.ndarray]:
         """Frames ``first`` ... ``first + count - 1`` (display order) as RGB pixels (8-bit, or 16-bit

@@ -3,23 +3,29 @@ colour"): the tags (primaries, transfer, matrix, range: FFmpeg's AVColor* values
 writes into its stream where the codec has a place for them (H.264's and HEVC's VUI, AV1's
 sequence header) and the muxer into the container (Matroska's Colour, MP4's colr); and HDR10's
 metadata, the mastering display and the content light level, which the encoders that hold them
-(x264, x265, SVT-AV1) write into their stream as their own parameters.
+(x264, x265, SVT-AV1) write into their stream as their own parameters, and Matroska and MP4 into
+the container for FFV1 and VP9 (:mod:`.mastering`).
 
 Read from the input's stream, and the metadata from its first frame's side data, where decoders put
-it. PyAV cannot tag a stream's container with the metadata itself, nor read a stream's chroma
-location: an encoder that has no place for the metadata (FFV1, VP9) leaves it out, saying so in one line.
+it; the chroma location from an H.264 or HEVC stream's SPS (:mod:`.chroma`: PyAV exposes none),
+written through the encoder's ``chroma_sample_location`` option. A cloud's probe of a server-side
+source states them all (:meth:`Colour.fields`), and the client reads them back, checked
+(:meth:`Colour.from_fields`).
 
 :func:`tone_mapped` shows an HDR frame on an SDR screen (the page's previews, docs/video.md's picture).
 """
 
 from __future__ import annotations
 
+import re
 import struct
 import warnings
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
+
+from .chroma import chroma_location
 
 UNSPECIFIED = 2  # AVCOL_PRI_, AVCOL_TRC_ and AVCOL_SPC_UNSPECIFIED
 PQ, HLG = 16, 18  # AVCOL_TRC_SMPTE2084, AVCOL_TRC_ARIB_STD_B67
@@ -69,7 +75,8 @@ class Mastering:
 
 @dataclass(frozen=True)
 class Colour:
-    """What a video stream states of its colour; FFmpeg's values, 2 (0 for the range): unspecified."""
+    """What a video stream states of its colour; FFmpeg's values, 2 (0 for the range and the chroma
+    location): unspecified."""
 
     primaries: int = UNSPECIFIED
     transfer: int = UNSPECIFIED
@@ -77,6 +84,7 @@ class Colour:
     range: int = 0
     mastering: Mastering | None = None
     light: tuple[int, int] | None = None  # MaxCLL, MaxFALL in cd/m²
+    chroma: int = 0  # AVChromaLocation: 1 left, 2 center, 3 top left, 4 top, 5 bottom left, 6 bottom
 
     @classmethod
     def of_stream(cls, context) -> Colour:
@@ -84,7 +92,7 @@ class Colour:
         a yuvj pixel format is full range whatever its tag says."""
         full = (context.pix_fmt or "").startswith("yuvj")
         return cls(int(context.color_primaries), int(context.color_trc), int(context.colorspace),
-                   FULL if full else int(context.color_range))
+                   FULL if full else int(context.color_range), chroma=chroma_location(context.name, context.extradata))
 
     @property
     def hdr(self) -> bool:
@@ -107,6 +115,37 @@ class Colour:
                 light = _LIGHT.unpack_from(bytes(side))
         return replace(self, mastering=mastering, light=light)
 
+    def options(self) -> dict[str, str]:
+        """The chroma location as every encoder's option (FFmpeg's x264, x265 and SVT-AV1 wrappers write
+        it into their stream, the Matroska and MP4 muxers into the container)."""
+        return {"chroma_sample_location": str(self.chroma)} if self.chroma else {}
+
+    def fields(self) -> dict:
+        """As a cloud's probe states it (JSON): the tags, the chroma location, and HDR10's metadata
+        (chromaticities and luminances as fractions ``N/D``; null where unstated)."""
+        mastering = self.mastering and {name: [str(value) for value in getattr(self.mastering, name)] for name in _POINTS}
+        return {"primaries": self.primaries, "transfer": self.transfer, "matrix": self.matrix, "range": self.range,
+                "chroma": self.chroma, "mastering": mastering, "light": list(self.light) if self.light else None}
+
+    @classmethod
+    def from_fields(cls, fields: object) -> Colour:
+        """What :meth:`fields` made, each value checked: ValueError saying what is wrong."""
+        if not isinstance(fields, dict) or set(fields) != {*_TAGS, "mastering", "light"}:
+            raise ValueError(f"colour must be an object of {', '.join(_TAGS)}, mastering and light")
+        for name, largest in _TAGS.items():
+            if type(fields[name]) is not int or not 0 <= fields[name] <= largest:
+                raise ValueError(f"colour's {name} must be an integer from 0 to {largest}")
+        mastering, light = fields["mastering"], fields["light"]
+        if light is not None and not (isinstance(light, list) and len(light) == 2
+                                      and all(type(v) is int and 0 <= v <= 0xFFFF for v in light)):
+            raise ValueError("colour's light must be null or [MaxCLL, MaxFALL], integers from 0 to 65535")
+        if mastering is not None:
+            if not isinstance(mastering, dict) or set(mastering) != set(_POINTS):
+                raise ValueError(f"colour's mastering must be null or an object of {', '.join(_POINTS)}")
+            mastering = Mastering(*(_pair(mastering[name], name) for name in _POINTS))
+        return cls(*(fields[name] for name in ("primaries", "transfer", "matrix", "range")), mastering,
+                   tuple(light) if light else None, fields["chroma"])
+
     def tag(self, context) -> None:
         """Tag an encoder's codec context (before it opens) with the stated values."""
         for name, value, unstated in (("color_primaries", self.primaries, UNSPECIFIED), ("color_trc", self.transfer, UNSPECIFIED),
@@ -116,7 +155,8 @@ class Colour:
 
     def parameters(self, encoder: str) -> dict[str, str]:
         """The HDR metadata as ``encoder``'s own parameters (KEY=VALUE pairs of its params option);
-        where it has none, a warning says the metadata is left out."""
+        where it has none, a warning says the metadata is left out (asked only where the container
+        does not hold it instead: :mod:`.mastering`)."""
         if self.mastering is None and self.light is None:
             return {}
         if encoder in ("libx265", "libx264"):
@@ -127,9 +167,26 @@ class Colour:
         if encoder == "libsvtav1":
             return {**({"mastering-display": self.mastering.decimals()} if self.mastering else {}),
                     **({"content-light": f"{self.light[0]},{self.light[1]}"} if self.light else {})}
-        warnings.warn(f"{encoder} has no place for the input's HDR metadata (mastering display, content light level), "
-                      "and PyAV cannot write it into the container: the output keeps its colour tags without it")
+        warnings.warn(f"{encoder} has no place for the input's HDR metadata (mastering display, content light level), nor has "
+                      "this output's container (Matroska and MP4 hold it for FFV1 and VP9): the output keeps its colour tags without it")
         return {}
+
+
+# A probe's tags and the largest value each takes (AVColorPrimaries, ...: all well under 256).
+_TAGS = {"primaries": 255, "transfer": 255, "matrix": 255, "range": 2, "chroma": 6}
+_POINTS = ("red", "green", "blue", "white", "luminance")
+_RATIO = re.compile(r"\d{1,10}(/[1-9]\d{0,9})?")
+
+
+def _pair(values: object, name: str) -> tuple[Fraction, Fraction]:
+    """Two fractions ``N/D`` of a probe's mastering display, within an AVRational's int32 and in
+    range (chromaticities 0 to 1, luminances 0 to 10,000 cd/m²)."""
+    largest = 10000 if name == "luminance" else 1
+    if (isinstance(values, list) and len(values) == 2 and all(isinstance(v, str) and _RATIO.fullmatch(v) for v in values)):
+        pair = tuple(Fraction(v) for v in values)
+        if all(f.numerator < 1 << 31 and f.denominator < 1 << 31 and 0 <= f <= largest for f in pair):
+            return pair
+    raise ValueError(f"colour's mastering {name} must be two fractions N/D from 0 to {largest}")
 
 
 # Each encoder's option that takes its own parameters as KEY=VALUE pairs joined by ':'.

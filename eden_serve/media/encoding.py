@@ -203,6 +203,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
             raise BadInputError(f"{flag} applies to {', '.join(TUNINGS)}; for {name} give --encoder-opt KEY=VALUE")
         options[key] = value
     options.update(encoding.options)
+    options = {**colour.options(), **options}  # the chroma location, unless --encoder-opt names it
     options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
     stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt)
     _say_conversion(source_pix_fmt, stream.pix_fmt, colour)

@@ -21,6 +21,7 @@ from .colour import FULL, Colour
 from .decoders import Decoder
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
+from .mastering import add_video_stream
 from .planes import Planes, plane_format
 from .segments import open_segments
 from .threads import Prefetch
@@ -89,7 +90,7 @@ class VideoClip(Clip):
     (``raw.pts`` in ``time_base``) later than the one before."""
 
     kind = "video"
-    colour = Colour()  # the stream's (_colour); a server-side source's stays unstated (client/remote.py)
+    colour = Colour()  # the stream's (_colour); a server-side source's as the cloud's probe states it (client/remote.py)
     decoded_by = Decoder()  # the host's, or the GPU's (:mod:`.decoders`); a server-side source's: the host's
 
     def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None):
@@ -236,7 +237,7 @@ class VideoWriter(ClipWriter):
             name = hardware(name, source.width, source.height) or name
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
-            self.stream = self.container.add_stream(name, rate=rate)
+            self.stream, colour = add_video_stream(self.container, name, rate, clip.colour, (source.width, source.height))
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
@@ -247,7 +248,6 @@ class VideoWriter(ClipWriter):
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        colour = clip.colour
         options = configure(self.stream, encoding, source.pix_fmt, colour)
         self.pix_fmt = self.stream.pix_fmt
         # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).

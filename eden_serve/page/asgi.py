@@ -127,7 +127,7 @@ class Page:
         folder = self.settings.work / "runs" / key
         folder.mkdir(parents=True)
         name = f"{Path(title).stem}-{args.fps or args.factor}x{extension}".replace("/", "_")
-        run = Run(key, args, source, folder / f"result{extension}", expected_pairs(args, info.frames), name)
+        run = Run(key, args, source, folder / f"result{extension}", expected_pairs(args, info.frames), name, info.colour)
         self.runner.submit(run)
         return run
 
@@ -172,7 +172,7 @@ async def _play_source(page: Page, name) -> FileResponse:
                             background=BackgroundTask(lambda: video))  # the descriptor open until it is sent
     page.previews.mkdir(parents=True, exist_ok=True)
     made = _preview_of(video.source.key, page.previews)
-    return FileResponse(await anyio.to_thread.run_sync(preview, lambda: video.source.clip(page.args.max_pixels), made, info.rate))
+    return FileResponse(await anyio.to_thread.run_sync(preview, lambda: video.clip(page.args.max_pixels), made, info.rate))
 
 
 def routes(page: Page) -> list:

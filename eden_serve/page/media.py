@@ -23,7 +23,7 @@ from ..cloud.sources import CONTAINERS, SourceVideo
 from ..media import Clip as OpenedClip
 from ..media import open_clip
 from ..media.atomic import atomic_output
-from ..media.colour import HLG, PQ, tone_mapped
+from ..media.colour import HLG, PQ, Colour, tone_mapped
 from ..media.encoding import import_av
 
 # Containers PyAV names, and the extension an output of that container takes (the output's
@@ -45,7 +45,7 @@ class Clip:
     """What the page shows of a clip: ``kind`` (video, animation, directory), frames (None where the
     container does not say), width, height, frames a second (a mean for a variable rate), the
     extension of its format, whether a browser plays the file as it is, and its HDR transfer
-    ("PQ", "HLG"; None for SDR), whose previews are tone-mapped."""
+    ("PQ", "HLG"; None for SDR), whose previews are tone-mapped by its ``colour`` (kept here, not sent)."""
 
     kind: str
     frames: int | None
@@ -55,9 +55,12 @@ class Clip:
     extension: str
     playable: bool
     hdr: str | None = None
+    colour: Colour = Colour()
 
     def to_json(self) -> dict:
-        return asdict(self)
+        shown = asdict(self)
+        del shown["colour"]
+        return shown
 
 
 def describe(path: Path, max_pixels: int | None = None) -> Clip:
@@ -68,7 +71,8 @@ def describe(path: Path, max_pixels: int | None = None) -> Clip:
             extension = CONTAINER_EXTENSIONS.get(clip.container.format.name, ".mkv")
             hdr = {PQ: "PQ", HLG: "HLG"}.get(clip.colour.transfer)
             playable = (extension == ".mp4" and context.name in PLAYABLE_MP4_CODECS and context.pix_fmt == "yuv420p" and not hdr)
-            return Clip("video", clip.length, clip.stream.width, clip.stream.height, float(clip.rate), extension, playable, hdr)
+            return Clip("video", clip.length, clip.stream.width, clip.stream.height, float(clip.rate), extension, playable, hdr,
+                        clip.colour)
         if clip.kind == "animation":
             durations = [frame.duration or 0 for frame in clip]
             mean = sum(durations) / len(durations) if durations else 0
@@ -81,13 +85,13 @@ def describe(path: Path, max_pixels: int | None = None) -> Clip:
 
 
 def describe_source(video: SourceVideo) -> Clip:
-    """A ``cloud:`` source as the cloud's own probe tells it (its colour, as its file opened says)."""
+    """A ``cloud:`` source as the cloud's own probe tells it."""
     probe = video.probe()
-    with video.source.clip(None) as clip:
-        hdr = {PQ: "PQ", HLG: "HLG"}.get(clip.colour.transfer)
+    hdr = {PQ: "PQ", HLG: "HLG"}.get(video.scan.colour.transfer)
     extension = SOURCE_EXTENSIONS[video.source.format]
     playable = extension == ".mp4" and probe["codec"] in PLAYABLE_MP4_CODECS and probe["pix_fmt"] == "yuv420p" and not hdr
-    return Clip("video", probe["frames"], probe["width"], probe["height"], float(Fraction(probe["rate"])), extension, playable, hdr)
+    return Clip("video", probe["frames"], probe["width"], probe["height"], float(Fraction(probe["rate"])), extension, playable, hdr,
+                video.scan.colour)
 
 
 _locks: dict[Path, threading.Lock] = {}

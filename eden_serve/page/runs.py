@@ -3,7 +3,8 @@
 time on one thread, so runs of several pages queue instead of sharing the device.
 
 A run watches its processor (:func:`eden_serve.clips.streaming.interpolate_clip`'s ``watch``): the pairs
-done, the latest middle (the live preview), each chunk's bytes by wire codec, the scene cuts (a
+done, the latest middle (the live preview: tone-mapped for an HDR clip, as the clips' previews are,
+:mod:`eden_serve.page.media`), each chunk's bytes by wire codec, the scene cuts (a
 middle that is its earlier frame, copied by the cloud's decision), and, from the timeline events
 (:data:`eden_serve.clips.streaming.TIMELINE`), each chunk's time at the cloud, on the wire and at the edge.
 Cancelling (the page closed) stops it at the next chunk boundary and leaves no output. At most
@@ -23,12 +24,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 from PIL import Image
 
 from ..clips.processors import Processor, Wrapper
+from ..clips.resize import resized
 from ..clips.streaming import TIMELINE, Summary
 from ..commands.shared import PROG, failure
-from ..media.frames import as_image
+from ..media.colour import Colour, tone_mapped
+from ..media.frames import Picture, as_image, picture_size, widened
 
 MAX_CHUNKS_SHOWN = 400  # the newest chunks' timelines a page is sent
 PREVIEW_WIDTH = 480  # pixels, at most, of the live preview
@@ -75,9 +79,11 @@ class _Watched(Wrapper):
 class Run:
     """One clip through the page: its state, what it has done so far, and how to stop it."""
 
-    def __init__(self, key: str, args, source: str | Path, output: Path, total: int | None, title: str = ""):
+    def __init__(self, key: str, args, source: str | Path, output: Path, total: int | None, title: str = "",
+                 colour: Colour = Colour()):
         self.key, self.args, self.source, self.output, self.total = key, args, source, output, total
         self.title = title  # the download's name
+        self.colour = colour  # the clip's: an HDR clip's previews are tone-mapped
         self.state = "queued"
         self.page_open = True  # its page's connection: a finished run of a closed page goes first
         self.cancel = threading.Event()
@@ -99,11 +105,11 @@ class Run:
         """``processor`` as the run sees it: the same middles, counted and shown as they come."""
         return _Watched(processor, self)
 
-    def middle(self, frames: list, j: int, image: Image.Image, streamed: bool = False) -> None:
+    def middle(self, frames: list, j: int, picture: Picture, streamed: bool = False) -> None:
         """Middle ``j`` of a chunk of ``frames``: counted (``streamed``: as it arrived), a scene cut
         where the pair is two originals and the middle is the earlier one, the live preview where
         the last is old enough."""
-        image, before = as_image(image), frames[j].image
+        image, before = as_image(picture), frames[j].image
         cut = (_original(frames[j]) and _original(frames[j + 1]) and image.size == before.size
                and np.array_equal(np.asarray(image.convert("RGB")), np.asarray(before.convert("RGB"))))
         now = time.time()
@@ -117,7 +123,7 @@ class Run:
             if make_preview:
                 self.previewed = now
         if make_preview:
-            preview = _png(image)
+            preview = _png(picture, self.colour)
             with self.lock:
                 self.preview, self.previews = preview, self.previews + 1
 
@@ -189,9 +195,17 @@ def _stages(first: int, pairs: int, times: dict, started: float | None) -> dict:
             "wire": between("encoded", "payload in"), "edge": between("edge asked", "done")}
 
 
-def _png(image: Image.Image) -> bytes:
-    if image.width > PREVIEW_WIDTH:
-        image = image.resize((PREVIEW_WIDTH, max(1, round(image.height * PREVIEW_WIDTH / image.width))))
+def _png(picture: Picture, colour: Colour) -> bytes:
+    """The live preview of a middle: at most :data:`PREVIEW_WIDTH` wide, tone-mapped where the clip is HDR."""
+    width, height = picture_size(picture)
+    size = (PREVIEW_WIDTH, max(1, round(height * PREVIEW_WIDTH / width))) if width > PREVIEW_WIDTH else None
+    if colour.hdr:  # scaled at its depth, then tone-mapped
+        pixels = picture if isinstance(picture, torch.Tensor) else torch.from_numpy(np.array(picture.convert("RGB")))
+        pixels = resized(widened(pixels, 16), size, Image.Resampling.BICUBIC) if size else pixels
+        image = Image.fromarray(tone_mapped(pixels.numpy(), colour))
+    else:
+        image = as_image(picture)
+        image = image.resize(size) if size else image
     out = io.BytesIO()
     image.convert("RGB").save(out, "PNG", compress_level=1)
     return out.getvalue()

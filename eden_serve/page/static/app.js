@@ -80,8 +80,8 @@ function chosen(clip, info, play) {
   $("clip").textContent = `${name}: ${info.kind}, ${frames}${info.width}x${info.height}, ${info.rate.toFixed(2)} frames/s${hdr}`;
   // A browser shows no PQ or HLG: the page plays previews tone-mapped to SDR, and says so.
   $("tone").hidden = !info.hdr;
-  $("tone").textContent = info.hdr ? `HDR (${info.hdr}): a browser cannot show it, so the original and the result play ` +
-    "here tone-mapped to SDR. The download is the result itself, in HDR." : "";
+  $("tone").textContent = info.hdr ? `HDR (${info.hdr}): a browser cannot show it, so the original, the result and the ` +
+    "latest middle show here tone-mapped to SDR. The download is the result itself, in HDR." : "";
   $("clip").dataset.ready = "true";
   $("start").disabled = false;
 }
