@@ -7,6 +7,7 @@ PyAV's encoders."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import warnings
@@ -201,3 +202,21 @@ def test_encoder_logs_stay_off_stderr_unless_verbose(tmp_path, options):
     assert len(loud.stderr.splitlines()) > 3  # the encoder's banner and statistics
     with av.open(str(tmp_path / "quiet.mkv")) as a, av.open(str(tmp_path / "loud.mkv")) as b:
         assert np.array_equal(next(a.decode(video=0)).to_ndarray(format="rgb48le"), next(b.decode(video=0)).to_ndarray(format="rgb48le"))
+
+
+def test_a_sources_colour_is_read_through_its_descriptor_never_by_its_name_here(tmp_path, monkeypatch):
+    """A server-side source is named by its path under the media root, which is no path in the worker's
+    directory: its HDR metadata comes from the file opened, not from a file of that name here."""
+    from eden_serve.cloud.sources import SourceFile
+
+    root = tmp_path / "media"
+    root.mkdir()
+    hdr10, pix_fmt = COLOURS["hdr10"]
+    make_graded_clip(root / "clip.mkv", "libx265", pix_fmt, SIZE, 2, hdr10, {"crf": "12"})
+    other = Colour(9, 16, 9, LIMITED, dataclasses.replace(P3, luminance=(Fraction(1, 10000), Fraction(4000))), (4000, 1000))
+    here = tmp_path / "worker"
+    here.mkdir()
+    make_graded_clip(here / "clip.mkv", "libx265", pix_fmt, SIZE, 2, other, {"crf": "12"})
+    monkeypatch.chdir(here)
+    with SourceFile(root, "clip.mkv").clip(None) as clip:
+        assert clip.colour.light == (1000, 400) and clip.colour.mastering.luminance == P3.luminance

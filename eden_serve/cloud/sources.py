@@ -34,12 +34,12 @@ from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.video import VideoClip, rgb, self_contained
+from ..media.containers import first_frame, self_contained
+from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
 MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
-FIRST_FRAME_PACKETS = 64  # read at most, for the first frame's HDR metadata: more than any reordering holds back
 
 
 def resolve(root: Path | None, name: str) -> Path:
@@ -121,7 +121,7 @@ class SourceFile:
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video (:class:`~eden_serve.media.video.VideoClip`),
         opened as :meth:`open` opens it and named by its name."""
-        return VideoClip(Path(self.name), max_pixels, self.open())
+        return VideoClip(Path(self.name), max_pixels, self.open(), reopen=self.open)
 
 
 @dataclass(frozen=True)
@@ -176,20 +176,8 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
 
 
 def _first_frame(source: SourceFile):
-    """The video's first frame, whose side data holds HDR10's metadata, or None where its first
-    :data:`FIRST_FRAME_PACKETS` packets show none (what does not decode fails where frames are read)."""
-    av = import_av()
     with source.open() as container:
-        stream = container.streams.video[0]
-        try:
-            for n, packet in enumerate(container.demux(stream)):
-                if n == FIRST_FRAME_PACKETS:
-                    return None
-                for frame in packet.decode():
-                    return frame
-        except av.error.FFmpegError:
-            return None
-    return None
+        return first_frame(container)
 
 
 class FileCache:

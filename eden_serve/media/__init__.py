@@ -188,7 +188,7 @@ def _video(path: Path, max_pixels: int | None) -> VideoClip:
     if not container.streams.video:
         container.close()
         raise BadInputError(f"{str(path)!r} has no video stream")
-    return VideoClip(path, max_pixels, container)
+    return VideoClip(path, max_pixels, container, reopen=lambda: av.open(str(path)))
 
 
 def is_clip(path: str | Path) -> bool:

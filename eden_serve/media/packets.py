@@ -67,7 +67,7 @@ class PacketReader:
             raise BadInputError("the bitstream codec reads a video file twice, so it cannot take a pipe; use the frames codec")
         self.path = path
         self.open = opener or (lambda: import_av().open(str(path)))
-        clip = VideoClip(path, max_pixels, self.open())  # the same stream, and the same checks, as a local run's
+        clip = VideoClip(path, max_pixels, self.open(), reopen=self.open)  # the same stream and checks as a local run's
         try:
             self.parameters = parameters_of(clip.stream, path)
             self._pts, self._keys = self._index(clip.container.demux(clip.stream))

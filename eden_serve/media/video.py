@@ -18,6 +18,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
+from .containers import first_frame
 from .decoders import Decoder
 from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
@@ -38,25 +39,6 @@ _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v
 Y4M_OPTIONS = {"strict": "-1"}
 # Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
 READ_AHEAD = 16
-
-
-def self_contained(start: bytes) -> str | None:
-    """The container that a file's first 12 bytes show, among those that hold their media
-    themselves: None for anything else, playlists (HLS) and concatenation lists above all, which
-    name other files for the demuxer to open. For a file from someone else, checked before FFmpeg
-    probes it, since probing alone opens what a list names."""
-    if start[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot"):
-        return "MP4 or MOV"
-    signatures = {b"\x1a\x45\xdf\xa3": "Matroska or WebM", b"YUV4MPEG2": "Y4M", b"FLV": "FLV", b"OggS": "Ogg",
-                  b"\x00\x00\x01\xba": "MPEG-PS", b"GIF87a": "GIF", b"GIF89a": "GIF", b"\x89PNG": "PNG"}
-    for signature, name in signatures.items():
-        if start.startswith(signature):
-            return name
-    if start.startswith(b"RIFF") and start[8:12] in (b"AVI ", b"WEBP"):
-        return "AVI" if start[8:12] == b"AVI " else "WebP"
-    if start[:1] == b"\x47":  # MPEG-TS: a sync byte every 188 bytes, which the demuxer checks itself
-        return "MPEG-TS"
-    return None
 
 
 def rgb_pixels(frame) -> torch.Tensor:
@@ -93,12 +75,17 @@ class VideoClip(Clip):
     colour = Colour()  # the stream's (_colour); a server-side source's as the cloud's probe states it (client/remote.py)
     decoded_by = Decoder()  # the host's, or the GPU's (:mod:`.decoders`); a server-side source's: the host's
 
-    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None):
+    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None,
+                 reopen=None):
         super().__init__(path)
         av = import_av()
         self._error = av.error.FFmpegError
         self.piped = str(path) == PIPE
         self.decoded_by = decoder or self.decoded_by
+        # A second opening of the same file, for its first frame's metadata: by its path where the
+        # clip opens the path itself, else only as the caller says (a server-side source's ``path``
+        # is its name under the media root, no path here, and it reopens by descriptor).
+        self._reopen = reopen or (None if container is not None or self.piped else lambda: av.open(str(path)))
         try:
             self.container = container or (decoder.open(path) if decoder else av.open(sys.stdin.buffer if self.piped else str(path)))
         except (self._error, ValueError) as exc:
@@ -121,15 +108,15 @@ class VideoClip(Clip):
 
     def _colour(self) -> Colour:
         """The stream's colour; where it may be HDR, with the metadata of its first frame, decoded from a
-        second opening of the file (a pipe is read once: its tags only)."""
+        second opening of the file (a pipe is read once, and a container handed in without a way to
+        reopen it: their tags only)."""
         colour = Colour.of_stream(self.stream.codec_context)
-        if not colour.may_hold_metadata or self.piped or not Path(self.path).is_file():
+        if not colour.may_hold_metadata or self._reopen is None:
             return colour
-        av = import_av()
         try:
-            with av.open(str(self.path)) as container:
-                first = next(container.decode(video=0), None)
-        except (self._error, ValueError, OSError):
+            with self._reopen() as container:
+                first = first_frame(container)
+        except (self._error, ValueError, OSError, BadInputError):
             return colour  # what cannot be decoded here fails where the clip is read, with its own message
         return colour if first is None else colour.with_side_data(first)
 

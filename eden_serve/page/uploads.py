@@ -18,7 +18,7 @@ import anyio.to_thread
 
 from ..cloud.sources import SourceFile, SourceVideo, Work
 from ..errors import BadInputError, EdenError
-from ..media.video import self_contained
+from ..media.containers import self_contained
 from .media import CONTAINER_EXTENSIONS, Clip, describe
 
 DEFAULT_MAX_UPLOAD = 2 * 1024**3  # bytes

@@ -1,0 +1,43 @@
+"""What is read of a video file before it is decoded as a clip: the container its first bytes show,
+for a file from someone else (a page's upload, a cloud's source), and its first frame, whose side
+data holds HDR10's metadata, within a bounded read."""
+
+from __future__ import annotations
+
+from .encoding import import_av
+
+FIRST_FRAME_PACKETS = 64  # read at most for the first frame's HDR metadata: more than any reordering holds back
+
+
+def self_contained(start: bytes) -> str | None:
+    """The container that a file's first 12 bytes show, among those that hold their media
+    themselves: None for anything else, playlists (HLS) and concatenation lists above all, which
+    name other files for the demuxer to open. For a file from someone else, checked before FFmpeg
+    probes it, since probing alone opens what a list names."""
+    if start[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot"):
+        return "MP4 or MOV"
+    signatures = {b"\x1a\x45\xdf\xa3": "Matroska or WebM", b"YUV4MPEG2": "Y4M", b"FLV": "FLV", b"OggS": "Ogg",
+                  b"\x00\x00\x01\xba": "MPEG-PS", b"GIF87a": "GIF", b"GIF89a": "GIF", b"\x89PNG": "PNG"}
+    for signature, name in signatures.items():
+        if start.startswith(signature):
+            return name
+    if start.startswith(b"RIFF") and start[8:12] in (b"AVI ", b"WEBP"):
+        return "AVI" if start[8:12] == b"AVI " else "WebP"
+    if start[:1] == b"\x47":  # MPEG-TS: a sync byte every 188 bytes, which the demuxer checks itself
+        return "MPEG-TS"
+    return None
+
+
+def first_frame(container):
+    """The first frame of ``container``'s video, whose side data holds HDR10's metadata, or None where
+    its first :data:`FIRST_FRAME_PACKETS` packets give none (a file from elsewhere bounds the work)."""
+    stream = container.streams.video[0]
+    try:
+        for n, packet in enumerate(container.demux(stream)):
+            if n == FIRST_FRAME_PACKETS:
+                return None
+            for frame in packet.decode():
+                return frame
+    except import_av().error.FFmpegError:
+        return None
+    return None
