@@ -19,6 +19,7 @@ import json
 import random
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import warnings
@@ -171,3 +172,22 @@ def torchserve(
             yield server
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_script(args: Sequence[str], timeout: float, **options) -> subprocess.CompletedProcess:
+    """A script that may start TorchServes, run to its end and its output captured as text. Past
+    ``timeout`` it is sent SIGTERM, on which the launcher stops its servers as it ends, and killed
+    only if it is still there two minutes later; subprocess.run's own timeout kills it at once, and
+    the servers it started, in sessions of their own, would outlive it."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                out, err = process.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+            raise AssertionError(f"{args[1] if len(args) > 1 else args[0]} ran past {timeout:.0f} s and was stopped:\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(args, process.returncode, out, err)

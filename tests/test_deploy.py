@@ -6,6 +6,7 @@ Each checker comes from a package of the deploy-check extra, so no Docker engine
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -495,3 +496,45 @@ def test_core_validation_of_kserve_containers_refuses_a_misspelt_field(kserve):
     container["imagee"] = container.pop("image")
     with pytest.raises(jsonschema.ValidationError):
         validate_core(container, "io.k8s.api.core.v1.Container")
+
+
+HOLDING = """
+import sys, time
+from harness.servers import torchserve
+with torchserve(sys.argv[1], models=["eden_encoder.mar"]) as server:
+    print(server.workdir, flush=True)
+    time.sleep(600)
+"""
+
+
+def processes_naming(text: str) -> list[int]:
+    """The processes whose command line names ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            pass  # gone meanwhile
+    return found
+
+
+@pytest.mark.serving
+def test_a_script_holding_a_server_stops_it_when_sent_sigterm(store):
+    """SIGTERM (a timeout's, a supervisor's) ends a script through its finally blocks, so the TorchServe
+    it started, in a session of its own, does not outlive it (before: it ran on, orphaned)."""
+    process = subprocess.Popen([sys.executable, "-c", HOLDING, str(store)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    workdir = ""
+    try:
+        workdir = process.stdout.readline().strip()
+        assert workdir and processes_naming(workdir), "the server did not start"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=150) != 0
+        assert processes_naming(workdir) == []
+    finally:
+        process.kill()
+        process.wait()
+        for pid in processes_naming(workdir) if workdir else []:  # what a failure left, stopped all the same
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

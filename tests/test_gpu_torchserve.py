@@ -4,21 +4,20 @@ as this process computes it (within the documented rounding bound, harness/round
 the sandbox, and the faults that need a GPU said not provoked."""
 
 import re
-import subprocess
 import sys
 
 import pytest
 
 from harness import rounding
-from harness.servers import REPO
+from harness.servers import REPO, run_script
 
 pytestmark = pytest.mark.serving
 
 
 @pytest.fixture(scope="module")
 def figures():
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_torchserve.py"), "--device", "cpu", "--quick"],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    done = run_script([sys.executable, str(REPO / "benchmarks" / "gpu_torchserve.py"), "--device", "cpu", "--quick"],
+                      timeout=900, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return {m.group(1): m.group(2) for m in re.finditer(r"(?m)^TS (\w+): (.*)$", done.stdout)}
 

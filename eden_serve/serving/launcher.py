@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -168,19 +169,41 @@ def running(config_file: Path, model_store: Path, workdir: Path, launch: Launch 
         # _stop can kill as a whole if the orderly stop leaves anything behind.
         process = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server.process = process
+    with _ended_by_sigterm():
+        try:
+            _wait_started(server, process, launch.startup_timeout)
+            missing = {m.partition("=")[0] if "=" in m else Path(m).stem for m in models} - set(server.models())
+            if missing:
+                raise RuntimeError(f"TorchServe did not load {', '.join(sorted(missing))}:\n{server.log_tail()}")
+            server.wait_ready(launch.startup_timeout)
+            for workflow in launch.workflows:
+                server.register_workflow(workflow)
+            server.wait_ready(launch.startup_timeout)
+            yield server
+        finally:
+            _stop([*launch.prefix, launcher], process, workdir, env)
+            server.session.close()
+
+
+@contextlib.contextmanager
+def _ended_by_sigterm() -> Iterator[None]:
+    """SIGTERM ends this process through its ``finally`` blocks, so the servers it started are
+    stopped: Python's default ends it on the spot, and their sessions of their own outlive it. As
+    an interrupt, which a test run also ends on (after its teardown), where a SystemExit would only
+    fail the test at hand. Only where nothing else handles SIGTERM, and from the main thread, where
+    handlers are set."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupted(*_):
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, interrupted)
     try:
-        _wait_started(server, process, launch.startup_timeout)
-        missing = {m.partition("=")[0] if "=" in m else Path(m).stem for m in models} - set(server.models())
-        if missing:
-            raise RuntimeError(f"TorchServe did not load {', '.join(sorted(missing))}:\n{server.log_tail()}")
-        server.wait_ready(launch.startup_timeout)
-        for workflow in launch.workflows:
-            server.register_workflow(workflow)
-        server.wait_ready(launch.startup_timeout)
-        yield server
+        yield
     finally:
-        _stop([*launch.prefix, launcher], process, workdir, env)
-        server.session.close()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _environment(workdir: Path, env: dict[str, str] | None) -> dict[str, str]:
