@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_serving import context, handle, handler_class, model_dir, png  # noqa: F401 - model_dir is a fixture
 
@@ -50,6 +50,7 @@ def valid(name: str) -> dict:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(side=st.sampled_from(["eden_encoder", "eden_ditdec"]), base=st.booleans(),
        fields=st.dictionaries(st.sampled_from(NAMES), VALUES, max_size=5))
+@example(side="eden_ditdec", base=True, fields={"frame0": None, "stream": "http"})  # a streamed answer: its parts go to the frontend
 def test_no_field_makes_a_500(handlers, side, base, fields):
     handler, ctx = handlers[side]
     request = {**(valid(side) if base else {}), **fields}
@@ -63,3 +64,11 @@ def test_after_beyond_int64_is_a_400(handlers, after):
     handler, ctx = handlers["eden_encoder"]
     [(status, _, body)] = handle(handler, ctx, [{"source": "bikes.mp4", "ask": "packets", "start": "3", "after": after}])
     assert status == 400 and b"64-bit integers" in body, body[:300]
+
+
+def test_a_streamed_answer_sends_its_middles_to_the_frontend_before_it_returns(handlers):
+    handler, ctx = handlers["eden_ditdec"]
+    ctx.cl_socket.sent.clear()
+    [(status, _, body)] = handle(handler, ctx, [{**valid("eden_ditdec"), "stream": "http"}])
+    assert status == 200, body[:300]
+    assert len(ctx.cl_socket.sent) == 2 and all(b"\x89PNG" in part for part in ctx.cl_socket.sent)  # 3 frames: 2 middles

@@ -1,8 +1,11 @@
 """--resume: a run killed (SIGKILL), terminated (SIGTERM) or interrupted (Ctrl-C) keeps its partial
 output and journal, and a run with the same input and options finishes it, equal byte for byte to
-a run that was never interrupted; a resume with anything changed is refused in one line."""
+a run that was never interrupted (with the tiny model on a CPU: its originals byte for byte, its
+middles up to the documented rounding, see :func:`assert_same_run`); a resume with anything changed
+is refused in one line."""
 
 import fcntl
+import io
 import json
 import os
 import shutil
@@ -25,6 +28,7 @@ from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.model import synthetic
+from harness.rounding import assert_within_rounding
 
 SIZE = (96, 64)  # width, height
 STAND_IN = {"processor": "average"}  # the stand-in model's fingerprint
@@ -89,6 +93,25 @@ def contents(path: Path):
     return path.read_bytes()
 
 
+def assert_same_run(got: Path, want: Path, factor: int) -> None:
+    """Two runs of the tiny model into directories: the same names, the originals byte for byte, each
+    middle byte for byte or within the documented rounding (harness/rounding.py). On a CPU, the same
+    forward can round a rare value one level apart from one process to the next: of ten
+    ``eden-serve interpolate --inflight 2`` runs of one 40-frame clip on an AVX512 CPU, two differed
+    from the others in 28 of the first middle's 73,728 values (MKL's kernels, whose order of sums
+    varied with the thread the forward ran on)."""
+    got_files, want_files = contents(got), contents(want)
+    assert list(got_files) == list(want_files)
+    for position, name in enumerate(got_files):
+        if got_files[name] != want_files[name]:
+            assert position % factor, f"the original {name} differs"
+            assert_within_rounding(pixels(got_files[name]), pixels(want_files[name]), name)
+
+
+def pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)))
+
+
 def leftovers(folder: Path):
     return sorted(p.name for p in folder.iterdir() if ".partial" in p.name)
 
@@ -144,7 +167,10 @@ def test_a_killed_run_resumed_equals_an_uninterrupted_one(tmp_path, tiny_models,
     total = (factor - 1) * pairs
     assert 0 < resumed.resumed < total and resumed.pairs + resumed.resumed == total  # only the rest computed
     assert resumed.frames == factor * pairs + 1
-    assert contents(dst) == contents(tmp_path / f"whole{dst.suffix}")
+    if model == "tiny":
+        assert_same_run(dst, tmp_path / f"whole{dst.suffix}", factor)
+    else:
+        assert contents(dst) == contents(tmp_path / f"whole{dst.suffix}")
     assert leftovers(tmp_path) == []
 
 
@@ -188,7 +214,7 @@ def test_the_command_stopped_by_a_signal_keeps_its_work_and_resumes(tmp_path, lo
     again = subprocess.run(cli(src, "-o", dst, "--resume"), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert f"resumed after {done} pairs done before" in again.stdout
-    assert contents(dst) == contents(whole)
+    assert_same_run(dst, whole, 2)
     assert leftovers(tmp_path) == []
 
 

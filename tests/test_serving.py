@@ -65,12 +65,27 @@ def context(model_dir, model_name: str, **settings) -> Context:
     metrics.initialize_cache()
     # The handler sets the process's thread count; keep this test process's.
     yaml_config = {"batchSize": 4, "handler": {"threads": torch.get_num_threads(), **settings}}
-    return Context(model_name, str(model_dir), {"model": {"modelName": model_name}}, 4, None, "0.12.0",
-                   metrics=metrics, model_yaml_config=yaml_config)
+    ctx = Context(model_name, str(model_dir), {"model": {"modelName": model_name}}, 4, None, "0.12.0",
+                  metrics=metrics, model_yaml_config=yaml_config)
+    # TorchServe's worker hands its context the socket to the frontend, where a streamed answer's
+    # parts go before the handler returns (ts.handler_utils.utils.send_intermediate_predict_response).
+    ctx.cl_socket = FrontendSocket()
+    return ctx
+
+
+class FrontendSocket:
+    """The worker's socket to the frontend, as a streamed answer uses it: the bytes sent, kept."""
+
+    def __init__(self):
+        self.sent: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
 
 
 def handle(handler, ctx: Context, batch: list[dict], headers: dict | None = None) -> list[tuple[int, str, bytes]]:
-    """What TorchServe's Service.predict does around the handler, minus the socket; ``headers``:
+    """What TorchServe's Service.predict does around the handler (a streamed answer's parts go to
+    ``ctx.cl_socket``, a :class:`FrontendSocket`); ``headers``:
     every request's HTTP headers."""
     ctx.request_processor = [RequestProcessor(dict(headers or {})) for _ in batch]
     ctx.request_ids = ctx.metrics.request_ids = {i: f"request-{i}" for i in range(len(batch))}
