@@ -428,3 +428,17 @@ def test_cuda_graphs_asked_for_on_a_cpu_are_refused_before_the_weights_load(monk
     calls = loaded(monkeypatch)
     assert main(["interpolate", *map(str, frames), "-o", str(tmp_path / "m.png"), "--config", "tiny", "--cuda-graphs", "on"]) == 2
     assert "CUDA graphs need a CUDA device" in capsys.readouterr().err and calls == []
+
+
+def test_a_token_that_starts_with_a_dash_is_read_as_the_token(frames, tmp_path):
+    """TorchServe draws its keys from an alphabet with "-": ``--token -Ab3`` is that token, not an
+    option argparse finds without its value (a test's page failed to start on such a key)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening: refused at once
+        result = run("client", *frames, "-o", tmp_path / "mid.png", "--cloud", url, "--edge", url,
+                     "--token", "-Ab3", "--edge-token", "-_x9", "--tries", "1")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "expected one argument" not in lines[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "mid.png").exists()

@@ -38,8 +38,8 @@ from ..serving.node import ARCHIVES, serve
 from ..wire.keyed import KEY_FILE_ENV
 from .bench import Bench, run_bench
 from .shared import (
-    CHECKPOINT_REFERENCE, PROG, add_deployment_arguments, add_model_options, clip_in_process, clip_through, client_from, devices,
-    failure, load_models, threshold, threshold_text
+    CHECKPOINT_REFERENCE, PROG, add_deployment_arguments, add_model_options, attached_secrets, clip_in_process, clip_through,
+    client_from, devices, failure, load_models, threshold, threshold_text
 )
 
 
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     # A plain kill then unwinds like Ctrl-C, so temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     warnings.formatwarning = lambda message, *_args, **_kw: f"{PROG}: warning: {message}\n"
-    args = _build_parser().parse_args(argv)
+    args = _build_parser().parse_args(attached_secrets(sys.argv[1:] if argv is None else argv))
     try:
         commands = {"interpolate": _interpolate, "client": run_client, "split-checkpoint": _split_checkpoint,
                     "bench": _bench, "download": _download, "archive": _archive, "serve": _serve, "page": run_page}

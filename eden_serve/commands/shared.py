@@ -118,6 +118,21 @@ def load_models(args: argparse.Namespace) -> tuple[CloudEncoder, EdgeModel]:
     return cloud, edge
 
 
+# Options whose value is a secret: TorchServe's keys are drawn from an alphabet with "-", and
+# argparse takes a value that starts with one for an option ("expected one argument").
+SECRET_OPTIONS = ("--token", "--edge-token")
+
+
+def attached_secrets(argv: list[str]) -> list[str]:
+    """``argv`` with each secret option's value attached (``--token -x1`` -> ``--token=-x1``), so that
+    a key that starts with "-" is read as the value it is."""
+    out, rest = [], iter(argv)
+    for arg in rest:
+        value = next(rest, None) if arg in SECRET_OPTIONS else None
+        out.append(arg if value is None else f"{arg}={value}")
+    return out
+
+
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     """Where the servers are, how to reach them and how long to keep trying: the client's options."""
     where = parser.add_argument_group("deployment: --server, or --cloud and --edge")
