@@ -43,3 +43,14 @@ def assert_gif_frame_close(got, want, what: str = "") -> None:
     assert got.shape == want.shape, f"{what}: shape {got.shape} is not {want.shape}"
     mean = np.abs(got.astype(np.int64) - want.astype(np.int64)).mean()
     assert mean < GIF_MEAN, f"{what}: {mean:.2f} levels off on average (the bound: {GIF_MEAN})"
+
+
+def assert_same_frames(got, want, factor: int = 2) -> None:
+    """The frames of two runs of one clip, in output order (an original, then its ``factor`` - 1
+    middles): each original equal, each middle within the bound."""
+    assert len(got) == len(want), f"{len(got)} frames, not {len(want)}"
+    for k, (a, b) in enumerate(zip(got, want)):
+        if k % factor == 0:
+            assert np.array_equal(a, b), f"original {k // factor}"
+        else:
+            assert_within_rounding(a, b, f"frame {k} (a middle)")
