@@ -65,7 +65,7 @@ def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
                             "only; and the encoder's share of the run and of a chunk")
     video.add_argument("--encoder-instances", type=int, metavar="N",
                        help="x264 instances, each on a segment of the video starting with a key frame, joined into one "
-                            "stream (default: one per four cores, at most 4, beside a GPU; else 1)")
+                            "stream, sharing the host's cores (default 1: one x264 with all the cores was faster)")
 
 
 def clip_options(args) -> dict:

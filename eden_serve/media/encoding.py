@@ -24,7 +24,6 @@ from fractions import Fraction
 
 from ..errors import BadInputError
 from .colour import FULL, Colour, merged
-from .segments import default_instances
 
 VIDEO_EXTRA = "reading or writing video needs PyAV: pip install 'eden-serve[video]'"
 
@@ -79,7 +78,7 @@ class Encoding:
     options: tuple[tuple[str, str], ...] = ()  # --encoder-opt, in order, passed to the encoder as they are
     gpu: bool = False  # the edge computes on a GPU: the encoder's defaults keep its pace (the module's note)
     verbose: bool = False  # -v: the encoder's own log (x265's and SVT-AV1's banners and statistics) on stderr
-    instances: int | None = None  # x264 instances on segments (:mod:`.segments`); None: several beside a GPU, else one
+    instances: int | None = None  # x264 instances on segments (:mod:`.segments`); None: one
 
     @property
     def given(self) -> bool:
@@ -96,13 +95,12 @@ class Encoding:
         return fields
 
     def instances_for(self, name: str) -> int:
-        """How many instances of encoder ``name`` encode the video: x264's as asked, else several
-        beside a GPU (:func:`.segments.default_instances`); any other encoder one."""
-        if name != "libx264":
+        """How many instances of encoder ``name`` encode the video: x264's as asked, else one, beside
+        a GPU too: one x264 with all the cores was faster than several on segments with their shares
+        wherever measured (docs/video.md, "Encoder speed"); any other encoder one."""
+        if name != "libx264" or self.instances is None:
             return 1
-        if self.instances is not None:
-            return self.instances
-        return default_instances() if self.gpu else 1
+        return self.instances
 
 
 def parse_option(text: str) -> tuple[str, str]:

@@ -1,15 +1,18 @@
 """x264 in several instances, each on a segment of the video that starts with a key frame, their
-packets concatenated into one stream (docs/video.md, "Encoder speed").
+packets concatenated into one stream (``--encoder-instances``; docs/video.md, "Encoder speed").
 
-Beside a GPU one x264 is the clip's bound: at 1080p its frame threads stop paying past a few cores
-(141 frames a second at preset veryfast on an H100 machine's 16 cores). Instances of x264 on
-consecutive segments scale with the cores instead. Each segment is a closed group of pictures
-(x264 starts every encoder with an IDR frame), so the segments decode alone, and their packets,
-muxed in the segments' order, are one stream that decodes to the same frames, in the same order,
-with the same time stamps, as one instance's. Every instance is opened with the stream's own
-settings (size, pixel format, time base, frame rate, options, flags), so that its parameter sets
-(SPS and PPS) are the stream's header: an instance whose differ is refused (:class:`Mismatch`) and
-the writer encodes with one instance.
+An option, not the default: the instances share the host's cores, and each segment pays its own
+start (an IDR frame, the lookahead and frame threads filling) and end (draining), so one x264 with
+all the cores was faster wherever measured (183 frames a second at 1080p, veryfast, on a 16-core
+H200 host, against 99 for four instances on segments of 64 frames). Whether several pay on a host
+with more cores than one x264's frame threads keep busy is not measured.
+
+Each segment is a closed group of pictures (x264 starts every encoder with an IDR frame), so the
+segments decode alone, and their packets, muxed in the segments' order, are one stream that decodes
+to the same frames, in the same order, with the same time stamps, as one instance's. Every instance
+is opened with the stream's own settings (size, pixel format, time base, frame rate, options,
+flags), so that its parameter sets (SPS and PPS) are the stream's header: an instance whose differ
+is refused (:class:`Mismatch`) and the writer encodes with one instance.
 
 Frames of a segment are queued to its instance as they come, so the writer hands a frame over and
 returns while the instances encode; at most ``instances`` segments are in flight, and a segment's
@@ -31,7 +34,6 @@ from typing import Callable
 # -0.055 at 48, -0.02 at 96 (tests/test_segments.py).
 QUEUE_BYTES = 768 << 20
 SEGMENT_FRAMES = (48, 250)  # shortest and longest segment: a key frame at most every 250 frames, as x264's default
-MAX_INSTANCES = 4
 _END = object()
 
 
@@ -39,15 +41,17 @@ class Mismatch(Exception):
     """An instance's parameter sets are not the stream's header."""
 
 
-def open_segments(stream, options: dict, instances: int, logger: Callable[[str], None]) -> "SegmentedEncoder | None":
-    """Instances of ``stream``'s encoder (opened with ``options``) on segments, or None where one
-    instance will do: one asked, or an instance whose header differs (``logger`` says so)."""
+def open_segments(stream, options: dict, instances: int, logger: Callable[[str], None],
+                  threads: int | None = None) -> "SegmentedEncoder | None":
+    """Instances of ``stream``'s encoder (opened with ``options``, each with ``threads`` threads, by
+    default :func:`instance_threads`; 0: x264's own count) on segments, or None where one instance
+    will do: one asked, or an instance whose header differs (``logger`` says so)."""
     if instances <= 1:
         return None
     import av
 
     template = stream.codec_context
-    threads = max(1, host_cores() // instances)
+    threads = instance_threads(instances) if threads is None else threads
 
     def make():
         context = av.CodecContext.create(template.name, "w")
@@ -75,10 +79,10 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
-def default_instances(cores: int | None = None) -> int:
-    """Instances beside a GPU: one per four cores (where x264's frame threads still pay), at most
-    :data:`MAX_INSTANCES`."""
-    return max(1, min(MAX_INSTANCES, (cores or host_cores()) // 4))
+def instance_threads(instances: int) -> int:
+    """x264's threads in each of ``instances``: its share of the host's cores. x264's own count,
+    one and a half per core in every instance, would run several times as many threads as cores."""
+    return max(1, host_cores() // instances)
 
 
 def segment_frames(instances: int, width: int, height: int) -> int:
