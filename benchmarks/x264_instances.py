@@ -1,0 +1,97 @@
+"""x264 in one instance against several on segments, as the clip's writer runs them (docs/video.md
+"Encoder speed"): frames a second, paired per round, and PSNR against the frames given.
+
+    .venv/bin/python benchmarks/x264_instances.py [--size 1080x1920] [--frames 96] [--rounds 3]
+        [--case 1:auto:all --case 2:share:48 ...]
+
+A case is INSTANCES:THREADS:SEGMENT: THREADS ``auto`` (x264's own count, one and a half per core, in
+every instance), ``share`` (the host's cores shared among the instances, as the writer opens them) or
+a number; SEGMENT a segment's frames (``all``: one segment). The frames are the GPU check's source
+video at the size asked, converted to 4:2:0 before the clock starts, so that only the encoders are
+timed, at the writer's settings beside a GPU (crf 18, preset veryfast). The cases run in turn in each
+round; each round's frames a second is divided by the first case's of the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+
+from eden_serve.media import segments
+from eden_serve.media.encoding import Encoding, configure
+from gpu_clip import source_frames
+import results
+
+CASES = ["1:auto:all", "2:share:48", "2:auto:48", "2:share:24", "1:share:all"]
+
+
+def encode(pictures: list, size: tuple[int, int], case: str) -> tuple[float, float]:
+    """Frames a second and PSNR against ``pictures``, for one case."""
+    instances, threads, length = case.split(":")
+    instances = int(instances)
+    threads = {"auto": 0, "share": segments.instance_threads(instances)}.get(threads) if threads in ("auto", "share") else int(threads)
+    bounds = segments.SEGMENT_FRAMES
+    segments.SEGMENT_FRAMES = (len(pictures),) * 2 if length == "all" else (int(length),) * 2
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "out.mp4"
+            started = time.perf_counter()
+            with av.open(str(path), "w") as container:
+                stream = container.add_stream("libx264", rate=50)
+                stream.height, stream.width = size
+                stream.codec_context.time_base = stream.time_base = Fraction(1, 50)
+                alone = (("threads", str(threads)),) if instances == 1 else ()  # the stream's own encoder's threads
+                options = configure(stream, Encoding(options=alone, gpu=True, instances=instances), "yuv420p")
+                encoder = segments.open_segments(stream, options, instances, print, threads)
+                encoded = stream.encode if encoder is None else encoder.encode
+                for k, picture in enumerate(pictures):
+                    picture.pts, picture.time_base = k, Fraction(1, 50)
+                    container.mux(encoded(picture))
+                container.mux(encoded(None))
+            seconds = time.perf_counter() - started
+            with av.open(str(path)) as container:
+                got = [f.to_ndarray(format="yuv420p") for f in container.decode(video=0)]
+    finally:
+        segments.SEGMENT_FRAMES = bounds
+    error = np.mean([np.mean((a.astype(np.float64) - p.to_ndarray().astype(np.float64)) ** 2) for a, p in zip(got, pictures)])
+    return len(pictures) / seconds, float(10 * np.log10(255 ** 2 / error))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1080x1920", help="HEIGHTxWIDTH")
+    parser.add_argument("--frames", type=int, default=96)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--case", action="append", help="INSTANCES:THREADS:SEGMENT (repeatable; default: " + " ".join(CASES) + ")")
+    args = parser.parse_args()
+    cases = args.case or CASES
+    size = tuple(int(v) for v in args.size.split("x"))
+    pictures = [av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p") for rgb in source_frames(size, args.frames)]
+    fps: dict[str, list[float]] = {case: [] for case in cases}
+    quality: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for case in cases:
+            speed, quality[case] = encode(pictures, size, case)
+            fps[case].append(speed)
+    rows = []
+    print(f"x264 veryfast crf 18 at {args.size}, {args.frames} frames, {args.rounds} rounds, {segments.host_cores()} cores, "
+          f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+    print(f"{'instances:threads:segment':>26} {'median fps':>10} {'paired ratio':>12} {'PSNR dB':>8}")
+    for case in cases:
+        ratio = statistics.median(a / b for a, b in zip(fps[case], fps[cases[0]]))
+        rows.append({"size": args.size, "frames": args.frames, "case": case, "median_fps": statistics.median(fps[case]),
+                     "ratio_to_first": ratio, "psnr_db": quality[case]})
+        print(f"{case:>26} {statistics.median(fps[case]):10.1f} {ratio:12.2f} {quality[case]:8.3f}")
+    results.write("x264_instances", rows)
+
+
+if __name__ == "__main__":
+    main()
