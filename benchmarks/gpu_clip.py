@@ -235,7 +235,7 @@ def segments_quality(run) -> None:
     if run.args.quick:  # segments of a short clip, so that there are several
         segments.SEGMENT_FRAMES = (8, 8)
     try:
-        for instances in (1, 4):  # four: the former default beside a GPU on the GPU machines' 16 cores
+        for instances in (1, max(2, min(4, segments.host_cores() // 4))):  # the former default beside a GPU, at least 2
             found[instances] = _segmented(run, size, pictures, given, instances)
     finally:
         segments.SEGMENT_FRAMES = bounds
@@ -245,6 +245,18 @@ def segments_quality(run) -> None:
 
 def _segmented(run, size: tuple[int, int], pictures: list, given: np.ndarray, instances: int) -> float:
     """``pictures`` encoded by ``instances`` of x264 as the writer runs them: the PSNR against ``given``."""
+    seconds, got, length = encode_segmented(size, pictures, instances)
+    psnr = 10 * np.log10(255 ** 2 / np.mean((got.astype(np.float64) - given) ** 2))
+    run.row("segments", size="1080p", pixels=f"{size[0]}x{size[1]}", instances=instances, frames=len(pictures),
+            segment_frames=length, fps=len(pictures) / seconds, psnr_db=psnr)
+    return psnr
+
+
+def encode_segmented(size: tuple[int, int], pictures: list, instances: int, threads: int | None = None) -> tuple[float, np.ndarray, int]:
+    """``pictures`` (4:2:0) encoded by ``instances`` of x264 beside a GPU (crf 18, veryfast) as the
+    writer runs them, each with ``threads`` (None: its share of the cores; 0: x264's own count): the
+    seconds, the frames decoded from the output, and the segment's length."""
+    alone = (("threads", str(threads)),) if instances == 1 and threads is not None else ()  # the stream's own encoder's
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "out.mp4"
         started = time.perf_counter()
@@ -252,8 +264,8 @@ def _segmented(run, size: tuple[int, int], pictures: list, given: np.ndarray, in
             stream = container.add_stream("libx264", rate=50)
             stream.height, stream.width = size
             stream.codec_context.time_base = stream.time_base = Fraction(1, 50)
-            options = configure(stream, Encoding(gpu=True, instances=instances), "yuv420p")
-            encoder = segments.open_segments(stream, options, instances, print)
+            options = configure(stream, Encoding(options=alone, gpu=True, instances=instances), "yuv420p")
+            encoder = segments.open_segments(stream, options, instances, print, threads)
             encode = stream.encode if encoder is None else encoder.encode
             for k, picture in enumerate(pictures):
                 picture.pts, picture.time_base = k, Fraction(1, 50)
@@ -261,11 +273,8 @@ def _segmented(run, size: tuple[int, int], pictures: list, given: np.ndarray, in
             container.mux(encode(None))
         seconds = time.perf_counter() - started
         with av.open(str(path)) as container:
-            got = np.stack([f.to_ndarray(format="yuv420p") for f in container.decode(video=0)]).astype(np.float64)
-    psnr = 10 * np.log10(255 ** 2 / np.mean((got - given) ** 2))
-    run.row("segments", size="1080p", pixels=f"{size[0]}x{size[1]}", instances=instances, frames=len(pictures),
-            segment_frames=encoder.length if encoder else len(pictures), fps=len(pictures) / seconds, psnr_db=psnr)
-    return psnr
+            got = np.stack([f.to_ndarray(format="yuv420p") for f in container.decode(video=0)])
+    return seconds, got, encoder.length if encoder else len(pictures)
 
 
 def decoder_choice(run) -> None:

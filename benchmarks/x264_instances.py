@@ -16,53 +16,30 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
-import time
-from fractions import Fraction
-from pathlib import Path
 
 import av
 import numpy as np
 import torch
 
 from eden_serve.media import segments
-from eden_serve.media.encoding import Encoding, configure
-from gpu_clip import source_frames
+from gpu_clip import encode_segmented, source_frames
 import results
 
 CASES = ["1:auto:all", "2:share:48", "2:auto:48", "2:share:24", "1:share:all"]
 
 
-def encode(pictures: list, size: tuple[int, int], case: str) -> tuple[float, float]:
-    """Frames a second and PSNR against ``pictures``, for one case."""
+def encode(pictures: list, given: np.ndarray, size: tuple[int, int], case: str) -> tuple[float, float]:
+    """Frames a second and PSNR against ``given`` (the pictures' planes), for one case."""
     instances, threads, length = case.split(":")
     instances = int(instances)
     threads = {"auto": 0, "share": segments.instance_threads(instances)}.get(threads) if threads in ("auto", "share") else int(threads)
     bounds = segments.SEGMENT_FRAMES
     segments.SEGMENT_FRAMES = (len(pictures),) * 2 if length == "all" else (int(length),) * 2
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            path = Path(scratch) / "out.mp4"
-            started = time.perf_counter()
-            with av.open(str(path), "w") as container:
-                stream = container.add_stream("libx264", rate=50)
-                stream.height, stream.width = size
-                stream.codec_context.time_base = stream.time_base = Fraction(1, 50)
-                alone = (("threads", str(threads)),) if instances == 1 else ()  # the stream's own encoder's threads
-                options = configure(stream, Encoding(options=alone, gpu=True, instances=instances), "yuv420p")
-                encoder = segments.open_segments(stream, options, instances, print, threads)
-                encoded = stream.encode if encoder is None else encoder.encode
-                for k, picture in enumerate(pictures):
-                    picture.pts, picture.time_base = k, Fraction(1, 50)
-                    container.mux(encoded(picture))
-                container.mux(encoded(None))
-            seconds = time.perf_counter() - started
-            with av.open(str(path)) as container:
-                got = [f.to_ndarray(format="yuv420p") for f in container.decode(video=0)]
+        seconds, got, _ = encode_segmented(size, pictures, instances, threads)
     finally:
         segments.SEGMENT_FRAMES = bounds
-    error = np.mean([np.mean((a.astype(np.float64) - p.to_ndarray().astype(np.float64)) ** 2) for a, p in zip(got, pictures)])
-    return len(pictures) / seconds, float(10 * np.log10(255 ** 2 / error))
+    return len(pictures) / seconds, float(10 * np.log10(255 ** 2 / np.mean((got.astype(np.float64) - given) ** 2)))
 
 
 def main() -> None:
@@ -75,11 +52,12 @@ def main() -> None:
     cases = args.case or CASES
     size = tuple(int(v) for v in args.size.split("x"))
     pictures = [av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p") for rgb in source_frames(size, args.frames)]
+    given = np.stack([p.to_ndarray() for p in pictures]).astype(np.float64)
     fps: dict[str, list[float]] = {case: [] for case in cases}
     quality: dict[str, float] = {}
     for _ in range(args.rounds):
         for case in cases:
-            speed, quality[case] = encode(pictures, size, case)
+            speed, quality[case] = encode(pictures, given, size, case)
             fps[case].append(speed)
     rows = []
     print(f"x264 veryfast crf 18 at {args.size}, {args.frames} frames, {args.rounds} rounds, {segments.host_cores()} cores, "
