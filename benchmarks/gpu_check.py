@@ -21,7 +21,7 @@ would not fit is recorded as skipped, and the goals it measures come out UNMEASU
 3. **a warm process**: the same with an empty cache and the cold process's compilations as prepared
    artefacts (eden_serve/edge/artefacts.py, loaded as ``--compiled`` loads them: the start-up with
    prepared artefacts), then the defaults again and the options against them (x264 ultrafast, the
-   former chunks, middles as RGB, one x264 instance, the host's decoder, the graphs uncompiled);
+   former chunks, middles as RGB, x264 in 4 instances, the host's decoder, the graphs uncompiled);
 4. **the GPU's busy fraction** for one 1080p pair, graphed and eager;
 5. **x264 on segments** against one instance at 1080p (PSNR against their input, frames a second),
    and **the decoders' trials** on the 1080p clip;
@@ -75,7 +75,7 @@ MODES = ("eager", "graphed")
 # Seconds per section on a GPU, in order (quick: a run of about a minute on a CPU). What five
 # minutes on the GPU machine go to: about 20 s of installs (gpu_run.sh), then these 270.
 # Issue 41 took 23 s from the correctness sections and the served edge: the warm process's three
-# more option sets (middles as RGB, one x264 instance, the host's decoder), x264 on segments and the
+# more option sets (middles as RGB, x264 in 4 instances, the host's decoder), x264 on segments and the
 # decoders' trials.
 BUDGETS = {"environment": (2, 2), "setup": (18, 15), "golden": (12, 10), "graphs_under_threads": (15, 10),
            "preparation_beside_forwards": (8, 10), "devices_agree": (5, 2), "cold_process": (85, 40),

@@ -51,7 +51,7 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
         assert first["startup_s"] == pytest.approx(sum(first["startup_parts"].values()), abs=1e-3)
         assert first["output_bytes"] > 0 and first["pairs"] == 15
     options = {r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"}
-    assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "one x264 instance",
+    assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances",
                        "host decoder", "graphs, not compiled"}
     assert [r["mode"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"] == ["compiled"] * 2 * len(
         {r["precision"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"})
