@@ -257,12 +257,15 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=4, help="pairs per request (a chunk of pairs + 1 frames)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=90.0, help="seconds for the whole run")
+    parser.add_argument("--sizes", nargs="+", choices=(*QUICK_SIZES, *SIZES),
+                        help="the frame sizes to time (default: 64x96 and 128x224 with the tiny model, else 480x854, 720p, 1080p)")
     parser.add_argument("--out", type=Path, default=Path("out/gpu/gpu_served.jsonl"))
     args = parser.parse_args()
     args.quick = args.quick or args.device == "cpu"
     print(f"gpu_served: {torch.__version__}, device {args.device}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
           f"{torch.get_num_threads()} threads", flush=True)
-    served(args, QUICK_SIZES if args.quick else SIZES)
+    known = {**QUICK_SIZES, **SIZES}
+    served(args, {label: known[label] for label in args.sizes} if args.sizes else QUICK_SIZES if args.quick else SIZES)
     print(f"gpu_served: wrote {args.out}")
 
 
