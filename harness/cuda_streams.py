@@ -23,6 +23,17 @@ class Stream:
         pass
 
 
+def _set_device(device) -> None:
+    """What ``torch.cuda.set_device`` takes: an index, or a CUDA device that names one. Plain
+    ``cuda`` is refused, as PyTorch refuses it (a ValueError, "Expected a torch.device with a
+    specified index or an integer")."""
+    if isinstance(device, int):
+        return
+    device = torch.device(device)
+    if device.type != "cuda" or device.index is None:
+        raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+
+
 class FakeStreams:
     """``torch.cuda``'s streams replaced for one test (``monkeypatch``), the process's role streams
     forgotten before and after."""
@@ -36,7 +47,7 @@ class FakeStreams:
         monkeypatch.setattr(torch.cuda, "stream", self._using)
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: getattr(self._current, "stream", None))
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-        monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+        monkeypatch.setattr(torch.cuda, "set_device", _set_device)
 
     def _stream(self, device=None, priority: int = 0) -> Stream:
         stream = Stream(device, priority)

@@ -27,6 +27,7 @@ from eden_serve.errors import BadInputError
 from eden_serve.media.frames import load_frame, to_png, to_uint8
 from eden_serve.model.checkpoint import load_cloud, load_edge
 from eden_serve.model.synthetic import frame_pair, write_clip
+from harness.rounding import assert_within_rounding
 
 
 @pytest.fixture(scope="module")
@@ -346,13 +347,15 @@ def test_bad_devices(monkeypatch, text, message):
 
 
 def test_interpolate_on_two_devices_without_the_wire(frames, tmp_path):
+    """The halves on two devices without the wire give the middle of one device through the lossless
+    codec, up to the documented rounding: two processes, whose products may round by the thread."""
     out = tmp_path / "mid.png"
     result = run("interpolate", *frames, "-o", out, "--config", "tiny", "--device", "cpu,cpu", "--codec", "none", "--seed", "3")
     assert result.returncode == 0, result.stderr
     assert "payload 0 bytes, codec none" in result.stdout
     wired = tmp_path / "wired.png"
     assert run("interpolate", *frames, "-o", wired, "--config", "tiny", "--codec", "fp32", "--seed", "3").returncode == 0
-    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(wired)))
+    assert_within_rounding(np.asarray(Image.open(out)), np.asarray(Image.open(wired)))
 
 
 # --- defaults that fit the device ---------------------------------------------------------------

@@ -18,6 +18,7 @@ import torch
 from eden_serve import edge as edge_package
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, Compile, EdgeModel, middles_of
+from eden_serve.edge import streams
 from eden_serve.edge.compiling import Background
 from eden_serve.edge.graphs import RerunGraphs
 from eden_serve.model.checkpoint import module_from_state
@@ -158,6 +159,29 @@ def test_callers_on_several_threads_while_the_compiled_graphs_swap_in(edge):
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(forward, range(9, 17)))
     assert compiler.calls > 0
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_a_compiler_of_the_gpu_named_without_an_index_compiles(monkeypatch, device):
+    """``--device cuda`` (and ``auto``) name the GPU without an index. The compiler's thread makes
+    the device current before each job, and ``torch.cuda.set_device`` refuses plain ``cuda``: on an
+    H200 every job failed so, and the edge never ran compiled (2026-11-28, docs/gpu.md)."""
+    FakeStreams(monkeypatch)
+    ran = []
+    compiler = Background(lambda key, job: ran.append(key), torch.device(device))
+    compiler.ask("key", None)
+    assert compiler.wait(60)
+    compiler.close()
+    assert compiler.failed is None and ran == ["key"]
+
+
+def test_the_device_of_an_edge_on_the_gpu_has_its_index(monkeypatch):
+    """What the edge, its graphs and its compiler are given: the current GPU where none was named,
+    so that ``set_device`` takes it and it equals the device of the tensors made there."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert streams.indexed("cuda") == torch.device("cuda:1")
+    assert streams.indexed(torch.device("cuda:0")) == torch.device("cuda:0")
+    assert streams.indexed("cpu") == torch.device("cpu")
 
 
 def test_every_compile_job_runs_on_the_compilers_one_stream(monkeypatch):

@@ -15,7 +15,7 @@ from eden_serve.config import PRESETS, preset
 from eden_serve.edge import EdgeModel, StageClock, initial_noise, middles_of, upload
 from eden_serve.edge.blocks import _modulated
 from eden_serve.edge.conditions import EdgeSide
-from eden_serve.edge.kernels import Linears, modulated_layer_norm, onednn_linear_available
+from eden_serve.edge.kernels import Linears, bicubic_2x, modulated_layer_norm, onednn_linear_available
 from eden_serve.edge.precision import Bf16Check
 from eden_serve.edge.sizing import CPU_BATCH_TOKENS, batches
 from eden_serve.media.frames import to_uint8
@@ -244,3 +244,19 @@ def test_the_per_head_products_as_grouped_convolutions_equal_the_einsums(dtype, 
     for got, expected in cases:
         assert got.shape == expected.shape and got.dtype == dtype
         assert (got.float() - expected).abs().max().item() <= tolerance * expected.abs().max().item()
+
+
+@pytest.mark.parametrize("height, width", [(1, 1), (1, 3), (2, 2), (3, 5), (6, 8), (17, 30)])
+def test_the_gpus_bicubic_taps_are_pytorchs_bicubic(height, width):
+    """The decoder's x2 bicubic upsampling as the edge computes it on a GPU (four taps per axis on the
+    tokens where they lie) against ``F.interpolate``, which the CPU runs: within float32's rounding,
+    the borders' clamped reads included (grids of one or two tokens a side)."""
+    tokens = torch.randn(2, height * width, 16, generator=torch.Generator().manual_seed(height * 100 + width))
+    grid = tokens.transpose(1, 2).reshape(2, 16, height, width)
+    expected = torch.nn.functional.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False).flatten(2).transpose(1, 2)
+    got = bicubic_2x(tokens, height, width)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0, atol=4e-6)
+    half = bicubic_2x(tokens.bfloat16(), height, width)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), bicubic_2x(tokens.bfloat16().float(), height, width).bfloat16().float(), rtol=0, atol=0)

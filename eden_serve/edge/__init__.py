@@ -32,6 +32,7 @@ from .graphs import GraphAPI
 from .kernels import Linears, onednn_linear_available
 from .precision import PRECISIONS, Bf16Check, check_bf16, default_precision, resolve
 from .sizing import Sizing
+from .streams import indexed
 
 AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16", "auto"]
@@ -61,7 +62,7 @@ class EdgeModel:
         bf16_check: Callable[[torch.device], Bf16Check] = check_bf16,
     ):
         self.config = config
-        self.device = torch.device(device)
+        self.device = indexed(device)
         # The precision that runs (auto resolved) and why, for logs and the bench.
         self.precision, self.precision_reason = resolve(precision, self.device, bf16_check)
         self.weights = weights.to(self.device).eval()

@@ -23,7 +23,7 @@ from typing import Callable, Hashable, Iterator
 
 import torch
 
-from .streams import role_stream
+from .streams import indexed, role_stream
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def _on(device: torch.device) -> Iterator[None]:
         yield
         return
     stream = role_stream(device, "compile")
-    torch.cuda.set_device(device)
+    torch.cuda.set_device(indexed(device))
     try:
         with torch.cuda.stream(stream):
             yield

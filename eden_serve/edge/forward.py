@@ -25,6 +25,7 @@ from ..config import EdenConfig
 from ..model.weights import EdgeWeights, pos_embedding
 from ..wire import Conditions
 from .blocks import BlockPath, query_blocks
+from .kernels import bicubic_2x
 
 
 def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -229,9 +230,12 @@ def decoder_input(w: EdgeWeights, inputs: RenderInputs, hidden_dim: int) -> tupl
     """The reconstruction tokens [B, N, D] (the latents' tokens upsampled bicubically to the patch
     grid) and the query tokens [B, Nq, D], with their positions."""
     (ph, pw), q = inputs.grid, w.proj_token(inputs.latents)  # [B, Nq, D]
-    grid = q.transpose(1, 2).reshape(len(q), hidden_dim, ph // 2, pw // 2)
-    up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False)
-    return up.flatten(2).transpose(1, 2) + inputs.pos_patch, q + inputs.pos_query
+    if q.is_cuda:
+        up = bicubic_2x(q, ph // 2, pw // 2)
+    else:
+        grid = q.transpose(1, 2).reshape(len(q), hidden_dim, ph // 2, pw // 2)
+        up = F.interpolate(grid, scale_factor=2, mode="bicubic", align_corners=False).flatten(2).transpose(1, 2)
+    return up + inputs.pos_patch, q + inputs.pos_query
 
 
 def decoder_output(w: EdgeWeights, r: torch.Tensor, inputs: RenderInputs, padding: tuple[int, int], patch: int) -> torch.Tensor:

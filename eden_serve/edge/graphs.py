@@ -33,7 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .streams import role_lock, role_stream
+from .streams import indexed, role_lock, role_stream
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +106,7 @@ class CudaGraphs:
 
 def pool_bytes(graph: "torch.cuda.CUDAGraph", device: torch.device) -> int:
     """The bytes of the segments the caching allocator holds in ``graph``'s memory pool."""
-    pool, index = tuple(graph.pool()), torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
+    pool, index = tuple(graph.pool()), indexed(device).index
     return sum(s["total_size"] for s in torch.cuda.memory_snapshot()
                if s["device"] == index and tuple(s["segment_pool_id"]) == pool)
 

@@ -31,11 +31,19 @@ _roles: dict[tuple[torch.device, str], tuple[object, threading.RLock]] = {}
 _made = threading.Lock()
 
 
-def _role(device: torch.device, role: str) -> tuple[object, threading.RLock]:
-    assert role in ROLES, role
+def indexed(device: str | torch.device) -> torch.device:
+    """``device`` with its index: plain ``cuda`` (what ``--device cuda`` and ``auto`` give) becomes
+    the current GPU. ``torch.cuda.set_device`` refuses a CUDA device without an index, and
+    ``cuda`` does not compare equal to ``cuda:0``, the device of the tensors made there."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _role(device: torch.device, role: str) -> tuple[object, threading.RLock]:
+    assert role in ROLES, role
+    device = indexed(device)
     with _made:
         if (device, role) not in _roles:
             stream = torch.cuda.Stream(device, priority=_HIGH if role == "graphs" else 0) if device.type == "cuda" else None
