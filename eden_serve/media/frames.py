@@ -87,7 +87,7 @@ def frames_on(pixels: np.ndarray, device: torch.device) -> list[torch.Tensor]:
     a table of from_pixels' own value of each level: a GPU divides by a scalar as a product with its
     reciprocal, which can differ in the last bit. Deeper frames take from_pixels' own path."""
     if device.type == "cpu":
-        scaled = torch.empty(len(pixels), 3, *pixels.shape[1:3])
+        scaled = torch.empty(len(pixels), 3, *pixels.shape[1:3], dtype=torch.float32)
         scaled.copy_(torch.from_numpy(pixels).permute(0, 3, 1, 2))
         return list(scaled.div_(_LEVELS[pixels.dtype]))
     if pixels.dtype != np.uint8:
