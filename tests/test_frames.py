@@ -14,10 +14,13 @@ from eden_serve.media.frames import (
     DEFAULT_MAX_PIXELS,
     check_frame,
     check_pair,
+    frames_on,
+    from_pixels,
     image_to_tensor,
     load_frame,
     open_image,
     oriented_size,
+    scaled_by_table,
     to_png,
 )
 from eden_serve.model.synthetic import image_header
@@ -142,3 +145,26 @@ def test_a_frame_decoded_into_a_batch_equals_one_decoded_alone():
         image_to_tensor(image, batch[1])
         assert torch.equal(batch[1], load_frame(encode(image, "TIFF" if image.mode == "F" else "PNG")))
         assert torch.equal(batch[1], image_to_tensor(image)) and (batch[0] == 7).all()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_frames_on_a_cpu_are_from_pixels_bit_for_bit(dtype):
+    """Every level of the depth in the frames: the scaling is a function of the level alone, so
+    these frames stand for all frames. The edge's E_cond must see the tensor the cloud computed from."""
+    top = np.iinfo(dtype).max + 1
+    pixels = np.random.default_rng(1).integers(0, top, (3, 128, 256, 3), dtype=dtype)
+    pixels.reshape(-1)[:top] = np.arange(top, dtype=dtype)
+    got = frames_on(pixels, torch.device("cpu"))
+    assert len(got) == 3
+    for frame, expected in zip(got, pixels):
+        assert frame.is_contiguous() and torch.equal(frame, from_pixels(expected))
+
+
+def test_frames_scaled_by_table_are_from_pixels_bit_for_bit():
+    """The path of frames uploaded to a GPU as they are, run here on the CPU's tensors."""
+    pixels = np.random.default_rng(2).integers(0, 256, (2, 16, 40, 3), dtype=np.uint8)
+    pixels.reshape(-1)[:256] = np.arange(256, dtype=np.uint8)
+    got = scaled_by_table(torch.from_numpy(pixels))
+    assert [tuple(f.shape) for f in got] == [(3, 16, 40)] * 2
+    for frame, expected in zip(got, pixels):
+        assert frame.is_contiguous() and torch.equal(frame, from_pixels(expected))

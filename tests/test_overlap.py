@@ -16,7 +16,7 @@ from eden_serve.edge.sizing import batches
 from eden_serve.edge.streams import CudaStreams, HostStreams, SideStream
 from eden_serve.errors import CodecError
 from eden_serve.model import synthetic
-from eden_serve.serving.overlap import Forwards, Preparation, device_tensors, earliest_first, header_seeds
+from eden_serve.serving.overlap import GPU_PREPARE_THREADS, Forwards, Preparation, device_tensors, earliest_first, header_seeds
 from eden_serve.serving.refusals import Refusal
 from eden_serve.wire import keyed
 from harness.cuda_streams import FakeStreams
@@ -69,6 +69,44 @@ def test_the_next_request_is_opened_while_the_caller_computes():
     finally:
         preparation.close()
     assert seen == [True, True]
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_requests_opened_on_several_threads_come_in_the_order_asked(threads):
+    jobs = ["a", "b", Refusal(400, {"type": "bad_input"}), "d", "e"]
+    opened_on: list[str] = []
+    preparation = Preparation(HostStreams(), ahead=3, threads=threads)
+    try:
+        got = list(preparation.opened(slow_open({3}, opened_on), jobs, [4, 2, 3, 0, 1]))
+    finally:
+        preparation.close()
+    assert [idx for idx, _ in got] == [4, 2, 3, 0, 1]
+    assert [got[k][1] for k in (0, 3, 4)] == ["E", "A", "B"] and isinstance(got[2][1], Refusal)
+
+
+def test_a_gpus_preparation_opens_a_calls_requests_at_once():
+    """Each opening waits until all four have begun: only four threads side by side get there (on a
+    GPU opening a request is host work that lets go of the GIL, which the forwards wait for)."""
+    started = threading.Barrier(4, timeout=30)
+
+    def open_(idx, job):
+        started.wait()
+        return job
+
+    preparation = Preparation(HostStreams(), ahead=GPU_PREPARE_THREADS - 1, threads=GPU_PREPARE_THREADS)
+    try:
+        got = list(preparation.opened(open_, list("abcd"), [0, 1, 2, 3]))
+    finally:
+        preparation.close()
+    assert got == list(enumerate("abcd"))
+
+
+def test_a_cpus_preparation_opens_the_next_request_alone():
+    preparation = Preparation.for_device(torch.device("cpu"))
+    try:
+        assert (preparation.ahead, preparation.thread._max_workers) == (1, 1)
+    finally:
+        preparation.close()
 
 
 def test_at_most_ahead_requests_are_opened_before_the_caller_takes_them():

@@ -21,7 +21,7 @@ import torch
 from ..config import EdenConfig
 from ..errors import ModelMismatchError, TooMuchWorkError, UnauthenticPayloadError
 from ..media import sandboxed
-from ..media.frames import from_pixels, to_png
+from ..media.frames import frames_on, from_pixels, to_png
 from ..media.packets import decode_chunk
 from ..model.e_cond import embed_frames, weights_digest
 from ..model.weights import CloudWeights
@@ -52,10 +52,9 @@ class EdgeEncoder:
                 f"payload's frames are for cloud weights {chunk.cloud[:16]}, but this edge derives conditions with "
                 f"{self.digest[:16]}; deploy the archives of one archive.sh run to cloud and edge"
             )
-        frames = [from_pixels(pixels) for pixels in chunk.pixels]
-        cond_dit, cond_dec, means, stds = embed_frames(self.weights, self.config, [frame.to(self.device) for frame in frames])
+        cond_dit, cond_dec, means, stds = embed_frames(self.weights, self.config, frames_on(np.asarray(chunk.pixels), self.device))
         return Chunk(Tokens(cond_dit), Tokens(cond_dec), means, stds, chunk.decisions, self.config.patch_grid(*chunk.size),
-                     chunk.size, {j: to_png(frames[j], chunk.depth) for j in chunk.cuts})
+                     chunk.size, {j: to_png(from_pixels(chunk.pixels[j]), chunk.depth) for j in chunk.cuts})
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import torch
 from ..config import MAX_SEED
 from ..edge import EdgeModel, StageClock
 from ..edge.sizing import Sizing
-from ..edge.streams import SideStream, StreamAPI, Ticket
+from ..edge.streams import SideStream, StreamAPI, Ticket, streams_for
 from ..edge.yuv import to_planes
 from ..media.frames import as_pixels
 from ..media.planes import PlaneFormat
@@ -38,6 +38,13 @@ logger = logging.getLogger(__name__)
 
 # Requests opened ahead of the one the computing thread takes: the next one, while this one computes.
 PREPARE_AHEAD = 1
+# On a GPU, requests opened at once, on as many threads: there opening a request is the host's work
+# alone (a bitstream payload's packets decoded from their key frame, which no slice thread shares
+# where the stream has one slice a frame, and its frames' digests; the token codecs' decompression),
+# PyAV, hashlib and zstd let go of the GIL, and the forward waits for it (docs/gpu.md, "The served
+# edge"). TorchServe's batchSize 4: a worker call's requests all at once. On a CPU the forward needs
+# the cores, and one is opened ahead as before.
+GPU_PREPARE_THREADS = 4
 
 
 class HeaderSeeds(NamedTuple):
@@ -81,10 +88,18 @@ def device_tensors(chunk: Chunk) -> list[torch.Tensor]:
 class Preparation:
     """Opens an edge call's requests ``ahead`` of the computing thread (see the module's docstring)."""
 
-    def __init__(self, streams: StreamAPI, ahead: int = PREPARE_AHEAD):
+    def __init__(self, streams: StreamAPI, ahead: int = PREPARE_AHEAD, threads: int = 1):
+        """``threads``: how many of the requests opened ahead are opened at once (at most ``ahead`` + 1)."""
         self.ahead = ahead
         self.side = SideStream(streams)
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="eden-prepare") if ahead else None
+        self.thread = ThreadPoolExecutor(min(threads, ahead + 1), thread_name_prefix="eden-prepare") if ahead else None
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> "Preparation":
+        """The served edge's: on a GPU :data:`GPU_PREPARE_THREADS` requests opened at once, on a CPU the next one."""
+        if device.type == "cpu":
+            return cls(streams_for(device))
+        return cls(streams_for(device), GPU_PREPARE_THREADS - 1, GPU_PREPARE_THREADS)
 
     def opened(self, open_: Callable[[int, Any], Chunk], jobs: Sequence, order: Sequence[int]) -> Iterator[tuple[int, Any]]:
         """``(idx, open_(idx, jobs[idx]))`` in ``order``, a refusal in place of what failed (a job

@@ -29,7 +29,6 @@ from .. import wire
 from ..cloud.encoder import CloudEncoder
 from ..edge import EdgeModel, artefacts
 from ..edge.conditions import EdgeEncoder, EdgeSide
-from ..edge.streams import streams_for
 from ..errors import BadInputError, encoder_refusal
 from ..model.checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..wire import Chunk, keyed
@@ -182,7 +181,7 @@ class EdgeService(Service):
         super().__init__(model, settings, context)
         self.max_chunk_tokens = max(settings.max_chunk_tokens, 2 * self.max_tokens)
         self.replies = Replies()
-        self.preparation = Preparation(streams_for(model.device))  # the next request opened while a batch computes
+        self.preparation = Preparation.for_device(model.device)  # requests opened while a batch computes
         # The cloud half, where the archive carries it, re-derives the conditions of frames payloads.
         cloud_weights = Path(context.system_properties["model_dir"]) / WEIGHTS_FILES["cloud"]
         encoder = EdgeEncoder(*load_half(cloud_weights, "cloud"), model.device) if cloud_weights.is_file() else None

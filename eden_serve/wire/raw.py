@@ -72,7 +72,8 @@ def encode_raw(pixels: np.ndarray) -> bytes:
         raise ValueError(f"a raw middle is H x W x 3 uint8 or uint16 pixels, got {pixels.dtype} {pixels.shape}")
     height, width, _ = pixels.shape
     flags = DEEP if pixels.dtype == np.uint16 else 0
-    return _HEADER.pack(RAW_MAGIC, RAW_VERSION, flags, width, height) + np.ascontiguousarray(pixels, _DTYPES[flags]).tobytes()
+    # One copy of the pixels, not two (tobytes, then the sum): a 1080p middle is 6 MB.
+    return b"".join((_HEADER.pack(RAW_MAGIC, RAW_VERSION, flags, width, height), np.ascontiguousarray(pixels, _DTYPES[flags]).data))
 
 
 def is_raw(data: bytes | memoryview) -> bool:
