@@ -13,6 +13,7 @@ that one path serves both (docs/video.md, "Depth and colour").
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from pathlib import Path
 from typing import Iterator, Union
@@ -97,8 +98,14 @@ def frames_on(pixels: np.ndarray, device: torch.device) -> list[torch.Tensor]:
 
 def scaled_by_table(frames: torch.Tensor) -> list[torch.Tensor]:
     """8-bit frames [F, H, W, 3] on a device, scaled there as :func:`frames_on` says."""
-    table = from_pixels(np.arange(256, dtype=np.uint8).reshape(1, 256, 1).repeat(3, axis=2))[0, 0].to(frames.device)
+    table = _levels_table(frames.device)
     return [table[frame.permute(2, 0, 1).int()].contiguous() for frame in frames]
+
+
+@functools.lru_cache(maxsize=8)
+def _levels_table(device: torch.device) -> torch.Tensor:
+    """from_pixels' value of each 8-bit level, on ``device``: made once, not per request."""
+    return from_pixels(np.arange(256, dtype=np.uint8).reshape(1, 256, 1).repeat(3, axis=2))[0, 0].to(device)
 
 
 def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:
