@@ -1,6 +1,6 @@
 """The clip's decoder chosen by measurement (eden_serve/media/decoders.py), on this CPU with stand-ins
 for NVDEC that keep only what PyAV's CUDA frames keep (planes read through DLPack, with a pitch;
-no conversion on the host): the fastest candidate is chosen, one that does not open, fails or gives
+no conversion on the host; a codec context naming its surfaces, cuda, not what they hold): the fastest candidate is chosen, one that does not open, fails or gives
 other frames or times is refused, the host's is the fallback; a frame kept on the device becomes RGB
 there within 3 levels of swscale's and its original reaches the writer unchanged; a clip read by
 such a decoder writes the host run's originals, bit for bit."""
@@ -55,12 +55,49 @@ class DeviceFrame:
         self.sw_format = av.VideoFormat("nv12")
 
 
+class HardwareContext:
+    """A hardware decoder's codec context as PyAV gives it once decoding has begun: its pixel format
+    names the surfaces (``cuda``, a format of no components), ``sw_format`` what they hold."""
+
+    pix_fmt = "cuda"
+    sw_format = av.VideoFormat("nv12")
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class HardwareStream:
+    def __init__(self, inner):
+        self.__dict__.update(_inner=inner, codec_context=HardwareContext(inner.codec_context))
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
+
+
+class Streams:
+    def __init__(self, inner):
+        self._inner, self.video = inner, [HardwareStream(s) for s in inner.video]
+
+    def __iter__(self):
+        return iter(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 class Container:
     def __init__(self, path, wrap):
         self.inner, self.wrap = av.open(str(path)), wrap
-        self.streams = self.inner.streams
+        self.streams = Streams(self.inner.streams)
 
     def decode(self, *args, **kwargs):
+        args = tuple(a._inner if isinstance(a, HardwareStream) else a for a in args)
         return (self.wrap(frame) for frame in self.inner.decode(*args, **kwargs))
 
     def close(self):

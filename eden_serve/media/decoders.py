@@ -104,6 +104,20 @@ class Nvdec(Decoder):
 PLANAR = {"nv12": "yuv420p", "p010le": "yuv420p10le"}  # a hardware decoder's formats, as the host's decoder gives them
 
 
+def host_pix_fmt(context) -> str | None:
+    """The pixel format of the frames a stream's decoder (``context``, PyAV's) gives the host: its
+    own, or for a hardware decoder, whose context names its surfaces (``cuda``, a format of no
+    components), what those surfaces hold, as the host's decoder would give it. None where not
+    known yet."""
+    import av
+
+    name = context.pix_fmt
+    if name is None or av.VideoFormat(name).components:
+        return name
+    held = getattr(context, "sw_format", None)
+    return None if held is None else PLANAR.get(held.name, held.name)
+
+
 def planar(frame):
     """A frame of a hardware decoder's interleaved format in the planar one of the host's decoder: the
     same samples (a lossless copy), so that swscale converts it to RGB as it converts the host's."""
