@@ -32,7 +32,7 @@ from .graphs import GraphAPI
 from .kernels import Linears, onednn_linear_available
 from .precision import PRECISIONS, Bf16Check, check_bf16, default_precision, resolve
 from .sizing import Sizing
-from .streams import indexed
+from .streams import capture_gate, indexed
 
 AttentionPath = Literal["fast", "reference"]
 Precision = Literal["fp32", "bf16", "auto"]
@@ -45,7 +45,8 @@ def synchronize(device: torch.device) -> None:
     """Wait for ``device``'s queued work: CUDA kernels run after the call that launched them returns,
     so a timer read without this charges a stage's kernels to whichever stage waits next."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        with capture_gate(device).shared():  # a wait for the whole device fails while a graph is captured
+            torch.cuda.synchronize(device)
 
 
 class EdgeModel:

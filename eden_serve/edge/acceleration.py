@@ -22,6 +22,7 @@ from ..errors import BadInputError
 from .compiling import Background, allow_recompiles, persistent_cache
 from .forward import StageInputs
 from .graphs import CudaGraphs, GraphAPI, GraphCache
+from .streams import capture_gate
 
 GRAPH_MODES = ("auto", "on", "off")  # auto: on for CUDA devices
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -202,11 +203,12 @@ class Runner:
         self.compile = acceleration.compiler(device) if compiled is not None else None
         self.compiled = compiled if self.compile is not None else None
         self.graphs: GraphCache | None = None
+        self.gate = capture_gate(device)
         if api is not None or acceleration.graphs_on(device):
             limit = acceleration.graph_bytes
             if limit is None:
                 limit = torch.cuda.get_device_properties(device).total_memory // 2 if device.type == "cuda" else 1 << 62
-            self.graphs = GraphCache(api or CudaGraphs(device), acceleration.max_graphs, limit)
+            self.graphs = GraphCache(api or CudaGraphs(device), acceleration.max_graphs, limit, self.gate)
         self.background: Background | None = None
         if self.compile is not None:
             self.compile.prepare()
@@ -265,7 +267,8 @@ class Runner:
         """On the compiling thread: ``key``'s stage compiled (run once on zeros of its shapes, beside
         the forwards), then its graph captured anew in place of the eager one, in one turn."""
         fn, tensors = self.compiled[job.name], job.zeros()
-        fn(job.constants.with_per_call(tensors))
+        with self.gate.shared():  # compiled, autotuned and run once: it waits for the whole device, so no capture meanwhile
+            fn(job.constants.with_per_call(tensors))
         if self.graphs is not None and not self.background.closed:
             self.graphs.replace(key, lambda static: fn(job.constants.with_per_call(static)), tensors, job.batch, holds=job.constants)
         if not self.background.closed:

@@ -16,7 +16,9 @@ written into the first rows of the static buffers: the pairs of a batch do not m
 past it hold earlier inputs, finite numbers whose middles are dropped. Callers on several threads
 and streams take turns: a run (copies in, replay, copy out) holds a lock on the host and runs on the
 graphs' stream of the device (:func:`.streams.role_stream`). A capture that fails for any reason
-but memory leaves its key eager, with one warning.
+but memory leaves its key eager, with one warning. A capture never meets a wait for the whole device
+(:class:`.streams.CaptureGate`): where one is under way (a compiler's first run), the call runs
+uncaptured and its key is captured at a later call.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .streams import indexed, role_lock, role_stream
+from .streams import CaptureGate, indexed, role_lock, role_stream
 
 logger = logging.getLogger(__name__)
 
@@ -238,10 +240,12 @@ class GraphCache:
     evicted graph is released, and captured again when its key comes back. A key whose capture
     failed (other than for memory) runs eagerly from then on."""
 
-    def __init__(self, api: GraphAPI, max_graphs: int = 16, max_bytes: int = 1 << 62):
+    def __init__(self, api: GraphAPI, max_graphs: int = 16, max_bytes: int = 1 << 62, gate: CaptureGate | None = None):
         if max_graphs < 1:
             raise ValueError(f"max_graphs must be at least 1, got {max_graphs}")
         self.api = api
+        self.gate = gate or CaptureGate()  # the device's (streams.capture_gate): a capture meets no device-wide wait
+        self.deferred = 0  # captures put off (their call ran uncaptured) while the gate was held
         self.max_graphs = max_graphs
         self.max_bytes = max_bytes
         self.bytes = 0
@@ -296,13 +300,22 @@ class GraphCache:
         turn, a capture never meets another thread's, nor a release's emptying of the cache. A
         capture that fails leaves the key's graph as it was, and raises."""
         with self._lock, self.api.ordered():
-            entry = self._make(fn, inputs, batch, holds)
+            with self.gate.capturing(wait=True):
+                entry = self._make(fn, inputs, batch, holds)
             old = self._entries.pop(key, None)
             if old is not None:
                 self._release(key, old)
             self._insert(key, entry)
 
     def _capture(self, key, fn, inputs, batch, holds) -> Entry | None:
+        with self.gate.capturing(wait=False) as free:
+            if not free:  # a compiler's first run (a minute) or a wait for the device: capture at a later call
+                self.deferred += 1
+                logger.debug("the graph of %s is captured later: the device is being waited for", key)
+                return None
+            return self._captured(key, fn, inputs, batch, holds)
+
+    def _captured(self, key, fn, inputs, batch, holds) -> Entry | None:
         while len(self._entries) >= self.max_graphs:
             self._evict()
         try:

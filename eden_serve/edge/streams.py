@@ -62,6 +62,65 @@ def role_lock(device: torch.device, role: str) -> threading.RLock:
     return _role(device, role)[1]
 
 
+class CaptureGate:
+    """Keeps a CUDA graph's capture apart from work that may wait for the whole device.
+
+    A capture forbids, in every thread, what would wait for its stream: a device-wide
+    synchronisation elsewhere fails ("operation not permitted when stream is capturing") and
+    invalidates the capture, whatever the capture's error mode. The compiler's first run of a key
+    does that (inductor's autotuning times its kernels between device synchronisations), and so do
+    a timer's wait and NVDEC's. On an H200, compiling in the background beside the clip's first
+    captures failed that way (2026-11-28). Such work holds the gate :meth:`shared` (many at once); a
+    capture holds it alone (:meth:`capturing`), and where it would have to wait (a compile takes
+    a minute) the caller runs its key uncaptured this once instead."""
+
+    def __init__(self):
+        self._turn = threading.Condition()
+        self._shared = 0
+        self._capturing = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        """Work that may synchronise the whole device: it waits for a capture under way to end."""
+        with self._turn:
+            self._turn.wait_for(lambda: not self._capturing)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._shared -= 1
+                self._turn.notify_all()
+
+    @contextlib.contextmanager
+    def capturing(self, wait: bool):
+        """The gate alone, for a capture: yields True, or, where it is held and ``wait`` is false,
+        yields False at once (the caller does not capture)."""
+        with self._turn:
+            free = lambda: not self._capturing and self._shared == 0  # noqa: E731
+            took = self._turn.wait_for(free) if wait else free()
+            if took:
+                self._capturing = True
+        try:
+            yield took
+        finally:
+            if took:
+                with self._turn:
+                    self._capturing = False
+                    self._turn.notify_all()
+
+
+_gates: dict[torch.device, CaptureGate] = {}
+
+
+def capture_gate(device: str | torch.device) -> CaptureGate:
+    """The :class:`CaptureGate` of ``device``, the same for the whole process (a CPU's keeps the
+    stand-ins' captures apart from the compiler as a GPU's would)."""
+    device = indexed(device)
+    with _made:
+        return _gates.setdefault(device, CaptureGate())
+
+
 class StreamAPI(Protocol):
     """What :class:`SideStream` needs of a device's streams and events."""
 

@@ -98,7 +98,10 @@ class Nvdec(Decoder):
 
     def sync(self) -> None:
         if self.on_device and torch.cuda.is_available():
-            torch.cuda.synchronize(self.device)
+            from ..edge.streams import capture_gate  # a wait for the whole device fails while a graph is captured
+
+            with capture_gate(torch.device("cuda", self.device)).shared():
+                torch.cuda.synchronize(self.device)
 
 
 PLANAR = {"nv12": "yuv420p", "p010le": "yuv420p10le"}  # a hardware decoder's formats, as the host's decoder gives them
