@@ -380,9 +380,9 @@ def loaded(monkeypatch) -> list:
 
 @pytest.mark.parametrize("count, precision, graphs", [(1, "auto", True), (0, "fp32", False)])
 def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, precision, graphs):
-    """On a GPU: auto (bf16 from compute capability 8.0: tests/test_sizing.py), CUDA graphs and
-    inductor in the background; on a CPU: fp32, eager, uncompiled. An explicit --precision,
-    --cuda-graphs or --compile wins."""
+    """On a GPU: auto (bf16 from compute capability 8.0: tests/test_sizing.py), CUDA graphs,
+    uncompiled; with prepared artefacts (--compiled), inductor in the background from them; on a
+    CPU: fp32, eager, uncompiled either way. An explicit --precision, --cuda-graphs or --compile wins."""
     gpus(monkeypatch, count)
     calls = loaded(monkeypatch)
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png"])
@@ -390,7 +390,17 @@ def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, pr
     edge = calls[-1]["edge"]
     device = torch.device(calls[-1]["edge_device"])
     assert calls[-1]["precision"] == precision and edge.acceleration.graphs_on(device) == graphs
-    assert edge.acceleration.compiler(device) == (Compile() if graphs else None)
+    assert edge.acceleration.compiler(device) is None
+    loaded_from = []
+    monkeypatch.setattr(commands.artefacts, "read_header", lambda path: None)
+    monkeypatch.setattr(commands.artefacts, "load_into", lambda edge, path: loaded_from.append(path))
+    args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--compiled", "prepared.bin"])
+    commands.load_models(args)
+    assert calls[-1]["edge"].acceleration.compiler(device) == (Compile() if graphs else None) and loaded_from == ["prepared.bin"]
+    args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--compiled", "prepared.bin",
+                                           "--compile", "off"])
+    commands.load_models(args)
+    assert calls[-1]["edge"].acceleration.compiler(device) is None
     args = cli._build_parser().parse_args(["interpolate", "a.png", "b.png", "-o", "m.png", "--precision", "bf16",
                                            "--cuda-graphs", "off", "--compile", "max-autotune-no-cudagraphs"])
     commands.load_models(args)

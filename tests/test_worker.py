@@ -84,7 +84,7 @@ def test_the_cpu_limit_of_a_container(tmp_path, text, cores):
 
 def test_the_edge_archive_switches_graphs_in_its_handler_section_and_compile_in_pt2():
     """What TorchServe users write in the edge archive's model-config.yaml (handlers/eden_ditdec-config.yaml)."""
-    assert worker.Settings.from_yaml({}).acceleration() == Acceleration("auto", "auto")  # compiled in the background on a GPU
+    assert worker.Settings.from_yaml({}).acceleration() == Acceleration("auto", "auto")  # graphs on a GPU; compiled only from prepared artefacts
     assert worker.Settings.from_yaml({"pt2": {"compile": {"enable": False}}}).acceleration() == Acceleration("auto", None)
     settings = worker.Settings.from_yaml({"handler": {"cuda_graphs": "off"},
                                           "pt2": {"compile": {"enable": True, "backend": "inductor", "mode": "max-autotune"}}})

@@ -111,6 +111,7 @@ def load_models(args: argparse.Namespace) -> tuple[CloudEncoder, EdgeModel]:
     compiled = getattr(args, "compiled", None)
     if compiled is not None:
         artefacts.read_header(compiled)  # not such a file: refused before the weights load
+        acceleration = acceleration.with_prepared(torch.device(edge_device))
     cloud, edge = load_pair(args.checkpoint, preset(args.config), cloud_device, precision, edge_device=edge_device)
     edge.accelerate(acceleration)
     if compiled is not None:

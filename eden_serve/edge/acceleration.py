@@ -5,15 +5,19 @@
 Users switch them where they look: ``eden-serve interpolate|bench --cuda-graphs auto|on|off
 --compile auto|off|MODE``, and for TorchServe the edge archive's model-config.yaml
 (``handler.cuda_graphs``; the ``pt2`` section for ``torch.compile``, as TorchServe documents it).
-``auto`` (both defaults): graphs on a GPU, and there the forward compiled by inductor in the
-background (:mod:`.compiling`), block by block (:class:`~.forward.Regions`); nothing on a CPU.
+``auto`` (both defaults): graphs on a GPU, nothing on a CPU, and nothing compiled unless asked: by a
+mode, by ``pt2``, or by compiled artefacts prepared ahead (:meth:`Acceleration.with_prepared`), which
+inductor then compiles from in the background (:mod:`.compiling`), block by block
+(:class:`~.forward.Regions`). Compiling beside the forwards shares the host with them: on an H200
+a 1080p clip ran 20.6 pairs/s while inductor compiled in the background, 34.7 with graphs alone,
+and its first middle took 9.5 s instead of 3.8 (docs/gpu.md, 2026-11-28).
 """
 
 from __future__ import annotations
 
 import argparse
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Hashable, Literal
 
 import torch
@@ -62,7 +66,7 @@ class Compile:
     def from_pt2(cls, pt2: object) -> "Compile | None | Literal['auto']":
         """model-config.yaml's ``pt2`` section, ``{compile: {enable: true, backend: inductor, mode:
         ...}}`` as TorchServe documents it: the options, None where not enabled, ``auto`` where the
-        section is absent (compiled in the background on a GPU, as the command line's default)."""
+        section is absent (as the command line's default: compiled only from prepared artefacts)."""
         if pt2 is None:
             return "auto"
         options = pt2.get("compile") if isinstance(pt2, dict) and set(pt2) == {"compile"} else None
@@ -104,7 +108,7 @@ class Compile:
 @dataclass(frozen=True)
 class Acceleration:
     """What runs the forward: ``cuda_graphs`` (auto: on for CUDA), ``compile`` (None: off; auto:
-    :class:`Compile`'s defaults on CUDA, off elsewhere), and the bounds of the graph cache:
+    off, and :class:`Compile`'s defaults on CUDA where artefacts were prepared), and the bounds of the graph cache:
     ``max_graphs`` graphs, ``graph_bytes`` of memory (None: half the GPU's)."""
 
     cuda_graphs: str = "auto"
@@ -124,9 +128,9 @@ class Acceleration:
         parser.add_argument("--cuda-graphs", choices=GRAPH_MODES, default="auto",
                             help="replay the edge's forward from CUDA graphs, one per frame size and batch; auto: on a GPU (default auto)")
         parser.add_argument("--compile", choices=COMPILE_SETTINGS, default="auto",
-                            help="torch.compile the edge's forward: auto compiles it with inductor on a GPU in the background "
-                                 "(the first middles do not wait; cached on disk for the next run), off never; a mode "
-                                 "compiles in that mode (default auto)")
+                            help="torch.compile the edge's forward with inductor, in the background (the first middles do "
+                                 "not wait; cached on disk for the next run): a mode compiles in that mode; auto compiles "
+                                 "only from --compiled artefacts; off never (default auto)")
         parser.add_argument("--compiled", metavar="FILE",
                             help="the compiled forward made ahead (eden-serve archive --prepare writes MODEL_STORE/"
                                  "eden_ditdec.compiled.bin): its shapes compile from it in seconds; one made for another "
@@ -140,10 +144,15 @@ class Acceleration:
         return cls(getattr(args, "cuda_graphs", "auto"), compile)
 
     def compiler(self, device: torch.device) -> Compile | None:
-        """The compile options on ``device``, ``auto`` resolved; None: uncompiled."""
-        if self.compile == "auto":
-            return Compile() if device.type == "cuda" else None
-        return self.compile
+        """The compile options on ``device``, ``auto`` resolved (uncompiled); None: uncompiled."""
+        return None if self.compile == "auto" else self.compile
+
+    def with_prepared(self, device: torch.device) -> "Acceleration":
+        """These settings where compiled artefacts were prepared for the edge (``--compiled``, the
+        archive's ``compiled.bin``): ``auto`` then compiles from them in the background on a GPU."""
+        if self.compile == "auto" and device.type == "cuda":
+            return replace(self, compile=Compile())
+        return self
 
     def graphs_on(self, device: torch.device) -> bool:
         """Whether this edge replays CUDA graphs on ``device``; a contradiction is a clear error."""

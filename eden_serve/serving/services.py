@@ -170,9 +170,10 @@ class EdgeService(Service):
         model = load_edge(weights, device, settings.precision)
         if settings.max_batch_tokens:  # 0 keeps the device's default
             model.sizing.batch_tokens = settings.max_batch_tokens
-        model.accelerate(settings.acceleration())
-        model.warm_up()
         compiled = Path(weights).parent / artefacts.FILE_NAME  # eden-serve archive --prepare put it beside the weights
+        acceleration = settings.acceleration()
+        model.accelerate(acceleration.with_prepared(model.device) if compiled.is_file() else acceleration)
+        model.warm_up()
         if compiled.is_file():
             artefacts.load_into(model, compiled)
         return model
