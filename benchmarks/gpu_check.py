@@ -16,18 +16,19 @@ would not fit is recorded as skipped, and the goals it measures come out UNMEASU
 2. **a cold process**: ``eden-serve interpolate`` on a 200-frame 1080p H.264 file, then 480x854, in a
    fresh process with an empty inductor cache (benchmarks/gpu_process.py): the start-up from the
    command to the first middle and its parts, the steady state over at least 100 pairs, the whole
-   run; then the golden cases compiled; then waiting for the clips' compilations, whose artefacts
-   stay on disk;
-3. **a warm process**: the same with an empty cache and the cold process's compilations as prepared
-   artefacts (eden_serve/edge/artefacts.py, loaded as ``--compiled`` loads them: the start-up with
-   prepared artefacts), then the defaults again and the options against them (x264 ultrafast, the
-   former chunks, middles as RGB, x264 in 4 instances, the host's decoder, the graphs uncompiled);
+   run; then the golden cases compiled; then the 480x854 clip compiled in the background
+   (``--compile default``: opt-in), the compilations waited for, the clip again with them swapped
+   in, their artefacts written;
+3. **a warm process**: the defaults again (the disk's caches warm: the clip goals), then the options
+   against them (x264 ultrafast, the former chunks, middles as RGB, x264 in 4 instances, the host's
+   decoder); then **the served edge** (benchmarks/gpu_served.py): the bitstream codec at 1080p,
+   keyed and in the sandbox, against the edge alone; then **a prepared process**: an empty cache
+   and the cold process's artefacts (loaded as ``--compiled`` loads them: the start-up with prepared
+   artefacts), compiled from them, swapped in, the clip again;
 4. **the GPU's busy fraction** for one 1080p pair, graphed and eager;
-5. **x264 on segments** against one instance at 1080p (PSNR against their input, frames a second),
-   and **the decoders' trials** on the 1080p clip;
-6. **the served edge** (benchmarks/gpu_served.py): the bitstream codec at 1080p, keyed and in the
-   sandbox, against the edge alone;
-7. where time is left: the top kernels of a 1080p pair, the edge alone per batch, the encoder.
+5. **the decoders' trials** on the 1080p clip, and **x264 on segments** against one instance at
+   1080p (PSNR against their input, frames a second);
+6. where time is left: the top kernels of a 1080p pair, the edge alone per batch, the encoder.
 
 Official dimensions and synthetic weights (written to a checkpoint file, read as a user's would be);
 ``--quick``: the tiny model at small sizes standing in for 480x854 and 1080p (the goals' labels kept,
@@ -78,12 +79,12 @@ MODES = ("eager", "graphed")
 # more option sets (middles as RGB, x264 in 4 instances, the host's decoder), x264 on segments and the
 # decoders' trials.
 BUDGETS = {"environment": (2, 2), "setup": (18, 15), "golden": (12, 10), "graphs_under_threads": (15, 10),
-           "preparation_beside_forwards": (8, 10), "devices_agree": (5, 2), "cold_process": (85, 40),
-           "warm_process": (85, 40), "gpu_busy": (10, 5), "segments": (10, 8), "decoders": (5, 3), "served_edge": (15, 20),
-           "kernels": (None, 0), "edge_alone": (None, 0), "encoder": (None, 0)}
-# Seconds of a process kept from its compile wait for what follows: the golden cases compiled (cold),
-# the options against the defaults (warm).
-RESERVE = {"cold": 30, "warm": 45}
+           "preparation_beside_forwards": (8, 10), "devices_agree": (5, 2), "cold_process": (120, 40),
+           "warm_process": (80, 40), "served_edge": (15, 20), "prepared_process": (35, 20), "gpu_busy": (10, 5),
+           "decoders": (5, 3), "segments": (10, 8), "kernels": (None, 0), "edge_alone": (None, 0), "encoder": (None, 0)}
+# Seconds of a process kept from its compile wait for what follows: the clip again with the compiled
+# keys swapped in (cold, prepared).
+RESERVE = {"cold": 10, "warm": 0, "prepared": 10}
 CHECKPOINT_BYTES = 1 << 30  # scratch space: the official checkpoint (632 MB) and the clips
 
 
@@ -312,13 +313,15 @@ def process(run: Run, kind: str) -> None:
                "--config", run.config.name, "--checkpoint", str(run.scratch / "eden.pt"), "--budget", str(int(budget - 5)),
                *(f"--clip={entry}" for entry in entries)]
     reserve = RESERVE[kind] // (4 if run.args.quick else 1)
-    command += ["--reserve", str(reserve), *(["--golden-compiled"] if kind == "cold" else ["--alternatives"])]
-    command += ["--quick"] if run.args.quick else []
-    # The warm process starts with an empty cache and the cold one's compilations as prepared
+    command += ["--reserve", str(reserve), "--quick"] if run.args.quick else ["--reserve", str(reserve)]
+    # The prepared process starts with an empty cache and the cold one's compilations as prepared
     # artefacts, as a worker or a user's first run with an archive made by --prepare does.
     prepared = run.scratch / "compiled.bin"
-    command += ["--save-compiled", str(prepared)] if kind == "cold" else (["--compiled", str(prepared)] if prepared.is_file() else [])
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(run.scratch / ("inductor" if kind == "cold" else "inductor-prepared"))}
+    command += {"cold": ["--golden-compiled", "--compile-arm", COMPILE_ARM, "--save-compiled", str(prepared)],
+                "warm": ["--alternatives"], "prepared": ["--compiled", str(prepared)]}[kind]
+    if kind == "prepared":  # only the shape prepared
+        command = [c for c in command if not c.startswith("--clip=") or c.startswith(f"--clip={COMPILE_ARM}=")]
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(run.scratch / f"inductor-{kind}")}
     run.out.flush()
     t0 = time.time()
     try:
@@ -342,6 +345,13 @@ def warm_process(run: Run) -> None:
     process(run, "warm")
 
 
+def prepared_process(run: Run) -> None:
+    if not (run.scratch / "compiled.bin").is_file():
+        run.row("clip", process="prepared", skipped="the cold process wrote no compiled artefacts")
+        return
+    process(run, "prepared")
+
+
 def served_edge(run: Run) -> None:
     """The served edge fed bitstream payloads at 1080p, keyed and in the sandbox, against the edge
     alone on the same pairs (benchmarks/gpu_served.py, in this process)."""
@@ -358,10 +368,13 @@ def encoder(run: Run) -> None:
 # In order of importance: what is cut when time runs out comes last.
 SECTIONS = {"environment": environment, "setup": setup, "golden": gpu_correct.golden, "graphs_under_threads": gpu_correct.graphs_under_threads,
             "preparation_beside_forwards": gpu_correct.preparation_beside_forwards, "devices_agree": gpu_correct.devices_agree,
-            "cold_process": cold_process, "warm_process": warm_process, "gpu_busy": gpu_busy, "segments": gpu_clip.segments_quality,
-            "decoders": gpu_clip.decoder_choice, "served_edge": served_edge, "kernels": kernels, "edge_alone": edge_alone,
-            "encoder": encoder}
-NEEDS = {"cold_process": "setup", "warm_process": "cold_process", "decoders": "setup"}  # a section whose input another makes
+            "cold_process": cold_process, "warm_process": warm_process, "served_edge": served_edge,
+            "prepared_process": prepared_process, "gpu_busy": gpu_busy, "decoders": gpu_clip.decoder_choice,
+            "segments": gpu_clip.segments_quality, "kernels": kernels, "edge_alone": edge_alone, "encoder": encoder}
+NEEDS = {"cold_process": "setup", "warm_process": "cold_process", "prepared_process": "cold_process", "decoders": "setup"}  # a section whose input another makes
+# The clip compiled in the background in the cold process, whose artefacts the prepared process loads:
+# the size where inductor ran 2.3-2.8x the graphs on an H100 (docs/gpu.md), and compiles soonest.
+COMPILE_ARM = "480x854"
 
 
 def table(rows: list[dict]) -> str:

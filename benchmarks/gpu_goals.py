@@ -124,9 +124,9 @@ def _fidelity(rows):
 
 
 def _startup_prepared(rows):
-    found = _find(rows, "clip", options="defaults", process="warm")
+    found = _find(rows, "clip", options="defaults", process="prepared")
     if not found or found[0].get("startup_s") is None:
-        return None, "none (no warm process ran)"
+        return None, "none (no prepared process ran)"
     r = found[0]
     if not r.get("prepared_keys"):
         return None, f"{r['startup_s']:.2f} s, but no prepared artefacts were loaded ({r['device_name']}, {r['pixels']})"

@@ -3,14 +3,17 @@ on video files as a user runs it, with the start-up timed from the command and t
 (interpreter and imports, CUDA context, weights read, first middle), then the other clips, and what
 the process is for:
 
-- ``cold`` (a fresh inductor cache): then waiting for the clips' compilations, so that their
-  artefacts are on disk for the next process, and the golden cases compiled (bf16, inductor, our
-  graphs around it: the compiled fidelity);
-- ``warm``: an empty inductor cache and the cold process's compilations as prepared artefacts
-  (``--compiled``, the file ``--save-compiled`` wrote: eden_serve/edge/artefacts.py, as ``eden-serve
-  archive --prepare`` makes them), loaded as ``eden-serve interpolate --compiled`` loads them: the
-  start-up with prepared artefacts, compiling from them, waited for; then the first clip's defaults
-  again (compiled keys swapped in) and the options against them (``--alternatives``).
+- ``cold`` (a fresh inductor cache): then the golden cases compiled (bf16, inductor, our graphs
+  around it: the compiled fidelity); then the compile arm (``--compile-arm LABEL``): that clip again
+  compiled in the background (``--compile default``, opt-in since 2026-11-28), the compilations
+  waited for, and the clip once more with them swapped in; their artefacts written for the
+  ``prepared`` process (``--save-compiled``, the file ``eden-serve archive --prepare`` makes:
+  eden_serve/edge/artefacts.py);
+- ``warm``: the defaults again in a second process (the disk's caches warm), then the first clip's
+  defaults once more and the options against them (``--alternatives``);
+- ``prepared``: an empty inductor cache and the cold process's compilations as prepared artefacts
+  (``--compiled``), loaded as ``eden-serve interpolate --compiled`` loads them: the start-up with
+  prepared artefacts, compiling from them, waited for, and the clip again with them swapped in.
 
 ``--t0`` is the wall-clock time at which the parent started this command. Each result is a JSON line
 on stdout, as it comes. The process keeps within ``--budget`` seconds (what would not fit is a row
@@ -166,7 +169,7 @@ def clip(child: Child, models, entry: tuple[str, str, Path], options: str, argv:
 
 
 def alternatives(child: Child, models, entry) -> None:
-    """The defaults again (this process's compiled keys swapped in by now), then each option set."""
+    """The defaults again, then each option set."""
     rows = [clip(child, models, entry, "defaults, again", [])]
     rows += [clip(child, models, entry, name, argv) for name, argv in bench("gpu_clip").ALTERNATIVES.items()]
     rows = [r for r in rows if r and "wall_s" in r]
@@ -183,6 +186,17 @@ def compiled(child: Child, edge: EdgeModel, waited_from: float) -> None:
               asked=len(background.asked) if background else 0, swapped=len(edge.runner.swapped),
               compile_failed=background.failed if background else None,
               seconds_per_key=sorted(background.seconds.values()) if background else [])
+
+
+def compile_arm(child: Child, models, entry: tuple[str, str, Path]) -> None:
+    """The clip ``entry`` compiled in the background: while inductor compiles beside it (a capture
+    meanwhile put off: eden_serve/edge/streams.CaptureGate), then, the compilations waited for
+    within the budget, again with the compiled keys swapped in."""
+    argv = ["--compile", "default"]
+    clip(child, models, entry, "compiled in the background", argv)
+    compiled(child, models[1], time.monotonic())
+    if models[1].runner.swapped:
+        clip(child, models, entry, "compiled, swapped in", argv)
 
 
 def save_compiled(child: Child, edge: EdgeModel, clips: list[tuple[str, str, Path]], path: Path) -> None:
@@ -203,13 +217,14 @@ def save_compiled(child: Child, edge: EdgeModel, clips: list[tuple[str, str, Pat
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--t0", type=float, required=True, help="wall-clock time of the command's start")
-    parser.add_argument("--process", choices=("cold", "warm"), required=True)
+    parser.add_argument("--process", choices=("cold", "warm", "prepared"), required=True)
     parser.add_argument("--device", required=True)
     parser.add_argument("--config", default="official")
     parser.add_argument("--checkpoint", type=Path, required=True)
     parser.add_argument("--clip", action="append", required=True, metavar="LABEL=HxW=PATH", help="in order; the first is timed from the command")
     parser.add_argument("--alternatives", action="store_true", help="the options against the defaults, on the first clip")
     parser.add_argument("--golden-compiled", action="store_true")
+    parser.add_argument("--compile-arm", metavar="LABEL", help="that clip again compiled in the background, waited for, and swapped in")
     parser.add_argument("--budget", type=float, required=True)
     parser.add_argument("--reserve", type=float, default=0.0, help="seconds of the budget kept from the compile wait for what follows it")
     parser.add_argument("--quick", action="store_true")
@@ -222,14 +237,20 @@ def main() -> None:
     models = started(child, clips)
     for entry in clips[1:]:
         clip(child, models, entry, "defaults", [])
-    compiled(child, models[1], time.monotonic())
-    if args.save_compiled:
-        save_compiled(child, models[1], clips, args.save_compiled)
-    if args.golden_compiled:
+    if args.golden_compiled:  # before the compile arm: dynamo compiles one thing at a time
         if child.fits("golden compiled"):
             bench("gpu_correct").golden(child, modes=("compiled",))
         else:
             child.row("golden", mode="compiled", skipped="out of time")
+    arm = [entry for entry in clips if entry[0] == args.compile_arm]
+    if arm:
+        compile_arm(child, models, arm[0])
+    if args.compiled:  # compiling from the prepared artefacts since the load: waited for, then swapped in
+        compiled(child, models[1], time.monotonic())
+        if models[1].runner.swapped:
+            clip(child, models, clips[0], "prepared, swapped in", [])
+    if args.save_compiled:
+        save_compiled(child, models[1], arm, args.save_compiled)
     if args.alternatives:
         alternatives(child, models, clips[0])
 

@@ -45,7 +45,7 @@ def test_the_preflight_runs_first_and_every_check_holds(quick_run):
 def test_the_processes_time_the_startup_from_the_command_and_the_options_against_the_defaults(quick_run):
     _, rows = quick_run
     firsts = {r["process"]: r for r in rows if r["section"] == "clip" and r.get("startup_parts")}
-    assert set(firsts) == {"cold", "warm"}
+    assert set(firsts) == {"cold", "warm", "prepared"}
     for first in firsts.values():
         assert list(first["startup_parts"]) == ["interpreter and imports", "CUDA context", "weights", "first middle"]
         assert first["startup_s"] == pytest.approx(sum(first["startup_parts"].values()), abs=1e-3)
@@ -54,15 +54,18 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
         assert first["output_bytes"] > 0 and first["pairs"] == 15
     options = {r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"}
     assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances",
-                       "host decoder", "graphs, not compiled"}
+                       "host decoder"}
+    arm = [(r["options"], r["argv"]) for r in rows if r["section"] == "clip" and r["process"] == "cold" and r["size"] == "480x854"]
+    assert arm == [("defaults", ""), ("compiled in the background", "--compile default")]  # the compile arm: opt-in
+    assert {r["size"] for r in rows if r["section"] == "clip" and r["process"] == "prepared"} == {"480x854"}
     assert [r["mode"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"] == ["compiled"] * 2 * len(
         {r["precision"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"})
 
 
 def test_issue_41s_sections_measure_what_their_goals_read(quick_run):
     """x264 on segments against one instance (PSNR against their input), the decoders' trials, the
-    encoder's share of each clip run, and the warm process told of the prepared artefacts (none on a
-    CPU, which compiles nothing)."""
+    encoder's share of each clip run, the compile arm's artefacts written for its size alone, and the
+    prepared process told of them (none used on a CPU, which compiles only when asked)."""
     stdout, rows = quick_run
     segmented = {r["instances"]: r for r in rows if r["section"] == "segments" and "fps" in r}
     assert set(segmented) == {1, 2} and segmented[2]["segment_frames"] < segmented[1]["frames"]
@@ -71,5 +74,5 @@ def test_issue_41s_sections_measure_what_their_goals_read(quick_run):
     assert [r["chosen"] for r in rows if r["section"] == "decoders"] == ["host"]
     runs = [r for r in rows if r["section"] == "clip" and "wall_s" in r]
     assert runs and all(0 < r["encoder_share"] < 1 and r["encoded_by"].startswith("libx264") for r in runs)
-    assert [r["skipped"] for r in rows if r["section"] == "artefacts"] == ["the edge is not compiled here"]
+    assert [[tuple(shape[:2]) for shape in r["shapes"]] for r in rows if r["section"] == "artefacts"] == [[(64, 96)]]
     assert "GOAL startup_prepared: UNMEASURED" in stdout and "but no prepared artefacts were loaded" in stdout

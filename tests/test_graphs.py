@@ -5,6 +5,7 @@ reads kept alive by its entry; a capture that fails leaving its key eager; the g
 
 import gc
 import logging
+import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ import torch
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, EdgeModel, middles_of
 from eden_serve.edge.graphs import CudaGraphs, DeadTensorError, GraphCache, RerunGraphs, pool_bytes
-from eden_serve.edge.streams import role_stream
+from eden_serve.edge.streams import CaptureGate, role_stream
 from eden_serve.model import weights as model_module
 from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
@@ -283,3 +284,32 @@ def test_a_graphs_bytes_are_its_pools_segments(monkeypatch):
             return (0, 7)
 
     assert pool_bytes(Graph(), torch.device("cuda:0")) == 22 << 20
+
+
+def test_the_capture_gate_keeps_captures_apart_from_waits_for_the_device():
+    """A capture holds the gate alone: one that would wait for shared work is refused at once (its
+    caller runs uncaptured), and shared work waits for another thread's capture to end, not for
+    its own thread's; a capture asked to wait gets the gate once the shared work is done."""
+    gate = CaptureGate()
+    order = []
+    with gate.shared():
+        with gate.capturing(wait=False) as took:
+            assert not took
+        waiter = threading.Thread(target=lambda: order.append(("captured", gate.capturing(wait=True).__enter__())))
+        waiter.start()
+        waiter.join(0.2)
+        assert waiter.is_alive() and not order  # waits for the shared work
+        order.append(("shared done", True))
+    waiter.join(5)
+    assert [name for name, _ in order] == ["shared done", "captured"]
+    gate = CaptureGate()
+    with gate.capturing(wait=True) as took:
+        assert took
+        with gate.shared():  # the capturing thread's own: not a deadlock
+            pass
+        other = threading.Thread(target=lambda: gate.shared().__enter__() and None)
+        other.start()
+        other.join(0.2)
+        assert other.is_alive()  # another thread's wait for the device waits for the capture
+    other.join(5)
+    assert not other.is_alive()

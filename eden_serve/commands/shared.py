@@ -101,17 +101,23 @@ def add_model_options(parser: argparse.ArgumentParser, codec: str = wire.DEFAULT
                              "cuda:0,cuda:1, the encoder on one and the DiT+decoder on the other (default: auto)")
 
 
+def acceleration_of(args: argparse.Namespace, edge_device: torch.device) -> Acceleration:
+    """How the command's switches run the edge's forward on ``edge_device``: ``--compiled``
+    artefacts make ``--compile auto`` compile from them."""
+    acceleration = Acceleration.from_arguments(args)
+    return acceleration.with_prepared(edge_device) if getattr(args, "compiled", None) is not None else acceleration
+
+
 def load_models(args: argparse.Namespace) -> tuple[CloudEncoder, EdgeModel]:
     """The two halves that ``--checkpoint``, ``--config``, ``--device`` and ``--precision`` name, the
     edge's forward run as ``--cuda-graphs`` and ``--compile`` say where the command has them."""
     cloud_device, edge_device = devices(args.device)
-    acceleration = Acceleration.from_arguments(args)
+    acceleration = acceleration_of(args, torch.device(edge_device))
     acceleration.graphs_on(torch.device(edge_device))  # a contradiction fails before the weights load
     precision = args.precision or default_precision(torch.device(edge_device))
     compiled = getattr(args, "compiled", None)
     if compiled is not None:
         artefacts.read_header(compiled)  # not such a file: refused before the weights load
-        acceleration = acceleration.with_prepared(torch.device(edge_device))
     cloud, edge = load_pair(args.checkpoint, preset(args.config), cloud_device, precision, edge_device=edge_device)
     edge.accelerate(acceleration)
     if compiled is not None:

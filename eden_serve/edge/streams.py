@@ -77,13 +77,15 @@ class CaptureGate:
     def __init__(self):
         self._turn = threading.Condition()
         self._shared = 0
-        self._capturing = False
+        self._capturing: int | None = None  # the capturing thread's ident
 
     @contextlib.contextmanager
     def shared(self):
-        """Work that may synchronise the whole device: it waits for a capture under way to end."""
+        """Work that may synchronise the whole device: it waits for another thread's capture under
+        way to end (the capturing thread's own waits are its capture's to answer)."""
+        me = threading.get_ident()
         with self._turn:
-            self._turn.wait_for(lambda: not self._capturing)
+            self._turn.wait_for(lambda: self._capturing in (None, me))
             self._shared += 1
         try:
             yield
@@ -97,16 +99,16 @@ class CaptureGate:
         """The gate alone, for a capture: yields True, or, where it is held and ``wait`` is false,
         yields False at once (the caller does not capture)."""
         with self._turn:
-            free = lambda: not self._capturing and self._shared == 0  # noqa: E731
+            free = lambda: self._capturing is None and self._shared == 0  # noqa: E731
             took = self._turn.wait_for(free) if wait else free()
             if took:
-                self._capturing = True
+                self._capturing = threading.get_ident()
         try:
             yield took
         finally:
             if took:
                 with self._turn:
-                    self._capturing = False
+                    self._capturing = None
                     self._turn.notify_all()
 
 
