@@ -141,6 +141,20 @@ def provoke(server, folder: Path, clip: Path, scratch: Path, gpu: bool) -> None:
     figure("sticky_error_exit", f"fired {faults.fired(folder, 'edge-device-assert')}, workers that left on it "
                                 f"{exits}, the clip {'done after retries' if rate else 'FAILED'} in "
                                 f"{time.monotonic() - started:.1f} s")
+    # Both H200 runs of 2026-11-28 counted 0 of the worker's own line: how the worker went, as logged.
+    for line in fault_lines(logs):
+        figure("sticky_error_log", line)
+
+
+FAULT_WORDS = re.compile(r"device-side assert|CUDA error|AcceleratorError|Traceback|worker (?:process )?died|"
+                         r"exit code|Killed|core dumped|SIGABRT|terminate called|Backend worker|device_failure|exits so")
+
+
+def fault_lines(logs: str, most: int = 12) -> list[str]:
+    """The logs' lines that tell how a worker met the device-side assert, deduplicated, the last
+    ``most`` of them, each cut to 300 characters."""
+    found = list(dict.fromkeys(line.strip()[:300] for line in logs.splitlines() if FAULT_WORDS.search(line)))
+    return found[-most:]
 
 
 def main() -> None:

@@ -33,3 +33,18 @@ def test_the_clip_runs_served_keyed_in_process_and_in_the_sandbox(figures):
     boxed = float(re.match(r"([\d.]+) pairs/s in the sandbox", figures["sandbox_cost"]).group(1))
     assert served > 0 and here > 0 and boxed > 0, figures
     assert figures["oom_halving"].startswith("not provoked") and figures["sticky_error_exit"].startswith("not provoked")
+
+
+def test_the_lines_that_tell_how_a_worker_met_a_device_fault_are_picked_from_the_logs():
+    """What the sticky-error probe prints on a GPU: the logs' lines naming the fault or the worker's
+    end, each once, the last of them; other lines not."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_torchserve
+
+    logs = "\n".join(["MODEL_LOG - loaded", "MODEL_LOG - RuntimeError: CUDA error: device-side assert triggered",
+                      "ts - Backend worker process died.", "MODEL_LOG - RuntimeError: CUDA error: device-side assert triggered",
+                      "MODEL_LOG - eden_ditdec: the device failed; this worker exits so that TorchServe replaces it", "ok"])
+    assert gpu_torchserve.fault_lines(logs) == [
+        "MODEL_LOG - RuntimeError: CUDA error: device-side assert triggered", "ts - Backend worker process died.",
+        "MODEL_LOG - eden_ditdec: the device failed; this worker exits so that TorchServe replaces it"]
+    assert len(gpu_torchserve.fault_lines("\n".join(f"Traceback {i}" for i in range(40)))) == 12

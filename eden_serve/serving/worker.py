@@ -45,7 +45,8 @@ class Settings:
     unkeyed_bitstream: str = "sandbox"  # edge: decode bitstream payloads without a wire key's tag in the sandbox, or refuse them
     raw_answers: str = "loopback"  # edge: answer raw frames to requests that ask: loopback, any, off (docs/serving.md)
     # edge: torch.compile, from the model-config's pt2 section (not the handler's); auto where it has
-    # none: inductor in the background on a GPU, nothing on a CPU (docs/gpu.md)
+    # none: nothing compiled, unless the archive carries compiled artefacts: then inductor in the
+    # background on a GPU (docs/gpu.md)
     compile: Compile | None | str = "auto"
 
     @classmethod
