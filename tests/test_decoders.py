@@ -240,3 +240,17 @@ def test_a_deeper_frame_is_not_converted_on_the_device(clip):
     frame.sw_format = av.VideoFormat("p010le")
     with pytest.raises(ValueError, match="8-bit NV12 only"):
         StandIn(True).pixels(frame, rgb_pixels)
+
+
+def test_the_clip_engine_hands_its_decoders_the_edges_wait_for_the_device(clip, monkeypatch):
+    """NVDEC's wait for the whole device runs under the edge's capture gate (a wait for the device
+    from another thread spoils a CUDA graph's capture): the clip engine hands it over."""
+    from eden_serve.clips.streaming import ClipOptions
+    from eden_serve.edge.streams import capture_gate
+
+    monkeypatch.setattr(decoders, "candidates", lambda device: [Decoder(), StandIn(True)])
+    opened = pipeline.decoded_by(clip, "nvdec-device", torch.device("cpu"), ClipOptions())
+    try:
+        assert opened.decoded_by.name == "nvdec-device" and opened.decoded_by.waiting == capture_gate("cpu").shared
+    finally:
+        opened.container.close()

@@ -28,6 +28,7 @@ from ..cloud.encoder import CloudEncoder
 from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..edge import AttentionPath, EdgeModel, middles_of, upload
 from ..edge.conditions import EdgeSide
+from ..edge.streams import capture_gate
 from ..edge.yuv import to_planes
 from ..errors import BadInputError
 from ..media import PIPE, Frame, decoders, open_clip
@@ -220,6 +221,8 @@ def decoded_by(src: str | Path, setting: str, device: torch.device, options: Cli
     if setting == "host" or str(src) == PIPE or options.raw is not None or not Path(src).is_file():
         return src
     found = {decoder.name: decoder for decoder in decoders.candidates(device)}
+    for decoder in found.values():
+        decoder.waiting = capture_gate(device).shared  # NVDEC's waits for the device never meet the edge's captures
     if setting != "auto" and setting not in found:
         raise BadInputError(f"--decoder {setting}: not here ({', '.join(found)} are)")
     if len(found) == 1:

@@ -24,6 +24,7 @@ and keeps the fastest. Beside a CPU edge there is nothing to choose: the host de
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ class Decoder:
     """The host's decoder: what a candidate is asked (the base) and how the host answers."""
 
     name = "host"
+    # The context under which a wait for the whole device runs: the clip engine hands over the edge's
+    # (edge/streams.CaptureGate.shared), so that it never meets a graph's capture.
+    waiting: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
     def open(self, path: Path):
         import av
@@ -98,9 +102,7 @@ class Nvdec(Decoder):
 
     def sync(self) -> None:
         if self.on_device and torch.cuda.is_available():
-            from ..edge.streams import capture_gate  # a wait for the whole device fails while a graph is captured
-
-            with capture_gate(torch.device("cuda", self.device)).shared():
+            with self.waiting():  # a wait for the whole device fails while a graph is captured
                 torch.cuda.synchronize(self.device)
 
 
