@@ -108,8 +108,8 @@ class Compile:
 @dataclass(frozen=True)
 class Acceleration:
     """What runs the forward: ``cuda_graphs`` (auto: on for CUDA), ``compile`` (None: off; auto:
-    off, and :class:`Compile`'s defaults on CUDA where artefacts were prepared), and the bounds of the graph cache:
-    ``max_graphs`` graphs, ``graph_bytes`` of memory (None: half the GPU's)."""
+    off, and :class:`Compile`'s defaults on CUDA where artefacts were prepared), and the bounds of
+    the graph cache: ``max_graphs`` graphs, ``graph_bytes`` of memory (None: half the GPU's)."""
 
     cuda_graphs: str = "auto"
     compile: Compile | None | Literal["auto"] = "auto"
@@ -133,7 +133,7 @@ class Acceleration:
                                  "only from --compiled artefacts; off never (default auto)")
         parser.add_argument("--compiled", metavar="FILE",
                             help="the compiled forward made ahead (eden-serve archive --prepare writes MODEL_STORE/"
-                                 "eden_ditdec.compiled.bin): its shapes compile from it in seconds; one made for another "
+                                 "eden_ditdec.compiled.bin): auto then compiles its shapes from it, in the background; one made for another "
                                  "GPU, driver, PyTorch or model is refused with a warning")
 
     @classmethod

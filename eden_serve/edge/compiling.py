@@ -7,7 +7,7 @@ graphs are on) until its compiled form is ready: :class:`Background` compiles it
 key's shapes (compilation needs shapes and dtypes, not values), then hands it to the caller's
 ``swap``, which replaces the key's graph by one of the compiled function in one step. A compilation
 that fails logs one line, and the forward stays uncompiled. Inductor's artefacts are kept on disk
-(:func:`persistent_cache`), so the second run of the same shapes compiles in seconds.
+(:func:`persistent_cache`), so the second run of the same shapes skips inductor and only traces.
 """
 
 from __future__ import annotations
