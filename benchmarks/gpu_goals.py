@@ -72,7 +72,9 @@ def _startup(rows):
         return None, "none (no cold process ran)"
     r = found[0]
     parts = ", ".join(f"{k} {r['startup_parts'][k]:.2f}" for k in ("interpreter and imports", "CUDA context", "weights", "first middle"))
-    return r["startup_s"], f"{r['startup_s']:.2f} s from the command ({parts}; {r['device_name']}, {r['pixels']})"
+    imports = r.get("import_parts")
+    of_imports = f"; of the imports: {', '.join(f'{k} {v:.2f}' for k, v in imports.items())}" if imports else ""
+    return r["startup_s"], f"{r['startup_s']:.2f} s from the command ({parts}{of_imports}; {r['device_name']}, {r['pixels']})"
 
 
 def _busy(rows):

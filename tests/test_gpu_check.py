@@ -51,6 +51,8 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
         assert first["startup_s"] == pytest.approx(sum(first["startup_parts"].values()), abs=1e-3)
         assert {"checkpoint read", "models on the device", "accelerated"} <= set(first["weights_parts"])
         assert max(first["weights_parts"].values()) <= first["startup_parts"]["weights"]
+        assert list(first["import_parts"]) == ["interpreter", "torch", "eden_serve"]
+        assert sum(first["import_parts"].values()) == pytest.approx(first["startup_parts"]["interpreter and imports"], abs=1e-3)
         assert first["output_bytes"] > 0 and first["pairs"] == 15
     options = {r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"}
     assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances",
