@@ -85,11 +85,13 @@ def _busy(rows):
 
 
 def _served(rows):
-    found = [r for r in _find(rows, "served edge", codec="bitstream", answer="raw", overlap="ahead") if "of_edge_alone" in r]
+    found = [r for r in _find(rows, "served edge", codec="bitstream", answer="raw", overlap="ahead") if "of_in_process" in r]
     if not found:
         return None, "none (the served edge's bitstream rows did not run)"
     r = found[-1]
-    return r["of_edge_alone"], f"{r['of_edge_alone']:.2f} ({r['pairs_per_s']:.1f} of {r['edge_alone_pairs_per_s']:.1f} pairs/s, {r['device']}, {r['pixels']})"
+    return r["of_in_process"], (f"{r['of_in_process']:.2f} ({r['pairs_per_s']:.1f} of {r['in_process_pairs_per_s']:.1f} pairs/s in process, "
+                                f"E_cond and the edge; {r['of_edge_alone']:.2f} of the edge alone's {r['edge_alone_pairs_per_s']:.1f}; "
+                                f"{r['device']}, {r['pixels']})")
 
 
 def _sandbox(rows):
@@ -153,7 +155,8 @@ GOALS = (
          _clip("1080p", "steady_pairs_per_s")),
     Goal("clip_480x854_steady", 38, ">= 150 pairs/s, stretch 300, 480x854 clip in process", 150, True, _clip("480x854", "steady_pairs_per_s")),
     Goal("gpu_busy_1080p_pair", 38, ">= 0.85 busy for one 1080p pair", 0.85, True, _busy),
-    Goal("served_bitstream_1080p", 38, ">= 0.8 of in process, served edge, bitstream codec, 1080p", 0.8, True, _served),
+    Goal("served_bitstream_1080p", 38, ">= 0.8 of in process (E_cond and the edge on the same pairs), served edge, bitstream codec, 1080p",
+         0.8, True, _served),
     Goal("sandbox_cost", 38, "<= 5% of the served edge's pairs/s", 0.05, False, _sandbox),
     Goal("defaults_vs_best", 38, "the defaults >= 0.9 of the best options measured", 0.9, True, _defaults),
     Goal("startup", 38, "<= 4 s from the command to the first middle written", 4.0, False, _startup),

@@ -13,8 +13,10 @@ The payloads are made as the cloud makes them, from the first frames of the GPU 
 clip re-encoded with libx264 at that size (its own packets), signed with a wire key so that the edge
 decodes it in its process, and the same payloads unsigned to an edge without the key, which decodes
 them in its sandbox (row codec ``bitstream (sandbox)``: what the sandbox costs the served edge). Each row is a JSON line in ``--out``:
-pairs/s served, the client's reading of the answers (s per pair), and the edge alone on the same pairs
-(no wire, no answer), timed in the same rounds, for the ratio. Each size gets its share of ``--budget`` seconds
+pairs/s served, the client's reading of the answers (s per pair), and, timed in the same rounds, the
+same pairs in process (E_cond on their frames, then the edge: the model's work in one process, the
+clip engine's decoding beside it on a thread of its own; no wire, no answer; the goal's comparator)
+and the edge alone (its forwards on conditions opened before: E_cond left out too). Each size gets its share of ``--budget`` seconds
 (90: about 85 s on an H100 is the plan, unmeasured); what would not fit is recorded as skipped.
 """
 
@@ -106,8 +108,9 @@ def payloads(cloud: CloudEncoder, clip_dir: Path, size: tuple[int, int], args) -
     clip = make_clip(clip_dir / f"source_{size[0]}x{size[1]}.mp4", "libx264", {"crf": "18", "preset": "veryfast"}, size, count,
                      source=source_video())
     settings = Settings(media_root=str(clip_dir), max_pixels=size[0] * size[1])
-    # fp32 always: the edge alone opens its conditions from a token payload, whichever codecs are timed.
-    names = list(dict.fromkeys([*args.codecs, "fp32"]))
+    # fp32 and frames always: the edge alone opens its conditions from a token payload, the in-process
+    # run from the frames, whichever codecs are timed.
+    names = list(dict.fromkeys([*args.codecs, "fp32", wire.FRAMES_CODEC]))
     made: dict[str, list[bytes]] = {name: [] for name in names}
     for r in range(args.batch):
         span = range(r * args.pairs, r * args.pairs + frames_each)
@@ -144,11 +147,11 @@ def read_answers(bodies: list[bytes], types: dict[int, str], pairs: int, size: t
     return time.perf_counter() - start
 
 
-def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations: dict, alone, args, size) -> list[dict]:
-    """Pairs/s with each of ``preparations`` (opened ahead, in turn) and of the edge alone on the same
-    pairs, their rounds interleaved so that all see the same machine (paired), after a warm-up round
-    (graphs, kernels, caches)."""
-    times: dict[str, list[float]] = {name: [] for name in (*preparations, "alone")}
+def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations: dict, baselines: dict, args, size) -> list[dict]:
+    """Pairs/s with each of ``preparations`` (opened ahead, in turn) and of ``baselines`` (in
+    process, the edge alone) on the same pairs, their rounds interleaved so that all see the same
+    machine (paired), after a warm-up round (graphs, kernels, caches)."""
+    times: dict[str, list[float]] = {name: [] for name in (*preparations, *baselines)}
     reads: dict[str, list[float]] = {name: [] for name in preparations}
     for round_ in range(args.rounds + 1):
         for name, preparation in preparations.items():
@@ -159,13 +162,17 @@ def measure(service: EdgeService, bodies: list[bytes], answer: str, preparations
             if round_:
                 times[name].append(time.perf_counter() - start)
                 reads[name].append(read_answers(answers, types, args.pairs, size))
-        start = time.perf_counter()
-        alone()
-        if round_:
-            times["alone"].append(time.perf_counter() - start)
+        for name, baseline in baselines.items():
+            synchronize(service.model.device)
+            start = time.perf_counter()
+            baseline()
+            synchronize(service.model.device)
+            if round_:
+                times[name].append(time.perf_counter() - start)
     served = len(bodies) * args.pairs
     rate = {name: served / float(np.median(t)) for name, t in times.items()}
-    return [{"overlap": name, "pairs_per_s": round(rate[name], 3), "edge_alone_pairs_per_s": round(rate["alone"], 3),
+    return [{"overlap": name, "pairs_per_s": round(rate[name], 3), "in_process_pairs_per_s": round(rate["in process"], 3),
+             "of_in_process": round(rate[name] / rate["in process"], 3), "edge_alone_pairs_per_s": round(rate["alone"], 3),
              "of_edge_alone": round(rate[name] / rate["alone"], 3), "call_s": [round(t, 4) for t in times[name]],
              "client_read_s_per_pair": round(float(np.median(reads[name])) / served, 7), "answer_type": types[0]}
             for name in preparations]
@@ -186,11 +193,30 @@ def edge_alone(service: EdgeService, bodies: list[bytes]):
     return run, len(batches[0])
 
 
+def in_process(service: EdgeService, bodies: list[bytes]):
+    """The same pairs as one process computes them from their frames (frames payloads, opened here,
+    not timed): E_cond on each chunk's frames on the edge's device, then the edge's forwards, a
+    chunk after another (what ``eden-serve interpolate`` asks of the device; its decoding runs on a
+    thread of its own). A callable."""
+    model, side = service.model, service.edge_side
+    chunks = [wire.decode(keyed.verify(b, KEY), model.config) for b in bodies]
+
+    def run() -> None:
+        for chunk in chunks:
+            conditions = side.embed(chunk)
+            pairs = [conditions.pair(j) for j in range(conditions.pairs)]
+            for batch in model.sizing.batches(pairs, pairs[0].grid):
+                middles_of(model, batch)
+
+    return run
+
+
 def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> None:
     """The rows of one frame size, within ``share`` seconds."""
     deadline = time.monotonic() + share
     made = payloads(run.cloud, run.clip_dir, size, run.args)
     alone, per_forward = edge_alone(run.service, made["fp32"])
+    baselines = {"in process": in_process(run.service, made[wire.FRAMES_CODEC]), "alone": alone}
     ahead = run.service.preparation
     preparations = {"ahead": ahead, "in turn": Preparation(streams_for(run.service.model.device), ahead=0)}
     for name in [n for codec in run.args.codecs for n in ((codec, SANDBOXED) if codec == wire.BITSTREAM_CODEC else (codec,))]:
@@ -200,7 +226,7 @@ def run_size(run: "Run", label: str, size: tuple[int, int], share: float) -> Non
                 run.row(label, size, name, answer=answer, skipped="budget")
                 continue
             start = time.monotonic()
-            for result in measure(run.service, made[name], answer, preparations, alone, run.args, size):
+            for result in measure(run.service, made[name], answer, preparations, baselines, run.args, size):
                 run.row(label, size, name, answer=answer, pairs_per_forward=per_forward, **result)
             run.last_cost = time.monotonic() - start
     run.service.preparation, run.service.wire_key = ahead, KEY

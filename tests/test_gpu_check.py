@@ -78,3 +78,17 @@ def test_issue_41s_sections_measure_what_their_goals_read(quick_run):
     assert runs and all(0 < r["encoder_share"] < 1 and r["encoded_by"].startswith("libx264") for r in runs)
     assert [[tuple(shape[:2]) for shape in r["shapes"]] for r in rows if r["section"] == "artefacts"] == [[(64, 96)]]
     assert "GOAL startup_prepared: UNMEASURED" in stdout and "but no prepared artefacts were loaded" in stdout
+
+
+def test_the_served_edge_is_judged_against_the_same_pairs_in_process(quick_run):
+    """The served-edge goal's comparator is its words', in process: E_cond on the pairs' frames and the
+    edge, timed in the same rounds; the edge alone (E_cond left out) stays beside it."""
+    stdout, rows = quick_run
+    served = [r for r in rows if r["section"] == "served edge" and r.get("codec") == "bitstream" and "pairs_per_s" in r]
+    assert {r["overlap"] for r in served} == {"ahead", "in turn"}
+    for r in served:
+        assert r["of_in_process"] == pytest.approx(r["pairs_per_s"] / r["in_process_pairs_per_s"], rel=0.01)
+        assert r["of_edge_alone"] == pytest.approx(r["pairs_per_s"] / r["edge_alone_pairs_per_s"], rel=0.01)
+    ahead = next(r for r in served if r["overlap"] == "ahead")
+    line = next(line for line in stdout.splitlines() if line.startswith("GOAL served_bitstream_1080p:"))
+    assert f"UNMEASURED {ahead['of_in_process']:.2f} (" in line and "pairs/s in process, E_cond and the edge" in line
