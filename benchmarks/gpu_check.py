@@ -305,10 +305,11 @@ def setup(run: Run) -> None:
 
 
 def process(run: Run, kind: str) -> None:
-    """One fresh process of benchmarks/gpu_process.py (the module's docstring: cold, then warm), its
-    rows taken in; the command's start is its start-up's origin."""
+    """One fresh process of benchmarks/gpu_process.py (the module's docstring: cold, warm, prepared),
+    its rows taken in; the command's start is its start-up's origin."""
     budget = run.left()
-    entries = [f"{label}={run.sizes[label][0]}x{run.sizes[label][1]}={run.clips[label]}" for label in run.clips]
+    labels = [COMPILE_ARM] if kind == "prepared" else list(run.clips)  # prepared: only the shape prepared
+    entries = [f"{label}={run.sizes[label][0]}x{run.sizes[label][1]}={run.clips[label]}" for label in labels]
     command = [sys.executable, str(REPO / "benchmarks" / "gpu_process.py"), "--process", kind, "--device", str(run.device),
                "--config", run.config.name, "--checkpoint", str(run.scratch / "eden.pt"), "--budget", str(int(budget - 5)),
                *(f"--clip={entry}" for entry in entries)]
@@ -319,8 +320,6 @@ def process(run: Run, kind: str) -> None:
     prepared = run.scratch / "compiled.bin"
     command += {"cold": ["--golden-compiled", "--compile-arm", COMPILE_ARM, "--save-compiled", str(prepared)],
                 "warm": ["--alternatives"], "prepared": ["--compiled", str(prepared)]}[kind]
-    if kind == "prepared":  # only the shape prepared
-        command = [c for c in command if not c.startswith("--clip=") or c.startswith(f"--clip={COMPILE_ARM}=")]
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(run.scratch / f"inductor-{kind}")}
     run.out.flush()
     t0 = time.time()

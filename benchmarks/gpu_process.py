@@ -199,9 +199,14 @@ def compile_arm(child: Child, models, entry: tuple[str, str, Path]) -> None:
     within the budget, again with the compiled keys swapped in."""
     argv = ["--compile", "default"]
     clip(child, models, entry, "compiled in the background", argv)
+    swapped_in(child, models, entry, "compiled, swapped in", argv)
+
+
+def swapped_in(child: Child, models, entry: tuple[str, str, Path], options: str, argv: list[str]) -> None:
+    """The compilations asked so far waited for, then the clip ``entry`` again where any were swapped in."""
     compiled(child, models[1], time.monotonic())
     if models[1].runner.swapped:
-        clip(child, models, entry, "compiled, swapped in", argv)
+        clip(child, models, entry, options, argv)
 
 
 def save_compiled(child: Child, edge: EdgeModel, clips: list[tuple[str, str, Path]], path: Path) -> None:
@@ -250,10 +255,8 @@ def main() -> None:
     arm = [entry for entry in clips if entry[0] == args.compile_arm]
     if arm:
         compile_arm(child, models, arm[0])
-    if args.compiled:  # compiling from the prepared artefacts since the load: waited for, then swapped in
-        compiled(child, models[1], time.monotonic())
-        if models[1].runner.swapped:
-            clip(child, models, clips[0], "prepared, swapped in", [])
+    if args.compiled:  # compiling from the prepared artefacts since the load
+        swapped_in(child, models, clips[0], "prepared, swapped in", [])
     if args.save_compiled:
         save_compiled(child, models[1], arm, args.save_compiled)
     if args.alternatives:

@@ -171,10 +171,11 @@ class EdgeService(Service):
         if settings.max_batch_tokens:  # 0 keeps the device's default
             model.sizing.batch_tokens = settings.max_batch_tokens
         compiled = Path(weights).parent / artefacts.FILE_NAME  # eden-serve archive --prepare put it beside the weights
+        prepared = compiled.is_file()
         acceleration = settings.acceleration()
-        model.accelerate(acceleration.with_prepared(model.device) if compiled.is_file() else acceleration)
+        model.accelerate(acceleration.with_prepared(model.device) if prepared else acceleration)
         model.warm_up()
-        if compiled.is_file():
+        if prepared:
             artefacts.load_into(model, compiled)
         return model
 
