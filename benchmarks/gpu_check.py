@@ -134,7 +134,7 @@ class Run:
         config = config or self.config
         edge = EdgeModel(module_from_state(state or self.state(), "edge", config), config, self.device, precision)
         if mode == "graphed":
-            edge.accelerate(Acceleration("on" if self.device.type == "cuda" else "auto", None),
+            edge.accelerate(Acceleration("on" if self.device.type == "cuda" else "auto", None, capture_at=1),  # graphed from the first call
                             None if self.device.type == "cuda" else RerunGraphs())
         elif mode == "eager":
             edge.accelerate(Acceleration("off", None))

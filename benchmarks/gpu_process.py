@@ -79,7 +79,7 @@ class Child:
         edge = EdgeModel(module_from_state(state, "edge", config), config, self.device, precision)
         cuda = self.device.type == "cuda"
         compile = Compile(backend="inductor" if cuda else "eager", background=False)
-        edge.accelerate(Acceleration("on" if cuda else "auto", compile), None if cuda else RerunGraphs())
+        edge.accelerate(Acceleration("on" if cuda else "auto", compile, capture_at=1), None if cuda else RerunGraphs())
         return edge
 
 

@@ -85,7 +85,7 @@ def test_the_first_forward_never_waits_for_the_compiler(edge, graphs):
     the operations captured, not the Python code)."""
     expected = eager_middles(edge, [pair(1)])[0]
     compiler = Compiler(hold=True)
-    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs() if graphs else None)
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1), capture_at=1), RerunGraphs() if graphs else None)
     first = middles_of(edge, pair(1))
     assert compiler.started.wait(60) and not compiler.release.is_set()  # compiling, and the forward is back
     assert torch.equal(first, expected) and compiler.calls == 0 and not edge.runner.swapped
@@ -104,7 +104,7 @@ def test_a_key_is_compiled_once_it_has_run_often_enough(edge):
     """One-off shapes (a clip's first chunks and its last) stay eager: a key is compiled from its
     ``after``-th forward on, and each key on its own."""
     compiler = Compiler()
-    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=3)), RerunGraphs())
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=3), capture_at=1), RerunGraphs())
     for _ in range(2):
         middles_of(edge, pair(1))
     assert edge.runner.wait_compiled(120) and not edge.runner.swapped and not compiler.graphs
@@ -119,7 +119,7 @@ def test_the_blocks_share_one_compiled_function(edge):
     the decoder's two another, plus the work before and after them: six graphs for a key, however
     many blocks (the official model's 12 and 4 compile no more than the tiny one's 2 and 2)."""
     compiler = Compiler()
-    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, background=False)), RerunGraphs())
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, background=False), capture_at=1), RerunGraphs())
     middles_of(edge, pair(1))
     assert len(compiler.graphs) == 6
     middles_of(edge, pair(2))
@@ -130,7 +130,7 @@ def test_a_failing_compiler_leaves_the_forward_uncompiled(edge, caplog):
     """One warning line, the eager middles, nothing swapped, and no later key compiled."""
     expected = eager_middles(edge, [pair(1), pair(2, batch=2)])
     compiler = Compiler(fail=True)
-    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs())
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1), capture_at=1), RerunGraphs())
     with caplog.at_level(logging.WARNING, logger="eden_serve.edge.compiling"):
         assert torch.equal(middles_of(edge, pair(1)), expected[0])
         assert edge.runner.wait_compiled(120)
@@ -147,7 +147,7 @@ def test_callers_on_several_threads_while_the_compiled_graphs_swap_in(edge):
     batches = [pair(seed, batch=1 + seed % 2) for seed in range(8)]
     expected = eager_middles(edge, batches)
     compiler = Compiler(hold=True)
-    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), RerunGraphs())
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1), capture_at=1), RerunGraphs())
 
     def forward(i: int) -> bool:
         if i == 8:
@@ -218,7 +218,7 @@ def test_a_compilers_first_run_never_meets_a_capture(edge):
     expected = eager_middles(edge, batches)
     graphs = Capturing()
     compiler = Autotuning(graphs)
-    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1)), graphs)
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name, after=1), capture_at=1), graphs)
     got = [middles_of(edge, batch) for batch in batches]
     assert edge.runner.wait_compiled(120)
     assert graphs.spoiled == 0 and edge.runner.background.failed is None, (graphs.spoiled, edge.runner.background.failed)

@@ -93,7 +93,7 @@ def test_the_pure_forward_of_a_real_chunk_equals_the_stepwise_forward_bit_for_bi
 
 def graphed(edge: EdgeModel) -> RerunGraphs:
     api = RerunGraphs()
-    edge.accelerate(Acceleration(), graph_api=api)
+    edge.accelerate(Acceleration(capture_at=1), graph_api=api)
     return api
 
 

@@ -17,6 +17,7 @@ from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, EdgeModel, middles_of
 from eden_serve.edge.graphs import CudaGraphs, DeadTensorError, GraphCache, RerunGraphs, pool_bytes
 from eden_serve.edge.streams import CaptureGate, role_stream
+from eden_serve.errors import BadInputError
 from eden_serve.model import weights as model_module
 from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
@@ -228,7 +229,7 @@ def test_a_graph_holds_what_its_replay_reads_through_eviction_and_collection(tin
     still gives the eager middles. Released, the graphs let them go."""
     edge = EdgeModel(module_from_state(tiny_state, "edge", CONFIG), CONFIG)
     expected = [middles_of(edge, [a_pair(seed)]) for seed in (1, 2)]
-    edge.accelerate(Acceleration(), graph_api=RerunGraphs())
+    edge.accelerate(Acceleration(capture_at=1), graph_api=RerunGraphs())
     inputs = edge.prepare([a_pair(1)])
     assert torch.equal(edge.forward(inputs), expected[0])
     held = [weakref.ref(t) for t in constants(inputs)]
@@ -313,3 +314,36 @@ def test_the_capture_gate_keeps_captures_apart_from_waits_for_the_device():
         assert other.is_alive()  # another thread's wait for the device waits for the capture
     other.join(5)
     assert not other.is_alive()
+
+
+def test_a_key_is_captured_at_its_capture_at_call_and_an_evicted_one_at_once():
+    """The first calls of a key run uncaptured (no capture, no pool); the ``capture_at``-th
+    captures, later ones replay; a key evicted after its capture is captured again at its return."""
+    api = Ledger()
+    cache = GraphCache(api, max_graphs=1, capture_at=3)
+    x = torch.arange(12.0).reshape(4, 3)
+    outs = [run(cache, "a", x + k) for k in range(2)]
+    assert api.captured == 0 and len(cache) == 0 and all(torch.equal(o, (x + k) * 2 + 1) for k, o in enumerate(outs))
+    assert torch.equal(run(cache, "a", x), x * 2 + 1) and api.captured == 1 and cache.keys() == ["a"]
+    assert torch.equal(run(cache, "a", x[:2] + 5), (x[:2] + 5) * 2 + 1) and api.captured == 1  # replayed
+    for _ in range(3):
+        run(cache, "b", x)  # b's third call captures it, evicting a
+    assert cache.keys() == ["b"] and api.captured == 2
+    assert torch.equal(run(cache, "a", x), x * 2 + 1) and cache.keys() == ["a"] and api.captured == 3
+    with pytest.raises(ValueError, match="capture_at must be at least 1"):
+        GraphCache(Ledger(), capture_at=0)
+
+
+def test_a_ramped_clips_first_shapes_run_uncaptured(tiny_state):
+    """With the edge's default (a key captured at its third call), a ramped clip's first chunks of
+    1, 1, 2 and 4 pairs, and a last chunk of 3, pay no capture: only the steady batch's key (8 pairs,
+    both stages) is captured; every middle is the eager one's."""
+    edge = EdgeModel(module_from_state(tiny_state, "edge", CONFIG), CONFIG)
+    chunks = [[a_pair(seed) for seed in range(first, first + n)] for first, n in ((0, 1), (1, 1), (2, 2), (4, 4), (8, 8), (16, 8), (24, 8), (32, 3))]
+    expected = [middles_of(edge, chunk) for chunk in chunks]
+    api = Ledger()
+    edge.accelerate(Acceleration(), graph_api=api)
+    assert all(torch.equal(middles_of(edge, chunk), want) for chunk, want in zip(chunks, expected))
+    assert {key[:2] for key in edge.runner.graphs.keys()} == {("sample", 8), ("render_uint8", 8)} and api.captured == 2
+    with pytest.raises(BadInputError, match="capture_at"):
+        Acceleration(capture_at=0)

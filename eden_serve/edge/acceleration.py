@@ -108,17 +108,23 @@ class Compile:
 @dataclass(frozen=True)
 class Acceleration:
     """What runs the forward: ``cuda_graphs`` (auto: on for CUDA), ``compile`` (None: off; auto:
-    off, and :class:`Compile`'s defaults on CUDA where artefacts were prepared), and the bounds of
-    the graph cache: ``max_graphs`` graphs, ``graph_bytes`` of memory (None: half the GPU's)."""
+    off, and :class:`Compile`'s defaults on CUDA where artefacts were prepared), and the graph
+    cache's bounds, ``max_graphs`` graphs and ``graph_bytes`` of memory (None: half the GPU's), and
+    the call of a key that captures its graph, ``capture_at``: the third, so that shapes met once or
+    twice (a ramped clip's first chunks of 1, 1, 2, 4 pairs, its last chunk, an odd request) run
+    uncaptured rather than each paying a capture (two warm-up runs and the capture) and a pool."""
 
     cuda_graphs: str = "auto"
     compile: Compile | None | Literal["auto"] = "auto"
     max_graphs: int = 16
     graph_bytes: int | None = None
+    capture_at: int = 3
 
     def __post_init__(self):
         if self.cuda_graphs not in GRAPH_MODES:
             raise BadInputError(f"unknown cuda graphs setting {self.cuda_graphs!r}; use one of {', '.join(GRAPH_MODES)}")
+        if not isinstance(self.capture_at, int) or self.capture_at < 1:
+            raise BadInputError(f"capture_at must be a whole number of calls from 1, got {self.capture_at!r:.60}")
         if not (self.compile is None or self.compile == "auto" or isinstance(self.compile, Compile)):
             raise BadInputError(f"compile must be auto, None or a Compile, got {self.compile!r:.60}")
 
@@ -217,7 +223,7 @@ class Runner:
             limit = acceleration.graph_bytes
             if limit is None:
                 limit = torch.cuda.get_device_properties(device).total_memory // 2 if device.type == "cuda" else 1 << 62
-            self.graphs = GraphCache(api or CudaGraphs(device), acceleration.max_graphs, limit, self.gate)
+            self.graphs = GraphCache(api or CudaGraphs(device), acceleration.max_graphs, limit, self.gate, acceleration.capture_at)
         self.background: Background | None = None
         if self.compile is not None:
             self.compile.prepare()

@@ -15,8 +15,11 @@ must do no host work and return its output in memory of its own. A batch smaller
 written into the first rows of the static buffers: the pairs of a batch do not mix, and the rows
 past it hold earlier inputs, finite numbers whose middles are dropped. Callers on several threads
 and streams take turns: a run (copies in, replay, copy out) holds a lock on the host and runs on the
-graphs' stream of the device (:func:`.streams.role_stream`). A capture that fails for any reason
-but memory leaves its key eager, with one warning. A capture never meets a wait for the whole device
+graphs' stream of the device (:func:`.streams.role_stream`). A key is captured at its
+``capture_at``-th call (the edge's default: the third, :class:`~.acceleration.Acceleration`): its
+first calls run uncaptured, so that a shape met once or twice (a ramped clip's first chunks, its
+last, an odd request) costs no capture, and a capture's warm-up meets initialised kernels. A capture
+that fails for any reason but memory leaves its key eager, with one warning. A capture never meets a wait for the whole device
 (:class:`.streams.CaptureGate`): where one is under way (a compiler's first run), the call runs
 uncaptured and its key is captured at a later call.
 """
@@ -233,6 +236,9 @@ class Entry:
 
 
 StaticFn = Callable[[Sequence[torch.Tensor]], torch.Tensor]  # a stage of the static buffers
+# Keys whose calls are counted before their capture, the least recent forgotten first: a served
+# edge meets as many keys as frame sizes and batches are asked of it.
+MAX_COUNTED = 1024
 
 
 class GraphCache:
@@ -240,9 +246,14 @@ class GraphCache:
     evicted graph is released, and captured again when its key comes back. A key whose capture
     failed (other than for memory) runs eagerly from then on."""
 
-    def __init__(self, api: GraphAPI, max_graphs: int = 16, max_bytes: int = 1 << 62, gate: CaptureGate | None = None):
+    def __init__(self, api: GraphAPI, max_graphs: int = 16, max_bytes: int = 1 << 62, gate: CaptureGate | None = None,
+                 capture_at: int = 1):
         if max_graphs < 1:
             raise ValueError(f"max_graphs must be at least 1, got {max_graphs}")
+        if capture_at < 1:
+            raise ValueError(f"capture_at must be at least 1, got {capture_at}")
+        self.capture_at = capture_at
+        self._calls: OrderedDict[Hashable, int] = OrderedDict()  # calls so far of each key, least recent first
         self.api = api
         self.gate = gate or CaptureGate()  # the device's (streams.capture_gate): a capture meets no device-wide wait
         self.deferred = 0  # captures put off (their call ran uncaptured) while the gate was held
@@ -270,7 +281,7 @@ class GraphCache:
         with static buffers of ``batch`` rows, keeping ``holds``: whatever else ``fn`` reads): the
         rows of ``inputs`` are copied into the static buffers, and the output's first rows come back
         in memory of their own (the next replay overwrites the static output)."""
-        if key not in self.eager:
+        if key not in self.eager and self._due(key):
             with self._lock, self.api.ordered():
                 out = self._replayed(key, fn, inputs, batch, holds)
             if out is not None:
@@ -278,6 +289,17 @@ class GraphCache:
                     out.record_stream(torch.cuda.current_stream(out.device))  # made on the graphs' stream, used on the caller's
                 return out
         return fn(inputs)
+
+    def _due(self, key: Hashable) -> bool:
+        """Whether ``key``'s call replays (its graph captured first where it has none): from its
+        ``capture_at``-th call on; an evicted key's return is captured at once."""
+        if key in self._entries or self.capture_at == 1:
+            return True
+        with self._lock:
+            self._calls[key] = calls = self._calls.pop(key, 0) + 1  # kept once due: an evicted key is due again
+            while len(self._calls) > MAX_COUNTED:
+                self._calls.popitem(last=False)
+            return calls >= self.capture_at
 
     def _replayed(self, key, fn, inputs, batch, holds) -> torch.Tensor | None:
         """Under the turn: the key's graph replayed on ``inputs`` (captured first where it has
