@@ -415,15 +415,17 @@ def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, pr
 def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monkeypatch, device, chunk, inflight):
     """A new user's eden-serve interpolate clip.mp4 -o out.mp4: on a GPU, chunks of 16 pairs (the
     batch its memory allows at 480x854), 3 in flight and an encoder that keeps the pace (x264
-    veryfast or NVENC: tests/test_encoding.py); on a CPU, as before. What the command line says wins."""
+    veryfast or NVENC: tests/test_encoding.py), its first chunks ramped (a sooner first middle); on a
+    CPU, as before. What the command line says wins."""
     runs = []
     monkeypatch.setattr(commands.pipeline, "interpolate_clip_in_process", lambda *args, **kwargs: runs.append(kwargs))
     edge = LoadedEdge()
     edge.device = torch.device(device)
-    for argv, expected in (([], (chunk, inflight)), (["--chunk", "4", "--inflight", "1"], (4, 1))):
+    for argv, expected in (([], (chunk, inflight, device == "cuda")), (["--chunk", "4", "--inflight", "1", "--no-ramp"], (4, 1, False)),
+                           (["--ramp"], (chunk, inflight, True))):
         args = cli._build_parser().parse_args(["interpolate", "clip.mp4", "-o", "out.mp4", *argv])
         commands.clip_in_process(args, "clip.mp4", "out.mp4", lambda: (None, edge))
-        assert (runs[-1]["chunk"], runs[-1]["inflight"]) == expected
+        assert (runs[-1]["chunk"], runs[-1]["inflight"], runs[-1]["ramp"]) == expected
         assert runs[-1]["encoding"].gpu == (device == "cuda") and not runs[-1]["encoding"].given
 
 

@@ -5,6 +5,7 @@ Bounds are about 4x the errors measured on tests/golden (max abs, on a [0, 1] sc
 fp16 6.5e-5, bf16 6.3e-4, int8 per-channel 1.5e-3, int8 per-token 2.7e-3.
 """
 
+import logging
 from fractions import Fraction
 from pathlib import Path
 
@@ -86,6 +87,17 @@ def test_in_process_refuses_an_unknown_codec_before_starting(tmp_path, tiny_mode
     with pytest.raises(BadInputError, match="unknown codec"):
         interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, codec="gzip", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("ramp, chunks", [(True, [1, 1, 2, 4, 4]), (False, [4, 4, 4])])
+def test_a_clip_in_process_ramps_its_first_chunks_where_asked(tmp_path, tiny_models, caplog, ramp, chunks):
+    """As a client's, a clip's first chunks in process are 1, 1, 2, 4, ... pairs up to the chunk
+    where ramped (a GPU's default: tests/test_cli.py), so that its first middle waits for one pair's
+    work; unramped, K pairs each."""
+    src = synthetic.write_clip(tmp_path / "in", 13, 32, 48)
+    with caplog.at_level(logging.DEBUG, logger="eden_serve.timeline"):
+        interpolate_clip_in_process(src, tmp_path / "out", *tiny_models, chunk=4, inflight=1, progress=False, ramp=ramp)
+    assert [r.args[1] for r in caplog.records if r.name == "eden_serve.timeline" and r.args[-1] == "done"] == chunks
 
 
 def test_in_process_checks_the_pixel_limit(tmp_path, tiny_models):

@@ -45,16 +45,20 @@ DEFAULT_INFLIGHT = 2
 @dataclass(frozen=True)
 class ClipDefaults:
     """How a clip runs in this process where the command line does not say: pairs per chunk (the
-    most pairs one batched forward can take) and chunks in flight."""
+    most pairs one batched forward can take), chunks in flight, and whether the first chunks ramp
+    up (1, 1, 2, 4, ... pairs: the first middle waits for one pair's work, not a chunk's)."""
 
     chunk: int
     inflight: int
+    ramp: bool = False
 
 
 # A GPU's forward takes 8 pairs at 1080p and 16 at 480x854 (edge/sizing.py), and runs faster per
 # pair the more it takes; a third chunk in flight keeps the next one's frames and E_cond ready
-# while two take their turns at the edge (docs/gpu.md "The clip's defaults").
-CLIP_DEFAULTS = {"cpu": ClipDefaults(DEFAULT_CHUNK, DEFAULT_INFLIGHT), "cuda": ClipDefaults(16, 3)}
+# while two take their turns at the edge (docs/gpu.md "The clip's defaults"). Its first chunks
+# ramp, their one-off sizes uncaptured (edge/graphs.py): the first middle is one pair's work. A
+# CPU's chunks stay fixed: ramped, libsvtav1's output hung in about one run in four here (docs/video.md).
+CLIP_DEFAULTS = {"cpu": ClipDefaults(DEFAULT_CHUNK, DEFAULT_INFLIGHT), "cuda": ClipDefaults(16, 3, ramp=True)}
 
 
 def clip_defaults(device: torch.device) -> ClipDefaults:

@@ -73,6 +73,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help=f"scene-cut test: a pair scoring above it gets a copy of its earlier frame; off: never (default {SCENE_THRESHOLD})")
     p.add_argument("--inflight", type=int, help=f"clip chunks in flight (default {pipeline.DEFAULT_INFLIGHT} on a CPU, "
                                                 f"{pipeline.CLIP_DEFAULTS['cuda'].inflight} on a GPU)")
+    p.add_argument("--ramp", action=argparse.BooleanOptionalAction,
+                   help="start with chunks of 1, 1, 2, 4, ... pairs up to --chunk, for a sooner first middle (default: on a GPU)")
     _add_device_clip_arguments(p)
     add_clip_arguments(p)
     add_model_options(p, wire.NO_WIRE)

@@ -176,7 +176,7 @@ def client_from(args: argparse.Namespace) -> Client:
 def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
                     models: Callable[[], tuple[CloudEncoder, EdgeModel]], **hooks) -> Summary:
     """``eden-serve interpolate CLIP``: the clip options of ``args``, checked before ``models()``
-    gives the halves that compute it; the chunks, the chunks in flight and the encoder's speed the
+    gives the halves that compute it; the chunks, their ramp, the chunks in flight and the encoder's speed the
     edge's device suits where ``args`` leaves them (:func:`~eden_serve.clips.pipeline.clip_defaults`);
     ``hooks``: :func:`~eden_serve.clips.streaming.interpolate_clip`'s ``watch``."""
     wire.kind(args.codec, in_process=True)
@@ -185,9 +185,10 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     defaults = pipeline.clip_defaults(edge.device)
     chunk = defaults.chunk if args.chunk is None else args.chunk
     inflight = defaults.inflight if args.inflight is None else args.inflight
+    ramp = defaults.ramp if getattr(args, "ramp", None) is None else args.ramp
     options["encoding"] = dataclasses.replace(options["encoding"], gpu=edge.device.type == "cuda")
     return pipeline.interpolate_clip_in_process(
-        src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight,
+        src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight, ramp=ramp,
         progress=getattr(args, "progress", None), max_pixels=args.max_pixels, scene_threshold=args.scene_threshold, resume=args.resume,
         middles_as=getattr(args, "middles_as", "auto"), decoder=getattr(args, "decoder", "host"),
         **options, **hooks,
