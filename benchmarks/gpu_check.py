@@ -14,12 +14,13 @@ would not fit is recorded as skipped, and the goals it measures come out UNMEASU
    under three threads on streams of their own, before and after what the graphs read is put at
    risk; the served edge's preparation thread beside its forwards; the CPU against the GPU;
 2. **a cold process**: ``eden-serve interpolate`` on a 200-frame 1080p H.264 file, then 480x854, in a
-   fresh process with an empty inductor cache (benchmarks/gpu_process.py): the start-up from the
-   command to the first middle and its parts, the steady state over at least 100 pairs, the whole
-   run; then the golden cases compiled; then the 480x854 clip compiled in the background
-   (``--compile default``: opt-in), the compilations waited for, the clip again with them swapped
-   in, their artefacts written;
-3. **a warm process**: the defaults again (the disk's caches warm: the clip goals), then the options
+   fresh process with an empty inductor cache and no decoder remembered (benchmarks/gpu_process.py):
+   the start-up from the command to the first middle and its parts, the steady state over at least
+   100 pairs, the whole run; then the golden cases compiled; then the 480x854 clip compiled in the
+   background (``--compile default``: opt-in), the compilations waited for, the clip again with
+   them swapped in, their artefacts written;
+3. **a warm process**: the defaults again (the disk's caches warm, the decoders the cold process's
+   trials chose remembered where the host's won: the clip goals), then the options
    against them (x264 ultrafast, the former chunks, middles as RGB, x264 in 4 instances, the host's
    decoder); then **the served edge** (benchmarks/gpu_served.py): the bitstream codec at 1080p,
    keyed and in the sandbox, against the edge alone; then **a prepared process**: an empty cache
@@ -54,6 +55,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from eden_serve.media import decoder_memory  # noqa: E402
 from eden_serve.model import synthetic  # noqa: E402
 from eden_serve.model.checkpoint import module_from_state  # noqa: E402
 from eden_serve.config import PRESETS  # noqa: E402
@@ -320,7 +322,11 @@ def process(run: Run, kind: str) -> None:
     prepared = run.scratch / "compiled.bin"
     command += {"cold": ["--golden-compiled", "--compile-arm", COMPILE_ARM, "--save-compiled", str(prepared)],
                 "warm": ["--alternatives"], "prepared": ["--compiled", str(prepared)]}[kind]
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(run.scratch / f"inductor-{kind}")}
+    # The decoders' memory starts empty in the cold process and the later ones share it, as a user's
+    # first run and later ones do (media/decoder_memory.py): the warm process skips the trials the
+    # host's decoder won in the cold one.
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(run.scratch / f"inductor-{kind}"),
+           decoder_memory.FILE_ENV: str(run.scratch / "decoders.json")}
     run.out.flush()
     t0 = time.time()
     try:

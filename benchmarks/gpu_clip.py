@@ -341,7 +341,7 @@ def table(rows: list[dict]) -> list[str]:
         if r["section"] == "segments" and "fps" in r:
             lines.append(f"x264 veryfast at {r['pixels']}, {r['instances']} instance(s), segments of {r['segment_frames']}: "
                          f"{r['fps']:.0f} frames/s, PSNR {r['psnr_db']:.3f} dB against its input")
-        if r["section"] == "decoders":
+        if r["section"] == "decoders" and "trials" in r:  # not where the section ran out of time or failed
             trials = ", ".join(f"{t['name']} {t['rate']:.0f}/s" if t["rate"] else f"{t['name']} ({t['refused']})" for t in r["trials"])
             lines.append(f"decoders on the {r['size']} clip: {trials}; chosen {r['chosen']}")
         if r["section"] == "clip" and r.get("encoder_share") is not None:

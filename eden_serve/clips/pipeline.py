@@ -31,7 +31,7 @@ from ..edge.conditions import EdgeSide
 from ..edge.streams import capture_gate
 from ..edge.yuv import to_planes
 from ..errors import BadInputError
-from ..media import PIPE, Frame, decoders, open_clip
+from ..media import PIPE, Frame, decoder_memory, decoders, open_clip
 from ..media.planes import PlaneFormat, Planes
 from ..media.video import VideoClip, rgb_pixels
 from ..media.frames import DEFAULT_MAX_PIXELS, DEPTHS, as_pixels, check_pair, levels, load_frame, pixels_to_tensor, to_pixels
@@ -221,7 +221,8 @@ def in_process(
 def decoded_by(src: str | Path, setting: str, device: torch.device, options: ClipOptions) -> str | Path | VideoClip:
     """``src`` as the clip engine opens it, or where ``setting`` (:data:`~.media.decoders.DECODERS`)
     asks for another decoder than the host's, a video file opened with it: the one named, or for
-    ``auto`` the fastest on its first frames (:func:`~.media.decoders.choose`) beside a GPU."""
+    ``auto`` the fastest on its first frames (:func:`~.media.decoders.choose`) beside a GPU, or
+    the host's untried where it won them on such a stream here before."""
     if setting == "host" or str(src) == PIPE or options.raw is not None or not Path(src).is_file():
         return src
     found = {decoder.name: decoder for decoder in decoders.candidates(device)}
@@ -234,7 +235,10 @@ def decoded_by(src: str | Path, setting: str, device: torch.device, options: Cli
     with open_clip(src, options.max_pixels) as clip:
         if clip.kind != "video":
             return src
-    chosen = found[setting] if setting != "auto" else decoders.choose(Path(src), list(found.values()), rgb_pixels)[0]
+    if setting == "auto":
+        chosen = decoders.choose(Path(src), list(found.values()), rgb_pixels, memory=decoder_memory.Memory(device))[0]
+    else:
+        chosen = found[setting]
     return VideoClip(Path(src), options.max_pixels, decoder=chosen) if chosen.name != "host" else src
 
 

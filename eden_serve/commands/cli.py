@@ -52,7 +52,9 @@ def _add_device_clip_arguments(p: argparse.ArgumentParser) -> None:
     """How a clip in this process meets the edge's device: its decoder, and the middles' way back."""
     p.add_argument("--decoder", choices=DECODERS, default="auto",
                    help="a video's decoder: the host's, or the GPU's (nvdec: frames copied to the host; nvdec-device: kept on "
-                        "the GPU); auto: the fastest on the clip's first frames beside a GPU, the host's beside a CPU (default auto)")
+                        "the GPU); auto: the fastest on the clip's first frames beside a GPU (where the host's wins, such streams "
+                        "go to it untried from then on: delete ~/.cache/eden-serve/decoders.json to measure again), the host's "
+                        "beside a CPU (default auto)")
     p.add_argument("--middles-as", choices=pipeline.MIDDLES_AS, default="auto",
                    help="how a video's middles come back from the edge: the output's 4:2:0 planes, converted on the device "
                         "(half the bytes), or RGB converted by the writer; auto: planes on a GPU (default auto)")

@@ -19,7 +19,8 @@ originals from RGB, which changes them.
 
 :func:`choose` decodes the first frames with each candidate that opens, on its own container,
 times them (the device synchronised), refuses one whose frames or times differ from the host's,
-and keeps the fastest. Beside a CPU edge there is nothing to choose: the host decodes.
+and keeps the fastest. A stream on which the host's decoder won here before goes to it untried
+(:mod:`.decoder_memory`). Beside a CPU edge there is nothing to choose: the host decodes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from .decoder_memory import Memory
 from .planes import SWSCALE_MATRICES, nv12_to_rgb
 
 logger = logging.getLogger(__name__)
@@ -180,9 +182,16 @@ def trial(decoder: Decoder, path: Path, frames: int, rgb: Callable, clock: Calla
 
 
 def choose(path: Path, decoders: Sequence[Decoder], rgb: Callable, frames: int = TRIAL_FRAMES,
-           clock: Callable[[], float] = time.perf_counter) -> tuple[Decoder, list[Trial]]:
+           clock: Callable[[], float] = time.perf_counter, memory: Memory | None = None) -> tuple[Decoder, list[Trial]]:
     """The fastest of ``decoders`` (the host's first: the reference) on the clip's first frames, and
-    every trial; one whose frames or time stamps differ from the host's is refused."""
+    every trial; one whose frames or time stamps differ from the host's is refused. With a
+    ``memory``, a stream on which the host's decoder won here before goes to it untried (no
+    trials), and a new win of the host's is remembered."""
+    key = memory.key(path) if memory is not None else None
+    if key is not None and memory.host_won(key):
+        logger.info("decoders on %s: %s chosen untried, as it won the trials on such a stream here (remembered in %s; "
+                    "delete that file to measure again)", path.name, decoders[0].name, memory.path)
+        return decoders[0], []
     trials, chosen, best, reference = [], decoders[0], None, None
     for decoder in decoders:
         result, stamps = trial(decoder, path, frames, rgb, clock)
@@ -194,7 +203,14 @@ def choose(path: Path, decoders: Sequence[Decoder], rgb: Callable, frames: int =
         trials.append(result)
         if result.rate is not None and (best is None or result.rate > best):
             chosen, best = decoder, result.rate
-    logger.info("decoders on %s's first %d frames: %s; %s chosen", path.name, frames,
-                ", ".join(f"{t.name} {t.rate:.0f} frames/s" if t.rate else f"{t.name} {t.refused}" for t in trials), chosen.name)
+    kept = f", {memory.remember(key)}" if key is not None and won_by_host(trials) else ""
+    logger.info("decoders on %s's first %d frames: %s; %s chosen%s", path.name, frames,
+                ", ".join(f"{t.name} {t.rate:.0f} frames/s" if t.rate else f"{t.name} {t.refused}" for t in trials), chosen.name, kept)
     return chosen, trials
 
+
+def won_by_host(trials: Sequence[Trial]) -> bool:
+    """Whether the host's decoder (the first) outran every other that ran, and one did: others that
+    only failed or were refused (NVDEC absent, or busy for a while) are no win to remember."""
+    others = [t.rate for t in trials[1:] if t.rate is not None]
+    return trials[0].rate is not None and bool(others) and trials[0].rate > max(others)
