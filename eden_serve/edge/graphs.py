@@ -18,10 +18,10 @@ and streams take turns: a run (copies in, replay, copy out) holds a lock on the 
 graphs' stream of the device (:func:`.streams.role_stream`). A key is captured at its
 ``capture_at``-th call (the edge's default: the third, :class:`~.acceleration.Acceleration`): its
 first calls run uncaptured, so that a shape met once or twice (a ramped clip's first chunks, its
-last, an odd request) costs no capture, and a capture's warm-up meets initialised kernels. A capture
-that fails for any reason but memory leaves its key eager, with one warning. A capture never meets a wait for the whole device
-(:class:`.streams.CaptureGate`): where one is under way (a compiler's first run), the call runs
-uncaptured and its key is captured at a later call.
+last, an odd request) costs no capture, and a capture's warm-up meets initialised kernels. A
+capture that fails for any reason but memory leaves its key eager, with one warning. A capture
+never meets a wait for the whole device (:class:`.streams.CaptureGate`): where one is under way (a
+compiler's first run), the call runs uncaptured and its key is captured at a later call.
 """
 
 from __future__ import annotations
