@@ -55,6 +55,19 @@ def test_each_hostile_request_to_the_page_gets_its_documented_answer(hostile_roo
     assert not any(line for line in page.output if "Traceback" in line or "RecursionError" in line), page.output
 
 
+def test_the_source_list_leaves_out_links_that_lead_out_of_the_root_or_nowhere(tmp_path):
+    """Names the cloud would refuse (403, 404) are not offered to pick."""
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    for path in (tmp_path / "outside.mp4", root / "inside.mp4", root / "sub" / "deeper.mkv"):
+        path.write_bytes(b"\0" * 16)
+    (root / "escape.mp4").symlink_to(tmp_path / "outside.mp4")
+    (root / "dangling.mkv").symlink_to(tmp_path / "none.mkv")
+    (root / "alias.mp4").symlink_to("inside.mp4")
+    (root / "sub" / "up.mp4").symlink_to("../inside.mp4")
+    assert uploads.list_sources(root) == ["alias.mp4", "inside.mp4", "sub/deeper.mkv", "sub/up.mp4"]
+
+
 def answer(hostile, target: PageTarget) -> tuple:
     try:
         return hostile.send(target)

@@ -16,7 +16,7 @@ from typing import AsyncIterator, Callable
 
 import anyio.to_thread
 
-from ..cloud.sources import SourceFile, SourceVideo, Work
+from ..cloud.sources import SourceFile, SourceVideo, Work, resolve
 from ..errors import BadInputError, EdenError
 from ..media.containers import self_contained
 from .media import CONTAINER_EXTENSIONS, Clip, describe
@@ -112,6 +112,9 @@ class Uploads:
         return self.items.get(key) if isinstance(key, str) else None
 
 
+SOURCE_EXTENSIONS = set(CONTAINER_EXTENSIONS.values()) | {".webm", ".mov", ".m4v"}
+
+
 def list_sources(root: Path | None) -> list[str]:
     """The videos under the cloud's media ``root`` (as the page sees it), by their names there."""
     if root is None:
@@ -120,11 +123,21 @@ def list_sources(root: Path | None) -> list[str]:
     for folder, dirs, files in os.walk(root):
         dirs.sort()
         for name in sorted(files):
-            if Path(name).suffix.lower() in set(CONTAINER_EXTENSIONS.values()) | {".webm", ".mov", ".m4v"}:
-                names.append(Path(folder, name).relative_to(root).as_posix())
+            relative = Path(folder, name).relative_to(root).as_posix()
+            if Path(name).suffix.lower() in SOURCE_EXTENSIONS and _opens(root, relative):
+                names.append(relative)
                 if len(names) == MAX_SOURCES:
                     return names
     return names
+
+
+def _opens(root: Path, name: str) -> bool:
+    """Whether the cloud would open ``name`` rather than refuse it as a link out of the root or to nothing."""
+    try:
+        resolve(root, name)
+    except EdenError:
+        return False
+    return True
 
 
 def open_source(root: Path | None, name: str, max_pixels: int) -> SourceVideo:
