@@ -40,6 +40,22 @@ def source_name(src) -> str | None:
     return text[len(PREFIX):] if isinstance(src, str) and text.startswith(PREFIX) else None
 
 
+def _audio_copy(av, container, first: Page):
+    """An output stream for the packets of ``first``'s audio, as they are. PyAV's streams that take
+    parameters need an encoder of the codec (the cloud names the stream by its decoder: mp3float),
+    opened before the header is written: it is opened here on a sample format it takes (Opus's takes
+    no planar samples, which its decoder states), and the source's own header then replaces the one
+    it made (an encoder's own AAC header says LC whatever the source's profile). It encodes nothing."""
+    output = container.add_stream(av.Codec(first.stream["codec"], "r").canonical_name, rate=first.stream["sample_rate"])
+    context = output.codec_context
+    formats = [f.name for f in context.codec.audio_formats or ()]
+    context.layout = first.stream["layout"]
+    context.format = first.stream["format"] if not formats or first.stream["format"] in formats else formats[0]
+    context.open()
+    context.extradata = first.extradata or None
+    return output
+
+
 def _time(packet) -> Fraction:
     stamp = packet.dts if packet.dts is not None else packet.pts
     return (stamp or 0) * packet.time_base
@@ -109,9 +125,7 @@ class RemoteVideo(VideoClip):
             kind, codec = first.stream["type"], first.stream["codec"]
             try:
                 if kind == "audio":
-                    output = container.add_stream(codec, rate=first.stream["sample_rate"])
-                    output.codec_context.layout, output.codec_context.format = first.stream["layout"], first.stream["format"]
-                    output.codec_context.extradata = first.extradata or None
+                    output = _audio_copy(av, container, first)
                 else:
                     output = container.add_mux_stream(codec)
                 output.time_base = first.time_base
