@@ -148,10 +148,14 @@ class Client:
             return self.retry.call(attempt, cancel), attempts - 1
 
     def _codec(self, chunk: _Chunk) -> str | None:
-        """The codec a chunk is asked for with: a source's own packets where the codec allows it."""
+        """The codec a chunk is asked for with: a source's own packets where the codec allows it;
+        uploaded frames (a local file's, a retimed run's later levels) never go as a source's kind,
+        which the cloud refuses for them, but as its fallback from the start."""
         if chunk.named is not None and self.policy.sources:
             return wire.BITSTREAM_CODEC  # the fewest bytes there are
-        return self.policy.next()
+        codec = self.policy.next()
+        kind = wire.KINDS.get(codec)
+        return kind.fallback if kind is not None and kind.from_source and chunk.named is None else codec
 
     def _middles(self, chunk: _Chunk, codec: str | None, cancel: threading.Event | None = None,
                  stages: dict[str, Stage] | None = None, arrived: Arrivals | None = None) -> Middles:
