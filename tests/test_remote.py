@@ -163,6 +163,7 @@ def media(tmp_path_factory):
     make_video(root / "vfr.mkv", [0, 1, 3, 4, 7, 8, 9, 12, 13, 15], Fraction(1, 25), audio=None)  # a variable rate
     make_video(root / "opus.mkv", list(range(10)), Fraction(1, 25), audio="libopus")  # WebM's and Matroska's usual audio
     make_video(root / "mp3.mp4", list(range(10)), Fraction(1, 25), audio="libmp3lame")
+    make_video(root / "mpeg4.mp4", list(range(10)), Fraction(1, 25), video="mpeg4", audio=None)  # no codec bitstream carries
     make_video(root / "subtitled.mkv", list(range(10)), Fraction(1, 25), subtitle_codec="subrip",
                subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
     return root
@@ -368,6 +369,21 @@ def test_auto_on_other_cloud_sources_gives_the_frames_codecs_output(servers, tmp
     with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
         client.interpolate_clip(f"cloud:{name}", tmp_path / "frames.mkv", **run)
     assert same_video(tmp_path / "auto.mkv", tmp_path / "frames.mkv")
+
+
+@pytest.mark.serving
+def test_a_source_the_cloud_cannot_send_as_packets_is_told_once(servers, tmp_path):
+    """A 400 (a decoder the codec does not allow, untimed packets) is the source's, not a chunk's:
+    its later chunks go with the frames codec from the start."""
+    url = servers.inference_url
+    run = {"chunk": 3, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with pytest.warns(UserWarning) as caught, Client(cloud=url, edge=url, codec=BITSTREAM_CODEC) as client:
+        client.interpolate_clip("cloud:mpeg4.mp4", tmp_path / "bits.mkv", **run)
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        frames = client.interpolate_clip("cloud:mpeg4.mp4", tmp_path / "frames.mkv", **run)
+    fallbacks = [str(w.message) for w in caught if "instead" in str(w.message)]
+    assert len(fallbacks) == 1 and "later chunks" in fallbacks[0], fallbacks
+    assert frames.pairs >= 9 and same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
 
 
 @pytest.mark.serving

@@ -128,6 +128,15 @@ class Client:
         self.scene_threshold = scene_threshold
         self.retry = Retry(tries=options.tries, backoff=options.backoff)
         self.sources: dict[str, RemoteVideo] = {}  # the cloud: sources read, by name: their packets held
+        self.unsent: set[str] = set()  # the cloud: sources the cloud refused to send as their packets (400)
+        self._unsent_lock = threading.Lock()
+
+    def _unsend(self, source: str) -> bool:
+        """Mark ``source`` as one the cloud cannot send as its packets; whether it was not yet."""
+        with self._unsent_lock:
+            new = source not in self.unsent
+            self.unsent.add(source)
+        return new
 
     @property
     def split(self) -> bool:
@@ -149,13 +158,15 @@ class Client:
 
     def _codec(self, chunk: _Chunk) -> str | None:
         """The codec a chunk is asked for with: a source's own packets where the codec allows it;
-        uploaded frames (a local file's, a retimed run's later levels) never go as a source's kind,
-        which the cloud refuses for them, but as its fallback from the start."""
-        if chunk.named is not None and self.policy.sources:
+        uploaded frames (a local file's, a retimed run's later levels), and a source the cloud could
+        not send that way, never go as a source's kind, which the cloud refuses for them, but as its
+        fallback from the start."""
+        named = chunk.named is not None and chunk.named.get("source") not in self.unsent
+        if named and self.policy.sources:
             return wire.BITSTREAM_CODEC  # the fewest bytes there are
         codec = self.policy.next()
         kind = wire.KINDS.get(codec)
-        return kind.fallback if kind is not None and kind.from_source and chunk.named is None else codec
+        return kind.fallback if kind is not None and kind.from_source and not named else codec
 
     def _middles(self, chunk: _Chunk, codec: str | None, cancel: threading.Event | None = None,
                  stages: dict[str, Stage] | None = None, arrived: Arrivals | None = None) -> Middles:
@@ -310,8 +321,12 @@ class _Processor(Processor):
         except (CodecError, ServerError) as exc:
             kind = wire.KINDS.get(codec)
             if kind is not None and exc.kind in kind.fallback_on:
-                warnings.warn(f"frames {index} to {index + len(frames) - 1}: {str(exc).split(';')[0]}; sent with the "
-                              f"{kind.fallback} codec instead")
+                # A refusal (400) is the source's (its codec, its packets' times), not this chunk's as a digest
+                # mismatch is: told once, for the first chunk refused (others may be in flight already).
+                later = bool(kind.from_source and named and exc.kind == BadInputError.kind)
+                if not later or self.client._unsend(named["source"]):
+                    warnings.warn(f"frames {index} to {index + len(frames) - 1}: {str(exc).split(';')[0]}; sent with the "
+                                  f"{kind.fallback} codec instead{', as are its later chunks' if later else ''}")
                 return self.client._middles(chunk, kind.fallback, self.cancel, self.stages, arrived)
             if exc.kind != ChunkTooLargeError.kind or len(frames) <= 2:
                 raise
