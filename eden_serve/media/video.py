@@ -21,7 +21,7 @@ from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
 from .containers import first_frame
 from .decoders import Decoder, host_pix_fmt
-from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
+from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
 from .mastering import add_video_stream
 from .planes import Planes, plane_format
@@ -243,7 +243,8 @@ class VideoWriter(ClipWriter):
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        options = configure(self.stream, encoding, host_pix_fmt(source), colour)
+        options = configure(self.stream, encoding, host_pix_fmt(source), colour,
+                            Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
         # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
         range_ = output_range(self.pix_fmt, colour)
