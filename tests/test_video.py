@@ -441,6 +441,18 @@ def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
         assert len(list(container.decode(video=0))) == summary.frames == 13
 
 
+def test_y4m_out_leaves_the_audio_and_subtitles_with_a_warning(tmp_path, capsysbinary):
+    src = make_video(tmp_path / "in.mkv", *CFR_12, subtitles=[(200, 500, "hello")], subtitle_codec="subrip")
+    with pytest.warns(UserWarning, match="audio and subtitles are not copied .Y4M and raw video hold video alone"):
+        interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False)
+    with pytest.warns(UserWarning, match="audio and subtitles are not copied"):
+        interpolate_clip(src, "-", pairwise(average), progress=False)  # standard output
+    for output in tmp_path / "out.y4m", io.BytesIO(capsysbinary.readouterr().out):
+        with av.open(output) as container:
+            assert [s.type for s in container.streams] == ["video"]
+            assert len(list(container.decode(video=0))) == 23
+
+
 @pytest.mark.parametrize("source", ["bigbuckbunny.mp4", "bikes.mp4"])
 def test_a_frames_pixels_are_pyavs_image_of_it(source):
     """A video's frames are read as 8-bit RGB pixels, no image made (docs/gpu.md, "The clip's

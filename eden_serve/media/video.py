@@ -206,9 +206,10 @@ class VideoWriter(ClipWriter):
                 if self.packets is not None:
                     self.copies = clip
                     self.pending = self._next_copy()
-            elif clip.piped:
+            elif clip.piped or self.container.format.name in RAW_FORMATS:
                 if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
-                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)")
+                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)" if clip.piped
+                                  else "the input's audio and subtitles are not copied (Y4M and raw video hold video alone)")
             else:
                 self._add_copies(clip, av)
         except BaseException:
