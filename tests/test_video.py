@@ -441,6 +441,25 @@ def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
         assert len(list(container.decode(video=0))) == summary.frames == 13
 
 
+def test_a_second_video_stream_is_left_out_with_a_warning(tmp_path):
+    src = tmp_path / "in.mkv"  # a cover picture, or another angle: the clip is the first video stream
+    with av.open(str(src), "w") as container:
+        streams = [container.add_stream("libx264", rate=12) for _ in range(2)]
+        for stream in streams:
+            stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        for i in range(3):
+            for stream in streams:
+                frame = picture(i)
+                frame.pts = i
+                container.mux(stream.encode(frame))
+        for stream in streams:
+            container.mux(stream.encode(None))
+    with pytest.warns(UserWarning, match="the input's video stream 1 is left out"):
+        assert interpolate_clip(src, tmp_path / "out.mkv", pairwise(average), progress=False).frames == 5
+    with av.open(str(tmp_path / "out.mkv")) as container:
+        assert [s.type for s in container.streams] == ["video"]
+
+
 def test_y4m_out_leaves_the_audio_and_subtitles_with_a_warning(tmp_path, capsysbinary):
     src = make_video(tmp_path / "in.mkv", *CFR_12, subtitles=[(200, 500, "hello")], subtitle_codec="subrip")
     with pytest.warns(UserWarning, match="audio and subtitles are not copied .Y4M and raw video hold video alone"):

@@ -141,8 +141,7 @@ class VideoClip(Clip):
     def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
         """The decoded frames as :class:`Frame` objects, each timed after the one before."""
         previous = None
-        # AVI stores each frame's slot in decoding order, no presentation time: FFmpeg guesses one from
-        # the slot and the decoder's delay, so reordered (B-)frames come out labelled out of order.
+        # AVI stores no presentation times: FFmpeg's guesses label reordered (B-)frames out of order.
         slotted = getattr(getattr(self.container, "format", None), "name", None) == "avi"
         for i, frame in enumerate(decoded):
             if frame.pts is None or (slotted and self.stream.codec_context.has_b_frames):
@@ -266,6 +265,8 @@ class VideoWriter(ClipWriter):
     def _add_copies(self, clip: VideoClip, av) -> None:
         outputs = {}
         for stream in clip.container.streams:
+            if stream.type == "video" and stream.index != clip.stream.index:  # a cover picture, another angle
+                warnings.warn(f"the input's video stream {stream.index} is left out: the output holds the interpolated one")
             if stream.type not in ("audio", "subtitle", "attachment"):
                 continue
             name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
@@ -357,8 +358,7 @@ class VideoWriter(ClipWriter):
         self.shown += 1
 
     def _orient(self, frame) -> None:
-        """Show the output as the input is shown: its first frame's display matrix (a phone's
-        rotation, a mirror), which the pictures, encoded as they are stored, need again."""
+        """The input's display matrix (a rotation, a mirror), from its first frame: the pictures are stored alike."""
         matrix = next((bytes(data) for data in frame.side_data if data.type == self._display_matrix), None)
         if matrix is not None:
             self.stream.set_display_matrix(struct.unpack("<9i", matrix))
