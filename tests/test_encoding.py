@@ -136,14 +136,15 @@ def test_bad_options_get_one_line_and_exit_2_leaving_nothing(tmp_path, clip, cap
     assert list(tmp_path.iterdir()) == []
 
 
-# Opens libsvtav1 twice in a process of its own: through configure (the writer's way), then
-# plainly on a thread of its own, which the library may move; prints the policy of every thread
-# after the first, and of that thread after the second.
+# Opens libsvtav1 twice in a process of its own, started under SCHED_OTHER: through configure (the
+# writer's way), then plainly on a thread of its own, which the library may move; prints the policy
+# of every thread after the first, and of that thread after the second.
 OPEN_SVT = """
 import json, os, threading, av
 from fractions import Fraction
 from eden_serve.media import Encoding
 from eden_serve.media.encoding import configure
+os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # whatever the run's earlier encoders left it under
 def policies():
     return sorted({os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")})
 container = av.open("/dev/null", "w", format="matroska")
