@@ -73,10 +73,10 @@ def _threads() -> set[int]:
 def open_encoder(context) -> None:
     """Open an encoder's ``context``; the calling thread, and the threads the encoder starts, stay
     under the caller's scheduling policy. Run as root, SVT-AV1 moves the thread that opens it to
-    SCHED_FIFO at priority 99, so that every thread it starts after (the encoder's own, then the
-    writer's and the model's) would run real-time too: there, two threads spinning in an OpenMP
-    wait kept a 2-core host's both cores from the threads they waited for, which being of the
-    same priority never ran, and the command never ended (docs/video.md, "Encoder speed")."""
+    SCHED_FIFO at priority 99, and with it every thread started after (the encoder's own, then the
+    writer's and the model's): on a 2-core host two chunk workers then spun on both cores while a
+    thread they waited on, of the same priority, never ran again, and the command never ended
+    (docs/video.md, "Encoder speed")."""
     if not hasattr(os, "sched_getscheduler"):
         context.open()
         return
