@@ -16,6 +16,7 @@ from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding, RawVideo
+from eden_serve.media.encoding import open_encoder
 
 av = pytest.importorskip("av")
 
@@ -293,6 +294,7 @@ def real_video(path, count, rate, *, source="bigbuckbunny.mp4", size=(160, 90), 
         stream.pix_fmt = "yuv420p"
         stream.codec_context.time_base = 1 / rate
         stream.options = options or {}
+        open_encoder(stream.codec_context)  # SVT-AV1 would move this run's thread to SCHED_FIFO
         for k, frame in zip(range(count), reader.decode(video=0)):
             picture = frame.reformat(*size, "yuv420p")
             picture.pts, picture.time_base = k, 1 / rate

@@ -13,6 +13,10 @@ Where the edge computes on a GPU (``Encoding.gpu``), the encoder must keep its p
 on 16 cores there, 141 at veryfast (docs/video.md, "Encoder speed"). There the GPU's own encoder
 (NVENC) is used where it opens and no encoder was named, else x264 at preset veryfast unless
 ``--preset`` says otherwise. x264 runs its frame threads (PyAV's default, slice threads, is slower).
+
+Every encoder opens through :func:`open_encoder`, which keeps the process's threads under the
+scheduling policy they had: SVT-AV1 run as root moves the thread that opens it, and its own, to
+SCHED_FIFO at priority 99 (docs/video.md, "Encoder speed").
 """
 
 from __future__ import annotations
@@ -61,6 +65,35 @@ RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
 Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",
                 *(f"yuv{sampling}p{depth}le" for sampling in (420, 422, 444) for depth in (9, 10, 12, 14, 16)),
                 "gray", *(f"gray{depth}le" for depth in (9, 10, 12, 16)))
+
+
+def _threads() -> set[int]:
+    try:
+        return {int(name) for name in os.listdir("/proc/self/task")}
+    except OSError:  # not Linux
+        return set()
+
+
+def open_encoder(context) -> None:
+    """Open an encoder's ``context``; the calling thread, and the threads the encoder starts, stay
+    under the caller's scheduling policy. Run as root, SVT-AV1 moves the thread that opens it to
+    SCHED_FIFO at priority 99, and with it every thread started after (the encoder's own, then the
+    writer's and the model's): on a 2-core host two chunk workers then spun on both cores while a
+    thread they waited on, of the same priority, never ran again, and the command never ended
+    (docs/video.md, "Encoder speed")."""
+    if not hasattr(os, "sched_getscheduler"):
+        context.open()
+        return
+    policy, param, before = os.sched_getscheduler(0), os.sched_getparam(0), _threads()
+    try:
+        context.open()
+    finally:
+        for tid in (0, *(_threads() - before)):  # 0: this thread
+            try:
+                if (os.sched_getscheduler(tid), os.sched_getparam(tid)) != (policy, param):
+                    os.sched_setscheduler(tid, policy, param)
+            except OSError:
+                continue  # ended meanwhile
 
 
 def import_av():
@@ -139,7 +172,7 @@ def hardware(name: str, width: int, height: int) -> str | None:
         try:
             context = av.CodecContext.create(candidate, "w")
             context.width, context.height, context.pix_fmt, context.time_base = width, height, "yuv420p", Fraction(1, 25)
-            context.open()
+            open_encoder(context)
             _OPENS[candidate] = True
         except (av.error.FFmpegError, ValueError):
             _OPENS[candidate] = False
@@ -217,7 +250,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     if tuning and tuning.thread_type:
         stream.codec_context.thread_type = tuning.thread_type
     try:
-        stream.codec_context.open()
+        open_encoder(stream.codec_context)
     except (av.error.FFmpegError, ValueError) as exc:
         settings = " ".join(f"{k}={v}" for k, v in options.items())
         raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}") from None

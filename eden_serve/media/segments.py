@@ -27,6 +27,8 @@ import threading
 from collections import deque
 from typing import Callable
 
+from .encoding import open_encoder
+
 # Frames queued behind the instances at most, all segments together (decoded 1080p frames are 3 MB
 # in 4:2:0): a segment is as long as this allows, within its bounds. Short segments cost quality
 # (x264's lookahead and macroblock tree stop at each end): measured against one instance on 240
@@ -62,7 +64,7 @@ def open_segments(stream, options: dict, instances: int, logger: Callable[[str],
         if template.sample_aspect_ratio:  # in the SPS too: anamorphic pixels
             context.sample_aspect_ratio = template.sample_aspect_ratio
         context.options, context.thread_type, context.thread_count = dict(options), "AUTO", threads
-        context.open()
+        open_encoder(context)
         return context
 
     try:
