@@ -10,7 +10,8 @@ the process is for:
   ``prepared`` process (``--save-compiled``, the file ``eden-serve archive --prepare`` makes:
   eden_serve/edge/artefacts.py);
 - ``warm``: the defaults again in a second process (the disk's caches warm), then the first clip's
-  defaults once more and the options against them (``--alternatives``);
+  defaults once more and the options against them (``--alternatives``), and the other clips' against
+  the encoder's options;
 - ``prepared``: an empty inductor cache and the cold process's compilations as prepared artefacts
   (``--compiled``), loaded as ``eden-serve interpolate --compiled`` loads them: the start-up with
   prepared artefacts, compiling from them, waited for, and the clip again with them swapped in.
@@ -173,10 +174,11 @@ def clip(child: Child, models, entry: tuple[str, str, Path], options: str, argv:
     return child.row("clip", size=label, pixels=pixels, options=options, argv=" ".join(argv), device_name=device_name(child), **found)
 
 
-def alternatives(child: Child, models, entry) -> None:
-    """The defaults again, then each option set."""
+def alternatives(child: Child, models, entry, names=None) -> None:
+    """The defaults again, then each option set (those ``names`` of them where given)."""
+    options = bench("gpu_clip").ALTERNATIVES
     rows = [clip(child, models, entry, "defaults, again", [])]
-    rows += [clip(child, models, entry, name, argv) for name, argv in bench("gpu_clip").ALTERNATIVES.items()]
+    rows += [clip(child, models, entry, name, options[name]) for name in (names or options)]
     rows = [r for r in rows if r and "wall_s" in r]
     if any(r["options"] == "defaults, again" for r in rows):
         child.row("clip options", size=entry[0], pixels=entry[1], device_name=device_name(child), **bench("gpu_clip").best_of(rows))
@@ -232,7 +234,7 @@ def main() -> None:
     parser.add_argument("--config", default="official")
     parser.add_argument("--checkpoint", type=Path, required=True)
     parser.add_argument("--clip", action="append", required=True, metavar="LABEL=HxW=PATH", help="in order; the first is timed from the command")
-    parser.add_argument("--alternatives", action="store_true", help="the options against the defaults, on the first clip")
+    parser.add_argument("--alternatives", action="store_true", help="the options against the defaults, on the first clip; the encoder's on the others")
     parser.add_argument("--golden-compiled", action="store_true")
     parser.add_argument("--compile-arm", metavar="LABEL", help="that clip again compiled in the background, waited for, and swapped in")
     parser.add_argument("--budget", type=float, required=True)
@@ -261,6 +263,8 @@ def main() -> None:
         save_compiled(child, models[1], arm, args.save_compiled)
     if args.alternatives:
         alternatives(child, models, clips[0])
+        for entry in clips[1:]:
+            alternatives(child, models, entry, bench("gpu_clip").SMALLER_ALTERNATIVES)
 
 
 if __name__ == "__main__":

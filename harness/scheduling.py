@@ -1,12 +1,14 @@
 """Keeps a test run, and every process it starts, under the ordinary time-sharing policy.
 
-This machine has moved a running pytest to SCHED_FIFO part-way through a run, more than once in
-one run (the kernel logs "RT throttling activated"). A process started from it then inherits the
-real-time policy. Once that left a command's spinning OpenMP threads holding both cores from the
-thread they waited for: the command never ended, and neither could the test's timeout, whose
-thread was starved too. Nothing in the project asks for a real-time policy, so any thread of the
-run found under one is put back under SCHED_OTHER, and the run says how often that happened. Only
-the watcher itself runs real-time, so that nothing it watches can keep it from running.
+This machine has moved a running pytest to SCHED_FIFO part-way through a run, more than once in one
+run (the kernel logs "RT throttling activated"). A process started from it then inherits the
+real-time policy. Once that left a command's spinning OpenMP threads holding both cores from the thread
+they waited for: the command never ended, and neither could the test's timeout, whose thread was
+starved too. The likely cause was SVT-AV1, which moves the thread that opens it (as root) to
+SCHED_FIFO; encoders now open through eden_serve.media.encoding.open_encoder, which puts it back.
+Nothing in the project asks for a real-time policy, so any thread of the run found under one (a
+library's doing) is put back under SCHED_OTHER, and the run says how often that happened. Only the
+watcher itself runs real-time, so that nothing it watches can keep it from running.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from pathlib import Path
 import av
 import numpy as np
 
+from eden_serve.media.encoding import open_encoder
 from eden_serve.media.video import VideoClip
 from eden_serve.model.synthetic import clip
 
@@ -42,6 +43,7 @@ def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], coun
         stream.pix_fmt = "yuv420p"
         tick = Fraction(1, 1000) if times else Fraction(1, 25)
         stream.codec_context.time_base = tick
+        open_encoder(stream.codec_context)  # SVT-AV1 would move this thread to SCHED_FIFO
         for k, frame in zip(range(count), frames):
             picture = frame.reformat(size[1], size[0], "yuv420p")
             picture.pts, picture.time_base = (times[k] if times else k), tick
@@ -88,6 +90,7 @@ def make_graded_clip(path: Path, codec: str, pix_fmt: str, size: tuple[int, int]
         stream.pix_fmt = pix_fmt
         stream.codec_context.time_base = Fraction(1, 25)
         colour.tag(stream.codec_context)
+        open_encoder(stream.codec_context)  # SVT-AV1 would move this thread to SCHED_FIFO
         convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": colour.range or None}
         for k in range(count):
             picture = av.VideoFrame.from_ndarray(gradient(k, size), format="rgb48le").reformat(format=pix_fmt, **convert)

@@ -1,5 +1,6 @@
 """Reading and writing clips: directories, GIF, APNG, WebP and MP4, whole or not at all."""
 
+import io
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -192,6 +193,19 @@ def test_still_images_are_not_clips(tmp_path):
     assert is_clip(tmp_path)
     with pytest.raises(BadInputError, match="not a clip"):
         open_clip(tmp_path / "still.png")
+
+
+def test_a_raw_mjpeg_stream_is_a_video_not_a_still(tmp_path):
+    av = pytest.importorskip("av")
+    src = tmp_path / "camera.mjpeg"  # a camera's JPEGs back to back: Pillow reads the first alone
+    jpegs = [io.BytesIO() for _ in range(3)]
+    for frame, jpeg in zip(random_frames(3), jpegs):
+        frame.save(jpeg, "JPEG")
+    src.write_bytes(b"".join(jpeg.getvalue() for jpeg in jpegs))
+    assert is_clip(src)
+    assert interpolate_clip(src, tmp_path / "out.mkv", pairwise(average), progress=False).frames == 5
+    with av.open(str(tmp_path / "out.mkv")) as container:
+        assert len(list(container.decode(video=0))) == 5
 
 
 def test_one_frame_gives_one_frame_and_an_empty_directory_fails(tmp_path):

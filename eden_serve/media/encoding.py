@@ -13,6 +13,10 @@ Where the edge computes on a GPU (``Encoding.gpu``), the encoder must keep its p
 on 16 cores there, 141 at veryfast (docs/video.md, "Encoder speed"). There the GPU's own encoder
 (NVENC) is used where it opens and no encoder was named, else x264 at preset veryfast unless
 ``--preset`` says otherwise. x264 runs its frame threads (PyAV's default, slice threads, is slower).
+
+Every encoder opens through :func:`open_encoder`, which keeps the process's threads under the
+scheduling policy they had: SVT-AV1 run as root moves the thread that opens it, and its own, to
+SCHED_FIFO at priority 99 (docs/video.md, "Encoder speed").
 """
 
 from __future__ import annotations
@@ -57,6 +61,39 @@ TUNINGS = {
 HARDWARE = {"libx264": "h264_nvenc", "libx265": "hevc_nvenc"}
 _OPENS: dict[str, bool] = {}  # whether each hardware encoder opened in this process
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
+# The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
+Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",
+                *(f"yuv{sampling}p{depth}le" for sampling in (420, 422, 444) for depth in (9, 10, 12, 14, 16)),
+                "gray", *(f"gray{depth}le" for depth in (9, 10, 12, 16)))
+
+
+def _threads() -> set[int]:
+    try:
+        return {int(name) for name in os.listdir("/proc/self/task")}
+    except OSError:  # not Linux
+        return set()
+
+
+def open_encoder(context) -> None:
+    """Open an encoder's ``context``; the calling thread, and the threads the encoder starts, stay
+    under the caller's scheduling policy. Run as root, SVT-AV1 moves the thread that opens it to
+    SCHED_FIFO at priority 99, and with it every thread started after (the encoder's own, then the
+    writer's and the model's): on a 2-core host two chunk workers then spun on both cores while a
+    thread they waited on, of the same priority, never ran again, and the command never ended
+    (docs/video.md, "Encoder speed")."""
+    if not hasattr(os, "sched_getscheduler"):
+        context.open()
+        return
+    policy, param, before = os.sched_getscheduler(0), os.sched_getparam(0), _threads()
+    try:
+        context.open()
+    finally:
+        for tid in (0, *(_threads() - before)):  # 0: this thread
+            try:
+                if (os.sched_getscheduler(tid), os.sched_getparam(tid)) != (policy, param):
+                    os.sched_setscheduler(tid, policy, param)
+            except OSError:
+                continue  # ended meanwhile
 
 
 def import_av():
@@ -135,18 +172,20 @@ def hardware(name: str, width: int, height: int) -> str | None:
         try:
             context = av.CodecContext.create(candidate, "w")
             context.width, context.height, context.pix_fmt, context.time_base = width, height, "yuv420p", Fraction(1, 25)
-            context.open()
+            open_encoder(context)
             _OPENS[candidate] = True
         except (av.error.FFmpegError, ValueError):
             _OPENS[candidate] = False
     return candidate if _OPENS[candidate] else None
 
 
-def _pix_fmt(codec, asked: str | None, source: str | None) -> str:
-    formats = [f.name for f in codec.video_formats or ()]
+def _pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None) -> str:
+    """The output's pixel format among those the encoder takes, or ``muxed``: the container's, where it
+    holds fewer (the raw video encoder takes any)."""
+    formats = list(muxed) if muxed else [f.name for f in codec.video_formats or ()]
     if asked is not None:
         if formats and asked not in formats:
-            raise BadInputError(f"--pix-fmt {asked}: {codec.name} takes {', '.join(formats)}")
+            raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
         return asked
     deep = source is not None and bits(source) > 8
     for candidate in (source, "yuv420p10le" if deep else None, "yuv420p"):
@@ -185,7 +224,8 @@ def _log_level(name: str, verbose: bool) -> dict[str, str]:
     return {"log-level": "info" if verbose else "error"} if name == "libx265" else {}
 
 
-def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Colour = Colour()) -> dict:
+def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Colour = Colour(),
+              muxed: tuple[str, ...] | None = None) -> dict:
     """Set the pixel format, colour and options of a new output ``stream`` and open its encoder, so
     that a bad option is refused before any frame is computed; the options given (the encoder
     consumes them as it opens: more instances of it take them again, :mod:`.segments`)."""
@@ -203,14 +243,14 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     options.update(encoding.options)
     options = {**colour.options(), **options}  # the chroma location, unless --encoder-opt names it
     options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
-    stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt)
+    stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
     _say_conversion(source_pix_fmt, stream.pix_fmt, colour)
     replace(colour, range=output_range(stream.pix_fmt, colour)).tag(stream.codec_context)
     stream.options = options
     if tuning and tuning.thread_type:
         stream.codec_context.thread_type = tuning.thread_type
     try:
-        stream.codec_context.open()
+        open_encoder(stream.codec_context)
     except (av.error.FFmpegError, ValueError) as exc:
         settings = " ".join(f"{k}={v}" for k, v in options.items())
         raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}") from None

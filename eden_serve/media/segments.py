@@ -11,7 +11,7 @@ Each segment is a closed group of pictures (x264 starts every encoder with an ID
 segments decode alone, and their packets, muxed in the segments' order, are one stream that decodes
 to the same frames, in the same order, with the same time stamps, as one instance's. Every instance
 is opened with the stream's own settings (size, pixel format, time base, frame rate, options,
-flags), so that its parameter sets (SPS and PPS) are the stream's header: an instance whose differ
+flags, sample aspect ratio), so that its parameter sets (SPS and PPS) are the stream's header: an instance whose differ
 is refused (:class:`Mismatch`) and the writer encodes with one instance.
 
 Frames of a segment are queued to its instance as they come, so the writer hands a frame over and
@@ -26,6 +26,8 @@ import queue
 import threading
 from collections import deque
 from typing import Callable
+
+from .encoding import open_encoder
 
 # Frames queued behind the instances at most, all segments together (decoded 1080p frames are 3 MB
 # in 4:2:0): a segment is as long as this allows, within its bounds. Short segments cost quality
@@ -59,8 +61,10 @@ def open_segments(stream, options: dict, instances: int, logger: Callable[[str],
         context.time_base, context.framerate, context.flags = template.time_base, template.framerate, template.flags
         for tag in ("color_range", "colorspace", "color_primaries", "color_trc"):  # the stream's colour, where it says one
             setattr(context, tag, getattr(template, tag))
+        if template.sample_aspect_ratio:  # in the SPS too: anamorphic pixels
+            context.sample_aspect_ratio = template.sample_aspect_ratio
         context.options, context.thread_type, context.thread_count = dict(options), "AUTO", threads
-        context.open()
+        open_encoder(context)
         return context
 
     try:

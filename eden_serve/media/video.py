@@ -4,6 +4,7 @@ Y4M on the way out)."""
 
 from __future__ import annotations
 
+import struct
 import sys
 import warnings
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
 from .containers import first_frame
 from .decoders import Decoder, host_pix_fmt
-from .encoding import RAW_FORMATS, Encoding, configure, encoder, hardware, import_av, output_range
+from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
 from .mastering import add_video_stream
 from .planes import Planes, plane_format
@@ -140,9 +141,13 @@ class VideoClip(Clip):
     def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
         """The decoded frames as :class:`Frame` objects, each timed after the one before."""
         previous = None
+        # AVI stores no presentation times: FFmpeg's guesses label reordered (B-)frames out of order.
+        slotted = getattr(getattr(self.container, "format", None), "name", None) == "avi"
         for i, frame in enumerate(decoded):
-            if frame.pts is None:  # raw streams leave timing to the player: one frame at the average rate
-                frame.pts = 0 if previous is None else previous + max(1, round(1 / (self.rate * self.time_base)))
+            if frame.pts is None or (slotted and self.stream.codec_context.has_b_frames):
+                # Timed by their order, as raw streams leave it to the player: one frame at the average rate.
+                frame.pts = (getattr(self.stream, "start_time", None) or 0) if previous is None \
+                    else previous + max(1, round(1 / (self.rate * self.time_base)))
             elif previous is not None and frame.pts <= previous:
                 raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
                                     f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
@@ -200,9 +205,10 @@ class VideoWriter(ClipWriter):
                 if self.packets is not None:
                     self.copies = clip
                     self.pending = self._next_copy()
-            elif clip.piped:
+            elif clip.piped or self.container.format.name in RAW_FORMATS:
                 if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
-                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)")
+                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)" if clip.piped
+                                  else "the input's audio and subtitles are not copied (Y4M and raw video hold video alone)")
             else:
                 self._add_copies(clip, av)
         except BaseException:
@@ -229,13 +235,16 @@ class VideoWriter(ClipWriter):
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
+        if source.sample_aspect_ratio:  # anamorphic pixels: without it a player shows the picture squeezed
+            self.stream.codec_context.sample_aspect_ratio = source.sample_aspect_ratio
         self.time_base = output_time_base(clip.time_base, self.retiming)
         if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        options = configure(self.stream, encoding, host_pix_fmt(source), colour)
+        options = configure(self.stream, encoding, host_pix_fmt(source), colour,
+                            Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
         # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
         range_ = output_range(self.pix_fmt, colour)
@@ -250,11 +259,14 @@ class VideoWriter(ClipWriter):
         self.first = None  # (pts, dts) of the first packet
         self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
+        self._display_matrix = av.sidedata.sidedata.Type.DISPLAYMATRIX
         self._from_image, self._from_ndarray = av.VideoFrame.from_image, av.VideoFrame.from_ndarray
 
     def _add_copies(self, clip: VideoClip, av) -> None:
         outputs = {}
         for stream in clip.container.streams:
+            if stream.type == "video" and stream.index != clip.stream.index:  # a cover picture, another angle
+                warnings.warn(f"the input's video stream {stream.index} is left out: the output holds the interpolated one")
             if stream.type not in ("audio", "subtitle", "attachment"):
                 continue
             name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
@@ -328,6 +340,8 @@ class VideoWriter(ClipWriter):
     def _show(self, picture, time: Fraction, original: Frame) -> None:
         """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
         self.end = original.end
+        if self.shown == 0 and original.raw is not None:
+            self._orient(original.raw)
         if isinstance(picture, Frame):
             frame = picture.raw
             if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
@@ -342,6 +356,12 @@ class VideoWriter(ClipWriter):
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
         self._hold(frame, self.shown if self.counted else round(time / self.time_base))
         self.shown += 1
+
+    def _orient(self, frame) -> None:
+        """The input's display matrix (a rotation, a mirror), from its first frame: the pictures are stored alike."""
+        matrix = next((bytes(data) for data in frame.side_data if data.type == self._display_matrix), None)
+        if matrix is not None:
+            self.stream.set_display_matrix(struct.unpack("<9i", matrix))
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
