@@ -26,7 +26,7 @@ from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
 from harness.videos import local_frames, make_graded_clip
 from test_colour import P3
-from test_video import make_video, real_video
+from test_video import display, make_video, real_video
 
 av = pytest.importorskip("av")
 HDR10 = Colour(9, 16, 9, LIMITED, P3, (1000, 400), chroma=3)
@@ -164,6 +164,7 @@ def media(tmp_path_factory):
     make_video(root / "opus.mkv", list(range(10)), Fraction(1, 25), audio="libopus")  # WebM's and Matroska's usual audio
     make_video(root / "mp3.mp4", list(range(10)), Fraction(1, 25), audio="libmp3lame")
     make_video(root / "mpeg4.mp4", list(range(10)), Fraction(1, 25), video="mpeg4", audio=None)  # no codec bitstream carries
+    make_video(root / "shown.mp4", list(range(10)), Fraction(1, 25), audio=None, shown=(90, True, Fraction(4, 3)))
     make_video(root / "subtitled.mkv", list(range(10)), Fraction(1, 25), subtitle_codec="subrip",
                subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
     return root
@@ -205,6 +206,21 @@ def test_a_cloud_source_equals_the_same_file_sent_from_here(servers, media, tmp_
     assert remote.pairs == local.pairs > 0
     if "factor" not in options:  # every chunk named, none uploaded: a few hundred bytes of form per chunk
         assert remote.sent_bytes - remote.payload_bytes < local.sent_bytes - local.payload_bytes < local.sent_bytes
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec", [BITSTREAM_CODEC, wire.FRAMES_CODEC])
+def test_a_cloud_source_is_shown_as_the_same_file_sent_from_here(servers, media, tmp_path, codec):
+    """Its display matrix (a rotation and a mirror) and its pixels' aspect ratio, from the probe: the
+    client decodes the packets without the container that states them."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False}
+    with Client(cloud=url, edge=url, codec=codec) as client:
+        client.interpolate_clip("cloud:shown.mp4", tmp_path / "remote.mp4", **run)
+        client.interpolate_clip(media / "shown.mp4", tmp_path / "local.mp4", **run)
+    matrix, aspect = display(media / "shown.mp4")
+    assert len(matrix) == 1 and aspect == Fraction(4, 3)
+    assert display(tmp_path / "remote.mp4") == display(tmp_path / "local.mp4") == (matrix, aspect)
 
 
 @pytest.mark.serving

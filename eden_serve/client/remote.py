@@ -56,6 +56,15 @@ def _audio_copy(av, container, first: Page):
     return output
 
 
+def _display(matrix) -> tuple[int, ...] | None:
+    """A probe's display matrix: nine 32-bit integers, or None."""
+    if matrix is None:
+        return None
+    if not isinstance(matrix, list) or len(matrix) != 9 or any(type(v) is not int or not -2**31 <= v < 2**31 for v in matrix):
+        raise CodecError("the cloud's probe: display_matrix must be nine 32-bit integers")
+    return tuple(matrix)
+
+
 def _time(packet) -> Fraction:
     stamp = packet.dts if packet.dts is not None else packet.pts
     return (stamp or 0) * packet.time_base
@@ -91,6 +100,8 @@ class RemoteVideo(VideoClip):
             self.colour = Colour.from_fields(probe["colour"]) if "colour" in probe else Colour()
         except ValueError as exc:
             raise CodecError(f"the cloud's probe: {exc}") from None
+        self.display_matrix, self.aspect = _display(probe.get("display_matrix")), probe.get("sample_aspect_ratio")
+        self.aspect = self.aspect and _fraction(self.aspect, "sample aspect ratio")  # a cloud from before states neither
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
@@ -165,6 +176,8 @@ class RemoteVideo(VideoClip):
         colour = self.colour
         context.color_primaries, context.color_trc, context.colorspace = colour.primaries, colour.transfer, colour.matrix
         context.color_range = colour.range
+        if self.aspect:  # the container's, which a local decoder has from the file
+            context.sample_aspect_ratio = self.aspect
         context.thread_type = "AUTO"
         return context
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import os
 import stat
+import struct
 import threading
 import time
 import weakref
@@ -140,6 +141,8 @@ class Scan:
     video_bytes: int
     streams: list[dict]
     colour: Colour
+    display_matrix: tuple[int, ...] | None  # its first frame's (a rotation, a mirror)
+    aspect: Fraction | None  # the sample aspect ratio (anamorphic pixels)
 
 
 def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -169,10 +172,17 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
         rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
         streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
                     "language": s.metadata.get("language")} for s in container.streams]
-        colour = Colour.of_stream(context)
+        colour, first = Colour.of_stream(context), _first_frame(source)
+        aspect = Fraction(context.sample_aspect_ratio) if context.sample_aspect_ratio else None
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
-                    colour.with_side_data(first) if colour.may_hold_metadata and (first := _first_frame(source)) else colour)
+                    colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
+                    _display_matrix(first, av), aspect)
+
+
+def _display_matrix(frame, av) -> tuple[int, ...] | None:
+    data = next((bytes(d) for d in frame.side_data if d.type == av.sidedata.sidedata.Type.DISPLAYMATRIX), None) if frame else None
+    return struct.unpack("<9i", data) if data is not None and len(data) == 36 else None
 
 
 def _first_frame(source: SourceFile):
@@ -234,7 +244,8 @@ class SourceVideo:
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
-                "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams}
+                "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
+                "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect)}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""

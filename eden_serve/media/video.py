@@ -259,7 +259,7 @@ class VideoWriter(ClipWriter):
         self.first = None  # (pts, dts) of the first packet
         self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
-        self._display_matrix = av.sidedata.sidedata.Type.DISPLAYMATRIX
+        self._display_matrix, self._clip_matrix = av.sidedata.sidedata.Type.DISPLAYMATRIX, clip.display_matrix
         self._from_image, self._from_ndarray = av.VideoFrame.from_image, av.VideoFrame.from_ndarray
 
     def _add_copies(self, clip: VideoClip, av) -> None:
@@ -359,9 +359,9 @@ class VideoWriter(ClipWriter):
 
     def _orient(self, frame) -> None:
         """The input's display matrix (a rotation, a mirror), from its first frame: the pictures are stored alike."""
-        matrix = next((bytes(data) for data in frame.side_data if data.type == self._display_matrix), None)
+        matrix = next((struct.unpack("<9i", bytes(d)) for d in frame.side_data if d.type == self._display_matrix), self._clip_matrix)
         if matrix is not None:
-            self.stream.set_display_matrix(struct.unpack("<9i", matrix))
+            self.stream.set_display_matrix(matrix)
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
