@@ -112,7 +112,7 @@ class Uploads:
         return self.items.get(key) if isinstance(key, str) else None
 
 
-SOURCE_EXTENSIONS = set(CONTAINER_EXTENSIONS.values()) | {".webm", ".mov", ".m4v"}
+LISTED_EXTENSIONS = set(CONTAINER_EXTENSIONS.values()) | {".webm", ".mov", ".m4v"}
 
 
 def list_sources(root: Path | None) -> list[str]:
@@ -124,7 +124,7 @@ def list_sources(root: Path | None) -> list[str]:
         dirs.sort()
         for name in sorted(files):
             relative = Path(folder, name).relative_to(root).as_posix()
-            if Path(name).suffix.lower() in SOURCE_EXTENSIONS and _opens(root, relative):
+            if Path(name).suffix.lower() in LISTED_EXTENSIONS and _opens(root, relative):
                 names.append(relative)
                 if len(names) == MAX_SOURCES:
                     return names
