@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from test_video import real_video
+from test_video import CFR_12, display, make_video, real_video
 
 from eden_serve.clips import pipeline
 from eden_serve.commands.cli import main
@@ -43,15 +43,15 @@ class Plane:
 
 
 class DeviceFrame:
-    """What PyAV keeps of a frame NVDEC decoded into the GPU's memory: its NV12 planes, size, times
-    and colour; no ``to_ndarray``, no ``reformat``."""
+    """What PyAV keeps of a frame NVDEC decoded into the GPU's memory: its NV12 planes, size, times,
+    colour and side data; no ``to_ndarray``, no ``reformat``."""
 
     def __init__(self, frame):
         planes = frame.to_ndarray(format="nv12")  # [H * 3 / 2, W]
         self.width, self.height = frame.width, frame.height
         self.planes = [Plane(planes[: frame.height], frame.width + 64), Plane(planes[frame.height:], frame.width + 64)]
         self.pts, self.time_base, self.duration = frame.pts, frame.time_base, frame.duration
-        self.colorspace, self.color_range = frame.colorspace, frame.color_range
+        self.colorspace, self.color_range, self.side_data = frame.colorspace, frame.color_range, frame.side_data
         self.sw_format = av.VideoFormat("nv12")
 
 
@@ -219,6 +219,16 @@ def test_a_clip_read_on_the_device_writes_the_hosts_originals(tmp_path, clip, mo
     host, copied, device = (decoded(tmp_path / f"{name}.mkv") for name in ("host", "nvdec", "nvdec-device"))
     assert len(host) == len(device) == 19 and all(np.array_equal(a, b) for a, b in zip(copied, host, strict=True))  # the same file
     assert all(np.array_equal(a, b) for a, b in zip(host[0::2], device[0::2]))
+
+
+def test_a_clip_read_on_the_device_keeps_its_rotation(tmp_path, monkeypatch):
+    """An original kept on the device reaches the writer as planes copied to the host, without its
+    side data: the display matrix (a phone's rotation) comes from the first frame as it was decoded."""
+    src = make_video(tmp_path / "in.mp4", *CFR_12, audio=None, shown=(90, True, Fraction(4, 3)))
+    monkeypatch.setattr(decoders, "candidates", lambda device: [Decoder(), StandIn(True)])
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.mp4"), "--config", "tiny", "--decoder", "nvdec-device"]) == 0
+    matrix, aspect = display(src)
+    assert len(matrix) == 1 and display(tmp_path / "out.mp4") == (matrix, aspect)
 
 
 def test_a_decoder_this_machine_lacks_is_refused(tmp_path, clip, capsys):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import os
 import stat
-import struct
 import threading
 import time
 import weakref
@@ -35,7 +34,7 @@ from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.containers import first_frame, self_contained
+from ..media.containers import display_matrix, first_frame, self_contained
 from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
@@ -177,12 +176,7 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
-                    _display_matrix(first, av), aspect)
-
-
-def _display_matrix(frame, av) -> tuple[int, ...] | None:
-    data = next((bytes(d) for d in frame.side_data if d.type == av.sidedata.sidedata.Type.DISPLAYMATRIX), None) if frame else None
-    return struct.unpack("<9i", data) if data is not None and len(data) == 36 else None
+                    display_matrix(first), aspect)
 
 
 def _first_frame(source: SourceFile):

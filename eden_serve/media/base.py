@@ -138,7 +138,7 @@ class Clip:
 
     kind: str  # "directory", "animation" or "video"
     length: int | None  # number of frames, where known before reading them
-    display_matrix: tuple[int, ...] | None = None  # a video's, where its frames carry none (a cloud: source's, as probed)
+    display_matrix: tuple[int, ...] | None = None  # a video's: its first frame's, or a cloud: source's as probed
 
     def __init__(self, path: Path):
         self.path = path

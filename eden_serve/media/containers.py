@@ -1,8 +1,10 @@
 """What is read of a video file before it is decoded as a clip: the container its first bytes show,
 for a file from someone else (a page's upload, a cloud's source), and its first frame, whose side
-data holds HDR10's metadata, within a bounded read."""
+data holds HDR10's metadata and the display matrix, within a bounded read."""
 
 from __future__ import annotations
+
+import struct
 
 from .encoding import import_av
 
@@ -41,3 +43,10 @@ def first_frame(container):
     except import_av().error.FFmpegError:
         return None
     return None
+
+
+def display_matrix(frame) -> tuple[int, ...] | None:
+    """A decoded frame's display matrix (a phone's rotation, a mirror), where it carries one."""
+    kind = import_av().sidedata.sidedata.Type.DISPLAYMATRIX
+    data = next((bytes(d) for d in getattr(frame, "side_data", ()) if d.type == kind), None) if frame else None
+    return struct.unpack("<9i", data) if data is not None and len(data) == 36 else None

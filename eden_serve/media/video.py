@@ -4,7 +4,6 @@ Y4M on the way out)."""
 
 from __future__ import annotations
 
-import struct
 import sys
 import warnings
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
-from .containers import first_frame
+from .containers import display_matrix, first_frame
 from .decoders import Decoder, host_pix_fmt
 from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
@@ -154,6 +153,8 @@ class VideoClip(Clip):
             previous = frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
+            if i == 0:  # kept apart: a frame decoded into a GPU's memory reaches the writer copied without it
+                self.display_matrix = display_matrix(frame) or self.display_matrix
             pixels = self.decoded_by.pixels(frame, rgb_pixels)
             yield Frame(i, f"frame {i}", image=pixels, decoded=Decoded(self.decoded_by.raw(frame), time, time + duration, source))
 
@@ -259,7 +260,7 @@ class VideoWriter(ClipWriter):
         self.first = None  # (pts, dts) of the first packet
         self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
-        self._display_matrix, self._clip_matrix = av.sidedata.sidedata.Type.DISPLAYMATRIX, clip.display_matrix
+        self._clip = clip  # its display matrix, known once its first frame is decoded
         self._from_image, self._from_ndarray = av.VideoFrame.from_image, av.VideoFrame.from_ndarray
 
     def _add_copies(self, clip: VideoClip, av) -> None:
@@ -340,8 +341,9 @@ class VideoWriter(ClipWriter):
     def _show(self, picture, time: Fraction, original: Frame) -> None:
         """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
         self.end = original.end
-        if self.shown == 0 and original.raw is not None:
-            self._orient(original.raw)
+        if self.shown == 0:  # the input's display matrix (a rotation, a mirror): the pictures are stored alike
+            if (matrix := display_matrix(original.raw) or self._clip.display_matrix) is not None:
+                self.stream.set_display_matrix(matrix)
         if isinstance(picture, Frame):
             frame = picture.raw
             if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
@@ -356,12 +358,6 @@ class VideoWriter(ClipWriter):
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
         self._hold(frame, self.shown if self.counted else round(time / self.time_base))
         self.shown += 1
-
-    def _orient(self, frame) -> None:
-        """The input's display matrix (a rotation, a mirror), from its first frame: the pictures are stored alike."""
-        matrix = next((struct.unpack("<9i", bytes(d)) for d in frame.side_data if d.type == self._display_matrix), self._clip_matrix)
-        if matrix is not None:
-            self.stream.set_display_matrix(matrix)
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
