@@ -96,6 +96,23 @@ def test_another_codec_and_its_defaults(tmp_path, clip):
     assert probe(tmp_path / "out.webm") == ("vp9", "yuv420p", 7)
 
 
+def test_mjpeg_writes_limited_range_video_as_full_range_yuv(tmp_path, clip):
+    """FFmpeg's MJPEG encoder refuses limited-range yuv420p (JPEG's range is full): the output takes
+    the full-range twin, yuvj420p, as FFmpeg's command line does, the frames converted to it and the
+    conversion told; a --pix-fmt the encoder refuses stays refused."""
+    with pytest.warns(UserWarning, match="yuvj420p is full range: the input's limited-range frames are converted"):
+        interpolate_clip(clip, tmp_path / "out.avi", pairwise(average), encoding=Encoding("mjpeg"), progress=False)
+    assert probe(tmp_path / "out.avi") == ("mjpeg", "yuvj420p", 7)
+    with av.open(str(clip)) as a, av.open(str(tmp_path / "out.avi")) as b:
+        given = [f.to_ndarray(format="rgb24").astype(int) for f in a.decode(video=0)]
+        written = [f.to_ndarray(format="rgb24").astype(int) for f in b.decode(video=0)][::2]
+    for g, w in zip(given, written, strict=True):  # JPEG's loss, not a range's: a shift would scale contrast by 14-16%
+        assert abs(g.mean() - w.mean()) < 1 and abs(g.std() - w.std()) < 0.02 * g.std()
+    with pytest.raises(BadInputError, match="mjpeg refuses these settings"):
+        interpolate_clip(clip, tmp_path / "asked.avi", pairwise(average), encoding=Encoding("mjpeg", pix_fmt="yuv420p"),
+                         progress=False)
+
+
 def test_an_av1_input_is_written_with_an_av1_encoder(tmp_path):
     """PyAV decodes AV1 with libdav1d, a name no encoder answers to: the codec's name picks one."""
     try:

@@ -252,6 +252,26 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     try:
         open_encoder(stream.codec_context)
     except (av.error.FFmpegError, ValueError) as exc:
+        if encoding.pix_fmt is None and _opened_full_range(stream, source_pix_fmt, colour, av):
+            return options
         settings = " ".join(f"{k}={v}" for k, v in options.items())
         raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}") from None
     return options
+
+
+def _opened_full_range(stream, source_pix_fmt: str | None, colour: Colour, av) -> bool:
+    """Whether ``stream``'s encoder, which refused its limited-range YUV, opened on the full-range twin
+    of that format (yuv420p: yuvj420p), as FFmpeg's command line chooses: JPEG's encoders take
+    limited range only where told to break their standard. Else the format stays as it was."""
+    refused, twin = stream.pix_fmt, "yuvj" + stream.pix_fmt[3:]
+    if not refused.startswith("yuv") or twin not in {f.name for f in stream.codec_context.codec.video_formats or ()}:
+        return False
+    stream.pix_fmt = twin
+    replace(colour, range=FULL).tag(stream.codec_context)
+    try:
+        open_encoder(stream.codec_context)
+    except (av.error.FFmpegError, ValueError):
+        stream.pix_fmt = refused
+        return False
+    _say_conversion(source_pix_fmt, twin, colour)
+    return True
