@@ -153,6 +153,24 @@ def test_bad_options_get_one_line_and_exit_2_leaving_nothing(tmp_path, clip, cap
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_odd_size_x264_refuses_says_why_and_what_to_ask(tmp_path, capsys):
+    """x264 takes no 4:2:0 frames of an odd side (FFV1 does): the one line names the size and the way out."""
+    src = tmp_path / "odd.mkv"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 17, 33, "yuv420p"
+        for frame in (av.VideoFrame(17, 33, "yuv420p") for _ in range(3)):
+            frame.planes[0].update(bytes(frame.planes[0].buffer_size))
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    out = tmp_path / "out.mp4"
+    assert main(["interpolate", str(src), "-o", str(out), "--config", "tiny", "--vcodec", "libx264"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its 17x33 frames are odd where yuv420p halves the colour: try --pix-fmt yuv444p" in err
+    assert not out.exists()
+    assert main(["interpolate", str(src), "-o", str(out), "--config", "tiny", "--vcodec", "libx264", "--pix-fmt", "yuv444p"]) == 0
+
+
 # Opens libsvtav1 twice in a process of its own, started under SCHED_OTHER: through configure (the
 # writer's way), then plainly on a thread of its own, which the library may move; prints the policy
 # of every thread after the first, and of that thread after the second.

@@ -255,8 +255,19 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         if encoding.pix_fmt is None and _opened_full_range(stream, source_pix_fmt, colour, av):
             return options
         settings = " ".join(f"{k}={v}" for k, v in options.items())
-        raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}") from None
+        raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}"
+                            f"{_odd_size(stream, av)}") from None
     return options
+
+
+def _odd_size(stream, av) -> str:
+    """Why an encoder may have refused, where the frame's size is odd along a side whose chroma is
+    subsampled (x264 and x265 take no 17x33 yuv420p), with what to ask instead; else nothing."""
+    width, height = stream.width, stream.height
+    chroma = av.VideoFormat(stream.pix_fmt, width, height).components[1:2]
+    if not chroma or (width % 2 == 0 or chroma[0].width == width) and (height % 2 == 0 or chroma[0].height == height):
+        return ""
+    return f"; its {width}x{height} frames are odd where {stream.pix_fmt} halves the colour: try --pix-fmt yuv444p"
 
 
 def _opened_full_range(stream, source_pix_fmt: str | None, colour: Colour, av) -> bool:
