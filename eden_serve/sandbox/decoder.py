@@ -20,6 +20,11 @@ from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError
 # decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
 _BLOCK = 128
 DECODER_THREADS = 4  # a fixed count: a sandboxed child's tasks are capped (confine.MAX_TASKS)
+# Decoders that leave out, as told per packet, a picture no other references (H.264's nal_ref_idc 0,
+# HEVC's sub-layer non-reference pictures): a chunk late in a long GOP decodes its key frame's
+# B-frames for nothing. x264's and x265's defaults there: 40% of the frames before a chunk skipped,
+# the chunk's frames equal bit for bit (mpeg4 and mpeg2video alike; VP8, VP9 and AV1 reorder none).
+SKIPS_UNREFERENCED = frozenset({"h264", "hevc"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -76,14 +81,17 @@ def decode(parameters, packets: list, skip: int, count: int, max_pixels: int | N
     context = _decoder(parameters, av)
     pixels = np.empty((count, height, width, 3), pixel_dtype(parameters.pix_fmt)) if out is None else out
     start, shown, got = packets[0].pts, 0, 0
+    first = _first_shown(packets, skip) if parameters.decoder in SKIPS_UNREFERENCED else None
     try:
         for i, packet in enumerate([*packets, None]):
             where = f"packet {i}" if packet else "the end of the packets"
+            if first is not None and packet is not None:  # shown before the chunk: needed only as a reference
+                context.skip_frame = "NONREF" if packet.pts < first else "DEFAULT"
             for frame in context.decode(None if packet is None else _av_packet(packet, av)):
                 _check_size(frame, parameters, shown)
                 if frame.pts is None or frame.pts < start:
                     continue  # a leading picture of an open GOP
-                if shown >= skip:
+                if (shown >= skip) if first is None else (frame.pts >= first):  # unreferenced ones never come out
                     pixels[got] = rgb(frame)
                     got += 1
                 shown += 1
@@ -93,6 +101,16 @@ def decode(parameters, packets: list, skip: int, count: int, max_pixels: int | N
         raise CodecError(f"malformed payload: {where} does not decode as {parameters.decoder} ({str(exc):.200})") from None
     raise CodecError(f"malformed payload: its packets show {shown} frames from the key frame on, fewer than the "
                      f"{skip} skipped and {count} declared")
+
+
+def _first_shown(packets: list, skip: int) -> int | None:
+    """The time stamp of the chunk's first frame, ``skip`` frames after the key frame: frames are
+    numbered by their packets' times. None where the packets do not each state a time of their own."""
+    stamps = [packet.pts for packet in packets]
+    if any(type(stamp) is not int for stamp in stamps) or len(set(stamps)) != len(stamps):
+        return None
+    shown = sorted(stamp for stamp in stamps if stamp >= stamps[0])
+    return shown[skip] if 0 <= skip < len(shown) else None
 
 
 def _decoder(parameters, av):
