@@ -176,6 +176,64 @@ def test_the_pipeline_imports_no_client_module():
     assert "client" not in {unit for _, unit in imported_units(pipeline)}
 
 
+def imported_modules(path: Path) -> set[Path]:
+    """The package's modules that ``path`` imports, at its top or inside a function."""
+    tree, package, found = ast.parse(path.read_text()), path.parent.relative_to(REPO).parts, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            target = [*base, *(node.module.split(".") if node.module else [])]
+            names = [[*target, alias.name] for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name.split(".") for alias in node.names]
+        else:
+            continue
+        for parts in (n for n in names if n[0] == "eden_serve"):
+            for end in range(len(parts), 0, -1):  # the longest leading part that is a module or a package
+                candidates = [REPO.joinpath(*parts[:end]).with_suffix(".py"), REPO.joinpath(*parts[:end], "__init__.py")]
+                hit = next((c for c in candidates if c.is_file()), None)
+                if hit:
+                    found.add(hit)
+                    break
+    return found
+
+
+def reachable(starts: list[Path]) -> set[Path]:
+    seen, todo = set(), list(starts)
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo.extend(imported_modules(path))
+    return seen
+
+
+# What may unpickle: torch.load, with weights_only=True, on the checkpoint the operator names on the
+# command line or to the archive builder. It runs nowhere a request, a payload or an upload reaches.
+OPERATOR_CHECKPOINT = {PACKAGE / "commands" / "cli.py", PACKAGE / "serving" / "archive.py"}
+
+
+def test_only_the_operators_checkpoint_is_ever_unpickled():
+    calls, readers = [], set()
+    for path in modules():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = {alias.name.split(".")[0] for alias in node.names} | {(getattr(node, "module", None) or "").split(".")[0]}
+                assert not names & {"pickle", "cPickle", "marshal", "shelve", "dill", "joblib"}, (path, node.lineno)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("torch.load", "np.load", "numpy.load"):
+                calls.append((path, {k.arg: ast.unparse(k.value) for k in node.keywords}))
+            if isinstance(node, ast.Name) and node.id in ("load_official", "resolve_checkpoint") or \
+                    isinstance(node, ast.alias) and node.name in ("load_official", "resolve_checkpoint"):
+                readers.add(path)
+    assert calls == [(PACKAGE / "model" / "checkpoint.py", {"map_location": "'cpu'", "weights_only": "True"})]
+    assert readers - {PACKAGE / "model" / "checkpoint.py", PACKAGE / "model" / "hub.py"} == OPERATOR_CHECKPOINT
+    # The servers' and the page's code: the TorchServe handlers (workers, cloud and edge) and the page.
+    served = reachable([*PACKAGE_DATA.glob("*.py"), PACKAGE / "page" / "__init__.py", PACKAGE / "page" / "asgi.py"])
+    assert PACKAGE / "serving" / "services.py" in served and PACKAGE / "page" / "runs.py" in served  # the walk sees them
+    assert not served & OPERATOR_CHECKPOINT
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "benchmarks").glob("*.py")), ids=lambda p: p.name)
 def test_benchmarks_import(path, monkeypatch):
     """The benchmarks are not run by the tests, but what they import must exist."""
