@@ -78,8 +78,9 @@ def unit_of(path: Path) -> str:
     return unit(parts[:-1] if parts[-1] == "__init__" else parts) if len(parts) > 1 else parts[0]
 
 
-def imported_units(path: Path) -> list[tuple[int, str]]:
-    """(line, unit) for every import of another unit of the package in ``path``."""
+def imported_names(path: Path) -> list[tuple[int, list[str]]]:
+    """(line, dotted name as parts) of every name of the package that ``path`` imports, at its top or
+    inside a function, relative imports made absolute."""
     tree = ast.parse(path.read_text())
     package = path.parent.relative_to(REPO).parts  # e.g. ("eden_serve", "serving")
     found = []
@@ -92,10 +93,13 @@ def imported_units(path: Path) -> list[tuple[int, str]]:
             names = [alias.name.split(".") for alias in node.names]
         else:
             continue
-        for parts in names:
-            if parts[0] == "eden_serve" and len(parts) > 1:
-                found.append((node.lineno, unit(parts[1:])))
+        found += [(node.lineno, parts) for parts in names if parts[0] == "eden_serve" and len(parts) > 1]
     return found
+
+
+def imported_units(path: Path) -> list[tuple[int, str]]:
+    """(line, unit) for every import of another unit of the package in ``path``."""
+    return [(line, unit(parts[1:])) for line, parts in imported_names(path)]
 
 
 def test_every_module_belongs_to_a_layer():
@@ -178,23 +182,14 @@ def test_the_pipeline_imports_no_client_module():
 
 def imported_modules(path: Path) -> set[Path]:
     """The package's modules that ``path`` imports, at its top or inside a function."""
-    tree, package, found = ast.parse(path.read_text()), path.parent.relative_to(REPO).parts, set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else ()
-            target = [*base, *(node.module.split(".") if node.module else [])]
-            names = [[*target, alias.name] for alias in node.names]
-        elif isinstance(node, ast.Import):
-            names = [alias.name.split(".") for alias in node.names]
-        else:
-            continue
-        for parts in (n for n in names if n[0] == "eden_serve"):
-            for end in range(len(parts), 0, -1):  # the longest leading part that is a module or a package
-                candidates = [REPO.joinpath(*parts[:end]).with_suffix(".py"), REPO.joinpath(*parts[:end], "__init__.py")]
-                hit = next((c for c in candidates if c.is_file()), None)
-                if hit:
-                    found.add(hit)
-                    break
+    found = set()
+    for _, parts in imported_names(path):
+        for end in range(len(parts), 0, -1):  # the longest leading part that is a module or a package
+            candidates = [REPO.joinpath(*parts[:end]).with_suffix(".py"), REPO.joinpath(*parts[:end], "__init__.py")]
+            hit = next((c for c in candidates if c.is_file()), None)
+            if hit:
+                found.add(hit)
+                break
     return found
 
 

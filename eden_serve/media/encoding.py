@@ -179,10 +179,15 @@ def hardware(name: str, width: int, height: int) -> str | None:
     return candidate if _OPENS[candidate] else None
 
 
+def encoder_formats(codec) -> list[str]:
+    """The pixel formats an encoder lists (none: it takes any)."""
+    return [f.name for f in codec.video_formats or ()]
+
+
 def _pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None) -> str:
     """The output's pixel format among those the encoder takes, or ``muxed``: the container's, where it
     holds fewer (the raw video encoder takes any)."""
-    formats = list(muxed) if muxed else [f.name for f in codec.video_formats or ()]
+    formats = list(muxed) if muxed else encoder_formats(codec)
     if asked is not None:
         if formats and asked not in formats:
             raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
@@ -275,7 +280,7 @@ def _opened_full_range(stream, source_pix_fmt: str | None, colour: Colour, av) -
     of that format (yuv420p: yuvj420p), as FFmpeg's command line chooses: JPEG's encoders take
     limited range only where told to break their standard. Else the format stays as it was."""
     refused, twin = stream.pix_fmt, "yuvj" + stream.pix_fmt[3:]
-    if not refused.startswith("yuv") or twin not in {f.name for f in stream.codec_context.codec.video_formats or ()}:
+    if not refused.startswith("yuv") or twin not in encoder_formats(stream.codec_context.codec):
         return False
     stream.pix_fmt = twin
     replace(colour, range=FULL).tag(stream.codec_context)
