@@ -46,6 +46,7 @@ from eden_serve.wire import keyed  # noqa: E402
 from eden_serve.edge import middles_of  # noqa: E402
 from eden_serve.model.checkpoint import load_archived  # noqa: E402
 from eden_serve.media.frames import png_bytes  # noqa: E402
+from eden_serve.serving.refusals import LEAVING  # noqa: E402
 from harness import faults  # noqa: E402
 from harness.servers import build_archives, torchserve  # noqa: E402
 
@@ -135,19 +136,20 @@ def provoke(server, folder: Path, clip: Path, scratch: Path, gpu: bool) -> None:
     started = time.monotonic()
     rate = served_clip(server, clip, scratch)
     logs = "\n".join(p.read_text(errors="replace") for p in server.log_dir.glob("*.log"))
-    # The worker's own line as it leaves (serving/services.py); the 503's body, which names
-    # device_failure, is the client's and is not logged: counted so on 2026-11-28, it read 0.
-    exits = logs.count("this worker exits so that TorchServe replaces it")
+    # The worker's own line as it meets the failure (serving/refusals.py); the 503's body, which
+    # names device_failure, is the client's and is not logged. Three H200 runs of 2026-11-28 read 0
+    # when the line came as the worker left: C++ ended it first (docs/gpu.md).
+    exits = logs.count(LEAVING)
     figure("sticky_error_exit", f"fired {faults.fired(folder, 'edge-device-assert')}, workers that left on it "
                                 f"{exits}, the clip {'done after retries' if rate else 'FAILED'} in "
                                 f"{time.monotonic() - started:.1f} s")
-    # Both H200 runs of 2026-11-28 counted 0 of the worker's own line: how the worker went, as logged.
+    # How the worker went, as logged.
     for line in fault_lines(logs):
         figure("sticky_error_log", line)
 
 
 FAULT_WORDS = re.compile(r"device-side assert|CUDA error|AcceleratorError|Traceback|worker (?:process )?died|"
-                         r"exit code|Killed|core dumped|SIGABRT|terminate called|Backend worker|device_failure|exits so")
+                         r"exit code|Killed|core dumped|SIGABRT|terminate called|Backend worker|device_failure|exits once")
 
 
 def fault_lines(logs: str, most: int = 12) -> list[str]:

@@ -43,8 +43,8 @@ def test_the_lines_that_tell_how_a_worker_met_a_device_fault_are_picked_from_the
 
     logs = "\n".join(["MODEL_LOG - loaded", "MODEL_LOG - RuntimeError: CUDA error: device-side assert triggered",
                       "ts - Backend worker process died.", "MODEL_LOG - RuntimeError: CUDA error: device-side assert triggered",
-                      "MODEL_LOG - eden_ditdec: the device failed; this worker exits so that TorchServe replaces it", "ok"])
+                      "MODEL_LOG - eden_ditdec: the device failed; this worker exits once it has answered, so that TorchServe replaces it", "ok"])
     assert gpu_torchserve.fault_lines(logs) == [
         "MODEL_LOG - RuntimeError: CUDA error: device-side assert triggered", "ts - Backend worker process died.",
-        "MODEL_LOG - eden_ditdec: the device failed; this worker exits so that TorchServe replaces it"]
+        "MODEL_LOG - eden_ditdec: the device failed; this worker exits once it has answered, so that TorchServe replaces it"]
     assert len(gpu_torchserve.fault_lines("\n".join(f"Traceback {i}" for i in range(40)))) == 12

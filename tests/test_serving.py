@@ -447,6 +447,41 @@ def test_a_sticky_device_error_answers_503_and_the_worker_leaves(fresh_edge, enc
     assert left == [True]
 
 
+def test_a_sticky_device_error_is_logged_as_met_and_what_its_frames_hold_is_never_freed(fresh_edge, encoder, monkeypatch, caplog):
+    """On a GPU, freeing a tensor after a sticky error can end the process in C++ before it answers
+    (an H200's worker did, as the request's traceback was let go). So the worker says it is leaving
+    as it meets the failure, before any answer or exit, and keeps the failure (its frames, their
+    tensors) for the rest of its life."""
+    from eden_serve.serving import refusals
+
+    handler, ctx = fresh_edge
+    service = handler.service
+    events = []
+    monkeypatch.setattr(service, "leave", lambda: events.append("leave"))
+    monkeypatch.setattr(refusals, "_KEPT", [])
+    held = []
+
+    def broken(inputs, *args, **kwargs):
+        scratch = torch.ones(4)  # a tensor of the failing forward, held only by its frame
+        held.append(weakref.ref(scratch))
+        raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(service.model, "forward", broken)
+    payload = handle(*encoder, [chunk_request(0, 2, 0)])[0][2]
+    with caplog.at_level("CRITICAL", logger=refusals.__name__):
+        caplog.handler.emit = lambda record, emit=caplog.handler.emit: (events.append("logged"), emit(record))
+        replies = handle(handler, ctx, [{"body": payload}])
+    assert [status for status, _, _ in replies] == [503]
+    assert events == ["logged", "leave"] and refusals.LEAVING in caplog.text
+    gc.collect()
+    assert held and all(ref() is not None for ref in held)
+    # Any other failure lets its frames go.
+    monkeypatch.setattr(service.model, "forward", lambda *a, **k: (held.append(weakref.ref(torch.ones(4))), 1 / 0))
+    handle(handler, ctx, [{"body": payload}])
+    gc.collect()
+    assert held[-1]() is None and len(refusals._KEPT) == 1
+
+
 def test_the_edge_side_holds_the_packet_decoder_the_settings_and_key_choose(fresh_edge):
     """The service gives its edge side the decoder when it makes it (no call goes back up into the
     service): without a wire key the sandbox, or a refusal; with one, this process. The work is

@@ -12,6 +12,10 @@ import torch
 from ..errors import EdenError, error_response, is_device_failure
 
 logger = logging.getLogger(__name__)
+# The line a worker logs as its device fails (gpu_torchserve.py counts it in TorchServe's logs).
+LEAVING = "the device failed; this worker exits once it has answered, so that TorchServe replaces it"
+# Sticky device failures, kept for the rest of this (ending) process: see :func:`refusal`.
+_KEPT: list[BaseException] = []
 
 
 class Refusal(NamedTuple):
@@ -32,7 +36,16 @@ def refusal(exc: BaseException) -> Refusal:
         # As text: a record holding the exception would keep its frames' tensors alive in any
         # handler that buffers records.
         logger.error("request failed\n%s", "".join(traceback.format_exception(exc)).rstrip())
-    return Refusal(*error_response(exc), is_device_failure(exc))
+    if not is_device_failure(exc):
+        return Refusal(*error_response(exc))
+    # Said now, not as the worker leaves: on a GPU the process may not live that long. After a
+    # sticky error, freeing a tensor that a side stream used records a CUDA event, which fails
+    # inside the tensor's deleter, where C++ can only terminate (an H200 ended a worker so, as the
+    # traceback's frames were let go). So the failure, and with it every tensor its frames hold, is
+    # kept until the process exits.
+    logger.critical(LEAVING)
+    _KEPT.append(exc)
+    return Refusal(*error_response(exc), True)
 
 
 def release_cached_memory() -> None:

@@ -132,8 +132,9 @@ class Service:
 
     def leave(self) -> None:
         """Exit this worker process shortly: its CUDA context is broken, so every later request
-        would fail while TorchServe's /ping still answers 200. TorchServe starts a replacement."""
-        logger.critical("%s: the device failed; this worker exits so that TorchServe replaces it", self.context.model_name)
+        would fail while TorchServe's /ping still answers 200. TorchServe starts a replacement.
+        The failure was logged as it was met (:func:`.refusals.refusal`)."""
+        logger.info("%s: exiting in %.1f s", self.context.model_name, EXIT_GRACE_S)
         timer = threading.Timer(EXIT_GRACE_S, os._exit, (DEVICE_FAILURE_EXIT,))
         timer.daemon = True
         timer.start()
