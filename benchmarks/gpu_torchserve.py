@@ -43,6 +43,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from eden_serve import wire  # noqa: E402
 from eden_serve.wire import keyed  # noqa: E402
+from eden_serve.client.remote import PREFIX as CLOUD_PREFIX  # noqa: E402
 from eden_serve.edge import middles_of  # noqa: E402
 from eden_serve.model.checkpoint import load_archived  # noqa: E402
 from eden_serve.media.frames import png_bytes  # noqa: E402
@@ -110,31 +111,64 @@ def pairs_per_second(command: list[str], env: dict | None = None) -> tuple[float
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, **(env or {})})
     found = re.search(r"([\d.]+) pairs/s", done.stdout)
     tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
+    for line in done.stdout.splitlines()[:2]:  # with -v: the bytes a pair, the encoder's share
+        print(f"   {command[3]} {command[4] if len(command) > 4 else ''}: {line.strip()[:300]}", flush=True)
     return (float(found.group(1)) if found and done.returncode == 0 else None), tail[0][:300]
 
 
-def served_clip(server, clip: Path, scratch: Path) -> float | None:
+# The clip as the cloud holds it (docs/cloud-sources.md): the bitstream codec's own case, the
+# video's packets sent as they are stored. A local file's chunks are uploaded, and go as frames.
+SOURCE = f"{CLOUD_PREFIX}clip.mp4"
+
+
+COUNTER = re.compile(r'^(ts_inference_requests_total|ts_inference_latency_microseconds|ts_queue_latency_microseconds)'
+                     r'\{model_name="(\w+)".*\} ([\d.eE+-]+)$', re.M)
+
+
+def counters(server) -> dict[tuple[str, str], float]:
+    """TorchServe's own counters per model (its Prometheus text): requests, and the microseconds
+    they spent queued and in their workers, summed since the server started."""
+    try:
+        text = requests.get(f"{server.metrics_url}/metrics", timeout=30).text
+    except requests.RequestException:
+        return {}
+    return {(name, model): float(value) for name, model, value in COUNTER.findall(text)}
+
+
+def served_clip(server, source: str, scratch: Path) -> float | None:
+    """The client's pairs a second on ``source`` (the cloud's clip, or a local file's path), and
+    where the requests' time went, by TorchServe's counters."""
     url = server.inference_url
-    rate, tail = pairs_per_second([sys.executable, "-m", "eden_serve.commands.cli", "client", str(clip), "-o", str(scratch / "served.mp4"),
-                                   "--cloud", url, "--edge", url, "--codec", wire.BITSTREAM_CODEC, "--token", server.keys.get("inference", "")])
+    before = counters(server)
+    started = time.perf_counter()
+    rate, tail = pairs_per_second([sys.executable, "-m", "eden_serve.commands.cli", "client", source, "-o", str(scratch / "served.mp4"),
+                                   "--cloud", url, "--edge", url, "--codec", wire.BITSTREAM_CODEC, "--token", server.keys.get("inference", ""), "-v"])
+    seconds = time.perf_counter() - started
+    after = counters(server)
+    for model in sorted({m for _, m in after}):
+        count, worked, queued = (after.get((name, model), 0) - before.get((name, model), 0) for name in
+                                 ("ts_inference_requests_total", "ts_inference_latency_microseconds", "ts_queue_latency_microseconds"))
+        if count:
+            print(f"   {model}: {count:.0f} requests, {worked / 1e6:.2f} s in all in its workers (mean {worked / 1e3 / count:.0f} ms), "
+                  f"queued {queued / 1e6:.2f} s in all; the client's command took {seconds:.1f} s", flush=True)
     return rate if rate is not None else print(f"TS client failed: {tail}", flush=True)
 
 
-def provoke(server, folder: Path, clip: Path, scratch: Path, gpu: bool) -> None:
+def provoke(server, folder: Path, scratch: Path, gpu: bool) -> None:
     """The out-of-memory halving and the sticky-error exit, each on the next clip's forwards."""
     if not gpu:
         figure("oom_halving", "not provoked: a CPU has no device memory to run out of")
         figure("sticky_error_exit", "not provoked: a device-side assert needs CUDA")
         return
     faults.arm(folder, "edge-oom", "batch")
-    rate = served_clip(server, clip, scratch)
+    rate = served_clip(server, SOURCE, scratch)
     logs = "\n".join(p.read_text(errors="replace") for p in server.log_dir.glob("*.log"))
     halved = len(re.findall(r"ran out of memory; trying", logs))
     figure("oom_halving", f"fired {faults.fired(folder, 'edge-oom')}, batches halved {halved}, the clip {'done' if rate else 'FAILED'} "
                           f"({rate or 0:.1f} pairs/s)")
     faults.arm(folder, "edge-device-assert", "next")
     started = time.monotonic()
-    rate = served_clip(server, clip, scratch)
+    rate = served_clip(server, SOURCE, scratch)
     logs = "\n".join(p.read_text(errors="replace") for p in server.log_dir.glob("*.log"))
     # The worker's own line as it meets the failure (serving/refusals.py); the 503's body, which
     # names device_failure, is the client's and is not logged. Three H200 runs of 2026-11-28 read 0
@@ -175,9 +209,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="eden-gpu-torchserve-") as scratch_name:
         scratch = Path(scratch_name)
         started = time.monotonic()
-        store = build_archives(scratch / "store", config="tiny" if args.quick else "official", precision="auto" if gpu else None)
+        media = scratch / "media"
+        media.mkdir()
+        store = build_archives(scratch / "store", config="tiny" if args.quick else "official", precision="auto" if gpu else None,
+                               media_root=media)
         on_gpu_zero(store)
-        clip = gpu_clip.make_clip(scratch / "clip.mp4", size, frames)
+        clip = gpu_clip.make_clip(media / SOURCE.removeprefix(CLOUD_PREFIX), size, frames)
         figure("archives", f"built in {time.monotonic() - started:.1f} s, {sum(p.stat().st_size for p in store.iterdir()) >> 20} MiB")
         key = scratch / "wire.key"
         key.write_text(secrets.token_hex(32))
@@ -185,20 +222,23 @@ def main() -> None:
         folder = scratch / "faults"
         folder.mkdir()
         here, _ = pairs_per_second([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", str(clip), "-o", str(scratch / "here.mp4"),
-                                    "--config", "tiny" if args.quick else "official", "--device", args.device])
+                                    "--config", "tiny" if args.quick else "official", "--device", args.device, "-v"])
         started = time.monotonic()
         with torchserve(store, models=MODELS, workflows=["eden.war"], env={keyed.KEY_FILE_ENV: str(key), **faults.environment(folder)},
                         startup_timeout=TIMEOUT) as server:
             figure("startup", f"both archives and the workflow ready in {time.monotonic() - started:.1f} s")
             figure("workers_gpu_memory", worker_memory(server))
             workflow_pair(server, store, args, size)
-            tagged = served_clip(server, clip, scratch)
+            tagged = served_clip(server, SOURCE, scratch)
             figure("served_bitstream", f"{tagged or 0:.2f} pairs/s served (keyed), {here or 0:.2f} in process: "
-                                       f"{(tagged or 0) / (here or 1):.2f} of in process ({size[0]}x{size[1]}, {frames} frames)")
+                                       f"{(tagged or 0) / (here or 1):.2f} of in process ({size[0]}x{size[1]}, {frames} frames, {SOURCE})")
+            uploaded = served_clip(server, str(clip), scratch)
+            figure("served_uploaded", f"{uploaded or 0:.2f} pairs/s served, {(uploaded or 0) / (here or 1):.2f} of in process "
+                                      "(a local file's chunks, uploaded to the cloud as frames)")
             figure("workers_gpu_memory_after", worker_memory(server))
-            provoke(server, folder, clip, scratch, gpu)
+            provoke(server, folder, scratch, gpu)
         with torchserve(store, models=MODELS, startup_timeout=TIMEOUT) as server:
-            boxed = served_clip(server, clip, scratch)
+            boxed = served_clip(server, SOURCE, scratch)
             figure("sandbox_cost", f"{boxed or 0:.2f} pairs/s in the sandbox against {tagged or 0:.2f} keyed: "
                                    f"cost {1 - (boxed or 0) / (tagged or 1):.1%}")
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # TorchServe on the GPU machine, in two device calls right after the GPU check (the machine stays
 # warm 30 s and keeps what the earlier calls installed; docs/gpu.md, "Running it"):
+#   base      with .gpu carried, only where the GPU check has not run on this machine: its wheels
+#             (PyAV, zstandard, pyseccomp) installed
 #   install   with .gpu-serve carried: TorchServe's wheels installed
 #   run       with .gpu-java carried: the Java runtime unpacked, then benchmarks/gpu_torchserve.py,
 #             its TS lines and log into $OUT
@@ -10,6 +12,10 @@ OUT="${OUT:-out/gpu}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$OUT"
 case "${1:-}" in
+  base)
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --find-links .gpu/wheels .gpu/wheels/*.whl
+    "$PYTHON" -c "import av, zstandard; print('gpu_torchserve: PyAV', av.__version__, 'installed')"
+    ;;
   install)
     "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps .gpu-serve/wheels/*.whl
     "$PYTHON" -c "import ts, model_archiver, workflow_archiver; print('gpu_torchserve: TorchServe', ts.__version__ if hasattr(ts, '__version__') else '', 'installed')"
@@ -25,7 +31,7 @@ case "${1:-}" in
     grep '^TS ' "$OUT/gpu_torchserve.log" >"$OUT/torchserve.txt" || true
     ;;
   *)
-    echo "usage: gpu_torchserve.sh install|run" >&2
+    echo "usage: gpu_torchserve.sh base|install|run" >&2
     exit 2
     ;;
 esac
