@@ -46,6 +46,7 @@ from eden_serve.serving.bitstreams import start_sandbox  # noqa: E402
 from eden_serve.serving.overlap import Preparation  # noqa: E402
 from eden_serve.serving.services import EdgeService  # noqa: E402
 from eden_serve.serving.sources import SourceChunk, read_source  # noqa: E402
+from eden_serve.media.frames import frames_on  # noqa: E402
 from eden_serve.serving.worker import Settings, max_tokens_for  # noqa: E402
 from eden_serve.wire import keyed  # noqa: E402
 from eden_serve.wire.answers import whole_answer  # noqa: E402
@@ -114,10 +115,11 @@ def payloads(cloud: CloudEncoder, clip_dir: Path, size: tuple[int, int], args) -
     made: dict[str, list[bytes]] = {name: [] for name in names}
     for r in range(args.batch):
         span = range(r * args.pairs, r * args.pairs + frames_each)
-        frames = list(read_source(settings, clip.name, span, cloud.config, 1 << 17, 1 << 20).to(cloud.device))
+        pixels = read_source(settings, clip.name, span, cloud.config, 1 << 17, 1 << 20)
+        frames = frames_on(pixels, cloud.device)
         for name in names:
             kind = wire.kind(name, source=True)
-            chunk = kind.make(cloud, frames, seed=span.start, scene_threshold=None, source=SourceChunk(settings, clip.name, span))
+            chunk = kind.make(cloud, frames, seed=span.start, scene_threshold=None, source=SourceChunk(settings, clip.name, span, pixels))
             sealed = kind.seal(chunk, cloud.config)
             made[name].append(keyed.sign(sealed, KEY))
             if name == wire.BITSTREAM_CODEC:

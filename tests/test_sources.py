@@ -107,6 +107,29 @@ def test_ranges_past_the_end_are_refused(media):
         video.read(38, 3)
 
 
+@pytest.mark.parametrize("codec", [wire.BITSTREAM_CODEC, wire.FRAMES_CODEC])
+def test_a_sources_pixels_as_decoded_make_the_payload_its_frames_would(tiny_models, media, codec):
+    """The cloud takes a source's frames as decoded (SourceChunk.pixels), not made again from the
+    model's frames and checked against them: the same payload, byte for byte, from a range that
+    starts between key frames."""
+    from eden_serve.media.frames import frames_on
+    from eden_serve.serving.sources import SourceChunk, read_source
+    from eden_serve.serving.worker import Settings
+
+    cloud = tiny_models[0]
+    settings = Settings(media_root=str(media))
+    span = range(11, 16)
+    pixels = read_source(settings, "gops.mp4", span, cloud.config, 1 << 17, 1 << 20)
+    assert pixels.shape == (5, 64, 96, 3) and pixels.dtype == np.uint8
+    frames = frames_on(pixels, cloud.device)
+    kind = wire.kind(codec, source=True)
+    given, remade = (kind.seal(kind.make(cloud, frames, 7, 0.9, SourceChunk(settings, "gops.mp4", span, held)), cloud.config)
+                     for held in (pixels, None))
+    assert given == remade
+    with pytest.raises(ValueError, match="given for 5"):
+        cloud.frames_chunk(frames, 7, depth=16, pixels=pixels)
+
+
 # --- the cloud on a real TorchServe ----------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from ..cloud.encoder import CloudEncoder
 from ..cloud.limits import images_depth, read_chunk
 from ..config import MAX_SEED
 from ..errors import BadInputError
+from ..media.frames import frames_on
 from ..model.checkpoint import load_cloud
 from ..wire import keyed
 from .fields import OCTET_STREAM, form_field, frame_fields, image_bytes, parse_kind, parse_seed, parse_threshold
@@ -66,8 +67,9 @@ class CloudService(Service):
             return Reply(*answer(self.settings, job))
         source = None
         if job.source is not None:
-            frames = read_source(self.settings, job.source, job.frames, self.model.config, self.max_tokens, self.max_chunk_tokens)
-            source = SourceChunk(self.settings, job.source, job.frames)
+            pixels = read_source(self.settings, job.source, job.frames, self.model.config, self.max_tokens, self.max_chunk_tokens)
+            frames = frames_on(pixels, self.model.device)
+            source = SourceChunk(self.settings, job.source, job.frames, pixels)
             depth = source_depth(self.settings, job.source)
         else:
             frames = read_chunk(job.frames, self.model.config, self.settings.max_pixels, wire.MAX_SIDE, self.max_tokens,

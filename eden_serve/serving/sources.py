@@ -18,7 +18,7 @@ from ..cloud.limits import check_tokens
 from ..cloud.sources import FileCache, SourceFile, SourceVideo, Work
 from ..config import EdenConfig
 from ..errors import BadInputError, ChunkTooLargeError
-from ..media.frames import check_sides, pixels_to_tensor
+from ..media.frames import check_sides
 from ..media.packets import PacketReader
 from ..sandbox.decoder import pixel_dtype
 from ..wire.bitstream import Packet, StreamParameters
@@ -103,11 +103,13 @@ def answer(settings: Settings, job: ProbeJob | PacketsJob) -> tuple[bytes, str]:
 
 class SourceChunk(NamedTuple):
     """The frames ``frames`` of the source ``name``, as the bitstream kind asks for them
-    (:class:`eden_serve.wire.kinds.Source`): read only where that kind is asked for."""
+    (:class:`eden_serve.wire.kinds.Source`): its packets read only where that kind is asked for;
+    ``pixels``, where read, the frames decoded (:func:`read_source`)."""
 
     settings: Settings
     name: str
     frames: range
+    pixels: np.ndarray | None = None
 
     def packets(self) -> tuple[StreamParameters, list[Packet], int]:
         reader = packet_reader(source_file(self.settings, self.name), self.settings.max_pixels, work_of(self.settings))
@@ -126,15 +128,15 @@ def source_depth(settings: Settings, name: str) -> int:
 
 
 def read_source(settings: Settings, name: str, frames: range, config: EdenConfig, max_tokens: int,
-                max_chunk_tokens: int) -> torch.Tensor:
-    """[F, 3, H, W] float32 in [0, 1]: the frames a request names, held to the limits uploaded
-    frames are held to (judged from the stream's headers before a frame is decoded)."""
+                max_chunk_tokens: int) -> np.ndarray:
+    """[F, H, W, 3] RGB pixels (uint8, or uint16 for a video deeper than 8 bits): the frames a
+    request names, held to the limits uploaded frames are held to (judged from the stream's headers
+    before a frame is decoded). :func:`~eden_serve.media.frames.frames_on` makes the model's frames
+    of them on its device, and the frames and bitstream kinds take them as they are
+    (:attr:`SourceChunk.pixels`)."""
     video = open_source(settings, name)
     width, height = video.scan.width, video.scan.height
     check_sides(width, height, wire.MAX_SIDE, name)
     check_tokens(width, height, len(frames), config, Limits(tokens=max_tokens, chunk_tokens=max_chunk_tokens,
                                                             pixels=settings.max_pixels), name)
-    batch = torch.empty(len(frames), 3, height, width)
-    for i, pixels in enumerate(video.read(frames.start, len(frames))):
-        batch[i] = pixels_to_tensor(torch.from_numpy(pixels))
-    return batch
+    return np.stack(video.read(frames.start, len(frames)))

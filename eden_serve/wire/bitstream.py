@@ -51,7 +51,7 @@ from .envelope import (
     integer_pair, invalid, seal,
 )
 from .keyed import TAGGED_PREFIX, is_tagged
-from .kinds import Cloud, Edge, Held, Kind, Source
+from .kinds import Cloud, Edge, Held, Kind, Source, source_pixels
 from .frames import FRAMES_CODEC, FramesChunk
 
 BITSTREAM_CODEC = "bitstream"
@@ -323,9 +323,9 @@ class BitstreamKind(Kind):
              source: Source | None = None, depth: int = 8) -> BitstreamChunk:
         if source is None:
             raise CodecError("the bitstream codec carries a video's own packets: only a chunk of a source the cloud holds has them")
-        decided = cloud.frames_chunk(frames, seed, scene_threshold, depth)
+        decided = cloud.frames_chunk(frames, seed, scene_threshold, depth, source_pixels(source))
         parameters, packets, skip = source.packets()
-        return BitstreamChunk(parameters, packets, skip, decided.frames, [frame_digest(f) for f in decided.pixels], decided.decisions)
+        return BitstreamChunk(parameters, packets, skip, decided.frames, list(_HASHERS.map(frame_digest, decided.pixels)), decided.decisions)
 
     def encode(self, chunk: BitstreamChunk, config: EdenConfig) -> bytes:
         return encode_bitstream(chunk, config)

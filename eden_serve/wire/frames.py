@@ -36,7 +36,7 @@ from ..config import EdenConfig
 from ..errors import CodecError
 from .decisions import Decided, Decisions, check_header, header, read_decisions
 from .envelope import FRAMES_VERSION, MAX_FRAMES, MAX_TOKENS, Limits, check_limits, cloud_digest, integer, integer_pair, invalid, seal
-from .kinds import Cloud, Edge, Kind, Source
+from .kinds import Cloud, Edge, Kind, Source, source_pixels
 from .png import RGB16, most_png_bytes, png_header, rgb16_pixels, rgb16_png
 
 FRAMES_CODEC = "frames"
@@ -167,7 +167,7 @@ class FramesKind(Kind):
 
     def make(self, cloud: Cloud, frames: Sequence[torch.Tensor], seed: int = 0, scene_threshold: float | None = None,
              source: Source | None = None, depth: int = 8) -> FramesChunk:
-        return cloud.frames_chunk(frames, seed, scene_threshold, depth)
+        return cloud.frames_chunk(frames, seed, scene_threshold, depth, source_pixels(source))
 
     def encode(self, chunk: FramesChunk, config: EdenConfig) -> bytes:
         return encode_frames(chunk, config)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
+import numpy as np
 import torch
 
 from ..config import EdenConfig
@@ -40,9 +41,16 @@ class Cloud(Protocol):
 class Source(Protocol):
     """A chunk's frames in a video the cloud holds (a server-side source)."""
 
+    pixels: np.ndarray | None  # the frames as decoded, [F, H, W, 3], where the cloud read them: what the frames were made of
+
     def packets(self) -> tuple:
         """(stream parameters, the packets from the key frame at or before the chunk's first frame
         in decode order, the frames shown from that key frame before the chunk's first)."""
+
+
+def source_pixels(source: Source | None) -> np.ndarray | None:
+    """The pixels a source's frames were made of, where there are: CloudEncoder.frames_chunk takes them as they are."""
+    return getattr(source, "pixels", None)
 
 
 class Held(Protocol):
