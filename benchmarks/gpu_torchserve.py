@@ -173,15 +173,18 @@ def provoke(server, folder: Path, scratch: Path, gpu: bool) -> None:
     # The worker's own line as it meets the failure (serving/refusals.py); the 503's body, which
     # names device_failure, is the client's and is not logged. Three H200 runs of 2026-11-28 read 0
     # when the line came as the worker left: C++ ended it first (docs/gpu.md).
-    exits = logs.count(LEAVING)
+    said = [line for line in logs.splitlines() if LEAVING in line]
+    workers = {found.group(0) for found in map(WORKER.search, said) if found}
     figure("sticky_error_exit", f"fired {faults.fired(folder, 'edge-device-assert')}, workers that left on it "
-                                f"{exits}, the clip {'done after retries' if rate else 'FAILED'} in "
+                                f"{len(workers)} (the line {len(said)} times: once a request failed), the clip "
+                                f"{'done after retries' if rate else 'FAILED'} in "
                                 f"{time.monotonic() - started:.1f} s")
     # How the worker went, as logged.
     for line in fault_lines(logs):
         figure("sticky_error_log", line)
 
 
+WORKER = re.compile(r"W-\d+-\w+")  # a worker's name in TorchServe's log lines: W-<port>-<model>_<version>
 FAULT_WORDS = re.compile(r"device-side assert|CUDA error|AcceleratorError|Traceback|worker (?:process )?died|"
                          r"exit code|Killed|core dumped|SIGABRT|terminate called|Backend worker|device_failure|exits once")
 
