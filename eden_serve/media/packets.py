@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import BadInputError, TooMuchWorkError
 from ..sandbox.decoder import decode
-from ..wire.bitstream import DECODERS, BitstreamChunk, Packet, StreamParameters
+from ..wire.bitstream import DECODERS, REORDER_SLACK, BitstreamChunk, Packet, StreamParameters
 from .encoding import import_av
 from .video import PIPE, VideoClip
 
@@ -75,6 +75,10 @@ class PacketReader:
             clip.close()
         self._display = sorted(range(len(self._pts)), key=self._pts.__getitem__)
         self._decode_index = {pts: index for index, pts in enumerate(self._pts)}
+        # How many packets past a frame's own its decoder may hold the frame back (B-frames): the most
+        # that any frame is decoded after its place in display order. FFmpeg's h264 and hevc give a
+        # chunk's frames once these many follow (x264's defaults: 2), without being told the end.
+        self.reorder = max((decoded - shown for shown, decoded in enumerate(self._display)), default=0)
 
     def _index(self, demuxed) -> tuple[list[int], list[int]]:
         pts, keys, seen = [], [], set()
@@ -157,14 +161,22 @@ class PacketReader:
         return list(self._display)
 
     def needed(self, first: int, last: int) -> Span:
-        """The packets that frames ``first`` to ``last`` (display order, inclusive) need."""
+        """The packets that frames ``first`` to ``last`` (display order, inclusive) need, and the
+        :attr:`reorder` packets after them where each is shown after the chunk: with those, a
+        decoder gives the chunk's frames without being told the packets ended, so the edge can go on
+        with the next chunk's packets (:mod:`eden_serve.edge.continued`). A packet shown before the
+        chunk is never among them: it would move the frames the edge counts from the key frame."""
         if not 0 <= first <= last < len(self):
             raise BadInputError(f"frames {first} to {last} are not frames of {self.path}, which has {len(self)}")
         packets = self._display[first : last + 1]
-        start = self._pts[packets[0]]
+        start, shown_last = self._pts[packets[0]], self._pts[packets[-1]]
         key = max(k for k in self._keys if k <= min(packets) and self._pts[k] <= start)
         end = max(packets)
         skip = sum(self._pts[key] <= self._pts[d] < start for d in range(key, end + 1))
+        after = range(end + 1, min(end + 1 + self.reorder, len(self)))
+        within = after.stop - key <= skip + len(packets) + REORDER_SLACK  # what the edge takes of a chunk
+        if within and all(self._pts[d] > shown_last for d in after):
+            end = after.stop - 1 if after else end
         return Span(key, end, skip)
 
 

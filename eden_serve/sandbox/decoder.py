@@ -68,42 +68,69 @@ def decode(parameters, packets: list, skip: int, count: int, max_pixels: int | N
     frame, in display order) as RGB [count, H, W, 3] of :func:`pixel_dtype`, the pixels VideoClip
     gives (into ``out``, where given). The decoder refuses, as it parses the stream's own headers, any frame
     larger than ``parameters`` declare, and every frame, skipped ones too, must have that size."""
-    height, width = parameters.height, parameters.width
-    if not packets:
-        raise CodecError("malformed payload: it holds no packets")
-    if max_pixels is not None and width * height > max_pixels:
-        raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
-    try:
-        import av
-    except ImportError:
-        raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
-                                  "chunk with the frames codec") from None
-    context = _decoder(parameters, av)
-    pixels = np.empty((count, height, width, 3), pixel_dtype(parameters.pix_fmt)) if out is None else out
-    start, shown, got = packets[0].pts, 0, 0
-    first = _first_shown(packets, skip) if parameters.decoder in SKIPS_UNREFERENCED else None
-    try:
-        for i, packet in enumerate([*packets, None]):
-            where = f"packet {i}" if packet else "the end of the packets"
-            if first is not None and packet is not None:  # shown before the chunk: needed only as a reference
-                context.skip_frame = "NONREF" if packet.pts < first else "DEFAULT"
-            for frame in context.decode(None if packet is None else _av_packet(packet, av)):
-                _check_size(frame, parameters, shown)
-                if frame.pts is None or frame.pts < start:
-                    continue  # a leading picture of an open GOP
-                if (shown >= skip) if first is None else (frame.pts >= first):  # unreferenced ones never come out
-                    pixels[got] = rgb(frame)
-                    got += 1
-                shown += 1
-                if got == count:
-                    return pixels
-    except (av.error.FFmpegError, ValueError) as exc:
-        raise CodecError(f"malformed payload: {where} does not decode as {parameters.decoder} ({str(exc):.200})") from None
-    raise CodecError(f"malformed payload: its packets show {shown} frames from the key frame on, fewer than the "
+    stream = Stream(parameters, packets, max_pixels)
+    first = first_shown(packets, skip) if parameters.decoder in SKIPS_UNREFERENCED else None
+    pixels = np.empty((count, parameters.height, parameters.width, 3), pixel_dtype(parameters.pix_fmt)) if out is None else out
+    got = 0
+    for frame, shown in stream.frames(packets, first):
+        if (shown >= skip) if first is None else (frame.pts >= first):  # unreferenced ones never come out
+            pixels[got] = rgb(frame)
+            got += 1
+            if got == count:
+                return pixels
+    raise CodecError(f"malformed payload: its packets show {stream.shown} frames from the key frame on, fewer than the "
                      f"{skip} skipped and {count} declared")
 
 
-def _first_shown(packets: list, skip: int) -> int | None:
+class Stream:
+    """A decoder of one stream's packets from a key frame on, which may be fed a payload's packets in
+    several turns (:meth:`frames`): :func:`decode` feeds it one payload; the edge keeps one between
+    the payloads of a stream's chunks (:mod:`eden_serve.edge.continued`)."""
+
+    def __init__(self, parameters, packets: list, max_pixels: int | None = None):
+        height, width = parameters.height, parameters.width
+        if not packets:
+            raise CodecError("malformed payload: it holds no packets")
+        if max_pixels is not None and width * height > max_pixels:
+            raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
+        try:
+            import av
+        except ImportError:
+            raise DigestMismatchError("this edge has no PyAV (the video extra) to decode the cloud's packets with; send this "
+                                      "chunk with the frames codec") from None
+        self.av, self.parameters = av, parameters
+        self.context = _decoder(parameters, av)
+        self.start = packets[0].pts  # the key frame's: frames timed before it are an open GOP's leading pictures
+        self.fed = 0  # packets decoded (or left out), from the key frame
+        self.shown = 0  # frames given, from the key frame on
+        self.drained = False  # the decoder was told the packets ended: it can take no more
+
+    def frames(self, packets: list, first: int | None = None, drain: bool = True):
+        """``(frame, shown)`` for each frame the decoder gives, in display order, from the key frame
+        on, as ``packets`` from the :attr:`fed`-th on are decoded, then, where ``drain``, as the
+        decoder is told they ended. Packets shown before ``first`` (a time stamp) that nothing
+        references are left out, for the decoders that can (:data:`SKIPS_UNREFERENCED`)."""
+        av, context = self.av, self.context
+        skips = first is not None and self.parameters.decoder in SKIPS_UNREFERENCED
+        ahead = [*packets[self.fed:], None] if drain else packets[self.fed:]
+        try:
+            for packet in ahead:
+                where = f"packet {self.fed}" if packet else "the end of the packets"
+                if skips and packet is not None:  # shown before the chunk: needed only as a reference
+                    context.skip_frame = "NONREF" if packet.pts < first else "DEFAULT"
+                self.drained = packet is None
+                self.fed += packet is not None
+                for frame in context.decode(None if packet is None else _av_packet(packet, av)):
+                    _check_size(frame, self.parameters, self.shown)
+                    if frame.pts is None or frame.pts < self.start:
+                        continue  # a leading picture of an open GOP
+                    self.shown += 1
+                    yield frame, self.shown - 1
+        except (av.error.FFmpegError, ValueError) as exc:
+            raise CodecError(f"malformed payload: {where} does not decode as {self.parameters.decoder} ({str(exc):.200})") from None
+
+
+def first_shown(packets: list, skip: int) -> int | None:
     """The time stamp of the chunk's first frame, ``skip`` frames after the key frame: frames are
     numbered by their packets' times. None where the packets do not each state a time of their own."""
     stamps = [packet.pts for packet in packets]

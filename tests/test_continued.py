@@ -1,0 +1,118 @@
+"""eden_serve/edge/continued.py: the edge's decoder of a stream kept between its chunks, in process.
+Each chunk's payload starts at its key frame; where the decoder of the chunk before can go on, only
+the packets it has not had are decoded, and the frames are the clip's all the same, in any order of
+the requests, from several threads, and where it cannot go on."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eden_serve.edge.continued import Continuations, mark
+from eden_serve.media.packets import PacketReader
+from eden_serve.sandbox.decoder import first_shown
+from harness.videos import local_frames, make_clip
+
+SIZE = (72, 128)  # height, width
+COUNT = 60
+CHUNK = 8  # pairs: chunks of 9 frames, each starting at the last frame of the one before
+# One GOP of x264's defaults (B-frames, pyramid); HEVC in open GOPs of 20 (leading pictures).
+MADE = {
+    "long_gop.mp4": ("libx264", {"x264-params": "keyint=infinite:scenecut=0"}),
+    "hevc.mp4": ("libx265", {"x265-params": "keyint=20:min-keyint=20:bframes=3:open-gop=1:log-level=error"}),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MADE))
+def clip(request, tmp_path_factory) -> tuple[PacketReader, list, list[np.ndarray]]:
+    codec, options = MADE[request.param]
+    path = make_clip(tmp_path_factory.mktemp("continued") / request.param, codec, options, SIZE, COUNT)
+    reader = PacketReader(path)
+    return reader, list(reader), local_frames(path)
+
+
+def chunks(reader: PacketReader, packets: list) -> list[tuple[int, list, int]]:
+    """(first frame, the payload's packets, skip) of each chunk of the clip, as the cloud cuts them."""
+    found = []
+    for first in range(0, len(packets) - 1, CHUNK):
+        span = reader.needed(first, min(first + CHUNK, len(packets) - 1))
+        found.append((first, packets[span.key : span.end + 1], span.skip))
+    return found
+
+
+def frames_of(kept: Continuations, reader: PacketReader, payload: tuple[int, list, int], total: int) -> np.ndarray:
+    first, packets, skip = payload
+    return kept.decode(reader.parameters, packets, skip, min(CHUNK + 1, total - first))
+
+
+def test_chunks_in_order_decode_each_packet_once_to_the_clips_frames(clip):
+    reader, packets, expected = clip
+    kept, payloads = Continuations(), chunks(reader, packets)
+    for payload in payloads:
+        got = frames_of(kept, reader, payload, len(expected))
+        first = payload[0]
+        assert all(np.array_equal(got[i], expected[first + i]) for i in range(len(got))), first
+    # Each chunk whose key frame is the chunk before's goes on from its decoder.
+    assert kept.continued == sum(before[1][0] == after[1][0] for before, after in zip(payloads, payloads[1:])) > 0
+    # Decoded from their key frames, the chunks would decode far more; in one GOP, each packet once.
+    assert kept.decoded < sum(len(p[1]) for p in payloads)
+    if all(p[1][0] == packets[0] for p in payloads):
+        assert kept.decoded <= len(packets)
+
+
+def test_chunks_out_of_order_or_asked_again_are_the_clips_frames(clip):
+    reader, packets, expected = clip
+    kept, payloads = Continuations(), chunks(reader, packets)
+    order = [0, 1, 3, 2, 2, 4, 0, 5, 6, 6]
+    for index in order:
+        payload = payloads[index % len(payloads)]
+        got = frames_of(kept, reader, payload, len(expected))
+        assert all(np.array_equal(got[i], expected[payload[0] + i]) for i in range(len(got))), index
+
+
+def test_a_payload_that_ends_at_its_last_frame_is_decoded_to_the_end_and_not_kept(clip):
+    """Without the packets past the chunk (a cloud of before, or the stream's last chunk) the decoder
+    is told the packets ended, which ends it: the next chunk is decoded from its key frame."""
+    reader, packets, expected = clip
+    kept = Continuations()
+    shown = sorted(range(len(packets)), key=lambda d: packets[d].pts)
+    for first in (8, 16):
+        span = reader.needed(first, first + CHUNK)
+        end = max(shown[first : first + CHUNK + 1])  # the last packet shown within the chunk, none past it
+        got = kept.decode(reader.parameters, packets[span.key : end + 1], span.skip, CHUNK + 1)
+        assert all(np.array_equal(got[i], expected[first + i]) for i in range(CHUNK + 1))
+    assert kept.continued == 0 and not kept._kept
+
+
+def test_chunks_asked_from_threads_at_once_take_turns_earliest_first(clip):
+    reader, packets, expected = clip
+    kept, payloads = Continuations(), chunks(reader, packets)
+    frames_of(kept, reader, payloads[0], len(expected))
+    results: dict[int, np.ndarray] = {}
+    threads = [threading.Thread(target=lambda p=p: results.__setitem__(p[0], frames_of(kept, reader, p, len(expected))))
+               for p in reversed(payloads[1:])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for first, got in results.items():
+        assert all(np.array_equal(got[i], expected[first + i]) for i in range(len(got))), first
+    assert len(results) == len(payloads) - 1 and kept.continued >= 1
+
+
+def test_a_kept_decoder_goes_on_only_from_the_very_packets_it_had(clip):
+    """A payload whose packets differ from those the kept decoder had, by a byte past the key frame,
+    is decoded from its key frame: never from a decoder fed other bytes."""
+    reader, packets, expected = clip
+    kept, payloads = Continuations(), chunks(reader, packets)
+    frames_of(kept, reader, payloads[0], len(expected))
+    (stream,) = kept._kept.values()
+    _, later, skip = payloads[1]
+    first = first_shown(later, skip)
+    changed = [later[0], dataclasses.replace(later[1], data=later[1].data + b"\0"), *later[2:]]
+    assert stream.continues([mark(p) for p in later], first)
+    assert not stream.continues([mark(p) for p in changed], first)
