@@ -11,6 +11,7 @@ decoder, the same RGB conversion, so the same pixels as a local run), but a fram
 decoding at the key frame at or before it: the packets' times, read once per file without decoding
 (:class:`Scan`, kept for a few files), say which, and the demuxer seeks there. Every frame asked for
 is matched by its time stamp, and a seek that lands wrong falls back to decoding from the start.
+Pictures shown before the range that nothing references (H.264's, HEVC's) are left undecoded.
 """
 
 from __future__ import annotations
