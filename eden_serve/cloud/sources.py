@@ -11,6 +11,7 @@ decoder, the same RGB conversion, so the same pixels as a local run), but a fram
 decoding at the key frame at or before it: the packets' times, read once per file without decoding
 (:class:`Scan`, kept for a few files), say which, and the demuxer seeks there. Every frame asked for
 is matched by its time stamp, and a seek that lands wrong falls back to decoding from the start.
+Pictures shown before the range that nothing references (H.264's, HEVC's) are left undecoded.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..media.frames import check_size
 from ..media.packets import Work
 from ..media.containers import display_matrix, first_frame, self_contained
 from ..media.video import VideoClip, rgb
+from ..sandbox.decoder import SKIPS_UNREFERENCED
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 
 MAX_NAME = 1024  # characters of a source's name
@@ -231,7 +233,8 @@ class SourceVideo:
         self.scan = scan(self.source, max_pixels, work.source_packets)
         self.started = time.monotonic()  # the request's: its reads share the deadline
         self.pixels = self.scan.width * self.scan.height
-        self.decoded = 0  # frames the last read decoded up to its last: what a seek saved shows here
+        self.decoded = 0  # pictures the last read decoded up to its last: what a seek and a skip saved show here
+        self.pictures = 0  # pictures shown from where it started decoding to its last, decoded or left out
 
     def probe(self) -> dict:
         """What a client plans a run with: the frame count, rate, size, colour and the file's streams."""
@@ -268,7 +271,7 @@ class SourceVideo:
         landed past them)."""
         av = import_av()
         found: dict[int, np.ndarray] = {}
-        self.decoded = 0
+        self.decoded = self.pictures = 0
         if seek is None or wanted is None:  # from the start: up to the last frame asked for
             self._decoding(first + count)
         else:  # from the key frame: the frames shown from it to the last one asked for
@@ -279,12 +282,13 @@ class SourceVideo:
                 stream.thread_type = "AUTO"
                 if seek is not None:
                     container.seek(seek, stream=stream, backward=True)
-                for i, frame in enumerate(container.decode(stream)):
+                for i, frame in enumerate(self._frames(container, stream, wanted)):
                     if wanted is not None and frame.pts is not None and frame.pts > wanted[-1]:
                         break
                     self.decoded += 1
-                    self._decoding(self.decoded)
                     if wanted is None:
+                        self.pictures = self.decoded
+                        self._decoding(self.decoded)
                         if i >= first:
                             found[i] = rgb(frame)
                         if len(found) == count:
@@ -300,6 +304,24 @@ class SourceVideo:
                 return None
             raise BadInputError(f"{self.source.name}: frames {first} to {first + count - 1} do not all decode")
         return [found[key] for key in keys]
+
+    def _frames(self, container, stream, wanted: list[int] | None):
+        """The stream's frames as its decoder gives them, packet by packet. Where frames are matched
+        by time stamp, an H.264 or HEVC picture shown before the range that no other picture
+        references is left undecoded (as the edge leaves it, :data:`~eden_serve.sandbox.decoder.SKIPS_UNREFERENCED`):
+        the range's pictures are the same without it. The work bound counts every picture shown up to
+        the range's last, decoded or left out (a left-out one is still read and parsed), as it counted
+        before: what a request may cost is bounded as it was."""
+        context = stream.codec_context
+        skips = wanted is not None and context.name in SKIPS_UNREFERENCED
+        for packet in container.demux(stream):
+            if wanted is not None and packet.size:  # not the demuxer's empty packet at the end
+                if packet.pts is None or packet.pts <= wanted[-1]:
+                    self.pictures += 1
+                    self._decoding(self.pictures)
+                if skips:  # frame threads take the context's skip_frame with each packet submitted
+                    context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < wanted[0] else "DEFAULT"
+            yield from context.decode(packet)
 
     def _decoding(self, frames: int) -> None:
         self.work.check(frames * self.pixels, self.work.decoded_pixels,
