@@ -200,11 +200,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="the tiny model at 64x96 (the default on a CPU)")
-    parser.add_argument("--frames", type=int, help="frames of the clip (default 48; quick 9)")
+    parser.add_argument("--frames", type=int, help="frames of the clip (default 96, one GOP; quick 9)")
     args = parser.parse_args()
     args.quick = args.quick or args.device == "cpu"
     gpu = args.device.startswith("cuda")
-    size, frames = ((64, 96), args.frames or 9) if args.quick else ((1080, 1920), args.frames or 48)
+    size, frames = ((64, 96), args.frames or 9) if args.quick else ((1080, 1920), args.frames or 96)
     java = subprocess.run([f"{os.environ['JAVA_HOME']}/bin/java" if "JAVA_HOME" in os.environ else "java", "-version"],
                           capture_output=True, text=True)
     figure("environment", f"{args.device}, torch {torch.__version__}, Java {(java.stderr.splitlines() or ['none'])[0]}, "
