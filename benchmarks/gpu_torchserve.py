@@ -239,6 +239,11 @@ def main() -> None:
             figure("served_uploaded", f"{uploaded or 0:.2f} pairs/s served, {(uploaded or 0) / (here or 1):.2f} of in process "
                                       "(a local file's chunks, uploaded to the cloud as frames)")
             figure("workers_gpu_memory_after", worker_memory(server))
+            # TorchServe's collector of system metrics logged a traceback a minute on the H200: why.
+            collector = [line.split("MetricCollector - ", 1)[1].strip()[:300] for p in server.log_dir.glob("*.log")
+                         for line in p.read_text(errors="replace").splitlines() if "MetricCollector - " in line]
+            for line in list(dict.fromkeys(collector))[-8:]:
+                figure("metric_collector", line)
             provoke(server, folder, scratch, gpu)
         with torchserve(store, models=MODELS, startup_timeout=TIMEOUT) as server:
             boxed = served_clip(server, SOURCE, scratch)
