@@ -1,7 +1,9 @@
 """A range of a video the cloud holds (a ``cloud:`` source) read by the cloud
 (eden_serve/cloud/sources.py, ``SourceVideo.read``) late in one long GOP, with the H.264 and HEVC
 pictures before the range that nothing references left undecoded, against all of them decoded:
-milliseconds a range, paired in each round.
+milliseconds a range, paired in each round. Then the clip's ranges in order (each starting at the
+last frame of the one before, as a client asks them), each read on from the decoder the range
+before left (eden_serve/cloud/ranges.py) against each read from its key frame.
 
     .venv/bin/python benchmarks/cloud_ranges.py [--size 720x1280] [--frames 200] [--range 16] [--rounds 7] [--codec libx264]
 
@@ -23,18 +25,33 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eden_serve.cloud import sources
+from eden_serve.cloud import ranges
 from eden_serve.cloud.sources import SourceVideo
 from late_chunks import GOP, long_gop
 
 
 def timed(path: Path, first: int, length: int, skipping: bool) -> tuple[float, list[np.ndarray], int]:
     """Seconds a read of the range took, its frames, and the pictures decoded for it."""
-    sources.SKIPS_UNREFERENCED = frozenset({"h264", "hevc"}) if skipping else frozenset()
+    ranges.SKIPS_UNREFERENCED = frozenset({"h264", "hevc"}) if skipping else frozenset()
+    ranges.CURSORS.clear()  # from its key frame
     video = SourceVideo(path, 1 << 30)
     started = time.perf_counter()
     frames = video.read(first, length)
     return time.perf_counter() - started, frames, video.decoded
+
+
+def in_order(path: Path, frames: int, length: int, kept: bool) -> float:
+    """Seconds a range took over the clip's ranges in order, read on from the cursor or each from its key frame."""
+    ranges.CURSORS.clear()
+    spent, firsts = 0.0, range(0, frames - length, length - 1)
+    for first in firsts:
+        if not kept:
+            ranges.CURSORS.clear()
+        video = SourceVideo(path, 1 << 30)
+        started = time.perf_counter()
+        video.read(first, length)
+        spent += time.perf_counter() - started
+    return spent / len(firsts)
 
 
 def main() -> None:
@@ -46,7 +63,7 @@ def main() -> None:
     parser.add_argument("--codec", choices=sorted(GOP), default="libx264")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
-    kept = sources.SKIPS_UNREFERENCED
+    kept = ranges.SKIPS_UNREFERENCED
     first = args.frames - args.range
     with tempfile.TemporaryDirectory() as folder:
         clip = long_gop(Path(folder) / "long.mkv", args.codec, size, args.frames)
@@ -59,13 +76,20 @@ def main() -> None:
                 for skipping in (False, True):
                     spent, _, decoded[skipping] = timed(clip, first, args.range, skipping)
                     seconds[skipping].append(spent)
+            ordered = {True: [], False: []}
+            for _ in range(args.rounds):
+                for kept_cursor in (False, True):
+                    ordered[kept_cursor].append(in_order(clip, args.frames, args.range, kept_cursor))
         finally:
-            sources.SKIPS_UNREFERENCED = kept
+            ranges.SKIPS_UNREFERENCED = kept
     every, skipped = (statistics.median(seconds[way]) * 1000 for way in (False, True))
     ratio = statistics.median(s / e for e, s in zip(seconds[False], seconds[True]))
     print(f"{args.codec} {args.size}, frames {first} to {args.frames - 1} of {args.frames} in one GOP, {args.rounds} rounds "
           f"({torch.backends.cpu.get_cpu_capability()}): every picture decoded {every:.1f} ms ({decoded[False]} pictures), "
           f"unreferenced ones before the range skipped {skipped:.1f} ms ({decoded[True]} pictures; {ratio:.2f} of it, paired)")
+    apart, along = (statistics.median(ordered[way]) * 1000 for way in (False, True))
+    print(f"the clip's ranges in order: each from its key frame {apart:.1f} ms a range, on from the range before "
+          f"{along:.1f} ms ({statistics.median(b / a for a, b in zip(ordered[False], ordered[True])):.2f} of it, paired)")
 
 
 if __name__ == "__main__":

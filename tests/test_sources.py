@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from eden_serve import wire
-from eden_serve.cloud import sources
+from eden_serve.cloud import ranges, sources
 from eden_serve.cloud.sources import SourceVideo, resolve
 from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from eden_serve.media import open_clip
@@ -107,6 +107,14 @@ LONG_GOPS = {"h264": ("libx264", {"x264-params": "keyint=infinite:scenecut=0"}),
              "hevc": ("libx265", {"x265-params": "keyint=-1:scenecut=0:log-level=error"})}
 
 
+@pytest.fixture(autouse=True)
+def no_cursors():
+    """Each test reads its ranges from no decoder left by another (cloud/ranges.py)."""
+    ranges.CURSORS.clear()
+    yield
+    ranges.CURSORS.clear()
+
+
 def long_gops(path: Path, encoder: str, options: dict, count: int, keys: tuple[int, ...]) -> Path:
     """bikes.mp4's first ``count`` frames with key frames at ``keys`` alone: the source's own key
     frames are not passed on (a decoded frame keeps its picture type, which the encoder obeys)."""
@@ -139,6 +147,29 @@ def test_a_range_late_in_a_long_gop_leaves_the_unreferenced_pictures_before_it_u
         assert all(np.array_equal(np.asarray(image), frame) for image, frame in zip(images, local[first:first + 4])), first
         assert video.decoded < first + 4 - key, (first, video.decoded)
         assert video.pictures >= first + 4 - key  # yet the work bound counted every picture up to the range's end
+
+
+@pytest.mark.parametrize("codec", sorted(LONG_GOPS))
+def test_ranges_in_order_go_on_from_the_decoder_the_range_before_left(tmp_path, codec):
+    """A clip's ranges asked in order, each by a request of its own (chunks of 8 pairs: each range
+    starts at the last frame of the one before), in GOPs of 32 with B-frames: from the second on,
+    each reads only packets the range before did not, so a range late in its GOP costs a few
+    pictures, not every one from its key frame; the frames are a local run's, and a range asked
+    again, or backwards, is read from its key frame."""
+    encoder, options = LONG_GOPS[codec]
+    if encoder not in av.codecs_available:
+        pytest.skip(f"this PyAV has no {encoder}")
+    path = long_gops(tmp_path / "long.mp4", encoder, options, 64, keys=(0, 32))
+    local = local_frames(path)
+    read = {}
+    for first in (*range(0, 63, 8), 40, 8):
+        video = SourceVideo(path, 10**7)
+        images = video.read(first, min(9, 64 - first))
+        assert all(np.array_equal(np.asarray(image), frame) for image, frame in zip(images, local[first:])), first
+        read.setdefault(first, []).append(video.pictures)
+    assert read[0] == [9] and all(read[first][0] <= 9 for first in range(8, 63, 8))
+    assert sum(read[first][0] for first in range(0, 63, 8)) < 64  # each packet read once, some ahead
+    assert read[40][1] == 9 + 40 - 32 and read[8][1] == 9 + 8  # again, and backwards: from the key frame
 
 
 def test_ranges_past_the_end_are_refused(media):

@@ -11,7 +11,9 @@ decoder, the same RGB conversion, so the same pixels as a local run), but a fram
 decoding at the key frame at or before it: the packets' times, read once per file without decoding
 (:class:`Scan`, kept for a few files), say which, and the demuxer seeks there. Every frame asked for
 is matched by its time stamp, and a seek that lands wrong falls back to decoding from the start.
-Pictures shown before the range that nothing references (H.264's, HEVC's) are left undecoded.
+Pictures shown before the range that nothing references (H.264's, HEVC's) are left undecoded, and
+a range goes on from where the file's range before left the decoder where that costs less
+(:mod:`.ranges`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from ..media.frames import check_size
 from ..media.packets import Work
 from ..media.containers import display_matrix, first_frame, self_contained
 from ..media.video import VideoClip, rgb
-from ..sandbox.decoder import SKIPS_UNREFERENCED
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
+from .ranges import CURSORS, Cursor
 
 MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
@@ -267,35 +269,16 @@ class SourceVideo:
 
     def _decode(self, seek: int | None, first: int, count: int, wanted: list[int] | None = None) -> list[np.ndarray] | None:
         """The frames asked for, decoding from the key frame the demuxer seeks to at or before
-        ``seek`` (None: from the start); None where frames asked for were not met (a seek that
-        landed past them)."""
+        ``seek`` (None: from the start), or on from the file's last range (:mod:`.ranges`); None
+        where frames asked for were not met (a seek that landed past them)."""
         av = import_av()
-        found: dict[int, np.ndarray] = {}
         self.decoded = self.pictures = 0
         if seek is None or wanted is None:  # from the start: up to the last frame asked for
             self._decoding(first + count)
         else:  # from the key frame: the frames shown from it to the last one asked for
             self._decoding(bisect.bisect_right(self.scan.times, wanted[-1]) - bisect.bisect_left(self.scan.times, seek))
         try:
-            with self.source.open() as container:
-                stream = container.streams.video[0]
-                stream.thread_type = "AUTO"
-                if seek is not None:
-                    container.seek(seek, stream=stream, backward=True)
-                for i, frame in enumerate(self._frames(container, stream, wanted)):
-                    if wanted is not None and frame.pts is not None and frame.pts > wanted[-1]:
-                        break
-                    self.decoded += 1
-                    if wanted is None:
-                        self.pictures = self.decoded
-                        self._decoding(self.decoded)
-                        if i >= first:
-                            found[i] = rgb(frame)
-                        if len(found) == count:
-                            break
-                        continue
-                    if frame.pts in wanted and frame.pts not in found:
-                        found[frame.pts] = rgb(frame)
+            found = self._counted(first, count) if wanted is None else self._timed(seek, wanted)
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.source.name}: cannot decode the video ({exc})") from None
         keys = range(first, first + count) if wanted is None else wanted
@@ -305,23 +288,41 @@ class SourceVideo:
             raise BadInputError(f"{self.source.name}: frames {first} to {first + count - 1} do not all decode")
         return [found[key] for key in keys]
 
-    def _frames(self, container, stream, wanted: list[int] | None):
-        """The stream's frames as its decoder gives them, packet by packet. Where frames are matched
-        by time stamp, an H.264 or HEVC picture shown before the range that no other picture
-        references is left undecoded (as the edge leaves it, :data:`~eden_serve.sandbox.decoder.SKIPS_UNREFERENCED`):
-        the range's pictures are the same without it. The work bound counts every picture shown up to
-        the range's last, decoded or left out (a left-out one is still read and parsed), as it counted
-        before: what a request may cost is bounded as it was."""
-        context = stream.codec_context
-        skips = wanted is not None and context.name in SKIPS_UNREFERENCED
-        for packet in container.demux(stream):
-            if wanted is not None and packet.size:  # not the demuxer's empty packet at the end
-                if packet.pts is None or packet.pts <= wanted[-1]:
-                    self.pictures += 1
-                    self._decoding(self.pictures)
-                if skips:  # frame threads take the context's skip_frame with each packet submitted
-                    context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < wanted[0] else "DEFAULT"
-            yield from context.decode(packet)
+    def _counted(self, first: int, count: int) -> dict[int, np.ndarray]:
+        """Frames ``first`` to ``first + count - 1`` counted from the start (a stream without times)."""
+        found: dict[int, np.ndarray] = {}
+        with self.source.open() as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            for i, frame in enumerate(container.decode(stream)):
+                self.decoded = self.pictures = i + 1
+                self._decoding(self.decoded)
+                if i >= first:
+                    found[i] = rgb(frame)
+                if len(found) == count:
+                    break
+        return found
+
+    def _timed(self, seek: int | None, wanted: list[int]) -> dict[int, np.ndarray]:
+        """The frames of the time stamps ``wanted``, on from the file's cursor where it reaches them
+        at no more cost, else from the key frame at or before ``seek``. The work bound counts every
+        picture read that is shown up to the range's last, decoded or left out."""
+        cursor = CURSORS.take(self.source.key, seek, wanted[0]) or Cursor(self.source.open(), seek)
+        try:
+            given = cursor.read(wanted, self._read_one)
+        except BaseException:
+            cursor.close()
+            raise
+        self.decoded = cursor.decoded
+        if cursor.ended or len(given) < len(wanted):
+            cursor.close()
+        else:
+            CURSORS.give(self.source.key, cursor)
+        return {stamp: rgb(frame) for stamp, frame in given.items()}
+
+    def _read_one(self) -> None:
+        self.pictures += 1
+        self._decoding(self.pictures)
 
     def _decoding(self, frames: int) -> None:
         self.work.check(frames * self.pixels, self.work.decoded_pixels,
