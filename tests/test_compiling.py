@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from eden_serve import edge as edge_package
+from eden_serve.clips.levels import chunk_end
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, Compile, EdgeModel, middles_of
 from eden_serve.edge import streams
@@ -112,6 +113,34 @@ def test_a_key_is_compiled_once_it_has_run_often_enough(edge):
     middles_of(edge, pair(2, batch=2))  # another key (batch 2): its first forward
     assert edge.runner.wait_compiled(120)
     assert {(key[0], key[1]) for key in edge.runner.swapped} == {("sample", 1), ("render_uint8", 1)}
+
+
+def ramped_clip(pairs: int = 199, chunk: int = 16) -> list[int]:
+    """The batches of a clip's forwards as its pipeline cuts them beside a GPU: ramped, then ``chunk``
+    pairs a forward (480x854's batch), the last what is left."""
+    batches, first = [], 0
+    while first < pairs:
+        end = min(chunk_end(first, chunk, ramp=True), pairs)
+        batches.append(end - first)
+        first = end
+    return batches
+
+
+def test_a_ramped_clips_one_off_shapes_stay_uncompiled_however_many_clips_run(edge):
+    """A 200-frame clip's forwards take 1, 1, 2, 4 and 8 pairs, then 16 eleven times, then 7 (a
+    graph's batch of 8): only the 16 is met three times. Three such clips in one process compile
+    that key alone: counted over the process's life, the second clip's first and fifth forwards
+    asked for four more keys, compiled beside it (the H200's 72.5 pairs/s against 186.5)."""
+    compiler = Compiler()
+    edge.accelerate(Acceleration(compile=Compile(backend=compiler.name), capture_at=3), RerunGraphs())
+    batches = ramped_clip()
+    assert batches == [1, 1, 2, 4, 8] + [16] * 11 + [7]
+    for _ in range(3):
+        for seed, batch in enumerate(batches):
+            middles_of(edge, pair(seed, batch))
+        assert edge.runner.wait_compiled(120)
+    assert {(key[0], key[1]) for key in edge.runner.background.asked} == {("sample", 16), ("render_uint8", 16)}
+    assert edge.runner.swapped == edge.runner.background.asked
 
 
 def test_the_blocks_share_one_compiled_function(edge):
