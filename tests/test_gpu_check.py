@@ -9,11 +9,19 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from eden_serve import edge as edge_package
+from eden_serve.config import PRESETS
+from eden_serve.edge import Acceleration, Compile, EdgeModel, middles_of
+from eden_serve.edge.graphs import RerunGraphs
+from eden_serve.model.checkpoint import module_from_state
+from eden_serve.wire import Conditions
 from harness.servers import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import gpu_goals  # noqa: E402  (benchmarks/)
+import gpu_clip  # noqa: E402  (benchmarks/)
+import gpu_goals  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +87,8 @@ def test_issue_41s_sections_measure_what_their_goals_read(quick_run):
     assert [r["chosen"] for r in rows if r["section"] == "decoders"] == ["host"]
     runs = [r for r in rows if r["section"] == "clip" and "wall_s" in r]
     assert runs and all(0 < r["encoder_share"] < 1 and r["encoded_by"].startswith("libx264") for r in runs)
+    during = ("compile_asked_during", "compile_swapped_during", "dynamo_frames_during")
+    assert all(isinstance(r[field], int) and r[field] >= 0 for r in runs for field in during)  # what compiled beside each clip
     assert [[tuple(shape[:2]) for shape in r["shapes"]] for r in rows if r["section"] == "artefacts"] == [[(64, 96)]]
     assert "GOAL startup_prepared: UNMEASURED" in stdout and "but no prepared artefacts were loaded" in stdout
 
@@ -95,3 +105,26 @@ def test_the_served_edge_is_judged_against_the_same_pairs_in_process(quick_run):
     ahead = next(r for r in served if r["overlap"] == "ahead")
     line = next(line for line in stdout.splitlines() if line.startswith("GOAL served_bitstream_1080p:"))
     assert f"UNMEASURED {ahead['of_in_process']:.2f} (" in line and "pairs/s in process, E_cond and the edge" in line
+
+
+def test_a_clip_rows_compile_counts_see_what_compiled_beside_its_forwards(tiny_state, monkeypatch):
+    """gpu_clip.compiled_so_far, whose differences over a clip its row reports: a key run three
+    times is asked of the background compiler for both stages, both are swapped in, and dynamo
+    compiled the forward's six regions for them (the H200's "compiled, swapped in" row ran beside
+    four compilations that nothing in it showed)."""
+    monkeypatch.setattr(edge_package, "onednn_linear_available", lambda *args: False)
+    torch._dynamo.reset()
+    config = PRESETS["tiny"]
+    edge = EdgeModel(module_from_state(tiny_state, "edge", config), config)
+    edge.accelerate(Acceleration(compile=Compile(backend="eager"), capture_at=3), RerunGraphs())
+    tokens = torch.randn(2, 48, config.hidden_dim, generator=torch.Generator().manual_seed(0))
+    before = gpu_clip.compiled_so_far(edge)
+    try:
+        for seed in range(3):
+            middles_of(edge, [Conditions(tokens, tokens.flip(0), 0.4, 0.2, 0.3, (6, 8), (91, 125), seed)])
+        assert edge.runner.wait_compiled(120)
+        after = gpu_clip.compiled_so_far(edge)
+    finally:
+        edge.runner.close()
+        torch._dynamo.reset()
+    assert {k: after[k] - before[k] for k in after} == {"compile_asked": 2, "compile_swapped": 2, "dynamo_frames": 6}
