@@ -185,13 +185,13 @@ def clip_run(models, src: Path, argv: list[str], command_started: float | None =
 def compiled_so_far(edge) -> dict[str, int]:
     """What the edge's compiler has done in this process: ``compile_asked`` keys asked of the
     background compiler (each compiles beside the forwards, then its capture holds them up),
-    ``compile_swapped`` swapped in, and ``dynamo_frames`` dynamo compiled (none where dynamo was never
-    imported). A clip's row takes the differences over its run: the H200's "compiled, swapped in"
+    ``compile_swapped`` swapped in, and ``dynamo_frames`` dynamo compiled (none before dynamo is
+    imported, which the compiling thread may be in the middle of). A clip's row takes the differences over its run: the H200's "compiled, swapped in"
     clip of 2026-11-28 ran 72.5 pairs/s while, by a CPU replay of its forwards, 4 more keys were
     asked and compiled beside it, which its row did not show."""
-    background, dynamo = edge.runner.background, sys.modules.get("torch._dynamo.utils")
+    background, counters = edge.runner.background, getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
     return {"compile_asked": len(background.asked) if background else 0, "compile_swapped": len(edge.runner.swapped),
-            "dynamo_frames": dynamo.counters["frames"]["total"] if dynamo else 0}
+            "dynamo_frames": counters["frames"]["total"] if counters is not None else 0}
 
 
 def _size(path: Path) -> tuple[int, int]:
