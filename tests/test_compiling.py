@@ -9,6 +9,7 @@ back or failing on purpose. Inductor takes minutes on this CPU; the GPU check me
 
 import itertools
 import logging
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,6 @@ import pytest
 import torch
 
 from eden_serve import edge as edge_package
-from eden_serve.clips.levels import chunk_end
 from eden_serve.config import PRESETS
 from eden_serve.edge import Acceleration, Compile, EdgeModel, middles_of
 from eden_serve.edge import streams
@@ -26,6 +26,10 @@ from eden_serve.edge.graphs import RerunGraphs
 from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
 from harness.cuda_streams import FakeStreams
+from harness.servers import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from gpu_swapped import ramped  # noqa: E402  (benchmarks/: a clip's batches as its pipeline cuts them beside a GPU)
 
 CONFIG = PRESETS["tiny"]
 NAMES = itertools.count()  # dynamo keeps every backend registered: each stand-in has a name of its own
@@ -115,17 +119,6 @@ def test_a_key_is_compiled_once_it_has_run_often_enough(edge):
     assert {(key[0], key[1]) for key in edge.runner.swapped} == {("sample", 1), ("render_uint8", 1)}
 
 
-def ramped_clip(pairs: int = 199, chunk: int = 16) -> list[int]:
-    """The batches of a clip's forwards as its pipeline cuts them beside a GPU: ramped, then ``chunk``
-    pairs a forward (480x854's batch), the last what is left."""
-    batches, first = [], 0
-    while first < pairs:
-        end = min(chunk_end(first, chunk, ramp=True), pairs)
-        batches.append(end - first)
-        first = end
-    return batches
-
-
 def test_a_ramped_clips_one_off_shapes_stay_uncompiled_however_many_clips_run(edge):
     """A 200-frame clip's forwards take 1, 1, 2, 4 and 8 pairs, then 16 eleven times, then 7 (a
     graph's batch of 8): only the 16 is met three times. Three such clips in one process compile
@@ -133,7 +126,7 @@ def test_a_ramped_clips_one_off_shapes_stay_uncompiled_however_many_clips_run(ed
     asked for four more keys, compiled beside it (the H200's 72.5 pairs/s against 186.5)."""
     compiler = Compiler()
     edge.accelerate(Acceleration(compile=Compile(backend=compiler.name), capture_at=3), RerunGraphs())
-    batches = ramped_clip()
+    batches = ramped(199, 16)
     assert batches == [1, 1, 2, 4, 8] + [16] * 11 + [7]
     for _ in range(3):
         for seed, batch in enumerate(batches):
