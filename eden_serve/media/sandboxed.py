@@ -22,21 +22,26 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import mmap
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
 from ..sandbox import zygote
-from ..sandbox.confine import Tasks, pids_cgroup, remove
-from ..sandbox.decoder import pixel_dtype
+from ..sandbox.confine import CPU_SECONDS, Tasks, pids_cgroup, remove
+from ..sandbox.decoder import first_shown, pixel_dtype
+from ..sandbox.kept import Kept, Turns, last_shown, mark, stream_key
 from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
 from ..wire.bitstream import Packet, StreamParameters
 
@@ -53,6 +58,10 @@ REFUSALS = {
 }
 CRASHED = "malformed payload: the decoder crashed on its packets (its process ended without an answer)"
 DEADLINE_S = 30.0  # handler.decode_deadline_s's default
+KEPT_CHILDREN = 4  # children kept for their streams' next chunks, the least recently used ended
+KEPT_IDLE_S = 30.0  # a kept child waiting longer for its stream's next chunk is ended
+KEEP_CPU_S = CPU_SECONDS / 2  # a child that spent more is not kept: every job has at least the rest
+WAIT_S = 30.0  # the longest a request waits for another on the same stream before decoding on its own
 LOGGED = 160  # characters of a child's message the log gets, escaped on one line
 # The zygote's environment beyond where Python finds the package and its libraries: one thread for
 # each numeric library, so that every fork copies a process holding no other thread's locks.
@@ -65,17 +74,78 @@ def zygote_environment() -> dict[str, str]:
     return {**ENVIRONMENT, **{name: os.environ[name] for name in ("PYTHONPATH", "LD_LIBRARY_PATH") if os.environ.get(name)}}
 
 
+class Child:
+    """A child as the worker holds it: its socket, its pidfd, and the most frames' bytes it may map
+    (its first job's, by which its address space's limit was set)."""
+
+    def __init__(self, connection: socket.socket, pidfd: int, budget: int):
+        self.connection, self.pidfd, self.budget = connection, pidfd, budget
+        self.pid = next(int(line.split()[1]) for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines()
+                        if line.startswith("Pid:"))
+        self.ended = False
+
+    def cpu_seconds(self) -> float:
+        """The CPU time its threads took, as the kernel counts it (not as the child says)."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return math.inf
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def end(self) -> None:
+        """Kills it (a no-op where it has exited) and waits until it is gone, a second at most: its
+        mappings with it."""
+        if self.ended:
+            return
+        self.ended = True
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        select.select([self.pidfd], [], [], 1.0)  # readable once it has exited
+        os.close(self.pidfd)
+        self.connection.close()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One payload's decoding, and the time by which it must be done."""
+
+    parameters: StreamParameters
+    packets: list[Packet]
+    skip: int
+    count: int
+    max_pixels: int | None
+    deadline: float
+    until: float
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.count, *self.parameters.size, 3
+
+    @property
+    def frame_bytes(self) -> int:
+        return max(1, math.prod(self.shape) * np.dtype(pixel_dtype(self.parameters.pix_fmt)).itemsize)
+
+
 class Sandbox:
     """The zygote of one worker, started by :meth:`start` (or at the first payload) and again after
     it died, and the child forked for the next payload, while the previous one decodes rather than
-    on the next one's time."""
+    on the next one's time; and the children kept, ``keep`` at most, each for the next chunk of the
+    stream it decoded (:mod:`eden_serve.sandbox.kept`)."""
 
-    def __init__(self, decoder: str = DECODER):
+    def __init__(self, decoder: str = DECODER, keep: int = KEPT_CHILDREN):
         self.decoder = decoder  # MODULE:FUNCTION, with :func:`.packets.decode`'s signature
+        self.keep = keep
+        self.kept = Turns(keep, WAIT_S, KEPT_IDLE_S, end=lambda kept: kept.decoder.end())
         self._lock = threading.Lock()
         self._zygote: subprocess.Popen | None = None
         self._control: socket.socket | None = None
         self._spare: socket.socket | None = None  # our end of the next child's socket
+        self._live: set[Child] = set()  # every child taken and not yet ended
+        self.children = 0  # children taken from the zygote
+        self.continued = 0  # payloads that went on in a kept child
+        self.sent = 0  # packets sent to children
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair()
@@ -104,8 +174,8 @@ class Sandbox:
             theirs.close()
         self._spare = ours
 
-    def _take(self) -> tuple[socket.socket, int]:
-        """A child's socket and pidfd; the next child is asked for at once."""
+    def _take(self, budget: int) -> Child:
+        """A child, which may map ``budget`` bytes of frames; the next child is asked for at once."""
         with self._lock:
             for _ in range(3):
                 try:
@@ -114,17 +184,20 @@ class Sandbox:
                     message, fds, _, _ = socket.recv_fds(self._control, 1, 1)
                     if fds:
                         self._ask()
-                        return connection, fds[0]
+                        child = Child(connection, fds[0], budget)
+                        self._live = {c for c in self._live if not c.ended} | {child}
+                        self.children += 1
+                        return child
                     connection.close()
                     if message:  # that child had ended already
                         continue
                 except OSError:
                     pass
                 logger.warning("the decoder sandbox's zygote is gone; starting another")
-                self.close()
+                self._stop()
             raise CodecError("this edge could not start a process to decode the payload's packets in; see its log")
 
-    def close(self) -> None:
+    def _stop(self) -> None:
         for connection in (self._control, self._spare):
             if connection is not None:
                 connection.close()
@@ -137,54 +210,133 @@ class Sandbox:
                 remove(Tasks.of(self._zygote.pid, parent))
             self._zygote = None
 
+    def close(self) -> None:
+        """Ends the children kept, those decoding and the zygote: none outlives this."""
+        self.kept.close()
+        with self._lock:
+            live, self._live = self._live, set()
+        for child in live:
+            child.end()
+        self._stop()
+
     def decode(self, parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
                deadline: float = DEADLINE_S) -> np.ndarray:
-        """:func:`.packets.decode` in a child process, which has ``deadline`` seconds."""
+        """:func:`.packets.decode` in a child process, which has ``deadline`` seconds: a child kept
+        from the stream's chunk before where it can go on, else a new one."""
         height, width = parameters.size
         if max_pixels is not None and width * height > max_pixels:  # told here: a child's refusal names no size
             raise PayloadTooLargeError(f"the packets are for frames of {width}x{height}, over this edge's limit of {max_pixels} pixels")
-        dtype = np.dtype(pixel_dtype(parameters.pix_fmt))
-        size = max(1, count * height * width * 3 * dtype.itemsize)
-        memfd = os.memfd_create("eden-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        connection, pidfd = None, None
+        job = Job(parameters, packets, skip, count, max_pixels, deadline, time.monotonic() + deadline)
+        first = first_shown(packets, skip) if self.keep else None
+        if first is None:  # the frames are then counted, not named by time: nothing to go on from
+            child = self._take(job.frame_bytes)
+            try:
+                return self._run(child, job, 0)
+            finally:
+                child.end()
+        marks = [mark(p) for p in packets]
+        key = stream_key(parameters, marks)
+        turn, kept = self.kept.take(key, first)
+        after = None
         try:
-            os.ftruncate(memfd, size)
-            # Sealed: the child can write pixels but not shrink the file under this process's mapping (SIGBUS).
-            fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-            connection, pidfd = self._take()
-            _exchange(connection, memfd, _job(parameters, packets, skip, count, max_pixels), deadline)
-            view = mmap.mmap(memfd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-            return np.frombuffer(view, dtype, count * height * width * 3).reshape(count, height, width, 3)
+            pixels, after = self._go_on(kept, job, marks, first)
         finally:
-            if pidfd is not None:
-                _end(pidfd)
-            if connection is not None:
-                connection.close()
+            if turn:
+                self.kept.give(key, after)
+            elif after is not None:
+                after.decoder.end()
+        return pixels
+
+    def _go_on(self, kept: Kept | None, job: Job, marks: list[bytes], first: int) -> tuple[np.ndarray, Kept | None]:
+        """The frames, from ``kept``'s child where it can go on to them, else from a new child, and
+        the child to keep for the stream's next chunk (None: none)."""
+        if kept is not None and kept.continues(marks, first) and job.frame_bytes <= kept.decoder.budget:
+            try:
+                pixels = self._run(kept.decoder, job, len(kept.marks))
+                self.continued += 1
+                return pixels, self._keeping(kept.decoder, job, marks, first)
+            except BaseException as exc:
+                kept.decoder.end()
+                if type(exc) is not CodecError:  # past the deadline, over a limit: as from the key frame
+                    raise
+            # A child that could not go on (a stream unlike what it was told, or a child gone wrong):
+            # the payload decodes from its key frame, within the deadline left.
+        elif kept is not None:
+            kept.decoder.end()
+        child = self._take(job.frame_bytes)
+        try:
+            return self._run(child, job, 0), self._keeping(child, job, marks, first)
+        except BaseException:
+            child.end()
+            raise
+
+    def _keeping(self, child: Child, job: Job, marks: list[bytes], first: int) -> Kept | None:
+        """``child`` kept for the stream's next chunk, unless it spent half its CPU time's limit (so
+        that every job on a kept child has at least half of it), or ended."""
+        since = last_shown(job.packets, first, job.count)
+        if child.ended or since is None or child.cpu_seconds() > KEEP_CPU_S:
+            child.end()
+            return None
+        return Kept(child, marks, since)
+
+    def _run(self, child: Child, job: Job, had: int) -> np.ndarray:
+        """``job`` decoded in ``child``, which was sent the first ``had`` packets for an earlier payload;
+        a child past the deadline is ended."""
+        memfd = os.memfd_create("eden-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(memfd, job.frame_bytes)
+            # The child can write pixels but not shrink the file under this process's mapping (SIGBUS).
+            fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+            try:
+                _exchange(child.connection, memfd, _parts(job, had), job)
+            except BaseException:
+                child.end()
+                raise
+            self.sent += len(job.packets) - had
+            _seal(memfd, child)
+            view = mmap.mmap(memfd, job.frame_bytes, mmap.MAP_SHARED, mmap.PROT_READ)
+            return np.frombuffer(view, pixel_dtype(job.parameters.pix_fmt), math.prod(job.shape)).reshape(job.shape)
+        finally:
             os.close(memfd)
 
 
-def _job(parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None) -> list[bytes]:
-    header = {"stream": parameters.to_header(), "skip": skip, "count": count, "max_pixels": max_pixels,
-              "packets": [[len(p.data), p.pts, p.dts, p.key] for p in packets]}
+def _seal(memfd: int, child: Child) -> None:
+    """Seals the frames against writing before they are read, so that no child, kept or not, can
+    change a pixel after they were checked. The kernel seals only while no process maps them
+    writable: a child that still does (it unmaps them before it answers) is ended first."""
+    seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+    try:
+        fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, seals)
+    except OSError:
+        child.end()
+        try:
+            fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, seals)
+        except OSError:
+            raise CodecError(CRASHED) from None
+
+
+def _parts(job: Job, had: int) -> list[bytes]:
+    header = {"stream": job.parameters.to_header(), "skip": job.skip, "count": job.count, "max_pixels": job.max_pixels,
+              "had": had, "packets": [[len(p.data), p.pts, p.dts, p.key] for p in job.packets]}
     text = json.dumps(header).encode()
-    return [LENGTH.pack(len(text)), text, *(p.data for p in packets)]
+    return [LENGTH.pack(len(text)), text, *(p.data for p in job.packets[had:])]
 
 
-def _exchange(connection: socket.socket, memfd: int, job: list[bytes], deadline: float) -> None:
+def _exchange(connection: socket.socket, memfd: int, parts: list[bytes], job: Job) -> None:
     """Sends the job (the memfd with its first part), and raises what the child's status record
     says (nothing: decoded)."""
-    until = time.monotonic() + deadline
+    until = job.until
     try:
-        connection.settimeout(deadline)
-        socket.send_fds(connection, job[:1], [memfd])
-        for part in job[1:]:
+        connection.settimeout(max(until - time.monotonic(), 0.001))
+        socket.send_fds(connection, parts[:1], [memfd])
+        for part in parts[1:]:
             connection.settimeout(max(until - time.monotonic(), 0.001))
             connection.sendall(part)
         head = _read(connection, STATUS.size, until)
         kind, length = STATUS.unpack(head) if len(head) == STATUS.size else (b"", 0)
         text = _read(connection, min(length, MAX_MESSAGE), until).decode("utf-8", "replace") if kind == b"E" else ""
     except TimeoutError:
-        raise TooMuchWorkError(f"decoding the payload's packets took over this edge's deadline of {deadline:g} s "
+        raise TooMuchWorkError(f"decoding the payload's packets took over this edge's deadline of {job.deadline:g} s "
                                "(handler.decode_deadline_s); send shorter chunks") from None
     except OSError:
         kind = b""
@@ -207,16 +359,6 @@ def _read(connection: socket.socket, count: int, until: float) -> bytes:
             break
         data += got
     return data
-
-
-def _end(pidfd: int) -> None:
-    """Kills the child (a no-op where it has exited). Its memfd holds only its own payload's frames,
-    so a child that lingered could change nothing but the answer to the request that sent it."""
-    try:
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    os.close(pidfd)
 
 
 _sandbox = Sandbox()

@@ -5,7 +5,7 @@ The filter is an allow-list; every other call fails with EPERM (``clone3`` with 
 library creates threads with ``clone``). So the child cannot open a file or a socket, run a program,
 start a process (``clone`` only with ``CLONE_THREAD``), signal any process (an ``abort()`` still
 ends it: the C library then stops it with a fault), or raise its limits again (``prlimit64`` only to
-read them), whoever it runs as. It uses libseccomp through
+read them), whoever it runs as; ``fcntl`` only duplicates a file (within its 16), as mapping one takes. It uses libseccomp through
 :mod:`pyseccomp`; where either is missing, the child runs with the limits alone, and says so once.
 
 A child's tasks (its threads) are capped at :data:`MAX_TASKS`: by a pids cgroup of its own where this
@@ -16,6 +16,7 @@ the tasks its user runs already (which root, and a process with ``CAP_SYS_RESOUR
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import os
 import resource
@@ -183,6 +184,8 @@ def seccomp_filter():
     rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, CLONE_THREAD))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     rules.add_rule(seccomp.ALLOW, "prlimit64", seccomp.Arg(2, seccomp.EQ, 0))
+    # Python's mmap duplicates the file it maps so: a kept child maps each later job's frames confined.
+    rules.add_rule(seccomp.ALLOW, "fcntl", seccomp.Arg(1, seccomp.EQ, fcntl.F_DUPFD_CLOEXEC))
     return rules
 
 

@@ -1,15 +1,18 @@
 """The sandbox's zygote (``python -m eden_serve.sandbox.zygote FD DECODER``), started by an edge
-worker (:class:`eden_serve.media.sandboxed.Sandbox`), and the child it forks for each payload.
+worker (:class:`eden_serve.media.sandboxed.Sandbox`), and the child it forks for a payload, which
+the worker may keep for the next payloads of the same stream.
 
 The zygote imports PyAV, Pillow and the decoder once (:func:`.decoder.warm_up`), and no PyTorch,
 so a fork copies a small process. The child, before it reads a byte of the packets, puts
 ``/dev/null`` on its standard input, output and error (nothing it writes reaches the worker's log,
 which TorchServe parses), closes every other file but its socket and takes its limits and filter
-(:mod:`.confine`); it decodes into the sealed memfd that came with its job and answers one status
-record.
+(:mod:`.confine`); it decodes into the memfd that came with its job, unmaps it and answers one
+status record, then waits for its next job (:func:`_child`).
 
-Worker to child (trusted): ``u32`` length, a JSON header (the stream's parameters, skip, count,
-max_pixels, each packet's length, pts, dts and key flag), then the packets' bytes. Child to worker:
+Worker to child (trusted), per job: ``u32`` length with the job's memfd, a JSON header (the
+stream's parameters, skip, count, max_pixels, each packet's length, pts, dts and key flag, and
+``had``: how many of the packets this child was sent for an earlier payload), then the bytes of the
+packets from the ``had``-th on. Child to worker:
 ``kind`` (1 byte: ``K`` decoded, ``E`` refused), ``u32`` length, then for ``E`` the error's type
 and message (UTF-8, type and message split by a newline), at most :data:`MAX_MESSAGE` bytes. The
 worker answers its client by the type alone, and logs a bounded, escaped line of the message.
@@ -40,33 +43,68 @@ logger = logging.getLogger(__name__)
 LENGTH = struct.Struct(">I")
 STATUS = struct.Struct(">cI")
 MAX_MESSAGE = 1024
-DECODER = "eden_serve.sandbox.decoder:decode"
+DECODER = "eden_serve.sandbox.kept:decode"
+IDLE_S = 60.0  # the longest a child waits for its next job
 
 
 def _child(connection: socket.socket, decoder, rules) -> None:
-    """Decodes one job into the memfd that comes with it, confined before it reads a byte of the
-    packets; answers its status."""
-    length, fds, _, _ = socket.recv_fds(connection, LENGTH.size, 1)
-    if len(length) != LENGTH.size or len(fds) != 1:
-        return
-    frames = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    os.close(fds[0])
-    confine(connection.fileno(), len(frames), rules)
+    """Decodes each job into the memfd that comes with it, confined before it reads a byte of the
+    packets, and answers its status; ends when the worker closes the socket, or sends no job for
+    :data:`IDLE_S` (a kept child's worker lets it go sooner, :mod:`eden_serve.media.sandboxed`)."""
+    confined = False
+    while True:
+        try:
+            length, fds, _, _ = socket.recv_fds(connection, LENGTH.size, 1)
+        except OSError:  # idle too long
+            return
+        if len(length) != LENGTH.size or len(fds) != 1:
+            return
+        frames = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        os.close(fds[0])
+        if not confined:  # the first job's frames: the worker sends a kept child none larger
+            connection.settimeout(IDLE_S)  # before the filter, which forbids the fcntl it takes
+            confine(connection.fileno(), len(frames), rules)
+            confined = True
+        status = _decode(connection, decoder, frames, LENGTH.unpack(length)[0])
+        unmapped = _unmap(frames)
+        if status is not None:
+            connection.sendall(status)
+        if status is None or not unmapped:
+            return
+
+
+def _unmap(frames: mmap.mmap) -> bool:
+    """Unmaps a job's frames before its answer: the worker then seals them against writing, which
+    it can only while no process maps them writable. False where a reference to them is left (an
+    error's traceback): the child then ends after its answer, which unmaps them."""
     try:
-        header = json.loads(_read_exactly(connection, LENGTH.unpack(length)[0]))
+        frames.close()
+    except BufferError:
+        return False
+    return True
+
+
+def _decode(connection: socket.socket, decoder, frames: mmap.mmap, size: int) -> bytes | None:
+    """One job's status record (None: no status, the worker answers a malformed payload)."""
+    try:
+        header = json.loads(_read_exactly(connection, size))
         # The wire's own classes live beside PyTorch; the decoder takes any object with their attributes.
         stream = header["stream"]
         parameters = SimpleNamespace(**{**stream, "extradata": base64.b64decode(stream["extradata"])})
-        packets = [SimpleNamespace(data=_read_exactly(connection, length), pts=pts, dts=dts, key=key)
-                   for length, pts, dts, key in header["packets"]]
+        # The packets sent for an earlier payload come without their data (kept.Continued).
+        packets = [SimpleNamespace(data=None if i < header["had"] else _read_exactly(connection, length), pts=pts, dts=dts, key=key)
+                   for i, (length, pts, dts, key) in enumerate(header["packets"])]
         out = np.frombuffer(frames, pixel_dtype(parameters.pix_fmt)).reshape(header["count"], parameters.height, parameters.width, 3)
-        decoder(parameters, packets, header["skip"], header["count"], header["max_pixels"], out)
-        connection.sendall(STATUS.pack(b"K", 0))
+        try:
+            decoder(parameters, packets, header["skip"], header["count"], header["max_pixels"], out)
+        finally:
+            del out
+        return STATUS.pack(b"K", 0)
     except EdenError as exc:
         text = f"{exc.kind}\n{exc}".encode()[:MAX_MESSAGE]
-        connection.sendall(STATUS.pack(b"E", len(text)) + text)
+        return STATUS.pack(b"E", len(text)) + text
     except Exception:  # noqa: BLE001 - no status: the worker answers a malformed payload
-        pass
+        return None
 
 
 def _read_exactly(connection: socket.socket, count: int) -> bytes:

@@ -15,7 +15,8 @@ patches the package's modules as they are imported. A fault is armed by a file i
   (an index out of bounds in a CUDA kernel), a sticky error: the worker answers 503 and exits (on
   a GPU only).
 - Packets whose first starts with ``EDEN-CRASH`` or ``EDEN-HANG`` make ``eden_serve.sandbox.decoder.decode``
-  crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed); with
+  and a sandbox child's own decoder (``eden_serve.sandbox.kept.decode``, which goes on from a kept
+  stream without calling the other) crash (SIGSEGV) or hang, as a hostile bitstream could make libavcodec do (always armed); with
   ``EDEN-CONFIDE`` or ``EDEN-THREADS`` it behaves as a compromised decoder would (harness/standins.py's
   ``confide`` and ``threads``: secrets and forged metric lines in its refusal and on its output,
   threads without end). The zygote is given ``$EDEN_FAULT_DIR`` (its environment is otherwise fixed).
@@ -136,7 +137,8 @@ def patch_sandbox(module) -> None:
 
 
 PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.serving.replies": patch_replies,
-           "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.edge": patch_edge, "eden_serve.media.sandboxed": patch_sandbox}
+           "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.sandbox.kept": patch_decoder, "eden_serve.edge": patch_edge,
+           "eden_serve.media.sandboxed": patch_sandbox}
 
 
 class Patcher(importlib.abc.MetaPathFinder):
