@@ -4,6 +4,7 @@ Y4M on the way out)."""
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from dataclasses import dataclass
@@ -47,6 +48,20 @@ def rgb_pixels(frame) -> torch.Tensor:
     by the frame's colour matrix and range, which the decoder takes from the bitstream or, where the
     bitstream leaves them out, from its context)."""
     return torch.from_numpy(rgb(frame))
+
+
+def output_frames(clip: "VideoClip", retiming: Retiming) -> int | None:
+    """The output's frames where the source's count is known (not from a pipe, nor where the
+    container leaves it out): F(N - 1) + 1 for a factor F of 2, 4 or 8, else about the factor or
+    ``--fps`` times the source's, rounded up (they set segments' lengths, :func:`.segments.segment_frames`:
+    a segment a few frames long costs more than one a few frames longer)."""
+    if clip.piped or not clip.length:
+        return None
+    if retiming.levels is not None:
+        return int(retiming.factor) * (clip.length - 1) + 1
+    if retiming.fps is not None:
+        return math.ceil(clip.length * retiming.fps / clip.rate)
+    return math.ceil(clip.length * retiming.factor)
 
 
 @dataclass(frozen=True)
@@ -252,7 +267,8 @@ class VideoWriter(ClipWriter):
         self.convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": range_ or None}
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
         self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
-        self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn)
+        self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn,
+                                                        frames=output_frames(clip, self.retiming))
         self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
         self.encoder = name if self.segments is None else f"{name} in {self.segments.instances} instances on segments of {self.segments.length} frames"
         self.held = None
