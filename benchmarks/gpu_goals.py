@@ -48,7 +48,8 @@ def _find(rows: list[dict], section: str, **match) -> list[dict]:
 
 def _clip(size: str, field: str, unit: str = "pairs/s", process: str = "warm"):
     """A clip run's ``field`` at ``size``: the first run of the defaults in the process named (a
-    steady rate over at least 100 pairs)."""
+    steady rate over at least 100 pairs: of the frames written, ``written_steady_pairs_per_s``, which
+    an encoder that queues frames cannot leave out)."""
 
     def measure(rows):
         found = [r for r in _find(rows, "clip", size=size, options="defaults", process=process)]
@@ -57,11 +58,14 @@ def _clip(size: str, field: str, unit: str = "pairs/s", process: str = "warm"):
             return None, f"none ({why or f'no {process} run of the defaults at {size}'})"
         r = found[0]
         where = f"{process} process, {r['device_name']}, {r['pixels']}"
-        if field == "steady_pairs_per_s" and (r[field] is None or r["steady_pairs"] < 100):
-            seen = "no window" if r[field] is None else f"{r[field]:.1f} {unit}"
-            return None, f"{seen} over {r['steady_pairs']} steady pairs of {r['pairs']}, fewer than 100 ({where})"
-        extra = f", over {r['steady_pairs']} pairs" if field == "steady_pairs_per_s" else ""
-        return r[field], f"{r[field]:.2f} {unit} ({where}{extra})"
+        if not field.endswith("steady_pairs_per_s"):
+            return r[field], f"{r[field]:.2f} {unit} ({where})"
+        counted = r.get(field.removesuffix("_per_s"), 0)
+        done = "" if r["steady_pairs_per_s"] is None else f"; the chunks done: {r['steady_pairs_per_s']:.1f}"
+        if r.get(field) is None or counted < 100:
+            seen = f"{r[field]:.1f} {unit}" if r.get(field) else "no window" if field in r else f"no {field} (an older row)"
+            return None, f"{seen} over {counted} steady pairs of {r['pairs']}, fewer than 100 ({where}{done})"
+        return r[field], f"{r[field]:.2f} {unit} ({where}, over {counted} pairs{done})"
 
     return measure
 
@@ -111,7 +115,7 @@ def _defaults(rows):
         return None, "none (no options measured against the defaults)"
     r = found[0]
     reads = f"{r['defaults_of_best']:.2f} of the best ({r['best']}: {r['best_pairs_per_s']:.1f} pairs/s, {r['measure']}; {r['device_name']}, {r['pixels']})"
-    return (r["defaults_of_best"] if r["measure"] == "steady_pairs_per_s" else None), reads
+    return (r["defaults_of_best"] if r["measure"].endswith("steady_pairs_per_s") else None), reads
 
 
 def _fidelity(rows):
@@ -150,10 +154,11 @@ def _segments(rows):
                                f"{several['fps']:.0f} frames/s; {several['pixels']})")
 
 
+STEADY = "written_steady_pairs_per_s"  # the frames as muxed: the chunks' "done" events ran ahead of queued x264 instances
 GOALS = (
-    Goal("clip_1080p_steady", 38, ">= 30 pairs/s, stretch 60, 1080p clip in process, steady over >= 100 pairs", 30, True,
-         _clip("1080p", "steady_pairs_per_s")),
-    Goal("clip_480x854_steady", 38, ">= 150 pairs/s, stretch 300, 480x854 clip in process", 150, True, _clip("480x854", "steady_pairs_per_s")),
+    Goal("clip_1080p_steady", 38, ">= 30 pairs/s, stretch 60, 1080p clip in process, steady over >= 100 pairs written", 30, True,
+         _clip("1080p", STEADY)),
+    Goal("clip_480x854_steady", 38, ">= 150 pairs/s, stretch 300, 480x854 clip in process", 150, True, _clip("480x854", STEADY)),
     Goal("gpu_busy_1080p_pair", 38, ">= 0.85 busy for one 1080p pair", 0.85, True, _busy),
     Goal("served_bitstream_1080p", 38, ">= 0.8 of in process (E_cond and the edge on the same pairs), served edge, bitstream codec, 1080p",
          0.8, True, _served),
@@ -161,10 +166,10 @@ GOALS = (
     Goal("defaults_vs_best", 38, "the defaults >= 0.9 of the best options measured", 0.9, True, _defaults),
     Goal("startup", 38, "<= 4 s from the command to the first middle written", 4.0, False, _startup),
     Goal("fidelity_bf16", 38, "graphed and compiled middles within bf16's bounds of eager fp32 on the golden cases", 1.0, True, _fidelity),
-    Goal("clip_1080p_steady_60", 41, ">= 60 pairs/s steady, 1080p, file in to file out", 60, True, _clip("1080p", "steady_pairs_per_s")),
+    Goal("clip_1080p_steady_60", 41, ">= 60 pairs/s steady, 1080p, file in to file out", 60, True, _clip("1080p", STEADY)),
     Goal("clip_1080p_whole_200", 41, ">= 45 pairs/s over the whole 200-frame 1080p clip, start-up included", 45, True,
          _clip("1080p", "from_command_pairs_per_s")),
-    Goal("clip_480x854_steady_300", 41, ">= 300 pairs/s steady, 480x854", 300, True, _clip("480x854", "steady_pairs_per_s")),
+    Goal("clip_480x854_steady_300", 41, ">= 300 pairs/s steady, 480x854", 300, True, _clip("480x854", STEADY)),
     Goal("startup_prepared", 41, "<= 4 s to the first middle with prepared artefacts", 4.0, False, _startup_prepared),
     Goal("x264_segments_psnr", 41, "segmented x264 within 0.1 dB PSNR of one instance", 0.1, False, _segments),
 )

@@ -6,7 +6,9 @@
 
 A case is INSTANCES:THREADS:SEGMENT: THREADS ``auto`` (x264's own count, one and a half per core, in
 every instance), ``share`` (the host's cores shared among the instances, as the writer opens them) or
-a number; SEGMENT a segment's frames (``all``: one segment). The frames are the GPU check's source
+a number; SEGMENT a segment's frames (``all``: one segment), or the writer's rule: ``queue`` (the
+queue's bound alone, as where the output's frames are unknown) or ``spread`` (the frames known, a
+share for each instance). The frames are the GPU check's source
 video at the size asked, converted to 4:2:0 before the clock starts, so that only the encoders are
 timed, at the writer's settings beside a GPU (crf 18, preset veryfast). The cases run in turn in each
 round; each round's frames a second is divided by the first case's of the same round.
@@ -34,9 +36,10 @@ def encode(pictures: list, given: np.ndarray, size: tuple[int, int], case: str) 
     instances = int(instances)
     threads = {"auto": 0, "share": segments.instance_threads(instances)}.get(threads) if threads in ("auto", "share") else int(threads)
     bounds = segments.SEGMENT_FRAMES
-    segments.SEGMENT_FRAMES = (len(pictures),) * 2 if length == "all" else (int(length),) * 2
+    if length not in ("queue", "spread"):
+        segments.SEGMENT_FRAMES = (len(pictures),) * 2 if length == "all" else (int(length),) * 2
     try:
-        seconds, got, _ = encode_segmented(size, pictures, instances, threads)
+        seconds, got, _ = encode_segmented(size, pictures, instances, threads, known=length != "queue")
     finally:
         segments.SEGMENT_FRAMES = bounds
     return len(pictures) / seconds, float(10 * np.log10(255 ** 2 / np.mean((got.astype(np.float64) - given) ** 2)))

@@ -128,3 +128,29 @@ def test_a_clip_rows_compile_counts_see_what_compiled_beside_its_forwards(tiny_s
         edge.runner.close()
         torch._dynamo.reset()
     assert {k: after[k] - before[k] for k in after} == {"compile_asked": 2, "compile_swapped": 2, "dynamo_frames": 6}
+
+
+def test_a_clip_rows_steady_state_is_timed_by_the_frames_written(quick_run):
+    """Beside the chunks' "done" events (kept as they were), the output's frames as muxed: x264 in 4
+    instances on the quick clip's 31 frames makes one segment, held to the encoder's flush, so its
+    row has no written window, and the options are judged by whole runs (the H200's "done" events
+    read 310.7 pairs/s for such a row, the whole run 81.8)."""
+    _, rows = quick_run
+    runs = [r for r in rows if r["section"] == "clip" and "wall_s" in r]
+    assert runs and all("steady_pairs_per_s" in r and 0 <= r["flushed_share"] <= 1 for r in runs)
+    assert all((r["written_steady_pairs_per_s"] is None) == (r["written_steady_pairs"] == 0) for r in runs)
+    four = [r for r in runs if r["options"] == "x264 in 4 instances"]
+    assert four and all(r["flushed_share"] == 1 and r["written_steady_pairs_per_s"] is None for r in four)
+    assert [r["measure"] for r in rows if r["section"] == "clip options"] == ["pairs_per_s"] * 2
+
+
+def test_the_written_window_leaves_out_what_the_encoder_held_to_the_end():
+    """Packets muxed two by two, one a second, then the flush: the window runs from a fifth of the
+    frames to the last packet before the flush, in pairs' worth of frames; all at the flush: none."""
+    steadily = [(float(t), 2, False) for t in range(10)] + [(10.0, 5, True)]
+    rate, pairs, flushed = gpu_clip.written_steady(steadily, 12)
+    assert (rate, pairs, flushed) == (pytest.approx(14 / 7 * 12 / 25), round(14 * 12 / 25), 0.2)
+    assert gpu_clip.written_steady([(10.0, 25, True)], 12) == (None, 0, 1.0)
+    rows = [{"options": "defaults, again", "written_steady_pairs_per_s": 50.0, "steady_pairs_per_s": 50.0, "pairs_per_s": 40.0},
+            {"options": "x264 in 4 instances", "written_steady_pairs_per_s": None, "steady_pairs_per_s": 300.0, "pairs_per_s": 35.0}]
+    assert gpu_clip.best_of(rows) == {"measure": "pairs_per_s", "best": "defaults, again", "best_pairs_per_s": 40.0, "defaults_of_best": 1.0}

@@ -164,9 +164,50 @@ def test_verbose_prints_the_encoders_share(tmp_path, clip, capsys):
     out = tmp_path / "o.mp4"
     assert main(["interpolate", str(clip), "-o", str(out), "--config", "tiny", "--encoder-instances", "2", "-v", "--chunk", "4"]) == 0
     line = [text for text in capsys.readouterr().out.splitlines() if text.startswith("encoder ")]
-    assert len(line) == 1 and "libx264 in 2 instances on segments of 250 frames: busy" in line[0], line
+    assert len(line) == 1 and f"libx264 in 2 instances on segments of {segments.SEGMENT_FRAMES[0]} frames: busy" in line[0], line
     busy, run = (float(v) for v in re.search(r"busy ([\d.]+) s of ([\d.]+) s", line[0]).groups())
     assert 0 < busy < run
     assert re.search(r"; \d+ ms of a chunk's \d+ ms$", line[0])
     main(["interpolate", str(clip), "-o", str(tmp_path / "quiet.mp4"), "--config", "tiny", "--chunk", "4"])
     assert "encoder " not in capsys.readouterr().out
+
+
+def keyed(path) -> list[int]:
+    """The frames (in presentation order) that open a segment: the key frames."""
+    return [k for k, (_, _, key) in enumerate(sorted(packets(path))) if key]
+
+
+def test_a_short_clip_gives_every_instance_a_segment(tmp_path, clip, monkeypatch):
+    """The output's 47 frames known (the source's 24, a factor of 2): three segments of about a
+    third each over three instances, not one of the queue's 250 frames at this size, which left the
+    other instances idle (the H200's 399 frames at 480x854 ran in two segments of four); the same
+    frames, times and audio as one instance."""
+    monkeypatch.setattr(segments, "SEGMENT_FRAMES", (8, 250))
+    one, three = encode(clip, tmp_path / "one.mp4", 1), encode(clip, tmp_path / "three.mp4", 3)
+    assert keyed(three) == [0, 16, 32]
+    frames_one, frames_three = decoded(one), decoded(three)
+    assert [(pts, time) for pts, time, _ in frames_three] == [(pts, time) for pts, time, _ in frames_one]
+    assert audio(three) == audio(one)
+    for (_, _, a), (_, _, b) in zip(frames_one, frames_three):
+        assert np.abs(a.astype(int) - b.astype(int)).mean() < 2
+
+
+def test_a_retimed_short_clip_spreads_over_the_instances_too(tmp_path, clip, monkeypatch):
+    """``--fps``: the output's frames estimated from the source's (rounded up), so that no few
+    frames are left over for a segment of their own."""
+    monkeypatch.setattr(segments, "SEGMENT_FRAMES", (8, 250))
+    out = tmp_path / "three.mp4"
+    interpolate_clip(clip, out, pairwise(average), encoding=Encoding(instances=3), fps=Fraction(60), progress=False)
+    starts = keyed(out)
+    assert len(starts) == 3 and len(decoded(out)) - starts[-1] <= starts[1]
+
+
+def test_segments_share_the_frames_only_where_they_are_known():
+    """Unknown (a pipe, a container that leaves the count out): the queue's bound, as before; known,
+    a share each, within the queue's bound and :data:`~segments.SEGMENT_FRAMES`."""
+    queued = segments.segment_frames(4, 1920, 1080)
+    assert segments.segment_frames(4, 1920, 1080, None) == queued < segments.SEGMENT_FRAMES[1]
+    assert segments.segment_frames(4, 1920, 1080, 8 * queued) == queued
+    assert segments.segment_frames(4, 854, 480) == segments.SEGMENT_FRAMES[1]
+    assert segments.segment_frames(4, 854, 480, 399) == 100
+    assert segments.segment_frames(4, 854, 480, 40) == segments.SEGMENT_FRAMES[0]

@@ -44,10 +44,11 @@ class Mismatch(Exception):
 
 
 def open_segments(stream, options: dict, instances: int, logger: Callable[[str], None],
-                  threads: int | None = None) -> "SegmentedEncoder | None":
+                  threads: int | None = None, frames: int | None = None) -> "SegmentedEncoder | None":
     """Instances of ``stream``'s encoder (opened with ``options``, each with ``threads`` threads, by
     default :func:`instance_threads`; 0: x264's own count) on segments, or None where one instance
-    will do: one asked, or an instance whose header differs (``logger`` says so)."""
+    will do: one asked, or an instance whose header differs (``logger`` says so). ``frames``: the
+    output's frames, where known (:func:`segment_frames`)."""
     if instances <= 1:
         return None
     import av
@@ -68,7 +69,7 @@ def open_segments(stream, options: dict, instances: int, logger: Callable[[str],
         return context
 
     try:
-        encoder = SegmentedEncoder(make, template.extradata, instances, segment_frames(instances, template.width, template.height))
+        encoder = SegmentedEncoder(make, template.extradata, instances, segment_frames(instances, template.width, template.height, frames))
         encoder.stream = stream
         return encoder
     except Mismatch as exc:
@@ -89,10 +90,16 @@ def instance_threads(instances: int) -> int:
     return max(1, host_cores() // instances)
 
 
-def segment_frames(instances: int, width: int, height: int) -> int:
-    """Frames per segment: the queue's bound shared among the instances, within :data:`SEGMENT_FRAMES`."""
+def segment_frames(instances: int, width: int, height: int, frames: int | None = None) -> int:
+    """Frames per segment: the queue's bound shared among the instances, within :data:`SEGMENT_FRAMES`;
+    where the output's ``frames`` are known and fewer, a share of them each, so that every instance
+    gets a segment of a short clip (the H200's 399 frames at 480x854 in four instances made segments
+    of 250 and 149: two instances busy, each on a quarter of the cores)."""
     shortest, longest = SEGMENT_FRAMES
-    return max(shortest, min(longest, QUEUE_BYTES // (instances * max(1, width * height * 3 // 2))))
+    length = QUEUE_BYTES // (instances * max(1, width * height * 3 // 2))
+    if frames:
+        length = min(length, -(-frames // instances))
+    return max(shortest, min(longest, length))
 
 
 class _Segment:

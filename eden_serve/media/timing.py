@@ -54,6 +54,15 @@ class Retiming:
             return self.factor.numerator.bit_length() - 1
         return None
 
+    def frames(self, length: int, rate: Fraction) -> int:
+        """The output's frames from ``length`` source frames at ``rate``: F(N - 1) + 1 for a factor
+        F of 2, 4 or 8, else about the factor or ``fps`` times the source's, rounded up (they set
+        the x264 segments' lengths, :func:`.segments.segment_frames`, where a few frames left over
+        would make a segment of their own)."""
+        if self.levels is not None:
+            return int(self.factor) * (length - 1) + 1
+        return math.ceil(length * (self.factor if self.fps is None else self.fps / rate))
+
     def describe(self) -> str:
         return f"--fps {self.fps}" if self.fps is not None else f"--factor {self.factor}"
 

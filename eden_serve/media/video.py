@@ -4,6 +4,7 @@ Y4M on the way out)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from dataclasses import dataclass
@@ -29,14 +30,14 @@ from .threads import Prefetch
 from .timing import Retiming, output_time_base
 
 PIPE = "-"
-# Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
-# sets where the video ends.
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
+# Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
+# sets where the video ends.
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
-
-
 Y4M_OPTIONS = {"strict": "-1"}
+# Video packets as muxed, at DEBUG, args (packets, "written" or, at the end, "flushed"): what benchmarks/gpu_clip.py times.
+WRITTEN = logging.getLogger("eden_serve.written")
 # Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
 READ_AHEAD = 16
 
@@ -252,7 +253,8 @@ class VideoWriter(ClipWriter):
         self.convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": range_ or None}
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
         self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
-        self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn)
+        frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
+        self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn, frames=frames)
         self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
         self.encoder = name if self.segments is None else f"{name} in {self.segments.instances} instances on segments of {self.segments.length} frames"
         self.held = None
@@ -309,7 +311,7 @@ class VideoWriter(ClipWriter):
             self.container.mux_one(self.pending)
             self.pending = self._next_copy()
 
-    def _mux(self, packets) -> None:
+    def _mux(self, packets, event: str = "written") -> None:
         for packet in packets:
             if self.first is None:
                 self.first = (packet.pts, packet.dts)
@@ -318,6 +320,8 @@ class VideoWriter(ClipWriter):
             self.container.mux_one(packet)
             if self.copies is not None and packet.dts is not None:
                 self._copy_until(packet.dts * packet.time_base)
+        if packets and WRITTEN.isEnabledFor(logging.DEBUG):
+            WRITTEN.debug("%d packets %s", len(packets), event)
 
     def _encode(self, picture, pts: int, duration: int) -> None:
         picture.pts, picture.duration, picture.time_base = pts, duration, self.time_base
@@ -381,7 +385,7 @@ class VideoWriter(ClipWriter):
                 final = packets[-1]
                 first_pts, first_dts = self.first or (final.pts, final.dts)
                 self.durations[final.pts] = end - final.dts - (first_pts - first_dts)
-            self._mux(packets)
+            self._mux(packets, "flushed")
             if self.copies is not None:
                 self._copy_until(None)
         except self._error as exc:
