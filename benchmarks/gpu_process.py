@@ -175,14 +175,22 @@ def clip(child: Child, models, entry: tuple[str, str, Path], options: str, argv:
 
 
 def alternatives(child: Child, models, entry, names=None) -> None:
-    """The defaults again, then each option set (those ``names`` of them where given), then the
-    defaults once more where all ran: the last option set of two H200 runs (the host's decoder
+    """The defaults again, then each option set (those ``names`` of them where given), then, where
+    all ran, the code's own settings (gpu_clip.SETTINGS) and the defaults once more: the last option set of two H200 runs (the host's decoder
     named, where the trials had chosen it too) outran the defaults by 1.13-1.18, which an effect of
     the order would explain as well."""
     options = bench("gpu_clip").ALTERNATIVES
     rows = [clip(child, models, entry, "defaults, again", [])]
     rows += [clip(child, models, entry, name, options[name]) for name in (names or options)]
     if names is None:
+        for name, (module, attribute, value) in bench("gpu_clip").SETTINGS.items():
+            owner = importlib.import_module(module)
+            kept = getattr(owner, attribute)
+            setattr(owner, attribute, value)
+            try:
+                rows.append(clip(child, models, entry, name, []))
+            finally:
+                setattr(owner, attribute, kept)
         rows.append(clip(child, models, entry, "defaults, last", []))
     rows = [r for r in rows if r and "wall_s" in r]
     if any(r["options"] == "defaults, again" for r in rows):

@@ -64,7 +64,8 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
         assert first["output_bytes"] > 0 and first["pairs"] == 15
     options = [r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"]
     assert options[:2] == ["defaults", "defaults, again"] and options[-1] == "defaults, last"  # after every option set
-    assert set(options[2:-1]) == {"preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances", "host decoder"}
+    assert set(options[2:-1]) == {"preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances", "host decoder",
+                                  "waits spinning"}
     smaller = [r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "480x854"]
     assert smaller == ["defaults", "defaults, again", "preset ultrafast", "x264 in 4 instances"]
     assert {r["size"] for r in rows if r["section"] == "clip options"} == {"1080p", "480x854"}

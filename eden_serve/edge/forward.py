@@ -36,14 +36,22 @@ def upload(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
+# How a thread waits for the GPU's copy of the middles: asleep until it is done. CUDA's default,
+# with one context on a host of many cores, spins a core for the whole wait, which is the whole
+# forward: a clip's 3 chunks in flight then kept up to 3 cores from x264, the 1080p clip's bound
+# (benchmarks/host_ceiling.py). The GPU check times the clip with this off as well.
+BLOCKING_WAIT = True
+
+
 def to_host(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` on the CPU: from a GPU in one copy into page-locked memory, then a wait for that
-    copy alone (the stream's work before it, the forward, is what it waits for)."""
+    copy alone (the stream's work before it, the forward, is what it waits for), asleep
+    (:data:`BLOCKING_WAIT`)."""
     if tensor.device.type != "cuda":
         return tensor.cpu()
     host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
     host.copy_(tensor, non_blocking=True)
-    done = torch.cuda.Event()
+    done = torch.cuda.Event(blocking=BLOCKING_WAIT)
     done.record(torch.cuda.current_stream(tensor.device))
     done.synchronize()
     return host
