@@ -129,3 +129,23 @@ def hang_going_on(parameters, packets, skip, count, max_pixels=None, out=None):
     if packets[0].data is None:  # sent for an earlier payload (eden_serve.sandbox.kept.Continued)
         hang(parameters, packets, skip, count, max_pixels, out)
     return kept.decode(parameters, packets, skip, count, max_pixels, out)
+
+
+def scribble(parameters, packets, skip, count, max_pixels=None, out=None):
+    """Decodes as the sandbox's own decoder does, then behaves as a compromised decoder that stays
+    (the zygote told it unmapped the frames, so it is kept) and writes over the frames it answered
+    with from a thread of its own, without end."""
+    frames = kept.decode(parameters, packets, skip, count, max_pixels, out)
+    for name in ("__main__", "eden_serve.sandbox.zygote"):  # the zygote runs as ``python -m``
+        zygote = sys.modules.get(name)
+        if zygote is not None and hasattr(zygote, "_unmap"):
+            zygote._unmap = lambda frames: True
+    flat = out.reshape(-1)
+
+    def write() -> None:
+        while True:
+            flat[:: 997] += 1
+            time.sleep(0.001)
+
+    threading.Thread(target=write, daemon=True).start()
+    return frames

@@ -2,13 +2,15 @@
 that decoded a stream's chunk goes on with the next chunk's packets it was not sent, where those it
 had are that payload's first; the frames are the in-process decode's in any order of the chunks,
 and where a packet differs; a kept child past its deadline is killed; no child outlives the
-sandbox's close, nor its eviction."""
+sandbox's close, nor its eviction; and frames answered never change after, whatever their child
+does."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import select
+import time
 
 import numpy as np
 import pytest
@@ -144,3 +146,19 @@ def test_an_idle_kept_child_is_ended(clips, box):
     frames_of(box, other_reader, chunks(other_reader, other_packets)[0], len(other_expected))
     assert ended(pidfd)
     os.close(pidfd)
+
+
+def test_frames_answered_stay_as_answered_though_their_child_stays_to_write_over_them(clips):
+    """A child that keeps its frames mapped and writes over them after answering (a compromised
+    decoder, which also keeps itself from ending) is ended before the frames are read, which are
+    sealed against writing: they never change once decoded, and that child is not kept."""
+    reader, packets, expected = clips["long_gop.mp4"]
+    box = sandboxed.Sandbox("harness.standins:scribble")
+    try:
+        got = frames_of(box, reader, chunks(reader, packets)[0], len(expected))
+        first = got.copy()
+        time.sleep(0.3)
+        assert np.array_equal(got, first), "a child wrote over frames already answered"
+        assert not box.kept.kept and box.children == 1
+    finally:
+        box.close()
