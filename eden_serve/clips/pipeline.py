@@ -147,7 +147,10 @@ def frame_tensors(frames: Sequence[Frame], device: torch.device) -> list[torch.T
     first = frames[0].pixels
     if any(frame.pixels is None or frame.pixels.shape != first.shape or frame.pixels.dtype != first.dtype for frame in frames):
         return [frame.tensor for frame in frames]
-    pixels = upload(torch.stack([frame.pixels for frame in frames]), device)  # [F, H, W, 3] uint8 or uint16
+    # [F, H, W, 3] uint8 or uint16, stacked into page-locked memory for a GPU: upload then copies
+    # them once, not again into page-locked memory first (106 MB a chunk of 16 at 1080p).
+    stacked = torch.empty((len(frames), *first.shape), dtype=first.dtype, pin_memory=device.type == "cuda")
+    pixels = upload(torch.stack([frame.pixels for frame in frames], out=stacked), device)
     return list(pixels.permute(0, 3, 1, 2).contiguous().float().div_(levels(first.dtype)).unbind())  # as pixels_to_tensor makes each
 
 
