@@ -29,6 +29,7 @@ import torch
 
 from eden_serve import wire
 from eden_serve.config import preset
+from eden_serve.sandbox.confine import cpu_seconds
 from eden_serve.serving.launcher import BASE_CONFIG, read_properties
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # harness/ is in the checkout, not installed
 from harness.servers import build_archives, torchserve
@@ -41,11 +42,6 @@ def proc_status(pid: int, key: str) -> int:
     """A /proc/PID/status entry in bytes (VmRSS, VmHWM)."""
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith(f"{key}:"))
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def largest(store: Path, config: str, size: tuple[int, int]) -> None:

@@ -30,6 +30,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -184,13 +185,8 @@ def alternatives(child: Child, models, entry, names=None) -> None:
     rows += [clip(child, models, entry, name, options[name]) for name in (names or options)]
     if names is None:
         for name, (module, attribute, value) in bench("gpu_clip").SETTINGS.items():
-            owner = importlib.import_module(module)
-            kept = getattr(owner, attribute)
-            setattr(owner, attribute, value)
-            try:
+            with mock.patch.object(importlib.import_module(module), attribute, value):
                 rows.append(clip(child, models, entry, name, []))
-            finally:
-                setattr(owner, attribute, kept)
         rows.append(clip(child, models, entry, "defaults, last", []))
     rows = [r for r in rows if r and "wall_s" in r]
     if any(r["options"] == "defaults, again" for r in rows):

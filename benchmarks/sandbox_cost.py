@@ -34,7 +34,7 @@ sys.path.insert(0, str(CHECKOUT))  # harness/ is in the checkout, not installed
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))  # the zygote's too
 from eden_serve.media import packets, sandboxed as sandbox
 from eden_serve.media.packets import PacketReader
-from eden_serve.sandbox.confine import seccomp_filter
+from eden_serve.sandbox.confine import cpu_seconds, seccomp_filter
 from harness.videos import make_clip
 import results
 
@@ -58,12 +58,6 @@ def timed(decoders: list, job, repeat: int) -> list[tuple[float, float]]:
     return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus)]
 
 
-def process_cpu(pid: int) -> float:
-    """User and system seconds of process ``pid`` (its own, not its children's)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def resident_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
@@ -82,14 +76,14 @@ def machinery(job, repeat: int) -> dict:
     box.decode(*job)
     time.sleep(1)  # the next child forked
     zygote = box._zygote.pid
-    cpu, walls = process_cpu(zygote), []
+    cpu, walls = cpu_seconds(zygote), []
     for _ in range(repeat):
         started = time.perf_counter()
         box.decode(*job)
         walls.append(time.perf_counter() - started)
         time.sleep(PAUSE_S)
     row = {"zygote_start_s": round(statistics.median(starts), 3), "zygote_resident_mb": round(resident_mb(zygote), 1),
-           "zygote_cpu_ms_per_child": round((process_cpu(zygote) - cpu) * 1e3 / repeat, 2),
+           "zygote_cpu_ms_per_child": round((cpu_seconds(zygote) - cpu) * 1e3 / repeat, 2),
            "idle_round_trip_ms": round(statistics.median(walls) * 1e3, 2), "idle_round_trip_min_ms": round(min(walls) * 1e3, 2)}
     box.close()
     return row

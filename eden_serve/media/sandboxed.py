@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
 from ..sandbox import zygote
-from ..sandbox.confine import CPU_SECONDS, Tasks, pids_cgroup, remove
+from ..sandbox.confine import CPU_SECONDS, Tasks, cpu_seconds, pids_cgroup, remove
 from ..sandbox.decoder import first_shown, pixel_dtype
 from ..sandbox.kept import Kept, Turns, last_shown, mark, stream_key
 from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
@@ -87,10 +87,9 @@ class Child:
     def cpu_seconds(self) -> float:
         """The CPU time its threads took, as the kernel counts it (not as the child says)."""
         try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return cpu_seconds(self.pid)
         except OSError:
             return math.inf
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def end(self) -> None:
         """Kills it (a no-op where it has exited) and waits until it is gone, a second at most: its

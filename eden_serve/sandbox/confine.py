@@ -38,6 +38,13 @@ ALLOWED = (
 )
 
 
+def cpu_seconds(pid: int) -> float:
+    """The user and system seconds process ``pid`` has run (all its threads, not its children), as
+    the kernel counts them: what :data:`CPU_SECONDS` limits."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _address_space() -> int:
     with open("/proc/self/statm") as status:
         return int(status.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
