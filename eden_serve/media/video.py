@@ -19,7 +19,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
-from .containers import display_matrix, first_frame
+from .containers import copy_labels, display_matrix, first_frame
 from .decoders import Decoder, host_pix_fmt
 from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
@@ -76,8 +76,7 @@ class VideoClip(Clip):
     colour = Colour()  # the stream's (_colour); a server-side source's as the cloud's probe states it (client/remote.py)
     decoded_by = Decoder()  # the host's, or the GPU's (:mod:`.decoders`); a server-side source's: the host's
 
-    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None,
-                 reopen=None):
+    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None, reopen=None):
         super().__init__(path)
         av = import_av()
         self._error = av.error.FFmpegError
@@ -180,10 +179,10 @@ class VideoWriter(ClipWriter):
 
     Audio and subtitle streams are copied packet by packet, not re-encoded, from a second reader of
     the input, each muxed once the video has reached its time: memory holds a few packets, never the
-    track. Attachments (fonts) are copied too, with each stream's language, title and flags. Audio
-    the output container cannot hold is refused; subtitles and attachments it cannot hold are left
-    out with a warning; data streams (time codes) are not copied, nor anything from a piped input.
-    """
+    track; attachments (fonts) too, with each stream's language, title and flags, and the input's
+    title, chapters and tags (:func:`~.containers.copy_labels`). Audio the output cannot hold is
+    refused; subtitles and attachments it cannot hold are left out with a warning; data streams
+    (time codes) are not copied, nor anything from a piped input."""
 
     def __init__(self, tmp: Path, dst: Path, clip: VideoClip, retiming: Retiming, encoding: Encoding):
         av = import_av()
@@ -266,6 +265,7 @@ class VideoWriter(ClipWriter):
         self._from_image = av.VideoFrame.from_image
 
     def _add_copies(self, clip: VideoClip, av) -> None:
+        copy_labels(clip.container, clip.stream, self.container, self.stream)
         outputs = {}
         for stream in clip.container.streams:
             if stream.type == "video" and stream.index != clip.stream.index:  # a cover picture, another angle
