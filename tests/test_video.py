@@ -521,3 +521,16 @@ def test_the_output_keeps_the_inputs_title_chapters_and_the_videos_language(tmp_
     assert written[1].get("language") == "fra"
     if suffix == "mkv":
         assert written[1].get("title") == "main angle" and "NUMBER_OF_FRAMES-eng" not in written[1]
+
+
+def test_an_interlaced_video_is_said_to_be_one(tmp_path):
+    """Its middles are made of woven fields: one warning names the field order and what to do; a
+    progressive video gets none."""
+    src = real_video(tmp_path / "in.mp4", 4, Fraction(25), size=(160, 96), audio=None,
+                     options={"flags": "+ilme+ildct", "x264-params": "tff=1"})
+    with pytest.warns(UserWarning, match=r"interlaced \(top field first\).*deinterlace it first"):
+        interpolate_clip(src, tmp_path / "out.mp4", pairwise(average), progress=False)
+    plain = real_video(tmp_path / "plain.mp4", 4, Fraction(25), audio=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        interpolate_clip(plain, tmp_path / "plain-out.mp4", pairwise(average), progress=False)

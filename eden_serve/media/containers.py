@@ -1,12 +1,13 @@
 """What is read of a video file besides its frames: the container its first bytes show, for a file
 from someone else (a page's upload, a cloud's source); its first frame, whose side data holds
-HDR10's metadata and the display matrix, within a bounded read; and its labels (title, chapters,
-the video's language), which the output keeps."""
+HDR10's metadata and the display matrix, within a bounded read; whether it is interlaced; and its
+labels (title, chapters, the video's language), which the output keeps."""
 
 from __future__ import annotations
 
 import re
 import struct
+import warnings
 
 from .encoding import import_av
 
@@ -72,3 +73,16 @@ def copy_labels(source, video, output, stream) -> None:
     chapters = source.chapters()
     if chapters:
         output.set_chapters(chapters)
+
+
+# FFmpeg's field orders (AVFieldOrder) of a stream whose frames are not whole pictures: top or bottom field first.
+INTERLACED = {2: "top field first", 3: "bottom field first", 4: "top field first", 5: "bottom field first"}
+
+
+def say_interlaced(stream, path) -> None:
+    """One warning where the video is interlaced: the model takes each frame as one picture, both
+    fields woven, so a middle's moving edges comb, and the output is written as progressive video."""
+    order = INTERLACED.get(stream.codec_context.field_order)
+    if order is not None:
+        warnings.warn(f"{path}: the video is interlaced ({order}): its middles are made of whole frames, fields woven, "
+                      f"so moving edges comb; deinterlace it first (FFmpeg's bwdif or yadif filter) for clean middles")

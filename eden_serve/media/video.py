@@ -19,7 +19,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
-from .containers import copy_labels, display_matrix, first_frame
+from .containers import copy_labels, display_matrix, first_frame, say_interlaced
 from .decoders import Decoder, host_pix_fmt
 from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
 from .frames import check_size
@@ -101,15 +101,15 @@ class VideoClip(Clip):
                 self.container.close()
                 raise
         self.stream.thread_type = "AUTO"
+        say_interlaced(self.stream, path)
         self.colour = self._colour()
         self.length = self.stream.frames or None
         self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
         self.time_base = self.stream.time_base or 1 / self.rate
 
     def _colour(self) -> Colour:
-        """The stream's colour; where it may be HDR, with the metadata of its first frame, decoded from a
-        second opening of the file (a pipe is read once, and a container handed in without a way to
-        reopen it: their tags only)."""
+        """The stream's colour; where it may be HDR, with its first frame's metadata from a second opening
+        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags only)."""
         colour = Colour.of_stream(self.stream.codec_context)
         if not colour.may_hold_metadata or self._reopen is None:
             return colour
