@@ -276,3 +276,28 @@ def test_the_nearest_format_keeps_the_sampling_and_the_depth_it_can():
     assert encoding_module._nearest(["yuv420p", "yuv420p10le"], "yuv420p12le") == "yuv420p10le"
     assert encoding_module._nearest(formats, "yuv420p") is None
     assert encoding_module._nearest(formats, "gbrp12le") is None
+
+
+@pytest.mark.parametrize("made, suffix, written", [(("libx264", "mp4", "yuv420p"), "webm", ("vp9", "yuv420p")),
+                                                   (("qtrle", "mov", "rgb24"), "mkv", ("h264", "yuv420p"))])
+def test_a_container_that_cannot_hold_the_inputs_codec_takes_its_own_default(tmp_path, made, suffix, written):
+    """As FFmpeg's command line does (``ffmpeg -i in.mp4 out.webm`` writes VP9), said in a warning;
+    before, the run stopped with exit 2 unless --vcodec named one."""
+    video, container, pix_fmt = made
+    src = real_video(tmp_path / f"in.{container}", 4, Fraction(25), video=video, audio=None, pix_fmt=pix_fmt)
+    out = tmp_path / f"out.{suffix}"
+    with pytest.warns(UserWarning, match=rf"cannot hold {probe(src)[0]} video: the output is written as {written[0]} "):
+        interpolate_clip(src, out, pairwise(average), progress=False)
+    assert probe(out) == (*written, 7)
+
+
+def test_an_input_codec_without_an_encoder_is_written_in_the_containers_default(tmp_path):
+    """FFmpeg decodes Chinese AVS (and WMV3, Theora here) but cannot write it: the output's
+    container's default codec writes it, said in a warning; a named --vcodec stays as asked."""
+    import types
+
+    source = types.SimpleNamespace(codec=types.SimpleNamespace(canonical_name="cavs"), width=64, height=48)
+    with av.open(str(tmp_path / "out.mp4"), "w") as container:
+        with pytest.warns(UserWarning, match="no cavs encoder: the output is written as h264 .libx264."):
+            assert encoding_module.output_encoder(container, Encoding(), source, "out.mp4") == "libx264"
+        assert encoding_module.output_encoder(container, Encoding("mpeg4"), source, "out.mp4") == "mpeg4"

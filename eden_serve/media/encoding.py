@@ -4,7 +4,8 @@
 
 Without ``--vcodec`` the output keeps the input's codec, written with the encoder PyAV has for it
 (for AV1: libsvtav1 or libaom-av1, whichever the build holds; PyAV decodes AV1 with libdav1d or
-its own decoder, neither of which can encode). A Y4M output is raw video. The pixel format is the
+its own decoder, neither of which can encode), or the output container's default where that
+container cannot hold the input's codec or PyAV cannot write it (:func:`output_encoder`). A Y4M output is raw video. The pixel format is the
 input's where the encoder takes it, else yuv420p10le for an input deeper than 8 bits where the
 encoder takes that, else yuv420p, else the encoder's first; a change of depth is said in one line.
 
@@ -21,6 +22,7 @@ SCHED_FIFO at priority 99 (docs/video.md, "Encoder speed").
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -169,6 +171,47 @@ def encoder(name: str, what: str) -> str:
     if codec.type != "video":
         raise BadInputError(f"{what} {name} is a {codec.type} codec, not a video one")
     return codec.name
+
+
+def output_encoder(container, encoding: Encoding, source, dst) -> str:
+    """The encoder of the output ``container``'s video (written to ``dst``), for input frames decoded
+    by ``source`` (its codec context): raw video in Y4M; ``--vcodec``'s; else the input's codec's,
+    or, where the container cannot hold that codec or PyAV has no encoder for it (WMV3, Theora
+    here), the container's own default, as FFmpeg's command line chooses (H.264 in MP4, MOV and
+    Matroska, VP9 in WebM), said in a warning; beside a GPU, NVENC for H.264 or HEVC where it opens
+    and no encoder was named."""
+    if container.format.name in RAW_FORMATS:
+        if encoding.vcodec not in (None, "rawvideo"):
+            raise BadInputError(f"output {str(dst)!r} is Y4M, raw video: --vcodec does not apply")
+        return "rawvideo"
+    if encoding.vcodec is not None:
+        name = encoder(encoding.vcodec, "--vcodec")
+    else:
+        codec, default = source.codec.canonical_name, container.default_video_codec
+        try:
+            name = encoder(codec, "the input's video codec")
+            why = None if holds(container.format.name, name) else f"{str(dst)!r} cannot hold {codec} video"
+        except BadInputError as exc:
+            if not default:
+                raise
+            why = str(exc).split(";")[0]
+        if why is not None and default:
+            name = encoder(default, f"{why}; its container's default codec")
+            warnings.warn(f"{why}: the output is written as {default} ({name}), its container's default; --vcodec chooses another")
+    if encoding.gpu and encoding.vcodec in (None, "h264", "hevc"):  # not an encoder named by the user
+        name = hardware(name, source.width, source.height) or name
+    return name
+
+
+def holds(format_name: str, name: str) -> bool:
+    """Whether a container of ``format_name`` takes a stream of encoder ``name``: where FFmpeg does
+    not know (MPEG-PS, which lists no codecs), it is tried, as the stream would be."""
+    with import_av().open(io.BytesIO(), "w", format=format_name) as scratch:
+        try:
+            scratch.add_stream(name)
+        except ValueError:
+            return False
+    return True
 
 
 def hardware(name: str, width: int, height: int) -> str | None:

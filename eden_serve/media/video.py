@@ -21,7 +21,7 @@ from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
 from .containers import copy_labels, display_matrix, first_frame, say_interlaced
 from .decoders import Decoder, host_pix_fmt
-from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
+from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, import_av, output_encoder, output_range
 from .frames import check_size
 from .mastering import add_video_stream
 from .planes import Planes, picture_of, plane_format
@@ -219,16 +219,7 @@ class VideoWriter(ClipWriter):
     def _add_video(self, clip: VideoClip, encoding: Encoding, av) -> None:
         source = clip.stream.codec_context
         raw = self.container.format.name in RAW_FORMATS
-        if raw and encoding.vcodec not in (None, "rawvideo"):
-            raise BadInputError(f"output {str(self.dst)!r} is Y4M, raw video: --vcodec does not apply")
-        if raw:
-            name = "rawvideo"
-        elif encoding.vcodec is not None:
-            name = encoder(encoding.vcodec, "--vcodec")
-        else:
-            name = encoder(source.codec.canonical_name, "the input's video codec")
-        if encoding.gpu and not raw and encoding.vcodec in (None, "h264", "hevc"):  # not an encoder named by the user
-            name = hardware(name, source.width, source.height) or name
+        name = output_encoder(self.container, encoding, source, self.dst)
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
             self.stream, colour = add_video_stream(self.container, name, rate, clip.colour, (source.width, source.height))
