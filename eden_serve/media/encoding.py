@@ -188,6 +188,7 @@ def output_encoder(container, encoding: Encoding, source, dst) -> str:
         name = encoder(encoding.vcodec, "--vcodec")
     else:
         codec, default = source.codec.canonical_name, container.default_video_codec
+        default = None if default in ("", "none") else default
         try:
             name = encoder(codec, "the input's video codec")
             why = None if holds(container.format.name, name) else f"{str(dst)!r} cannot hold {codec} video"

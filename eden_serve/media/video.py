@@ -17,6 +17,7 @@ from PIL import Image
 
 from ..errors import BadInputError
 from ..sandbox.decoder import rgb
+from .audio import transcoded
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
 from .containers import copy_labels, display_matrix, first_frame, say_interlaced
@@ -257,7 +258,7 @@ class VideoWriter(ClipWriter):
 
     def _add_copies(self, clip: VideoClip, av) -> None:
         copy_labels(clip.container, clip.stream, self.container, self.stream)
-        outputs = {}
+        outputs, self.transcoded = {}, {}
         for stream in clip.container.streams:
             if stream.type == "video" and stream.index != clip.stream.index:  # a cover picture, another angle
                 warnings.warn(f"the input's video stream {stream.index} is left out: the output holds the interpolated one")
@@ -267,11 +268,11 @@ class VideoWriter(ClipWriter):
             try:
                 copy = self.container.add_stream_from_template(stream)
             except (self._error, ValueError):
-                if stream.type == "audio":
-                    raise BadInputError(f"output {str(self.dst)!r} cannot hold the input's {name} without "
-                                        f"re-encoding it; write a {clip.path.suffix} file instead") from None
-                warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
-                continue
+                made = transcoded(self.container, stream, self.dst) if stream.type == "audio" else None  # :mod:`.audio`
+                if made is None:
+                    warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
+                    continue
+                self.transcoded[stream.index], copy = made, made.output
             copy.metadata.update(stream.metadata)  # language, title
             copy.disposition = stream.disposition  # default, forced
             if stream.type != "attachment":  # an attachment (a font) is all header, no packets
@@ -283,7 +284,9 @@ class VideoWriter(ClipWriter):
 
     def _copied_packets(self, outputs: dict) -> Iterator:
         for packet in self.copies.demux([self.copies.streams[i] for i in outputs]):
-            if packet.size:  # the demuxer ends each stream with an empty packet
+            if packet.stream_index in self.transcoded:
+                yield from self.transcoded[packet.stream_index].packets(packet)
+            elif packet.size:  # the demuxer ends each stream with an empty packet
                 packet.stream = outputs[packet.stream_index]
                 yield packet
 
