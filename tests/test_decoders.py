@@ -103,6 +103,9 @@ class Container:
     def close(self):
         self.inner.close()
 
+    def __getattr__(self, name):  # the rest (its tags, chapters, format) as NVDEC's own container, a PyAV one, has it
+        return getattr(self.inner, name)
+
 
 class StandIn(Nvdec):
     """NVDEC stood in for: FFmpeg's software decoder behind what the CUDA frames keep."""
