@@ -301,3 +301,16 @@ def test_an_input_codec_without_an_encoder_is_written_in_the_containers_default(
         with pytest.warns(UserWarning, match="no cavs encoder: the output is written as h264 .libx264."):
             assert encoding_module.output_encoder(container, Encoding(), source, "out.mp4") == "libx264"
         assert encoding_module.output_encoder(container, Encoding("mpeg4"), source, "out.mp4") == "mpeg4"
+
+
+def test_a_frame_rate_mpeg_2_cannot_write_is_refused_with_the_nearest_it_can(tmp_path):
+    """MPEG-2 writes only its standard's rates; --fps 23.976 is 2997/125 exactly, which its encoder
+    refused with "Invalid argument" alone: the line names NTSC's 24000/1001, which then runs."""
+    src = real_video(tmp_path / "in.mpg", 4, Fraction(24), video="mpeg2video", audio=None)
+    out = tmp_path / "out.mpg"
+    with pytest.raises(BadInputError, match=r"2997/125 \(23.976\) is not one: the nearest is 24000/1001 .*ask --fps 24000/1001"):
+        interpolate_clip(src, out, pairwise(average), fps=Fraction(2997, 125), progress=False)
+    assert not out.exists()
+    interpolate_clip(src, out, pairwise(average), fps=Fraction(24000, 1001), progress=False)
+    with av.open(str(out)) as container:
+        assert container.streams.video[0].average_rate == Fraction(24000, 1001)

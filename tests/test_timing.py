@@ -100,3 +100,15 @@ def test_rates_parse_exactly():
         parse_rate("sixty")
     with pytest.raises(BadInputError, match="--fps takes"):
         parse_rate("1/0")
+
+
+def test_a_tick_is_the_nearest_halves_up_so_even_frames_stay_even():
+    """Frames 1/60 s apart that start half a tick off the grid (an MPEG-PS video at 0.5417 s) keep
+    one tick each: halves to even (Python's round) put 34.5 and 33.5 on the same tick."""
+    from eden_serve.media.timing import tick_of
+
+    start, tick = F(48750, 90000), F(1, 60)
+    ticks = [tick_of(start + k * tick, tick) for k in range(8)]
+    assert ticks == list(range(33, 41))
+    assert [round((start + k * tick) / tick) for k in range(3)] == [32, 34, 34]  # what went wrong
+    assert tick_of(F(7, 3), F(1)) == 2 and tick_of(F(-1, 2), F(1)) == 0

@@ -540,3 +540,14 @@ def test_an_interlaced_video_is_said_to_be_one(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         interpolate_clip(plain, tmp_path / "plain-out.mp4", pairwise(average), progress=False)
+
+
+def test_an_mpeg_ps_video_half_a_tick_off_the_grid_is_retimed_to_60_fps(tmp_path):
+    """MPEG-2 is written at its frame rate's ticks; this one starts at 0.5417 s, half a tick of
+    1/60 s off them, and --factor 5/2 (24 to 60 fps) stopped with exit 2 ("time stamps 34 and 34")."""
+    from eden_serve.commands.cli import main
+
+    src = real_video(tmp_path / "in.mpg", 7, Fraction(24), video="mpeg2video", audio=None)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.mpg"), "--config", "tiny", "--factor", "5/2"]) == 0
+    got = frame_times(tmp_path / "out.mpg")
+    assert all(later - earlier == Fraction(1, 60) for earlier, later in zip(got, got[1:])) and len(got) == 16

@@ -331,6 +331,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     _say_conversion(source_pix_fmt, stream.pix_fmt, colour)
     replace(colour, range=output_range(stream.pix_fmt, colour)).tag(stream.codec_context)
     stream.options = options
+    _check_rate(stream, name)
     if tuning and tuning.thread_type:
         stream.codec_context.thread_type = tuning.thread_type
     try:
@@ -342,6 +343,18 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
     return options
+
+
+def _check_rate(stream, name: str) -> None:
+    """An encoder that writes only the frame rates its standard defines (MPEG-1 and -2) refuses any
+    other without a reason (``--fps 23.976`` is 2997/125, not NTSC's 24000/1001): the nearest is
+    named instead."""
+    listed, rate = stream.codec_context.codec.frame_rates, stream.codec_context.framerate
+    rates = [Fraction(r.numerator, r.denominator) for r in listed or ()]
+    if rates and rate is not None and rate not in rates:
+        nearest = min(rates, key=lambda r: abs(r - rate))
+        raise BadInputError(f"{name} writes only the frame rates its standard defines, and {rate} ({float(rate):.3f}) is not "
+                            f"one: the nearest is {nearest} ({float(nearest):.3f}); ask --fps {nearest}, or another --vcodec")
 
 
 def _odd_size(stream, av) -> str:

@@ -67,6 +67,13 @@ class Retiming:
         return f"--fps {self.fps}" if self.fps is not None else f"--factor {self.factor}"
 
 
+def tick_of(time: Fraction, time_base: Fraction) -> int:
+    """The tick of ``time_base`` nearest ``time``, halves up: evenly spaced frames keep their spacing
+    wherever the ticks start (an MPEG-PS video starts at 0.5417 s, half a tick of 1/60 s off the
+    grid, and Python's round, halves to even, put two frames of 60 a second on one tick)."""
+    return math.floor(time / time_base + Fraction(1, 2))
+
+
 def output_time_base(source: Fraction, retiming: Retiming) -> Fraction:
     """A tick that every output time falls on: under a factor a/b the source's divided by a (times
     fall on 1/a of an interval), under ``--fps`` the largest dividing both the source's tick and a

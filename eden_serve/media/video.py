@@ -28,7 +28,7 @@ from .mastering import add_video_stream
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .threads import Prefetch
-from .timing import Retiming, output_time_base
+from .timing import Retiming, output_time_base, tick_of
 
 PIPE = "-"
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
@@ -354,7 +354,7 @@ class VideoWriter(ClipWriter):
             frame = picture_of(picture.numpy(), rgb_format).reformat(format=self.pix_fmt, **self.convert)
         else:
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
-        self._hold(frame, self.shown if self.counted else round(time / self.time_base))
+        self._hold(frame, self.shown if self.counted else tick_of(time, self.time_base))
         self.shown += 1
 
     def add(self, frame):
@@ -369,7 +369,7 @@ class VideoWriter(ClipWriter):
 
     def finish(self):
         last, start = self.held
-        end = start + 1 if self.counted else max(round(self.end / self.time_base), start + 1)
+        end = start + 1 if self.counted else max(tick_of(self.end, self.time_base), start + 1)
         self._encode(last, start, end - start)
         try:
             packets = list(self._encoded(None))
