@@ -136,10 +136,10 @@ def _startup_prepared(rows):
     if not found or found[0].get("startup_s") is None:
         return None, "none (no prepared process ran)"
     r = found[0]
-    if not r.get("prepared_keys"):
+    if not r.get("prepared_shapes"):
         return None, f"{r['startup_s']:.2f} s, but no prepared artefacts were loaded ({r['device_name']}, {r['pixels']})"
     parts = ", ".join(f"{k} {r['startup_parts'][k]:.2f}" for k in ("interpreter and imports", "CUDA context", "weights", "first middle"))
-    return r["startup_s"], (f"{r['startup_s']:.2f} s from the command ({parts}; {r['prepared_keys']} keys prepared; "
+    return r["startup_s"], (f"{r['startup_s']:.2f} s from the command ({parts}; {r['prepared_shapes']} shapes prepared; "
                             f"{r['compiled_keys']} compiled by the end; {r['device_name']}, {r['pixels']})")
 
 

@@ -110,7 +110,8 @@ def started(child: Child, clips: list[tuple[str, str, Path]]):
         models = commands.load_models(parsed)
     marks["weights"] = time.time()  # and the prepared artefacts, where --compiled names them
     background = models[1].runner.background
-    prepared = len(background.asked) if background is not None else 0  # keys asked at load: from the artefacts
+    # The artefacts accepted at load: their compilations held until the first middle is handed to the writer.
+    prepared = len(artefacts.read_header(args.compiled)[0]["shapes"]) if background is not None and background.held else 0
     label, pixels, src = clips[0]
     found = bench("gpu_clip").clip_run(models, src, command(args, src)[4:], command_started=args.t0)
     marks["first middle"] = args.t0 + found["startup_s"]
@@ -120,7 +121,7 @@ def started(child: Child, clips: list[tuple[str, str, Path]]):
     import_parts = {"interpreter": STARTED - args.t0, "torch": TORCH_IMPORTED - STARTED, "eden_serve": IMPORTED - TORCH_IMPORTED}
     child.row("clip", size=label, pixels=pixels, options="defaults", startup_parts=parts, import_parts=import_parts,
               weights_parts=weights_parts,
-              device_name=device_name(child), prepared_keys=prepared, **found)
+              device_name=device_name(child), prepared_shapes=prepared, **found)
     return models
 
 

@@ -4,14 +4,18 @@ and beside it; a fresh process with an empty inductor cache compiles the prepare
 (every region a cache hit, none compiled anew) and runs them compiled, the middles within the
 documented rounding bound of the eager ones; a file made for another PyTorch, device or model, a
 damaged one, or one whose tar would write outside the cache is refused before anything of it is
-extracted, and the edge compiles as without it; the served edge loads what its archive carries."""
+extracted, and the edge compiles as without it; the served edge loads what its archive carries and
+starts compiling it at load. In a clip run in process, nothing of the artefacts is extracted nor
+compiled before the first middle has been handed to the writer."""
 
+import io
 import json
 import logging
 import os
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -122,7 +126,7 @@ def test_a_key_made_elsewhere_is_refused_before_anything_is_extracted(store, tmp
         assert artefacts.load_into(edge, other) is None
     assert f"made for another {field}" in caplog.text or field in caplog.text
     assert not (tmp_path / "inductor").exists() or not any((tmp_path / "inductor").rglob("*.py"))
-    assert not edge.runner.background.asked  # nothing compiled ahead: the forward compiles as without artefacts
+    assert not edge.runner.background.asked and not edge.runner.background.held  # the forward compiles as without artefacts
 
 
 def test_damaged_artefacts_are_refused(store, tmp_path, edge, caplog):
@@ -170,8 +174,10 @@ def test_the_served_edge_loads_what_its_archive_carries(store, tmp_path, monkeyp
     settings = Settings.from_yaml({"pt2": {"compile": {"enable": True}}})
     model = EdgeService.load_model(tmp_path / "model" / "eden_edge.safetensors", "cpu", settings)
     try:
-        assert model.runner.background.asked  # the prepared shape asked at load, before any request
-        assert model.runner.wait_compiled(600) and len(model.runner.swapped) == 2 and not model.runner.background.failed
+        # Started at load, before any request (a long-lived worker's time after load is most often
+        # idle): a wait that releases nothing sees both stages compiled and swapped in.
+        assert not model.runner.background.held
+        assert model.runner.background.wait(600) and len(model.runner.swapped) == 2 and not model.runner.background.failed
     finally:
         model.runner.close()
 
@@ -199,3 +205,84 @@ def test_a_refused_file_leaves_the_forward_compiling_as_without_it(tmp_path, mon
         assert edge.runner.background.asked and edge.runner.wait_compiled(300) and len(edge.runner.swapped) == 2
     finally:
         edge.runner.close()
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    """The tiny cloud and edge, the edge compiled in the background by dynamo's eager backend (what
+    is compiled and when, not inductor's speed, is under test) into an empty cache of its own."""
+    from eden_serve.model.checkpoint import load_pair
+    from eden_serve.config import preset
+    from eden_serve.edge import Acceleration, Compile
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    cloud, edge = load_pair(None, preset("tiny"))
+    edge.accelerate(Acceleration("off", Compile(backend="eager")))
+    yield cloud, edge
+    edge.runner.close()
+
+
+def marked(path: Path, edge, shape: tuple[int, int, int]) -> Path:
+    """Artefacts of ``edge``'s key for ``shape`` whose tar holds one marker file, which shows when they are extracted."""
+    bundle = io.BytesIO()
+    with tarfile.open(fileobj=bundle, mode="w") as tar:
+        entry = tarfile.TarInfo("marker/prepared")
+        entry.size = 1
+        tar.addfile(entry, io.BytesIO(b"x"))
+    return artefacts.write(path, artefacts.key(edge, edge.runner.compile), [shape], bundle.getvalue())
+
+
+def frames_folder(folder: Path, sizes: list[tuple[int, int]]) -> Path:
+    from PIL import Image
+    from eden_serve.model.synthetic import scene
+
+    folder.mkdir()
+    for k, (height, width) in enumerate(sizes):
+        Image.fromarray(scene(height, width, k / 4)).save(folder / f"{k:02d}.png")
+    return folder
+
+
+def test_a_clip_hands_its_first_middle_to_the_writer_before_anything_prepared_starts(tmp_path, models, monkeypatch):
+    """A clip of one pair: its middle is handed to the writer before the artefacts are extracted and
+    before any compilation ahead starts; then, waited for, the prepared shape's two stages are
+    compiled and swapped in (from the artefacts: one forward never asks for a key by itself)."""
+    from eden_serve.clips.pipeline import interpolate_clip_in_process
+    from eden_serve.media import DirectoryWriter
+
+    cloud, edge = models
+    marker = tmp_path / "inductor" / "marker" / "prepared"
+    events = []
+    work = edge.runner.background.work
+    edge.runner.background.work = lambda key, job: (events.append(("compile", key[0])), work(key, job))[1]
+    add_middle = DirectoryWriter.add_middle
+    monkeypatch.setattr(DirectoryWriter, "add_middle",
+                        lambda writer, *a, **k: (events.append(("handed", marker.exists())), add_middle(writer, *a, **k))[1])
+    assert artefacts.load_into(edge, marked(tmp_path / "prepared.bin", edge, (64, 96, 1))) == [(64, 96, 1)]
+    assert not marker.exists()
+
+    summary = interpolate_clip_in_process(frames_folder(tmp_path / "in", [(64, 96)] * 2), tmp_path / "out", cloud, edge,
+                                          codec="fp32", chunk=1)
+    assert summary.pairs == 1 and len(list((tmp_path / "out").iterdir())) == 3
+    assert edge.runner.wait_compiled(300) and not edge.runner.background.failed
+    assert events[0] == ("handed", False)  # the first middle handed over, nothing of the artefacts extracted yet
+    assert sorted(name for what, name in events if what == "compile") == ["render_uint8", "sample"]
+    assert marker.exists() and len(edge.runner.swapped) == 2
+
+
+def test_a_run_that_ends_before_its_first_middle_starts_nothing_and_closes(tmp_path, models):
+    """A clip that fails before any middle (its frames differ in size): no compiling thread was
+    started, nothing extracted, and closing the runner leaves nothing held to start later."""
+    from eden_serve.clips.pipeline import interpolate_clip_in_process
+    from eden_serve.errors import EdenError
+
+    cloud, edge = models
+    before = set(threading.enumerate())
+    assert artefacts.load_into(edge, marked(tmp_path / "prepared.bin", edge, (64, 96, 1)))
+    with pytest.raises(EdenError):
+        interpolate_clip_in_process(frames_folder(tmp_path / "in", [(64, 96), (96, 64)]), tmp_path / "out", cloud, edge,
+                                    codec="fp32", chunk=1)
+    edge.runner.close()
+    edge.runner.release()  # after the close: nothing to start
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "eden-compile"]
+    assert not edge.runner.background.asked and not edge.runner.background.held
+    assert not (tmp_path / "inductor" / "marker").exists() and not (tmp_path / "out").exists()

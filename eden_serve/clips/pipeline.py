@@ -268,7 +268,9 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
     :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
     wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error
     middles_as, decoder = options.pop("middles_as", "auto"), options.pop("decoder", "host")
-    options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS, **options})
+    # The compilations held until then (prepared artefacts: edge/artefacts.load_into) start once the first middle is out.
+    options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS,
+                             "first_middle": edge.runner.release, **options})
     src = decoded_by(src, decoder, edge.device, options)
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
     if options.resume:

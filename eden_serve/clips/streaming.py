@@ -82,6 +82,7 @@ class ClipOptions:
     cancel: threading.Event | None = None
     fingerprint: dict | None = None
     watch: Callable[[Processor], Processor] | None = None
+    first_middle: Callable[[], None] | None = None
 
     def __post_init__(self):
         if self.inflight < 1:
@@ -162,11 +163,19 @@ def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
 
 class _Output:
     """The end of a run's stream: the writer, the summary's count of frames written and, for a
-    resumable output, the checkpoints at which a resumed run can start."""
+    resumable output, the checkpoints at which a resumed run can start; ``first_middle`` is called
+    once the first middle has been handed to the writer."""
 
-    def __init__(self, writer, journal: Journal | None, summary: Summary, chunk: int, closing: Fraction):
+    def __init__(self, writer, journal: Journal | None, summary: Summary, chunk: int, closing: Fraction,
+                 first_middle: Callable[[], None] | None = None):
         self.writer, self.journal, self.summary, self.chunk = writer, journal, summary, chunk
         self.closing = closing  # the position of the last middle before an original
+        self.first_middle = first_middle
+
+    def _handed(self) -> None:
+        if self.first_middle is not None:
+            first_middle, self.first_middle = self.first_middle, None
+            first_middle()
 
     def push(self, item: Item) -> None:
         """The last level's stream."""
@@ -174,6 +183,7 @@ class _Output:
             self.writer.add(item.before)
         else:
             self.writer.add_middle(item.image, item.before, item.after, item.position)
+            self._handed()
         self.summary.frames += 1
         # Once all that comes before an original is written where every level has a chunk boundary,
         # a resumed run can start there and chunk (and batch) as this one.
@@ -184,6 +194,8 @@ class _Output:
     def place(self, picture, before: Frame, after: Frame | None, position: Fraction) -> None:
         """A retimed run's frames."""
         self.writer.place(picture, before, after, position)
+        if after is not None:
+            self._handed()
         self.summary.frames += 1
 
     def close(self) -> None:
@@ -204,7 +216,7 @@ def _write(clip: Clip, src, options: ClipOptions, processor: Processor, workers:
     summary.resumed, summary.frames = (factor - 1) * start, factor * start
     total = (factor - 1) * (clip.length - 1) if clip.length and depth is not None else None
     schedule, chunking = Schedule(options.retiming), Chunking(options.chunk, options.ramp, options.inflight)
-    output = _Output(writer, journal, summary, options.chunk, 1 - Fraction(1, factor))
+    output = _Output(writer, journal, summary, options.chunk, 1 - Fraction(1, factor), options.first_middle)
     with progress_bar(total, options.progress) as bar:
         bar.update(summary.resumed)
         chunks = Dispatch(processors, workers, options.seed, summary.add, bar)
@@ -273,7 +285,9 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
     already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
     processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
-    or stops the run by raising (the web page, :mod:`eden_serve.page.runs`).
+    or stops the run by raising (the web page, :mod:`eden_serve.page.runs`). ``first_middle`` is
+    called once, on the reading thread, right after the run's first middle has been handed to the
+    writer (the in-process edge starts its compilations ahead there: :mod:`eden_serve.edge.artefacts`).
     """
     options = replace(options, **given) if options is not None else ClipOptions(**given)
     processor = as_processor(processor)

@@ -299,8 +299,24 @@ class Runner:
         if not self.background.closed:
             self.swapped.add(key)
 
+    def hold(self, call: Callable[[], None]) -> None:
+        """Run ``call`` (work toward compiling ahead: :func:`.artefacts.load_into`'s) on the compiling
+        thread once :meth:`release` is called, not before: until then nothing of it shares the
+        interpreter with the forwards."""
+        if self.background is not None:
+            self.background.hold(call)
+
+    def release(self) -> None:
+        """Start what :meth:`hold` holds: a clip in process calls it once its first middle has been
+        handed to the writer (:func:`eden_serve.clips.pipeline.interpolate_clip_in_process`), a
+        served edge at load (:class:`eden_serve.serving.services.EdgeService`); idempotent."""
+        if self.background is not None:
+            self.background.release()
+
     def wait_compiled(self, timeout: float | None = None) -> bool:
-        """Wait for the compilations asked so far; False on the timeout."""
+        """Wait for the compilations asked so far, those held released first (whoever waits for
+        them wants them now); False on the timeout."""
+        self.release()
         return self.background is None or self.background.wait(timeout)
 
     def close(self) -> None:

@@ -22,7 +22,9 @@ options) and the shapes they hold. A file whose key differs from this process's,
 not match their digest, is refused before anything of it is extracted: one warning, and the
 forward compiles in the background as without it. What is extracted is plain files under the
 cache directory (the tar's own paths checked), which inductor reads as it reads the entries it
-writes itself.
+writes itself. Only those checks run where the file is loaded; extracting it and compiling its
+shapes wait on the compiling thread until a clip's first middle is handed to the writer
+(:func:`load_into`).
 """
 
 from __future__ import annotations
@@ -131,9 +133,10 @@ def differences(found: dict, wanted: dict) -> list[str]:
     return sorted(name for name in set(found) | set(wanted) if found.get(name) != wanted.get(name))
 
 
-def load(path: str | Path, wanted: dict) -> list[tuple[int, int, int]] | None:
-    """Load the artefacts of ``path`` into inductor's cache where its key is ``wanted``; the shapes
-    it holds, or None (one warning says why) where it is refused."""
+def check(path: str | Path, wanted: dict) -> tuple[list[tuple[int, int, int]], bytes] | None:
+    """The shapes of ``path`` and its tar, checked: its key is ``wanted``, its bytes match their
+    digest, and its tar holds plain files and folders under the cache alone; None (one warning says
+    why) where it is refused. Nothing is written."""
     header, start = read_header(path)
     refused = differences(header["key"], wanted)
     if refused:
@@ -148,17 +151,27 @@ def load(path: str | Path, wanted: dict) -> list[tuple[int, int, int]] | None:
         return None
     try:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            members = tar.getmembers()
-            for member in members:  # all checked before any is written: plain files and folders under the cache
+            for member in tar.getmembers():
                 tarfile.data_filter(member, persistent_cache())
                 if not (member.isfile() or member.isdir()):
                     raise tarfile.FilterError(f"{member.name!r} is neither a file nor a folder")
-            # Entries already there are inductor's own, the same by their hashed names.
-            tar.extractall(persistent_cache(), members=members, filter="data")
-    except (tarfile.TarError, OSError) as exc:
+    except tarfile.TarError as exc:
         logger.warning("compiled artefacts %s cannot be extracted (%s); compiling in the background instead", path, exc)
         return None
-    return [tuple(shape) for shape in header["shapes"]]
+    return [tuple(shape) for shape in header["shapes"]], data
+
+
+def extract(path: str | Path, data: bytes) -> bool:
+    """The tar ``data`` of ``path`` (checked by :func:`check`) extracted into inductor's cache; False (one
+    warning) where the disk refuses. Entries already there are inductor's own, the same by their
+    hashed names."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(persistent_cache(), filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        logger.warning("compiled artefacts %s cannot be extracted (%s); compiling in the background instead", path, exc)
+        return False
+    return True
 
 
 def saved() -> bytes:
@@ -201,13 +214,27 @@ def prepare(edge, sizes: Iterable[tuple[int, ...]], path: str | Path) -> Path:
 
 
 def load_into(edge, path: str | Path) -> list[tuple[int, int, int]] | None:
-    """Load ``path``'s artefacts for ``edge`` (refused where its key differs: None) and compile its
-    shapes from them at once, in the background (the first forwards do not wait)."""
+    """Check ``path``'s artefacts for ``edge`` now (refused, with one warning, where its key differs,
+    its bytes are damaged or its tar would write outside the cache: None), and hold the rest for the
+    compiling thread (:meth:`~.acceleration.Runner.hold`): extracting them into inductor's cache,
+    then asking for their shapes (:func:`compile_ahead`). It starts when the runner is released:
+    by a clip in process once its first middle has been handed to the writer, by a served edge at
+    load, by a wait for the compilations. On an H200 the compilations begun at load (dynamo's
+    tracing, 13.5 s a key even from the cache) held the interpreter against the clip's reader,
+    workers and writer, and its first middle came at 9.85 s instead of 5.9. The shapes."""
     compile = edge.runner.compile
     if compile is None or edge.runner.background is None:
         logger.warning("compiled artefacts %s are not used: the edge is not compiled in the background here", path)
         return None
-    shapes = load(path, key(edge, compile))
-    for height, width, pairs in shapes or ():
-        compile_ahead(edge, (height, width), pairs)
+    checked = check(path, key(edge, compile))
+    if checked is None:
+        return None
+    shapes, data = checked
+
+    def start() -> None:
+        if extract(path, data):
+            for height, width, pairs in shapes:
+                compile_ahead(edge, (height, width), pairs)
+
+    edge.runner.hold(start)
     return shapes

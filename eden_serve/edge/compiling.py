@@ -8,6 +8,9 @@ key's shapes (compilation needs shapes and dtypes, not values), then hands it to
 ``swap``, which replaces the key's graph by one of the compiled function in one step. A compilation
 that fails logs one line, and the forward stays uncompiled. Inductor's artefacts are kept on disk
 (:func:`persistent_cache`), so the second run of the same shapes skips inductor and only traces.
+Work that only prepares compilations (extracting prepared artefacts, asking for their keys) can be
+held (:meth:`Background.hold`) until the caller releases it: a clip's first middle must not share
+the interpreter with the compiler (docs/gpu.md, "Compiled ahead").
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ logger = logging.getLogger(__name__)
 # Compilations per compiled function before dynamo gives up and runs it uncompiled: each block
 # function is compiled once per shape (the batches of a few frame sizes, two precisions).
 RECOMPILE_LIMIT = 64
+_CALL = object()  # the key of a job that is a call (Background.hold), not a compilation
 
 
 def persistent_cache() -> str:
@@ -69,6 +73,8 @@ class Background:
         self.seconds: dict[Hashable, float] = {}  # each key's compilation, swap included (the GPU check reports them)
         self.failed: str | None = None
         self.closed = False
+        self.held: list[Callable[[], None]] = []  # run on the thread once released
+        self._calls = 0  # released calls not yet run: a wait waits for them and the keys they ask
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._idle = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -79,10 +85,31 @@ class Background:
             if key in self.asked or self.failed or self.closed:
                 return
             self.asked.add(key)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="eden-compile", daemon=True)
-                self._thread.start()
+            self._start()
         self._jobs.put((key, job))
+
+    def hold(self, call: Callable[[], None]) -> None:
+        """Run ``call`` on the thread, in turn with the keys, once :meth:`release` is called; until
+        then the thread is not even started."""
+        with self._idle:
+            if not self.closed:
+                self.held.append(call)
+
+    def release(self) -> None:
+        """Start the calls held so far (each once)."""
+        with self._idle:
+            held, self.held = self.held, []
+            if not held or self.closed:
+                return
+            self._calls += len(held)
+            self._start()
+        for call in held:
+            self._jobs.put((_CALL, call))
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="eden-compile", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         while True:
@@ -95,30 +122,36 @@ class Background:
                     self._compile(key, job)
             finally:
                 with self._idle:
-                    self.done.add(key)
+                    if key is _CALL:
+                        self._calls -= 1
+                    else:
+                        self.done.add(key)
                     self._idle.notify_all()
             del item, key, job  # an idle thread must not keep a job's inputs (and its model) alive
 
-    def _compile(self, key: Hashable, job: object) -> None:
+    def _compile(self, key: Hashable, job) -> None:
         started = time.monotonic()
         try:
             with torch.inference_mode(), _on(self.device):
-                self.work(key, job)
-            self.seconds[key] = time.monotonic() - started
+                job() if key is _CALL else self.work(key, job)
+            if key is not _CALL:
+                self.seconds[key] = time.monotonic() - started
         except Exception as exc:  # a compiler's failure costs its speed-up, never the forward
             self.failed = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             logger.warning("compiling the edge's forward failed (%s); it runs uncompiled", self.failed)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until every key asked so far is compiled (or given up); False on the timeout."""
+        """Wait until every key asked so far, and every call released, is done (or given up); False on
+        the timeout. Calls still held are not waited for."""
         with self._idle:
-            return self._idle.wait_for(lambda: self.done >= self.asked, timeout)
+            return self._idle.wait_for(lambda: self.done >= self.asked and not self._calls, timeout)
 
     def close(self) -> None:
-        """Compile nothing more (a compilation under way finishes, and its result is dropped), and
-        let the thread end."""
+        """Compile nothing more (a compilation under way finishes, and its result is dropped; calls
+        held are dropped), and let the thread end."""
         with self._idle:
             self.closed = True
+            self.held = []
             if self._thread is not None:
                 self._jobs.put(None)
 

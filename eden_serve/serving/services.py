@@ -168,6 +168,14 @@ class EdgeService(Service):
 
     @staticmethod
     def load_model(weights, device, settings):
+        """The edge model of ``weights``, accelerated as ``settings`` say, warmed up. Where the
+        archive carries compiled artefacts (``compiled.bin``, beside the weights), their shapes
+        start compiling in the background at load, not at the first answer as a clip in process
+        does (docs/gpu.md, "Compiled ahead"): TorchServe sends a worker nothing before its load
+        returns, and a worker outlives many clips, so the time after its load is most often idle;
+        held for the first answer, the compilations would always run beside the first client's
+        clip. A worker loaded under traffic (scaled up, or replaced after a device failure)
+        answers its first requests beside them, as the served edge did before."""
         model = load_edge(weights, device, settings.precision)
         if settings.max_batch_tokens:  # 0 keeps the device's default
             model.sizing.batch_tokens = settings.max_batch_tokens
@@ -176,8 +184,8 @@ class EdgeService(Service):
         acceleration = settings.acceleration()
         model.accelerate(acceleration.with_prepared(model.device) if prepared else acceleration)
         model.warm_up()
-        if prepared:
-            artefacts.load_into(model, compiled)
+        if prepared and artefacts.load_into(model, compiled):
+            model.runner.release()
         return model
 
     def __init__(self, model: EdgeModel, settings: Settings, context):
