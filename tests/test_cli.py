@@ -412,7 +412,7 @@ def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, pr
 
 
 @pytest.mark.parametrize("device, chunk, inflight", [("cuda", 16, 3), ("cpu", 8, 2)])
-def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monkeypatch, device, chunk, inflight):
+def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monkeypatch, tmp_path, device, chunk, inflight):
     """A new user's eden-serve interpolate clip.mp4 -o out.mp4: on a GPU, chunks of 16 pairs (the
     batch its memory allows at 480x854), 3 in flight and an encoder that keeps the pace (x264
     veryfast or NVENC: tests/test_encoding.py), its first chunks ramped (a sooner first middle); on a
@@ -421,10 +421,11 @@ def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monke
     monkeypatch.setattr(commands.pipeline, "interpolate_clip_in_process", lambda *args, **kwargs: runs.append(kwargs))
     edge = LoadedEdge()
     edge.device = torch.device(device)
+    src = write_clip(tmp_path / "clip", 2, 32, 48)  # the source is checked before the models load
     for argv, expected in (([], (chunk, inflight, device == "cuda")), (["--chunk", "4", "--inflight", "1", "--no-ramp"], (4, 1, False)),
                            (["--ramp"], (chunk, inflight, True))):
-        args = cli._build_parser().parse_args(["interpolate", "clip.mp4", "-o", "out.mp4", *argv])
-        commands.clip_in_process(args, "clip.mp4", "out.mp4", lambda: (None, edge))
+        args = cli._build_parser().parse_args(["interpolate", str(src), "-o", "out.mp4", *argv])
+        commands.clip_in_process(args, src, "out.mp4", lambda: (None, edge))
         assert (runs[-1]["chunk"], runs[-1]["inflight"], runs[-1]["ramp"]) == expected
         assert runs[-1]["encoding"].gpu == (device == "cuda") and not runs[-1]["encoding"].given
 
