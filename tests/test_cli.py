@@ -487,9 +487,9 @@ def test_a_bad_clip_is_told_before_a_bad_checkpoint(tmp_path):
 
 
 def test_the_decoder_is_chosen_while_the_models_load_and_an_error_then_leaves_no_thread(monkeypatch, tmp_path):
-    """``models()`` runs on a thread of its own beside the decoder's choice (the load waits here until
+    """The decoder is chosen on a thread of its own while ``models()`` loads (the load waits here until
     the choice has begun: before, the models were loaded first, and it waited in vain); an error of
-    the choice is raised once the load has ended, and no thread of the load is left."""
+    the choice is raised once the load has ended, and no thread of the choice is left."""
     src = write_clip(tmp_path / "clip", 3, 32, 48)
     choosing, loaded = threading.Event(), []
 
@@ -506,12 +506,12 @@ def test_the_decoder_is_chosen_while_the_models_load_and_an_error_then_leaves_no
     with pytest.raises(BadInputError, match="no decoder"):
         commands.clip_in_process(args, src, tmp_path / "out.mp4", models)
     assert loaded == [True]
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("eden-load")]
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("eden-decoder")]
 
 
 def test_a_clip_loaded_beside_its_decoder_equals_the_sequential_pipeline(tmp_path):
-    """The models loaded on their own thread compute what the halves loaded first compute: the same
-    frames, bit for bit."""
+    """The models loaded beside the decoder's choice compute what the halves loaded first compute:
+    the same frames, bit for bit."""
     src = write_clip(tmp_path / "clip", 5, 48, 64)
     args = cli._build_parser().parse_args(["interpolate", str(src), "-o", str(tmp_path / "beside"), "--config", "tiny",
                                            "--chunk", "2", "--seed", "3"])

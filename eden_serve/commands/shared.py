@@ -186,20 +186,22 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
                     models: Callable[[], tuple[CloudEncoder, EdgeModel]], **hooks) -> Summary:
     """``eden-serve interpolate CLIP``: the clip options of ``args`` and the clip itself (opened and
     closed: a missing or unreadable input, or frames too large, refused before a weight is read)
-    checked first; then ``models()`` gives the halves on a thread of its own while the video's
-    decoder is chosen (:func:`~eden_serve.clips.pipeline.decoded_by`: beside a GPU, trials of about
-    0.6 s in a fresh process). An error while they overlap waits for the load to end, so no thread
-    outlives the call. The chunks, their ramp, the chunks in flight and the encoder's speed the
+    checked first; then the video's decoder is chosen on a thread of its own
+    (:func:`~eden_serve.clips.pipeline.decoded_by`: beside a GPU, trials of about 0.6 s in a fresh
+    process) while ``models()`` gives the halves here, as before: an edge accelerated on another
+    thread ran several times slower on a CPU. An error while they overlap waits for the choice to
+    end, so no thread outlives the call. The chunks, their ramp, the chunks in flight and the encoder's speed the
     edge's device suits where ``args`` leaves them (:func:`~eden_serve.clips.pipeline.clip_defaults`);
     ``hooks``: :func:`~eden_serve.clips.streaming.interpolate_clip`'s ``watch``."""
     wire.kind(args.codec, in_process=True)
     options = clip_options(args)
     opening = ClipOptions(max_pixels=args.max_pixels, process_size=args.process_size, raw=options["raw"])
     _check_source(src, opening)
-    with ThreadPoolExecutor(1, thread_name_prefix="eden-load") as loading:
-        halves = loading.submit(models)
-        source = pipeline.decoded_by(src, getattr(args, "decoder", "host"), torch.device(_devices(args.device)[1]), opening)
-        cloud, edge = halves.result()
+    with ThreadPoolExecutor(1, thread_name_prefix="eden-decoder") as choosing:
+        chosen = choosing.submit(pipeline.decoded_by, src, getattr(args, "decoder", "host"), torch.device(_devices(args.device)[1]),
+                                 opening)
+        cloud, edge = models()
+        source = chosen.result()
     defaults = pipeline.clip_defaults(edge.device)
     chunk = defaults.chunk if args.chunk is None else args.chunk
     inflight = defaults.inflight if args.inflight is None else args.inflight
