@@ -5,9 +5,14 @@ import warnings
 import weakref
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+# The suite is the CPU's contract (bits and bounds against CPU kernels); a GPU's is the GPU check's
+# (benchmarks/gpu_check.py). On a machine with GPUs, `--device auto`, TorchServe's workers and every
+# `eden-serve` the tests start would take one, so none is visible to the tests or what they start.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import numpy as np  # noqa: E402 - after the GPUs are hidden, before torch can see them
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from eden_serve import media
 from eden_serve.cloud.encoder import CloudEncoder

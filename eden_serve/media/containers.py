@@ -1,10 +1,13 @@
-"""What is read of a video file before it is decoded as a clip: the container its first bytes show,
-for a file from someone else (a page's upload, a cloud's source), and its first frame, whose side
-data holds HDR10's metadata and the display matrix, within a bounded read."""
+"""What is read of a video file besides its frames: the container its first bytes show, for a file
+from someone else (a page's upload, a cloud's source); its first frame, whose side data holds
+HDR10's metadata and the display matrix, within a bounded read; whether it is interlaced; and its
+labels (title, chapters, the video's language), which the output keeps."""
 
 from __future__ import annotations
 
+import re
 import struct
+import warnings
 
 from .encoding import import_av
 
@@ -50,3 +53,36 @@ def display_matrix(frame) -> tuple[int, ...] | None:
     kind = import_av().sidedata.sidedata.Type.DISPLAYMATRIX
     data = next((bytes(d) for d in getattr(frame, "side_data", ()) if d.type == kind), None) if frame else None
     return struct.unpack("<9i", data) if data is not None and len(data) == 36 else None
+
+
+# Tags that a muxer writes itself, or that describe the input's encoding and would be wrong for the
+# output's: an MP4's brands, the encoder's name, Matroska's statistics (the input's frame and byte
+# counts, its bit rate), each maybe with a language after a dash.
+ENCODING_TAGS = re.compile(r"(major_brand|minor_version|compatible_brands|encoder|duration|bps|number_of_frames"
+                           r"|number_of_bytes|_statistics_\w+)(-\w+)?", re.IGNORECASE)
+
+
+def copy_labels(source, video, output, stream) -> None:
+    """The ``source`` container's tags (title, date, comment...) and chapters onto ``output``, and its
+    ``video`` stream's tags (language, title) and flags onto the output's video ``stream``, as
+    FFmpeg's command line keeps them; not the tags of the input's own encoding (:data:`ENCODING_TAGS`).
+    The output's frames have the input's times, so each chapter starts and ends where it did."""
+    output.metadata.update({k: v for k, v in source.metadata.items() if not ENCODING_TAGS.fullmatch(k)})
+    stream.metadata.update({k: v for k, v in video.metadata.items() if not ENCODING_TAGS.fullmatch(k)})
+    stream.disposition = video.disposition
+    chapters = source.chapters()
+    if chapters:
+        output.set_chapters(chapters)
+
+
+# FFmpeg's field orders (AVFieldOrder) of a stream whose frames are not whole pictures: top or bottom field first.
+INTERLACED = {2: "top field first", 3: "bottom field first", 4: "top field first", 5: "bottom field first"}
+
+
+def say_interlaced(stream, path) -> None:
+    """One warning where the video is interlaced: the model takes each frame as one picture, both
+    fields woven, so a middle's moving edges comb, and the output is written as progressive video."""
+    order = INTERLACED.get(stream.codec_context.field_order)
+    if order is not None:
+        warnings.warn(f"{path}: the video is interlaced ({order}): its middles are made of whole frames, fields woven, "
+                      f"so moving edges comb; deinterlace it first (FFmpeg's bwdif or yadif filter) for clean middles")

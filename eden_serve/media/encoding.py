@@ -4,7 +4,8 @@
 
 Without ``--vcodec`` the output keeps the input's codec, written with the encoder PyAV has for it
 (for AV1: libsvtav1 or libaom-av1, whichever the build holds; PyAV decodes AV1 with libdav1d or
-its own decoder, neither of which can encode). A Y4M output is raw video. The pixel format is the
+its own decoder, neither of which can encode), or the output container's default where that
+container cannot hold the input's codec or PyAV cannot write it (:func:`output_encoder`). A Y4M output is raw video. The pixel format is the
 input's where the encoder takes it, else yuv420p10le for an input deeper than 8 bits where the
 encoder takes that, else yuv420p, else the encoder's first; a change of depth is said in one line.
 
@@ -21,6 +22,7 @@ SCHED_FIFO at priority 99 (docs/video.md, "Encoder speed").
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -56,7 +58,17 @@ TUNINGS = {
     # NVENC's constant quality: cq about x264's crf for the same look; p4 the middle of its presets.
     "h264_nvenc": Tuning({"preset": "p4", "rc": "vbr", "cq": "19", "b": "0"}, crf="cq"),
     "hevc_nvenc": Tuning({"preset": "p4", "rc": "vbr", "cq": "21", "b": "0"}, crf="cq"),
+    # FFmpeg's MPEG-family and JPEG encoders run at 200 kb/s whatever the frame's size unless told
+    # otherwise: 31 dB at 720p where x264 at crf 18 gives 41 (docs/video.md, "The output's encoder").
+    # A fixed quantizer instead, the finest usual one (qmin, 2: FFmpeg's -q:v 2, 41 dB there);
+    # --encoder-opt qmin=N for a coarser one.
+    **{name: Tuning({"flags": "+qscale"}, crf=None, preset=None) for name in (
+        "mpeg1video", "mpeg2video", "mpeg4", "msmpeg4v2", "msmpeg4", "wmv1", "wmv2", "h261", "h263", "h263p", "flv", "mjpeg")},
 }
+# DNxHD's own profile holds a few fixed bit rates, each for some sizes and frame rates only, which a
+# changed frame rate leaves (its encoder does not open); its successor DNxHR takes any size from
+# 256x120 at any rate: the profile of each pixel format the encoder takes, at DNxHD's usual quality.
+DNXHR_PROFILES = {"yuv422p": "dnxhr_hq", "yuv422p10le": "dnxhr_hqx", "yuv444p10le": "dnxhr_444", "gbrp10le": "dnxhr_444"}
 # The GPU's encoder for a software one, used where the edge is a GPU and it opens there.
 HARDWARE = {"libx264": "h264_nvenc", "libx265": "hevc_nvenc"}
 _OPENS: dict[str, bool] = {}  # whether each hardware encoder opened in this process
@@ -161,6 +173,48 @@ def encoder(name: str, what: str) -> str:
     return codec.name
 
 
+def output_encoder(container, encoding: Encoding, source, dst) -> str:
+    """The encoder of the output ``container``'s video (written to ``dst``), for input frames decoded
+    by ``source`` (its codec context): raw video in Y4M; ``--vcodec``'s; else the input's codec's,
+    or, where the container cannot hold that codec or PyAV has no encoder for it (WMV3, Theora
+    here), the container's own default, as FFmpeg's command line chooses (H.264 in MP4, MOV and
+    Matroska, VP9 in WebM), said in a warning; beside a GPU, NVENC for H.264 or HEVC where it opens
+    and no encoder was named."""
+    if container.format.name in RAW_FORMATS:
+        if encoding.vcodec not in (None, "rawvideo"):
+            raise BadInputError(f"output {str(dst)!r} is Y4M, raw video: --vcodec does not apply")
+        return "rawvideo"
+    if encoding.vcodec is not None:
+        name = encoder(encoding.vcodec, "--vcodec")
+    else:
+        codec, default = source.codec.canonical_name, container.default_video_codec
+        default = None if default in ("", "none") else default
+        try:
+            name = encoder(codec, "the input's video codec")
+            why = None if holds(container.format.name, name) else f"{str(dst)!r} cannot hold {codec} video"
+        except BadInputError as exc:
+            if not default:
+                raise
+            why = str(exc).split(";")[0]
+        if why is not None and default:
+            name = encoder(default, f"{why}; its container's default codec")
+            warnings.warn(f"{why}: the output is written as {default} ({name}), its container's default; --vcodec chooses another")
+    if encoding.gpu and encoding.vcodec in (None, "h264", "hevc"):  # not an encoder named by the user
+        name = hardware(name, source.width, source.height) or name
+    return name
+
+
+def holds(format_name: str, name: str) -> bool:
+    """Whether a container of ``format_name`` takes a stream of encoder ``name``: where FFmpeg does
+    not know (MPEG-PS, which lists no codecs), it is tried, as the stream would be."""
+    with import_av().open(io.BytesIO(), "w", format=format_name) as scratch:
+        try:
+            scratch.add_stream(name)
+        except ValueError:
+            return False
+    return True
+
+
 def hardware(name: str, width: int, height: int) -> str | None:
     """The GPU's encoder in place of the software encoder ``name``, where this PyAV has one and it
     opens here (a GPU without NVENC, such as an H100, or no driver: None)."""
@@ -193,10 +247,32 @@ def _pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...
             raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
         return asked
     deep = source is not None and bits(source) > 8
-    for candidate in (source, "yuv420p10le" if deep else None, "yuv420p"):
+    for candidate in (source, _nearest(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
         if candidate is not None and (not formats or candidate in formats):
             return candidate
     return formats[0]
+
+
+def _nearest(formats: list[str], source: str | None) -> str | None:
+    """Where the encoder lacks the input's YUV format, its YUV format with the same colour sampling
+    (4:4:4 stays 4:4:4) and the depth nearest the input's, deeper before shallower, alpha only where
+    the input has it (ProRes 4444 decodes to 12 bits with alpha, its encoder takes 10: yuva444p10le
+    rather than 4:2:2); None where it has none of that sampling."""
+    if source is None or not source.startswith("yuv"):
+        return None
+    av = import_av()
+    shape = _sampling(av, source)
+    alpha = shape[2]
+    depth = bits(source)
+    same = [f for f in formats if f.startswith("yuv") and _sampling(av, f)[:2] == shape[:2] and _sampling(av, f)[2] <= alpha]
+    same.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), _sampling(av, f)[2] != alpha))
+    return same[0] if same else None
+
+
+def _sampling(av, pix_fmt: str) -> tuple[int, int, bool]:
+    """A format's chroma plane size on 16x16 frames, and whether it holds alpha."""
+    format = av.VideoFormat(pix_fmt, 16, 16)
+    return format.chroma_width(16), format.chroma_height(16), any(c.is_alpha for c in format.components)
 
 
 def bits(pix_fmt: str) -> int:
@@ -243,12 +319,15 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         if value is None:
             continue
         if not key:
-            raise BadInputError(f"{flag} applies to {', '.join(TUNINGS)}; for {name} give --encoder-opt KEY=VALUE")
+            takers = ", ".join(n for n, t in TUNINGS.items() if (t.crf if flag == "--crf" else t.preset))
+            raise BadInputError(f"{flag} applies to {takers}; for {name} give --encoder-opt KEY=VALUE")
         options[key] = value
     options.update(encoding.options)
     options = {**colour.options(), **options}  # the chroma location, unless --encoder-opt names it
     options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
     stream.pix_fmt = _pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
+    if name == "dnxhd" and "profile" not in options and stream.pix_fmt in DNXHR_PROFILES:
+        options["profile"] = DNXHR_PROFILES[stream.pix_fmt]
     _say_conversion(source_pix_fmt, stream.pix_fmt, colour)
     replace(colour, range=output_range(stream.pix_fmt, colour)).tag(stream.codec_context)
     stream.options = options
@@ -259,8 +338,8 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     except (av.error.FFmpegError, ValueError) as exc:
         if encoding.pix_fmt is None and _opened_full_range(stream, source_pix_fmt, colour, av):
             return options
-        settings = " ".join(f"{k}={v}" for k, v in options.items())
-        raise BadInputError(f"{name} refuses these settings ({settings}, pix_fmt {stream.pix_fmt}): {exc}"
+        settings = " ".join([*(f"{k}={v}" for k, v in options.items()), f"pix_fmt {stream.pix_fmt}"])
+        raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
     return options
 

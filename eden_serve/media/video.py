@@ -17,11 +17,12 @@ from PIL import Image
 
 from ..errors import BadInputError
 from ..sandbox.decoder import rgb
+from .audio import transcoded
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
-from .containers import display_matrix, first_frame
+from .containers import copy_labels, display_matrix, first_frame, say_interlaced
 from .decoders import Decoder, host_pix_fmt
-from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, encoder, hardware, import_av, output_range
+from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, import_av, output_encoder, output_range
 from .frames import check_size
 from .mastering import add_video_stream
 from .planes import Planes, picture_of, plane_format
@@ -76,8 +77,7 @@ class VideoClip(Clip):
     colour = Colour()  # the stream's (_colour); a server-side source's as the cloud's probe states it (client/remote.py)
     decoded_by = Decoder()  # the host's, or the GPU's (:mod:`.decoders`); a server-side source's: the host's
 
-    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None,
-                 reopen=None):
+    def __init__(self, path: Path, max_pixels: int | None = None, container=None, decoder: Decoder | None = None, reopen=None):
         super().__init__(path)
         av = import_av()
         self._error = av.error.FFmpegError
@@ -102,15 +102,15 @@ class VideoClip(Clip):
                 self.container.close()
                 raise
         self.stream.thread_type = "AUTO"
+        say_interlaced(self.stream, path)
         self.colour = self._colour()
         self.length = self.stream.frames or None
         self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
         self.time_base = self.stream.time_base or 1 / self.rate
 
     def _colour(self) -> Colour:
-        """The stream's colour; where it may be HDR, with the metadata of its first frame, decoded from a
-        second opening of the file (a pipe is read once, and a container handed in without a way to
-        reopen it: their tags only)."""
+        """The stream's colour; where it may be HDR, with its first frame's metadata from a second opening
+        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags only)."""
         colour = Colour.of_stream(self.stream.codec_context)
         if not colour.may_hold_metadata or self._reopen is None:
             return colour
@@ -180,10 +180,10 @@ class VideoWriter(ClipWriter):
 
     Audio and subtitle streams are copied packet by packet, not re-encoded, from a second reader of
     the input, each muxed once the video has reached its time: memory holds a few packets, never the
-    track. Attachments (fonts) are copied too, with each stream's language, title and flags. Audio
-    the output container cannot hold is refused; subtitles and attachments it cannot hold are left
-    out with a warning; data streams (time codes) are not copied, nor anything from a piped input.
-    """
+    track; attachments (fonts) too, with each stream's language, title and flags, and the input's
+    title, chapters and tags (:func:`~.containers.copy_labels`). Audio the output cannot hold is
+    refused; subtitles and attachments it cannot hold are left out with a warning; data streams
+    (time codes) are not copied, nor anything from a piped input."""
 
     def __init__(self, tmp: Path, dst: Path, clip: VideoClip, retiming: Retiming, encoding: Encoding):
         av = import_av()
@@ -220,16 +220,7 @@ class VideoWriter(ClipWriter):
     def _add_video(self, clip: VideoClip, encoding: Encoding, av) -> None:
         source = clip.stream.codec_context
         raw = self.container.format.name in RAW_FORMATS
-        if raw and encoding.vcodec not in (None, "rawvideo"):
-            raise BadInputError(f"output {str(self.dst)!r} is Y4M, raw video: --vcodec does not apply")
-        if raw:
-            name = "rawvideo"
-        elif encoding.vcodec is not None:
-            name = encoder(encoding.vcodec, "--vcodec")
-        else:
-            name = encoder(source.codec.canonical_name, "the input's video codec")
-        if encoding.gpu and not raw and encoding.vcodec in (None, "h264", "hevc"):  # not an encoder named by the user
-            name = hardware(name, source.width, source.height) or name
+        name = output_encoder(self.container, encoding, source, self.dst)
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
             self.stream, colour = add_video_stream(self.container, name, rate, clip.colour, (source.width, source.height))
@@ -266,7 +257,8 @@ class VideoWriter(ClipWriter):
         self._from_image = av.VideoFrame.from_image
 
     def _add_copies(self, clip: VideoClip, av) -> None:
-        outputs = {}
+        copy_labels(clip.container, clip.stream, self.container, self.stream)
+        outputs, self.transcoded = {}, {}
         for stream in clip.container.streams:
             if stream.type == "video" and stream.index != clip.stream.index:  # a cover picture, another angle
                 warnings.warn(f"the input's video stream {stream.index} is left out: the output holds the interpolated one")
@@ -276,11 +268,11 @@ class VideoWriter(ClipWriter):
             try:
                 copy = self.container.add_stream_from_template(stream)
             except (self._error, ValueError):
-                if stream.type == "audio":
-                    raise BadInputError(f"output {str(self.dst)!r} cannot hold the input's {name} without "
-                                        f"re-encoding it; write a {clip.path.suffix} file instead") from None
-                warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
-                continue
+                made = transcoded(self.container, stream, self.dst) if stream.type == "audio" else None  # :mod:`.audio`
+                if made is None:
+                    warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
+                    continue
+                self.transcoded[stream.index], copy = made, made.output
             copy.metadata.update(stream.metadata)  # language, title
             copy.disposition = stream.disposition  # default, forced
             if stream.type != "attachment":  # an attachment (a font) is all header, no packets
@@ -292,7 +284,9 @@ class VideoWriter(ClipWriter):
 
     def _copied_packets(self, outputs: dict) -> Iterator:
         for packet in self.copies.demux([self.copies.streams[i] for i in outputs]):
-            if packet.size:  # the demuxer ends each stream with an empty packet
+            if packet.stream_index in self.transcoded:
+                yield from self.transcoded[packet.stream_index].packets(packet)
+            elif packet.size:  # the demuxer ends each stream with an empty packet
                 packet.stream = outputs[packet.stream_index]
                 yield packet
 
