@@ -36,6 +36,7 @@ from eden_serve.media import decoders, segments
 from eden_serve.media.encoding import TUNINGS, Encoding, configure, hardware
 from eden_serve.media.video import WRITTEN, rgb_pixels
 
+from gpu_first_middle import HANDED, READY, FirstMiddle
 from gpu_goals import source_video
 
 # Option sets against the defaults, in the warm process, after the defaults ran twice: the fastest
@@ -188,17 +189,24 @@ def _window(ends: list[tuple[float, int]], last: int) -> tuple[float | None, int
 
 
 def clip_run(models, src: Path, argv: list[str], command_started: float | None = None) -> dict:
-    """``eden-serve interpolate SRC -o OUT ARGV`` on ``models`` (the edge re-accelerated where ARGV
-    asks for another acceleration than it has): its start-up (from ``command_started``, wall-clock,
-    else the run's start), steady state, whole rates and busy fraction."""
-    cloud, edge = models
+    """``eden-serve interpolate SRC -o OUT ARGV`` on ``models``, the halves (the edge re-accelerated
+    where ARGV asks for another acceleration than it has), or what loads them, called as the command
+    calls it (the start-up's weights then in the run): its start-up (from ``command_started``,
+    wall-clock, else the run's start, to the first middle handed to the writer) and the first middle
+    taken apart (gpu_first_middle.py), steady state, whole rates and busy fraction."""
     with tempfile.TemporaryDirectory() as scratch:
         args = cli._build_parser().parse_args(["interpolate", str(src), "-o", f"{scratch}/out.mp4", *argv])
-        asked = commands.acceleration_of(args, edge.device)
-        if asked != edge.acceleration:
-            edge.accelerate(asked)
-        compiling = compiled_so_far(edge)
-        done, busy, chosen, muxed = _Done(), _Busy(edge.device), _Chosen(), _Written()
+        marks, found = FirstMiddle(), {}
+
+        def halves():
+            cloud, edge = models() if callable(models) else models
+            asked = commands.acceleration_of(args, edge.device)
+            if asked != edge.acceleration:
+                edge.accelerate(asked)
+            found.update(models=(cloud, edge), compiling=compiled_so_far(edge))
+            return cloud, edge
+
+        done, busy, chosen, muxed = _Done(), _Busy(torch.device(commands.devices(args.device)[1])), _Chosen(), _Written()
         TIMELINE.addHandler(done)
         TIMELINE.setLevel(logging.DEBUG)
         WRITTEN.addHandler(muxed)
@@ -207,19 +215,25 @@ def clip_run(models, src: Path, argv: list[str], command_started: float | None =
         decoders.logger.setLevel(logging.INFO)
         started = time.time()
         try:
-            summary = commands.clip_in_process(args, src, f"{scratch}/out.mp4", lambda: models)
+            with marks.watching():
+                summary = commands.clip_in_process(args, src, f"{scratch}/out.mp4", marks.loaded(halves) if callable(models) else halves,
+                                                   watch=marks.watch)
         finally:
             TIMELINE.removeHandler(done)
             WRITTEN.removeHandler(muxed)
             decoders.logger.removeHandler(chosen)
             busy.stop()
         ended = time.time()
-        compiling = {f"{k}_during": v - compiling[k] for k, v in compiled_so_far(edge).items()}
         written = Path(f"{scratch}/out.mp4").stat().st_size
+    edge = found["models"][1]
+    compiling = {f"{k}_during": v - found["compiling"][k] for k, v in compiled_so_far(edge).items()}
+    first_middle, beside = marks.parts(started)
     rate, pairs, (first, last) = steady(done.done)
     written_rate, written_pairs, flushed = written_steady(muxed.written, summary.pairs)
     begun = command_started or started
-    return {"startup_s": min(t for t, _ in done.done) - begun, "steady_pairs_per_s": rate, "steady_pairs": pairs,
+    loaded = {"models": found["models"], "models_ready_at": marks.at[READY]} if callable(models) else {}
+    return {"startup_s": marks.at[HANDED] - begun, "first_middle_parts": first_middle, "beside_weights": beside, **loaded,
+            "steady_pairs_per_s": rate, "steady_pairs": pairs,
             "written_steady_pairs_per_s": written_rate, "written_steady_pairs": written_pairs, "flushed_share": flushed,
             "pairs_per_s": summary.pairs / (ended - started), "from_command_pairs_per_s": summary.pairs / (ended - begun),
             "pairs": summary.pairs, "wall_s": ended - started, "output_bytes": written, "busy": busy.between(first, last),

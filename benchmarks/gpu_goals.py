@@ -75,10 +75,18 @@ def _startup(rows):
     if not found or found[0].get("startup_s") is None:
         return None, "none (no cold process ran)"
     r = found[0]
-    parts = ", ".join(f"{k} {r['startup_parts'][k]:.2f}" for k in ("interpreter and imports", "CUDA context", "weights", "first middle"))
     imports = r.get("import_parts")
     of_imports = f"; of the imports: {', '.join(f'{k} {v:.2f}' for k, v in imports.items())}" if imports else ""
-    return r["startup_s"], f"{r['startup_s']:.2f} s from the command ({parts}{of_imports}; {r['device_name']}, {r['pixels']})"
+    return r["startup_s"], f"{r['startup_s']:.2f} s from the command ({_startup_parts(r)}{of_imports}; {r['device_name']}, {r['pixels']})"
+
+
+def _startup_parts(r: dict) -> str:
+    """The start-up's parts, then the first middle's (in the order they ended) and what ended beside the weights."""
+    parts = ", ".join(f"{k} {r['startup_parts'][k]:.2f}" for k in ("interpreter and imports", "CUDA context", "weights", "first middle"))
+    for field, name in (("first_middle_parts", "of the first middle"), ("beside_weights", "beside the weights")):
+        if r.get(field):
+            parts += f"; {name}: {', '.join(f'{k} {v:.3f}' for k, v in r[field].items())}"
+    return parts
 
 
 def _busy(rows):
@@ -138,8 +146,7 @@ def _startup_prepared(rows):
     r = found[0]
     if not r.get("prepared_shapes"):
         return None, f"{r['startup_s']:.2f} s, but no prepared artefacts were loaded ({r['device_name']}, {r['pixels']})"
-    parts = ", ".join(f"{k} {r['startup_parts'][k]:.2f}" for k in ("interpreter and imports", "CUDA context", "weights", "first middle"))
-    return r["startup_s"], (f"{r['startup_s']:.2f} s from the command ({parts}; {r['prepared_shapes']} shapes prepared; "
+    return r["startup_s"], (f"{r['startup_s']:.2f} s from the command ({_startup_parts(r)}; {r['prepared_shapes']} shapes prepared; "
                             f"{r['compiled_keys']} compiled by the end; {r['device_name']}, {r['pixels']})")
 
 
@@ -183,8 +190,8 @@ def goal_lines(rows: list[dict], gpu: bool) -> list[str]:
 
 MODULES = ("numpy", "av", "zstandard", "eden_serve.commands.cli", "eden_serve.commands.shared", "eden_serve.serving.services",
            "eden_serve.edge.artefacts", "eden_serve.media.segments", "eden_serve.media.decoders",
-           "eden_serve.serving.bitstreams", "eden_serve.wire", "harness.videos", "gpu_clip", "gpu_served", "gpu_correct",
-           "gpu_process")
+           "eden_serve.serving.bitstreams", "eden_serve.wire", "harness.videos", "gpu_clip", "gpu_first_middle", "gpu_served",
+           "gpu_correct", "gpu_process")
 GOLDEN_FILES = ("tiny_70x100.npz", "tiny_64x96.npz")
 
 

@@ -98,7 +98,8 @@ def command(args: argparse.Namespace, src: Path, argv: list[str] = ()) -> list[s
 
 
 def started(child: Child, clips: list[tuple[str, str, Path]]):
-    """The models loaded as the command loads them, and the first clip run: the start-up's parts."""
+    """The first clip run as the command runs it, the models loaded by its own call (beside the
+    decoder's choice): the start-up's parts, and the models for the rest."""
     args = child.args
     marks = {"interpreter and imports": IMPORTED}
     if child.device.type == "cuda":
@@ -106,14 +107,20 @@ def started(child: Child, clips: list[tuple[str, str, Path]]):
         torch.empty(1, device=child.device)
     marks["CUDA context"] = time.time()
     parsed = cli._build_parser().parse_args(command(args, clips[0][2]))
-    with timed_steps() as weights_parts:
+    prepared = []
+
+    def load():
         models = commands.load_models(parsed)
-    marks["weights"] = time.time()  # and the prepared artefacts, where --compiled names them
-    background = models[1].runner.background
-    # The artefacts accepted at load: their compilations held until the first middle is handed to the writer.
-    prepared = len(artefacts.read_header(args.compiled)[0]["shapes"]) if background is not None and background.held else 0
+        background = models[1].runner.background
+        # The artefacts accepted at load: their compilations held until the first middle is handed to the writer.
+        prepared.append(len(artefacts.read_header(args.compiled)[0]["shapes"]) if background is not None and background.held else 0)
+        return models
+
     label, pixels, src = clips[0]
-    found = bench("gpu_clip").clip_run(models, src, command(args, src)[4:], command_started=args.t0)
+    with timed_steps() as weights_parts:
+        found = bench("gpu_clip").clip_run(load, src, command(args, src)[4:], command_started=args.t0)
+    models = found.pop("models")
+    marks["weights"] = found.pop("models_ready_at")  # and the prepared artefacts, where --compiled names them
     marks["first middle"] = args.t0 + found["startup_s"]
     times = [args.t0, *marks.values()]
     parts = {name: later - earlier for name, earlier, later in zip(marks, times, times[1:])}
@@ -121,7 +128,7 @@ def started(child: Child, clips: list[tuple[str, str, Path]]):
     import_parts = {"interpreter": STARTED - args.t0, "torch": TORCH_IMPORTED - STARTED, "eden_serve": IMPORTED - TORCH_IMPORTED}
     child.row("clip", size=label, pixels=pixels, options="defaults", startup_parts=parts, import_parts=import_parts,
               weights_parts=weights_parts,
-              device_name=device_name(child), prepared_shapes=prepared, **found)
+              device_name=device_name(child), prepared_shapes=prepared[0], **found)
     return models
 
 

@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from eden_serve.clips.pipeline import interpolate_pair
+from eden_serve.clips.pipeline import interpolate_clip_in_process, interpolate_pair
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.commands import cli, shared as commands
@@ -28,6 +29,7 @@ from eden_serve.media.frames import load_frame, to_png, to_uint8
 from eden_serve.model.checkpoint import load_cloud, load_edge
 from eden_serve.model.synthetic import frame_pair, write_clip
 from harness.rounding import assert_within_rounding
+from harness.videos import make_clip
 
 
 @pytest.fixture(scope="module")
@@ -412,7 +414,7 @@ def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, pr
 
 
 @pytest.mark.parametrize("device, chunk, inflight", [("cuda", 16, 3), ("cpu", 8, 2)])
-def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monkeypatch, device, chunk, inflight):
+def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monkeypatch, tmp_path, device, chunk, inflight):
     """A new user's eden-serve interpolate clip.mp4 -o out.mp4: on a GPU, chunks of 16 pairs (the
     batch its memory allows at 480x854), 3 in flight and an encoder that keeps the pace (x264
     veryfast or NVENC: tests/test_encoding.py), its first chunks ramped (a sooner first middle); on a
@@ -421,10 +423,11 @@ def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monke
     monkeypatch.setattr(commands.pipeline, "interpolate_clip_in_process", lambda *args, **kwargs: runs.append(kwargs))
     edge = LoadedEdge()
     edge.device = torch.device(device)
+    src = write_clip(tmp_path / "clip", 2, 32, 48)  # the source is checked before the models load
     for argv, expected in (([], (chunk, inflight, device == "cuda")), (["--chunk", "4", "--inflight", "1", "--no-ramp"], (4, 1, False)),
                            (["--ramp"], (chunk, inflight, True))):
-        args = cli._build_parser().parse_args(["interpolate", "clip.mp4", "-o", "out.mp4", *argv])
-        commands.clip_in_process(args, "clip.mp4", "out.mp4", lambda: (None, edge))
+        args = cli._build_parser().parse_args(["interpolate", str(src), "-o", "out.mp4", *argv])
+        commands.clip_in_process(args, src, "out.mp4", lambda: (None, edge))
         assert (runs[-1]["chunk"], runs[-1]["inflight"], runs[-1]["ramp"]) == expected
         assert runs[-1]["encoding"].gpu == (device == "cuda") and not runs[-1]["encoding"].given
 
@@ -457,3 +460,65 @@ def test_a_token_that_starts_with_a_dash_is_read_as_the_token(frames, tmp_path):
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "expected one argument" not in lines[0] and "Traceback" not in result.stderr
     assert not (tmp_path / "mid.png").exists()
+
+
+@pytest.mark.parametrize("bad", ["missing", "not a clip", "too large"])
+def test_a_bad_clip_is_refused_before_the_models_load(tmp_path, bad):
+    """In process, the clip is opened and checked before ``models()`` is called: the command's 632 MB
+    of weights are not read for an input it refuses (before, they were read first)."""
+    src = {"missing": tmp_path / "none.mp4", "not a clip": tmp_path / "junk.mp4", "too large": tmp_path / "big.mp4"}[bad]
+    if bad == "not a clip":
+        src.write_bytes(b"not a video" * 100)
+    if bad == "too large":
+        make_clip(src, "libx264", {}, (64, 96), 2, synthetic=True)
+    called = []
+    args = cli._build_parser().parse_args(["interpolate", str(src), "-o", str(tmp_path / "out.mp4"), "--max-pixels", "1000"])
+    with pytest.raises(BadInputError):
+        commands.clip_in_process(args, src, tmp_path / "out.mp4", lambda: called.append(True))
+    assert not called and not (tmp_path / "out.mp4").exists()
+
+
+def test_a_bad_clip_is_told_before_a_bad_checkpoint(tmp_path):
+    """The command's own process: one line naming the input, exit 2, no output; the checkpoint named
+    (missing too) is not read, whereas before, its error came first."""
+    (tmp_path / "junk.mp4").write_bytes(b"not a video" * 100)
+    line = one_error(run("interpolate", tmp_path / "junk.mp4", "-o", tmp_path / "out.mp4", "--checkpoint", tmp_path / "none.pt"))
+    assert "junk.mp4" in line and "none.pt" not in line and not (tmp_path / "out.mp4").exists()
+
+
+def test_the_decoder_is_chosen_while_the_models_load_and_an_error_then_leaves_no_thread(monkeypatch, tmp_path):
+    """The decoder is chosen on a thread of its own while ``models()`` loads (the load waits here until
+    the choice has begun: before, the models were loaded first, and it waited in vain); an error of
+    the choice is raised once the load has ended, and no thread of the choice is left."""
+    src = write_clip(tmp_path / "clip", 3, 32, 48)
+    choosing, loaded = threading.Event(), []
+
+    def decoded_by(*args):
+        choosing.set()
+        raise BadInputError("no decoder")
+
+    def models():
+        loaded.append(choosing.wait(10))
+        return None, None
+
+    monkeypatch.setattr(commands.pipeline, "decoded_by", decoded_by)
+    args = cli._build_parser().parse_args(["interpolate", str(src), "-o", str(tmp_path / "out.mp4")])
+    with pytest.raises(BadInputError, match="no decoder"):
+        commands.clip_in_process(args, src, tmp_path / "out.mp4", models)
+    assert loaded == [True]
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("eden-decoder")]
+
+
+def test_a_clip_loaded_beside_its_decoder_equals_the_sequential_pipeline(tmp_path):
+    """The models loaded beside the decoder's choice compute what the halves loaded first compute:
+    the same frames, bit for bit."""
+    src = write_clip(tmp_path / "clip", 5, 48, 64)
+    args = cli._build_parser().parse_args(["interpolate", str(src), "-o", str(tmp_path / "beside"), "--config", "tiny",
+                                           "--chunk", "2", "--seed", "3"])
+    commands.clip_in_process(args, src, tmp_path / "beside", lambda: commands.load_models(args))
+    cloud, edge = commands.load_models(args)
+    interpolate_clip_in_process(src, tmp_path / "sequential", cloud, edge, codec=args.codec, seed=3, chunk=2, progress=False)
+    names = sorted(p.name for p in (tmp_path / "sequential").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "beside").iterdir()) and len(names) == 9
+    for name in names:
+        assert np.array_equal(np.asarray(Image.open(tmp_path / "beside" / name)), np.asarray(Image.open(tmp_path / "sequential" / name)))

@@ -62,6 +62,8 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
         assert list(first["import_parts"]) == ["interpreter", "torch", "eden_serve"]
         assert sum(first["import_parts"].values()) == pytest.approx(first["startup_parts"]["interpreter and imports"], abs=1e-3)
         assert first["output_bytes"] > 0 and first["pairs"] == 15
+    for clip in (r for r in rows if r["section"] == "clip" and "wall_s" in r):
+        assert_the_first_middle_taken_apart(clip)
     options = [r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"]
     assert options[:2] == ["defaults", "defaults, again"] and options[-1] == "defaults, last"  # after every option set
     assert set(options[2:-1]) == {"preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances", "host decoder",
@@ -74,6 +76,22 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
     assert {r["size"] for r in rows if r["section"] == "clip" and r["process"] == "prepared"} == {"480x854"}
     assert [r["mode"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"] == ["compiled"] * 2 * len(
         {r["precision"] for r in rows if r["section"] == "golden" and r.get("process") == "cold"})
+
+
+def assert_the_first_middle_taken_apart(clip: dict) -> None:
+    """Every step of the first middle in one of the row's two parts, in the order a run takes them
+    (the steps the models' load overlaps may end beside it); the first middle's parts summing to it."""
+    steps = ["source checked", "decoder chosen", "source opened", "output opened", "frames decoded", "E_cond done", "middle on the host",
+             "handed to the writer"]
+    first, beside = clip["first_middle_parts"], clip["beside_weights"]
+    assert not first.keys() & beside.keys() and first.keys() | beside.keys() == set(steps), clip
+    assert list(beside) + list(first) == sorted(steps, key=lambda step: (step not in beside, steps.index(step))), clip
+    assert set(beside) <= {"source checked", "decoder chosen"} and all(v >= 0 for v in [*first.values(), *beside.values()])
+    if "startup_parts" in clip:
+        assert sum(first.values()) == pytest.approx(clip["startup_parts"]["first middle"], abs=1e-3)
+        assert sum(beside.values()) <= clip["startup_parts"]["weights"]
+    else:
+        assert not beside and sum(first.values()) == pytest.approx(clip["startup_s"], abs=1e-3)
 
 
 def test_issue_41s_sections_measure_what_their_goals_read(quick_run):

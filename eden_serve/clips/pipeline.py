@@ -262,16 +262,16 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
                                 codec: str = wire.DEFAULT_CODEC, scene_threshold: float | None = SCENE_THRESHOLD,
                                 **options) -> Summary:
     """``eden-serve interpolate`` on a clip: :func:`interpolate_clip` with :func:`in_process`
-    (``middles_as``, of :data:`MIDDLES_AS`, among the options); ``options``:
-    :class:`~eden_serve.clips.streaming.ClipOptions`' (here by default chunks of
+    (``middles_as``, of :data:`MIDDLES_AS`, among the options); ``src`` read by the host's decoder,
+    or a clip opened with another (:func:`decoded_by`, which the command runs beside the models'
+    load); ``options``: :class:`~eden_serve.clips.streaming.ClipOptions`' (here by default chunks of
     :data:`DEFAULT_CHUNK` pairs, :data:`DEFAULT_INFLIGHT` in flight, frames of at most
     :data:`~eden_serve.media.frames.DEFAULT_MAX_PIXELS`)."""
     wire.kind(codec, in_process=True)  # a bad name fails before the first pair, not as the first pair's error
-    middles_as, decoder = options.pop("middles_as", "auto"), options.pop("decoder", "host")
+    middles_as = options.pop("middles_as", "auto")
     # The compilations held until then (prepared artefacts: edge/artefacts.load_into) start once the first middle is out.
     options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS,
                              "first_middle": edge.runner.release, **options})
-    src = decoded_by(src, decoder, edge.device, options)
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
     if options.resume:
         options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.sizing.batch_tokens, "scene_threshold": scene_threshold,

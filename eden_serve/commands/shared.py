@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import re
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -21,11 +22,12 @@ from ..client.tls import ClientTLS
 from ..client.transports import TOKEN_ENV, TRANSPORTS, read_token
 from ..clips import pipeline
 from ..clips.arguments import clip_options
-from ..clips.streaming import Summary
+from ..clips.streaming import ClipOptions, Summary
 from ..cloud.encoder import CloudEncoder
 from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, EdgeModel, artefacts, default_precision
 from ..errors import BadInputError, EdenError
+from ..media import PIPE, open_clip
 from ..model.checkpoint import load_pair
 
 PROG = "eden-serve"
@@ -55,18 +57,25 @@ def _device(name: str) -> str:
 def devices(text: str) -> tuple[str, str]:
     """``--device``: one device for both halves, or ``CLOUD,EDGE``. Two GPUs asked for where fewer
     are visible run both halves on the first one, with a warning."""
+    cloud, edge, fell_back = _devices(text)
+    if fell_back:
+        warnings.warn(f"--device {text}: only {torch.cuda.device_count()} GPU(s) visible; the cloud and the edge "
+                      "both run on cuda:0", DeviceFallbackWarning, stacklevel=2)
+    return cloud, edge
+
+
+def _devices(text: str) -> tuple[str, str, bool]:
+    """:func:`devices`, and whether it fell back to one GPU, without the warning."""
     names = text.split(",")
     if len(names) == 1:
-        return (_device(names[0]),) * 2
+        return _device(names[0]), _device(names[0]), False
     if len(names) != 2:
         raise BadInputError(f"--device takes one device or two (CLOUD,EDGE), got {text!r}")
     gpus = [int(name.partition(":")[2] or 0) for name in names if name.startswith("cuda")]
     if gpus and torch.cuda.is_available() and max(gpus) >= torch.cuda.device_count():
-        warnings.warn(f"--device {text}: only {torch.cuda.device_count()} GPU(s) visible; the cloud and the edge "
-                      "both run on cuda:0", DeviceFallbackWarning, stacklevel=2)
-        return "cuda:0", "cuda:0"
+        return "cuda:0", "cuda:0", True
     cloud, edge = (_device(name) for name in names)
-    return cloud, edge
+    return cloud, edge, False
 
 
 def threshold(text: str) -> float | None:
@@ -175,24 +184,42 @@ def client_from(args: argparse.Namespace) -> Client:
 
 def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
                     models: Callable[[], tuple[CloudEncoder, EdgeModel]], **hooks) -> Summary:
-    """``eden-serve interpolate CLIP``: the clip options of ``args``, checked before ``models()``
-    gives the halves that compute it; the chunks, their ramp, the chunks in flight and the encoder's speed the
+    """``eden-serve interpolate CLIP``: the clip options of ``args`` and the clip itself (opened and
+    closed: a missing or unreadable input, or frames too large, refused before a weight is read)
+    checked first; then the video's decoder is chosen on a thread of its own
+    (:func:`~eden_serve.clips.pipeline.decoded_by`: beside a GPU, trials of about 0.6 s in a fresh
+    process) while ``models()`` gives the halves here, as before: an edge accelerated on another
+    thread ran several times slower on a CPU. An error while they overlap waits for the choice to
+    end, so no thread outlives the call. The chunks, their ramp, the chunks in flight and the encoder's speed the
     edge's device suits where ``args`` leaves them (:func:`~eden_serve.clips.pipeline.clip_defaults`);
     ``hooks``: :func:`~eden_serve.clips.streaming.interpolate_clip`'s ``watch``."""
     wire.kind(args.codec, in_process=True)
     options = clip_options(args)
-    cloud, edge = models()
+    opening = ClipOptions(max_pixels=args.max_pixels, process_size=args.process_size, raw=options["raw"])
+    _check_source(src, opening)
+    with ThreadPoolExecutor(1, thread_name_prefix="eden-decoder") as choosing:
+        chosen = choosing.submit(pipeline.decoded_by, src, getattr(args, "decoder", "host"), torch.device(_devices(args.device)[1]),
+                                 opening)
+        cloud, edge = models()
+        source = chosen.result()
     defaults = pipeline.clip_defaults(edge.device)
     chunk = defaults.chunk if args.chunk is None else args.chunk
     inflight = defaults.inflight if args.inflight is None else args.inflight
     ramp = defaults.ramp if getattr(args, "ramp", None) is None else args.ramp
     options["encoding"] = dataclasses.replace(options["encoding"], gpu=edge.device.type == "cuda")
     return pipeline.interpolate_clip_in_process(
-        src, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight, ramp=ramp,
+        source, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight, ramp=ramp,
         progress=getattr(args, "progress", None), max_pixels=args.max_pixels, scene_threshold=args.scene_threshold, resume=args.resume,
-        middles_as=getattr(args, "middles_as", "auto"), decoder=getattr(args, "decoder", "host"),
-        **options, **hooks,
+        middles_as=getattr(args, "middles_as", "auto"), **options, **hooks,
     )
+
+
+def _check_source(src: str | Path, options: ClipOptions) -> None:
+    """``src`` opened and closed as the clip engine opens it (:func:`~eden_serve.clips.streaming.interpolate_clip`):
+    an input it would refuse is refused now, not after the weights' load. A pipe is read once, by the engine."""
+    if str(src) != PIPE:
+        with open_clip(src, options.max_pixels if options.process_size is None else None, options.raw):
+            pass
 
 
 def clip_through(client: Client, args: argparse.Namespace, src: str | Path, dst: str | Path, **hooks) -> Summary:
