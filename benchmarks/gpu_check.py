@@ -21,7 +21,7 @@ would not fit is recorded as skipped, and the goals it measures come out UNMEASU
    them swapped in, their artefacts written;
 3. **a warm process**: the defaults again (the disk's caches warm, the decoders the cold process's
    trials chose remembered where the host's won: the clip goals), then the options
-   against them (x264 ultrafast, the former chunks, middles as RGB, x264 in 4 instances, the host's
+   against them (x264 ultrafast and superfast, middles as RGB, x264 in 4 instances, the host's
    decoder); then **the served edge** (benchmarks/gpu_served.py): the bitstream codec at 1080p,
    keyed and in the sandbox, against the edge alone; then **a prepared process**: an empty cache
    and the cold process's artefacts (loaded as ``--compiled`` loads them: the start-up with prepared

@@ -40,16 +40,19 @@ from gpu_first_middle import HANDED, READY, FirstMiddle
 from gpu_goals import source_video
 
 # Option sets against the defaults, in the warm process, after the defaults ran twice: the fastest
-# x264 preset (is the encoder the bound?), former defaults (chunks of 8, 2 in flight; x264 in 4
-# instances on segments), the middles as RGB and the host's decoder. Compiling, opt-in since
-# 2026-11-28, is measured by the cold process's compile arm (gpu_process.py).
-ALTERNATIVES = {"preset ultrafast": ["--preset", "ultrafast"], "chunk 8, inflight 2": ["--chunk", "8", "--inflight", "2"],
+# x264 preset (is the encoder the bound?) and the next (superfast: at crf 18 on 1080p bigbuckbunny
+# on a CPU, 1.35-1.55 times veryfast's frames a second at 46.9 dB against 45.7, for 1.7 times the
+# bytes), a former default (x264 in 4 instances on segments), the middles as RGB and the host's
+# decoder. Chunks of 8 with 2 in flight, the other former default, ran 0.94 of the defaults on the
+# H200 (2026-11-28) and left the check. Compiling, opt-in since 2026-11-28, is measured by the
+# cold process's compile arm (gpu_process.py).
+ALTERNATIVES = {"preset ultrafast": ["--preset", "ultrafast"], "preset superfast": ["--preset", "superfast"],
                 "middles as RGB": ["--middles-as", "rgb"], "x264 in 4 instances": ["--encoder-instances", "4"],
                 "host decoder": ["--decoder", "host"]}
 # At the smaller sizes, the encoder's options alone: x264's frame threads share a frame's rows, so
 # one instance may keep fewer cores busy at 480x854 than at 1080p. There the first H200 session ran
 # 155 pairs/s in 4 instances, the GPU busy throughout; the second 110-135 in one, the GPU busy 0.37-0.40.
-SMALLER_ALTERNATIVES = ("preset ultrafast", "x264 in 4 instances")
+SMALLER_ALTERNATIVES = ("preset ultrafast", "preset superfast", "x264 in 4 instances")
 # The code's own settings, timed as the option sets are, at 1080p: (module, attribute, value), set
 # for the clip and put back after. A thread waiting for the middles' copy asleep (the default since
 # the third H200 session) against CUDA's default, which spins a core for the whole forward.

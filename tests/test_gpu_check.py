@@ -66,10 +66,10 @@ def test_the_processes_time_the_startup_from_the_command_and_the_options_against
         assert_the_first_middle_taken_apart(clip)
     options = [r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "1080p"]
     assert options[:2] == ["defaults", "defaults, again"] and options[-1] == "defaults, last"  # after every option set
-    assert set(options[2:-1]) == {"preset ultrafast", "chunk 8, inflight 2", "middles as RGB", "x264 in 4 instances", "host decoder",
+    assert set(options[2:-1]) == {"preset ultrafast", "preset superfast", "middles as RGB", "x264 in 4 instances", "host decoder",
                                   "waits spinning"}
     smaller = [r["options"] for r in rows if r["section"] == "clip" and r["process"] == "warm" and r["size"] == "480x854"]
-    assert smaller == ["defaults", "defaults, again", "preset ultrafast", "x264 in 4 instances"]
+    assert smaller == ["defaults", "defaults, again", "preset ultrafast", "preset superfast", "x264 in 4 instances"]
     assert {r["size"] for r in rows if r["section"] == "clip options"} == {"1080p", "480x854"}
     arm = [(r["options"], r["argv"]) for r in rows if r["section"] == "clip" and r["process"] == "cold" and r["size"] == "480x854"]
     assert arm == [("defaults", ""), ("compiled in the background", "--compile default")]  # the compile arm: opt-in
