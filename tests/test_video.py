@@ -551,3 +551,37 @@ def test_an_mpeg_ps_video_half_a_tick_off_the_grid_is_retimed_to_60_fps(tmp_path
     assert main(["interpolate", str(src), "-o", str(tmp_path / "out.mpg"), "--config", "tiny", "--factor", "5/2"]) == 0
     got = frame_times(tmp_path / "out.mpg")
     assert all(later - earlier == Fraction(1, 60) for earlier, later in zip(got, got[1:])) and len(got) == 16
+
+
+# A codec of every family PyAV writes here, in a container that holds it: (encoder, container, pixel
+# format, size, options). The output keeps the codec, pixel format and quality, at twice the rate.
+ZOO = [("libx264", "mp4", "yuv422p", (160, 96), None), ("libx264", "mkv", "yuv444p10le", (160, 96), None),
+       ("libx265", "mkv", "yuv420p12le", (160, 96), {"x265-params": "log-level=error"}), ("libvpx-vp9", "webm", "yuv420p", (160, 96), None),
+       ("libvpx", "webm", "yuv420p", (160, 96), None), ("libsvtav1", "mkv", "yuv420p10le", (160, 96), None),
+       ("mpeg4", "avi", "yuv420p", (160, 96), {"flags": "+qscale"}), ("mpeg2video", "mpg", "yuv420p", (160, 96), {"flags": "+qscale"}),
+       ("mjpeg", "avi", "yuvj422p", (160, 96), {"flags": "+qscale"}), ("h263", "3gp", "yuv420p", (176, 144), {"flags": "+qscale"}),
+       ("prores_ks", "mov", "yuv422p10le", (160, 96), None), ("dnxhd", "mov", "yuv422p10le", (256, 144), {"profile": "dnxhr_hqx"}),
+       ("ffv1", "mkv", "yuv420p16le", (160, 96), None), ("ffv1", "mkv", "bgr0", (160, 96), None),
+       ("utvideo", "avi", "gbrp", (160, 96), None), ("qtrle", "mov", "rgb24", (160, 96), None), ("png", "mov", "rgb48be", (160, 96), None)]
+
+
+@pytest.mark.parametrize("video, suffix, pix_fmt, size, options", ZOO, ids=[f"{z[0]}-{z[2]}" for z in ZOO])
+def test_a_video_of_any_codec_here_keeps_its_codec_format_and_quality(tmp_path, video, suffix, pix_fmt, size, options):
+    src = real_video(tmp_path / f"in.{suffix}", 5, Fraction(25), size=size, video=video, audio=None, options=options,
+                     pix_fmt=pix_fmt)
+    with av.open(str(src)) as container:
+        given = container.streams.video[0].codec_context
+        codec, decoded = given.codec.canonical_name, given.pix_fmt
+        originals = [frame.to_ndarray(format="rgb48le").astype(float) for frame in container.decode(video=0)]
+    out = tmp_path / f"out.{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a depth the encoder rounds to is said; the rest is asserted
+        interpolate_clip(src, out, pairwise(average), progress=False)
+    with av.open(str(out)) as container:
+        written = container.streams.video[0].codec_context
+        assert written.codec.canonical_name == codec
+        assert written.pix_fmt == decoded
+        frames = [frame.to_ndarray(format="rgb48le").astype(float) for frame in container.decode(video=0)]
+    assert len(frames) == 2 * len(originals) - 1
+    worst = min(10 * np.log10(65535**2 / max(np.mean((a - b) ** 2), 1e-9)) for a, b in zip(originals, frames[::2]))
+    assert worst > 36, worst
