@@ -78,6 +78,18 @@ def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
     assert probe(tmp_path / "named.mp4")[0] == "h264"
 
 
+def test_a_gpu_edge_keeps_x264_for_a_deeper_or_fuller_input_than_nvenc_writes(tmp_path, monkeypatch):
+    """NVENC's H.264 has no 10-bit profile: a 10-bit input beside a GPU with NVENC keeps x264 and its
+    10 bits (before: NVENC, and the output rounded to 8 bits by default), and so does 4:2:2."""
+    monkeypatch.setattr(encoding_module, "_OPENS", {"h264_nvenc": True})
+    monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
+    for pix_fmt in ("yuv420p10le", "yuv422p"):
+        src = real_video(tmp_path / f"{pix_fmt}.mp4", 4, Fraction(25), audio=None, pix_fmt=pix_fmt)
+        interpolate_clip(src, tmp_path / f"out-{pix_fmt}.mp4", pairwise(average), encoding=Encoding(gpu=True), progress=False)
+        assert probe(tmp_path / f"out-{pix_fmt}.mp4") == ("h264", pix_fmt, 7)
+        assert x26x_settings(tmp_path / f"out-{pix_fmt}.mp4")["subme"] == "2"  # x264 at veryfast, as beside a GPU
+
+
 def test_x264_options_reach_the_file(tmp_path, clip):
     encoding = Encoding("libx264", "23", "ultrafast", "yuv444p", (("x264-params", "keyint=7"),))
     interpolate_clip(clip, tmp_path / "out.mp4", pairwise(average), encoding=encoding, progress=False)

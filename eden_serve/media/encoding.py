@@ -71,6 +71,11 @@ TUNINGS = {
 DNXHR_PROFILES = {"yuv422p": "dnxhr_hq", "yuv422p10le": "dnxhr_hqx", "yuv444p10le": "dnxhr_444", "gbrp10le": "dnxhr_444"}
 # The GPU's encoder for a software one, used where the edge is a GPU and it opens there.
 HARDWARE = {"libx264": "h264_nvenc", "libx265": "hevc_nvenc"}
+# The inputs' pixel formats that NVENC writes as the software encoder would (None: not known yet,
+# a pipe's): 8-bit 4:2:0. NVENC's H.264 has no deeper profile, and its formats are semi-planar or
+# 4:4:4: a 10-bit, 4:2:2 or 4:4:4 input beside a GPU keeps x264 or x265, its depth and its chroma,
+# rather than be rounded for speed by default.
+NVENC_KEEPS = (None, "yuv420p", "yuvj420p")
 _OPENS: dict[str, bool] = {}  # whether each hardware encoder opened in this process
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
 # The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
@@ -173,13 +178,13 @@ def encoder(name: str, what: str) -> str:
     return codec.name
 
 
-def output_encoder(container, encoding: Encoding, source, dst) -> str:
+def output_encoder(container, encoding: Encoding, source, dst, pix_fmt: str | None = None) -> str:
     """The encoder of the output ``container``'s video (written to ``dst``), for input frames decoded
-    by ``source`` (its codec context): raw video in Y4M; ``--vcodec``'s; else the input's codec's,
-    or, where the container cannot hold that codec or PyAV has no encoder for it (WMV3, Theora
-    here), the container's own default, as FFmpeg's command line chooses (H.264 in MP4, MOV and
-    Matroska, VP9 in WebM), said in a warning; beside a GPU, NVENC for H.264 or HEVC where it opens
-    and no encoder was named."""
+    by ``source`` (its codec context) in ``pix_fmt``: raw video in Y4M; ``--vcodec``'s; else the
+    input's codec's, or, where the container cannot hold that codec or PyAV has no encoder for it
+    (WMV3, Theora here), the container's own default, as FFmpeg's command line chooses (H.264 in
+    MP4, MOV and Matroska, VP9 in WebM), said in a warning; beside a GPU, NVENC for H.264 or HEVC
+    where it opens, no encoder was named, and the input is 8-bit 4:2:0 (:data:`NVENC_KEEPS`)."""
     if container.format.name in RAW_FORMATS:
         if encoding.vcodec not in (None, "rawvideo"):
             raise BadInputError(f"output {str(dst)!r} is Y4M, raw video: --vcodec does not apply")
@@ -199,7 +204,7 @@ def output_encoder(container, encoding: Encoding, source, dst) -> str:
         if why is not None and default:
             name = encoder(default, f"{why}; its container's default codec")
             warnings.warn(f"{why}: the output is written as {default} ({name}), its container's default; --vcodec chooses another")
-    if encoding.gpu and encoding.vcodec in (None, "h264", "hevc"):  # not an encoder named by the user
+    if encoding.gpu and encoding.vcodec in (None, "h264", "hevc") and pix_fmt in NVENC_KEEPS:  # no encoder named by the user
         name = hardware(name, source.width, source.height) or name
     return name
 

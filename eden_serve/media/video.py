@@ -220,7 +220,7 @@ class VideoWriter(ClipWriter):
     def _add_video(self, clip: VideoClip, encoding: Encoding, av) -> None:
         source = clip.stream.codec_context
         raw = self.container.format.name in RAW_FORMATS
-        name = output_encoder(self.container, encoding, source, self.dst)
+        name = output_encoder(self.container, encoding, source, self.dst, host_pix_fmt(source))
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
             self.stream, colour = add_video_stream(self.container, name, rate, clip.colour, (source.width, source.height))
