@@ -20,6 +20,11 @@ from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError
 # decoder's limit is the declared size rounded up to the largest block (AV1's superblock).
 _BLOCK = 128
 DECODER_THREADS = 4  # a fixed count: a sandboxed child's tasks are capped (confine.MAX_TASKS)
+# Slice threads, not frame threads: a frame-threaded decoder holds back DECODER_THREADS - 1 frames
+# until it has more packets or is told they ended, which ends it, so a kept decoder (edge/continued.py,
+# kept.py) could not give a chunk's last frames and go on with the next chunk's packets: none of 16
+# chunks went on, against 14 with slice threads (benchmarks/decoder_threads.py, which times both).
+DECODER_THREAD_TYPE = "SLICE"
 # Decoders that leave out, as told per packet, a picture no other references (H.264's nal_ref_idc 0,
 # HEVC's sub-layer non-reference pictures): a chunk late in a long GOP decodes its key frame's
 # B-frames for nothing. x264's and x265's defaults there: 40% of the frames before a chunk skipped,
@@ -151,9 +156,7 @@ def _decoder(parameters, av):
     context.codec_tag = parameters.codec_tag
     for name in ("color_range", "colorspace", "color_primaries", "color_trc"):
         setattr(context, name, getattr(parameters, name))
-    # Slice threads only: with frame threads, FFmpeg 8's decoders hung the process on the next decode
-    # after refusing a frame over max_pixels. A decoder's output does not depend on its threads.
-    context.thread_type = "SLICE"
+    context.thread_type = DECODER_THREAD_TYPE  # the frames are the same whatever the threads (tests/test_decoder_threads.py)
     context.thread_count = DECODER_THREADS
     context.options = {"max_pixels": str(_padded(parameters.width) * _padded(parameters.height))}
     return context
@@ -164,7 +167,12 @@ def _padded(side: int) -> int:
 
 
 def _av_packet(packet, av):
-    out = av.Packet(packet.data)
+    # A copy in FFmpeg's own memory: PyAV's Packet(bytes) lends FFmpeg the Python object, which a
+    # decoder's thread can then let go of only holding the GIL, while PyAV frees a codec context
+    # holding it and waiting for those threads: a frame-threaded decoder let go of with packets in
+    # hand (mid-stream, or after refusing a frame) hung the process.
+    out = av.Packet(len(packet.data))
+    out.update(packet.data)
     out.pts, out.dts, out.is_keyframe = packet.pts, packet.dts, packet.key
     return out
 
