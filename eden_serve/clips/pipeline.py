@@ -273,6 +273,7 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
     options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS,
                              "first_middle": edge.runner.release, **options})
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
+    edge.sizing.forwards = options.inflight  # each chunk in flight runs its own forward: the memory is shared by them
     if options.resume:
         options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.sizing.batch_tokens, "scene_threshold": scene_threshold,
                                                 **model_identity(cloud, edge)})
