@@ -76,10 +76,8 @@ HARDWARE = {"libx264": "h264_nvenc", "libx265": "hevc_nvenc"}
 # 4:4:4: a 10-bit, 4:2:2 or 4:4:4 input beside a GPU keeps x264 or x265, its depth and its chroma,
 # rather than be rounded for speed by default.
 NVENC_KEEPS = (None, "yuv420p", "yuvj420p")
-# Whether each hardware encoder opened in this process, by frame size: NVENC's limits are the size's
-# (H.264 at most 4096 a side; a minimum of its own), so one that opened for a 1080p clip may refuse
-# a 5K one in the same process (the page's, a served clip's), and one refused a tiny clip need not
-# refuse the next.
+# Whether each hardware encoder opened in this process, by frame size: NVENC's H.264 takes at most
+# 4096 a side, so one that opened for a 1080p clip may refuse the page's next, a 5K one.
 _OPENS: dict[tuple[str, int, int], bool] = {}
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
 # The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
