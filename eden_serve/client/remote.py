@@ -127,8 +127,10 @@ class RemoteVideo(VideoClip):
     def copied(self, container, dst: Path) -> Iterator | None:
         """Output streams in ``container`` for the source's audio and subtitles, and their packets
         merged in time order, fetched a page at a time as the writer reaches them (None: none to
-        copy). As :class:`~eden_serve.media.video.VideoWriter` does for a local file: audio the output cannot hold
-        is refused, subtitles it cannot hold are left out with a warning."""
+        copy). Subtitles the output cannot hold are left out with a warning, as
+        :class:`~eden_serve.media.video.VideoWriter` does for a local file; audio it cannot hold is
+        refused, where a local file's is re-encoded (:mod:`eden_serve.media.audio`): not built for
+        the cloud's pages."""
         av = import_av()
         streams = []
         for index, language in self.others.items():
