@@ -288,8 +288,8 @@ def measure(run: Run, edge: EdgeModel, pairs: list, labels: dict) -> None:
     grid = pairs[0].grid
     run.row("edge alone", **labels, ms_per_forward=ms, ms_per_pair=ms / len(pairs), pairs_per_s=1000 * len(pairs) / ms,
             first_call_ms=first, peak_mib_per_pair=peak if labels["mode"] == "eager" else None,
-            estimated_mib_per_pair=bytes_per_pair(edge.config, grid) / 2**20,
-            default_batch=pairs_for_memory(free_memory(run.device), edge.config, grid) if cuda else None)
+            estimated_mib_per_pair=bytes_per_pair(edge.config, grid, edge.precision) / 2**20,
+            default_batch=pairs_for_memory(free_memory(run.device), edge.config, grid, edge.precision) if cuda else None)
 
 
 def release(run: Run) -> None:

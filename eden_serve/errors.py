@@ -21,14 +21,15 @@ MAX_DOCUMENT_BYTES = 16 * 1024
 _OBJECT_START = re.compile(rb"[ \t\r\n]*\{")
 OUT_OF_MEMORY = "out_of_memory"
 DEVICE_FAILURE = "device_failure"
-# Allocation failures that reach Python as plain RuntimeErrors (cuBLAS, cuDNN, the CUDA runtime)
-# rather than as torch.OutOfMemoryError.
-_OOM_MESSAGES = re.compile(r"out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation")
+# Allocation failures that reach Python as plain RuntimeErrors (cuBLAS, cuDNN, the CUDA runtime, and
+# ROCm's hipBLAS and MIOpen in their place) rather than as torch.OutOfMemoryError.
+_OOM_MESSAGES = re.compile(r"out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
+                           r"|HIPBLAS_STATUS_ALLOC_FAILED|miopenStatusAllocFailed")
 # CUDA errors that corrupt the context: every later kernel of the process fails too, so the worker
-# must be replaced, not asked again.
+# must be replaced, not asked again. A ROCm build of PyTorch says "HIP error:" where CUDA's says "CUDA error:".
 _STICKY_MESSAGES = re.compile(
     r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|ECC error"
-    r"|device-side assert|uncorrectable|launch timed out|hardware stop|CUDA error: unknown error"
+    r"|device-side assert|uncorrectable|launch timed out|hardware stop|(?:CUDA|HIP) error: unknown error"
 )
 
 

@@ -95,6 +95,18 @@ def test_bad_inputs_give_one_line_and_exit_2(frames, tmp_path):
         assert not list(tmp_path.glob(".mid*")), name
 
 
+@pytest.mark.parametrize("exc", [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.50 GiB (GPU 0; 14.58 GiB total capacity)"),
+    RuntimeError("CUDA error: out of memory"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    MemoryError(),
+])
+def test_a_device_out_of_memory_is_said_as_such_not_as_an_internal_error(exc):
+    """A GPU's allocation failure (a 16 GB card at 1080p) is the user's to answer with a smaller
+    chunk or fewer in flight, as the host's is; torch.OutOfMemoryError is a RuntimeError."""
+    assert commands.failure(exc) == "error: out of memory; try smaller frames, a smaller --chunk or fewer --inflight"
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

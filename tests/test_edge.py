@@ -109,6 +109,37 @@ def test_the_forwards_clock_times_its_stages(tiny_models):
     assert torch.equal(timed, middles_of(edge, pairs))  # the clock changes nothing
 
 
+class _Event:
+    """``torch.cuda.Event`` as far as the clock uses it: recorded on the stream given, else on the
+    current device's current stream, as PyTorch's ``record`` does."""
+
+    def __init__(self, enable_timing=False, blocking=False):
+        self.stream = None
+
+    def record(self, stream=None):
+        self.stream = torch.cuda.current_stream() if stream is None else stream
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return 1.0
+
+
+def test_the_clock_of_a_second_gpu_marks_that_gpus_stream(monkeypatch):
+    """With ``--device cuda:1`` (or ``cuda:0,cuda:1``) the thread's current GPU stays 0: the
+    clock's marks go on the edge's GPU's stream, where its stages run."""
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: ("stream of GPU", torch.cuda.current_device() if device is None else torch.device(device).index))
+    clock = StageClock(torch.device("cuda:1"))
+    clock.mark("denoise")
+    clock.mark("decode")
+    assert [event.stream for _, event in clock.marks] == [("stream of GPU", 1)] * 3
+    assert clock.seconds() == {"denoise": 1e-3, "decode": 1e-3}
+
+
 def test_batches_stay_within_the_token_budget():
     assert [list(b) for b in batches(range(7), 100, 250)] == [[0, 1], [2, 3], [4, 5], [6]]
     assert [list(b) for b in batches(range(3), 100, 50)] == [[0], [1], [2]]  # at least one pair each

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from fractions import Fraction
 
 import pytest
@@ -69,7 +70,8 @@ def test_beside_a_gpu_edge_x264_keeps_its_pace_unless_told(tmp_path, clip):
 def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
     """Where the GPU has a video encoder (an L4, not an H100), h264 is written by h264_nvenc; an
     encoder the user names is kept. Here NVENC cannot open, so its probe is stood in for."""
-    monkeypatch.setattr(encoding_module, "_OPENS", {"h264_nvenc": True})
+    monkeypatch.setattr(encoding_module, "_OPENS", {})
+    monkeypatch.setattr(encoding_module, "_opens", lambda av, name, width, height: True)
     monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
     assert hardware("libx264", 64, 48) == "h264_nvenc" and hardware("libvpx-vp9", 64, 48) is None
     with pytest.raises(BadInputError, match="h264_nvenc refuses these settings"):  # chosen; it cannot open here
@@ -78,10 +80,44 @@ def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
     assert probe(tmp_path / "named.mp4")[0] == "h264"
 
 
+class _Nvenc:
+    """PyAV's codec context of h264_nvenc on a GPU that has it, as far as the probe uses it: it opens
+    at sizes NVENC's H.264 takes (at most 4096 a side) and refuses the others."""
+
+    opened: list = []
+
+    def __init__(self):
+        self.width = self.height = self.pix_fmt = self.time_base = None
+
+    @classmethod
+    def create(cls, name, mode):
+        assert (name, mode) == ("h264_nvenc", "w")
+        return cls()
+
+    def open(self):
+        if max(self.width, self.height) > 4096:
+            raise ValueError("InitializeEncoder failed: invalid param (8): Invalid Level.")
+        self.opened.append((self.width, self.height))
+
+
+def test_nvenc_is_probed_at_each_frame_size(monkeypatch):
+    """A process that opened NVENC for a 1080p clip (the page's, a served clip's) still probes it for
+    a 5K one, which NVENC's H.264 refuses, and writes that with x264: before, the first probe's
+    answer held for every size, and the 5K clip failed with 'h264_nvenc refuses these settings'."""
+    fake_av = types.SimpleNamespace(codecs_available=av.codecs_available | {"h264_nvenc"}, CodecContext=_Nvenc, error=av.error)
+    monkeypatch.setattr(encoding_module, "import_av", lambda: fake_av)
+    monkeypatch.setattr(encoding_module, "_OPENS", {})
+    monkeypatch.setattr(_Nvenc, "opened", [])
+    assert hardware("libx264", 1920, 1080) == "h264_nvenc"
+    assert hardware("libx264", 5120, 2880) is None
+    assert hardware("libx264", 1920, 1080) == "h264_nvenc" and _Nvenc.opened == [(1920, 1080)]  # each size probed once
+
+
 def test_a_gpu_edge_keeps_x264_for_a_deeper_or_fuller_input_than_nvenc_writes(tmp_path, monkeypatch):
     """NVENC's H.264 has no 10-bit profile: a 10-bit input beside a GPU with NVENC keeps x264 and its
     10 bits (before: NVENC, and the output rounded to 8 bits by default), and so does 4:2:2."""
-    monkeypatch.setattr(encoding_module, "_OPENS", {"h264_nvenc": True})
+    monkeypatch.setattr(encoding_module, "_OPENS", {})
+    monkeypatch.setattr(encoding_module, "_opens", lambda av, name, width, height: True)
     monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
     for pix_fmt in ("yuv420p10le", "yuv422p"):
         src = real_video(tmp_path / f"{pix_fmt}.mp4", 4, Fraction(25), audio=None, pix_fmt=pix_fmt)

@@ -44,6 +44,12 @@ from eden_serve.errors import (
         (RuntimeError("CUDA error: uncorrectable ECC error encountered"), 503, "device_failure"),
         (RuntimeError("CUDA error: device-side assert triggered"), 503, "device_failure"),
         (RuntimeError("CUDA error: unspecified launch failure"), 503, "device_failure"),
+        # ROCm's builds: the same failures under HIP's names.
+        (RuntimeError("HIP error: unknown error"), 503, "device_failure"),
+        (RuntimeError("HIP error: an illegal memory access was encountered"), 503, "device_failure"),
+        (RuntimeError("HIP out of memory. Tried to allocate 2.00 GiB"), 507, "out_of_memory"),
+        (RuntimeError("CUDA error: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`"), 507, "out_of_memory"),
+        (RuntimeError("miopenStatusAllocFailed"), 507, "out_of_memory"),
         (RuntimeError("shape mismatch"), 500, "internal_error"),
     ],
 )

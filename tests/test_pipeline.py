@@ -6,6 +6,7 @@ fp16 6.5e-5, bf16 6.3e-4, int8 per-channel 1.5e-3, int8 per-token 2.7e-3.
 """
 
 import logging
+import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 from PIL import Image
 
 from eden_serve import wire
+from eden_serve.clips import pipeline as pipeline_module
 from eden_serve.clips.pipeline import interpolate_chunk, interpolate_clip_in_process, interpolate_pair
 from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD
 from eden_serve.config import preset
@@ -23,6 +25,7 @@ from eden_serve.media import Encoding
 from eden_serve.media.frames import load_frame, to_uint8
 from eden_serve.model import synthetic
 from eden_serve.model.checkpoint import load_pair
+from harness.cuda_streams import FakeStreams
 from harness.rounding import assert_same_frames, assert_within_rounding
 
 # The frames codec re-derives the float32 conditions at the edge: fp32's bound.
@@ -188,3 +191,20 @@ def test_a_video_goes_from_the_decoder_to_the_encoder_without_an_image(tmp_path,
     free, guarded = decoded(tmp_path / "free.mkv"), decoded(tmp_path / "guarded.mkv")
     assert len(free) == len(guarded) > len(SCENE_CUT)
     assert all(a[0] == b[0] and np.array_equal(a[1], b[1]) for a, b in zip(free, guarded))
+
+
+def test_a_chunk_worker_has_a_stream_of_its_own_on_both_gpus(monkeypatch):
+    """With the cloud on one GPU and the edge on another (``--device cuda:0,cuda:1``), a worker's
+    edge work runs on a stream of its own on the edge's GPU too, as the cloud's does on its GPU:
+    before, only the cloud's device had one, and every worker's forward and copy back shared the edge
+    GPU's default stream, each copy back waiting for the other workers' forwards."""
+    fake = FakeStreams(monkeypatch)
+    monkeypatch.setattr(pipeline_module, "_streams", threading.local())
+    cloud, edge = torch.device("cuda:0"), torch.device("cuda:1")
+    with pipeline_module.worker_stream(cloud, edge):
+        pass
+    assert {stream.device for _, stream in fake.used} == {cloud, edge}
+    with pipeline_module.worker_stream(torch.device("cpu"), torch.device("cpu")):
+        pass
+    assert len(fake.made) == 2  # none for a CPU; a thread's own streams kept for its next chunk
+

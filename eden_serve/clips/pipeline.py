@@ -158,16 +158,17 @@ _streams = threading.local()
 
 
 @contextlib.contextmanager
-def worker_stream(device: torch.device) -> Iterator[None]:
-    """A CUDA stream of this thread's own as the current one: a worker's syncs (the cloud's
-    statistics, the copy back) then wait for its own chunk's work, not for the other workers'."""
-    if device.type != "cuda":
-        yield
-        return
+def worker_stream(*devices: torch.device) -> Iterator[None]:
+    """A CUDA stream of this thread's own as the current one on each of ``devices`` (the cloud's and
+    the edge's): a worker's syncs (the cloud's statistics, the copy back) then wait for its own
+    chunk's work, not for the other workers'. With two GPUs (``--device cuda:0,cuda:1``) the edge's
+    work otherwise went to its GPU's default stream, shared by every worker."""
     streams = _streams.__dict__.setdefault("by_device", {})
-    if device not in streams:
-        streams[device] = torch.cuda.Stream(device)
-    with torch.cuda.stream(streams[device]):
+    with contextlib.ExitStack() as entered:
+        for device in dict.fromkeys(d for d in devices if d.type == "cuda"):
+            if device not in streams:
+                streams[device] = torch.cuda.Stream(device)
+            entered.enter_context(torch.cuda.stream(streams[device]))
         yield
 
 
@@ -205,7 +206,7 @@ def in_process(
         def event(name: str) -> None:
             TIMELINE.debug("chunk %d (%d pairs): %s", index, len(frames) - 1, name)
 
-        with worker_stream(cloud.device):
+        with worker_stream(cloud.device, edge.device):
             tensors = frame_tensors(frames, cloud.device)
             for tensor in tensors[1:]:
                 check_pair(tensors[0], tensor)
@@ -273,6 +274,7 @@ def interpolate_clip_in_process(src: str | Path, dst: str | Path, cloud: CloudEn
     options = ClipOptions(**{"chunk": DEFAULT_CHUNK, "inflight": DEFAULT_INFLIGHT, "max_pixels": DEFAULT_MAX_PIXELS,
                              "first_middle": edge.runner.release, **options})
     processor = in_process(cloud, edge, codec, scene_threshold=scene_threshold, middles_as=middles_as)
+    edge.sizing.forwards = options.inflight  # each chunk in flight runs its own forward: the memory is shared by them
     if options.resume:
         options = replace(options, fingerprint={"codec": codec, "batch_tokens": edge.sizing.batch_tokens, "scene_threshold": scene_threshold,
                                                 **model_identity(cloud, edge)})

@@ -26,7 +26,7 @@ from ..clips.streaming import ClipOptions, Summary
 from ..cloud.encoder import CloudEncoder
 from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, EdgeModel, artefacts, default_precision
-from ..errors import BadInputError, EdenError
+from ..errors import BadInputError, EdenError, is_out_of_memory
 from ..media import PIPE, open_clip
 from ..model.checkpoint import load_pair
 
@@ -236,6 +236,6 @@ def failure(exc: Exception) -> str:
         where = " -> ".join(repr(str(name)) for name in (exc.filename, exc.filename2) if name is not None)
         reason = exc.strerror or " ".join(str(exc).split())[:200] or type(exc).__name__
         return "error: " + reason + (f": {where}" if where else "")
-    if isinstance(exc, MemoryError):
+    if is_out_of_memory(exc):  # a GPU's too (torch.OutOfMemoryError is a RuntimeError): a 16 GB card meets it first
         return "error: out of memory; try smaller frames, a smaller --chunk or fewer --inflight"
     return f"error: internal error ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); please report it"

@@ -75,7 +75,7 @@ class EdgeModel:
                     module.to(torch.bfloat16)
         self.dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32  # of the matrix products
         self.timesteps = torch.tensor(config.timesteps, dtype=torch.float32).to(self.device)  # made once: the forward makes none
-        self.sizing = Sizing(self.device, config)
+        self.sizing = Sizing(self.device, config, self.precision)
         self.accelerate(Acceleration())
 
     # --- set-up --------------------------------------------------------------------------------

@@ -60,18 +60,20 @@ def to_host(tensor: torch.Tensor) -> torch.Tensor:
 class StageClock:
     """The forward's own clock: made before :meth:`~eden_serve.edge.EdgeModel.prepare`, marked by the
     forward as each of its stages ends, read (:meth:`seconds`) once the middles are on the host. On
-    a GPU its marks are CUDA events on the current stream, so the forward waits for nothing; on a
+    a GPU its marks are CUDA events on the device's current stream, so the forward waits for nothing; on a
     CPU the host's clock, since a stage there has run when its call returns."""
 
     def __init__(self, device: torch.device):
-        self.events = device.type == "cuda"
+        self.device, self.events = device, device.type == "cuda"
         self.marks: list[tuple[str, object]] = [("start", self._now())]
 
     def _now(self):
         if not self.events:
             return time.perf_counter()
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        # The device's stream, not the current device's: with --device cuda:1 (or cuda:0,cuda:1) the
+        # thread's current GPU is 0, where the marks would time nothing.
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     def mark(self, stage: str) -> None:

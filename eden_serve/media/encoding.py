@@ -76,7 +76,9 @@ HARDWARE = {"libx264": "h264_nvenc", "libx265": "hevc_nvenc"}
 # 4:4:4: a 10-bit, 4:2:2 or 4:4:4 input beside a GPU keeps x264 or x265, its depth and its chroma,
 # rather than be rounded for speed by default.
 NVENC_KEEPS = (None, "yuv420p", "yuvj420p")
-_OPENS: dict[str, bool] = {}  # whether each hardware encoder opened in this process
+# Whether each hardware encoder opened in this process, by frame size: NVENC's H.264 takes at most
+# 4096 a side, so one that opened for a 1080p clip may refuse the page's next, a 5K one.
+_OPENS: dict[tuple[str, int, int], bool] = {}
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
 # The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
 Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",
@@ -222,20 +224,26 @@ def holds(format_name: str, name: str) -> bool:
 
 def hardware(name: str, width: int, height: int) -> str | None:
     """The GPU's encoder in place of the software encoder ``name``, where this PyAV has one and it
-    opens here (a GPU without NVENC, such as an H100, or no driver: None)."""
+    opens here for frames of ``width`` x ``height`` (a GPU without NVENC, such as an H100, no
+    driver, or a size NVENC refuses: None)."""
     candidate = HARDWARE.get(name)
     av = import_av()
     if candidate is None or candidate not in av.codecs_available:
         return None
-    if candidate not in _OPENS:
-        try:
-            context = av.CodecContext.create(candidate, "w")
-            context.width, context.height, context.pix_fmt, context.time_base = width, height, "yuv420p", Fraction(1, 25)
-            open_encoder(context)
-            _OPENS[candidate] = True
-        except (av.error.FFmpegError, ValueError):
-            _OPENS[candidate] = False
-    return candidate if _OPENS[candidate] else None
+    if (candidate, width, height) not in _OPENS:
+        _OPENS[candidate, width, height] = _opens(av, candidate, width, height)
+    return candidate if _OPENS[candidate, width, height] else None
+
+
+def _opens(av, name: str, width: int, height: int) -> bool:
+    """Whether encoder ``name`` opens here for 8-bit 4:2:0 frames of ``width`` x ``height``."""
+    try:
+        context = av.CodecContext.create(name, "w")
+        context.width, context.height, context.pix_fmt, context.time_base = width, height, "yuv420p", Fraction(1, 25)
+        open_encoder(context)
+    except (av.error.FFmpegError, ValueError):
+        return False
+    return True
 
 
 def encoder_formats(codec) -> list[str]:
