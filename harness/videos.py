@@ -118,3 +118,17 @@ def traced(path: Path, element: str) -> int | None:
         av.logging.set_level(level)
     found = [re.search(rf"\b{element}\s+[01]+ = (\d+)", line) for _, _, line in logs]
     return next((int(match.group(1)) for match in found if match), None)
+
+
+def in_band(extradata: bytes) -> bytes:
+    """An H.264 stream's parameter sets from its MP4 extradata (avcC: its SPS, then its PPS), as the
+    4-byte length-prefixed NAL units a packet carries: put before a key frame's packet, they take
+    effect mid-stream, as a stream that changes its frame size does."""
+    units, at = [], 5
+    for mask in (31, 255):  # the SPS count shares its byte with reserved bits; the PPS count does not
+        count, at = extradata[at] & mask, at + 1
+        for _ in range(count):
+            size = int.from_bytes(extradata[at : at + 2], "big")
+            units.append(extradata[at + 2 : at + 2 + size])
+            at += 2 + size
+    return b"".join(len(unit).to_bytes(4, "big") + unit for unit in units)

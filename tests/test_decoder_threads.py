@@ -54,27 +54,16 @@ from dataclasses import replace
 from eden_serve.errors import CodecError
 from eden_serve.media.packets import PacketReader
 from eden_serve.sandbox import decoder
-from harness.videos import make_clip
+from harness.videos import in_band, make_clip
 
 decoder.DECODER_THREAD_TYPE, folder = sys.argv[1], sys.argv[2]
-
-def in_band(extradata):
-    # avcC's parameter sets as length-prefixed NAL units, as a packet carries them
-    sets, at = [], 6
-    for count_at_end in (True, False):
-        count = extradata[at - 1] & 31 if count_at_end else extradata[at]
-        at += 0 if count_at_end else 1
-        for _ in range(count):
-            size = int.from_bytes(extradata[at : at + 2], "big")
-            sets.append(extradata[at + 2 : at + 2 + size])
-            at += 2 + size
-    return b"".join(len(unit).to_bytes(4, "big") + unit for unit in sets)
 
 small = PacketReader(make_clip(f"{folder}/small.mp4", "libx264", {"x264-params": "sliced-threads=0"}, (72, 128), 12))
 large = PacketReader(make_clip(f"{folder}/large.mp4", "libx264", {"x264-params": "sliced-threads=0"}, (144, 256), 12))
 ahead, behind = list(small), list(large)
 key = replace(behind[0], data=in_band(large.parameters.extradata) + behind[0].data)
-grown = ahead + [replace(p, pts=p.pts + 12, dts=p.dts + 12) for p in [key, *behind[1:]]]
+shift = 2 * max(p.pts for p in ahead)  # after every time of the first stream
+grown = ahead + [replace(p, pts=p.pts + shift, dts=p.dts + shift) for p in [key, *behind[1:]]]
 refused = 0
 for _ in range(20):
     for parameters, packets, count in ((replace(large.parameters, width=64, height=32), behind, 12),

