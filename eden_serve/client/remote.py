@@ -26,6 +26,7 @@ from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.video import VideoClip
+from ..sandbox.decoder import owned_packet
 from ..wire.pages import Packet, Page, unpack
 
 PREFIX = "cloud:"
@@ -190,7 +191,7 @@ class RemoteVideo(VideoClip):
         while True:
             for p in page.packets:
                 self._hold(p)
-                packet = av.Packet(p.data)
+                packet = owned_packet(p.data, av)  # not lent: a frame-threaded decoder let go of mid-stream hung
                 packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, time_base
                 yield from decoder.decode(packet)
             if page.next is None:

@@ -167,13 +167,19 @@ def _padded(side: int) -> int:
 
 
 def _av_packet(packet, av):
-    # A copy in FFmpeg's own memory: PyAV's Packet(bytes) lends FFmpeg the Python object, which a
-    # decoder's thread can then let go of only holding the GIL, while PyAV frees a codec context
-    # holding it and waiting for those threads: a frame-threaded decoder let go of with packets in
-    # hand (mid-stream, or after refusing a frame) hung the process.
-    out = av.Packet(len(packet.data))
-    out.update(packet.data)
+    out = owned_packet(packet.data, av)
     out.pts, out.dts, out.is_keyframe = packet.pts, packet.dts, packet.key
+    return out
+
+
+def owned_packet(data: bytes, av):
+    """PyAV's packet of ``data``, copied into FFmpeg's own memory: PyAV's ``Packet(bytes)`` lends
+    FFmpeg the Python object, which a decoder's thread can then let go of only holding the GIL,
+    while PyAV frees a codec context holding it and waiting for those threads: a frame-threaded
+    decoder let go of with packets in hand (mid-stream, or after refusing a frame) hung the process.
+    The edge's decoder and the client's (a cloud source's frame threads) feed their decoders these."""
+    out = av.Packet(len(data))
+    out.update(data)
     return out
 
 
