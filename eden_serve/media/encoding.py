@@ -274,11 +274,10 @@ def _nearest(formats: list[str], source: str | None) -> str | None:
     if source is None or not source.startswith("yuv"):
         return None
     av = import_av()
-    shape = _sampling(av, source)
-    alpha = shape[2]
-    depth = bits(source)
-    same = [f for f in formats if f.startswith("yuv") and _sampling(av, f)[:2] == shape[:2] and _sampling(av, f)[2] <= alpha]
-    same.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), _sampling(av, f)[2] != alpha))
+    (width, height, alpha), depth = _sampling(av, source), bits(source)
+    shapes = {f: _sampling(av, f) for f in formats if f.startswith("yuv")}
+    same = [f for f, shape in shapes.items() if shape[:2] == (width, height) and shape[2] <= alpha]
+    same.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), shapes[f][2] != alpha))
     return same[0] if same else None
 
 
