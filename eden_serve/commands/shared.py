@@ -188,8 +188,8 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     closed: a missing or unreadable input, or frames too large, refused before a weight is read)
     checked first; then the video's decoder is chosen on a thread of its own
     (:func:`~eden_serve.clips.pipeline.decoded_by`: beside a GPU, trials of about 0.6 s in a fresh
-    process) while ``models()`` gives the halves here, as before: an edge accelerated on another
-    thread ran several times slower on a CPU. An error while they overlap waits for the choice to
+    process) while ``models()`` gives the halves here, as before (an edge accelerated on another
+    thread was once seen several times slower on a CPU, not reproduced). An error while they overlap waits for the choice to
     end, so no thread outlives the call. The chunks, their ramp, the chunks in flight and the encoder's speed the
     edge's device suits where ``args`` leaves them (:func:`~eden_serve.clips.pipeline.clip_defaults`);
     ``hooks``: :func:`~eden_serve.clips.streaming.interpolate_clip`'s ``watch``."""

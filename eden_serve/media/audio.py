@@ -36,10 +36,10 @@ class Transcoded:
 
     def __init__(self, container, stream, codec: str, dst: str):
         av = import_av()
-        given, default = stream.codec_context, codec
-        rates = av.codec.Codec(default, "w").audio_rates
+        given = stream.codec_context
+        rates = av.codec.Codec(codec, "w").audio_rates
         rate = given.sample_rate if not rates or given.sample_rate in rates else 48000 if 48000 in rates else max(rates)
-        self.output = container.add_stream(default, rate=rate)
+        self.output = container.add_stream(codec, rate=rate)
         context = self.output.codec_context
         for layout in dict.fromkeys((given.layout.name, "stereo")):
             context.layout = layout
@@ -49,7 +49,7 @@ class Transcoded:
             except (av.error.FFmpegError, ValueError) as exc:
                 failed = exc
         else:
-            raise BadInputError(f"output {dst!r}: cannot re-encode the input's {given.name} audio as {default} ({failed})")
+            raise BadInputError(f"output {dst!r}: cannot re-encode the input's {given.name} audio as {codec} ({failed})")
         self.name = f"{given.name} as {context.name}" + (f", {given.layout.name} as {layout}" if layout != given.layout.name else "")
 
     def packets(self, packet) -> Iterator:
