@@ -284,8 +284,8 @@ class VideoWriter(ClipWriter):
 
     def _copied_packets(self, outputs: dict) -> Iterator:
         for packet in self.copies.demux([self.copies.streams[i] for i in outputs]):
-            if packet.stream_index in self.transcoded:
-                yield from self.transcoded[packet.stream_index].packets(packet)
+            if packet.stream.index in self.transcoded:  # the demuxer's last, empty packet states stream 0 as its index
+                yield from self.transcoded[packet.stream.index].packets(packet)
             elif packet.size:  # the demuxer ends each stream with an empty packet
                 packet.stream = outputs[packet.stream_index]
                 yield packet
