@@ -38,7 +38,7 @@ from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.containers import Labels, display_matrix, first_frame, self_contained
+from ..media.containers import Labels, display_matrix, first_frame, main_video, self_contained
 from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 from .ranges import CURSORS, Cursor
@@ -153,9 +153,7 @@ class Scan:
 def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
     av = import_av()
     with source.open() as container:
-        if not container.streams.video:
-            raise BadInputError(f"{source.name}: has no video stream")
-        stream = container.streams.video[0]
+        stream = main_video(container, source.name)
         check_size(stream.width, stream.height, max_pixels, source.name)
         times, starts, size, count = [], [], 0, 0
         try:
@@ -291,7 +289,7 @@ class SourceVideo:
         """Frames ``first`` to ``first + count - 1`` counted from the start (a stream without times)."""
         found: dict[int, np.ndarray] = {}
         with self.source.open() as container:
-            stream = container.streams.video[0]
+            stream = main_video(container, self.source.name)
             stream.thread_type = "AUTO"
             for i, frame in enumerate(container.decode(stream)):
                 self.decoded = self.pictures = i + 1
@@ -354,7 +352,7 @@ class SourceVideo:
             with self.source.open() as container:
                 streams = container.streams
                 if index is None:
-                    index = streams.video[0].index
+                    index = main_video(container, self.source.name).index
                 if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
                     raise BadInputError(f"{self.source.name} has no video, audio or subtitle stream {index}")
                 stream = streams[index]

@@ -11,8 +11,11 @@ import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..errors import BadInputError
 from .encoding import import_av
 
+# What FFmpeg's command line counts a stream's "default" flag as, in pixels, when it chooses a video stream.
+DEFAULT_STREAM_PIXELS = 5_000_000
 FIRST_FRAME_PACKETS = 64  # read at most for the first frame's HDR metadata: more than any reordering holds back
 
 
@@ -35,10 +38,37 @@ def self_contained(start: bytes) -> str | None:
     return None
 
 
+def main_video(container, name: str):
+    """The video stream of ``container`` (a file called ``name``) that a player shows, as FFmpeg's
+    command line chooses it: of the streams FFmpeg can decode, not a cover picture, the largest, the
+    default one counting 5 million pixels more; the first of equals. Every opening of one file
+    chooses the same stream.
+
+    BadInputError where there is none: no video stream, only cover pictures (an MP3's), or only
+    streams whose codec FFmpeg does not know or whose parameters a damaged file lost."""
+    av = import_av()
+    video = container.streams.video
+    if not video:
+        raise BadInputError(f"{name}: has no video stream")
+    moving = [s for s in video if not s.disposition & av.stream.Disposition.attached_pic]
+    if not moving:
+        raise BadInputError(f"{name}: has no video stream, only a cover picture")
+    usable = [s for s in moving if s.codec_context is not None]
+    if not usable:
+        raise BadInputError(f"{name}: its video cannot be decoded: its codec is unknown to FFmpeg here, or the "
+                            "file is damaged (cut short before the codec's parameters)")
+    default = av.stream.Disposition.default
+    return max(usable, key=lambda s: (s.codec_context.width * s.codec_context.height
+                                      + DEFAULT_STREAM_PIXELS * bool(s.disposition & default), -s.index))
+
+
 def first_frame(container):
     """The first frame of ``container``'s video, whose side data holds HDR10's metadata, or None where
     its first :data:`FIRST_FRAME_PACKETS` packets give none (a file from elsewhere bounds the work)."""
-    stream = container.streams.video[0]
+    try:
+        stream = main_video(container, "")
+    except BadInputError:
+        return None
     try:
         for n, packet in enumerate(container.demux(stream)):
             if n == FIRST_FRAME_PACKETS:

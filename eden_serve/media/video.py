@@ -20,7 +20,7 @@ from ..sandbox.decoder import rgb
 from .audio import transcoded
 from .base import HALF, Clip, ClipWriter, Decoded, Frame
 from .colour import FULL, Colour
-from .containers import copy_labels, display_matrix, first_frame, say_interlaced
+from .containers import copy_labels, display_matrix, first_frame, main_video, say_interlaced
 from .decoders import Decoder, host_pix_fmt
 from .encoding import RAW_FORMATS, Y4M_PIX_FMTS, Encoding, configure, import_av, output_encoder, output_range
 from .frames import check_size
@@ -91,10 +91,11 @@ class VideoClip(Clip):
             self.container = container or (decoder.open(path) if decoder else av.open(sys.stdin.buffer if self.piped else str(path)))
         except (self._error, ValueError) as exc:
             raise BadInputError(f"{path}: not a readable video ({exc})") from None
-        if not self.container.streams.video:
+        try:
+            self.stream = main_video(self.container, str(path))
+        except BadInputError:
             self.container.close()
-            raise BadInputError(f"{path}: has no video stream")
-        self.stream = self.container.streams.video[0]
+            raise
         if max_pixels is not None:
             try:
                 check_size(self.stream.width, self.stream.height, max_pixels, str(path))
