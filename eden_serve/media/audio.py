@@ -101,18 +101,20 @@ class PageDecoder:
         self.context.flags2 |= av.codec.context.Flags2.skip_manual
         self.name, self.sample_rate, self.layout = self.context.name, rate, self.context.layout
         self.skip = 0  # samples still to drop from the start, past the frames decoded
-        self._side_data = av.packet.PacketSideData, av.packet.packet_sidedata_type_from_literal("skip_samples")
         self._kind, self._frame = av.sidedata.sidedata.Type.SKIP_SAMPLES, av.AudioFrame.from_ndarray
 
     def packet(self, packet, skipped: tuple[int, int] | None):
         """``packet``, given the side data that said ``skipped`` (:func:`skips`) where it came from."""
         if skipped is not None:
-            side = self._side_data[0](self._side_data[1], SKIP_SAMPLES.size)
+            av = import_av()
+            side = av.packet.PacketSideData(av.packet.packet_sidedata_type_from_literal("skip_samples"), SKIP_SAMPLES.size)
             side.update(SKIP_SAMPLES.pack(*skipped, 0, 0))
             side.to_packet(packet)
         return packet
 
     def decode(self, packet) -> Iterator:
+        """The frames of ``packet`` (an empty one flushes), less what FFmpeg's side data on each says
+        to drop: from the start, whole frames before a part of one; from the end, within the frame."""
         for frame in self.context.decode(packet):
             side = next((bytes(d) for d in frame.side_data if d.type == self._kind), None)
             start, end = SKIP_SAMPLES.unpack_from(side)[:2] if side and len(side) >= SKIP_SAMPLES.size else (None, 0)
