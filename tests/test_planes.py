@@ -19,7 +19,7 @@ from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.edge import EdgeModel
 from eden_serve.edge.yuv import to_planes
 from eden_serve.media import Encoding
-from eden_serve.media.planes import PlaneFormat, Planes, plane_format
+from eden_serve.media.planes import PlaneFormat, Planes, picture_of, plane_format
 from eden_serve.media.video import VideoWriter
 
 av = pytest.importorskip("av")
@@ -61,6 +61,17 @@ def test_which_outputs_take_planes():
     assert plane_format("yuv420p", 95, 64) is None and plane_format("yuv420p", 96, 63) is None
     assert plane_format("yuv444p", 96, 64) is None and plane_format("rgb24", 96, 64) is None
     assert plane_format("yuv420p", 96, 64, 7) is None  # SMPTE 240M: the writer converts RGB itself
+
+
+@pytest.mark.parametrize("height", [2, 6, 64, 66])
+def test_a_picture_of_planes_holds_them_at_every_even_height(height):
+    """PyAV made a 4:2:0 picture on an array's memory 2 rows short where the height is 2 mod 4, its
+    chroma read from the wrong samples: a middle of 96x66 came out in other colours."""
+    pixels = np.random.default_rng(height).integers(0, 256, (height, 96, 3), dtype=np.uint8)
+    planes = swscale(pixels, "yuv420p")
+    picture = picture_of(planes, "yuv420p")
+    assert (picture.width, picture.height) == (96, height)
+    assert np.array_equal(picture.to_ndarray(format="yuv420p"), planes)
 
 
 @pytest.fixture(scope="module")

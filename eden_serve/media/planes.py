@@ -63,6 +63,10 @@ def swscale_planes(pixels: np.ndarray, format: PlaneFormat) -> np.ndarray:
 
 # The pixel formats whose pictures PyAV makes on an array's own memory (VideoFrame.from_numpy_buffer), of those a writer takes.
 BUFFER_FORMATS = {"yuv420p", "yuvj420p", "rgb24", "rgb48le"}
+# PyAV reads a 4:2:0 array [H 3/2, W] on its memory as H/4 whole rows of each chroma plane (its height
+# is rows // 6 * 4): for a height of 2 mod 4 it made a picture 2 rows short, its chroma read from the
+# wrong samples (a 96x66 middle came out in other colours), so those are copied by from_ndarray.
+HALF_ROW_FORMATS = {"yuv420p", "yuvj420p"}
 
 
 def picture_of(pixels: np.ndarray, pix_fmt: str):
@@ -71,7 +75,8 @@ def picture_of(pixels: np.ndarray, pix_fmt: str):
     the writer's thread 1.5 ms, docs/gpu.md "Middles, the encoder, the decoder"); it holds the array."""
     import av
 
-    if pix_fmt in BUFFER_FORMATS and pixels.flags.c_contiguous:
+    whole_rows = pix_fmt not in HALF_ROW_FORMATS or pixels.shape[0] % 6 == 0
+    if pix_fmt in BUFFER_FORMATS and pixels.flags.c_contiguous and whole_rows:
         return av.VideoFrame.from_numpy_buffer(pixels, format=pix_fmt)
     return av.VideoFrame.from_ndarray(pixels, format=pix_fmt)
 
