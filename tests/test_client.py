@@ -26,16 +26,20 @@ import requests
 import torch
 from PIL import Image
 
+from eden_serve import wire
 from eden_serve.client import Client
 from eden_serve.client.transports import read_token
 from eden_serve.clips.pipeline import interpolate_clip_in_process
 from eden_serve.commands.cli import main
 from eden_serve.errors import BadInputError, PairError, ServerError, UnavailableError, UnreachableError
 from eden_serve.media import Encoding
+from eden_serve.media.frames import open_deep
+from eden_serve.wire.png import rgb16_png
 from eden_serve.model import synthetic
 from eden_serve.model.checkpoint import load_archived
 from harness.rounding import assert_gif_frame_close, assert_same_frames, assert_within_rounding
 from harness.servers import REPO, torchserve
+from harness.videos import gradient
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.serving.worker import default_threads, usable_cores
 from test_video import real_video
@@ -189,6 +193,43 @@ def test_a_pair_through_the_command_line(tmp_path, cloud, edge, inputs, expected
     # Pair 2 of the clip used seed 0 + 2.
     want = np.asarray(Image.open(sorted(expected["directory"].iterdir())[5]))
     assert np.array_equal(np.asarray(Image.open(tmp_path / "middle.png")), want)
+
+
+def sixteen_bit_pairs(folder: Path) -> dict[str, list[Path]]:
+    """A pair of 16-bit RGB PNGs and a pair of 16-bit grey PNGs of a gradient that 8 bits would band."""
+    folder.mkdir()
+    pairs = {"rgb": [], "grey": []}
+    for i in range(2):
+        pixels = gradient(i, (SIZE[1], SIZE[0]))
+        pairs["rgb"].append(folder / f"rgb{i}.png")
+        pairs["rgb"][-1].write_bytes(rgb16_png(pixels))
+        pairs["grey"].append(folder / f"grey{i}.png")
+        Image.fromarray(pixels[..., 1]).save(pairs["grey"][-1])
+    return pairs
+
+
+def sixteen_bits(path: Path, kind: str) -> np.ndarray:
+    return open_deep(path).numpy() if kind == "rgb" else np.asarray(Image.open(path))
+
+
+@pytest.mark.parametrize("deployment", ["server", "split"])
+def test_a_16_bit_pair_through_the_command_line_is_the_in_process_middle(tmp_path, cloud, edge, deployment, monkeypatch):
+    """The servers answer a 16-bit pair's middle at 16 bits; the client wrote it, at 8 bits, then
+    failed on it (internal error, exit 2) and left the file. In process the middle was 8-bit RGB
+    whatever the pair: now both write the middle of a directory clip, 16-bit RGB or 16-bit grey."""
+    monkeypatch.setenv("EDEN_TOKEN", cloud.keys["inference"])
+    servers = ["--server", cloud.inference_url] if deployment == "server" else \
+        ["--cloud", cloud.inference_url, "--edge", edge.inference_url, "--edge-token", edge.keys["inference"]]
+    for kind, (frame0, frame1) in sixteen_bit_pairs(tmp_path / "in").items():
+        local, served = tmp_path / f"{kind}-local.png", tmp_path / f"{kind}-served.png"
+        with edge_threads():
+            assert main(["interpolate", str(frame0), str(frame1), "-o", str(local), "--config", "tiny",
+                         "--wire-codec", wire.DEFAULT_CODEC]) == 0
+        assert cli(str(frame0), str(frame1), "-o", str(served), *servers) == 0
+        assert Image.open(served).mode == Image.open(local).mode == Image.open(frame0).mode
+        middle = sixteen_bits(served, kind)
+        assert middle.dtype == np.uint16 and (middle % 257 != 0).any(), kind  # not 8-bit levels widened
+        assert np.array_equal(middle, sixteen_bits(local, kind)), kind
 
 
 def worker_pid(server, model: str) -> int:

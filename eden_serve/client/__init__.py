@@ -39,7 +39,7 @@ from ..clips.streaming import DEFAULT_CHUNK, DEFAULT_INFLIGHT, TIMELINE, ClipOpt
 from ..clips.workers import Arrivals
 from ..errors import BadInputError, ChunkTooLargeError, CodecError, ServerError
 from ..media import Frame
-from ..media.frames import DEFAULT_MAX_PIXELS, oriented_size, png_bytes
+from ..media.frames import DEFAULT_MAX_PIXELS, Picture, oriented_size, png_bytes
 from .pace import codec_policy
 from .remote import RemoteVideo, named_fields, open_remote, source_name
 from .tls import ClientTLS
@@ -228,8 +228,9 @@ class Client:
         received, retries = self._retried(ask, cancel, stages.get("decoder"), chunk.order)
         return images, received, retries
 
-    def interpolate(self, frame0, frame1, seed: int = 0) -> Image.Image:
-        """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images."""
+    def interpolate(self, frame0, frame1, seed: int = 0) -> Picture:
+        """The middle frame (RGB) of two frames: paths, encoded image bytes or PIL images; an image,
+        or its 16-bit pixels [H, W, 3] where the frames have more than 8 bits."""
         data0 = _as_bytes(frame0, "frame0")
         size = frame0.size if isinstance(frame0, Image.Image) else oriented_size(data0, "frame0")
         chunk = _Chunk([data0, _as_bytes(frame1, "frame1")], seed, size)

@@ -14,7 +14,6 @@ import warnings
 from pathlib import Path
 
 import torch
-from PIL import Image
 
 from .. import wire
 from ..clips import pipeline
@@ -24,10 +23,10 @@ from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, default_precision
 from ..errors import BadInputError
-from ..media import Frame
+from ..media import Frame, matched
 from ..media.decoders import DECODERS
 from ..media.atomic import save_image
-from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, load_frame, match_mode, to_uint8
+from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, picture_size, to_pixels
 from ..model import synthetic
 from ..model.checkpoint import load_official, write_halves
 from ..model.hub import OFFICIAL_FILE, OFFICIAL_REPO, download
@@ -138,15 +137,16 @@ def _interpolate(args) -> int:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
     refuse_clip_options(args)
     _refuse_an_input_as_output(args.output, args.inputs)
-    frame0 = load_frame(args.inputs[0], "frame0", args.max_pixels)
-    frame1 = load_frame(args.inputs[1], "frame1", args.max_pixels)
-    check_pair(frame0, frame1)
+    before, after = (Frame(i, f"frame{i}", path=Path(path), max_pixels=args.max_pixels) for i, path in enumerate(args.inputs))
+    check_pair(before.tensor, after.tensor)
     cloud, edge = load_models(args)
-    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [frame0, frame1], args.seed, args.codec,
+    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [before.tensor, after.tensor], args.seed, args.codec,
                                                         scene_threshold=args.scene_threshold)
-    middle = middles[0]
-    save_image(Image.fromarray(to_uint8(middle)), args.output)
-    print(f"wrote {args.output} ({middle.shape[2]}x{middle.shape[1]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
+    # At the depth a server answers (16 bits where either frame has more than 8), in the mode of the
+    # frame before: the middle a directory clip, or the client, writes of the same pair.
+    middle = to_pixels(middles[0], max(before.depth, after.depth)).cpu()
+    save_image(matched(middle, before, after), args.output)
+    print(f"wrote {args.output} ({middle.shape[1]}x{middle.shape[0]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
 
 
@@ -209,8 +209,8 @@ def run_client(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
             middle = client.interpolate(before.path, after.path, seed=args.seed)
-            save_image(match_mode(middle, before.image, after.image), args.output)
-            print(f"wrote {args.output} ({middle.width}x{middle.height}, seed {args.seed}) "
+            save_image(matched(middle, before, after), args.output)
+            print(f"wrote {args.output} ({'x'.join(map(str, picture_size(middle)))}, seed {args.seed}) "
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
         summary = clip_through(client, args, args.inputs[0], args.output)

@@ -15,9 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+import torch
 from PIL import Image
 
 from ..errors import BadInputError
+from .frames import Picture, as_image, depth_of, png_of
 
 
 def check_destination(dst: Path, directory: bool) -> None:
@@ -87,12 +89,19 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
         raise
 
 
-def save_image(image: Image.Image, dst: str | Path) -> None:
-    """Save atomically; the format follows the extension of ``dst``."""
+def save_image(image: Picture, dst: str | Path) -> None:
+    """Save atomically; the format follows the extension of ``dst``. RGB pixels (a tensor) are
+    written as a directory clip writes them: a 16-bit PNG where they have 16 bits and the output is
+    a PNG (Pillow holds 8 bits of RGB), else as their image."""
     dst = Path(dst)
     fmt = Image.registered_extensions().get(dst.suffix.lower())
     if fmt is None:
         raise BadInputError(f"output {str(dst)!r}: unknown image extension; use e.g. .png")
+    if isinstance(image, torch.Tensor) and fmt == "PNG" and depth_of(image) == 16:
+        with atomic_output(dst) as tmp:
+            tmp.write_bytes(png_of(image.numpy()))
+        return
+    image = as_image(image)
     with atomic_output(dst) as tmp:
         try:
             image.save(tmp, format=fmt)

@@ -330,9 +330,17 @@ def match_mode(middle: Picture, before: Image.Image, after: Image.Image) -> Imag
     """The RGB middle frame in the pixel format of the frame before it.
 
     The model only sees colour, so an alpha channel is the mean of the neighbours' alphas; a palette
-    image is mapped onto the palette of the frame before; 16- and 32-bit grey keeps its range.
+    image is mapped onto the palette of the frame before; 16- and 32-bit grey keeps its range, and a
+    16-bit middle's precision.
     """
-    middle, mode = as_image(middle), before.mode
+    mode = before.mode
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        grey = _grey(middle)
+        if mode == "F":
+            return Image.fromarray(grey)
+        levels = np.round(grey * 65535.0)
+        return Image.fromarray(levels.astype(np.int32 if mode == "I" else np.uint16))
+    middle = as_image(middle)
     if middle.mode == mode:
         return middle
     if mode in ("RGBA", "LA"):
@@ -346,10 +354,12 @@ def match_mode(middle: Picture, before: Image.Image, after: Image.Image) -> Imag
         if "transparency" in before.info:
             out.info["transparency"] = before.info["transparency"]
         return out
-    if mode.startswith("I;16") or mode in ("I", "F"):
-        grey = np.asarray(middle.convert("L"), dtype=np.float32) / 255.0
-        if mode == "F":
-            return Image.fromarray(grey)
-        levels = np.round(grey * 65535.0)
-        return Image.fromarray(levels.astype(np.int32 if mode == "I" else np.uint16))
     return middle.convert(mode)
+
+
+def _grey(middle: Picture) -> np.ndarray:
+    """The middle's luma in [0, 1], Pillow's "L" (ITU-R 601-2); of 16-bit pixels at 16 bits, where
+    their image would round them to 8 first (a 16-bit grey pair's middle kept 8 bits of its 16)."""
+    if isinstance(middle, torch.Tensor) and depth_of(middle) == 16:
+        return middle.cpu().numpy().astype(np.float32) @ np.float32([0.299, 0.587, 0.114]) / np.float32(65535.0)
+    return np.asarray(as_image(middle).convert("L"), dtype=np.float32) / 255.0
