@@ -264,6 +264,8 @@ def media(tmp_path_factory):
                subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
     plain = real_video(tmp_path_factory.mktemp("plain") / "plain.mkv", 6, Fraction(25), size=(96, 64), audio=None)
     labelled_video(plain, root / "labelled.mkv")
+    (root / "vidéos").mkdir()
+    (root / "vidéos" / "été 1.mp4").write_bytes((root / "gops.mp4").read_bytes())
     return root
 
 
@@ -303,6 +305,19 @@ def test_a_cloud_source_equals_the_same_file_sent_from_here(servers, media, tmp_
     assert remote.pairs == local.pairs > 0
     if "factor" not in options:  # every chunk named, none uploaded: a few hundred bytes of form per chunk
         assert remote.sent_bytes - remote.payload_bytes < local.sent_bytes - local.payload_bytes < local.sent_bytes
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec", [BITSTREAM_CODEC, wire.FRAMES_CODEC])
+def test_a_cloud_source_may_have_any_name_its_file_system_holds(servers, media, tmp_path, codec):
+    """A name beyond ASCII, sent as UTF-8, as any client sends text: the cloud refused it with 400,
+    "form field 'source' must be ASCII text"."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with Client(cloud=url, edge=url, codec=codec) as client:
+        remote = client.interpolate_clip("cloud:vidéos/été 1.mp4", tmp_path / "remote.mkv", **run)
+        client.interpolate_clip(media / "gops.mp4", tmp_path / "local.mkv", **run)
+    assert remote.pairs == 23 and same_video(tmp_path / "remote.mkv", tmp_path / "local.mkv")
 
 
 @pytest.mark.serving

@@ -54,12 +54,14 @@ def image_bytes(value: Any, name: str) -> bytes:
     raise BadInputError(f"form field {name!r} must be an image file, got a JSON {type(value).__name__}; {FORM_HELP}")
 
 
-def text(value: Any, name: str) -> str:
+def text(value: Any, name: str, encoding: str = "ascii") -> str:
+    """A text field; ``encoding`` "utf-8" for one that names a file (a source: any name its
+    file system holds), else ASCII (numbers, words of a few letters)."""
     if isinstance(value, (bytes, bytearray)):
         try:
-            return bytes(value).decode("ascii").strip()
+            return bytes(value).decode(encoding).strip()
         except UnicodeDecodeError:
-            raise BadInputError(f"form field {name!r} must be ASCII text") from None
+            raise BadInputError(f"form field {name!r} must be {'ASCII' if encoding == 'ascii' else encoding.upper()} text") from None
     if isinstance(value, str):
         return value.strip()
     raise BadInputError(f"form field {name!r} must be text, got a JSON {type(value).__name__}")

@@ -42,7 +42,7 @@ class PacketsJob(NamedTuple):
 def parse_source(request: dict, settings: Settings) -> ProbeJob | PacketsJob | tuple[str, range]:
     """A probe, a page of packets, or the source and the frames a chunk request names (checked
     against the chunk limit before anything is opened)."""
-    source = text(request["source"], "source")
+    source = text(request["source"], "source", "utf-8")
     ask = text(request["ask"], "ask") if request.get("ask") is not None else "chunk"
     if ask not in ASKS:
         raise BadInputError(f"ask must be one of {', '.join(ASKS)}, got {ask!r:.40}; {SOURCE_HELP}")
