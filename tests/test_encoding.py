@@ -17,8 +17,9 @@ from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.commands.cli import main
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding
-from eden_serve.media import encoding as encoding_module
-from eden_serve.media.encoding import encoder, hardware
+from eden_serve.media import encoders, nvenc, pixel_formats
+from eden_serve.media.encoders import encoder
+from eden_serve.media.nvenc import hardware
 
 av = pytest.importorskip("av")
 
@@ -70,8 +71,8 @@ def test_beside_a_gpu_edge_x264_keeps_its_pace_unless_told(tmp_path, clip):
 def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
     """Where the GPU has a video encoder (an L4, not an H100), h264 is written by h264_nvenc; an
     encoder the user names is kept. Here NVENC cannot open, so its probe is stood in for."""
-    monkeypatch.setattr(encoding_module, "_OPENS", {})
-    monkeypatch.setattr(encoding_module, "_opens", lambda av, name, width, height: True)
+    monkeypatch.setattr(nvenc, "_OPENS", {})
+    monkeypatch.setattr(nvenc, "_opens", lambda av, name, width, height: True)
     monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
     assert hardware("libx264", 64, 48) == "h264_nvenc" and hardware("libvpx-vp9", 64, 48) is None
     with pytest.raises(BadInputError, match="h264_nvenc refuses these settings"):  # chosen; it cannot open here
@@ -105,8 +106,8 @@ def test_nvenc_is_probed_at_each_frame_size(monkeypatch):
     a 5K one, which NVENC's H.264 refuses, and writes that with x264: before, the first probe's
     answer held for every size, and the 5K clip failed with 'h264_nvenc refuses these settings'."""
     fake_av = types.SimpleNamespace(codecs_available=av.codecs_available | {"h264_nvenc"}, CodecContext=_Nvenc, error=av.error)
-    monkeypatch.setattr(encoding_module, "import_av", lambda: fake_av)
-    monkeypatch.setattr(encoding_module, "_OPENS", {})
+    monkeypatch.setattr(nvenc, "import_av", lambda: fake_av)
+    monkeypatch.setattr(nvenc, "_OPENS", {})
     monkeypatch.setattr(_Nvenc, "opened", [])
     assert hardware("libx264", 1920, 1080) == "h264_nvenc"
     assert hardware("libx264", 5120, 2880) is None
@@ -116,8 +117,8 @@ def test_nvenc_is_probed_at_each_frame_size(monkeypatch):
 def test_a_gpu_edge_keeps_x264_for_a_deeper_or_fuller_input_than_nvenc_writes(tmp_path, monkeypatch):
     """NVENC's H.264 has no 10-bit profile: a 10-bit input beside a GPU with NVENC keeps x264 and its
     10 bits (before: NVENC, and the output rounded to 8 bits by default), and so does 4:2:2."""
-    monkeypatch.setattr(encoding_module, "_OPENS", {})
-    monkeypatch.setattr(encoding_module, "_opens", lambda av, name, width, height: True)
+    monkeypatch.setattr(nvenc, "_OPENS", {})
+    monkeypatch.setattr(nvenc, "_opens", lambda av, name, width, height: True)
     monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
     for pix_fmt in ("yuv420p10le", "yuv422p"):
         src = real_video(tmp_path / f"{pix_fmt}.mp4", 4, Fraction(25), audio=None, pix_fmt=pix_fmt)
@@ -226,7 +227,7 @@ OPEN_SVT = """
 import json, os, threading, av
 from fractions import Fraction
 from eden_serve.media import Encoding
-from eden_serve.media.encoding import configure
+from eden_serve.media.encoders import configure
 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # whatever the run's earlier encoders left it under
 def policies():
     return sorted({os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")})
@@ -317,13 +318,13 @@ def test_a_444_input_stays_444_where_its_encoder_lacks_its_depth(tmp_path):
 
 def test_the_nearest_format_keeps_the_sampling_and_the_depth_it_can():
     formats = ["yuv422p10le", "yuv444p10le", "yuva444p10le"]
-    assert encoding_module._nearest(formats, "yuv444p12le") == "yuv444p10le"
-    assert encoding_module._nearest(formats, "yuva444p12le") == "yuva444p10le"
-    assert encoding_module._nearest(formats, "yuv422p") == "yuv422p10le"
-    assert encoding_module._nearest(["yuv420p", "yuv420p10le", "yuv420p12le"], "yuv420p9le") == "yuv420p10le"
-    assert encoding_module._nearest(["yuv420p", "yuv420p10le"], "yuv420p12le") == "yuv420p10le"
-    assert encoding_module._nearest(formats, "yuv420p") is None
-    assert encoding_module._nearest(formats, "gbrp12le") is None
+    assert pixel_formats._nearest(formats, "yuv444p12le") == "yuv444p10le"
+    assert pixel_formats._nearest(formats, "yuva444p12le") == "yuva444p10le"
+    assert pixel_formats._nearest(formats, "yuv422p") == "yuv422p10le"
+    assert pixel_formats._nearest(["yuv420p", "yuv420p10le", "yuv420p12le"], "yuv420p9le") == "yuv420p10le"
+    assert pixel_formats._nearest(["yuv420p", "yuv420p10le"], "yuv420p12le") == "yuv420p10le"
+    assert pixel_formats._nearest(formats, "yuv420p") is None
+    assert pixel_formats._nearest(formats, "gbrp12le") is None
 
 
 @pytest.mark.parametrize("made, suffix, written", [(("libx264", "mp4", "yuv420p"), "webm", ("vp9", "yuv420p")),
@@ -347,8 +348,8 @@ def test_an_input_codec_without_an_encoder_is_written_in_the_containers_default(
     source = types.SimpleNamespace(codec=types.SimpleNamespace(canonical_name="cavs"), width=64, height=48)
     with av.open(str(tmp_path / "out.mp4"), "w") as container:
         with pytest.warns(UserWarning, match="no cavs encoder: the output is written as h264 .libx264."):
-            assert encoding_module.output_encoder(container, Encoding(), source, "out.mp4") == "libx264"
-        assert encoding_module.output_encoder(container, Encoding("mpeg4"), source, "out.mp4") == "mpeg4"
+            assert encoders.output_encoder(container, Encoding(), source, "out.mp4") == "libx264"
+        assert encoders.output_encoder(container, Encoding("mpeg4"), source, "out.mp4") == "mpeg4"
 
 
 def test_a_frame_rate_mpeg_2_cannot_write_is_refused_with_the_nearest_it_can(tmp_path):

@@ -4,7 +4,7 @@ the client plans the run from the cloud's probe and writes the output where it r
 The originals come down as the video's own compressed packets, a page at a time
 (:mod:`eden_serve.wire.pages`), and are decoded here by the decoder a local run uses: frame for frame the pixels
 and times :class:`~eden_serve.media.video.VideoClip` gives for the same file, so the output is written by the same
-:class:`~eden_serve.media.video.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
+:class:`~eden_serve.media.video_writer.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
 (:attr:`~.base.Frame.source`), so that a chunk of originals is asked of the cloud by its frame
 numbers rather than uploaded.
 """
@@ -129,7 +129,7 @@ class RemoteVideo(VideoClip):
         """Output streams in ``container`` for the source's audio and subtitles, and their packets
         merged in time order, fetched a page at a time as the writer reaches them (None: none to
         copy). Subtitles the output cannot hold are left out with a warning, as
-        :class:`~eden_serve.media.video.VideoWriter` does for a local file; audio it cannot hold is
+        :class:`~eden_serve.media.video_writer.VideoWriter` does for a local file; audio it cannot hold is
         refused, where a local file's is re-encoded (:mod:`eden_serve.media.audio`): not built for
         the cloud's pages."""
         av = import_av()

@@ -1,6 +1,6 @@
 """Audio that the output's container cannot hold as it is, re-encoded into the container's own
 default (AAC into WebM becomes Opus), as FFmpeg's command line does; every other audio stream is
-copied packet for packet (:class:`~.video.VideoWriter`).
+copied packet for packet (:class:`~.video_writer.VideoWriter`).
 
 The input's packets are decoded as the writer's copy reaches them, and their samples encoded at
 once (PyAV resamples them to what the encoder takes and cuts them to its frame size), so memory
