@@ -274,7 +274,7 @@ def _encoder(args, device: torch.device, size: tuple[int, int]) -> str:
     """The encoder an H.264 clip's output gets (eden_serve/media/encoders.py): NVENC beside a GPU
     where it opens, else x264 at the preset asked or the device's default."""
     gpu = device.type == "cuda"
-    nvenc = hardware("libx264", size[1], size[0]) if gpu and args.vcodec is None else None
+    nvenc = hardware("libx264", size[1], size[0], device.index or 0) if gpu and args.vcodec is None else None
     default = TUNINGS["libx264"].gpu["preset"] if gpu else "medium"
     return nvenc or f"libx264 {args.preset or default}"
 
@@ -303,7 +303,7 @@ def encoder_speed(run) -> None:
             break
         run.row("encoder", size=name, encoder="libx264", preset=preset, thread_type=threads,
                 fps=_encode(frames, "libx264", {"crf": "18", "preset": preset}, threads))
-    nvenc = hardware("libx264", size[1], size[0])
+    nvenc = hardware("libx264", size[1], size[0], run.device.index or 0)
     run.row("encoder", size=name, encoder="h264_nvenc", opens=nvenc is not None,
             fps=_encode(frames, nvenc, {"preset": "p4", "rc": "vbr", "cq": "19", "b": "0"}, None) if nvenc else None)
     with tempfile.TemporaryDirectory() as scratch:

@@ -26,7 +26,7 @@ from fractions import Fraction
 from ..errors import BadInputError
 from .colour import FULL, Colour, merged
 from .encoding import Encoding, holds, import_av, open_encoder
-from .nvenc import NVENC_KEEPS, hardware
+from .nvenc import NVENC_KEEPS, hardware, on_gpu
 from .pixel_formats import encoder_formats, output_pix_fmt, output_range, say_conversion
 
 
@@ -109,7 +109,7 @@ def output_encoder(container, encoding: Encoding, source, dst, pix_fmt: str | No
             name = encoder(default, f"{why}; its container's default codec")
             warnings.warn(f"{why}: the output is written as {default} ({name}), its container's default; --vcodec chooses another")
     if encoding.gpu and encoding.vcodec in (None, "h264", "hevc") and pix_fmt in NVENC_KEEPS:  # no encoder named by the user
-        name = hardware(name, source.width, source.height) or name
+        name = hardware(name, source.width, source.height, encoding.gpu_index) or name
     return name
 
 
@@ -130,6 +130,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     name = stream.codec_context.name
     tuning = TUNINGS.get(name)
     options = {**tuning.defaults, **(tuning.gpu if encoding.gpu else {})} if tuning else {}
+    options.update(on_gpu(name, encoding.gpu_index) if encoding.gpu else {})
     for flag, value, key in (("--crf", encoding.crf, tuning and tuning.crf),
                              ("--preset", encoding.preset, tuning and tuning.preset)):
         if value is None:

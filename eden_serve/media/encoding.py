@@ -68,17 +68,18 @@ class Encoding:
     pix_fmt: str | None = None
     options: tuple[tuple[str, str], ...] = ()  # --encoder-opt, in order, passed to the encoder as they are
     gpu: bool = False  # the edge computes on a GPU: the encoder's defaults keep its pace (:mod:`.encoders`)
+    gpu_index: int = 0  # that GPU, torch's index: NVENC encodes there (:mod:`.nvenc`)
     verbose: bool = False  # -v: the encoder's own log (x265's and SVT-AV1's banners and statistics) on stderr
     instances: int | None = None  # x264 instances on segments (:mod:`.segments`); None: one
 
     @property
     def given(self) -> bool:
         """Whether the command line asked anything of the encoder."""
-        return replace(self, gpu=False, verbose=False) != Encoding()
+        return replace(self, gpu=False, gpu_index=0, verbose=False) != Encoding()
 
     def identity(self) -> dict:
         fields = {key: list(map(list, value)) if key == "options" else value for key, value in asdict(self).items()}
-        del fields["verbose"]  # the output does not depend on it
+        del fields["verbose"], fields["gpu_index"]  # the output does not depend on them
         if not self.gpu:
             del fields["gpu"]  # as journals read before there was a GPU default
         if self.instances is None:
