@@ -387,9 +387,26 @@ def test_an_input_codec_without_an_encoder_is_written_in_the_containers_default(
         assert encoders.output_encoder(container, Encoding("mpeg4"), source, "out.mp4") == "mpeg4"
 
 
+def test_fps_59_94_writes_ntsc_60000_1001(tmp_path, clip):
+    """--fps 59.94 is NTSC's 60000/1001: the output's frames are 1001/60000 s apart (before: 2997/50,
+    50/2997 s apart). MPEG-2, which writes only its standard's rates, takes --fps 23.976 (before:
+    refused, 2997/125 not being one)."""
+    out = tmp_path / "out.mp4"
+    assert main(["interpolate", str(clip), "-o", str(out), "--config", "tiny", "--fps", "59.94"]) == 0
+    with av.open(str(out)) as container:
+        stream = container.streams.video[0]
+        stamps = [frame.pts for frame in container.decode(stream)]
+        assert stream.base_rate == Fraction(60000, 1001) and len(stamps) > 2
+        assert {(b - a) * stream.time_base for a, b in zip(stamps, stamps[1:])} == {Fraction(1001, 60000)}
+    src = real_video(tmp_path / "in.mpg", 4, Fraction(24), video="mpeg2video", audio=None)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.mpg"), "--config", "tiny", "--fps", "23.976"]) == 0
+    with av.open(str(tmp_path / "out.mpg")) as container:
+        assert container.streams.video[0].average_rate == Fraction(24000, 1001)
+
+
 def test_a_frame_rate_mpeg_2_cannot_write_is_refused_with_the_nearest_it_can(tmp_path):
-    """MPEG-2 writes only its standard's rates; --fps 23.976 is 2997/125 exactly, which its encoder
-    refused with "Invalid argument" alone: the line names NTSC's 24000/1001, which then runs."""
+    """MPEG-2 writes only its standard's rates; --fps 2997/125 (23.976 exactly) is not one, and its
+    encoder refused it with "Invalid argument" alone: the line names NTSC's 24000/1001, which then runs."""
     src = real_video(tmp_path / "in.mpg", 4, Fraction(24), video="mpeg2video", audio=None)
     out = tmp_path / "out.mpg"
     with pytest.raises(BadInputError, match=r"2997/125 \(23.976\) is not one: the nearest is 24000/1001 .*ask --fps 24000/1001"):

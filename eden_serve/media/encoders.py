@@ -164,7 +164,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
 
 def _check_rate(stream, name: str) -> None:
     """An encoder that writes only the frame rates its standard defines (MPEG-1 and -2) refuses any
-    other without a reason (``--fps 23.976`` is 2997/125, not NTSC's 24000/1001): the nearest is
+    other without a reason (``--fps 2997/125``, 23.976 exactly, not NTSC's 24000/1001): the nearest is
     named instead."""
     listed, rate = stream.codec_context.codec.frame_rates, stream.codec_context.framerate
     rates = [Fraction(r.numerator, r.denominator) for r in listed or ()]
