@@ -395,6 +395,16 @@ def test_fps_on_a_directory_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
+@pytest.mark.parametrize("name", ["out.png", "out.jpg", "out.bmp", "out.tiff"])
+def test_a_video_into_one_images_name_is_refused_in_one_line(tmp_path, name):
+    """FFmpeg's image muxer writes a video's frames only to a numbered pattern: a plain name failed
+    at the second frame with FFmpeg's bare "Invalid argument" on the partial file's name."""
+    make_video(tmp_path / "in.mp4", [0, 1, 2], Fraction(1, 25), audio=None)
+    with pytest.raises(BadInputError, match=r"names one image, and a video has many frames: write a video file") as info:
+        interpolate_clip(tmp_path / "in.mp4", tmp_path / name, pairwise(average), progress=False)
+    assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
 @pytest.mark.parametrize("name, video, audio", [
     ("in.ts", "libx264", "aac"), ("in.m2ts", "libx264", "aac"), ("in.mpg", "mpeg2video", "mp2"),
     ("in.y4m", "rawvideo", None), ("no-suffix", "libx264", None),

@@ -32,6 +32,9 @@ _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 # sets where the video ends.
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
 Y4M_OPTIONS = {"strict": "-1"}
+# FFmpeg's muxers of one image a file (.png, .jpg, .bmp, .tif...), which write a video's frames only
+# to a numbered name pattern, refusing a plain name at its second frame.
+IMAGE_MUXERS = {"image2", "image2pipe"}
 # Video packets as muxed, at DEBUG, args (packets, "written" or, at the end, "flushed"): what benchmarks/gpu_clip.py times.
 WRITTEN = logging.getLogger("eden_serve.written")
 
@@ -70,6 +73,10 @@ class VideoWriter(ClipWriter):
                 self.container = av.open(str(tmp), "w", container_options=Y4M_OPTIONS if Path(tmp).suffix == ".y4m" else None)
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
+        if self.container.format.name in IMAGE_MUXERS:
+            self.close()
+            raise BadInputError(f"output {str(dst)!r} names one image, and a video has many frames: write a video file "
+                                "(.mp4, .mkv, .webm, an animated .gif or .webp)")
         try:
             self._add_video(clip, encoding, av)
             if clip.container is None:  # a server-side source (client/remote.py): its streams come from the cloud
