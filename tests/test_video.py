@@ -446,10 +446,32 @@ def test_headerless_raw_video_reads_with_its_size_format_and_rate(tmp_path):
     with av.open(str(tmp_path / "out.y4m")) as container:
         out = [frame.to_ndarray() for frame in container.decode(video=0)]
     assert all(np.array_equal(out[2 * i], frame.to_ndarray()) for i, frame in enumerate(frames))
-    with pytest.raises(BadInputError, match="cannot read it as raw nosuch video of 160x90"):
+    with pytest.raises(BadInputError, match="--input-pix-fmt 'nosuch' is no pixel format FFmpeg knows"):
         interpolate_clip(tmp_path / "in.yuv", tmp_path / "bad.y4m", pairwise(average), progress=False,
                          raw=RawVideo((90, 160), "nosuch"))
     assert not (tmp_path / "bad.y4m").exists()
+
+
+def test_headerless_raw_video_that_cannot_be_so_is_refused_before_any_frame(tmp_path, recwarn):
+    """A size that is not whole frames of the size and format given (FFmpeg's decoder failed on the
+    last, part, frame after the whole clip ran), a file with a container's header, a rate of 0
+    (FFmpeg's "Invalid argument"); and no warning that an MP4 cannot hold raw video."""
+    y4m = real_video(tmp_path / "in.y4m", 4, Fraction(25), video="rawvideo", audio=None)
+    with av.open(str(y4m)) as container:
+        planes = b"".join(bytes(plane) for frame in container.decode(video=0) for plane in frame.planes)
+    (tmp_path / "in.yuv").write_bytes(planes + bytes(100))
+    refusals = [("in.yuv", RawVideo((90, 160)), r"its 86500 bytes are not whole frames of raw yuv420p video 160 wide and 90 "
+                                                r"high \(--input-size 90x160\), 21600 bytes each"),
+                ("in.y4m", RawVideo((90, 160)), "its first bytes say Y4M; --input-size and --input-pix-fmt read video without a header")]
+    for name, raw, message in refusals:
+        with pytest.raises(BadInputError, match=message) as info:
+            interpolate_clip(tmp_path / name, tmp_path / "out.mp4", pairwise(average), progress=False, raw=raw)
+        assert "\n" not in str(info.value) and not (tmp_path / "out.mp4").exists()
+    with pytest.raises(BadInputError, match="--input-fps must be above 0 and at most 1000, got 0"):
+        RawVideo((90, 160), "yuv420p", Fraction(0))
+    (tmp_path / "in.yuv").write_bytes(planes)
+    summary = interpolate_clip(tmp_path / "in.yuv", tmp_path / "out.mp4", pairwise(average), progress=False, raw=RawVideo((90, 160)))
+    assert summary.frames == 7 and not [w for w in recwarn if "cannot hold" in str(w.message)]
 
 
 def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
