@@ -626,3 +626,67 @@ def test_a_video_of_any_codec_here_keeps_its_codec_format_and_quality(tmp_path, 
     assert len(frames) == 2 * len(originals) - 1
     worst = min(10 * np.log10(65535**2 / max(np.mean((a - b) ** 2), 1e-9)) for a, b in zip(originals, frames[::2]))
     assert worst > 36, worst
+
+
+def wrapped_ts(path, frames: int, before: Fraction):
+    """An MPEG-TS whose 33-bit clock wraps ``before`` seconds into it, with AAC beside the video from
+    the same time: FFmpeg reads its times up to the wrap as negative."""
+    start = (1 << 33) - int(before * 90000)
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        video.codec_context.time_base = Fraction(1, 90000)
+        sound = container.add_stream("aac", rate=SAMPLE_RATE)
+        sound.codec_context.time_base = Fraction(1, SAMPLE_RATE)
+        for i in range(frames):
+            frame = picture(i)
+            frame.pts, frame.time_base = start + i * 3600, Fraction(1, 90000)
+            for packet in video.encode(frame):
+                container.mux(packet)
+        for packet in video.encode():
+            container.mux(packet)
+        first = start * SAMPLE_RATE // 90000
+        for i in range(frames * SAMPLE_RATE // 25 // 1024):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts, frame.time_base = SAMPLE_RATE, first + i * 1024, Fraction(1, SAMPLE_RATE)
+            for packet in sound.encode(frame):
+                container.mux(packet)
+        for packet in sound.encode():
+            container.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mov", ".mkv"])
+def test_a_video_whose_clock_wrapped_starts_at_zero_with_every_frame_and_its_audio(tmp_path, suffix):
+    """FFmpeg reads an MPEG-TS whose clock wrapped within it from a negative time; an MP4 or MOV
+    output kept those times, and its edit list made players (and FFmpeg) drop every frame before 0,
+    the first second of the video here. The output is moved later, every stream alike."""
+    src = wrapped_ts(tmp_path / "in.ts", 50, Fraction(1))
+    with av.open(str(src)) as container:
+        assert container.streams.video[0].start_time * container.streams.video[0].time_base < 0
+    summary = interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(average), progress=False)
+    times = frame_times(tmp_path / f"out{suffix}")
+    # Matroska moves every stream later by the AAC's priming (21 ms), as for any such input.
+    assert summary.frames == len(times) == 99 and 0 <= times[0] <= Fraction(1, 25) and times[-1] - times[0] == Fraction(98, 50)
+    audio = packets(tmp_path / f"out{suffix}", "audio")
+    assert audio and abs(audio[0][0]) <= Fraction(1, 25) and abs(audio_end(tmp_path / f"out{suffix}") - Fraction(2)) <= Fraction(1, 25)
+
+
+def test_chapters_move_with_the_streams(tmp_path):
+    """Where the output is moved later (a wrapped clock), its chapters move alike."""
+    from eden_serve.media.containers import Labels
+
+    labels = Labels({}, {}, 0, [{"id": 1, "start": 0, "end": 1000, "time_base": Fraction(1, 1000), "metadata": {"title": "one"}}])
+    with av.open(str(tmp_path / "out.mkv"), "w") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        labels.apply(container, stream, Fraction(1, 2))
+        for i in range(3):
+            for packet in stream.encode(picture(i)):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with av.open(str(tmp_path / "out.mkv")) as container:
+        (chapter,) = container.chapters()
+    assert (chapter["start"] * chapter["time_base"], chapter["end"] * chapter["time_base"]) == (Fraction(1, 2), Fraction(3, 2))
+    assert chapter["metadata"]["title"] == "one"

@@ -39,6 +39,18 @@ IMAGE_MUXERS = {"image2", "image2pipe"}
 WRITTEN = logging.getLogger("eden_serve.written")
 
 
+def lead(clip: Clip) -> Fraction:
+    """How long before time 0 a local video's first frame is shown, where it is (else 0): an MPEG-TS
+    whose clock wrapped within it (every 26.5 hours) starts at a negative time. The output is moved
+    that much later, every stream and chapter alike (FFmpeg's ``output_ts_offset``), so that its
+    video starts at 0, where an MP4 or MOV starts showing: their edit list made a player, and FFmpeg,
+    drop every frame before it."""
+    stream = getattr(clip, "stream", None) if getattr(clip, "container", None) is not None else None
+    if stream is None or stream.start_time is None or stream.time_base is None:
+        return Fraction(0)
+    return max(Fraction(0), -stream.start_time * stream.time_base)
+
+
 class VideoWriter(ClipWriter):
     """The output video, with the input's audio and subtitles.
 
@@ -64,13 +76,15 @@ class VideoWriter(ClipWriter):
         self._error = av.error.FFmpegError
         self.dst = dst
         self.copies = None
+        self.lead = lead(clip)  # Y4M and raw video have no times to move
         try:
             # Y4M's deeper formats (C420p10, C444p12...) are outside its first definition, which FFmpeg's
             # muxer writes only when told to; every tool that reads Y4M of more than 8 bits reads them.
             if str(dst) == PIPE:
                 self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe", container_options=Y4M_OPTIONS)
             else:  # the container format follows the extension
-                self.container = av.open(str(tmp), "w", container_options=Y4M_OPTIONS if Path(tmp).suffix == ".y4m" else None)
+                options = Y4M_OPTIONS if Path(tmp).suffix == ".y4m" else {"output_ts_offset": f"{float(self.lead):.6f}"} if self.lead else None
+                self.container = av.open(str(tmp), "w", container_options=options)
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
         if self.container.format.name in IMAGE_MUXERS:
@@ -134,7 +148,7 @@ class VideoWriter(ClipWriter):
         self._from_image = av.VideoFrame.from_image
 
     def _add_copies(self, clip: Clip, av) -> None:
-        copy_labels(clip.container, clip.stream, self.container, self.stream)
+        copy_labels(clip.container, clip.stream, self.container, self.stream, self.lead)
         outputs, self.transcoded = {}, {}
         for stream in clip.container.streams:
             if stream.type == "video" and stream.index != clip.stream.index:  # a cover picture, another angle
