@@ -166,3 +166,34 @@ def test_a_zygote_let_go_of_is_reaped_without_a_resource_warning(payloads, tmp_p
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["reaped"] and "ResourceWarning" not in result.stderr, result.stderr
 
+
+
+# A sandbox that keeps a child from its payload (argv[1]), and a fork of its process that exits as
+# Python does, running the finalizers it inherited.
+FORKED = """
+import os, sys
+from pathlib import Path
+from eden_serve import wire
+from eden_serve.config import PRESETS
+from eden_serve.media import sandboxed
+chunk = wire.decode(Path(sys.argv[1]).read_bytes(), PRESETS["tiny"])
+box = sandboxed.Sandbox()
+box.decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames)
+kept, = [k.decoder for k in box.kept.kept.values()]
+if os.fork() == 0:
+    sys.exit(0)
+os.wait()
+print("zygote", "alive" if box._zygote.process.poll() is None else "gone")
+print("kept", "alive" if Path(f"/proc/{kept.pid}").exists() else "gone")
+box.close()
+"""
+
+
+def test_a_fork_that_exits_leaves_the_sandbox_to_its_process(payloads, tmp_path):
+    """The finalizers that end a sandbox's kept children and zygote at exit run in the process that
+    started them only: a fork of it inherits them, and as it exits would kill the children the
+    worker still holds."""
+    (tmp_path / "payload").write_bytes(payloads[0])
+    result = subprocess.run([sys.executable, "-X", "dev", "-c", FORKED, str(tmp_path / "payload")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.split() == ["zygote", "alive", "kept", "alive"], result.stderr

@@ -138,7 +138,7 @@ class Sandbox:
         # Where this sandbox is let go of unclosed, or at the interpreter's exit (the process's own
         # is never closed), its kept children end, and its zygote stops (_ready): else the zygote
         # is never waited for, and their sockets are left to the collector.
-        weakref.finalize(self, self.kept.close)
+        weakref.finalize(self, _here_only(self.kept.close))
         self._lock = threading.Lock()
         self._zygote: Started | None = None
         self._stopped: weakref.finalize | None = None  # the zygote's stop, run once
@@ -155,7 +155,7 @@ class Sandbox:
     def _ready(self) -> Started:
         if self._zygote is None:
             self._zygote = Started(self.decoder, zygote_environment())
-            self._stopped = weakref.finalize(self, self._zygote.stop)
+            self._stopped = weakref.finalize(self, _here_only(self._zygote.stop))
         if self._zygote.spare is None:
             self._zygote.ask()
         return self._zygote
@@ -337,6 +337,13 @@ def _read(connection: socket.socket, count: int, until: float) -> bytes:
             break
         data += got
     return data
+
+
+def _here_only(end):
+    """``end`` as a finalizer of this process's: a fork of it runs the finalizers it inherited as it
+    exits, and would end this process's children and zygote."""
+    process = os.getpid()
+    return lambda: end() if os.getpid() == process else None
 
 
 _sandbox = Sandbox()

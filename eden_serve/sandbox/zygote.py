@@ -131,7 +131,6 @@ class Started:
         theirs.close()
         self.control: socket.socket | None = ours
         self.spare: socket.socket | None = None
-        self._starter = os.getpid()
 
     def ask(self) -> None:
         """Asks the zygote for a child; its pidfd is read when the child is taken."""
@@ -144,9 +143,8 @@ class Started:
 
     def stop(self) -> None:
         """Closes our sockets, kills the zygote and waits for it (a Popen never waited for warns
-        that it is still running, and leaves a zombie), and removes its children's groups. Only
-        where it was started: a fork of the worker that exits must not end the worker's zygote."""
-        if self.control is None or os.getpid() != self._starter:
+        that it is still running, and leaves a zombie), and removes its children's groups."""
+        if self.control is None:
             return
         for connection in (self.control, self.spare):
             if connection is not None:
