@@ -30,6 +30,8 @@ _OOM_MESSAGES = re.compile(r"out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STAT
 _STICKY_MESSAGES = re.compile(
     r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure|ECC error"
     r"|device-side assert|uncorrectable|launch timed out|hardware stop|(?:CUDA|HIP) error: unknown error"
+    r"|hardware stack error|invalid program counter|not supported on global/shared address space"
+    r"|no CUDA-capable device is detected|context is destroyed"
 )
 
 

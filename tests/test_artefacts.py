@@ -19,6 +19,7 @@ import threading
 import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -127,6 +128,22 @@ def test_a_key_made_elsewhere_is_refused_before_anything_is_extracted(store, tmp
     assert f"made for another {field}" in caplog.text or field in caplog.text
     assert not (tmp_path / "inductor").exists() or not any((tmp_path / "inductor").rglob("*.py"))
     assert not edge.runner.background.asked and not edge.runner.background.held  # the forward compiles as without artefacts
+
+
+def test_an_amd_gpus_arch_is_in_the_key(monkeypatch):
+    """Under ROCm two GPUs of one reported capability (an MI50 and an MI210 both say 9.0) run kernels
+    built for their own arch: an artefact made on one must not load on the other."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    monkeypatch.setattr(artefacts, "_driver_version", lambda: "60400")
+    keys = []
+    for arch in ("gfx906:sramecc+:xnack-", "gfx90a:sramecc+:xnack-"):
+        properties = SimpleNamespace(name="AMD Instinct", major=9, minor=0, gcnArchName=arch)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None, p=properties: p)
+        keys.append(artefacts.environment(torch.device("cuda:0")))
+    assert keys[0]["arch"] == "gfx906:sramecc+:xnack-" and keys[0]["hip"] == "6.4.0"
+    assert keys[0] != keys[1]
 
 
 def test_damaged_artefacts_are_refused(store, tmp_path, edge, caplog):

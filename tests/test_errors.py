@@ -44,6 +44,12 @@ from eden_serve.errors import (
         (RuntimeError("CUDA error: uncorrectable ECC error encountered"), 503, "device_failure"),
         (RuntimeError("CUDA error: device-side assert triggered"), 503, "device_failure"),
         (RuntimeError("CUDA error: unspecified launch failure"), 503, "device_failure"),
+        # The CUDA runtime's other sticky errors, in its own words.
+        (torch.AcceleratorError("CUDA error: hardware stack error"), 503, "device_failure"),
+        (torch.AcceleratorError("CUDA error: invalid program counter"), 503, "device_failure"),
+        (RuntimeError("CUDA error: operation not supported on global/shared address space"), 503, "device_failure"),
+        (RuntimeError("CUDA error: no CUDA-capable device is detected"), 503, "device_failure"),
+        (RuntimeError("CUDA error: context is destroyed"), 503, "device_failure"),
         # ROCm's builds: the same failures under HIP's names.
         (RuntimeError("HIP error: unknown error"), 503, "device_failure"),
         (RuntimeError("HIP error: an illegal memory access was encountered"), 503, "device_failure"),

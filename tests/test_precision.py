@@ -1,5 +1,7 @@
 """--precision auto and the bf16 warning, with the hardware check injected."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -79,6 +81,21 @@ def test_probe_measures_both_precisions():
 @pytest.mark.parametrize("capability, chosen", [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp32")])
 def test_auto_on_a_gpu_follows_its_compute_capability(monkeypatch, capability, chosen):
     """handler.precision auto on CUDA: bf16 where tensor cores take it, without a timed probe."""
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    properties = SimpleNamespace(name="NVIDIA", major=capability[0], minor=capability[1])
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
     monkeypatch.setattr(precision, "probe_speedup", lambda *a, **k: pytest.fail("no CPU probe for a GPU"))
     assert precision.resolve("auto", torch.device("cuda:0"))[0] == chosen
+
+
+@pytest.mark.parametrize("arch, chosen", [("gfx906:sramecc+:xnack-", "fp32"), ("gfx1030", "fp32"), ("gfx908:sramecc+:xnack-", "bf16"),
+                                          ("gfx90a:sramecc+:xnack-", "bf16"), ("gfx942:sramecc+:xnack-", "bf16"), ("gfx1100", "bf16")])
+def test_auto_on_an_amd_gpu_follows_its_arch_not_its_capability(monkeypatch, arch, chosen):
+    """Under ROCm the compute capability is not NVIDIA's (an MI50 reports 9.0): its arch says
+    whether the matrix units take bf16."""
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    properties = SimpleNamespace(name="AMD Instinct", major=9, minor=0, gcnArchName=arch)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+    monkeypatch.setattr(precision, "probe_speedup", lambda *a, **k: pytest.fail("no CPU probe for a GPU"))
+    used, why = precision.resolve("auto", torch.device("cuda:0"))
+    assert used == chosen and arch.split(":")[0] in why

@@ -20,13 +20,16 @@ from eden_serve.commands.cli import main
 from eden_serve.config import preset
 from eden_serve.errors import CodecError
 from eden_serve.media import Encoding, open_clip
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media.colour import LIMITED, Colour
+from eden_serve.media.containers import MAX_CHAPTERS, MAX_LABEL_CHARACTERS, MAX_TAGS, Labels
 from eden_serve.wire.bitstream import BITSTREAM_CODEC, BitstreamKind
 from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
 from harness.videos import local_frames, make_graded_clip
 from test_colour import P3
-from test_video import display, make_video, real_video
+from test_video import audio_end, average, display, labelled_video, labels_of, make_video, real_video
 
 av = pytest.importorskip("av")
 HDR10 = Colour(9, 16, 9, LIMITED, P3, (1000, 400), chroma=3)
@@ -42,6 +45,8 @@ def page(**changes) -> Page:
 
 def test_a_page_round_trips():
     assert unpack(pack(page())) == page()
+    skipping = [Packet(b"ab", -1024, -1024, 1024, True, (1024, 0)), Packet(b"c", 0, 0, 1024, True, (0, 648))]
+    assert unpack(pack(page(packets=skipping))) == page(packets=skipping)  # an audio packet's samples to drop
     assert unpack(pack(page(next=None, packets=[]))) == page(next=None, packets=[])
 
 
@@ -67,6 +72,10 @@ def _forged(edit) -> bytes:
     (_forged(lambda h: h["packets"][0].__setitem__(0, 10**6)), "runs past the end"),
     (_forged(lambda h: h["packets"][0].__setitem__(0, -1)), "must be \\[size, pts, dts, duration, key\\]"),
     (_forged(lambda h: h["packets"][0].__setitem__(1, "0")), "pts must be an integer"),
+    (_forged(lambda h: h["packets"][0].append([1, -1])), "or those and \\[skip start, end\\]"),
+    (_forged(lambda h: h["packets"][0].append([1, 2**32])), "or those and \\[skip start, end\\]"),
+    (_forged(lambda h: h["packets"][0].append([1, 2, 3])), "or those and \\[skip start, end\\]"),
+    (_forged(lambda h: h["packets"][0].extend([[1, 2], 0])), "or those and \\[skip start, end\\]"),
     (_forged(lambda h: h["packets"].extend([[0, 0, 0, 0, False]] * 300)), "at most 256"),
     (_forged(lambda h: h["stream"].__setitem__("time_base", "1/0")), "not a positive fraction"),
     (_forged(lambda h: h["stream"].__setitem__("width", 2**40)), "width is not a small int"),
@@ -151,6 +160,92 @@ def test_a_probes_colour_reads_back_as_stated():
     assert Colour.from_fields(Colour().fields()) == Colour()
 
 
+def remote_and_local(src, dst, **warned) -> tuple:
+    """``src`` written to ``dst``'s name as a cloud's source (read by a client in this process) and
+    as a local file: the two outputs, and the warnings of each run."""
+    outputs, said = [], []
+    for kind, clip in (("remote", _remote(src)), ("local", src)):
+        outputs.append(dst.with_name(f"{kind}{dst.suffix}"))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            interpolate_clip(clip, outputs[-1], pairwise(average), progress=False)
+        said.append([str(w.message).replace(outputs[-1].name, "OUT") for w in caught if "the input's" in str(w.message)])
+    return outputs, said
+
+
+@pytest.mark.parametrize("name, encoder, codec, suffix", [("aac.mp4", "aac", "aac", ".webm"), ("aac.mp4", "aac", "aac", ".ivf"),
+                                                          ("mp3.mp4", "libmp3lame", "mp3float", ".webm")])
+def test_a_remote_videos_audio_the_output_cannot_hold_is_re_encoded_as_a_local_files(tmp_path, name, encoder, codec, suffix):
+    """AAC and MP3 into WebM become Opus, packet for packet the local run's, from the pages' packets
+    and the samples their side data says to drop (the MP3's first frame is cut, and its time moved);
+    IVF, which holds no audio, leaves it out: one warning each, the local run's. Before, refused."""
+    src = make_video(tmp_path / name, list(range(10)), Fraction(1, 25), audio=encoder)
+    (remote, local), (said_remote, said_local) = remote_and_local(src, tmp_path / f"out{suffix}")
+    assert said_remote == said_local and len(said_remote) == 1
+    if suffix == ".ivf":
+        assert said_remote[0] == f"OUT cannot hold the input's {codec} audio (stream 1); it is left out"
+        assert [s.type for s in av.open(str(remote)).streams] == ["video"]
+        return
+    assert said_remote[0].startswith(f"OUT cannot hold the input's {codec} audio as it is: it is re-encoded")
+    assert audio_of(remote) == audio_of(local) and audio_of(remote)[0][0] == "opus"
+    assert audio_end(remote) >= audio_end(src) - Fraction(1, 1000)  # all of it, to the encoder's last samples
+
+
+def test_a_remote_videos_labels_are_kept_as_a_local_files(tmp_path):
+    src = labelled_video(real_video(tmp_path / "plain.mkv", 6, Fraction(25), audio=None), tmp_path / "labelled.mkv")
+    for suffix in (".mkv", ".mp4"):
+        (remote, local), _ = remote_and_local(src, tmp_path / f"out{suffix}")
+        assert labels_of(remote) == labels_of(local) and labels_of(remote)[0]["title"] == "A film"
+        assert [c[2] for c in labels_of(remote)[2]] == ["One", "Two"]
+
+
+def probed(tmp_path) -> tuple:
+    """A cloud's probe of a short video, and the fetch of its pages."""
+    video = SourceVideo(make_video(tmp_path / "x.mp4", list(range(4)), Fraction(1, 25), audio=None), 10**7)
+    return json.loads(json.dumps(video.probe())), lambda stream, start, after: pack(video.page(stream, start, None))
+
+
+CHAPTER = {"id": 1, "start": 0, "end": 40, "time_base": "1/1000", "tags": {"title": "One"}}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(tags={f"t{i}": "x" for i in range(MAX_TAGS + 1)}), "tags must be at most 64 tags"),
+    (lambda d: d.update(tags={"title": 5}), "names and values strings"),
+    (lambda d: d.update(video_tags={"title": ["x"]}), "video_tags must be"),
+    (lambda d: d.update(tags={"comment": "x" * MAX_LABEL_CHARACTERS}), "more than 65536 characters"),
+    (lambda d: d.update(chapters=[CHAPTER] * (MAX_CHAPTERS + 1)), "at most 256"),
+    (lambda d: d.update(chapters=[{**CHAPTER, "tags": {"title": "x" * 1000}}] * 100), "more than 65536 characters"),
+    (lambda d: d.update(chapters=[{**CHAPTER, "time_base": "1/0"}]), "time base must be a fraction"),
+    (lambda d: d.update(chapters=[{**CHAPTER, "start": "0"}]), "a chapter must hold exactly"),
+    (lambda d: d.update(chapters=[{**CHAPTER, "start": 2**64}]), "a chapter must hold exactly"),
+    (lambda d: d.update(chapters=[{**CHAPTER, "code": "x"}]), "a chapter must hold exactly"),
+    (lambda d: d.update(disposition=-1), "disposition"),
+    (lambda d: d.pop("chapters"), "labels must hold exactly"),
+])
+def test_a_probes_labels_past_their_bounds_are_refused(tmp_path, edit, message):
+    """A hostile or broken cloud writes no unbounded or unchecked labels: the run is refused in one line."""
+    probe, fetch = probed(tmp_path)
+    edit(probe["labels"])
+    with pytest.raises(CodecError, match=f"the cloud's probe: .*{message}") as caught:
+        RemoteVideo("x.mp4", probe, fetch)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(CodecError, match="labels must hold"):
+        RemoteVideo("x.mp4", {**probe, "labels": ["title"]}, fetch)
+
+
+def test_labels_past_the_bounds_are_left_out_by_the_cloud():
+    """The cloud states what fits, the title first; a client takes it back as stated."""
+    chapters = [{"id": i, "start": 40 * i, "end": 40 * i + 40, "time_base": Fraction(1, 1000), "metadata": {"title": f"c{i}"}}
+                for i in range(MAX_CHAPTERS + 10)]
+    many = Labels({"title": "A film", "comment": "x" * MAX_LABEL_CHARACTERS, **{f"t{i}": "y" for i in range(100)}},
+                  {"language": "fra"}, 1, chapters)
+    fields = json.loads(json.dumps(many.fields()))
+    back = Labels.from_fields(fields)
+    assert back.tags["title"] == "A film" and "comment" not in back.tags and len(back.tags) == MAX_TAGS
+    assert back.video_tags == {"language": "fra"} and back.disposition == 1
+    assert back.chapters == chapters[:MAX_CHAPTERS]
+
+
 # --- cloud: sources end to end ----------------------------------------------------------------------
 
 
@@ -167,6 +262,8 @@ def media(tmp_path_factory):
     make_video(root / "shown.mp4", list(range(10)), Fraction(1, 25), audio=None, shown=(90, True, Fraction(4, 3)))
     make_video(root / "subtitled.mkv", list(range(10)), Fraction(1, 25), subtitle_codec="subrip",
                subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
+    plain = real_video(tmp_path_factory.mktemp("plain") / "plain.mkv", 6, Fraction(25), size=(96, 64), audio=None)
+    labelled_video(plain, root / "labelled.mkv")
     return root
 
 
@@ -275,6 +372,38 @@ def test_a_cloud_sources_audio_is_copied_as_from_a_local_file(servers, media, tm
         assert all(np.array_equal(f, g) for (_, f), (_, g) in zip(video, frames_and_times(tmp_path / f"local{suffix}")))
         assert [t for t, _ in video] == [20 * k for k in range(len(video))]  # ms: on the source's clock, at 50 fps
         assert all(abs(p[1] - q[1]) <= Fraction(1, 1000) for p, q in zip(remote[1], source[1]))  # Matroska's ms
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("name, suffix", [("sine.mp4", ".webm"), ("mp3.mp4", ".webm"), ("sine.mp4", ".ivf")])
+def test_a_cloud_sources_audio_the_output_cannot_hold_is_re_encoded_as_from_a_local_file(servers, media, tmp_path, name, suffix):
+    """As a local file's is: AAC and MP3 into WebM become Opus, packet for packet; IVF leaves it out.
+    Before, refused ("cannot hold the source's aac audio as it is")."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False}
+    with Client(cloud=url, edge=url) as client:
+        for src, dst in ((f"cloud:{name}", "remote"), (media / name, "local")):
+            with pytest.warns(UserWarning, match="cannot hold the input's (aac|mp3float) audio (as it is: it is re-encoded|.stream 1.; it is left out)"):
+                client.interpolate_clip(src, tmp_path / f"{dst}{suffix}", **run)
+    remote, local = tmp_path / f"remote{suffix}", tmp_path / f"local{suffix}"
+    if suffix == ".ivf":
+        assert [s.type for s in av.open(str(remote)).streams] == [s.type for s in av.open(str(local)).streams] == ["video"]
+    else:
+        assert audio_of(remote) == audio_of(local) and audio_of(remote)[0][0] == "opus"
+        assert audio_end(remote) >= audio_end(media / name) - Fraction(1, 1000)
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_a_cloud_sources_title_chapters_and_tags_are_kept_as_from_a_local_file(servers, media, tmp_path, suffix):
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False}
+    with Client(cloud=url, edge=url) as client:
+        client.interpolate_clip("cloud:labelled.mkv", tmp_path / f"remote{suffix}", **run)
+        client.interpolate_clip(media / "labelled.mkv", tmp_path / f"local{suffix}", **run)
+    remote, local = labels_of(tmp_path / f"remote{suffix}"), labels_of(tmp_path / f"local{suffix}")
+    assert remote == local and remote[0]["title"] == "A film" and [c[2] for c in remote[2]] == ["One", "Two"]
+    assert remote[1].get("language") == "fra"
 
 
 def audio_header(path) -> bytes:

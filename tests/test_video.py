@@ -181,6 +181,7 @@ def test_audio_the_container_cannot_hold_is_re_encoded_in_its_own_codec(tmp_path
     strongest = np.argmax(np.abs(np.fft.rfft(sound))) * SAMPLE_RATE / len(sound)
     assert abs(strongest - 440) < 5, strongest
     assert abs(audio_end(dst) - video_end(dst)) <= Fraction(40, 1000)  # Opus's frames are 20 ms
+    assert audio_end(dst) >= audio_end(src) - Fraction(1, 1000)  # the encoder's last samples too (Matroska's ms)
     with pytest.warns(UserWarning, match="cannot hold the input's aac audio .stream 1.; it is left out"):
         interpolate_clip(src, tmp_path / "out.ivf", pairwise(average), progress=False)
     with av.open(str(tmp_path / "out.ivf")) as container:
@@ -394,6 +395,16 @@ def test_fps_on_a_directory_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
+@pytest.mark.parametrize("name", ["out.png", "out.jpg", "out.bmp", "out.tiff"])
+def test_a_video_into_one_images_name_is_refused_in_one_line(tmp_path, name):
+    """FFmpeg's image muxer writes a video's frames only to a numbered pattern: a plain name failed
+    at the second frame with FFmpeg's bare "Invalid argument" on the partial file's name."""
+    make_video(tmp_path / "in.mp4", [0, 1, 2], Fraction(1, 25), audio=None)
+    with pytest.raises(BadInputError, match=r"names one image, and a video has many frames: write a video file") as info:
+        interpolate_clip(tmp_path / "in.mp4", tmp_path / name, pairwise(average), progress=False)
+    assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
 @pytest.mark.parametrize("name, video, audio", [
     ("in.ts", "libx264", "aac"), ("in.m2ts", "libx264", "aac"), ("in.mpg", "mpeg2video", "mp2"),
     ("in.y4m", "rawvideo", None), ("no-suffix", "libx264", None),
@@ -435,10 +446,32 @@ def test_headerless_raw_video_reads_with_its_size_format_and_rate(tmp_path):
     with av.open(str(tmp_path / "out.y4m")) as container:
         out = [frame.to_ndarray() for frame in container.decode(video=0)]
     assert all(np.array_equal(out[2 * i], frame.to_ndarray()) for i, frame in enumerate(frames))
-    with pytest.raises(BadInputError, match="cannot read it as raw nosuch video of 160x90"):
+    with pytest.raises(BadInputError, match="--input-pix-fmt 'nosuch' is no pixel format FFmpeg knows"):
         interpolate_clip(tmp_path / "in.yuv", tmp_path / "bad.y4m", pairwise(average), progress=False,
                          raw=RawVideo((90, 160), "nosuch"))
     assert not (tmp_path / "bad.y4m").exists()
+
+
+def test_headerless_raw_video_that_cannot_be_so_is_refused_before_any_frame(tmp_path, recwarn):
+    """A size that is not whole frames of the size and format given (FFmpeg's decoder failed on the
+    last, part, frame after the whole clip ran), a file with a container's header, a rate of 0
+    (FFmpeg's "Invalid argument"); and no warning that an MP4 cannot hold raw video."""
+    y4m = real_video(tmp_path / "in.y4m", 4, Fraction(25), video="rawvideo", audio=None)
+    with av.open(str(y4m)) as container:
+        planes = b"".join(bytes(plane) for frame in container.decode(video=0) for plane in frame.planes)
+    (tmp_path / "in.yuv").write_bytes(planes + bytes(100))
+    refusals = [("in.yuv", RawVideo((90, 160)), r"its 86500 bytes are not whole frames of raw yuv420p video 160 wide and 90 "
+                                                r"high \(--input-size 90x160\), 21600 bytes each"),
+                ("in.y4m", RawVideo((90, 160)), "its first bytes say Y4M; --input-size and --input-pix-fmt read video without a header")]
+    for name, raw, message in refusals:
+        with pytest.raises(BadInputError, match=message) as info:
+            interpolate_clip(tmp_path / name, tmp_path / "out.mp4", pairwise(average), progress=False, raw=raw)
+        assert "\n" not in str(info.value) and not (tmp_path / "out.mp4").exists()
+    with pytest.raises(BadInputError, match="--input-fps must be above 0 and at most 1000, got 0"):
+        RawVideo((90, 160), "yuv420p", Fraction(0))
+    (tmp_path / "in.yuv").write_bytes(planes)
+    summary = interpolate_clip(tmp_path / "in.yuv", tmp_path / "out.mp4", pairwise(average), progress=False, raw=RawVideo((90, 160)))
+    assert summary.frames == 7 and not [w for w in recwarn if "cannot hold" in str(w.message)]
 
 
 def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
@@ -497,13 +530,10 @@ def test_a_frames_pixels_are_pyavs_image_of_it(source):
     assert all(a[1] < b[1] for a, b in zip(read, read[1:]))
 
 
-@pytest.mark.parametrize("suffix", ["mkv", "mp4"])
-def test_the_output_keeps_the_inputs_title_chapters_and_the_videos_language(tmp_path, suffix):
-    """As FFmpeg's command line keeps them; not the tags that count the input's own frames and
-    bytes (Matroska's statistics), which the output's encoding would make wrong."""
-    src = real_video(tmp_path / f"plain.{suffix}", 6, Fraction(25), audio=None)
-    labelled = tmp_path / f"in.{suffix}"
-    with av.open(str(src)) as reader, av.open(str(labelled), "w") as container:
+def labelled_video(src, dst):
+    """``src``'s video in ``dst``, with a title, a comment, two chapters, the video's language and
+    title, and a tag of Matroska's statistics."""
+    with av.open(str(src)) as reader, av.open(str(dst), "w") as container:
         video = container.add_stream_from_template(reader.streams.video[0])
         container.metadata.update({"title": "A film", "comment": "kept"})
         video.metadata.update({"language": "fra", "title": "main angle", "NUMBER_OF_FRAMES-eng": "6"})
@@ -513,15 +543,24 @@ def test_the_output_keeps_the_inputs_title_chapters_and_the_videos_language(tmp_
             if packet.size:
                 packet.stream = video
                 container.mux(packet)
-    interpolate_clip(labelled, tmp_path / f"out.{suffix}", pairwise(average), progress=False)
+    return dst
 
-    def labels(path):
-        with av.open(str(path)) as container:
-            stream = container.streams.video[0]
-            chapters = [(c["start"] * c["time_base"], c["end"] * c["time_base"], c["metadata"].get("title")) for c in container.chapters()]
-            return ({k.lower(): v for k, v in container.metadata.items()}, stream.metadata, chapters, container.streams.video[0].frames)
 
-    given, written = labels(labelled), labels(tmp_path / f"out.{suffix}")
+def labels_of(path):
+    """A video's container tags, its video's tags, its chapters (start, end, title) and its frame count."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        chapters = [(c["start"] * c["time_base"], c["end"] * c["time_base"], c["metadata"].get("title")) for c in container.chapters()]
+        return ({k.lower(): v for k, v in container.metadata.items()}, stream.metadata, chapters, container.streams.video[0].frames)
+
+
+@pytest.mark.parametrize("suffix", ["mkv", "mp4"])
+def test_the_output_keeps_the_inputs_title_chapters_and_the_videos_language(tmp_path, suffix):
+    """As FFmpeg's command line keeps them; not the tags that count the input's own frames and
+    bytes (Matroska's statistics), which the output's encoding would make wrong."""
+    src = labelled_video(real_video(tmp_path / f"plain.{suffix}", 6, Fraction(25), audio=None), tmp_path / f"in.{suffix}")
+    interpolate_clip(src, tmp_path / f"out.{suffix}", pairwise(average), progress=False)
+    given, written = labels_of(src), labels_of(tmp_path / f"out.{suffix}")
     assert written[0]["title"] == "A film" and written[0]["comment"] == "kept"
     assert written[2] == given[2] and [c[2] for c in written[2]] == ["One", "Two"]
     assert written[1].get("language") == "fra"

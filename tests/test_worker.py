@@ -48,6 +48,17 @@ def test_a_worker_takes_the_gpu_it_was_given(monkeypatch):
     assert worker.choose_device(1) == torch.device("cuda:0")
 
 
+def test_a_gpu_another_process_holds_exclusively_fails_the_load_saying_why(monkeypatch, threads):
+    fake_cuda(monkeypatch, 2)
+
+    def exclusive(device):  # what the CUDA runtime answers in exclusive-process mode
+        raise torch.AcceleratorError("CUDA error: CUDA-capable device(s) is/are busy or unavailable")
+
+    monkeypatch.setattr(torch.cuda, "set_device", exclusive)
+    with pytest.raises(DeviceUnavailableError, match=r"GPU 1 is busy or unavailable.*exclusive-process.*deviceIds"):
+        worker.configure_torch(torch.device("cuda:1"), 3, "edge")
+
+
 @pytest.mark.parametrize("side", ["cloud", "edge"])
 def test_threads_are_set_on_a_gpu_too(monkeypatch, threads, side):
     current = fake_cuda(monkeypatch, 2)

@@ -21,9 +21,11 @@ from types import SimpleNamespace
 from typing import Callable, Iterator, Sequence
 
 from ..errors import BadInputError, CodecError
+from ..media.audio import PageDecoder, transcoded
 from ..media.base import Clip, Frame
 from ..media.colour import Colour
-from ..media.encoding import import_av
+from ..media.containers import Labels
+from ..media.encoding import holds, import_av
 from ..media.frames import check_size
 from ..media.video import VideoClip
 from ..sandbox.decoder import owned_packet
@@ -103,6 +105,10 @@ class RemoteVideo(VideoClip):
             raise CodecError(f"the cloud's probe: {exc}") from None
         self.display_matrix, self.aspect = _display(probe.get("display_matrix")), probe.get("sample_aspect_ratio")
         self.aspect = self.aspect and _fraction(self.aspect, "sample aspect ratio")  # a cloud from before states neither
+        try:  # a cloud from before labels were probed states none
+            self.labels = Labels.from_fields(probe["labels"]) if "labels" in probe else None
+        except ValueError as exc:
+            raise CodecError(f"the cloud's probe: {exc}") from None
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
@@ -126,45 +132,69 @@ class RemoteVideo(VideoClip):
         return page
 
     def copied(self, container, dst: Path) -> Iterator | None:
-        """Output streams in ``container`` for the source's audio and subtitles, and their packets
-        merged in time order, fetched a page at a time as the writer reaches them (None: none to
-        copy). Subtitles the output cannot hold are left out with a warning, as
-        :class:`~eden_serve.media.video_writer.VideoWriter` does for a local file; audio it cannot hold is
-        refused, where a local file's is re-encoded (:mod:`eden_serve.media.audio`): not built for
-        the cloud's pages."""
+        """The source's labels onto ``container`` and its video stream, and output streams for the
+        source's audio and subtitles, with their packets merged in time order, fetched a page at a
+        time as the writer reaches them (None: none to copy), as
+        :class:`~eden_serve.media.video_writer.VideoWriter` does for a local file: audio the output cannot
+        hold as it is re-encoded (:mod:`eden_serve.media.audio`), or left out where it holds no
+        audio; subtitles it cannot hold left out, each with a warning."""
         av = import_av()
+        if self.labels is not None:
+            self.labels.apply(container, container.streams.video[0])
         streams = []
         for index, language in self.others.items():
             first = self.page(0, index)
             kind, codec = first.stream["type"], first.stream["codec"]
-            try:
-                if kind == "audio":
-                    output = _audio_copy(av, container, first)
-                else:
-                    output = container.add_mux_stream(codec)
-                output.time_base = first.time_base
-                if isinstance(language, str):
-                    output.metadata["language"] = language
-            except (self._error, ValueError, KeyError):
-                if kind == "audio":
-                    raise BadInputError(f"output {str(dst)!r} cannot hold the source's {codec} audio as it is; "
-                                        f"write a {Path(self.name).suffix} file instead") from None
-                warnings.warn(f"{dst.name} cannot hold the source's {codec} subtitles (stream {index}); they are left out")
+            output, made = self._audio(av, container, first, dst) if kind == "audio" else (self._subtitles(container, codec), None)
+            if output is None:
+                warnings.warn(f"{dst.name} cannot hold the input's {codec} {kind} (stream {index}); it is left out")
                 continue
-            streams.append(self._packets(first, index, output, av))
+            if made is None:
+                output.time_base = first.time_base
+            if isinstance(language, str):
+                output.metadata["language"] = language
+            streams.append(self._packets(first, index, output, av, made))
         return heapq.merge(*streams, key=_time) if streams else None
 
-    def _packets(self, page: Page, index: int, output, av) -> Iterator:
+    def _subtitles(self, container, codec: str):
+        try:
+            return container.add_mux_stream(codec)
+        except (self._error, ValueError):
+            return None
+
+    def _audio(self, av, container, first: Page, dst: Path) -> tuple:
+        """The output stream of the audio whose first page is ``first``, and what re-encodes it
+        (:class:`~eden_serve.media.audio.Transcoded`) where ``container`` cannot hold it as it is;
+        None for both where the container holds no audio."""
+        stream = first.stream
+        try:
+            if holds(container.format.name, av.Codec(stream["codec"], "r").canonical_name):
+                return _audio_copy(av, container, first), None
+            decoder = PageDecoder(stream["codec"], first.extradata, stream["sample_rate"], stream["layout"])
+            made = transcoded(container, SimpleNamespace(codec_context=decoder), dst)
+        except (self._error, ValueError, KeyError):
+            raise BadInputError(f"output {str(dst)!r} cannot hold the source's {stream['codec']} audio as it is, nor "
+                                f"this client re-encode it; write a {Path(self.name).suffix} file instead") from None
+        return (None, None) if made is None else (made.output, made)
+
+    def _packets(self, page: Page, index: int, output, av, made=None) -> Iterator:
+        """The output's packets of stream ``index`` from its first ``page``: the source's own, or
+        those ``made`` (:class:`~eden_serve.media.audio.Transcoded`) of them."""
         first = page
         while True:
             for p in page.packets:
-                packet = av.Packet(p.data)
+                packet = av.Packet(p.data) if made is None else made.decoder.packet(owned_packet(p.data, av), p.skips)
                 packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, page.time_base
-                packet.stream = output
-                yield packet
+                if made is None:
+                    packet.stream = output
+                    yield packet
+                else:
+                    yield from made.packets(packet)
             if page.next is None:
-                return
+                break
             page = self.page(page.next, index, first, page.packets[-1] if page.packets else None)
+        if made is not None:
+            yield from made.packets(av.Packet())  # empty: flushes the decoder and the encoder
 
     def decoder(self):
         av = import_av()

@@ -17,6 +17,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Iterator
 
+from ..media.containers import main_video
 from ..sandbox.decoder import SKIPS_UNREFERENCED
 
 CURSORS_KEPT = 2  # files whose decoder a cloud worker keeps open: each holds its reference frames and threads
@@ -28,7 +29,7 @@ class Cursor:
     def __init__(self, container, seek: int | None):
         """Decoding from the key frame the demuxer seeks to at or before ``seek`` (None: the start)."""
         self.container = container
-        self.stream = container.streams.video[0]
+        self.stream = main_video(container, "")
         self.stream.thread_type = "AUTO"
         if seek is not None:
             container.seek(seek, stream=self.stream, backward=True)

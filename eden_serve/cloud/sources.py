@@ -33,11 +33,12 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
+from ..media.audio import skips
 from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.containers import display_matrix, first_frame, self_contained
+from ..media.containers import Labels, display_matrix, first_frame, main_video, self_contained
 from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 from .ranges import CURSORS, Cursor
@@ -146,14 +147,13 @@ class Scan:
     colour: Colour
     display_matrix: tuple[int, ...] | None  # its first frame's (a rotation, a mirror)
     aspect: Fraction | None  # the sample aspect ratio (anamorphic pixels)
+    labels: Labels  # the title, chapters and tags that the output keeps
 
 
 def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
     av = import_av()
     with source.open() as container:
-        if not container.streams.video:
-            raise BadInputError(f"{source.name}: has no video stream")
-        stream = container.streams.video[0]
+        stream = main_video(container, source.name)
         check_size(stream.width, stream.height, max_pixels, source.name)
         times, starts, size, count = [], [], 0, 0
         try:
@@ -175,17 +175,13 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
         rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
         streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
                     "language": s.metadata.get("language")} for s in container.streams]
-        colour, first = Colour.of_stream(context), _first_frame(source)
+        with source.open() as again:  # from the start, past the packets read
+            colour, first = Colour.of_stream(context), first_frame(again)
         aspect = Fraction(context.sample_aspect_ratio) if context.sample_aspect_ratio else None
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
-                    display_matrix(first), aspect)
-
-
-def _first_frame(source: SourceFile):
-    with source.open() as container:
-        return first_frame(container)
+                    display_matrix(first), aspect, Labels.of(container, stream))
 
 
 class FileCache:
@@ -239,12 +235,13 @@ class SourceVideo:
         self.pictures = 0  # pictures shown from where it started decoding to its last, decoded or left out
 
     def probe(self) -> dict:
-        """What a client plans a run with: the frame count, rate, size, colour and the file's streams."""
+        """What a client plans a run with: the frame count, rate, size, colour, the file's streams and labels."""
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
                 "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
-                "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect)}
+                "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect),
+                "labels": s.labels.fields()}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""
@@ -292,7 +289,7 @@ class SourceVideo:
         """Frames ``first`` to ``first + count - 1`` counted from the start (a stream without times)."""
         found: dict[int, np.ndarray] = {}
         with self.source.open() as container:
-            stream = container.streams.video[0]
+            stream = main_video(container, self.source.name)
             stream.thread_type = "AUTO"
             for i, frame in enumerate(container.decode(stream)):
                 self.decoded = self.pictures = i + 1
@@ -355,7 +352,7 @@ class SourceVideo:
             with self.source.open() as container:
                 streams = container.streams
                 if index is None:
-                    index = streams.video[0].index
+                    index = main_video(container, self.source.name).index
                 if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
                     raise BadInputError(f"{self.source.name} has no video, audio or subtitle stream {index}")
                 stream = streams[index]
@@ -377,7 +374,7 @@ class SourceVideo:
                         if len(packets) == MAX_PAGE_PACKETS or (packets and size + packet.size > MAX_PAGE_BYTES):
                             following = n
                             break
-                        packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe))
+                        packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe, skips(packet)))
                         size += packet.size
                     n += 1
                 if n is None:

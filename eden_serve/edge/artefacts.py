@@ -61,6 +61,8 @@ def environment(device: torch.device) -> dict:
         properties = torch.cuda.get_device_properties(device)
         found |= {"device": properties.name, "capability": f"{properties.major}.{properties.minor}",
                   "driver": _driver_version()}
+        if torch.version.hip is not None:  # ROCm's capability is not the GPU's arch, which its kernels are built for
+            found |= {"hip": torch.version.hip, "arch": getattr(properties, "gcnArchName", None)}
     else:
         found |= {"device": "cpu", "capability": torch.backends.cpu.get_cpu_capability()}
     return found

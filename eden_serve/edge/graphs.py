@@ -81,8 +81,10 @@ class CudaGraphs:
             graph = torch.cuda.CUDAGraph()
             try:
                 # thread_local: other threads (the cloud's E_cond, the next request's preparation, a
-                # compiler) may use the device meanwhile, on streams of their own.
-                with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
+                # compiler) may use the device meanwhile, on streams of their own. The device made
+                # current: a capture begins by synchronising the current device, GPU 0 for a thread
+                # that never chose one.
+                with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
                     out = fn()
             except Exception:
                 del graph  # its pool freed before the caller goes on

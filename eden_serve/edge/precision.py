@@ -1,11 +1,11 @@
 """The edge's compute precision: ``fp32``, ``bf16``, or ``auto`` (bf16 only where it runs fast).
 
-bf16 is fast only where the hardware multiplies bf16 matrices natively: CUDA devices of compute
-capability 8.0 and newer, and CPUs with AVX512-BF16 or AMX (x86) or BF16 (Arm). Elsewhere PyTorch
-emulates it, and a bf16 matrix product runs several times slower than fp32. ``auto`` decides in two
-steps, each enough to say no: the capability flags, then a measured check at load (a small matrix
-product timed in both precisions, 10-30 ms of one core). An explicit ``bf16`` is obeyed, with one
-warning where it is slow.
+bf16 is fast only where the hardware multiplies bf16 matrices natively: NVIDIA GPUs of compute
+capability 8.0 and newer, AMD GPUs from CDNA and RDNA 3 on, and CPUs with AVX512-BF16 or AMX (x86)
+or BF16 (Arm). Elsewhere PyTorch emulates it, and a bf16 matrix product runs several times slower
+than fp32. ``auto`` decides in two steps, each enough to say no: the capability flags, then a
+measured check at load (a small matrix product timed in both precisions, 10-30 ms of one core). An
+explicit ``bf16`` is obeyed, with one warning where it is slow.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ PRECISIONS = ("fp32", "bf16", "auto")
 MIN_PROBE_SPEEDUP = 1.5
 PROBE_SHAPE = (64, 768, 256)  # tokens x inputs -> outputs: 15-25 ms of one core in all, on either kind
 PROBE_ROUNDS = 5
+# AMD GPUs whose matrix instructions take bf16: CDNA 1-4 (MI100 gfx908, MI200 gfx90a, MI300 gfx94x,
+# MI350 gfx950) and RDNA 3-4 (gfx11xx, gfx12xx). Older ones (MI50/MI60 gfx906, MI25 gfx900, RDNA 2
+# gfx103x) emulate it, slower than fp32.
+ROCM_BF16_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,20 @@ def cpu_bf16_capable(
     return False, f"CPU {caps.get('architecture')} ({aten}) without native bf16"
 
 
+def gpu_bf16_capable(major: int, minor: int, arch: str | None = None) -> tuple[bool, str]:
+    """Whether a GPU multiplies bf16 matrices natively: an NVIDIA GPU from compute capability 8.0
+    (its tensor cores), an AMD GPU (``arch``, its ``gcnArchName`` under ROCm, where the capability
+    is not NVIDIA's) whose matrix units take bf16 (:data:`ROCM_BF16_ARCHS`)."""
+    if arch is None:
+        if major < 8:
+            return False, f"CUDA compute capability {major}.{minor} has no bf16 tensor cores"
+        return True, f"CUDA device with bf16 support (compute capability {major}.{minor})"
+    name = arch.split(":")[0]  # "gfx90a:sramecc+:xnack-": the features do not matter here
+    if name.startswith(ROCM_BF16_ARCHS):
+        return True, f"ROCm device {name} with bf16 matrix instructions"
+    return False, f"ROCm device {name} has no bf16 matrix instructions"
+
+
 def probe_speedup(shape: tuple[int, int, int] = PROBE_SHAPE, rounds: int = PROBE_ROUNDS) -> float:
     """fp32 time / bf16 time of one linear layer of ``shape`` on the CPU, the best of a few
     interleaved runs each.
@@ -106,10 +124,9 @@ def probe_speedup(shape: tuple[int, int, int] = PROBE_SHAPE, rounds: int = PROBE
 def check_bf16(device: torch.device) -> Bf16Check:
     """Does ``device`` run bf16 matrix products fast? Capability first, then the measured probe."""
     if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        if torch.version.hip is None and major < 8:
-            return Bf16Check(False, f"CUDA compute capability {major}.{minor} has no bf16 tensor cores")
-        return Bf16Check(True, f"CUDA device with bf16 support (compute capability {major}.{minor})")
+        properties = torch.cuda.get_device_properties(device)
+        arch = getattr(properties, "gcnArchName", None) if torch.version.hip is not None else None
+        return Bf16Check(*gpu_bf16_capable(properties.major, properties.minor, arch))
     capable, reason = cpu_bf16_capable()
     speedup = probe_speedup()  # also where not capable: the warning for an explicit bf16 states it
     return Bf16Check(capable and speedup >= MIN_PROBE_SPEEDUP, reason, speedup)

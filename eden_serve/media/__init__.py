@@ -200,9 +200,6 @@ def _video(path: Path, max_pixels: int | None) -> VideoClip:
     except (av.error.FFmpegError, ValueError):
         raise BadInputError(f"{str(path)!r} is not a clip: neither an image, an animation nor a video FFmpeg "
                             "recognises") from None
-    if not container.streams.video:
-        container.close()
-        raise BadInputError(f"{str(path)!r} has no video stream")
     return VideoClip(path, max_pixels, container, reopen=lambda: av.open(str(path)))
 
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 import re
 import struct
 import warnings
+from dataclasses import dataclass
+from fractions import Fraction
 
+from ..errors import BadInputError
 from .encoding import import_av
 
+# What FFmpeg's command line counts a stream's "default" flag as, in pixels, when it chooses a video stream.
+DEFAULT_STREAM_PIXELS = 5_000_000
 FIRST_FRAME_PACKETS = 64  # read at most for the first frame's HDR metadata: more than any reordering holds back
 
 
@@ -33,10 +38,37 @@ def self_contained(start: bytes) -> str | None:
     return None
 
 
+def main_video(container, name: str):
+    """The video stream of ``container`` (a file called ``name``) that a player shows, as FFmpeg's
+    command line chooses it: of the streams FFmpeg can decode, not a cover picture, the largest, the
+    default one counting 5 million pixels more; the first of equals. Every opening of one file
+    chooses the same stream.
+
+    BadInputError where there is none: no video stream, only cover pictures (an MP3's), or only
+    streams whose codec FFmpeg does not know or whose parameters a damaged file lost."""
+    av = import_av()
+    video = container.streams.video
+    if not video:
+        raise BadInputError(f"{name}: has no video stream")
+    moving = [s for s in video if not s.disposition & av.stream.Disposition.attached_pic]
+    if not moving:
+        raise BadInputError(f"{name}: has no video stream, only a cover picture")
+    usable = [s for s in moving if s.codec_context is not None]
+    if not usable:
+        raise BadInputError(f"{name}: its video cannot be decoded: its codec is unknown to FFmpeg here, or the "
+                            "file is damaged (cut short before the codec's parameters)")
+    default = av.stream.Disposition.default
+    return max(usable, key=lambda s: (s.codec_context.width * s.codec_context.height
+                                      + DEFAULT_STREAM_PIXELS * bool(s.disposition & default), -s.index))
+
+
 def first_frame(container):
     """The first frame of ``container``'s video, whose side data holds HDR10's metadata, or None where
     its first :data:`FIRST_FRAME_PACKETS` packets give none (a file from elsewhere bounds the work)."""
-    stream = container.streams.video[0]
+    try:
+        stream = main_video(container, "")
+    except BadInputError:
+        return None
     try:
         for n, packet in enumerate(container.demux(stream)):
             if n == FIRST_FRAME_PACKETS:
@@ -62,17 +94,97 @@ ENCODING_TAGS = re.compile(r"(major_brand|minor_version|compatible_brands|encode
                            r"|number_of_bytes|_statistics_\w+)(-\w+)?", re.IGNORECASE)
 
 
+# What a cloud's probe states of a source's labels, at most: whatever is past it is left out there
+# and refused from a cloud here, so a hostile cloud writes no unbounded labels into the output.
+MAX_TAGS = 64  # in one set: the container's, the video's, a chapter's
+MAX_CHAPTERS = 256
+MAX_LABEL_CHARACTERS = 1 << 16  # of every tag's name and value together
+
+
+def _kept(tags) -> dict:
+    return {k: v for k, v in tags.items() if not ENCODING_TAGS.fullmatch(k)}
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The input's labels that an output keeps, as FFmpeg's command line keeps them: the container's
+    tags (title, date, comment...) and chapters, its video stream's tags (language, title) and
+    flags; not the tags of the input's own encoding (:data:`ENCODING_TAGS`). The output's frames
+    have the input's times, so each chapter starts and ends where it did."""
+
+    tags: dict[str, str]
+    video_tags: dict[str, str]
+    disposition: int
+    chapters: list[dict]  # PyAV's: id, start, end, time_base (a Fraction), metadata
+
+    @classmethod
+    def of(cls, source, video) -> Labels:
+        """The labels of the ``source`` container and its ``video`` stream."""
+        return cls(_kept(source.metadata), _kept(video.metadata), int(video.disposition), source.chapters())
+
+    def apply(self, output, stream) -> None:
+        """Onto the ``output`` container and its video ``stream``."""
+        output.metadata.update(self.tags)
+        stream.metadata.update(self.video_tags)
+        stream.disposition = self.disposition
+        if self.chapters:
+            output.set_chapters(self.chapters)
+
+    def fields(self) -> dict:
+        """As JSON, within the bounds :meth:`from_fields` checks: what is past them is left out."""
+        room = [MAX_LABEL_CHARACTERS]
+
+        def bounded(tags: dict) -> dict:
+            kept = {}
+            for k, v in tags.items():
+                if len(kept) < MAX_TAGS and isinstance(k, str) and isinstance(v, str) and len(k) + len(v) <= room[0]:
+                    kept[k], room[0] = v, room[0] - len(k) - len(v)
+            return kept
+
+        tags, video_tags = bounded(self.tags), bounded(self.video_tags)  # before the chapters': the title first
+        chapters = [{"id": c["id"], "start": c["start"], "end": c["end"], "tags": bounded(c["metadata"]),
+                     "time_base": f"{c['time_base'].numerator}/{c['time_base'].denominator}"} for c in self.chapters[:MAX_CHAPTERS]]
+        return {"tags": tags, "video_tags": video_tags, "disposition": self.disposition, "chapters": chapters}
+
+    @classmethod
+    def from_fields(cls, fields) -> Labels:
+        """The labels that :meth:`fields` states; ValueError naming what is wrong or past the bounds."""
+        if not isinstance(fields, dict) or set(fields) != {"tags", "video_tags", "disposition", "chapters"}:
+            raise ValueError("labels must hold exactly tags, video_tags, disposition and chapters")
+        chapters, room = fields["chapters"], [MAX_LABEL_CHARACTERS]
+
+        def tags(value, what: str) -> dict:
+            if not isinstance(value, dict) or len(value) > MAX_TAGS or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise ValueError(f"{what} must be at most {MAX_TAGS} tags, names and values strings")
+            room[0] -= sum(len(k) + len(v) for k, v in value.items())
+            if room[0] < 0:
+                raise ValueError(f"the tags hold more than {MAX_LABEL_CHARACTERS} characters")
+            return _kept(value)
+
+        if type(fields["disposition"]) is not int or not 0 <= fields["disposition"] < 1 << 31:
+            raise ValueError("disposition must be a 31-bit integer")
+        if not isinstance(chapters, list) or len(chapters) > MAX_CHAPTERS:
+            raise ValueError(f"chapters must be a list of at most {MAX_CHAPTERS}")
+        return cls(tags(fields["tags"], "tags"), tags(fields["video_tags"], "video_tags"), fields["disposition"],
+                   [_chapter(c, tags) for c in chapters])
+
+
+def _chapter(fields, tags) -> dict:
+    if not isinstance(fields, dict) or set(fields) != {"id", "start", "end", "time_base", "tags"} or not all(
+            type(fields[k]) is int and -1 << 63 <= fields[k] < 1 << 63 for k in ("id", "start", "end")):
+        raise ValueError("a chapter must hold exactly id, start, end (integers), time_base and tags")
+    base = fields["time_base"]
+    if not isinstance(base, str) or not re.fullmatch(r"[1-9][0-9]{0,9}/[1-9][0-9]{0,9}", base):
+        raise ValueError(f"a chapter's time base must be a fraction a/b, got {str(base)[:20]!r}")
+    return {"id": fields["id"], "start": fields["start"], "end": fields["end"], "time_base": Fraction(base),
+            "metadata": tags(fields["tags"], "a chapter's tags")}
+
+
 def copy_labels(source, video, output, stream) -> None:
-    """The ``source`` container's tags (title, date, comment...) and chapters onto ``output``, and its
-    ``video`` stream's tags (language, title) and flags onto the output's video ``stream``, as
-    FFmpeg's command line keeps them; not the tags of the input's own encoding (:data:`ENCODING_TAGS`).
-    The output's frames have the input's times, so each chapter starts and ends where it did."""
-    output.metadata.update({k: v for k, v in source.metadata.items() if not ENCODING_TAGS.fullmatch(k)})
-    stream.metadata.update({k: v for k, v in video.metadata.items() if not ENCODING_TAGS.fullmatch(k)})
-    stream.disposition = video.disposition
-    chapters = source.chapters()
-    if chapters:
-        output.set_chapters(chapters)
+    """The ``source`` container's labels and its ``video`` stream's (:class:`Labels`) onto
+    ``output`` and its video ``stream``."""
+    Labels.of(source, video).apply(output, stream)
 
 
 # FFmpeg's field orders (AVFieldOrder) of a stream whose frames are not whole pictures: top or bottom field first.

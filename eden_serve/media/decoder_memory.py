@@ -27,6 +27,7 @@ import torch
 
 from ..errors import BadInputError
 from . import segments
+from .containers import main_video
 from .atomic import atomic_output
 
 FILE_ENV = "EDEN_DECODERS_FILE"
@@ -103,9 +104,9 @@ def stream(path: Path) -> dict:
 
     try:
         with av.open(str(path)) as container:
-            context = container.streams.video[0].codec_context
+            context = main_video(container, str(path)).codec_context
             return {"codec": context.name, "pix_fmt": context.pix_fmt, "size": f"{context.width}x{context.height}"}
-    except (av.FFmpegError, IndexError, OSError):
+    except (av.FFmpegError, BadInputError, OSError):
         return {"codec": None, "pix_fmt": None, "size": None}
 
 

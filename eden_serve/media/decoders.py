@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from .containers import main_video
 from .decoder_memory import Memory
 from .planes import SWSCALE_MATRICES, nv12_to_rgb
 
@@ -166,7 +167,7 @@ def trial(decoder: Decoder, path: Path, frames: int, rgb: Callable, clock: Calla
     stamps = []
     try:
         started = clock()
-        for frame in container.decode(video=0):
+        for frame in container.decode(main_video(container, str(path))):
             decoder.pixels(frame, rgb)
             decoder.raw(frame)
             stamps.append(frame.pts)

@@ -66,6 +66,9 @@ TUNINGS = {
 # 256x120 at any rate: the profile of each pixel format the encoder takes, at DNxHD's usual quality.
 DNXHR_PROFILES = {"yuv422p": "dnxhr_hq", "yuv422p10le": "dnxhr_hqx", "yuv444p10le": "dnxhr_444", "gbrp10le": "dnxhr_444"}
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
+# Uncompressed video codecs (Y4M's, a headerless input's, 10-bit professional ones): an output in
+# the container's default codec is what anyone expects of them, not worth a warning.
+UNCOMPRESSED = {"rawvideo", "v210", "v410", "r210", "yuv4"}
 
 
 def encoder(name: str, what: str) -> str:
@@ -107,7 +110,8 @@ def output_encoder(container, encoding: Encoding, source, dst, pix_fmt: str | No
             why = str(exc).split(";")[0]
         if why is not None and default:
             name = encoder(default, f"{why}; its container's default codec")
-            warnings.warn(f"{why}: the output is written as {default} ({name}), its container's default; --vcodec chooses another")
+            if codec not in UNCOMPRESSED:  # nobody keeps those as they are: no warning for the expected
+                warnings.warn(f"{why}: the output is written as {default} ({name}), its container's default; --vcodec chooses another")
     if encoding.gpu and encoding.vcodec in (None, "h264", "hevc") and pix_fmt in NVENC_KEEPS:  # no encoder named by the user
         name = hardware(name, source.width, source.height, encoding.gpu_index) or name
     return name

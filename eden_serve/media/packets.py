@@ -26,6 +26,7 @@ from ..errors import BadInputError, TooMuchWorkError
 from ..sandbox.decoder import decode
 from ..wire.bitstream import DECODERS, REORDER_SLACK, BitstreamChunk, Packet, StreamParameters
 from .base import PIPE
+from .containers import main_video
 from .encoding import import_av
 from .video import VideoClip
 
@@ -56,7 +57,7 @@ class Span(NamedTuple):
 
 
 class PacketReader:
-    """The first video stream of a file, as packets: ``parameters`` to decode them with, iterate for
+    """The video stream of a file (:func:`~.containers.main_video`), as packets: ``parameters`` to decode them with, iterate for
     the packets in decode order (each read from the file again), ``len()`` the frames."""
 
     def __init__(self, path: Path, max_pixels: int | None = None, opener=None, work: Work | None = None):
@@ -111,7 +112,7 @@ class PacketReader:
         av = import_av()
         try:
             with self.open() as container:
-                stream = container.streams.video[0]
+                stream = main_video(container, str(self.path))
                 index = 0
                 for packet in container.demux(stream):
                     if packet.size:
@@ -133,7 +134,7 @@ class PacketReader:
         found: list[Packet] = []
         try:
             with self.open() as container:
-                stream = container.streams.video[0]
+                stream = main_video(container, str(self.path))
                 index = None  # of the packet in hand, in decode order
                 if seek:
                     container.seek(self._pts[span.key], stream=stream, backward=True, any_frame=False)

@@ -4,6 +4,7 @@ is written by :mod:`.video_writer` (standard output: Y4M)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -16,11 +17,12 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
-from .containers import display_matrix, first_frame, say_interlaced
+from .containers import display_matrix, first_frame, main_video, say_interlaced, self_contained
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
 from .threads import Prefetch
+from .timing import MAX_FPS
 from .video_writer import VideoWriter
 
 # Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
@@ -43,14 +45,43 @@ class RawVideo:
     pix_fmt: str = "yuv420p"
     rate: Fraction = Fraction(25)
 
+    def __post_init__(self):
+        if not 0 < self.rate <= MAX_FPS:
+            raise BadInputError(f"--input-fps must be above 0 and at most {MAX_FPS}, got {self.rate}")
+
     def open(self, path: Path):
         av = import_av()
         height, width = self.size
-        options = {"video_size": f"{width}x{height}", "pixel_format": self.pix_fmt, "framerate": str(self.rate)}
+        if str(path) != PIPE:
+            try:
+                with open(path, "rb") as file:
+                    found = self_contained(file.read(12))
+            except OSError as exc:
+                raise BadInputError(f"input {str(path)!r} cannot be read ({exc.strerror})") from None
+            if found not in (None, "MPEG-TS"):  # a TS's sync byte is as likely as any first byte of raw video
+                raise BadInputError(f"{path}: its first bytes say {found}; --input-size and --input-pix-fmt read video "
+                                    "without a header: leave them out")
         try:
-            return av.open(sys.stdin.buffer if str(path) == PIPE else str(path), format="rawvideo", options=options)
+            av.video.format.VideoFormat(self.pix_fmt)
+        except ValueError:
+            raise BadInputError(f"--input-pix-fmt {self.pix_fmt!r} is no pixel format FFmpeg knows (yuv420p, nv12, "
+                                "yuv422p10le, rgb24...)") from None
+        options = {"video_size": f"{width}x{height}", "pixel_format": self.pix_fmt, "framerate": str(self.rate)}
+        what = f"raw {self.pix_fmt} video {width} wide and {height} high (--input-size {height}x{width})"
+        try:
+            container = av.open(sys.stdin.buffer if str(path) == PIPE else str(path), format="rawvideo", options=options)
         except (av.error.FFmpegError, ValueError) as exc:
-            raise BadInputError(f"{path}: cannot read it as raw {self.pix_fmt} video of {width}x{height} ({exc})") from None
+            raise BadInputError(f"{path}: cannot read it as {what} ({exc})") from None
+        if str(path) != PIPE:
+            # FFmpeg's raw demuxer states a frame's bytes as the stream's bit rate at its frame rate.
+            stream = container.streams.video[0]
+            frame = round(stream.bit_rate * stream.time_base / 8) if stream.bit_rate and stream.time_base else 0
+            size = os.path.getsize(path)
+            if frame and size % frame:
+                container.close()
+                raise BadInputError(f"{path}: its {size} bytes are not whole frames of {what}, {frame} bytes each; "
+                                    "check --input-size and --input-pix-fmt")
+        return container
 
 
 class VideoClip(Clip):
@@ -75,10 +106,11 @@ class VideoClip(Clip):
             self.container = container or (decoder.open(path) if decoder else av.open(sys.stdin.buffer if self.piped else str(path)))
         except (self._error, ValueError) as exc:
             raise BadInputError(f"{path}: not a readable video ({exc})") from None
-        if not self.container.streams.video:
+        try:
+            self.stream = main_video(self.container, str(path))
+        except BadInputError:
             self.container.close()
-            raise BadInputError(f"{path}: has no video stream")
-        self.stream = self.container.streams.video[0]
+            raise
         if max_pixels is not None:
             try:
                 check_size(self.stream.width, self.stream.height, max_pixels, str(path))

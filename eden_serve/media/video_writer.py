@@ -32,6 +32,9 @@ _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
 # sets where the video ends.
 _DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
 Y4M_OPTIONS = {"strict": "-1"}
+# FFmpeg's muxers of one image a file (.png, .jpg, .bmp, .tif...), which write a video's frames only
+# to a numbered name pattern, refusing a plain name at its second frame.
+IMAGE_MUXERS = {"image2", "image2pipe"}
 # Video packets as muxed, at DEBUG, args (packets, "written" or, at the end, "flushed"): what benchmarks/gpu_clip.py times.
 WRITTEN = logging.getLogger("eden_serve.written")
 
@@ -51,7 +54,8 @@ class VideoWriter(ClipWriter):
     the input, each muxed once the video has reached its time: memory holds a few packets, never the
     track; attachments (fonts) too, with each stream's language, title and flags, and the input's
     title, chapters and tags (:func:`~.containers.copy_labels`). Audio the output cannot hold is
-    refused; subtitles and attachments it cannot hold are left out with a warning; data streams
+    re-encoded in its container's default codec (:mod:`.audio`), or left out where it holds no audio;
+    subtitles and attachments it cannot hold are left out with a warning; data streams
     (time codes) are not copied, nor anything from a piped input."""
 
     def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming: Retiming, encoding: Encoding):
@@ -69,6 +73,10 @@ class VideoWriter(ClipWriter):
                 self.container = av.open(str(tmp), "w", container_options=Y4M_OPTIONS if Path(tmp).suffix == ".y4m" else None)
         except (self._error, ValueError) as exc:
             raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
+        if self.container.format.name in IMAGE_MUXERS:
+            self.close()
+            raise BadInputError(f"output {str(dst)!r} names one image, and a video has many frames: write a video file "
+                                "(.mp4, .mkv, .webm, an animated .gif or .webp)")
         try:
             self._add_video(clip, encoding, av)
             if clip.container is None:  # a server-side source (client/remote.py): its streams come from the cloud
@@ -153,8 +161,8 @@ class VideoWriter(ClipWriter):
 
     def _copied_packets(self, outputs: dict) -> Iterator:
         for packet in self.copies.demux([self.copies.streams[i] for i in outputs]):
-            if packet.stream_index in self.transcoded:
-                yield from self.transcoded[packet.stream_index].packets(packet)
+            if packet.stream.index in self.transcoded:  # the demuxer's last, empty packet states stream 0 as its index
+                yield from self.transcoded[packet.stream.index].packets(packet)
             elif packet.size:  # the demuxer ends each stream with an empty packet
                 packet.stream = outputs[packet.stream_index]
                 yield packet

@@ -157,13 +157,28 @@ def configure_torch(device: torch.device, threads: int, side: str) -> None:
     computes what ``eden-serve interpolate`` computes.
     """
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        _set_device(device)
         torch.set_float32_matmul_precision("highest")
     torch.set_num_threads(threads or default_threads(side, usable_cores(), device.type))
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # set before in this process, or inter-op work has started
         logger.info("inter-op threads stay at %d", torch.get_num_interop_threads())
+
+
+def _set_device(device: torch.device) -> None:
+    """Make ``device`` current, which makes its CUDA context: a GPU in exclusive-process compute mode
+    that another process holds refuses it, and the worker then fails to load saying why."""
+    try:
+        torch.cuda.set_device(device)
+    except RuntimeError as exc:
+        if "busy or unavailable" not in str(exc):
+            raise
+        raise DeviceUnavailableError(
+            f"GPU {device.index} is busy or unavailable ({' '.join(str(exc).split())[:200]}): in exclusive-process compute "
+            "mode (nvidia-smi -q -d COMPUTE) a GPU takes one process; give each worker a GPU of its own (deviceIds, one "
+            "worker per GPU) or set the compute mode to DEFAULT (nvidia-smi -c DEFAULT)"
+        ) from None
 
 
 def keep_bodies_raw() -> None:

@@ -4,7 +4,8 @@ audio, and the video's own bytes are the cheapest way to carry them.
 
 A page is ``EDPK``, a version byte, a 4-byte big-endian header length, a JSON header, then the
 stream's extradata and the packets' bytes back to back. The header states the stream's parameters,
-each packet's size, time stamps and key flag, and where the next page starts. :func:`unpack` checks
+each packet's size, time stamps and key flag (and an audio packet's samples its decoder drops, where
+the demuxer said so), and where the next page starts. :func:`unpack` checks
 every length and type before it slices a byte: what it returns is plain data, never code.
 """
 
@@ -36,6 +37,7 @@ class Packet:
     dts: int | None
     duration: int
     key: bool
+    skips: tuple[int, int] | None = None  # audio: the samples its decoder drops from the start and the end
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ class Page:
 
 def pack(page: Page) -> bytes:
     header = {"stream": page.stream, "extradata": len(page.extradata), "next": page.next,
-              "packets": [[len(p.data), p.pts, p.dts, p.duration, p.key] for p in page.packets]}
+              "packets": [[len(p.data), p.pts, p.dts, p.duration, p.key, *([list(p.skips)] if p.skips else [])]
+                          for p in page.packets]}
     text = json.dumps(header, separators=(",", ":")).encode()
     return b"".join([_PREFIX.pack(MAGIC, VERSION, len(text)), text, page.extradata, *(p.data for p in page.packets)])
 
@@ -63,6 +66,12 @@ def _stamp(value, what: str) -> int | None:
     if type(value) is not int or abs(value) > MAX_STAMP:
         raise CodecError(f"packet page: {what} must be an integer time stamp, got {str(value)[:20]!r}")
     return value
+
+
+def _skips(given: list) -> bool:
+    """Whether ``given`` is no entry, or one of two sample counts (FFmpeg takes 32-bit ones)."""
+    return not given or isinstance(given[0], list) and len(given[0]) == 2 and all(
+        type(v) is int and 0 <= v < 1 << 32 for v in given[0])
 
 
 def unpack(data: bytes) -> Page:
@@ -104,13 +113,14 @@ def unpack(data: bytes) -> Page:
     extradata, offset = data[offset:offset + extra], offset + extra
     read = []
     for i, entry in enumerate(packets):
-        if not (isinstance(entry, list) and len(entry) == 5 and type(entry[0]) is int and entry[0] >= 0
-                and type(entry[3]) is int and entry[3] >= 0 and type(entry[4]) is bool):
-            raise CodecError(f"packet page: packet {i} must be [size, pts, dts, duration, key]")
+        if not (isinstance(entry, list) and len(entry) in (5, 6) and type(entry[0]) is int and entry[0] >= 0
+                and type(entry[3]) is int and entry[3] >= 0 and type(entry[4]) is bool and _skips(entry[5:])):
+            raise CodecError(f"packet page: packet {i} must be [size, pts, dts, duration, key] or those and [skip start, end]")
         size = entry[0]
         if offset + size > len(data):
             raise CodecError(f"packet page: packet {i} of {size} bytes runs past the end")
-        read.append(Packet(data[offset:offset + size], _stamp(entry[1], "pts"), _stamp(entry[2], "dts"), entry[3], entry[4]))
+        read.append(Packet(data[offset:offset + size], _stamp(entry[1], "pts"), _stamp(entry[2], "dts"), entry[3], entry[4],
+                           tuple(entry[5]) if len(entry) == 6 else None))
         offset += size
     if offset != len(data):
         raise CodecError(f"packet page: {len(data) - offset} bytes after the last packet")
