@@ -87,6 +87,7 @@ class RemoteVideo(VideoClip):
     """The server-side video ``name`` from its ``probe`` (the cloud's answer) and ``fetch``."""
 
     container = None  # no local file: the writer copies no streams from one
+    start = None  # the cloud's containers (MP4, Matroska) show nothing before 0: no output is moved
     piped = False
 
     def __init__(self, name: str, probe: dict, fetch: Fetch, max_pixels: int | None = None):

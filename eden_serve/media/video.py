@@ -124,6 +124,13 @@ class VideoClip(Clip):
         self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
         self.time_base = self.stream.time_base or 1 / self.rate
 
+    @property
+    def start(self) -> Fraction | None:
+        """When the first frame is shown, in seconds, as the container states it (None: not stated)."""
+        if self.stream.start_time is None or self.stream.time_base is None:
+            return None
+        return self.stream.start_time * self.stream.time_base
+
     def _colour(self) -> Colour:
         """The stream's colour; where it may be HDR, with its first frame's metadata from a second opening
         of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags only)."""

@@ -40,15 +40,13 @@ WRITTEN = logging.getLogger("eden_serve.written")
 
 
 def lead(clip: Clip) -> Fraction:
-    """How long before time 0 a local video's first frame is shown, where it is (else 0): an MPEG-TS
-    whose clock wrapped within it (every 26.5 hours) starts at a negative time. The output is moved
-    that much later, every stream and chapter alike (FFmpeg's ``output_ts_offset``), so that its
-    video starts at 0, where an MP4 or MOV starts showing: their edit list made a player, and FFmpeg,
-    drop every frame before it."""
-    stream = getattr(clip, "stream", None) if getattr(clip, "container", None) is not None else None
-    if stream is None or stream.start_time is None or stream.time_base is None:
-        return Fraction(0)
-    return max(Fraction(0), -stream.start_time * stream.time_base)
+    """How long before time 0 a video's first frame is shown, where it is (else 0): an MPEG-TS whose
+    clock wrapped within it (every 26.5 hours) starts at a negative time. The output is moved that
+    much later, every stream and chapter alike (FFmpeg's ``output_ts_offset``), so that its video
+    starts at 0, where an MP4 or MOV starts showing: their edit list made a player, and FFmpeg, drop
+    every frame before it."""
+    start = getattr(clip, "start", None)
+    return Fraction(0) if start is None else max(Fraction(0), -start)
 
 
 class VideoWriter(ClipWriter):
