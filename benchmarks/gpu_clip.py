@@ -33,8 +33,11 @@ from eden_serve.commands import cli, shared as commands
 from eden_serve.clips.streaming import TIMELINE
 from eden_serve.clips.pipeline import clip_defaults
 from eden_serve.media import decoders, segments
-from eden_serve.media.encoding import TUNINGS, Encoding, configure, hardware
-from eden_serve.media.video import WRITTEN, rgb_pixels
+from eden_serve.media.encoders import TUNINGS, configure
+from eden_serve.media.encoding import Encoding
+from eden_serve.media.nvenc import hardware
+from eden_serve.media.video import rgb_pixels
+from eden_serve.media.video_writer import WRITTEN
 
 from gpu_first_middle import HANDED, READY, FirstMiddle
 from gpu_goals import source_video
@@ -96,7 +99,7 @@ class _Done(logging.Handler):
 
 
 class _Written(logging.Handler):
-    """The output's video packets as muxed (eden_serve/media/video.py's WRITTEN): (wall-clock time,
+    """The output's video packets as muxed (eden_serve/media/video_writer.py's WRITTEN): (wall-clock time,
     packets, flushed)."""
 
     def __init__(self):
@@ -268,10 +271,10 @@ def _size(path: Path) -> tuple[int, int]:
 
 
 def _encoder(args, device: torch.device, size: tuple[int, int]) -> str:
-    """The encoder an H.264 clip's output gets (eden_serve/media/encoding.py): NVENC beside a GPU
+    """The encoder an H.264 clip's output gets (eden_serve/media/encoders.py): NVENC beside a GPU
     where it opens, else x264 at the preset asked or the device's default."""
     gpu = device.type == "cuda"
-    nvenc = hardware("libx264", size[1], size[0]) if gpu and args.vcodec is None else None
+    nvenc = hardware("libx264", size[1], size[0], device.index or 0) if gpu and args.vcodec is None else None
     default = TUNINGS["libx264"].gpu["preset"] if gpu else "medium"
     return nvenc or f"libx264 {args.preset or default}"
 
@@ -300,7 +303,7 @@ def encoder_speed(run) -> None:
             break
         run.row("encoder", size=name, encoder="libx264", preset=preset, thread_type=threads,
                 fps=_encode(frames, "libx264", {"crf": "18", "preset": preset}, threads))
-    nvenc = hardware("libx264", size[1], size[0])
+    nvenc = hardware("libx264", size[1], size[0], run.device.index or 0)
     run.row("encoder", size=name, encoder="h264_nvenc", opens=nvenc is not None,
             fps=_encode(frames, nvenc, {"preset": "p4", "rc": "vbr", "cq": "19", "b": "0"}, None) if nvenc else None)
     with tempfile.TemporaryDirectory() as scratch:

@@ -52,7 +52,7 @@ from eden_serve.edge import upload  # noqa: E402
 from eden_serve.edge.forward import to_host  # noqa: E402
 from eden_serve.edge.sizing import batches  # noqa: E402
 from eden_serve.media.planes import PlaneFormat, swscale_planes  # noqa: E402
-from eden_serve.media.encoding import configure  # noqa: E402
+from eden_serve.media.encoders import configure  # noqa: E402
 from eden_serve.media.video import rgb_pixels  # noqa: E402
 from eden_serve.wire import Chunk, Decisions  # noqa: E402
 

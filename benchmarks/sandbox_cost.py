@@ -75,7 +75,7 @@ def machinery(job, repeat: int) -> dict:
     box = sandbox.Sandbox(IDLE)
     box.decode(*job)
     time.sleep(1)  # the next child forked
-    zygote = box._zygote.pid
+    zygote = box._zygote.process.pid
     cpu, walls = cpu_seconds(zygote), []
     for _ in range(repeat):
         started = time.perf_counter()

@@ -425,23 +425,25 @@ def test_interpolate_picks_precision_and_graphs_by_device(monkeypatch, count, pr
     assert calls[-1]["edge"].acceleration.compiler(device) is None
 
 
-@pytest.mark.parametrize("device, chunk, inflight", [("cuda", 16, 3), ("cpu", 8, 2)])
+@pytest.mark.parametrize("device, chunk, inflight", [("cuda:0", 16, 3), ("cuda:1", 16, 3), ("cpu", 8, 2)])
 def test_a_clip_in_process_gets_the_chunks_and_encoder_speed_of_its_device(monkeypatch, tmp_path, device, chunk, inflight):
     """A new user's eden-serve interpolate clip.mp4 -o out.mp4: on a GPU, chunks of 16 pairs (the
     batch its memory allows at 480x854), 3 in flight and an encoder that keeps the pace (x264
     veryfast or NVENC: tests/test_encoding.py), its first chunks ramped (a sooner first middle); on a
-    CPU, as before. What the command line says wins."""
+    CPU, as before. What the command line says wins. NVENC is told the edge's GPU (before: GPU 0 with
+    the edge on cuda:1)."""
     runs = []
     monkeypatch.setattr(commands.pipeline, "interpolate_clip_in_process", lambda *args, **kwargs: runs.append(kwargs))
     edge = LoadedEdge()
     edge.device = torch.device(device)
     src = write_clip(tmp_path / "clip", 2, 32, 48)  # the source is checked before the models load
-    for argv, expected in (([], (chunk, inflight, device == "cuda")), (["--chunk", "4", "--inflight", "1", "--no-ramp"], (4, 1, False)),
+    for argv, expected in (([], (chunk, inflight, edge.device.type == "cuda")), (["--chunk", "4", "--inflight", "1", "--no-ramp"], (4, 1, False)),
                            (["--ramp"], (chunk, inflight, True))):
         args = cli._build_parser().parse_args(["interpolate", str(src), "-o", "out.mp4", *argv])
         commands.clip_in_process(args, src, "out.mp4", lambda: (None, edge))
         assert (runs[-1]["chunk"], runs[-1]["inflight"], runs[-1]["ramp"]) == expected
-        assert runs[-1]["encoding"].gpu == (device == "cuda") and not runs[-1]["encoding"].given
+        assert runs[-1]["encoding"].gpu == (edge.device.type == "cuda") and not runs[-1]["encoding"].given
+        assert runs[-1]["encoding"].gpu_index == (edge.device.index or 0)
 
 
 def test_interpolate_crosses_no_wire_unless_asked():

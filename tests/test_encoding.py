@@ -17,8 +17,10 @@ from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.commands.cli import main
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding
-from eden_serve.media import encoding as encoding_module
-from eden_serve.media.encoding import encoder, hardware
+from eden_serve.media import encoders, nvenc, pixel_formats
+from eden_serve.media.encoders import encoder
+from eden_serve.media.encoding import open_encoder
+from eden_serve.media.nvenc import hardware
 
 av = pytest.importorskip("av")
 
@@ -57,7 +59,7 @@ def test_x264_runs_its_frame_threads(tmp_path, clip):
 def test_beside_a_gpu_edge_x264_keeps_its_pace_unless_told(tmp_path, clip):
     """Encoding(gpu=True): NVENC where it opens (not on this machine: no GPU), else x264 at preset
     veryfast (subme 2; medium's is 7); an explicit --preset wins; the command line asked nothing."""
-    assert not Encoding(gpu=True).given and hardware("libx264", 64, 48) is None
+    assert not Encoding(gpu=True).given and hardware("libx264", 64, 48, 0) is None
     interpolate_clip(clip, tmp_path / "gpu.mp4", pairwise(average), encoding=Encoding(gpu=True), progress=False)
     assert probe(tmp_path / "gpu.mp4") == ("h264", "yuv420p", 7)
     assert (x26x_settings(tmp_path / "gpu.mp4")["subme"], x26x_settings(tmp_path / "gpu.mp4")["crf"]) == ("2", "18.0")
@@ -70,10 +72,10 @@ def test_beside_a_gpu_edge_x264_keeps_its_pace_unless_told(tmp_path, clip):
 def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
     """Where the GPU has a video encoder (an L4, not an H100), h264 is written by h264_nvenc; an
     encoder the user names is kept. Here NVENC cannot open, so its probe is stood in for."""
-    monkeypatch.setattr(encoding_module, "_OPENS", {})
-    monkeypatch.setattr(encoding_module, "_opens", lambda av, name, width, height: True)
+    monkeypatch.setattr(nvenc, "_OPENS", {})
+    monkeypatch.setattr(nvenc, "_opens", lambda av, name, gpu, width, height: True)
     monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
-    assert hardware("libx264", 64, 48) == "h264_nvenc" and hardware("libvpx-vp9", 64, 48) is None
+    assert hardware("libx264", 64, 48, 0) == "h264_nvenc" and hardware("libvpx-vp9", 64, 48, 0) is None
     with pytest.raises(BadInputError, match="h264_nvenc refuses these settings"):  # chosen; it cannot open here
         interpolate_clip(clip, tmp_path / "nvenc.mp4", pairwise(average), encoding=Encoding(gpu=True), progress=False)
     interpolate_clip(clip, tmp_path / "named.mp4", pairwise(average), encoding=Encoding("libx264", gpu=True), progress=False)
@@ -81,13 +83,16 @@ def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
 
 
 class _Nvenc:
-    """PyAV's codec context of h264_nvenc on a GPU that has it, as far as the probe uses it: it opens
-    at sizes NVENC's H.264 takes (at most 4096 a side) and refuses the others."""
+    """PyAV's codec context of h264_nvenc, as far as the probe uses it, on a machine whose GPUs
+    ``with_nvenc`` have NVENC: it opens at sizes NVENC's H.264 takes (at most 4096 a side) on the GPU
+    its ``gpu`` option names, or, without one, on the first that has NVENC, as FFmpeg's does."""
 
     opened: list = []
+    with_nvenc: tuple = (0,)
 
     def __init__(self):
         self.width = self.height = self.pix_fmt = self.time_base = None
+        self.options = {}
 
     @classmethod
     def create(cls, name, mode):
@@ -95,9 +100,12 @@ class _Nvenc:
         return cls()
 
     def open(self):
+        gpu = int(self.options.get("gpu", self.with_nvenc[0]))
+        if gpu not in self.with_nvenc:
+            raise ValueError("OpenEncodeSessionEx failed: unsupported device (2): (no details)")
         if max(self.width, self.height) > 4096:
             raise ValueError("InitializeEncoder failed: invalid param (8): Invalid Level.")
-        self.opened.append((self.width, self.height))
+        self.opened.append((gpu, self.width, self.height))
 
 
 def test_nvenc_is_probed_at_each_frame_size(monkeypatch):
@@ -105,19 +113,47 @@ def test_nvenc_is_probed_at_each_frame_size(monkeypatch):
     a 5K one, which NVENC's H.264 refuses, and writes that with x264: before, the first probe's
     answer held for every size, and the 5K clip failed with 'h264_nvenc refuses these settings'."""
     fake_av = types.SimpleNamespace(codecs_available=av.codecs_available | {"h264_nvenc"}, CodecContext=_Nvenc, error=av.error)
-    monkeypatch.setattr(encoding_module, "import_av", lambda: fake_av)
-    monkeypatch.setattr(encoding_module, "_OPENS", {})
+    monkeypatch.setattr(nvenc, "import_av", lambda: fake_av)
+    monkeypatch.setattr(nvenc, "_OPENS", {})
     monkeypatch.setattr(_Nvenc, "opened", [])
-    assert hardware("libx264", 1920, 1080) == "h264_nvenc"
-    assert hardware("libx264", 5120, 2880) is None
-    assert hardware("libx264", 1920, 1080) == "h264_nvenc" and _Nvenc.opened == [(1920, 1080)]  # each size probed once
+    assert hardware("libx264", 1920, 1080, 0) == "h264_nvenc"
+    assert hardware("libx264", 5120, 2880, 0) is None
+    assert hardware("libx264", 1920, 1080, 0) == "h264_nvenc" and _Nvenc.opened == [(0, 1920, 1080)]  # each size probed once
+
+
+def test_nvenc_is_probed_and_opened_on_the_edges_gpu(tmp_path, clip, monkeypatch):
+    """With the edge on cuda:1, NVENC is probed on GPU 1 and its encoder opened there (FFmpeg's
+    ``gpu`` option, torch's index), each GPU probed apart: GPU 0 an H100 (no NVENC), GPU 1 an L4.
+    Before, the option was left at FFmpeg's default, the first GPU with NVENC: the probe and the
+    encoder took GPU 0 whatever the edge's device."""
+    fake_av = types.SimpleNamespace(codecs_available=av.codecs_available | {"h264_nvenc"}, CodecContext=_Nvenc, error=av.error)
+    monkeypatch.setattr(nvenc, "import_av", lambda: fake_av)
+    monkeypatch.setattr(nvenc, "_OPENS", {})
+    monkeypatch.setattr(_Nvenc, "opened", [])
+    monkeypatch.setattr(_Nvenc, "with_nvenc", (1,))
+    assert hardware("libx264", 1920, 1080, 1) == "h264_nvenc" and hardware("libx264", 1920, 1080, 0) is None
+    assert _Nvenc.opened == [(1, 1920, 1080)]
+    monkeypatch.setattr(nvenc, "import_av", lambda: av)
+    monkeypatch.setattr(nvenc, "_opens", lambda av, name, gpu, width, height: gpu == 1)
+    monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
+    opened = []
+
+    def recorded(context):  # the real encoder's options as it opens (it cannot open here: no GPU)
+        opened.append((context.name, dict(context.options)))
+        open_encoder(context)
+
+    monkeypatch.setattr(encoders, "open_encoder", recorded)
+    with pytest.raises(BadInputError, match="h264_nvenc refuses these settings"):
+        interpolate_clip(clip, tmp_path / "nvenc.mp4", pairwise(average), encoding=Encoding(gpu=True, gpu_index=1), progress=False)
+    assert opened[0][0] == "h264_nvenc" and opened[0][1]["gpu"] == "1"
+    assert not Encoding(gpu=True, gpu_index=1).given and "gpu_index" not in Encoding(gpu=True, gpu_index=1).identity()
 
 
 def test_a_gpu_edge_keeps_x264_for_a_deeper_or_fuller_input_than_nvenc_writes(tmp_path, monkeypatch):
     """NVENC's H.264 has no 10-bit profile: a 10-bit input beside a GPU with NVENC keeps x264 and its
     10 bits (before: NVENC, and the output rounded to 8 bits by default), and so does 4:2:2."""
-    monkeypatch.setattr(encoding_module, "_OPENS", {})
-    monkeypatch.setattr(encoding_module, "_opens", lambda av, name, width, height: True)
+    monkeypatch.setattr(nvenc, "_OPENS", {})
+    monkeypatch.setattr(nvenc, "_opens", lambda av, name, gpu, width, height: True)
     monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
     for pix_fmt in ("yuv420p10le", "yuv422p"):
         src = real_video(tmp_path / f"{pix_fmt}.mp4", 4, Fraction(25), audio=None, pix_fmt=pix_fmt)
@@ -226,7 +262,7 @@ OPEN_SVT = """
 import json, os, threading, av
 from fractions import Fraction
 from eden_serve.media import Encoding
-from eden_serve.media.encoding import configure
+from eden_serve.media.encoders import configure
 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # whatever the run's earlier encoders left it under
 def policies():
     return sorted({os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")})
@@ -317,13 +353,13 @@ def test_a_444_input_stays_444_where_its_encoder_lacks_its_depth(tmp_path):
 
 def test_the_nearest_format_keeps_the_sampling_and_the_depth_it_can():
     formats = ["yuv422p10le", "yuv444p10le", "yuva444p10le"]
-    assert encoding_module._nearest(formats, "yuv444p12le") == "yuv444p10le"
-    assert encoding_module._nearest(formats, "yuva444p12le") == "yuva444p10le"
-    assert encoding_module._nearest(formats, "yuv422p") == "yuv422p10le"
-    assert encoding_module._nearest(["yuv420p", "yuv420p10le", "yuv420p12le"], "yuv420p9le") == "yuv420p10le"
-    assert encoding_module._nearest(["yuv420p", "yuv420p10le"], "yuv420p12le") == "yuv420p10le"
-    assert encoding_module._nearest(formats, "yuv420p") is None
-    assert encoding_module._nearest(formats, "gbrp12le") is None
+    assert pixel_formats._nearest(formats, "yuv444p12le") == "yuv444p10le"
+    assert pixel_formats._nearest(formats, "yuva444p12le") == "yuva444p10le"
+    assert pixel_formats._nearest(formats, "yuv422p") == "yuv422p10le"
+    assert pixel_formats._nearest(["yuv420p", "yuv420p10le", "yuv420p12le"], "yuv420p9le") == "yuv420p10le"
+    assert pixel_formats._nearest(["yuv420p", "yuv420p10le"], "yuv420p12le") == "yuv420p10le"
+    assert pixel_formats._nearest(formats, "yuv420p") is None
+    assert pixel_formats._nearest(formats, "gbrp12le") is None
 
 
 @pytest.mark.parametrize("made, suffix, written", [(("libx264", "mp4", "yuv420p"), "webm", ("vp9", "yuv420p")),
@@ -347,13 +383,30 @@ def test_an_input_codec_without_an_encoder_is_written_in_the_containers_default(
     source = types.SimpleNamespace(codec=types.SimpleNamespace(canonical_name="cavs"), width=64, height=48)
     with av.open(str(tmp_path / "out.mp4"), "w") as container:
         with pytest.warns(UserWarning, match="no cavs encoder: the output is written as h264 .libx264."):
-            assert encoding_module.output_encoder(container, Encoding(), source, "out.mp4") == "libx264"
-        assert encoding_module.output_encoder(container, Encoding("mpeg4"), source, "out.mp4") == "mpeg4"
+            assert encoders.output_encoder(container, Encoding(), source, "out.mp4") == "libx264"
+        assert encoders.output_encoder(container, Encoding("mpeg4"), source, "out.mp4") == "mpeg4"
+
+
+def test_fps_59_94_writes_ntsc_60000_1001(tmp_path, clip):
+    """--fps 59.94 is NTSC's 60000/1001: the output's frames are 1001/60000 s apart (before: 2997/50,
+    50/2997 s apart). MPEG-2, which writes only its standard's rates, takes --fps 23.976 (before:
+    refused, 2997/125 not being one)."""
+    out = tmp_path / "out.mp4"
+    assert main(["interpolate", str(clip), "-o", str(out), "--config", "tiny", "--fps", "59.94"]) == 0
+    with av.open(str(out)) as container:
+        stream = container.streams.video[0]
+        stamps = [frame.pts for frame in container.decode(stream)]
+        assert stream.base_rate == Fraction(60000, 1001) and len(stamps) > 2
+        assert {(b - a) * stream.time_base for a, b in zip(stamps, stamps[1:])} == {Fraction(1001, 60000)}
+    src = real_video(tmp_path / "in.mpg", 4, Fraction(24), video="mpeg2video", audio=None)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.mpg"), "--config", "tiny", "--fps", "23.976"]) == 0
+    with av.open(str(tmp_path / "out.mpg")) as container:
+        assert container.streams.video[0].average_rate == Fraction(24000, 1001)
 
 
 def test_a_frame_rate_mpeg_2_cannot_write_is_refused_with_the_nearest_it_can(tmp_path):
-    """MPEG-2 writes only its standard's rates; --fps 23.976 is 2997/125 exactly, which its encoder
-    refused with "Invalid argument" alone: the line names NTSC's 24000/1001, which then runs."""
+    """MPEG-2 writes only its standard's rates; --fps 2997/125 (23.976 exactly) is not one, and its
+    encoder refused it with "Invalid argument" alone: the line names NTSC's 24000/1001, which then runs."""
     src = real_video(tmp_path / "in.mpg", 4, Fraction(24), video="mpeg2video", audio=None)
     out = tmp_path / "out.mpg"
     with pytest.raises(BadInputError, match=r"2997/125 \(23.976\) is not one: the nearest is 24000/1001 .*ask --fps 24000/1001"):

@@ -20,7 +20,7 @@ from eden_serve.edge import EdgeModel
 from eden_serve.edge.yuv import to_planes
 from eden_serve.media import Encoding
 from eden_serve.media.planes import PlaneFormat, Planes, picture_of, plane_format
-from eden_serve.media.video import VideoWriter
+from eden_serve.media.video_writer import VideoWriter
 
 av = pytest.importorskip("av")
 

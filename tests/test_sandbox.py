@@ -12,6 +12,8 @@ import errno
 import json
 import logging
 import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -30,8 +32,12 @@ WORKER_SECRETS = {name: f"the worker's own {name}" for name in SECRETS}
 
 
 @pytest.fixture(scope="module")
-def chunks(tmp_path_factory):
-    payloads = fuzz.bitstream_payloads(tmp_path_factory.mktemp("clips"))
+def payloads(tmp_path_factory):
+    return fuzz.bitstream_payloads(tmp_path_factory.mktemp("clips"))
+
+
+@pytest.fixture(scope="module")
+def chunks(payloads):
     return [wire.decode(p, PRESETS["tiny"]) for p in payloads]
 
 
@@ -77,7 +83,7 @@ def test_a_failing_decoder_costs_its_payload_only(chunks, standins, name, error,
         with pytest.raises(error, match=words) as refused:
             standins.decode(*naming(chunks[0], name), deadline=deadline)
         assert refused.value.status in (400, 413)
-    assert standins._zygote.poll() is None  # the zygote lives on: only the child died
+    assert standins._zygote.process.poll() is None  # the zygote lives on: only the child died
 
 
 def test_the_child_is_confined(chunks, standins):
@@ -121,3 +127,73 @@ def test_a_childs_threads_are_capped(chunks, compromised):
         pytest.skip("root without a pids cgroup it may write: RLIMIT_NPROC does not hold root, so nothing caps the threads")
     started = int(said(compromised.decode(*naming(chunks[0], "threads"))))
     assert 0 < started < MAX_TASKS
+
+
+# A sandbox started and let go of; and the process's own, a child kept from its payload (argv[1]),
+# left to the interpreter's exit.
+DROPPED = """
+import gc, os, sys
+from pathlib import Path
+from eden_serve import wire
+from eden_serve.config import PRESETS
+from eden_serve.media import sandboxed
+
+def children():
+    return {int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()}
+
+box = sandboxed.Sandbox()
+box.start()
+zygote, = children()
+del box
+gc.collect()
+try:
+    os.waitpid(zygote, os.WNOHANG)
+    print("not reaped")
+except ChildProcessError:
+    print("reaped")
+sandboxed.decode_chunk(wire.decode(Path(sys.argv[1]).read_bytes(), PRESETS["tiny"]))
+"""
+
+
+def test_a_zygote_let_go_of_is_reaped_without_a_resource_warning(payloads, tmp_path):
+    """A sandbox let go of unclosed, and the process's own at the interpreter's exit, kill and wait
+    for their zygotes and end their kept children: before, Popen warned at exit that the zygote 'is
+    still running' and the sockets were left unclosed (ResourceWarning), and a dropped sandbox's
+    zygote was left a zombie."""
+    (tmp_path / "payload").write_bytes(payloads[0])
+    result = subprocess.run([sys.executable, "-X", "dev", "-c", DROPPED, str(tmp_path / "payload")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["reaped"] and "ResourceWarning" not in result.stderr, result.stderr
+
+
+
+# A sandbox that keeps a child from its payload (argv[1]), and a fork of its process that exits as
+# Python does, running the finalizers it inherited.
+FORKED = """
+import os, sys
+from pathlib import Path
+from eden_serve import wire
+from eden_serve.config import PRESETS
+from eden_serve.media import sandboxed
+chunk = wire.decode(Path(sys.argv[1]).read_bytes(), PRESETS["tiny"])
+box = sandboxed.Sandbox()
+box.decode(chunk.parameters, chunk.packets, chunk.skip, chunk.frames)
+kept, = [k.decoder for k in box.kept.kept.values()]
+if os.fork() == 0:
+    sys.exit(0)
+os.wait()
+print("zygote", "alive" if box._zygote.process.poll() is None else "gone")
+print("kept", "alive" if Path(f"/proc/{kept.pid}").exists() else "gone")
+box.close()
+"""
+
+
+def test_a_fork_that_exits_leaves_the_sandbox_to_its_process(payloads, tmp_path):
+    """The finalizers that end a sandbox's kept children and zygote at exit run in the process that
+    started them only: a fork of it inherits them, and as it exits would kill the children the
+    worker still holds."""
+    (tmp_path / "payload").write_bytes(payloads[0])
+    result = subprocess.run([sys.executable, "-X", "dev", "-c", FORKED, str(tmp_path / "payload")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.split() == ["zygote", "alive", "kept", "alive"], result.stderr

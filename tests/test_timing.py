@@ -1,10 +1,12 @@
 """Where retimed output frames fall and which dyadic middle each shows: expected values worked out
 by hand in the comments."""
 
+import argparse
 from fractions import Fraction as F
 
 import pytest
 
+from eden_serve.clips.arguments import add_clip_arguments, clip_options
 from eden_serve.clips.schedule import Schedule, ancestors, nearest_dyadic
 from eden_serve.errors import BadInputError
 from eden_serve.media.timing import Retiming, parse_rate
@@ -95,11 +97,35 @@ def test_bad_retiming_is_refused(options, message):
 
 def test_rates_parse_exactly():
     assert parse_rate("24000/1001") == F(24000, 1001)
-    assert parse_rate("59.94") == F(5994, 100)
+    assert parse_rate("2997/50") == F(2997, 50)  # FFmpeg's reading of 59.94, when written as a fraction
     with pytest.raises(BadInputError, match="--fps takes N, N/D or a decimal"):
         parse_rate("sixty")
     with pytest.raises(BadInputError, match="--fps takes"):
         parse_rate("1/0")
+
+
+@pytest.mark.parametrize("text, rate", [
+    ("23.976", F(24000, 1001)), ("29.97", F(30000, 1001)), ("59.94", F(60000, 1001)), ("119.88", F(120000, 1001)),
+    ("47.952", F(48000, 1001)), ("29.970", F(30000, 1001)), ("23.98", F(24000, 1001)),
+    # not NTSC's to their digits: k = 26, 13 and 30 give 25.974, 12.987 and 29.97, not 25.5, 12.5 and 29.9
+    ("25.5", F(51, 2)), ("12.5", F(25, 2)), ("29.9", F(299, 10)),
+    ("60.0", F(60)), ("60", F(60)), ("30000/1001", F(30000, 1001)), ("2997/50", F(2997, 50)), ("5994e-2", F(2997, 50)),
+])
+def test_a_decimal_that_rounds_an_ntsc_rate_means_it(text, rate):
+    """23.976, 29.97, 59.94 and 119.88 are NTSC's k*1000/1001 as a person writes them (HandBrake reads
+    them so); before, 59.94 was 2997/50 exactly, as FFmpeg reads it. A decimal that no NTSC rate
+    rounds to, a whole number and N/D stay exact."""
+    assert parse_rate(text) == rate
+
+
+def test_only_rates_read_decimals_as_ntsc():
+    """--fps and --input-fps are rates; --factor and --time-error are not, and stay as written."""
+    parser = argparse.ArgumentParser()
+    add_clip_arguments(parser)
+    options = clip_options(parser.parse_args(["--fps", "29.97", "--factor", "2.997", "--time-error", "0.2997",
+                                              "--input-size", "16x16", "--input-fps", "59.94"]))
+    assert options["fps"] == F(30000, 1001) and options["raw"].rate == F(60000, 1001)
+    assert options["factor"] == F(2997, 1000) and options["time_error"] == F(2997, 10000)
 
 
 def test_a_tick_is_the_nearest_halves_up_so_even_frames_stay_even():

@@ -395,6 +395,16 @@ def test_fps_on_a_directory_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
+@pytest.mark.parametrize("name", ["out.png", "out.jpg", "out.bmp", "out.tiff"])
+def test_a_video_into_one_images_name_is_refused_in_one_line(tmp_path, name):
+    """FFmpeg's image muxer writes a video's frames only to a numbered pattern: a plain name failed
+    at the second frame with FFmpeg's bare "Invalid argument" on the partial file's name."""
+    make_video(tmp_path / "in.mp4", [0, 1, 2], Fraction(1, 25), audio=None)
+    with pytest.raises(BadInputError, match=r"names one image, and a video has many frames: write a video file") as info:
+        interpolate_clip(tmp_path / "in.mp4", tmp_path / name, pairwise(average), progress=False)
+    assert "\n" not in str(info.value) and sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
 @pytest.mark.parametrize("name, video, audio", [
     ("in.ts", "libx264", "aac"), ("in.m2ts", "libx264", "aac"), ("in.mpg", "mpeg2video", "mp2"),
     ("in.y4m", "rawvideo", None), ("no-suffix", "libx264", None),
@@ -436,10 +446,32 @@ def test_headerless_raw_video_reads_with_its_size_format_and_rate(tmp_path):
     with av.open(str(tmp_path / "out.y4m")) as container:
         out = [frame.to_ndarray() for frame in container.decode(video=0)]
     assert all(np.array_equal(out[2 * i], frame.to_ndarray()) for i, frame in enumerate(frames))
-    with pytest.raises(BadInputError, match="cannot read it as raw nosuch video of 160x90"):
+    with pytest.raises(BadInputError, match="--input-pix-fmt 'nosuch' is no pixel format FFmpeg knows"):
         interpolate_clip(tmp_path / "in.yuv", tmp_path / "bad.y4m", pairwise(average), progress=False,
                          raw=RawVideo((90, 160), "nosuch"))
     assert not (tmp_path / "bad.y4m").exists()
+
+
+def test_headerless_raw_video_that_cannot_be_so_is_refused_before_any_frame(tmp_path, recwarn):
+    """A size that is not whole frames of the size and format given (FFmpeg's decoder failed on the
+    last, part, frame after the whole clip ran), a file with a container's header, a rate of 0
+    (FFmpeg's "Invalid argument"); and no warning that an MP4 cannot hold raw video."""
+    y4m = real_video(tmp_path / "in.y4m", 4, Fraction(25), video="rawvideo", audio=None)
+    with av.open(str(y4m)) as container:
+        planes = b"".join(bytes(plane) for frame in container.decode(video=0) for plane in frame.planes)
+    (tmp_path / "in.yuv").write_bytes(planes + bytes(100))
+    refusals = [("in.yuv", RawVideo((90, 160)), r"its 86500 bytes are not whole frames of raw yuv420p video 160 wide and 90 "
+                                                r"high \(--input-size 90x160\), 21600 bytes each"),
+                ("in.y4m", RawVideo((90, 160)), "its first bytes say Y4M; --input-size and --input-pix-fmt read video without a header")]
+    for name, raw, message in refusals:
+        with pytest.raises(BadInputError, match=message) as info:
+            interpolate_clip(tmp_path / name, tmp_path / "out.mp4", pairwise(average), progress=False, raw=raw)
+        assert "\n" not in str(info.value) and not (tmp_path / "out.mp4").exists()
+    with pytest.raises(BadInputError, match="--input-fps must be above 0 and at most 1000, got 0"):
+        RawVideo((90, 160), "yuv420p", Fraction(0))
+    (tmp_path / "in.yuv").write_bytes(planes)
+    summary = interpolate_clip(tmp_path / "in.yuv", tmp_path / "out.mp4", pairwise(average), progress=False, raw=RawVideo((90, 160)))
+    assert summary.frames == 7 and not [w for w in recwarn if "cannot hold" in str(w.message)]
 
 
 def test_a_variable_frame_rate_goes_to_y4m_one_frame_a_slot(tmp_path):
@@ -594,3 +626,67 @@ def test_a_video_of_any_codec_here_keeps_its_codec_format_and_quality(tmp_path, 
     assert len(frames) == 2 * len(originals) - 1
     worst = min(10 * np.log10(65535**2 / max(np.mean((a - b) ** 2), 1e-9)) for a, b in zip(originals, frames[::2]))
     assert worst > 36, worst
+
+
+def wrapped_ts(path, frames: int, before: Fraction):
+    """An MPEG-TS whose 33-bit clock wraps ``before`` seconds into it, with AAC beside the video from
+    the same time: FFmpeg reads its times up to the wrap as negative."""
+    start = (1 << 33) - int(before * 90000)
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        video.codec_context.time_base = Fraction(1, 90000)
+        sound = container.add_stream("aac", rate=SAMPLE_RATE)
+        sound.codec_context.time_base = Fraction(1, SAMPLE_RATE)
+        for i in range(frames):
+            frame = picture(i)
+            frame.pts, frame.time_base = start + i * 3600, Fraction(1, 90000)
+            for packet in video.encode(frame):
+                container.mux(packet)
+        for packet in video.encode():
+            container.mux(packet)
+        first = start * SAMPLE_RATE // 90000
+        for i in range(frames * SAMPLE_RATE // 25 // 1024):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts, frame.time_base = SAMPLE_RATE, first + i * 1024, Fraction(1, SAMPLE_RATE)
+            for packet in sound.encode(frame):
+                container.mux(packet)
+        for packet in sound.encode():
+            container.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mov", ".mkv"])
+def test_a_video_whose_clock_wrapped_starts_at_zero_with_every_frame_and_its_audio(tmp_path, suffix):
+    """FFmpeg reads an MPEG-TS whose clock wrapped within it from a negative time; an MP4 or MOV
+    output kept those times, and its edit list made players (and FFmpeg) drop every frame before 0,
+    the first second of the video here. The output is moved later, every stream alike."""
+    src = wrapped_ts(tmp_path / "in.ts", 50, Fraction(1))
+    with av.open(str(src)) as container:
+        assert container.streams.video[0].start_time * container.streams.video[0].time_base < 0
+    summary = interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(average), progress=False)
+    times = frame_times(tmp_path / f"out{suffix}")
+    # Matroska moves every stream later by the AAC's priming (21 ms), as for any such input.
+    assert summary.frames == len(times) == 99 and 0 <= times[0] <= Fraction(1, 25) and times[-1] - times[0] == Fraction(98, 50)
+    audio = packets(tmp_path / f"out{suffix}", "audio")
+    assert audio and abs(audio[0][0]) <= Fraction(1, 25) and abs(audio_end(tmp_path / f"out{suffix}") - Fraction(2)) <= Fraction(1, 25)
+
+
+def test_chapters_move_with_the_streams(tmp_path):
+    """Where the output is moved later (a wrapped clock), its chapters move alike."""
+    from eden_serve.media.containers import Labels
+
+    labels = Labels({}, {}, 0, [{"id": 1, "start": 0, "end": 1000, "time_base": Fraction(1, 1000), "metadata": {"title": "one"}}])
+    with av.open(str(tmp_path / "out.mkv"), "w") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        labels.apply(container, stream, Fraction(1, 2))
+        for i in range(3):
+            for packet in stream.encode(picture(i)):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with av.open(str(tmp_path / "out.mkv")) as container:
+        (chapter,) = container.chapters()
+    assert (chapter["start"] * chapter["time_base"], chapter["end"] * chapter["time_base"]) == (Fraction(1, 2), Fraction(3, 2))
+    assert chapter["metadata"]["title"] == "one"

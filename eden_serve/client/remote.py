@@ -4,7 +4,7 @@ the client plans the run from the cloud's probe and writes the output where it r
 The originals come down as the video's own compressed packets, a page at a time
 (:mod:`eden_serve.wire.pages`), and are decoded here by the decoder a local run uses: frame for frame the pixels
 and times :class:`~eden_serve.media.video.VideoClip` gives for the same file, so the output is written by the same
-:class:`~eden_serve.media.video.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
+:class:`~eden_serve.media.video_writer.VideoWriter` (``--fps``, scene cuts, ``--resume``). Each frame names the source
 (:attr:`~.base.Frame.source`), so that a chunk of originals is asked of the cloud by its frame
 numbers rather than uploaded.
 """
@@ -87,6 +87,7 @@ class RemoteVideo(VideoClip):
     """The server-side video ``name`` from its ``probe`` (the cloud's answer) and ``fetch``."""
 
     container = None  # no local file: the writer copies no streams from one
+    start = None  # the cloud's containers (MP4, Matroska) show nothing before 0: no output is moved
     piped = False
 
     def __init__(self, name: str, probe: dict, fetch: Fetch, max_pixels: int | None = None):
@@ -135,7 +136,7 @@ class RemoteVideo(VideoClip):
         """The source's labels onto ``container`` and its video stream, and output streams for the
         source's audio and subtitles, with their packets merged in time order, fetched a page at a
         time as the writer reaches them (None: none to copy), as
-        :class:`~eden_serve.media.video.VideoWriter` does for a local file: audio the output cannot
+        :class:`~eden_serve.media.video_writer.VideoWriter` does for a local file: audio the output cannot
         hold as it is re-encoded (:mod:`eden_serve.media.audio`), or left out where it holds no
         audio; subtitles it cannot hold left out, each with a warning."""
         av = import_av()

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import BadInputError
 from ..media import PIPE, Encoding, RawVideo, Retiming
 from ..media.encoding import parse_option
-from ..media.timing import DEFAULT_TIME_ERROR, parse_rate
+from ..media.timing import DEFAULT_TIME_ERROR, parse_fraction, parse_rate
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -40,7 +40,8 @@ def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--factor", default="2",
                         help="frame rate multiplier of a clip: 2, 4, 8 (every middle), or any N or N/D such as 3 or 5/2 "
                              "(the nearest middles within --time-error) (default 2)")
-    parser.add_argument("--fps", help="output frames a second of a video, N, N/D or a decimal: 60, 24000/1001, 59.94")
+    parser.add_argument("--fps", help="output frames a second of a video, N, N/D or a decimal: 60, 24000/1001, 25.5; "
+                                      "23.976, 29.97, 59.94 and 119.88 are NTSC's 24000/1001... (docs/video.md)")
     parser.add_argument("--time-error", default=str(DEFAULT_TIME_ERROR),
                         help=f"with --fps or a factor not a power of two: how far a frame may be from its time, in output "
                              f"frames, up to 1/2 (default {DEFAULT_TIME_ERROR})")
@@ -51,7 +52,7 @@ def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
     raw = parser.add_argument_group("headerless input (raw video on - or in a file; else the container says)")
     raw.add_argument("--input-size", type=parse_size, metavar="HxW", help="the input is raw video of frames this size")
     raw.add_argument("--input-pix-fmt", default="yuv420p", help="its pixel format (default yuv420p)")
-    raw.add_argument("--input-fps", default="25", help="its frames a second, N, N/D or a decimal (default 25)")
+    raw.add_argument("--input-fps", default="25", help="its frames a second, N, N/D or a decimal, read as --fps is (default 25)")
     video = parser.add_argument_group("video encoder (default: the input's codec; docs/video.md)")
     video.add_argument("--vcodec", help="encoder or codec: libx264, libx265, libsvtav1, libvpx-vp9, ffv1, av1...")
     video.add_argument("--crf", help="constant quality (x264 18, x265 20, AV1 30, VP9 31 by default)")
@@ -74,9 +75,9 @@ def clip_options(args) -> dict:
         raise BadInputError(f"--encoder-instances must be at least 1, got {args.encoder_instances}")
     encoding = Encoding(args.vcodec, args.crf, args.preset, args.pix_fmt,
                         tuple(parse_option(text) for text in args.encoder_opt), verbose=args.verbose, instances=args.encoder_instances)
-    factor = parse_rate(args.factor, "--factor")
+    factor = parse_fraction(args.factor, "--factor")
     fps = parse_rate(args.fps) if args.fps is not None else None
-    time_error = parse_rate(args.time_error, "--time-error")
+    time_error = parse_fraction(args.time_error, "--time-error")
     Retiming(factor, fps, time_error)  # refused here, before any model loads
     return {"factor": int(factor) if factor.denominator == 1 else factor,
             "fps": fps, "time_error": time_error,

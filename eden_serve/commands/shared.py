@@ -206,7 +206,7 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     chunk = defaults.chunk if args.chunk is None else args.chunk
     inflight = defaults.inflight if args.inflight is None else args.inflight
     ramp = defaults.ramp if getattr(args, "ramp", None) is None else args.ramp
-    options["encoding"] = dataclasses.replace(options["encoding"], gpu=edge.device.type == "cuda")
+    options["encoding"] = dataclasses.replace(options["encoding"], gpu=edge.device.type == "cuda", gpu_index=edge.device.index or 0)
     return pipeline.interpolate_clip_in_process(
         source, dst, cloud, edge, codec=args.codec, seed=args.seed, chunk=chunk, inflight=inflight, ramp=ramp,
         progress=getattr(args, "progress", None), max_pixels=args.max_pixels, scene_threshold=args.scene_threshold, resume=args.resume,

@@ -30,13 +30,13 @@ from .atomic import atomic_output, remove_partial
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE
 from .animation import ANIMATION_FORMATS, AnimationClip
-from .base import HALF, Clip, ClipWriter, Frame, matched
+from .base import HALF, PIPE, Clip, ClipWriter, Frame, matched
 from .encoding import VIDEO_EXTRA, Encoding
 from .frames import PNG_MODES, png_of
 from .resume import Journal, Tally, start_afresh, sync
 from .threads import ThreadedWriter
 from .timing import Retiming
-from .video import PIPE, RawVideo, VideoClip
+from .video import RawVideo, VideoClip
 
 __all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "RawVideo", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
            "open_clip", "write_clip"]

@@ -1,6 +1,6 @@
 """Audio that the output's container cannot hold as it is, re-encoded into the container's own
 default (AAC into WebM becomes Opus), as FFmpeg's command line does; every other audio stream is
-copied packet for packet (:class:`~.video.VideoWriter`). A cloud's source (``client/remote.py``)
+copied packet for packet (:class:`~.video_writer.VideoWriter`). A cloud's source (``client/remote.py``)
 is re-encoded alike, from the packets the cloud sends, which :class:`PageDecoder` decodes to the
 samples and times a local file's decoder gives.
 

@@ -20,6 +20,8 @@ from .resume import input_identity
 from .timing import Retiming
 
 HALF = Fraction(1, 2)
+# In place of a path: standard input, or standard output.
+PIPE = "-"
 
 
 class Decoded(NamedTuple):

@@ -122,13 +122,16 @@ class Labels:
         """The labels of the ``source`` container and its ``video`` stream."""
         return cls(_kept(source.metadata), _kept(video.metadata), int(video.disposition), source.chapters())
 
-    def apply(self, output, stream) -> None:
-        """Onto the ``output`` container and its video ``stream``."""
+    def apply(self, output, stream, later: Fraction = Fraction(0)) -> None:
+        """Onto the ``output`` container and its video ``stream``, the chapters ``later`` seconds
+        later (where the output's streams are moved so)."""
         output.metadata.update(self.tags)
         stream.metadata.update(self.video_tags)
         stream.disposition = self.disposition
         if self.chapters:
-            output.set_chapters(self.chapters)
+            moved = [c | {"start": c["start"] + round(later / c["time_base"]), "end": c["end"] + round(later / c["time_base"])}
+                     for c in self.chapters]
+            output.set_chapters(moved)
 
     def fields(self) -> dict:
         """As JSON, within the bounds :meth:`from_fields` checks: what is past them is left out."""
@@ -181,10 +184,10 @@ def _chapter(fields, tags) -> dict:
             "metadata": tags(fields["tags"], "a chapter's tags")}
 
 
-def copy_labels(source, video, output, stream) -> None:
+def copy_labels(source, video, output, stream, later: Fraction = Fraction(0)) -> None:
     """The ``source`` container's labels and its ``video`` stream's (:class:`Labels`) onto
-    ``output`` and its video ``stream``."""
-    Labels.of(source, video).apply(output, stream)
+    ``output`` and its video ``stream``, the chapters ``later`` seconds later."""
+    Labels.of(source, video).apply(output, stream, later)
 
 
 # FFmpeg's field orders (AVFieldOrder) of a stream whose frames are not whole pictures: top or bottom field first.

@@ -25,9 +25,10 @@ import numpy as np
 from ..errors import BadInputError, TooMuchWorkError
 from ..sandbox.decoder import decode
 from ..wire.bitstream import DECODERS, REORDER_SLACK, BitstreamChunk, Packet, StreamParameters
+from .base import PIPE
 from .containers import main_video
 from .encoding import import_av
-from .video import PIPE, VideoClip
+from .video import VideoClip
 
 __all__ = ["Packet", "PacketReader", "Span", "StreamParameters", "decode", "decode_chunk"]
 

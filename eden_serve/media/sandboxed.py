@@ -28,21 +28,19 @@ import os
 import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CodecError, DigestMismatchError, PayloadTooLargeError, TooMuchWorkError
-from ..sandbox import zygote
-from ..sandbox.confine import CPU_SECONDS, Tasks, cpu_seconds, pids_cgroup, remove
+from ..sandbox.confine import CPU_SECONDS, cpu_seconds
 from ..sandbox.decoder import first_shown, pixel_dtype
 from ..sandbox.kept import Kept, Turns, last_shown, mark, stream_key
-from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS
+from ..sandbox.zygote import DECODER, LENGTH, MAX_MESSAGE, STATUS, Started
 from ..wire.bitstream import Packet, StreamParameters
 
 logger = logging.getLogger(__name__)
@@ -137,52 +135,41 @@ class Sandbox:
         self.decoder = decoder  # MODULE:FUNCTION, with :func:`.packets.decode`'s signature
         self.keep = keep
         self.kept = Turns(keep, WAIT_S, KEPT_IDLE_S, end=lambda kept: kept.decoder.end())
+        # Where this sandbox is let go of unclosed, or at the interpreter's exit (the process's own
+        # is never closed), its kept children end, and its zygote stops (_ready): else the zygote
+        # is never waited for, and their sockets are left to the collector.
+        weakref.finalize(self, _here_only(self.kept.close))
         self._lock = threading.Lock()
-        self._zygote: subprocess.Popen | None = None
-        self._control: socket.socket | None = None
-        self._spare: socket.socket | None = None  # our end of the next child's socket
+        self._zygote: Started | None = None
+        self._stopped: weakref.finalize | None = None  # the zygote's stop, run once
         self._live: set[Child] = set()  # every child taken and not yet ended
         self.children = 0  # children taken from the zygote
         self.continued = 0  # payloads that went on in a kept child
         self.sent = 0  # packets sent to children
-
-    def _start(self) -> None:
-        ours, theirs = socket.socketpair()
-        self._zygote = subprocess.Popen([sys.executable, "-m", zygote.__name__, str(theirs.fileno()), self.decoder],
-                                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=zygote_environment())
-        theirs.close()
-        self._control = ours
 
     def start(self) -> None:
         """Starts the zygote and asks it for the first child, without waiting for either."""
         with self._lock:
             self._ready()
 
-    def _ready(self) -> None:
-        if self._control is None:
-            self._start()
-        if self._spare is None:
-            self._ask()
-
-    def _ask(self) -> None:
-        """Asks the zygote for a child; its pidfd is read when the child is taken."""
-        ours, theirs = socket.socketpair()
-        try:
-            socket.send_fds(self._control, [b"F"], [theirs.fileno()])
-        finally:
-            theirs.close()
-        self._spare = ours
+    def _ready(self) -> Started:
+        if self._zygote is None:
+            self._zygote = Started(self.decoder, zygote_environment())
+            self._stopped = weakref.finalize(self, _here_only(self._zygote.stop))
+        if self._zygote.spare is None:
+            self._zygote.ask()
+        return self._zygote
 
     def _take(self, budget: int) -> Child:
         """A child, which may map ``budget`` bytes of frames; the next child is asked for at once."""
         with self._lock:
             for _ in range(3):
                 try:
-                    self._ready()
-                    connection, self._spare = self._spare, None
-                    message, fds, _, _ = socket.recv_fds(self._control, 1, 1)
+                    zygote = self._ready()
+                    connection, zygote.spare = zygote.spare, None
+                    message, fds, _, _ = socket.recv_fds(zygote.control, 1, 1)
                     if fds:
-                        self._ask()
+                        zygote.ask()
                         child = Child(connection, fds[0], budget)
                         self._live = {c for c in self._live if not c.ended} | {child}
                         self.children += 1
@@ -196,19 +183,6 @@ class Sandbox:
                 self._stop()
             raise CodecError("this edge could not start a process to decode the payload's packets in; see its log")
 
-    def _stop(self) -> None:
-        for connection in (self._control, self._spare):
-            if connection is not None:
-                connection.close()
-        self._control = self._spare = None
-        if self._zygote is not None:
-            self._zygote.kill()
-            self._zygote.wait()
-            parent = pids_cgroup()
-            if parent is not None:
-                remove(Tasks.of(self._zygote.pid, parent))
-            self._zygote = None
-
     def close(self) -> None:
         """Ends the children kept, those decoding and the zygote: none outlives this."""
         self.kept.close()
@@ -217,6 +191,11 @@ class Sandbox:
         for child in live:
             child.end()
         self._stop()
+
+    def _stop(self) -> None:
+        if self._zygote is not None:
+            self._stopped()
+            self._zygote = None
 
     def decode(self, parameters: StreamParameters, packets: list[Packet], skip: int, count: int, max_pixels: int | None = None,
                deadline: float = DEADLINE_S) -> np.ndarray:
@@ -358,6 +337,13 @@ def _read(connection: socket.socket, count: int, until: float) -> bytes:
             break
         data += got
     return data
+
+
+def _here_only(end):
+    """``end`` as a finalizer of this process's: a fork of it runs the finalizers it inherited as it
+    exits, and would end this process's children and zygote."""
+    process = os.getpid()
+    return lambda: end() if os.getpid() == process else None
 
 
 _sandbox = Sandbox()

@@ -3,11 +3,17 @@ frames a second; where its frames fall and which middle each shows is the client
 (:mod:`eden_serve.clips.schedule`), the writers only need the clock.
 
 ``levels`` tells a factor of 2, 4 or 8 (every middle of one to three full 2x passes) from the others.
+
+A frame rate written as a decimal that rounds an NTSC rate, k*1000/1001, to its digits (23.976,
+29.97, 59.94, 119.88) means that rate, as HandBrake reads them: FFmpeg reads 59.94 as 2997/50
+exactly, whose frames drift from NTSC's 60000/1001 by a frame every 4.6 hours, and which
+MPEG-1 and -2 cannot write (:func:`parse_rate`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -19,15 +25,29 @@ MAX_FACTOR = 64
 MAX_FPS = 1000
 # Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits.
 MAX_TIME_BASE_DENOMINATOR = 65535
+# NTSC's rates are k*1000/1001 frames a second (24000/1001, 30000/1001, 60000/1001...).
+NTSC = Fraction(1000, 1001)
+_DECIMAL = re.compile(r"[+-]?\d*\.(\d+)")
+
+
+def parse_fraction(text: str, what: str) -> Fraction:
+    """``N``, ``N/D`` or a decimal such as 2.5, as an exact fraction."""
+    try:
+        return Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        raise BadInputError(f"{what} takes N, N/D or a decimal such as 60, 24000/1001 or 59.94, got {text!r}") from None
 
 
 def parse_rate(text: str, what: str = "--fps") -> Fraction:
-    """``N``, ``N/D`` or a decimal such as 59.94, as an exact fraction."""
-    try:
-        value = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        raise BadInputError(f"{what} takes N, N/D or a decimal such as 60, 24000/1001 or 59.94, got {text!r}") from None
-    return value
+    """A frame rate: ``N`` or ``N/D`` exactly; a decimal as written, unless it is not whole and is an
+    NTSC rate k*1000/1001 rounded to its digits (23.976, 29.97, 59.94, 119.88; the module's note),
+    which it then means. 25.5 and 12.5 stay exact (k 26 and 13 round to 25.974 and 12.987)."""
+    value = parse_fraction(text, what)
+    decimal = _DECIMAL.fullmatch(text.strip())
+    if decimal is None or value.denominator == 1:
+        return value
+    ntsc = round(value / NTSC) * NTSC
+    return ntsc if round(ntsc, len(decimal.group(1))) == value else value
 
 
 @dataclass(frozen=True)

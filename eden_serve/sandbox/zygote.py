@@ -1,6 +1,7 @@
 """The sandbox's zygote (``python -m eden_serve.sandbox.zygote FD DECODER``), started by an edge
-worker (:class:`eden_serve.media.sandboxed.Sandbox`), and the child it forks for a payload, which
-the worker may keep for the next payloads of the same stream.
+worker (:class:`eden_serve.media.sandboxed.Sandbox`, through :class:`Started`, the worker's hold on
+it), and the child it forks for a payload, which the worker may keep for the next payloads of the
+same stream.
 
 The zygote imports PyAV, Pillow and the decoder once (:func:`.decoder.warm_up`), and no PyTorch,
 so a fork copies a small process. The child, before it reads a byte of the packets, puts
@@ -30,13 +31,14 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import sys
 from types import SimpleNamespace
 
 import numpy as np
 
 from ..errors import CodecError, EdenError
-from .confine import Tasks, confine, seccomp_filter
+from .confine import Tasks, confine, pids_cgroup, remove, seccomp_filter
 from .decoder import pixel_dtype, warm_up
 
 logger = logging.getLogger(__name__)
@@ -115,6 +117,44 @@ def _read_exactly(connection: socket.socket, count: int) -> bytes:
             raise CodecError("the edge sent a job cut short")
         data += got
     return bytes(data)
+
+
+class Started:
+    """A zygote as the worker that started it holds it: the process, the socket it is asked for
+    children on (``control``), and our end of the next child's socket (``spare``, once :meth:`ask`
+    asked for one), until :meth:`stop`."""
+
+    def __init__(self, decoder: str, environment: dict[str, str]):
+        ours, theirs = socket.socketpair()
+        self.process = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno()), decoder],
+                                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=environment)
+        theirs.close()
+        self.control: socket.socket | None = ours
+        self.spare: socket.socket | None = None
+
+    def ask(self) -> None:
+        """Asks the zygote for a child; its pidfd is read when the child is taken."""
+        ours, theirs = socket.socketpair()
+        try:
+            socket.send_fds(self.control, [b"F"], [theirs.fileno()])
+        finally:
+            theirs.close()
+        self.spare = ours
+
+    def stop(self) -> None:
+        """Closes our sockets, kills the zygote and waits for it (a Popen never waited for warns
+        that it is still running, and leaves a zombie), and removes its children's groups."""
+        if self.control is None:
+            return
+        for connection in (self.control, self.spare):
+            if connection is not None:
+                connection.close()
+        self.control = self.spare = None
+        self.process.kill()
+        self.process.wait()
+        parent = pids_cgroup()
+        if parent is not None:
+            remove(Tasks.of(self.process.pid, parent))
 
 
 def zygote(control: socket.socket, decoder: str) -> None:

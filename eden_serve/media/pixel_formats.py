@@ -1,0 +1,80 @@
+"""The output video's pixel format: the input's where the encoder takes it, else the encoder's of
+the same colour sampling nearest the input's depth, else yuv420p10le for an input deeper than 8 bits
+where the encoder takes that, else yuv420p, else the encoder's first; a change of depth or range is
+said in one line."""
+
+from __future__ import annotations
+
+import warnings
+
+from ..errors import BadInputError
+from .colour import FULL, Colour
+from .encoding import import_av
+
+# The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
+Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",
+                *(f"yuv{sampling}p{depth}le" for sampling in (420, 422, 444) for depth in (9, 10, 12, 14, 16)),
+                "gray", *(f"gray{depth}le" for depth in (9, 10, 12, 16)))
+
+
+def encoder_formats(codec) -> list[str]:
+    """The pixel formats an encoder lists (none: it takes any)."""
+    return [f.name for f in codec.video_formats or ()]
+
+
+def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None) -> str:
+    """The output's pixel format among those the encoder takes, or ``muxed``: the container's, where it
+    holds fewer (the raw video encoder takes any)."""
+    formats = list(muxed) if muxed else encoder_formats(codec)
+    if asked is not None:
+        if formats and asked not in formats:
+            raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
+        return asked
+    deep = source is not None and bits(source) > 8
+    for candidate in (source, _nearest(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
+        if candidate is not None and (not formats or candidate in formats):
+            return candidate
+    return formats[0]
+
+
+def _nearest(formats: list[str], source: str | None) -> str | None:
+    """Where the encoder lacks the input's YUV format, its YUV format with the same colour sampling
+    (4:4:4 stays 4:4:4) and the depth nearest the input's, deeper before shallower, alpha only where
+    the input has it (ProRes 4444 decodes to 12 bits with alpha, its encoder takes 10: yuva444p10le
+    rather than 4:2:2); None where it has none of that sampling."""
+    if source is None or not source.startswith("yuv"):
+        return None
+    av = import_av()
+    (width, height, alpha), depth = _sampling(av, source), bits(source)
+    shapes = {f: _sampling(av, f) for f in formats if f.startswith("yuv")}
+    same = [f for f, shape in shapes.items() if shape[:2] == (width, height) and shape[2] <= alpha]
+    same.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), shapes[f][2] != alpha))
+    return same[0] if same else None
+
+
+def _sampling(av, pix_fmt: str) -> tuple[int, int, bool]:
+    """A format's chroma plane size on 16x16 frames, and whether it holds alpha."""
+    format = av.VideoFormat(pix_fmt, 16, 16)
+    return format.chroma_width(16), format.chroma_height(16), any(c.is_alpha for c in format.components)
+
+
+def bits(pix_fmt: str) -> int:
+    """The most bits a component of ``pix_fmt`` holds."""
+    return max(c.bits for c in import_av().VideoFormat(pix_fmt).components)
+
+
+def say_conversion(source: str | None, output: str, colour: Colour) -> None:
+    """One line where the output's pixel format changes the input's depth or range."""
+    if source is None:
+        return
+    was, now = bits(source), bits(output)
+    if was != now:
+        how = "rounded to" if now < was else "widened to"
+        warnings.warn(f"the output's pixel format {output} holds {now} bits: the input's {was}-bit {source} frames are {how} it")
+    if output.startswith("yuvj") and colour.range != FULL:
+        warnings.warn(f"the output's pixel format {output} is full range: the input's limited-range frames are converted to it")
+
+
+def output_range(pix_fmt: str, colour: Colour) -> int:
+    """The range the output's frames are converted to and tagged with: full for a yuvj format, else the input's."""
+    return FULL if pix_fmt.startswith("yuvj") else colour.range

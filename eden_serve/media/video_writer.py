@@ -1,0 +1,282 @@
+"""A video output written through PyAV: the interpolated video, each frame at its time, encoded as
+:mod:`.encoders` chooses, with the input's audio, subtitles, attachments and labels copied."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from ..errors import BadInputError
+from .audio import transcoded
+from .base import HALF, PIPE, Clip, ClipWriter, Frame
+from .colour import FULL
+from .containers import copy_labels, display_matrix
+from .decoders import host_pix_fmt
+from .encoders import RAW_FORMATS, configure, output_encoder
+from .encoding import Encoding, import_av
+from .mastering import add_video_stream
+from .pixel_formats import Y4M_PIX_FMTS, output_range
+from .planes import Planes, picture_of, plane_format
+from .segments import open_segments
+from .timing import Retiming, output_time_base, tick_of
+
+# Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
+_FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
+# Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
+# sets where the video ends.
+_DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+Y4M_OPTIONS = {"strict": "-1"}
+# FFmpeg's muxers of one image a file (.png, .jpg, .bmp, .tif...), which write a video's frames only
+# to a numbered name pattern, refusing a plain name at its second frame.
+IMAGE_MUXERS = {"image2", "image2pipe"}
+# Video packets as muxed, at DEBUG, args (packets, "written" or, at the end, "flushed"): what benchmarks/gpu_clip.py times.
+WRITTEN = logging.getLogger("eden_serve.written")
+
+
+def lead(clip: Clip) -> Fraction:
+    """How long before time 0 a video's first frame is shown, where it is (else 0): an MPEG-TS whose
+    clock wrapped within it (every 26.5 hours) starts at a negative time. The output is moved that
+    much later, every stream and chapter alike (FFmpeg's ``output_ts_offset``), so that its video
+    starts at 0, where an MP4 or MOV starts showing: their edit list made a player, and FFmpeg, drop
+    every frame before it."""
+    start = getattr(clip, "start", None)
+    return Fraction(0) if start is None else max(Fraction(0), -start)
+
+
+class VideoWriter(ClipWriter):
+    """The output video, with the input's audio and subtitles.
+
+    Timing: each frame is due at its time (an original at its own, a middle at its position
+    between its neighbours, a retimed frame at its exact time on the output clock) and lasts until
+    the next; the last lasts until the input's last frame ends, so the video ends where the audio
+    does. Rounding happens only where the time base had to be coarsened (:func:`~.timing.output_time_base`). A
+    variable frame rate stays variable and in sync. Originals are re-encoded from their decoded
+    pictures (no RGB round trip). The encoder follows :mod:`.encoders`. An encoder's state cannot
+    be saved, so a resumed run encodes the whole video again (``continues`` is False).
+
+    Audio and subtitle streams are copied packet by packet, not re-encoded, from a second reader of
+    the input, each muxed once the video has reached its time: memory holds a few packets, never the
+    track; attachments (fonts) too, with each stream's language, title and flags, and the input's
+    title, chapters and tags (:func:`~.containers.copy_labels`). Audio the output cannot hold is
+    re-encoded in its container's default codec (:mod:`.audio`), or left out where it holds no audio;
+    subtitles and attachments it cannot hold are left out with a warning; data streams
+    (time codes) are not copied, nor anything from a piped input."""
+
+    def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming: Retiming, encoding: Encoding):
+        av = import_av()
+        self.retiming = retiming
+        self._error = av.error.FFmpegError
+        self.dst = dst
+        self.copies = None
+        self.lead = lead(clip)  # Y4M and raw video have no times to move
+        try:
+            # Y4M's deeper formats (C420p10, C444p12...) are outside its first definition, which FFmpeg's
+            # muxer writes only when told to; every tool that reads Y4M of more than 8 bits reads them.
+            if str(dst) == PIPE:
+                self.container = av.open(sys.stdout.buffer, "w", format="yuv4mpegpipe", container_options=Y4M_OPTIONS)
+            else:  # the container format follows the extension
+                options = Y4M_OPTIONS if Path(tmp).suffix == ".y4m" else {"output_ts_offset": f"{float(self.lead):.6f}"} if self.lead else None
+                self.container = av.open(str(tmp), "w", container_options=options)
+        except (self._error, ValueError) as exc:
+            raise BadInputError(f"output {str(dst)!r}: not a video file name ({exc})") from None
+        if self.container.format.name in IMAGE_MUXERS:
+            self.close()
+            raise BadInputError(f"output {str(dst)!r} names one image, and a video has many frames: write a video file "
+                                "(.mp4, .mkv, .webm, an animated .gif or .webp)")
+        try:
+            self._add_video(clip, encoding, av)
+            if clip.container is None:  # a server-side source (client/remote.py): its streams come from the cloud
+                self.packets = clip.copied(self.container, self.dst)
+                if self.packets is not None:
+                    self.copies = clip
+                    self.pending = self._next_copy()
+            elif clip.piped or self.container.format.name in RAW_FORMATS:
+                if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
+                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)" if clip.piped
+                                  else "the input's audio and subtitles are not copied (Y4M and raw video hold video alone)")
+            else:
+                self._add_copies(clip, av)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_video(self, clip: Clip, encoding: Encoding, av) -> None:
+        source = clip.stream.codec_context
+        raw = self.container.format.name in RAW_FORMATS
+        name = output_encoder(self.container, encoding, source, self.dst, host_pix_fmt(source))
+        rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
+        try:
+            self.stream, colour = add_video_stream(self.container, name, rate, clip.colour, (source.width, source.height))
+        except (self._error, ValueError) as exc:
+            raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
+                                f"container or --vcodec") from None
+        self.stream.width, self.stream.height = source.width, source.height
+        if source.sample_aspect_ratio:  # anamorphic pixels: without it a player shows the picture squeezed
+            self.stream.codec_context.sample_aspect_ratio = source.sample_aspect_ratio
+        self.time_base = output_time_base(clip.time_base, self.retiming)
+        if name in _FRAME_RATE_CODECS or raw:
+            self.time_base = 1 / rate
+        self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
+        self.shown = 0
+        self.stream.codec_context.time_base = self.stream.time_base = self.time_base
+        options = configure(self.stream, encoding, host_pix_fmt(source), colour,
+                            Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
+        self.pix_fmt = self.stream.pix_fmt
+        # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
+        range_ = output_range(self.pix_fmt, colour)
+        self.convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": range_ or None}
+        # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
+        self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
+        frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
+        self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn, frames=frames)
+        self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
+        self.encoder = name if self.segments is None else f"{name} in {self.segments.instances} instances on segments of {self.segments.length} frames"
+        self.held = None
+        self.end = None  # when the video ends: the last original seen ends there
+        self.first = None  # (pts, dts) of the first packet
+        self.durations: dict[int, int] = {}  # of the frames inside the encoder, by time stamp
+        self._none = av.video.frame.PictureType.NONE
+        self._clip = clip  # its display matrix, known once its first frame is decoded
+        self._from_image = av.VideoFrame.from_image
+
+    def _add_copies(self, clip: Clip, av) -> None:
+        copy_labels(clip.container, clip.stream, self.container, self.stream, self.lead)
+        outputs, self.transcoded = {}, {}
+        for stream in clip.container.streams:
+            if stream.type == "video" and stream.index != clip.stream.index:  # a cover picture, another angle
+                warnings.warn(f"the input's video stream {stream.index} is left out: the output holds the interpolated one")
+            if stream.type not in ("audio", "subtitle", "attachment"):
+                continue
+            name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
+            try:
+                copy = self.container.add_stream_from_template(stream)
+            except (self._error, ValueError):
+                made = transcoded(self.container, stream, self.dst) if stream.type == "audio" else None  # :mod:`.audio`
+                if made is None:
+                    warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
+                    continue
+                self.transcoded[stream.index], copy = made, made.output
+            copy.metadata.update(stream.metadata)  # language, title
+            copy.disposition = stream.disposition  # default, forced
+            if stream.type != "attachment":  # an attachment (a font) is all header, no packets
+                outputs[stream.index] = copy
+        if outputs:
+            self.copies = av.open(str(clip.path))
+            self.packets = self._copied_packets(outputs)
+            self.pending = self._next_copy()
+
+    def _copied_packets(self, outputs: dict) -> Iterator:
+        for packet in self.copies.demux([self.copies.streams[i] for i in outputs]):
+            if packet.stream.index in self.transcoded:  # the demuxer's last, empty packet states stream 0 as its index
+                yield from self.transcoded[packet.stream.index].packets(packet)
+            elif packet.size:  # the demuxer ends each stream with an empty packet
+                packet.stream = outputs[packet.stream_index]
+                yield packet
+
+    def _next_copy(self):
+        try:
+            return next(self.packets, None)
+        except self._error as exc:
+            raise BadInputError(f"{self.copies.name}: cannot read its audio or subtitles ({exc})") from None
+
+    def _copy_until(self, time: Fraction | None) -> None:
+        """Mux the copied packets up to ``time`` (None: all that are left)."""
+        while self.pending is not None:
+            stamp = self.pending.dts if self.pending.dts is not None else self.pending.pts
+            if time is not None and stamp is not None and stamp * self.pending.time_base > time:
+                return
+            self.container.mux_one(self.pending)
+            self.pending = self._next_copy()
+
+    def _mux(self, packets, event: str = "written") -> None:
+        for packet in packets:
+            if self.first is None:
+                self.first = (packet.pts, packet.dts)
+            # The encoder may drop frame durations, and the muxer needs the last frame's.
+            packet.duration = self.durations.pop(packet.pts, packet.duration)
+            self.container.mux_one(packet)
+            if self.copies is not None and packet.dts is not None:
+                self._copy_until(packet.dts * packet.time_base)
+        if packets and WRITTEN.isEnabledFor(logging.DEBUG):
+            WRITTEN.debug("%d packets %s", len(packets), event)
+
+    def _encode(self, picture, pts: int, duration: int) -> None:
+        picture.pts, picture.duration, picture.time_base = pts, duration, self.time_base
+        self.durations[pts] = duration
+        picture.pict_type = self._none  # let the encoder place keyframes, not the input's
+        try:
+            self._mux(self._encoded(picture))
+        except self._error as exc:
+            raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
+
+    def _hold(self, picture, pts: int) -> None:
+        """Encode the picture held before, which lasts until ``pts``, and hold this one."""
+        if self.held is not None:
+            previous, start = self.held
+            if pts <= start:
+                raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for the frames "
+                                    f"between two of its frames (time stamps {start} and {pts}); ask fewer")
+            self._encode(previous, start, pts - start)
+        self.held = (picture, pts)
+
+    def _show(self, picture, time: Fraction, original: Frame) -> None:
+        """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
+        self.end = original.end
+        if self.shown == 0:  # the input's display matrix (a rotation, a mirror): the pictures are stored alike
+            if (matrix := display_matrix(original.raw) or self._clip.display_matrix) is not None:
+                self.stream.set_display_matrix(matrix)
+        if isinstance(picture, Frame):
+            frame = picture.raw
+            if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
+                frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
+        elif isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
+            assert picture.format == self.planes, (picture.format, self.planes)
+            frame = picture_of(picture.array(), self.pix_fmt)
+        elif isinstance(picture, torch.Tensor):  # RGB pixels, 8 or 16 bits; 8 as from_image takes an RGB image's
+            rgb_format = "rgb48le" if picture.dtype == torch.uint16 else "rgb24"
+            frame = picture_of(picture.numpy(), rgb_format).reformat(format=self.pix_fmt, **self.convert)
+        else:
+            frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
+        self._hold(frame, self.shown if self.counted else tick_of(time, self.time_base))
+        self.shown += 1
+
+    def add(self, frame):
+        self._show(frame, frame.time, frame)
+
+    def add_middle(self, middle, before, after, position=HALF):
+        self._show(middle, before.time + position * (after.time - before.time), after)
+
+    def place(self, picture, before, after, position):
+        stop = before.end if after is None else after.time
+        self._show(picture, before.time + position * (stop - before.time), after or before)
+
+    def finish(self):
+        last, start = self.held
+        end = start + 1 if self.counted else max(tick_of(self.end, self.time_base), start + 1)
+        self._encode(last, start, end - start)
+        try:
+            packets = list(self._encoded(None))
+            if packets and self.container.format.name in _DECODE_ORDER_FORMATS:
+                # These muxers end the video where the last packet decoded ends, counted from the
+                # first packet's decoding time: reordered (B-)frames would cut the last one short.
+                final = packets[-1]
+                first_pts, first_dts = self.first or (final.pts, final.dts)
+                self.durations[final.pts] = end - final.dts - (first_pts - first_dts)
+            self._mux(packets, "flushed")
+            if self.copies is not None:
+                self._copy_until(None)
+        except self._error as exc:
+            raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
+
+    def close(self):
+        if getattr(self, "segments", None) is not None:
+            self.segments.close()
+        self.container.close()
+        if self.copies is not None:
+            self.copies.close()
