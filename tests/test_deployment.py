@@ -459,6 +459,24 @@ def test_frames_codec_middles_equal_the_fp32_codecs(server):
         assert len(middles) == 5 and all(np.array_equal(a, b) for a, b in zip(middles, expected))
 
 
+@pytest.mark.parametrize("height, width", [(17, 33), (64, 95), (1, 1)])
+def test_planes_asked_of_frames_of_an_odd_side_come_as_their_rgb(server, height, width):
+    """4:2:0 planes need even sides: a chunk with an odd one asked for them (X-Eden-Answer: yuv,
+    which anyone may send) failed its whole TorchServe batch with 503 "Prediction failed", a status
+    clients retry. It gets its raw RGB middles, as a chunk deeper than 8 bits does."""
+    from eden_serve.wire.raw import RAW, decode_raw
+
+    pids = server.worker_pids("eden_ditdec")
+    payload = encode(server, pair(height, width)).content
+    png = decode(server, payload)
+    for answer in ("yuv", "yuv:bt709:full"):
+        headers = {**server.inference_headers, "Content-Type": "application/octet-stream", "X-Eden-Answer": answer}
+        raw = requests.post(f"{server.inference_url}/predictions/eden_ditdec", data=payload, headers=headers, timeout=TIMEOUT)
+        assert (raw.status_code, raw.headers["Content-Type"]) == (200, RAW), raw.text
+        assert np.array_equal(decode_raw(raw.content, (width, height), ""), pixels(png.content))
+    assert server.worker_pids("eden_ditdec") == pids
+
+
 def test_bad_frames_payloads_are_4xx_and_the_worker_lives(server):
     payload = encode(server, chunk_fields(0, 3, 0) | {"codec": "frames"}).content
     header_len = int.from_bytes(payload[12:16], "little")

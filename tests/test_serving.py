@@ -618,6 +618,38 @@ def test_pngs_of_a_batch_are_encoded_while_the_next_batch_computes(fresh_edge, e
     assert waited and all(waited)
 
 
+@pytest.mark.parametrize("where", ["middle", "cut"])
+def test_a_request_whose_answer_fails_to_encode_fails_alone(fresh_edge, encoder, monkeypatch, where):
+    """An unexpected failure while one request's middles (or its cut pair's copy) are encoded is
+    that request's 500; it was raised out of the handler, and TorchServe failed every request of
+    the batch with 503 "Prediction failed" (which clients retry)."""
+    from eden_serve.serving import answer_formats
+
+    handler, ctx = fresh_edge
+    real_png = answer_formats.png_of
+
+    def png_of(pixels):
+        if pixels.shape[:2] == (70, 100):
+            raise RuntimeError("an encoder's bug")
+        return real_png(pixels)
+
+    def copy(png):
+        raise RuntimeError("an encoder's bug")
+
+    failing = {"frame0": scene_png(0, 70, 100), "frame1": scene_png(1, 70, 100)}
+    if where == "cut":  # the copy of a cut pair's earlier frame, made as the answer begins
+        monkeypatch.setattr(answer_formats, "RAW_ANSWER", answer_formats.RAW_ANSWER._replace(copy=copy))
+        failing |= {"scene_threshold": "0"}
+    else:
+        monkeypatch.setattr(answer_formats, "png_of", png_of)
+    payloads = [reply[2] for reply in handle(*encoder, [chunk_request(0, 2, 0), failing])]
+    asked = {"answer": "raw"} if where == "cut" else {}  # a PNG copies the payload's own PNG of the cut: no encoding
+    replies = handle(handler, ctx, [{"body": payloads[0]}, {"body": payloads[1], **asked}], {"Host": "127.0.0.1:8080"})
+    assert replies[0][:2] == (200, fields.PNG)
+    assert (replies[1][0], json.loads(replies[1][2])["type"]) == (500, "internal_error")
+    assert handle(handler, ctx, [{"body": payloads[0]}])[0][:2] == (200, fields.PNG)  # the worker goes on
+
+
 # --- the frames codec -----------------------------------------------------------------------------
 
 

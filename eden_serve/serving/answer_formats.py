@@ -46,10 +46,11 @@ RAW_ANSWER = AnswerFormat("raw", encode_raw, lambda middles: (b"".join(middles),
 def planes_answer(format: PlaneFormat) -> AnswerFormat:
     """Raw middles as ``format``'s 8-bit planes: converted on a GPU edge's device where a forward's
     middles all go this way, else here from their RGB by swscale (as the client's writer would: the
-    same planes); a chunk deeper than 8 bits keeps its RGB."""
+    same planes); a chunk deeper than 8 bits keeps its RGB, and so does one of an odd width or
+    height, which 4:2:0 planes cannot hold (swscale refused it, and the request's whole batch failed)."""
 
     def encode(pixels: np.ndarray) -> bytes:
-        if pixels.dtype == np.uint16:
+        if pixels.dtype == np.uint16 or (pixels.ndim == 3 and (pixels.shape[0] % 2 or pixels.shape[1] % 2)):
             return encode_raw(pixels)
         if pixels.ndim == 3:  # RGB: converted here
             height, width, _ = pixels.shape

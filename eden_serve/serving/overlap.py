@@ -208,7 +208,8 @@ def _attempt(model: EdgeModel, pairs: list[tuple[Chunk, int]], planes: PlaneForm
         depths = [chunk.depth for chunk, _ in pairs]
         eight = all(depth == 8 for depth in depths)
         made = model.forward(model.prepare([chunk.pair(j) for chunk, j in pairs]), uint8=eight, clock=clock)
-        if eight and planes is not None and model.device.type == "cuda":
+        # 4:2:0 planes need even sides ([B, H, W, 3]): an odd-sided chunk's middles come back as RGB, which planes_answer keeps.
+        if eight and planes is not None and model.device.type == "cuda" and made.shape[1] % 2 == 0 == made.shape[2] % 2:
             made = to_planes(made, planes).reshape(len(made), -1, made.shape[2])
         middles = model.to_host(made)
         if not eight:

@@ -16,7 +16,7 @@ import torch
 from ..wire import Chunk
 from ..wire.answers import END, FAILED, MIDDLE, STREAMED, record
 from .answer_formats import PNG_ANSWER, AnswerFormat
-from .refusals import Refusal
+from .refusals import Refusal, refusal
 
 # Threads that encode an edge batch's middles (and stream them) while the next batch computes: zlib releases the GIL.
 PNG_THREADS = 2
@@ -41,9 +41,12 @@ class Answer:
     next."""
 
     def __init__(self, chunk: Chunk, job: EdgeJob):
-        self.middles: list = [job.answer.copy(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
-        self.encodings: list[Future] = []
         self.refusal: Refusal | None = None
+        try:
+            self.middles: list = [job.answer.copy(chunk.copies[j]) if j in chunk.copies else None for j in range(chunk.pairs)]
+        except Exception as exc:  # as an encoding's failure (Replies.encoded): this request's alone
+            self.middles, self.refusal = [None] * chunk.pairs, refusal(exc)
+        self.encodings: list[Future] = []
         self.seconds: dict[str, float] = {}
         self.first = job.first
         self.next: int | None = job.first if job.stream else None
@@ -80,10 +83,15 @@ class Replies:
                     for stage, spent in seconds.items():
                         answer.seconds[stage] = answer.seconds.get(stage, 0.0) + spent / len(part)
 
-    def encoded(self, idx: int, answer: Answer, j: int, pixels: np.ndarray) -> bytes:
+    def encoded(self, idx: int, answer: Answer, j: int, pixels: np.ndarray) -> bytes | None:
         """On an encoding thread: pair ``j``'s middle in the request's answer format, streamed as
         soon as it is next in order."""
-        data = answer.format.encode(pixels)
+        try:
+            data = answer.format.encode(pixels)
+        except Exception as exc:  # this request fails alone: raised at the reply, it failed its whole batch (503)
+            with self.sending:
+                answer.refusal = answer.refusal or refusal(exc)
+            return None
         with self.sending:
             answer.middles[j] = data
             if answer.refusal is None:
@@ -99,13 +107,12 @@ class Replies:
     def reply(self, idx: int, answer: Answer, closing: set[int]) -> Reply | Refusal:
         """Request ``idx``'s answer: its middles whole, or the end of those it streamed (a stream
         with parts sent is TorchServe's to end: ``idx`` leaves ``closing``)."""
-        outcome = answer.refusal
-        if outcome is None:
+        if answer.refusal is None:
             # Each encoding's end, its part streamed included: a middle set but not yet sent must not
             # be answered whole behind the part (nor the end record sent before it).
             for encoding in answer.encodings:
                 encoding.result()
-            outcome = answer.middles
+        outcome = answer.middles if answer.refusal is None else answer.refusal
         if answer.next is not None and (answer.next > answer.first or answer.next == len(answer.middles)):  # streamed: this ends it
             if answer.next > answer.first:
                 closing.discard(idx)
