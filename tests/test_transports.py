@@ -339,6 +339,20 @@ def test_the_urls_scheme_picks_the_transport_unless_one_is_named():
         Client("ftp://a")
 
 
+@pytest.mark.parametrize("url, base", [("HTTP://a:8080/", "http://a:8080"), ("Https://a/eden/", "https://a/eden"),
+                                       ("http://a:8080", "http://a:8080")])
+def test_a_servers_url_is_the_base_of_its_paths_in_any_case(url, base):
+    """Schemes are case-insensitive; HTTP:// was refused as not an http:// URL."""
+    assert Client(url).transport.urls == {"workflow": f"{base}/wfpredict/eden"}
+
+
+@pytest.mark.parametrize("url", ["http://a:8080?x=1", "http://a:8080/#top", "http://a?", "http://[::1", "http:///path"])
+def test_a_servers_url_with_a_query_fragment_or_no_host_is_refused(url):
+    """A query landed before the paths: http://a:8080/?x=1/wfpredict/eden, a 405 from the server."""
+    with pytest.raises(BadInputError, match="must be"):
+        Client(url)
+
+
 class LoopTransport(Transport):
     """A transport of a scheme of its own, answering the workflow in this process with grey middles:
     what another protocol brings to be mounted."""

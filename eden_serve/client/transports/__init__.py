@@ -10,7 +10,6 @@ is :mod:`.base`'s.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
 
 from ...errors import BadInputError
 from .base import DECODER, ENCODER, TOKEN_ENV, WORKFLOW, Retry, Stage, Transport, read_token, warn_cleartext
@@ -51,7 +50,9 @@ class Transports:
         """The transport named ``name``; else the one whose scheme ``url`` has."""
         if name is not None:
             return self.named(name)
-        scheme = urlsplit(url).scheme if isinstance(url, str) else ""
+        # Read without urlsplit, which raises on a malformed host ("http://[::1": an internal error):
+        # the transport chosen judges the whole URL, and says what it takes.
+        scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
         return next((t for t in self.by_name.values() if scheme in t.schemes), next(iter(self.by_name.values())))
 
 

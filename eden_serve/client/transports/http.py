@@ -26,9 +26,17 @@ CONNECT_TIMEOUT = 10.0
 
 
 def _base(url: str, option: str) -> str:
-    if not isinstance(url, str) or not re.match(r"https?://[^/]", url):
+    """``url`` as the base of the server's paths: its scheme in any case, as URLs' are (``HTTP://``
+    was refused); no query or fragment, which ended up before the paths (``/?x=1/wfpredict/eden``)."""
+    try:
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    except ValueError:  # a malformed host or port, "http://[::1" say
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         raise BadInputError(f"{option} must be an http:// or https:// URL, got {url!r}")
-    return url.rstrip("/")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise BadInputError(f"{option} must be a server's address without a query or fragment, got {url!r}")
+    return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
 def _check(response: requests.Response) -> requests.Response:
