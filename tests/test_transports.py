@@ -346,6 +346,15 @@ def test_a_servers_url_is_the_base_of_its_paths_in_any_case(url, base):
     assert Client(url).transport.urls == {"workflow": f"{base}/wfpredict/eden"}
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080", "grpc://127.0.0.1:7070"])
+@pytest.mark.parametrize("token", ["✓", "abc…", "ab cd", "été"])
+def test_a_token_no_header_carries_is_refused_in_one_line(url, token):
+    """A pasted token with a character beyond Latin-1 failed the first request's header encoding:
+    "internal error (UnicodeEncodeError)"."""
+    with pytest.raises(BadInputError, match="outside visible ASCII"):
+        Client(url, token=token)
+
+
 @pytest.mark.parametrize("url", ["http://a:8080?x=1", "http://a:8080/#top", "http://a?", "http://[::1", "http:///path"])
 def test_a_servers_url_with_a_query_fragment_or_no_host_is_refused(url):
     """A query landed before the paths: http://a:8080/?x=1/wfpredict/eden, a 405 from the server."""

@@ -52,6 +52,13 @@ class Transport:
         """Each step's URL and, where it has a token, the ``Bearer`` authorization it sends, said in one
         warning line where the token would go in clear to another machine (every transport's constructor calls it)."""
         self.urls = urls
+        for token in filter(None, tokens.values()):
+            # An HTTP header or gRPC metadata holds visible ASCII: a pasted "…" or "✓" failed the
+            # first request's encoding, an internal error; TorchServe's keys are letters and digits.
+            unfit = [c for c in token if not (c.isascii() and c.isprintable()) or c == " "]
+            if unfit:
+                raise BadInputError(f"the token holds {unfit[0]!r}, a space or a character outside visible ASCII, which no "
+                                    "header carries; give the key as TorchServe wrote it")
         self.authorization = {step: f"Bearer {tokens[step]}" if tokens.get(step) else None for step in urls}
         for step, url in urls.items():
             warn_cleartext(url, tokens.get(step), tuple(s for s in self.schemes if s not in self.secure))
