@@ -1,6 +1,8 @@
 """Pairs per batched forward (eden_serve/edge/sizing.py) and the precision chosen where none is
 asked, for a GPU as far as the code asks it (CUDA's answers monkeypatched: no GPU here)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -107,7 +109,9 @@ def test_the_free_memory_counts_what_the_allocator_holds_unused(monkeypatch):
 
 @pytest.mark.parametrize("capability, expected", [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp32")])
 def test_a_gpu_runs_bf16_by_default_where_it_has_bf16_tensor_cores(monkeypatch, capability, expected):
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    properties = SimpleNamespace(name="NVIDIA", major=capability[0], minor=capability[1])
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
     cuda = torch.device("cuda:0")
     assert default_precision(cuda) == "auto"
     assert resolve(default_precision(cuda), cuda, check_bf16)[0] == expected
