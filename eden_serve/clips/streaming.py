@@ -301,8 +301,8 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
                                                          options.raw)
     with opened as clip:
         if options.fps is not None and clip.kind != "video":
-            raise BadInputError(f"--fps needs a video; a {clip.kind}'s frames have no times: give --factor FPS/RATE "
-                                "(24 to 60: --factor 5/2)")
+            why = "an animation's frames keep delays of their own" if clip.kind == "animation" else "a directory's frames have no times"
+            raise BadInputError(f"--fps needs a video; {why}: give --factor FPS/RATE (24 to 60: --factor 5/2)")
         journal = Journal(dst, _identity(clip, options)) if options.resume else None
         with write_clip(clip, dst, options.retiming, journal, options.encoding) as writer, \
                 Workers(options.inflight, options.cancel) as workers:
