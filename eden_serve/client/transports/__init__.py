@@ -10,7 +10,6 @@ is :mod:`.base`'s.
 
 from __future__ import annotations
 
-
 from ...errors import BadInputError
 from .base import DECODER, ENCODER, TOKEN_ENV, WORKFLOW, Retry, Stage, Transport, read_token, warn_cleartext
 from .grpc import GrpcTransport
