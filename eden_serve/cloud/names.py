@@ -29,8 +29,11 @@ def resolve(root: Path | None, name: str) -> Path:
     relative = PurePosixPath(name)
     if relative.is_absolute() or ".." in relative.parts:
         raise SourceForbiddenError(f"source {name!r} leaves the media root: give a relative path without '..'")
-    base = os.path.realpath(root)
-    path = os.path.realpath(os.path.join(base, *relative.parts))
+    try:
+        base = os.path.realpath(root)
+        path = os.path.realpath(os.path.join(base, *relative.parts))
+    except OSError as exc:  # a link on the way renamed or removed between its lstat and its readlink
+        raise SourceNotFoundError(f"source {name!r} changed while it was looked up ({exc.strerror})") from None
     if os.path.commonpath([base, path]) != base:
         raise SourceForbiddenError(f"source {name!r} is a link that leads out of the media root")
     if not os.path.exists(path):
