@@ -12,8 +12,12 @@ from PIL import Image
 
 
 class Workers:
-    """A fixed set of daemon threads: an interrupted run exits at once instead of waiting for the
-    pairs in flight to finish (their results are not wanted any more)."""
+    """A fixed set of threads, joined when the run leaves its block, however it leaves: a run that
+    stops sets ``cancel`` (chunks not started are dropped, a client's retries and turns give up)
+    and waits for the chunks in flight to end, so that none of them still computes, or writes a
+    resumable run's cached middles (:class:`~.processors.Cached`), once the run has settled its
+    output and returned. They are daemons all the same: a second Ctrl-C during that wait leaves
+    without them (the command then exits at once, :func:`eden_serve.commands.cli.main`)."""
 
     def __init__(self, count: int, cancel: threading.Event):
         self.cancel = cancel
@@ -51,6 +55,8 @@ class Workers:
             self.cancel.set()
         for _ in self.threads:
             self.jobs.put(None)
+        for thread in self.threads:
+            thread.join()
 
 
 class Arrivals:

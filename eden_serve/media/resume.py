@@ -196,7 +196,8 @@ class Journal:
         self.hits = 0  # middles taken from the cache
         self._cached: dict[tuple[int, int], Path] = {}  # a stopped run's middles: (level, pair) -> file
         self.verified = False  # whether the partial output was found as the checkpoint says (see confirm)
-        self._hits_lock = threading.Lock()
+        # settled once the output block ends: a worker left running (a second Ctrl-C) caches nothing more
+        self._lock, self.settled = threading.Lock(), False
 
     def _paths(self, directory: bool) -> None:
         base = f".{self.dst.stem}.partial-resume{'' if directory else self.dst.suffix}"
@@ -298,14 +299,20 @@ class Journal:
         self._open(directory)
         try:
             yield self.partial
+            self._settle()
             place(self.partial, self.dst)
         except BaseException:
+            self._settle()
             self._stopped()
             raise
         else:
             self._remove()
         finally:
             os.close(self._fd)
+
+    def _settle(self) -> None:  # no middle cached from now on (one being cached is finished first)
+        with self._lock:
+            self.settled = True
 
     def confirm(self) -> None:
         """The partial output holds what the checkpoint recorded (its writer checked it): a run
@@ -370,18 +377,23 @@ class Journal:
         if not all(cached):
             return None
         images = [self._cached_middle(path) for path in cached]
-        with self._hits_lock:
+        with self._lock:
             self.hits += len(images)
         return images
 
     def keep_middles(self, level: int, index: int, images: list[Picture]) -> None:
-        """Caches the middles of pairs ``index`` ... of level ``level``, on disk before it returns."""
-        self.cache.mkdir(exist_ok=True)
-        if self.cache.is_symlink():  # planted while this run went: its middles would go where it points
-            raise BadInputError(f"{self.cache.name} became a symbolic link while this run wrote it; {start_afresh(self.partial)}")
+        """Caches the middles of pairs ``index`` ... of level ``level``, on disk before it returns (not once settled)."""
+        named = {}  # encoded beside the other workers, written one worker at a time
         for j, image in enumerate(images):
             deep = isinstance(image, torch.Tensor) and depth_of(image) == 16
             data = png_of(image.numpy()) if deep else png_bytes(as_image(image), _CACHE_PNG_LEVEL)
-            digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-            write_durably(self.cache / f"{level}-{index + j:09d}-{digest}.png", data)
-        sync(self.cache)
+            named[f"{level}-{index + j:09d}-{hashlib.blake2b(data, digest_size=16).hexdigest()}.png"] = data
+        with self._lock:
+            if self.settled:
+                return
+            self.cache.mkdir(exist_ok=True)
+            if self.cache.is_symlink():  # planted while this run went: its middles would go where it points
+                raise BadInputError(f"{self.cache.name} became a symbolic link while this run wrote it; {start_afresh(self.partial)}")
+            for name, data in named.items():
+                write_durably(self.cache / name, data)
+            sync(self.cache)

@@ -1,0 +1,104 @@
+"""A clip run that stops early leaves nothing behind: whichever way it stops (a processor's error,
+a bad frame, Ctrl-C, the page's stop, a full disk), once :func:`interpolate_clip` has returned no
+thread of the run is alive, nothing more is written beside the output, and the partial output is
+gone (or kept, with its journal, where ``--resume`` says so); a process running many stopped runs
+(the page) holds no more threads or open files after them than before."""
+
+import os
+import threading
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from eden_serve.clips.processors import FunctionProcessor, Middles
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.errors import BadInputError, PairError
+from eden_serve.media.resume import Journal
+from eden_serve.model import synthetic
+
+SIZE = (96, 64)  # width, height
+STAND_IN = {"processor": "average"}
+
+
+def average(frames):
+    """The stand-in model: each pair's mean."""
+    arrays = [np.asarray(frame.image.convert("RGB"), np.float32) for frame in frames]
+    return [Image.fromarray(((a + b) / 2).round().astype(np.uint8)) for a, b in zip(arrays, arrays[1:])]
+
+
+def run_threads() -> list[str]:
+    """The names of the threads a clip run starts that are alive now."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith(("eden-pair", "eden-read", "eden-write")))
+
+
+def files(folder):
+    """Every name under ``folder``, hidden ones and the cache's included."""
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+def failing_while_others_work(cancel: threading.Event, fail_at: int, error: BaseException, lingered: list):
+    """A processor whose chunk ``fail_at`` raises ``error`` once the other chunks in flight have
+    started; those wait for the run to be cancelled, then finish a little later (as a forward or a
+    request in flight does) and return their middles."""
+    started, lock = set(), threading.Lock()
+
+    def process(index, frames, seed):
+        with lock:
+            started.add(index)
+        if index == fail_at:
+            while len(started) < 3 and not cancel.is_set():
+                time.sleep(0.005)
+            raise error
+        if cancel.wait(5):
+            time.sleep(0.3)  # still busy when the run stops
+            lingered.append(index)
+        return Middles(average(frames))
+
+    return FunctionProcessor(process)
+
+
+@pytest.mark.parametrize("error, raised", [
+    (BadInputError("a bad frame"), PairError), (RuntimeError("a bug"), RuntimeError), (KeyboardInterrupt(), KeyboardInterrupt),
+])
+def test_a_resumable_run_that_stops_writes_nothing_after_it_returns(tmp_path, error, raised):
+    """--resume caches each chunk's middles as it is done (media/resume.py): a chunk still being
+    computed when the run stops must not add its middles after the run has settled its output."""
+    src = synthetic.write_clip(tmp_path / "in", 17, SIZE[1], SIZE[0])
+    dst = tmp_path / "out"
+    cancel, lingered = threading.Event(), []
+    processor = failing_while_others_work(cancel, 4, error, lingered)
+    with pytest.raises(raised):
+        interpolate_clip(src, dst, processor, chunk=2, inflight=4, factor=Fraction(5, 2), resume=True,
+                         fingerprint=STAND_IN, progress=False, cancel=cancel)
+    alive, left = run_threads(), files(tmp_path)
+    time.sleep(0.6)  # past the stand-in's lingering: a thread left running would write by now
+    assert files(tmp_path) == left
+    assert alive == []
+    # what it kept, it says it keeps: the cache and the journal are there together, or neither is
+    kept = [name for name in left if ".partial-resume" in name]
+    assert not kept or ".out.partial-resume.journal" in kept
+
+
+@pytest.mark.parametrize("error, raised", [(BadInputError("a bad frame"), PairError), (KeyboardInterrupt(), KeyboardInterrupt)])
+def test_a_run_that_stops_leaves_no_thread_and_no_partial_output(tmp_path, error, raised):
+    src = synthetic.write_clip(tmp_path / "in", 17, SIZE[1], SIZE[0])
+    cancel, lingered = threading.Event(), []
+    with pytest.raises(raised):
+        interpolate_clip(src, tmp_path / "out", failing_while_others_work(cancel, 4, error, lingered), chunk=2, inflight=4,
+                         progress=False, cancel=cancel)
+    assert run_threads() == []
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+def test_a_worker_left_running_caches_nothing_once_the_output_is_settled(tmp_path):
+    """A second Ctrl-C leaves the run without waiting for its workers (clips/workers.py): what one
+    of them then hands the journal is not cached beside the output the run has settled."""
+    journal = Journal(tmp_path / "out.mkv", {"input": "stand-in"})
+    with pytest.raises(KeyboardInterrupt):
+        with journal.output():
+            raise KeyboardInterrupt
+    journal.keep_middles(1, 0, [Image.new("RGB", SIZE)])
+    assert os.listdir(tmp_path) == []
