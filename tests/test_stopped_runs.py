@@ -13,11 +13,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eden_serve.clips.processors import FunctionProcessor, Middles
+from eden_serve.clips.processors import FunctionProcessor, Middles, Wrapper
+from eden_serve.commands import cli
+from eden_serve.commands.shared import clip_in_process
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError, PairError
 from eden_serve.media.resume import Journal
 from eden_serve.model import synthetic
+from eden_serve.page.runs import FINISHED, Run, Runner
+from test_video import CFR_12, make_video
 
 SIZE = (96, 64)  # width, height
 STAND_IN = {"processor": "average"}
@@ -102,3 +106,63 @@ def test_a_worker_left_running_caches_nothing_once_the_output_is_settled(tmp_pat
             raise KeyboardInterrupt
     journal.keep_middles(1, 0, [Image.new("RGB", SIZE)])
     assert os.listdir(tmp_path) == []
+
+
+class StoppedAfterFirstChunk(Wrapper):
+    """The page's stop button pressed once a run's first chunk is done; the chunks in flight then
+    take a little longer to end (as a forward does), and see the stop as they end."""
+
+    def __init__(self, inner, run: Run):
+        super().__init__(inner)
+        self.run = run
+
+    def __call__(self, index, frames, seed, arrived=None):
+        if index == 0:
+            result = self.inner(index, frames, seed, arrived)
+            self.run.cancel.set()
+            return result
+        if self.run.cancel.wait(5):
+            time.sleep(0.2)
+        return self.inner(index, frames, seed, arrived)
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_the_pages_stopped_runs_leave_no_thread_or_open_file_behind(tmp_path, tiny_models):
+    """The page runs its clips one after another in one process (page/runs.py): twenty runs of a
+    video through the tiny model, each stopped after its first chunk, hold no more threads or open
+    files once they have ended than one did, and leave no partial output."""
+    src = make_video(tmp_path / "in.mkv", *CFR_12, video="ffv1", audio=None)
+
+    def execute(run: Run):
+        watch = lambda processor: StoppedAfterFirstChunk(run.watch(processor), run)  # noqa: E731
+        return clip_in_process(run.args, run.source, run.output, lambda: tiny_models, watch=watch)
+
+    runner = Runner(execute)
+
+    def stopped_run(n: int) -> Run:
+        folder = tmp_path / f"run{n}"
+        folder.mkdir()
+        args = cli._build_parser().parse_args(["interpolate", str(src), "-o", str(folder / "result.mkv"), "--config", "tiny",
+                                               "--device", "cpu", "--chunk", "2", "--inflight", "3", "--decoder", "host"])
+        args.cloud = args.server = None  # as the page's own options have them in process
+        run = Run(str(n), args, str(src), folder / "result.mkv", None)
+        runner.submit(run)
+        while run.state not in FINISHED:
+            time.sleep(0.01)
+        assert run.state == "cancelled", run.reason
+        return run
+
+    try:
+        stopped_run(0)  # what a first run sets up for good (torch's threads, the codecs' tables)
+        threads, fds = run_threads(), open_files()
+        count = threading.active_count()
+        for n in range(1, 21):
+            stopped_run(n)
+            assert run_threads() == threads == [] and threading.active_count() == count
+        assert open_files() <= fds
+        assert [path for path in tmp_path.rglob("*") if not path.is_dir()] == [src]  # the oldest runs' folders pruned
+    finally:
+        runner.stop()
