@@ -5,6 +5,9 @@ gone (or kept, with its journal, where ``--resume`` says so); a process running 
 (the page) holds no more threads or open files after them than before."""
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from fractions import Fraction
@@ -166,3 +169,28 @@ def test_the_pages_stopped_runs_leave_no_thread_or_open_file_behind(tmp_path, ti
         assert [path for path in tmp_path.rglob("*") if not path.is_dir()] == [src]  # the oldest runs' folders pruned
     finally:
         runner.stop()
+
+
+def command(*argv) -> list[str]:
+    return [sys.executable, "-m", "eden_serve.commands.cli", *map(str, argv)]
+
+
+@pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_the_command_stopped_by_a_signal_says_so_in_one_line_and_leaves_nothing(tmp_path, sig, code, line):
+    src = make_video(tmp_path / "in.mkv", [1024 * k for k in range(96)], Fraction(1, 12288), video="ffv1", audio=None)
+    dst = tmp_path / "out.mkv"
+    # SIGINT as a terminal's Ctrl-C delivers it (a shell's background job would ignore it)
+    run = subprocess.Popen(command("interpolate", src, "-o", dst, "--config", "tiny", "--chunk", "1", "--factor", "4"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        while run.poll() is None and not any(name.startswith(".out.partial") for name in os.listdir(tmp_path)):
+            time.sleep(0.01)
+        assert run.poll() is None
+        run.send_signal(sig)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == code, stderr
+    assert stderr.splitlines()[-1] == f"eden-serve: {line}" and "Traceback" not in stderr
+    assert sorted(os.listdir(tmp_path)) == ["in.mkv"]

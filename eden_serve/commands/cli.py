@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         return commands[args.command](args)
     except KeyboardInterrupt:
         return _leave(130, argv, "interrupted")
-    except SystemExit as exc:  # SIGTERM
-        return _leave(exc.code, argv)
+    except SystemExit as exc:  # SIGTERM: said in one line, as Ctrl-C is
+        return _leave(exc.code, argv, "terminated" if exc.code == 143 else None)
     except Exception as exc:  # a bug too: still one line, and no abort from threads left in a forward
         return _leave(2, argv, failure(exc))
 
