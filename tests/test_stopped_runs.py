@@ -4,12 +4,15 @@ thread of the run is alive, nothing more is written beside the output, and the p
 gone (or kept, with its journal, where ``--resume`` says so); a process running many stopped runs
 (the page) holds no more threads or open files after them than before."""
 
+import errno
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -21,9 +24,10 @@ from eden_serve.commands import cli
 from eden_serve.commands.shared import clip_in_process
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError, PairError
-from eden_serve.media.resume import Journal
+from eden_serve.media.resume import Journal, write_durably
 from eden_serve.model import synthetic
 from eden_serve.page.runs import FINISHED, Run, Runner
+import test_video
 from test_video import CFR_12, make_video
 
 SIZE = (96, 64)  # width, height
@@ -194,3 +198,62 @@ def test_the_command_stopped_by_a_signal_says_so_in_one_line_and_leaves_nothing(
     assert run.returncode == code, stderr
     assert stderr.splitlines()[-1] == f"eden-serve: {line}" and "Traceback" not in stderr
     assert sorted(os.listdir(tmp_path)) == ["in.mkv"]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A file system of 1 MiB (a tmpfs: mounting one needs root), unmounted after the test."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.mark.parametrize("output, resume, names", [
+    ("out", False, r"/\.out\.partial-[0-9a-f]{8}/\d{6}\.png"),  # a PNG of the directory's, written by Pillow
+    ("out.mkv", False, r"/\.out\.partial-[0-9a-f]{8}\.mkv"),
+    # the video or a middle cached beside it, whichever fills the disk first
+    ("out.mkv", True, r"/\.out\.partial-resume\.mkv(\.middles/1-\d{9}-[0-9a-f]{32}\.png)?"),
+])
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_thread(tmp_path, full_disk, capsys, monkeypatch, output, resume, names):
+    """The output's disk fills up mid-clip: exit 2, one line that names the file it was writing,
+    no thread of the run left, and no partial output (a --resume run keeps its work, and says so)."""
+    if output.endswith(".mkv"):
+        monkeypatch.setattr(test_video, "WIDTH", 384)
+        monkeypatch.setattr(test_video, "HEIGHT", 256)
+        src = make_video(tmp_path / "in.mkv", [1024 * k for k in range(24)], Fraction(1, 12288), video="ffv1", audio=None)
+        encoder = ["--vcodec", "ffv1"]  # lossless: the synthetic model's middles, noise, fill the disk soon
+    else:
+        src, encoder = synthetic.write_clip(tmp_path / "in", 24, 256, 384), []
+    argv = ["interpolate", str(src), "-o", str(full_disk / output), "--config", "tiny", "--chunk", "2", *encoder,
+            *(["--resume"] if resume else [])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main(argv) == 2
+    err = capsys.readouterr().err + "".join(f"warning: {w.message}\n" for w in caught)
+    line = err.splitlines()[0]
+    assert re.fullmatch(rf"eden-serve: error: No space left on device: '{re.escape(str(full_disk))}{names}'", line), line
+    assert run_threads() == []
+    left = sorted(os.listdir(full_disk))
+    if resume and left:
+        assert left == [".out.partial-resume.mkv", ".out.partial-resume.mkv.journal", ".out.partial-resume.mkv.middles"]
+        assert not [name for name in os.listdir(full_disk / left[2]) if not name.endswith(".png")]
+        assert "warning: stopped; .out.partial-resume.mkv and its journal keep" in err
+    else:
+        assert left == []
+
+
+def test_a_middle_the_disk_has_no_room_for_is_named_and_leaves_no_tmp(full_disk):
+    """--resume's cache (media/resume.py): the full disk's error names the middle's file, and the
+    file it was being written as is gone."""
+    cache = full_disk / ".out.partial-resume.mkv.middles"
+    cache.mkdir()
+    with pytest.raises(OSError) as info:
+        write_durably(cache / "1-000000000-0.png", os.urandom(2 << 20))
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(cache / "1-000000000-0.png"))
+    assert os.listdir(cache) == []

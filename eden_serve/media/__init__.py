@@ -26,7 +26,7 @@ from typing import Iterator
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from .atomic import atomic_output, remove_partial
+from .atomic import atomic_output, named, remove_partial
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE
 from .animation import ANIMATION_FORMATS, AnimationClip
@@ -133,17 +133,21 @@ class DirectoryWriter(ClipWriter):
             png = file.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
         if png:
             shutil.copyfile(frame.path, self._next())
-        elif frame.pixels is not None:
-            self._next().write_bytes(png_of(frame.pixels.numpy()))
         else:
-            _png_ready(frame.image).save(self._next(), format="PNG")
+            self._write(frame.pixels if frame.pixels is not None else frame.image)
 
     def add_middle(self, middle, before, after, position=HALF):
-        picture = matched(middle, before, after)
-        if isinstance(picture, torch.Tensor):
-            self._next().write_bytes(png_of(picture.numpy()))
-        else:
-            _png_ready(picture).save(self._next(), format="PNG")
+        self._write(matched(middle, before, after))
+
+    def _write(self, picture) -> None:
+        path = self._next()
+        try:
+            if isinstance(picture, torch.Tensor):
+                path.write_bytes(png_of(picture.numpy()))
+            else:
+                _png_ready(picture).save(path, format="PNG")
+        except OSError as exc:  # Pillow's names no file
+            raise named(exc, path)
 
     def place(self, picture, before, after, position):
         if isinstance(picture, Frame):
@@ -264,5 +268,7 @@ def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), jou
         try:
             yield writer
             writer.finish()
+        except OSError as exc:
+            raise named(exc, tmp)
         finally:
             writer.close()

@@ -9,6 +9,7 @@ and must not exist yet (or be empty): a non-empty directory cannot be replaced a
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -20,6 +21,19 @@ from PIL import Image
 
 from ..errors import BadInputError
 from .frames import Picture, as_image, depth_of, png_of
+
+
+# A full, over-quota or read-only disk: an error of writing, not of reading the input.
+WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def named(exc: BaseException, path: str | Path) -> BaseException:
+    """``exc``, or where it is a disk's refusal to write that names no file (a write to a file
+    already open: Pillow's, the animation writers'), the same error naming ``path``, so that the
+    one line the command prints says which file the disk refused (commands/shared.failure)."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno in WRITE_ERRORS:
+        return OSError(exc.errno, exc.strerror, str(path))
+    return exc
 
 
 def check_destination(dst: Path, directory: bool) -> None:

@@ -40,7 +40,7 @@ from typing import Iterator
 import torch
 from PIL import Image
 
-from .atomic import check_destination, create_partial, place, remove_partial
+from .atomic import check_destination, create_partial, named, place, remove_partial
 from ..errors import BadInputError
 from .frames import Picture, as_image, depth_of, is_deep, open_deep, png_bytes, png_of
 
@@ -65,10 +65,10 @@ def write_durably(path: Path, data: bytes) -> None:
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        raise
+        raise named(exc, path)
 
 
 def read_regular(path: Path, limit: int | None = None) -> bytes:
