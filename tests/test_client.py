@@ -15,6 +15,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from fractions import Fraction
@@ -487,3 +488,56 @@ def test_codec_auto_tries_both_codecs_then_keeps_choosing(tmp_path, cloud, edge,
 def test_codec_auto_needs_the_split():
     with pytest.raises(BadInputError, match="codec auto"):
         Client("http://127.0.0.1:1", codec="auto")
+
+
+def run_threads() -> list[str]:
+    """The threads of a clip run alive now: its workers, its reader and its writer."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith(("eden-pair", "eden-read", "eden-write")))
+
+
+def test_an_edge_that_fails_mid_clip_leaves_no_thread_or_output(tmp_path, cloud, edge, inputs):
+    """The edge loses its workers after the clip's second chunk (TorchServe then answers 503): the
+    run stops with the pair named, and by then no thread of it is left and no output; run after run,
+    the client's process holds no more open files."""
+    src = synthetic.write_clip(tmp_path / "in", 24, SIZE[1], SIZE[0])
+    open_files = []
+    try:
+        for attempt in range(3):
+            with make_client("split", cloud, edge, tries=2, backoff=0.05) as client:
+                process = client.processor()
+
+                def lose_the_edge_after_chunk_one(index, frames, seed):
+                    if index == 2:
+                        scale(edge, "eden_ditdec", 0)
+                    return process(index, frames, seed)
+
+                with pytest.raises(PairError, match=r"^pairs? \d+.*HTTP 503.*\(gave up after 2 tries\)$"):
+                    interpolate_clip(src, tmp_path / "out", lose_the_edge_after_chunk_one, chunk=2, inflight=3, progress=False)
+                assert run_threads() == []
+            assert sorted(os.listdir(tmp_path)) == ["in"]
+            open_files.append(len(os.listdir("/proc/self/fd")))
+            scale(edge, "eden_ditdec", 1)
+    finally:
+        scale(edge, "eden_ditdec", 1)
+    assert open_files[-1] <= open_files[0]
+
+
+@pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_the_client_command_stopped_by_a_signal_says_so_and_leaves_nothing(tmp_path, cloud, edge, sig, code, line):
+    src = synthetic.write_clip(tmp_path / "in", 60, SIZE[1], SIZE[0])
+    argv = ["client", str(src), "-o", str(tmp_path / "out"), "--cloud", cloud.inference_url, "--edge", edge.inference_url,
+            "--token", cloud.keys["inference"], "--edge-token", edge.keys["inference"], "--chunk", "1", "--inflight", "2"]
+    # SIGINT as a terminal's Ctrl-C delivers it (a shell's background job would ignore it)
+    run = subprocess.Popen([sys.executable, "-m", "eden_serve.commands.cli", *argv], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        while run.poll() is None and not any(name.startswith(".out.partial") for name in os.listdir(tmp_path)):
+            time.sleep(0.01)
+        assert run.poll() is None
+        run.send_signal(sig)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == code, stderr
+    assert stderr.splitlines()[-1:] == [f"eden-serve: {line}"] and "Traceback" not in stderr
+    assert sorted(os.listdir(tmp_path)) == ["in"]

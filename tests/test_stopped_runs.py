@@ -196,7 +196,7 @@ def test_the_command_stopped_by_a_signal_says_so_in_one_line_and_leaves_nothing(
     finally:
         run.kill()
     assert run.returncode == code, stderr
-    assert stderr.splitlines()[-1] == f"eden-serve: {line}" and "Traceback" not in stderr
+    assert stderr.splitlines()[-1:] == [f"eden-serve: {line}"] and "Traceback" not in stderr
     assert sorted(os.listdir(tmp_path)) == ["in.mkv"]
 
 
@@ -257,3 +257,15 @@ def test_a_middle_the_disk_has_no_room_for_is_named_and_leaves_no_tmp(full_disk)
         write_durably(cache / "1-000000000-0.png", os.urandom(2 << 20))
     assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(cache / "1-000000000-0.png"))
     assert os.listdir(cache) == []
+
+
+def test_a_frame_that_cannot_be_read_midway_leaves_no_thread_and_no_output(tmp_path):
+    """The reader fails (frame 8 is no image) while the chunks before it are still being computed."""
+    src = synthetic.write_clip(tmp_path / "in", 17, SIZE[1], SIZE[0])
+    (src / sorted(os.listdir(src), key=lambda name: int(name[5:-4]))[8]).write_bytes(b"\x89PNG\r\n\x1a\nnot a PNG")
+    cancel, lingered = threading.Event(), []
+    with pytest.raises(PairError, match=r"frame8\.png is not a readable image"):
+        interpolate_clip(src, tmp_path / "out", failing_while_others_work(cancel, None, None, lingered), chunk=2, inflight=4,
+                         progress=False, cancel=cancel)
+    assert run_threads() == []
+    assert sorted(os.listdir(tmp_path)) == ["in"]
