@@ -8,6 +8,7 @@ torch thread count so that float reductions run in the same order.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import http.server
 import os
@@ -541,3 +542,60 @@ def test_the_client_command_stopped_by_a_signal_says_so_and_leaves_nothing(tmp_p
     assert run.returncode == code, stderr
     assert stderr.splitlines()[-1:] == [f"eden-serve: {line}"] and "Traceback" not in stderr
     assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+class HungEdge:
+    """An edge on loopback that takes requests and never answers them (a hung server, or a link that
+    went silent); once ``count`` requests have come (over gRPC, whose HTTP/2 it does not speak:
+    connections) it interrupts the main thread, as Ctrl-C would."""
+
+    def __init__(self, count: int, grpc: bool):
+        self.count, self.grpc, self.asked, self.lock = count, grpc, 0, threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"{'grpc' if grpc else 'http'}://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._hold, args=(connection,), daemon=True).start()
+
+    def _ask(self) -> None:
+        with self.lock:
+            self.asked += 1
+            if self.asked == self.count:
+                _thread.interrupt_main()
+
+    def _hold(self, connection: socket.socket) -> None:
+        with connection:
+            asked = False
+            if self.grpc:
+                self._ask()
+            while data := connection.recv(1 << 16):
+                if not self.grpc and not asked and b"/predictions/eden_ditdec" in data:
+                    asked = True
+                    self._ask()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_run_stopped_while_the_edge_hangs_does_not_wait_for_its_answer(tmp_path, cloud, inputs, transport):
+    """Ctrl-C while two chunks wait for an edge that does not answer: the run cuts their requests
+    and returns, its threads ended, long before the client's timeout would have ended them."""
+    hung, timeout = HungEdge(1 if transport == "grpc" else 2, transport == "grpc"), 120.0
+    url = cloud.grpc_url if transport == "grpc" else cloud.inference_url
+    try:
+        with Client(cloud=url, edge=hung.url, token=cloud.keys["inference"], timeout=timeout) as client:
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                client.interpolate_clip(inputs["directory"], tmp_path / "out", chunk=1, inflight=2, progress=False)
+            assert time.monotonic() - started < timeout  # the requests were cut, not timed out
+            assert run_threads() == []
+    finally:
+        hung.close()
+    assert list(tmp_path.iterdir()) == []

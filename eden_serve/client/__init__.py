@@ -305,6 +305,9 @@ class _Processor(Processor):
         for stage in self.stages.values():
             stage.expect(order)
 
+    def stopped(self) -> None:
+        self.client.transport.abort()
+
     def planes(self, format) -> None:
         """Ask an edge that answers raw frames for ``format``'s 8-bit planes (what the output's writer
         takes): half the bytes of RGB, converted on the edge's device."""

@@ -57,6 +57,10 @@ class Processor:
     def queued(self, order: int) -> None:
         """Chunk number ``order`` of the run (0, 1, 2, ... as submitted) is queued."""
 
+    def stopped(self) -> None:
+        """The run is stopping (its ``cancel`` is set) and waits for the chunks in flight: cut what
+        they wait for outside this process (a server's answer), so that they end now."""
+
 
 class FunctionProcessor(Processor):
     """A function ``(index, frames, seed)`` as a processor; one that ``streams`` takes ``arrived``
@@ -82,6 +86,9 @@ class Wrapper(Processor):
     def queued(self, order: int) -> None:
         self.inner.queued(order)
 
+    def stopped(self) -> None:
+        self.inner.stopped()
+
 
 class Cached(Processor):
     """``inner`` for the pairs of factor level ``level``, through a resumable output's cache of
@@ -91,6 +98,9 @@ class Cached(Processor):
 
     def __init__(self, inner: Processor, journal: Journal, level: int):
         self.inner, self.journal, self.level, self.streams = inner, journal, level, inner.streams
+
+    def stopped(self) -> None:
+        self.inner.stopped()
 
     def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles | Sequence[Picture]:
         cached = self.journal.cached_middles(self.level, index, len(frames) - 1)

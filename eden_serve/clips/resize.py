@@ -49,6 +49,9 @@ class AtSize(Processor):
             check_size(width, height, max_pixels, "--process-size")
         self.inner, self.size = inner, size
 
+    def stopped(self) -> None:
+        self.inner.stopped()
+
     def scaled(self, frame: Frame) -> Picture:
         if frame.pixels is not None and frame.depth == 16:
             return resized(frame.pixels, self.size[::-1], Image.Resampling.LANCZOS)

@@ -305,7 +305,7 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
             raise BadInputError(f"--fps needs a video; {why}: give --factor FPS/RATE (24 to 60: --factor 5/2)")
         journal = Journal(dst, _identity(clip, options)) if options.resume else None
         with write_clip(clip, dst, options.retiming, journal, options.encoding) as writer, \
-                Workers(options.inflight, options.cancel) as workers:
+                Workers(options.inflight, options.cancel, processor.stopped) as workers:
             # Middles that go to the writer alone (a 2x output, not kept for a resume) may come as its planes.
             if (getattr(writer, "planes", None) is not None and hasattr(processor, "planes") and options.retiming.levels == 1
                     and journal is None):

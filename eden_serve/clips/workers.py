@@ -13,14 +13,14 @@ from PIL import Image
 
 class Workers:
     """A fixed set of threads, joined when the run leaves its block, however it leaves: a run that
-    stops sets ``cancel`` (chunks not started are dropped, a client's retries and turns give up)
-    and waits for the chunks in flight to end, so that none of them still computes, or writes a
+    stops sets ``cancel`` (chunks not started are dropped, a client's retries and turns give up),
+    tells its processor (``stopped``: a client cuts its requests in flight) and waits for the chunks in flight to end, so that none of them still computes, or writes a
     resumable run's cached middles (:class:`~.processors.Cached`), once the run has settled its
     output and returned. They are daemons all the same: a second Ctrl-C during that wait leaves
     without them (the command then exits at once, :func:`eden_serve.commands.cli.main`)."""
 
-    def __init__(self, count: int, cancel: threading.Event):
-        self.cancel = cancel
+    def __init__(self, count: int, cancel: threading.Event, stopped: Callable[[], None] = lambda: None):
+        self.cancel, self.stopped = cancel, stopped
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.threads = [threading.Thread(target=self._run, name=f"eden-pair-{i}", daemon=True) for i in range(count)]
         for thread in self.threads:
@@ -51,12 +51,17 @@ class Workers:
         return self
 
     def __exit__(self, exc_type, *rest) -> None:
-        if exc_type is not None:
+        stopping = exc_type is not None
+        if stopping:
             self.cancel.set()
+            self.stopped()  # the processor cuts its requests in flight: a server that does not answer is not waited for
         for _ in self.threads:
             self.jobs.put(None)
         for thread in self.threads:
-            thread.join()
+            while thread.is_alive():
+                thread.join(0.5)
+                if stopping:  # a request begun as the run stopped, after the cut, is cut too
+                    self.stopped()
 
 
 class Arrivals:

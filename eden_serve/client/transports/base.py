@@ -85,6 +85,10 @@ class Transport:
         the answer ends early."""
         raise NotImplementedError
 
+    def abort(self) -> None:
+        """Cut the requests in flight (their run has stopped): each then fails at once, as a dropped
+        connection does, instead of waiting for its answer; later requests are made afresh."""
+
     def close(self) -> None:
         pass
 
@@ -106,6 +110,8 @@ class Retry:
         """``operation()``, retried; raises :class:`UnavailableError` once the tries are spent, or as
         soon as ``cancel`` is set while waiting."""
         for attempt in range(self.tries):
+            if cancel is not None and cancel.is_set():  # the run has stopped: nothing more is sent
+                raise UnavailableError("cancelled before it was sent")
             try:
                 return operation()
             except TransientError as exc:

@@ -11,7 +11,9 @@ are generated at setup from TorchServe's own inference.proto (:mod:`.protos`).
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
 from typing import Callable
 
@@ -81,6 +83,7 @@ class GrpcTransport(Transport):
         self.where = self.urls
         self.metadata = {step: (("authorization", value),) if value else () for step, value in self.authorization.items()}
         self.channels, self.calls = {}, {}
+        self._live, self._lock = set(), threading.Lock()  # the calls in flight, which abort cancels
         for step, url in self.urls.items():
             address, secure = target(url, step)
             if (address, secure) not in self.channels:
@@ -93,6 +96,22 @@ class GrpcTransport(Transport):
             method = "StreamPredictions" if step == "decoder" else "Predictions"
             self.calls[step] = kind(f"{SERVICE}/{method}", request_serializer=self.messages.PredictionsRequest.SerializeToString,
                                     response_deserializer=self.messages.PredictionResponse.FromString)
+
+    @contextlib.contextmanager
+    def _live_call(self, call):
+        with self._lock:
+            self._live.add(call)
+        try:
+            yield call
+        finally:
+            with self._lock:
+                self._live.discard(call)
+
+    def abort(self) -> None:
+        with self._lock:
+            calls = list(self._live)
+        for call in calls:
+            call.cancel()  # its caller gets CANCELLED, a server that does not answer is not waited for
 
     def _request(self, step: str, inputs: dict[str, bytes]):
         return self.messages.PredictionsRequest(model_name=self.models[step], input=inputs)
@@ -115,9 +134,12 @@ class GrpcTransport(Transport):
         inputs.update((key, value.encode()) for key, value in form.items())
         request = self._request("encoder", inputs)
         try:
-            answer = self.calls["encoder"](request, metadata=self.metadata["encoder"], timeout=self.timeout)
+            with self._live_call(self.calls["encoder"].future(request, metadata=self.metadata["encoder"], timeout=self.timeout)) as call:
+                answer = call.result()
         except self.grpc.RpcError as exc:
             raise self._failure(exc, "encoder") from None
+        except self.grpc.FutureCancelledError:
+            raise TransientError(f"gRPC CANCELLED: the run stopped ({self.where['encoder']})") from None
         if first_byte is not None:
             first_byte(time.perf_counter())
         check_document(answer.prediction, self.where["encoder"])
@@ -130,12 +152,13 @@ class GrpcTransport(Transport):
         answer = StreamedAnswer(first, pairs, size, f"(from {self.where['decoder']})")
         received = 0
         try:
-            for message in self.calls["decoder"](request, metadata=self.metadata["decoder"], timeout=self.timeout):
-                received += len(message.prediction)
-                if answer.next == first and not answer.buffer:  # a refusal comes whole, before any record
-                    check_document(message.prediction, self.where["decoder"])
-                for j, image in answer.feed(message.prediction):
-                    deliver(j, image)
+            with self._live_call(self.calls["decoder"](request, metadata=self.metadata["decoder"], timeout=self.timeout)) as call:
+                for message in call:
+                    received += len(message.prediction)
+                    if answer.next == first and not answer.buffer:  # a refusal comes whole, before any record
+                        check_document(message.prediction, self.where["decoder"])
+                    for j, image in answer.feed(message.prediction):
+                        deliver(j, image)
         except self.grpc.RpcError as exc:
             raise self._failure(exc, "decoder") from None
         if not answer.finish():

@@ -6,14 +6,19 @@ from __future__ import annotations
 import contextlib
 import queue
 import re
+import socket
+import threading
 import time
 import urllib.parse
+import weakref
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import requests
 import torch
 from PIL import Image
+from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ...media.planes import PlaneFormat, Planes
@@ -70,6 +75,40 @@ def _connection_errors(url: str):
         raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
 
 
+class _Cuttable(HTTPAdapter):
+    """requests' adapter, its connections remembered so that :meth:`cut` can shut their sockets: a
+    request waiting for an answer (a server that hangs: up to ``--timeout``, 300 s) then fails at
+    once, and its worker, which a stopped run waits for, ends."""
+
+    def __init__(self):
+        self._connections: weakref.WeakSet = weakref.WeakSet()
+        self._lock = threading.Lock()
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": self._pool(HTTPConnectionPool), "https": self._pool(HTTPSConnectionPool)}
+
+    def _pool(self, base: type) -> type:
+        adapter = self
+
+        class Pool(base):
+            def _new_conn(self):
+                connection = super()._new_conn()
+                with adapter._lock:
+                    adapter._connections.add(connection)
+                return connection
+
+        return Pool
+
+    def cut(self) -> None:
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError, AttributeError):  # closed meanwhile, or not yet connected
+                connection.sock.shutdown(socket.SHUT_RDWR)
+
+
 class HttpTransport(Transport):
     """TorchServe's HTTP inference API: the workflow at ``server``, or the encoder at ``cloud`` and
     the DiT+decoder at ``edge``, whose answers stream in chunks (HTTP chunked transfer). Each call is
@@ -95,6 +134,19 @@ class HttpTransport(Transport):
         self.raw = "decoder" in self.urls and loopback(urllib.parse.urlsplit(self.urls["decoder"]).netloc)
         self.planes: PlaneFormat | None = None  # raw answers as the output's planes, where its writer takes them
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
+        self._adapters: list[_Cuttable] = []  # every session's, to cut their requests (abort)
+
+    def _session(self) -> requests.Session:
+        session = requests.Session()
+        adapter = _Cuttable()
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        self._adapters.append(adapter)
+        return session
+
+    def abort(self) -> None:
+        for adapter in list(self._adapters):
+            adapter.cut()
 
     @contextlib.contextmanager
     def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[requests.Response]:
@@ -103,7 +155,7 @@ class HttpTransport(Transport):
         try:
             session = self._idle.get_nowait()
         except queue.Empty:
-            session = requests.Session()
+            session = self._session()
         try:
             with _connection_errors(url):
                 # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
