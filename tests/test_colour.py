@@ -22,7 +22,7 @@ from eden_serve.media import Encoding
 from eden_serve.media.chroma import chroma_location
 from eden_serve.media.colour import FULL, LIMITED, Colour, Mastering
 from eden_serve.media.frames import to_pixels
-from harness.videos import make_graded_clip, traced
+from harness.videos import bar_means, bars, local_frames, make_graded_clip, traced
 
 av = pytest.importorskip("av")
 
@@ -220,3 +220,54 @@ def test_a_sources_colour_is_read_through_its_descriptor_never_by_its_name_here(
     monkeypatch.chdir(here)
     with SourceFile(root, "clip.mkv").clip(None) as clip:
         assert clip.colour.light == (1000, 400) and clip.colour.mastering.luminance == P3.luminance
+
+
+def stated_by_frames(path) -> set[tuple[int, int, int, int]]:
+    """The tags (primaries, transfer, matrix, range) each decoded frame of ``path`` states, as a reader takes them."""
+    with av.open(str(path)) as container:
+        return {(f.color_primaries, f.color_trc, f.colorspace, f.color_range or LIMITED) for f in container.decode(video=0)}
+
+
+# Inputs a reader shows in colours other than BT.601 at limited range, and outputs whose encoder's
+# stream states a matrix or range of its own whatever it is told: JPEG's BT.601 at full range, VP8's
+# BT.601 at limited range, MPEG-1/2's and ProRes' limited range (no flag for full).
+SHOWN = {"bt709": ("yuv420p", Colour(1, 1, 1, LIMITED)), "bt709-full": ("yuv420p", Colour(1, 1, 1, FULL)),
+         "bt601-full": ("yuv420p", Colour(6, 6, 6, FULL))}
+IMPOSING = [("mjpeg", ".avi"), ("mjpeg", ".mkv"), ("libvpx", ".webm"), ("mpeg2video", ".mkv"), ("mpeg2video", ".mpg"),
+            ("prores_ks", ".mov")]
+# A round trip through YUV of other depths, ranges or matrices, and a lossy codec at its defaults,
+# move a bar's mean by a few levels (at most 5 measured, VP8's); a wrong matrix or range by 15 to 50.
+BAR_LEVELS = 6
+
+
+@pytest.mark.parametrize("encoder, suffix", IMPOSING)
+@pytest.mark.parametrize("name", list(SHOWN))
+def test_an_output_shows_the_inputs_colours_where_its_codec_states_a_matrix_or_range_of_its_own(tmp_path, name, encoder, suffix):
+    """Read as any reader reads it (by the tags its frames state), every frame of the output, the
+    originals and the middles alike, shows the input's colours; and its frames state one set of tags.
+    Before, the frames were converted by the input's matrix and range, which the output's stream
+    then contradicted (a BT.709 input into MJPEG came back 34 levels off, a full-range one into
+    MPEG-2 or ProRes 16), and ProRes' middles stated no primaries or transfer where its originals did."""
+    pix_fmt, colour = SHOWN[name]
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, (64, 128), 3, colour, picture=bars)
+    want = bar_means(local_frames(src)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a change of depth or range is said; tested elsewhere
+        interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    frames = local_frames(tmp_path / f"out{suffix}")
+    assert len(frames) == 5 and len(stated_by_frames(tmp_path / f"out{suffix}")) == 1
+    for k, frame in enumerate(frames):
+        off = np.abs(bar_means(frame) - want).max()
+        assert off <= BAR_LEVELS, f"frame {k} ({'a middle' if k % 2 else 'an original'}) is {off:.1f} levels off"
+
+
+@pytest.mark.parametrize("name, encoder, said", [
+    ("bt709", "mjpeg", "mjpeg states the BT.601 matrix whatever it is told: the input's BT.709 frames are converted to it"),
+    ("bt601-full", "mpeg2video", "mpeg2video states limited range only: the input's full-range frames are converted to it")])
+def test_a_conversion_to_the_matrix_or_range_an_output_states_is_said_in_one_line(tmp_path, name, encoder, said):
+    pix_fmt, colour = SHOWN[name]
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, SIZE, 2, colour)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    assert said in [str(w.message) for w in caught]

@@ -1,15 +1,25 @@
 """The output video's pixel format: the input's where the encoder takes it, else the encoder's of
 the same colour sampling nearest the input's depth, else yuv420p10le for an input deeper than 8 bits
-where the encoder takes that, else yuv420p, else the encoder's first; a change of depth or range is
-said in one line."""
+where the encoder takes that, else yuv420p, else the encoder's first; and the matrix and range its
+frames are converted to (:func:`output_colour`). A change of depth, matrix or range is said in one line."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 from ..errors import BadInputError
-from .colour import FULL, Colour
+from .colour import FULL, LIMITED, Colour
 from .encoding import import_av
+from .planes import SWSCALE_MATRICES
+
+BT601 = 5  # AVCOL_SPC_BT470BG
+# The matrix an encoder's stream states whatever its context is told, as FFmpeg's decoder of it
+# reads it back: JPEG's and VP8's are BT.601 (JPEG's range is full: its yuvj formats say so).
+IMPOSED = {"mjpeg": BT601, "libvpx": BT601}
+MATRIX_NAMES = {0: "RGB", 1: "BT.709", 4: "FCC", 7: "SMPTE 240M", 8: "YCgCo", 9: "BT.2020", 10: "BT.2020 CL", 14: "ICtCp"}
+# Encoders whose stream has no flag for full range (MPEG-1 and -2 video, ProRes, VP8): read as limited.
+LIMITED_ONLY = {"mpeg1video", "mpeg2video", "prores", "prores_ks", "prores_aw", "libvpx"}
 
 # The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
 Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",
@@ -63,18 +73,36 @@ def bits(pix_fmt: str) -> int:
     return max(c.bits for c in import_av().VideoFormat(pix_fmt).components)
 
 
-def say_conversion(source: str | None, output: str, colour: Colour) -> None:
-    """One line where the output's pixel format changes the input's depth or range."""
+def say_conversion(source: str | None, output: str, colour: Colour, encoder: str = "") -> None:
+    """One line where the output's pixel format changes the input's depth or range, and one where
+    ``encoder``'s stream states another matrix or range than the input's (:func:`output_colour`)."""
     if source is None:
         return
     was, now = bits(source), bits(output)
     if was != now:
         how = "rounded to" if now < was else "widened to"
         warnings.warn(f"the output's pixel format {output} holds {now} bits: the input's {was}-bit {source} frames are {how} it")
+    written = output_colour(encoder, output, colour)
     if output.startswith("yuvj") and colour.range != FULL:
         warnings.warn(f"the output's pixel format {output} is full range: the input's limited-range frames are converted to it")
+    elif written.range != colour.range and colour.range == FULL:
+        warnings.warn(f"{encoder} states limited range only: the input's full-range frames are converted to it")
+    if output.startswith(("yuv", "nv", "p0")) and not same_matrix(written.matrix, colour.matrix):
+        matrix = MATRIX_NAMES.get(colour.matrix, f"matrix {colour.matrix}")
+        warnings.warn(f"{encoder} states the BT.601 matrix whatever it is told: the input's {matrix} frames are converted to it")
 
 
-def output_range(pix_fmt: str, colour: Colour) -> int:
-    """The range the output's frames are converted to and tagged with: full for a yuvj format, else the input's."""
-    return FULL if pix_fmt.startswith("yuvj") else colour.range
+def same_matrix(a: int, b: int) -> bool:
+    """Whether two matrices (FFmpeg's values) convert alike: unspecified, BT.470BG and SMPTE 170M are all BT.601."""
+    return SWSCALE_MATRICES.get(a, a) == SWSCALE_MATRICES.get(b, b)
+
+
+def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
+    """The colour the output's frames are converted to and tagged with: the input's, but in the
+    matrix and range ``encoder``'s stream states whatever it is told (:data:`IMPOSED`,
+    :data:`LIMITED_ONLY`: a frame converted by the input's would be shown in other colours), and
+    full range for a yuvj format."""
+    matrix = IMPOSED.get(encoder, colour.matrix)
+    range_ = LIMITED if encoder in LIMITED_ONLY and colour.range == FULL else colour.range
+    return replace(colour, matrix=colour.matrix if same_matrix(matrix, colour.matrix) else matrix,
+                   range=FULL if pix_fmt.startswith("yuvj") else range_)

@@ -21,7 +21,7 @@ from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, import_av
 from .mastering import add_video_stream
-from .pixel_formats import Y4M_PIX_FMTS, output_range
+from .pixel_formats import Y4M_PIX_FMTS, output_colour, same_matrix
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .timing import Retiming, output_time_base, tick_of
@@ -128,11 +128,17 @@ class VideoWriter(ClipWriter):
         options = configure(self.stream, encoding, host_pix_fmt(source), colour,
                             Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
-        # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
-        range_ = output_range(self.pix_fmt, colour)
-        self.convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": range_ or None}
+        # Pictures converted to the output's pixel format go to the matrix and range it states (untagged:
+        # swscale's defaults); the originals too where those are not the input's, else they keep their own.
+        written = output_colour(name, self.pix_fmt, colour)
+        self.convert = {"dst_colorspace": written.matrix if written.matrix != 2 else None, "dst_color_range": written.range or None}
+        self.recolour = not same_matrix(written.matrix, colour.matrix) or (written.range == FULL) != (colour.range == FULL)
+        # Every picture states the output's tags: an encoder that writes each frame's own (ProRes) would
+        # state none for a middle made of RGB.
+        self.tags = {"color_primaries": written.primaries, "color_trc": written.transfer, "colorspace": written.matrix,
+                     "color_range": written.range}
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
-        self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
+        self.planes = plane_format(self.pix_fmt, source.width, source.height, written.matrix, written.range == FULL)
         frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
         self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn, frames=frames)
         self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
@@ -208,6 +214,8 @@ class VideoWriter(ClipWriter):
 
     def _encode(self, picture, pts: int, duration: int) -> None:
         picture.pts, picture.duration, picture.time_base = pts, duration, self.time_base
+        for name, value in self.tags.items():
+            setattr(picture, name, value)
         self.durations[pts] = duration
         picture.pict_type = self._none  # let the encoder place keyframes, not the input's
         try:
@@ -233,7 +241,7 @@ class VideoWriter(ClipWriter):
                 self.stream.set_display_matrix(matrix)
         if isinstance(picture, Frame):
             frame = picture.raw
-            if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
+            if self.recolour or (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
                 frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
         elif isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
             assert picture.format == self.planes, (picture.format, self.planes)
