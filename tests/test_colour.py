@@ -8,21 +8,25 @@ PyAV's encoders."""
 from __future__ import annotations
 
 import dataclasses
+import struct
 import subprocess
 import sys
 import warnings
+import zlib
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding
 from eden_serve.media.chroma import chroma_location
 from eden_serve.media.colour import FULL, LIMITED, Colour, Mastering
-from eden_serve.media.frames import to_pixels
-from harness.videos import bar_means, bars, local_frames, make_graded_clip, traced
+from eden_serve.media.frames import png_bytes, to_pixels
+from eden_serve.wire.png import rgb16_png
+from harness.videos import bar_means, bars, gradient, local_frames, make_graded_clip, traced
 
 av = pytest.importorskip("av")
 
@@ -271,3 +275,49 @@ def test_a_conversion_to_the_matrix_or_range_an_output_states_is_said_in_one_lin
         warnings.simplefilter("always")
         interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
     assert said in [str(w.message) for w in caught]
+
+
+def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """A PNG's chunks (type, body), in order."""
+    at, found = 8, []
+    while at < len(data):
+        length, kind = struct.unpack_from(">I4s", data, at)
+        found.append((kind, data[at + 8:at + 8 + length]))
+        at += 12 + length
+    return found
+
+
+def with_colour(png: bytes) -> bytes:
+    """``png`` with chunks that say how its colours are shown put after its header: an ICC profile,
+    gamma, chromaticities (Display P3's) and coding-independent code points (BT.709)."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    said = (chunk(b"iCCP", b"a profile\0\0" + zlib.compress(b"not parsed by anyone here")) + chunk(b"gAMA", struct.pack(">I", 45455))
+            + chunk(b"cHRM", struct.pack(">8I", 31270, 32900, 68000, 32000, 26500, 69000, 15000, 6000))
+            + chunk(b"cICP", bytes([1, 1, 0, 1])))
+    return png[:33] + said + png[33:]
+
+
+COLOUR_CHUNKS = {b"iCCP", b"sRGB", b"gAMA", b"cHRM", b"cICP", b"mDCv", b"cLLi"}
+
+
+@pytest.mark.parametrize("depth", [8, 16])
+def test_a_pngs_colour_chunks_are_kept_in_its_middles(tmp_path, depth):
+    """A middle is shown as its neighbours are: it carries the colour chunks of the PNG before it (was:
+    none, so a viewer showed the originals by their profile and the middles as sRGB)."""
+    src = tmp_path / "in"
+    src.mkdir()
+    for k in range(2):
+        pixels = (gradient(k, SIZE) if depth == 16 else (gradient(k, SIZE) // 257).astype(np.uint8))
+        png = rgb16_png(pixels) if depth == 16 else png_bytes(Image.fromarray(pixels))
+        (src / f"f{k}.png").write_bytes(with_colour(png))
+    said = [c for c in png_chunks((src / "f0.png").read_bytes()) if c[0] in COLOUR_CHUNKS]
+    interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False)
+    middle = (tmp_path / "out" / "000001.png").read_bytes()
+    assert [c for c in png_chunks(middle) if c[0] in COLOUR_CHUNKS] == said
+    with av.open(str(tmp_path / "out" / "000001.png")) as container:  # still a PNG that decodes
+        assert next(container.decode(video=0)).width == SIZE[1]
+    done = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", str(src / "f0.png"), str(src / "f1.png"),
+                           "-o", str(tmp_path / "pair.png"), "--config", "tiny"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [c for c in png_chunks((tmp_path / "pair.png").read_bytes()) if c[0] in COLOUR_CHUNKS] == said

@@ -19,7 +19,8 @@ import torch
 from PIL import Image
 
 from ..errors import BadInputError
-from .frames import Picture, as_image, depth_of, png_of
+from ..wire.png import with_chunks
+from .frames import Picture, as_image, depth_of, png_bytes, png_of
 
 
 def check_destination(dst: Path, directory: bool) -> None:
@@ -89,20 +90,28 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
         raise
 
 
-def save_image(image: Picture, dst: str | Path) -> None:
+def save_image(image: Picture, dst: str | Path, chunks: bytes = b"") -> None:
     """Save atomically; the format follows the extension of ``dst``. RGB pixels (a tensor) are
     written as a directory clip writes them: a 16-bit PNG where they have 16 bits and the output is
-    a PNG (Pillow holds 8 bits of RGB), else as their image."""
+    a PNG (Pillow holds 8 bits of RGB), else as their image. A PNG carries ``chunks`` after its
+    header (a middle: the colour chunks of the frame before it, :attr:`~.base.Frame.shown_as`)."""
     dst = Path(dst)
     fmt = Image.registered_extensions().get(dst.suffix.lower())
     if fmt is None:
         raise BadInputError(f"output {str(dst)!r}: unknown image extension; use e.g. .png")
     if isinstance(image, torch.Tensor) and fmt == "PNG" and depth_of(image) == 16:
         with atomic_output(dst) as tmp:
-            tmp.write_bytes(png_of(image.numpy()))
+            tmp.write_bytes(with_chunks(png_of(image.numpy()), chunks))
         return
     image = as_image(image)
+    try:
+        data = png_bytes(image) if fmt == "PNG" else None
+    except (OSError, ValueError, KeyError) as exc:
+        raise BadInputError(f"cannot save a {image.mode} image as {fmt} ({exc})") from None
     with atomic_output(dst) as tmp:
+        if data is not None:
+            tmp.write_bytes(with_chunks(data, chunks))
+            return
         try:
             image.save(tmp, format=fmt)
         except (OSError, ValueError, KeyError) as exc:

@@ -16,6 +16,7 @@ from .encoding import Encoding
 from .planes import Planes
 from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, depth_of, image_to_tensor, is_deep, match_mode, open_deep, open_image,
                      picture_size, pixels_to_tensor, png_bytes, png_of, widened)
+from ..wire.png import colour_chunks, icc_chunk
 from .resume import input_identity
 from .timing import Retiming
 
@@ -83,6 +84,26 @@ class Frame:
         if self.pixels is None:
             return None
         return self._cache.get("alpha")
+
+    @property
+    def shown_as(self) -> bytes:
+        """How the frame's file says its colours are shown, as the PNG chunks a middle written after it
+        carries (:func:`~eden_serve.wire.png.with_chunks`): a PNG's colour chunks, another image's ICC
+        profile; nothing for a frame without a file (a video's, whose colour its stream states)."""
+        if self.path is None:
+            return b""
+        return self._lazy("shown_as", self._shown_as)
+
+    def _shown_as(self) -> bytes:
+        try:
+            with open(self.path, "rb") as file:
+                if chunks := colour_chunks(file):
+                    return chunks
+            with Image.open(self.path) as image:
+                profile = image.info.get("icc_profile")
+        except (OSError, ValueError, SyntaxError):
+            return b""  # the frame's own reading says what is wrong with it
+        return icc_chunk(profile) if profile else b""
 
     @property
     def depth(self) -> int:

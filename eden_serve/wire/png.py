@@ -6,12 +6,16 @@ Pillow holds no 16-bit RGB image, so 16-bit RGB PNGs are written and read here (
 which writes 16-bit RGBA too, and :func:`rgb16_pixels`): every row filtered by its left neighbour ("Sub"), one zlib stream. The reader
 takes what this writer makes (filters None, Sub and Up, no interlacing), checks every chunk's CRC,
 and inflates no more than the header's size implies; other 16-bit PNGs are media's (PyAV's) to read.
+A PNG's colour chunks (its ICC profile, gamma, cICP...) are read as they are and put into another
+(:func:`colour_chunks`, :func:`with_chunks`): a middle is shown as the frame before it.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
+from typing import BinaryIO
 
 import numpy as np
 
@@ -27,6 +31,41 @@ _CHUNK = struct.Struct(">I4s")
 # higher levels cost several times that for a few per cent fewer bytes.
 _LEVEL = 1
 _SUB, _UP = 1, 2
+
+
+# The chunks that say how a PNG's colours are shown: an ICC profile, sRGB's rendering intent, gamma,
+# chromaticities, coding-independent code points, HDR's mastering display and content light level.
+COLOUR_CHUNKS = frozenset({b"iCCP", b"sRGB", b"gAMA", b"cHRM", b"cICP", b"mDCv", b"cLLi"})
+_HEADER_END = len(PNG_SIGNATURE) + _CHUNK.size + 13 + 4  # the signature and IHDR, whose body is 13 bytes
+
+
+def colour_chunks(file: BinaryIO) -> bytes:
+    """The colour chunks (:data:`COLOUR_CHUNKS`) of the PNG read from ``file``, whole and in their
+    order, of those before its palette and pixels, where PNG places them; nothing for another image."""
+    if file.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+        return b""
+    found = []
+    while len(head := file.read(_CHUNK.size)) == _CHUNK.size:
+        length, kind = _CHUNK.unpack(head)
+        if kind in (b"PLTE", b"IDAT", b"IEND"):
+            break
+        if kind in COLOUR_CHUNKS:
+            found.append(head + file.read(length + 4))
+        else:
+            file.seek(length + 4, io.SEEK_CUR)
+    return b"".join(found)
+
+
+def icc_chunk(profile: bytes) -> bytes:
+    """An ICC profile (another image format's) as a PNG's iCCP chunk."""
+    return _chunk(b"iCCP", b"ICC profile\0\0" + zlib.compress(profile))
+
+
+def with_chunks(png: bytes, chunks: bytes) -> bytes:
+    """``png`` with whole ``chunks`` (:func:`colour_chunks`) after its header, where it states no colour of its own."""
+    if not chunks or colour_chunks(io.BytesIO(png[:_HEADER_END + (1 << 16)])):
+        return png
+    return png[:_HEADER_END] + chunks + png[_HEADER_END:]
 
 
 def png_header(data: bytes) -> tuple[int, int, int, int] | None:
