@@ -321,3 +321,30 @@ def test_a_pngs_colour_chunks_are_kept_in_its_middles(tmp_path, depth):
                            "-o", str(tmp_path / "pair.png"), "--config", "tiny"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert [c for c in png_chunks((tmp_path / "pair.png").read_bytes()) if c[0] in COLOUR_CHUNKS] == said
+
+
+# (input pixel format, its colour, encoder, output suffix, --pix-fmt): YUV into an RGB encoder, and
+# RGB (matrix 0, GBR: a screen capture, libx264rgb's) into YUV encoders.
+ACROSS = [("yuv444p", Colour(1, 1, 1, LIMITED), "libx264rgb", ".mkv", None),
+          ("gbrp10le", Colour(1, 13, 0, 0), "libx264", ".mkv", None), ("gbrp10le", Colour(1, 13, 0, 0), "libvpx-vp9", ".webm", None),
+          ("gbrp10le", Colour(1, 13, 0, 0), "ffv1", ".mkv", "yuv420p"), *([("gbrp10le", Colour(9, 16, 0, 0), AV1, ".mkv", None)] if AV1 else [])]
+
+
+@pytest.mark.parametrize("pix_fmt, colour, encoder, suffix, asked", ACROSS)
+def test_rgb_and_yuv_outputs_state_the_matrix_their_pixels_are_in(tmp_path, pix_fmt, colour, encoder, suffix, asked):
+    """An RGB output states the RGB matrix (0), a YUV one a YUV matrix (BT.2020's for BT.2020
+    primaries, else BT.709's), and either shows the input's colours. Before, the input's matrix was
+    stated as it was: YUV frames into libx264rgb came back 255 levels off (its RGB read as YUV), RGB
+    frames into YUV stated the RGB matrix, which libvpx-vp9 and SVT-AV1 refused (the run failed)."""
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, (64, 128), 3, colour, picture=bars)
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a change of depth is said; tested elsewhere
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder, pix_fmt=asked))
+    with av.open(str(out)) as container:
+        first = next(container.decode(video=0))
+        rgb = av.VideoFormat(first.format.name).is_rgb
+    assert {tags[2] for tags in stated_by_frames(out)} == ({0} if rgb else {9 if colour.primaries == 9 else 1})
+    want = bar_means(local_frames(src)[0])
+    for k, frame in enumerate(local_frames(out)):
+        assert np.abs(bar_means(frame) - want).max() <= BAR_LEVELS, f"frame {k}"

@@ -9,11 +9,11 @@ import warnings
 from dataclasses import replace
 
 from ..errors import BadInputError
-from .colour import FULL, LIMITED, Colour
+from .colour import BT2020, FULL, LIMITED, Colour
 from .encoding import import_av
 from .planes import SWSCALE_MATRICES
 
-BT601 = 5  # AVCOL_SPC_BT470BG
+RGB, BT709, BT601, BT2020_NCL = 0, 1, 5, 9  # AVCOL_SPC_RGB, _BT709, _BT470BG, _BT2020_NCL
 # The matrix an encoder's stream states whatever its context is told, as FFmpeg's decoder of it
 # reads it back: JPEG's and VP8's are BT.601 (JPEG's range is full: its yuvj formats say so).
 IMPOSED = {"mjpeg": BT601, "libvpx": BT601}
@@ -87,9 +87,16 @@ def say_conversion(source: str | None, output: str, colour: Colour, encoder: str
         warnings.warn(f"the output's pixel format {output} is full range: the input's limited-range frames are converted to it")
     elif written.range != colour.range and colour.range == FULL:
         warnings.warn(f"{encoder} states limited range only: the input's full-range frames are converted to it")
-    if output.startswith(("yuv", "nv", "p0")) and not same_matrix(written.matrix, colour.matrix):
+    if encoder in IMPOSED and colour.matrix != RGB and not same_matrix(written.matrix, colour.matrix):
         matrix = MATRIX_NAMES.get(colour.matrix, f"matrix {colour.matrix}")
         warnings.warn(f"{encoder} states the BT.601 matrix whatever it is told: the input's {matrix} frames are converted to it")
+
+
+def yuv_matrix(colour: Colour) -> int:
+    """The matrix YUV made of RGB pixels of ``colour`` is converted by: BT.2020's (non-constant
+    luminance) for BT.2020 primaries, else BT.709's (sRGB's primaries are BT.709's). The RGB
+    matrix, stated of YUV, is read as another matrix (FFmpeg: BT.601), or refused (VP9, AV1 outside 4:4:4)."""
+    return BT2020_NCL if colour.primaries == BT2020 else BT709
 
 
 def same_matrix(a: int, b: int) -> bool:
@@ -101,8 +108,13 @@ def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
     """The colour the output's frames are converted to and tagged with: the input's, but in the
     matrix and range ``encoder``'s stream states whatever it is told (:data:`IMPOSED`,
     :data:`LIMITED_ONLY`: a frame converted by the input's would be shown in other colours), and
-    full range for a yuvj format."""
+    full range for a yuvj format; RGB pixels state the RGB matrix, and YUV ones converted from RGB a
+    YUV matrix (:func:`yuv_matrix`)."""
     matrix = IMPOSED.get(encoder, colour.matrix)
+    if import_av().VideoFormat(pix_fmt).is_rgb:
+        matrix = RGB
+    elif matrix == RGB:
+        matrix = yuv_matrix(colour)
     range_ = LIMITED if encoder in LIMITED_ONLY and colour.range == FULL else colour.range
     return replace(colour, matrix=colour.matrix if same_matrix(matrix, colour.matrix) else matrix,
                    range=FULL if pix_fmt.startswith("yuvj") else range_)
