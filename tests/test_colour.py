@@ -348,3 +348,41 @@ def test_rgb_and_yuv_outputs_state_the_matrix_their_pixels_are_in(tmp_path, pix_
     want = bar_means(local_frames(src)[0])
     for k, frame in enumerate(local_frames(out)):
         assert np.abs(bar_means(frame) - want).max() <= BAR_LEVELS, f"frame {k}"
+
+
+def with_alpha_plane(index: int, size: tuple[int, int]) -> np.ndarray:
+    """:func:`bars` with an even alpha of (index + 1) quarters, 16-bit RGBA [H, W, 4]."""
+    return np.concatenate([bars(index, size), np.full((*size, 1), 65535 * (index + 1) // 4, np.uint16)], axis=-1)
+
+
+def make_alpha_clip(path, codec: str, pix_fmt: str, size: tuple[int, int], count: int):
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.height, stream.width = size
+        stream.pix_fmt = pix_fmt
+        for k in range(count):
+            frame = av.VideoFrame.from_ndarray(with_alpha_plane(k, size), format="rgba64le").reformat(format=pix_fmt)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("codec, pix_fmt, suffix", [("ffv1", "yuva420p", ".mkv"), ("prores_ks", "yuva444p10le", ".mov"),
+                                                    ("ffv1", "gbrap16le", ".mkv")])
+@pytest.mark.parametrize("factor", [2, 4])
+def test_a_videos_middles_have_the_alpha_of_their_neighbours(tmp_path, codec, pix_fmt, suffix, factor):
+    """The model sees colour alone: a middle's alpha is its neighbours', blended by its position,
+    as an image's middle is the mean of its neighbours' (was: every middle opaque between
+    translucent originals, ProRes 4444's and VP9's alpha alike)."""
+    src = make_alpha_clip(tmp_path / f"in{suffix}", codec, pix_fmt, (32, 64), 3)
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        interpolate_clip(src, out, pairwise(blend), progress=False, factor=factor)
+    with av.open(str(out)) as container:
+        alphas = [frame.to_ndarray(format="rgba64le")[..., 3].astype(np.float64) / 65535 for frame in container.decode(video=0)]
+    assert len(alphas) == 2 * factor + 1
+    for k, alpha in enumerate(alphas):
+        want = (1 + k / factor) / 4  # the originals' quarters, and between them by position
+        assert np.abs(alpha - want).max() < 0.01, f"frame {k}: alpha {alpha.mean():.3f}, not {want:.3f}"
