@@ -386,3 +386,47 @@ def test_a_videos_middles_have_the_alpha_of_their_neighbours(tmp_path, codec, pi
     for k, alpha in enumerate(alphas):
         want = (1 + k / factor) / 4  # the originals' quarters, and between them by position
         assert np.abs(alpha - want).max() < 0.01, f"frame {k}: alpha {alpha.mean():.3f}, not {want:.3f}"
+
+
+def lost_tags(src, out) -> set[str]:
+    """The tags of ``src``'s first frame that ``out``'s first frame, read back, no longer states as it
+    did, of those a reader would take otherwise: primaries and transfer stated, a matrix other than
+    BT.601's, full range."""
+    def tags(path):
+        with av.open(str(path)) as container:
+            frame = next(container.decode(video=0))
+            return frame.color_primaries, frame.color_trc, frame.colorspace, frame.color_range
+    (primaries, transfer, matrix, range_), got = tags(src), tags(out)
+    lost = {name for name, was, now in (("primaries", primaries, got[0]), ("transfer", transfer, got[1])) if was != 2 and now != was}
+    if matrix not in (2, 5, 6) and got[2] != matrix:
+        lost.add("matrix")
+    if range_ == FULL and got[3] != FULL:
+        lost.add("range")
+    return lost
+
+
+# (suffix, encoder): containers with and without a place for the tags, codecs that state them in their
+# stream or not.
+KEEPERS = [(".avi", "ffv1"), (".avi", "libx264"), (".avi", "mpeg4"), (".nut", "ffv1"), (".nut", "libx264"), (".nut", "rawvideo"),
+           (".y4m", None), (".mov", "mpeg4"), (".mov", "libx264"), (".mkv", "ffv1"), (".mp4", "mpeg4"), (".flv", "flv"),
+           (".ts", "mpeg2video"), (".ts", "libx264"), (".mpg", "mpeg1video"), (".webm", "libvpx-vp9"), (".mkv", "rawvideo")]
+
+
+@pytest.mark.parametrize("suffix, encoder", KEEPERS)
+@pytest.mark.parametrize("name", ["bt709", "bt709-full"])
+def test_an_output_that_cannot_state_the_inputs_colour_says_so_in_one_line(tmp_path, name, suffix, encoder):
+    """Where neither the container nor the codec's stream has a place for a tag the input states
+    (AVI, NUT, FLV and MPEG-TS hold none; Y4M its range alone; MOV no range), one line says which
+    are left out; nothing is said where every tag is kept (before: silently left out)."""
+    pix_fmt, colour = SHOWN[name]
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, SIZE, 8 if suffix == ".ts" else 2, colour)  # TS: bytes to probe
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder))
+    said = [str(w.message) for w in caught if str(w.message).startswith("the output (")]
+    converted = any("states limited range only" in str(w.message) for w in caught)  # said of its own (MPEG-1)
+    lost = lost_tags(src, out) - ({"range"} if converted else set())
+    assert len(said) == (1 if lost else 0), (said, lost)
+    if lost:
+        assert said[0].split(": ")[0].endswith(" and ".join(sorted(lost))), (said, lost)

@@ -118,3 +118,26 @@ def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
     range_ = LIMITED if encoder in LIMITED_ONLY and colour.range == FULL else colour.range
     return replace(colour, matrix=colour.matrix if same_matrix(matrix, colour.matrix) else matrix,
                    range=FULL if pix_fmt.startswith("yuvj") else range_)
+
+
+# Where the colour tags are held: by the container (Matroska's Colour, MP4's and MOV's colr, which
+# in MOV has no range, Y4M's XCOLORRANGE), and by the codec's own stream (H.264's and HEVC's VUI,
+# AV1's sequence header, VP9's and VP8's colour space and range, MPEG-2's sequence display
+# extension, ProRes' frame header, JPEG's by its definition); AVI, NUT, FLV and MPEG-TS hold none.
+TAGS = ("primaries", "transfer", "matrix", "range")
+CONTAINER_HOLDS = {"matroska": TAGS, "webm": TAGS, "mp4": TAGS, "mov": TAGS[:3], "yuv4mpegpipe": ("range",)}
+STREAM_HOLDS = {"h264": TAGS, "hevc": TAGS, "av1": TAGS, "vp9": TAGS[2:], "vp8": TAGS[2:], "mjpeg": TAGS[2:],
+                "mpeg2video": TAGS[:3], "prores": TAGS[:3]}
+
+
+def say_lost(container: str, codec: str, colour: Colour) -> None:
+    """One line where the output's ``container`` and its ``codec``'s stream have no place for a tag
+    ``colour`` (the output's) states that a reader would not take by default: primaries and transfer
+    stated, a matrix other than BT.601's, full range."""
+    held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
+    stated = {"primaries": colour.primaries != 2, "transfer": colour.transfer != 2,
+              "matrix": not same_matrix(colour.matrix, 2) and colour.matrix != RGB, "range": colour.range == FULL}
+    lost = sorted(name for name, said in stated.items() if said and name not in held)
+    if lost:
+        warnings.warn(f"the output ({container}, {codec}) has no place for the input's {' and '.join(lost)}: they are left out, "
+                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range)")

@@ -22,7 +22,7 @@ from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, import_av
 from .mastering import add_video_stream
-from .pixel_formats import Y4M_PIX_FMTS, bits, output_colour, same_matrix
+from .pixel_formats import Y4M_PIX_FMTS, bits, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .timing import Retiming, output_time_base, tick_of
@@ -132,6 +132,7 @@ class VideoWriter(ClipWriter):
         # Pictures converted to the output's pixel format go to the matrix and range it states (untagged:
         # swscale's defaults); the originals too where those are not the input's, else they keep their own.
         written = output_colour(name, self.pix_fmt, colour)
+        say_lost(self.container.format.name, self.stream.codec_context.codec.canonical_name, written)
         self.convert = {"dst_colorspace": written.matrix if written.matrix != 2 else None, "dst_color_range": written.range or None}
         self.recolour = not same_matrix(written.matrix, colour.matrix) or (written.range == FULL) != (colour.range == FULL)
         # Every picture states the output's tags: an encoder that writes each frame's own (ProRes) would
