@@ -430,3 +430,25 @@ def test_an_output_that_cannot_state_the_inputs_colour_says_so_in_one_line(tmp_p
     assert len(said) == (1 if lost else 0), (said, lost)
     if lost:
         assert said[0].split(": ")[0].endswith(" and ".join(sorted(lost))), (said, lost)
+
+
+@pytest.mark.parametrize("matrix, name", [(8, "YCgCo"), (10, "BT.2020 CL"), (14, "ICtCp")])
+def test_a_matrix_ffmpeg_cannot_convert_is_refused_in_one_line_naming_it(tmp_path, matrix, name):
+    """FFmpeg's swscale converts no YCgCo, constant-luminance BT.2020 or ICtCp to RGB: the clip is
+    refused as it opens, saying so (was: 'cannot decode the video ([Errno 95] Operation not
+    supported)' at its first frame)."""
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 2, Colour(9, 14, 2), picture=bars)
+    with av.open(str(src)) as container:  # the tag as an encoder of such video states it
+        stream = container.streams.video[0]
+        template = tmp_path / "tagged.mkv"
+        with av.open(str(template), "w") as out:
+            copy = out.add_stream_from_template(stream)
+            copy.codec_context.colorspace = matrix
+            for packet in container.demux(stream):
+                if packet.size:
+                    packet.stream = copy
+                    out.mux(packet)
+    done = command(str(template), "-o", str(tmp_path / "out.mkv"))
+    assert done.returncode == 2 and not (tmp_path / "out.mkv").exists()
+    assert done.stderr.splitlines()[-1] == (f"eden-serve: error: {template}: its colour matrix is {name} ({matrix}), which FFmpeg's "
+                                            "swscale cannot convert to RGB; convert the video to another matrix first")

@@ -21,6 +21,7 @@ from .containers import display_matrix, first_frame, main_video, say_interlaced,
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
+from .pixel_formats import MATRIX_NAMES
 from .threads import Prefetch
 from .timing import MAX_FPS
 from .video_writer import VideoWriter
@@ -35,6 +36,31 @@ def rgb_pixels(frame) -> torch.Tensor:
     by the frame's colour matrix and range, which the decoder takes from the bitstream or, where the
     bitstream leaves them out, from its context)."""
     return torch.from_numpy(rgb(frame))
+
+
+def check_convertible(pix_fmt: str | None, colour: Colour, path) -> None:
+    """Refuses, as the clip opens, a video whose matrix swscale cannot convert to RGB (YCgCo, BT.2020's
+    constant-luminance form, ICtCp...: FFmpeg 8's answers 'Operation not supported' at the first
+    frame), tried on a blank frame of its pixel format."""
+    if pix_fmt is None or colour.matrix in CONVERTIBLE:
+        return
+    av = import_av()
+    try:
+        frame = av.VideoFrame(16, 16, pix_fmt)
+    except (av.error.FFmpegError, ValueError):
+        return  # no blank frame of it (a hardware format): its frames say for themselves
+    frame.colorspace = colour.matrix
+    try:
+        rgb(frame)
+    except (av.error.FFmpegError, ValueError):
+        name = MATRIX_NAMES.get(colour.matrix, "unknown")
+        raise BadInputError(f"{path}: its colour matrix is {name} ({colour.matrix}), which FFmpeg's swscale cannot convert to RGB; "
+                            "convert the video to another matrix first") from None
+
+
+# Matrices swscale converts (RGB, BT.709, unspecified, FCC, BT.470BG, SMPTE 170M and 240M, BT.2020's
+# non-constant-luminance form): others are tried first.
+CONVERTIBLE = frozenset({0, 1, 2, 4, 5, 6, 7, 9})
 
 
 @dataclass(frozen=True)
@@ -120,6 +146,11 @@ class VideoClip(Clip):
         self.stream.thread_type = "AUTO"
         say_interlaced(self.stream, path)
         self.colour = self._colour()
+        try:
+            check_convertible(self.stream.codec_context.pix_fmt, self.colour, path)
+        except BadInputError:
+            self.container.close()
+            raise
         self.length = self.stream.frames or None
         self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
         self.time_base = self.stream.time_base or 1 / self.rate
