@@ -190,14 +190,19 @@ def test_16_bit_scaling_is_the_8_bit_scaling_without_its_roundings(size, resampl
     assert difference.max() <= 1.1 and (difference > 1).mean() < 0.001, (difference.max(), (difference > 1).mean())
 
 
-def rgba16_png(pixels: np.ndarray) -> bytes:
-    """[H, W, 4] uint16 as a 16-bit RGBA PNG, by FFmpeg's PNG encoder."""
+def rgba16_png(pixels: np.ndarray, pix_fmt: str = "rgba64be") -> bytes:
+    """[H, W, 4] uint16 as a 16-bit RGBA PNG (``ya16be``: grey and alpha), by FFmpeg's PNG encoder."""
     context = av.CodecContext.create("png", "w")
     context.height, context.width = pixels.shape[:2]
-    context.pix_fmt = "rgba64be"
+    context.pix_fmt = pix_fmt
     context.open()
-    picture = av.VideoFrame.from_ndarray(pixels, format="rgba64le").reformat(format="rgba64be")
+    picture = av.VideoFrame.from_ndarray(pixels, format="rgba64le").reformat(format=pix_fmt)
     return bytes(context.encode(picture)[0])
+
+
+def rgba_of(path) -> np.ndarray:
+    with av.open(str(path)) as container:
+        return next(container.decode(video=0)).to_ndarray(format="rgba64le")
 
 
 def with_alpha(index: int, size: tuple[int, int]) -> np.ndarray:
@@ -206,22 +211,23 @@ def with_alpha(index: int, size: tuple[int, int]) -> np.ndarray:
     return np.concatenate([gradient(index, size), np.round(alpha).astype(np.uint16)[..., None]], axis=-1)
 
 
+@pytest.mark.parametrize("pix_fmt", ["rgba64be", "ya16be"])
 @pytest.mark.parametrize("factor", [2, 4])
-def test_a_directory_of_16_bit_rgba_pngs_keeps_16_bits_and_its_alpha(tmp_path, factor):
+def test_a_directory_of_16_bit_rgba_pngs_keeps_16_bits_and_its_alpha(tmp_path, factor, pix_fmt):
     """Their colours go to the model at 16 bits, as 16-bit RGB's do, and each middle is a 16-bit RGBA
-    PNG whose alpha is the mean of its neighbours' (was: read at 8 bits, middles written at 8)."""
+    PNG whose alpha is the mean of its neighbours' (was: read at 8 bits, middles written at 8); 16-bit
+    grey and alpha alike (Pillow reads it as 8-bit RGBA), its grey in each of the middle's colours."""
     src, size = tmp_path / "in", (32, 48)
     src.mkdir()
-    frames = [with_alpha(k, size) for k in range(2)]
-    for k, pixels in enumerate(frames):
-        (src / f"f{k}.png").write_bytes(rgba16_png(pixels))
+    for k in range(2):
+        (src / f"f{k}.png").write_bytes(rgba16_png(with_alpha(k, size), pix_fmt))
+    frames = [rgba_of(src / f"f{k}.png") for k in range(2)]
     interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False, factor=factor)
     written = sorted((tmp_path / "out").iterdir())
     assert len(written) == factor + 1 and written[0].read_bytes() == (src / "f0.png").read_bytes()
     middle = written[factor // 2]
     assert png_header(middle.read_bytes())[2:] == (16, 6)
-    with av.open(str(middle)) as container:
-        got = next(container.decode(video=0)).to_ndarray(format="rgba64le")
+    got = rgba_of(middle)
     halves = (frames[0][..., :3].astype(np.float32) / 65535 + frames[1][..., :3].astype(np.float32) / 65535) / 2
     assert np.array_equal(got[..., :3], np.round(halves * 65535).astype(np.uint16))
     assert np.array_equal(got[..., 3], (frames[0][..., 3].astype(np.int64) + frames[1][..., 3]) // 2)

@@ -26,6 +26,7 @@ PNG_HEADER_BYTES = _HEADER.size
 RGB8 = (8, 2)  # bit depth 8, colour type 2: RGB
 RGB16 = (16, 2)
 RGBA16 = (16, 6)  # bit depth 16, colour type 6: RGB and alpha
+GREY_ALPHA16 = (16, 4)  # colour type 4: grey and alpha, which media reads as RGBA
 _CHUNK = struct.Struct(">I4s")
 # zlib level 1: at 1080p a 16-bit frame takes a third of a second to deflate at level 1, and the
 # higher levels cost several times that for a few per cent fewer bytes.
