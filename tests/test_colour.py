@@ -8,6 +8,7 @@ PyAV's encoders."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import struct
 import subprocess
 import sys
@@ -452,3 +453,25 @@ def test_a_matrix_ffmpeg_cannot_convert_is_refused_in_one_line_naming_it(tmp_pat
     assert done.returncode == 2 and not (tmp_path / "out.mkv").exists()
     assert done.stderr.splitlines()[-1] == (f"eden-serve: error: {template}: its colour matrix is {name} ({matrix}), which FFmpeg's "
                                             "swscale cannot convert to RGB; convert the video to another matrix first")
+
+
+@pytest.mark.parametrize("suffix", [".png", ".webp"])
+def test_an_animations_colour_profile_is_kept(tmp_path, suffix):
+    """An APNG keeps its colour chunks (ICC profile, gamma, chromaticities, cICP), an animated WebP its
+    ICC profile (was: both written without, every frame then shown as sRGB)."""
+    frames = [Image.fromarray((gradient(k, SIZE) // 257).astype(np.uint8)) for k in range(3)]
+    src = tmp_path / f"in{suffix}"
+    if suffix == ".png":
+        buffer = io.BytesIO()
+        frames[0].save(buffer, format="PNG", save_all=True, append_images=frames[1:], duration=100, loop=0)
+        src.write_bytes(with_colour(buffer.getvalue()))
+    else:
+        frames[0].save(src, format="WEBP", save_all=True, append_images=frames[1:], duration=100, loop=0, lossless=True,
+                       icc_profile=b"a profile no one parses here")
+    interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False)
+    with Image.open(src) as given, Image.open(tmp_path / f"out{suffix}") as written:
+        assert written.n_frames == 5 and written.info.get("icc_profile") == given.info.get("icc_profile") is not None
+    if suffix == ".png":
+        def said(path):
+            return [c for c in png_chunks(path.read_bytes()) if c[0] in COLOUR_CHUNKS]
+        assert said(tmp_path / "out.png") == said(src) and len(said(src)) == 4
