@@ -266,16 +266,20 @@ def test_an_output_shows_the_inputs_colours_where_its_codec_states_a_matrix_or_r
         assert off <= BAR_LEVELS, f"frame {k} ({'a middle' if k % 2 else 'an original'}) is {off:.1f} levels off"
 
 
-@pytest.mark.parametrize("name, encoder, said", [
-    ("bt709", "mjpeg", "mjpeg states the BT.601 matrix whatever it is told: the input's BT.709 frames are converted to it"),
-    ("bt601-full", "mpeg2video", "mpeg2video states limited range only: the input's full-range frames are converted to it")])
-def test_a_conversion_to_the_matrix_or_range_an_output_states_is_said_in_one_line(tmp_path, name, encoder, said):
-    pix_fmt, colour = SHOWN[name]
+@pytest.mark.parametrize("pix_fmt, colour, encoder, said", [
+    (*SHOWN["bt709"], "mjpeg", "mjpeg states the BT.601 matrix whatever it is told: the input's BT.709 frames are converted to it"),
+    (*SHOWN["bt601-full"], "mpeg2video", "mpeg2video states limited range only: the input's full-range frames are converted to it"),
+    ("yuv420p10le", Colour(), "mjpeg", "the output's pixel format yuvj420p holds 8 bits: the input's 10-bit yuv420p10le frames "
+                                       "are rounded to it")])
+def test_a_conversion_to_the_matrix_or_range_an_output_states_is_said_in_one_line(tmp_path, pix_fmt, colour, encoder, said):
+    """Once: MJPEG opens on the full-range twin of the format it refused, and a change of depth was said
+    of both (the input's 10-bit frames rounded to yuv420p, then to yuvj420p)."""
     src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, SIZE, 2, colour)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
-    assert said in [str(w.message) for w in caught]
+    messages = [str(w.message) for w in caught]
+    assert said in messages and [m.split(": ")[-1] for m in messages].count(said.split(": ")[-1]) == 1, messages
 
 
 def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:

@@ -149,7 +149,6 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     stream.pix_fmt = output_pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
     if name == "dnxhd" and "profile" not in options and stream.pix_fmt in DNXHR_PROFILES:
         options["profile"] = DNXHR_PROFILES[stream.pix_fmt]
-    say_conversion(source_pix_fmt, stream.pix_fmt, colour, name)
     output_colour(name, stream.pix_fmt, colour).tag(stream.codec_context)
     stream.options = options
     _check_rate(stream, name)
@@ -163,6 +162,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         settings = " ".join([*(f"{k}={v}" for k, v in options.items()), f"pix_fmt {stream.pix_fmt}"])
         raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
+    say_conversion(source_pix_fmt, stream.pix_fmt, colour, name)  # once, of the format it opened on
     return options
 
 
