@@ -26,6 +26,7 @@ from eden_serve.edge.graphs import RerunGraphs
 from eden_serve.model.checkpoint import module_from_state
 from eden_serve.wire import Conditions
 from harness.cuda_streams import FakeStreams
+from harness.rounding import assert_within_rounding
 from harness.servers import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -103,6 +104,22 @@ def test_the_first_forward_never_waits_for_the_compiler(edge, graphs):
         assert edge.runner.graphs.captures + edge.runner.graphs.deferred == 4 and len(edge.runner.graphs) == 2
     else:
         assert compiler.calls > calls  # the compiled code ran
+
+
+def test_the_device_guards_are_settled_before_the_compiling_thread_starts(edge, monkeypatch):
+    """Where PyTorch is built with CUDA but sees no GPU, tracing's first fake tensor mode swaps the
+    CUDA device guard for a no-op one, which PyTorch 2.11 does unsynchronised: tracing on the
+    compiling thread beside eager forwards crashed the process there. The runner does it first, on
+    the thread that accelerates the edge, before its compiling thread exists."""
+    settled = []
+    monkeypatch.setattr(torch._C, "_ensureCUDADeviceGuardSet", lambda: settled.append(threading.current_thread()), raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    started = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda thread: (settled.append("thread started"), started(thread))[1])
+    edge.accelerate(Acceleration(compile=Compile(backend=Compiler().name, after=1)))
+    assert settled == [threading.current_thread()]
+    middles_of(edge, pair(1))
+    assert edge.runner.wait_compiled(120) and "thread started" in settled[1:]
 
 
 def test_a_key_is_compiled_once_it_has_run_often_enough(edge):
@@ -234,8 +251,8 @@ class Autotuning(Compiler):
 def test_a_compilers_first_run_never_meets_a_capture(edge):
     """While a key's compiled code first runs (and waits for the device), the forwards of new keys
     run uncaptured and capture later: no wait meets a capture, the compiler does not fail, and
-    every middle is the eager one. The old code captured beside the compiler: it failed as on the
-    H200."""
+    every middle is the eager one, up to the bound across batch shapes. The old code captured
+    beside the compiler: it failed as on the H200."""
     batches = [pair(10 + n, batch=n) for n in (1, 2, 3, 5, 9, 1, 2, 3, 5, 9)]
     expected = eager_middles(edge, batches)
     graphs = Capturing()
@@ -245,8 +262,13 @@ def test_a_compilers_first_run_never_meets_a_capture(edge):
     assert edge.runner.wait_compiled(120)
     assert graphs.spoiled == 0 and edge.runner.background.failed is None, (graphs.spoiled, edge.runner.background.failed)
     assert edge.runner.graphs.deferred > 0  # some forward met the compiler's first run, and ran uncaptured
-    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
-    assert all(torch.equal(middles_of(edge, batch), want) for batch, want in zip(batches, expected))
+    # Batches of 3, 5 and 9 pairs run padded to 4, 8 and 16 (the keys' batches): another batch shape
+    # than the eager run's, so the documented bound, not equality (an AMD EPYC, AVX512, differed by
+    # one level on one value in 10^5).
+    for a, b in zip(got, expected, strict=True):
+        assert_within_rounding(a, b)
+    for batch, want in zip(batches, expected):
+        assert_within_rounding(middles_of(edge, batch), want)
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import time
 from pathlib import Path
 
@@ -66,6 +67,23 @@ def test_the_source_list_leaves_out_links_that_lead_out_of_the_root_or_nowhere(t
     (root / "alias.mp4").symlink_to("inside.mp4")
     (root / "sub" / "up.mp4").symlink_to("../inside.mp4")
     assert uploads.list_sources(root) == ["alias.mp4", "inside.mp4", "sub/deeper.mkv", "sub/up.mp4"]
+
+
+def test_the_source_list_through_the_page_leaves_out_hidden_names_and_names_no_request_can_carry(tmp_path):
+    """A file named in another encoding than UTF-8 made the whole /sources a 500 (the JSON could
+    not be encoded); hidden names (an output being written into the root, .NAME.partial-…, and
+    whatever a hidden folder holds) were offered; a loop of links is not walked."""
+    root = tmp_path / "root"
+    (root / ".hidden").mkdir(parents=True)
+    for name in ("video.mp4", ".video.partial-1a2b.mp4", ".hidden/inside.mp4", "été.mkv"):
+        (root / name).write_bytes(b"\0" * 16)
+    with open(os.path.join(os.fsencode(root), b"latin-1 \xe9t\xe9.mp4"), "wb") as file:
+        file.write(b"\0" * 16)
+    (root / "loop").symlink_to(root, target_is_directory=True)
+    with page_server(*page_options(NOWHERE, "unused", root, tmp_path / "page")) as page:
+        listed = requests.get(f"{page.origin}/sources", headers={"Authorization": f"Bearer {page.token}"}, timeout=30)
+    assert listed.status_code == 200 and listed.json() == {"sources": ["video.mp4", "été.mkv"]}, listed.text
+    assert not any("Traceback" in line for line in page.output), page.output
 
 
 def answer(hostile, target: PageTarget) -> tuple:

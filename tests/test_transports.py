@@ -23,6 +23,7 @@ from conftest import loopback_http
 from eden_serve.client import DECODER, ENCODER, Client, _Chunk, transport_for
 from eden_serve.client.transports import TRANSPORTS, Stage, Transport, Transports
 from eden_serve.client.transports.grpc import GrpcTransport
+from eden_serve.client.transports.grpc import target as grpc_target
 from eden_serve.client.transports.http import HttpTransport
 from eden_serve.clips.workers import Arrivals
 from eden_serve.commands.cli import main
@@ -344,6 +345,20 @@ def test_the_urls_scheme_picks_the_transport_unless_one_is_named():
 def test_a_servers_url_is_the_base_of_its_paths_in_any_case(url, base):
     """Schemes are case-insensitive; HTTP:// was refused as not an http:// URL."""
     assert Client(url).transport.urls == {"workflow": f"{base}/wfpredict/eden"}
+
+
+@pytest.mark.parametrize("url, address, secure", [("GRPC://127.0.0.1:7070", "127.0.0.1:7070", False),
+                                                  ("Grpcs://a:7071/", "a:7071", True), ("GRPCS://a:7071", "a:7071", True)])
+def test_a_grpc_url_is_read_in_any_case(url, address, secure):
+    """Schemes are case-insensitive (RFC 3986); GRPC:// picked the gRPC transport, which then refused
+    it as not a grpc:// URL."""
+    assert transport_for(url) is GrpcTransport
+    assert grpc_target(url, "--server") == (address, secure)
+    client = Client(cloud=url, edge=url)
+    try:
+        assert isinstance(client.transport, GrpcTransport) and client.transport.urls == {"encoder": url, "decoder": url}
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080", "grpc://127.0.0.1:7070"])

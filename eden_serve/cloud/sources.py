@@ -1,10 +1,7 @@
 """Server-side sources: videos the cloud holds under its media root (``handler.media_root``), which
 a request names, with a frame range, instead of uploading the frames (docs/cloud-sources.md).
 
-A name is a relative path under the root. :func:`resolve` refuses, before anything is opened, a
-root that is off and a name that leaves the root (``..``, an absolute path, a symbolic link whose
-target is outside: 403 ``source_forbidden``), and a name with nothing behind it (no such file, a
-dangling link: 404 ``source_not_found``).
+A name is a relative path under the root, checked and opened by :mod:`.names` (never leaving it).
 
 :class:`SourceVideo` reads the first video stream as :class:`~eden_serve.media.video.VideoClip` does (the same
 decoder, the same RGB conversion, so the same pixels as a local run), but a frame range starts
@@ -28,11 +25,11 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadInputError, SourceForbiddenError, SourceNotFoundError
+from ..errors import BadInputError, SourceForbiddenError
 from ..media.audio import skips
 from ..media.colour import Colour
 from ..media.encoding import import_av
@@ -41,33 +38,10 @@ from ..media.packets import Work
 from ..media.containers import Labels, display_matrix, first_frame, main_video, self_contained
 from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
+from .names import open_beneath, resolve
 from .ranges import CURSORS, Cursor
 
-MAX_NAME = 1024  # characters of a source's name
 SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
-
-
-def resolve(root: Path | None, name: str) -> Path:
-    """The file that ``name`` (a relative path under ``root``) names, with every link resolved."""
-    if root is None:
-        raise SourceForbiddenError("this cloud holds no server-side sources (its handler.media_root is off); upload the frames")
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME or "\0" in name or "\\" in name:
-        raise BadInputError(f"source must be a relative path of 1 to {MAX_NAME} characters under the media root, "
-                            f"without backslashes, got {str(name)!r:.60}")
-    relative = PurePosixPath(name)
-    if relative.is_absolute() or ".." in relative.parts:
-        raise SourceForbiddenError(f"source {name!r} leaves the media root: give a relative path without '..'")
-    base = os.path.realpath(root)
-    path = os.path.realpath(os.path.join(base, *relative.parts))
-    if os.path.commonpath([base, path]) != base:
-        raise SourceForbiddenError(f"source {name!r} is a link that leads out of the media root")
-    if not os.path.exists(path):
-        dangling = os.path.lexists(os.path.join(base, *relative.parts)) or any(
-            os.path.islink(os.path.join(base, *relative.parts[:i])) for i in range(1, len(relative.parts)))
-        raise SourceNotFoundError(f"source {name!r} is {'a dangling link' if dangling else 'not under the media root'}")
-    if not os.path.isfile(path):
-        raise BadInputError(f"source {name!r} is not a file")
-    return Path(path)
 
 
 # The containers the cloud opens (docs/cloud-sources.md), by their first bytes, and PyAV's demuxer
@@ -87,14 +61,12 @@ class SourceFile:
     def __init__(self, root: Path | None, name: str):
         path = resolve(root, name)
         self.name = name
-        try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError as exc:
-            raise SourceNotFoundError(f"source {name!r} cannot be opened ({exc.strerror})") from None
+        base = os.path.realpath(root)
+        self.fd = open_beneath(base, str(path), name)
         weakref.finalize(self, os.close, self.fd)
         status = os.fstat(self.fd)
-        opened = os.readlink(f"/proc/self/fd/{self.fd}")
-        if os.path.commonpath([os.path.realpath(root), opened]) != os.path.realpath(root):
+        opened = os.readlink(f"/proc/self/fd/{self.fd}")  # a directory renamed out of the root meanwhile
+        if os.path.commonpath([base, opened]) != base:
             raise SourceForbiddenError(f"source {name!r} was moved out of the media root while it was opened")
         if not stat.S_ISREG(status.st_mode):
             raise BadInputError(f"source {name!r} is not a regular file")
@@ -119,7 +91,7 @@ class SourceFile:
         reader = os.fdopen(os.open(self.through, os.O_RDONLY | os.O_CLOEXEC), "rb")
         try:
             return av.open(reader, format=self.format, options=_DEMUXER_OPTIONS)
-        except (av.error.FFmpegError, ValueError) as exc:
+        except (av.error.FFmpegError, ValueError, OSError) as exc:  # OSError: PyAV's seek in a file cut to nothing since
             reader.close()
             raise BadInputError(f"{self.name}: not a readable video ({exc})") from None
 

@@ -24,7 +24,7 @@ from typing import Callable, Hashable, Literal
 import torch
 
 from ..errors import BadInputError
-from .compiling import Background, allow_recompiles, persistent_cache
+from .compiling import Background, allow_recompiles, persistent_cache, settle_device_guards
 from .forward import StageInputs
 from .graphs import CudaGraphs, GraphAPI, GraphCache
 from .streams import capture_gate
@@ -107,7 +107,9 @@ class Compile:
 
     def prepare(self) -> None:
         """The process's compiler settings that must precede any use: inductor's artefacts kept on
-        disk (dynamo's own, enough recompilations, are set as the first function compiles)."""
+        disk, the device guards settled (dynamo's own, enough recompilations, are set as the first
+        function compiles)."""
+        settle_device_guards()
         if self.backend == "inductor":
             persistent_cache()
 

@@ -46,6 +46,20 @@ def persistent_cache() -> str:
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
+def settle_device_guards() -> None:
+    """Make the process's CUDA device guard what tracing will make it, before any thread traces.
+
+    Where PyTorch is built with CUDA but sees no GPU (a CPU machine with the default wheel, or the
+    tests, which hide the GPUs), entering a fake tensor mode, as dynamo does to trace, first swaps
+    the CUDA device guard for a no-op one. PyTorch 2.11 does that unsynchronised: tracing on the
+    compiling thread beside eager forwards on another crashed the process (a segmentation fault,
+    every run of ``tests/test_compiling.py`` there; 2.13 does not). Done once here, before the
+    compiling thread starts, tracing finds it done."""
+    ensure = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)
+    if ensure is not None and not torch.cuda.is_available():
+        ensure()
+
+
 def allow_recompiles() -> None:
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"

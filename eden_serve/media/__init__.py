@@ -107,7 +107,8 @@ class DirectoryWriter(ClipWriter):
         checksum); those written after it (the last perhaps in part) go."""
         kept: dict[int, Path] = {}
         for path in self.dir.iterdir():
-            if path.stem.isdigit() and int(path.stem) < self.count and path.name == f"{int(path.stem):06d}.png" and path.is_file():
+            if (path.stem.isdigit() and int(path.stem) < self.count and path.name == f"{int(path.stem):06d}.png"
+                    and path.is_file() and not path.is_symlink()):  # a link's target is no frame of this run's
                 kept[int(path.stem)] = path
             else:
                 remove_partial(path)

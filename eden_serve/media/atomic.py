@@ -64,7 +64,8 @@ def create_partial(tmp: Path, directory: bool, dst: Path) -> None:
 
 
 def remove_partial(tmp: Path) -> None:
-    if tmp.is_dir():
+    """``tmp`` removed: a directory with what it holds, anything else (a link too: never what it points to) alone."""
+    if tmp.is_dir() and not tmp.is_symlink():
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         with contextlib.suppress(FileNotFoundError):

@@ -22,14 +22,16 @@ differs from what was recorded is refused in one line that says how to start afr
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
+import stat
 import tempfile
-import shutil
 import threading
 import warnings
 from pathlib import Path
@@ -46,6 +48,10 @@ JOURNAL_VERSION = 2  # 2: sealed, with the partial output's checksum
 _HEAD_BYTES = 1 << 20  # of an input file, hashed: a changed file of the same size and time still differs
 _CACHE_PNG_LEVEL = 1
 _CACHED = re.compile(r"(\d+)-(\d{9})-([0-9a-f]{32})\.png")  # level, pair, checksum of the file
+MAX_JOURNAL_BYTES = 1 << 20  # a journal holds a run's identity and one checkpoint: a few KiB
+# The writers' checkpoints (media/__init__.DirectoryWriter, media/animation): a journal whose
+# checkpoint holds another shape was not written by them, whatever its seal says.
+_WRITER_STATES = ({"count", "digest"}, {"offset", "digest"}, {"offset", "digest", "sequence"})
 
 
 def write_durably(path: Path, data: bytes) -> None:
@@ -63,6 +69,40 @@ def write_durably(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, a regular file reached through no link, of at most ``limit`` bytes:
+    a link, FIFO or device planted under its name (``/dev/zero``, a FIFO no one writes) raises
+    OSError rather than being read for ever, and a link is never followed out of the folder."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = file.read(-1 if limit is None else limit + 1)
+    if limit is not None and len(data) > limit:
+        raise OSError(errno.EFBIG, f"over {limit} bytes")
+    return data
+
+
+def _a_checkpoint(checkpoint, frames) -> bool:
+    """Whether ``checkpoint`` has the shape a run saves (:meth:`Journal.save`): an original's
+    position within the input's ``frames`` and a writer's state of counts and a checksum."""
+    if checkpoint is None:
+        return True
+    if not isinstance(checkpoint, dict) or checkpoint.keys() != {"position", "writer"}:
+        return False
+    position, writer = checkpoint["position"], checkpoint["writer"]
+    counted = lambda value: type(value) is int and value >= 0  # noqa: E731 - bool is an int, never a count
+    return (counted(position) and position >= 1 and (type(frames) is not int or position < frames)
+            and isinstance(writer, dict) and set(writer) in _WRITER_STATES
+            and isinstance(writer["digest"], str) and re.fullmatch(r"[0-9a-f]{32}", writer["digest"]) is not None
+            and all(counted(value) for key, value in writer.items() if key != "digest"))
 
 
 def sync(*paths: Path) -> None:
@@ -172,7 +212,7 @@ class Journal:
     def _read(self) -> dict:
         restart = start_afresh(self.partial)
         try:
-            data = json.loads(self.path.read_bytes())
+            data = json.loads(read_regular(self.path, MAX_JOURNAL_BYTES))
         except (OSError, ValueError, RecursionError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
             raise BadInputError(f"cannot resume {self.dst.name}: its journal is unreadable ({reason}); {restart}") from None
@@ -185,6 +225,8 @@ class Journal:
         if difference is not None:
             raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} was made with {difference}; "
                                 f"give the same input and options, or {restart}")
+        if not _a_checkpoint(data["checkpoint"], self.identity.get("frames")):
+            raise BadInputError(f"cannot resume {self.dst.name}: its journal's checkpoint is not one this program saves; {restart}")
         return data
 
     def _hold(self) -> None:
@@ -201,10 +243,8 @@ class Journal:
         self._paths(directory)
         if self.partial.exists() and not self.path.exists():
             raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} has no journal; delete it")
-        if self.partial.is_symlink() or self.partial.exists() and self.partial.is_dir() != directory:
-            kind = "a symbolic link" if self.partial.is_symlink() else "a directory" if self.partial.is_dir() else "a file"
-            raise BadInputError(f"cannot resume {self.dst.name}: {self.partial.name} is {kind}, not what this output builds; "
-                                f"{start_afresh(self.partial)}")
+        if os.path.lexists(self.partial):
+            self._check_kinds(directory)
         if self.partial.exists():
             self._hold()
             try:
@@ -223,6 +263,23 @@ class Journal:
         create_partial(self.partial, directory, self.dst)
         self._hold()
 
+    def _check_kinds(self, directory: bool) -> None:
+        """The partial output, its journal and its cache are what this program makes of them: one
+        that is a link (followed, the cache's would write middles out of the folder), a FIFO (which
+        an open waits on for ever) or a device is refused, never opened."""
+        for path, made in ((self.partial, "a directory" if directory else "a file"), (self.path, "a file"),
+                           (self.cache, "a directory")):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode)
+                    else "a file" if stat.S_ISREG(mode) else "neither a file nor a directory")
+            if kind != made:
+                also = "" if path == self.partial or path == self.path else f"delete {path.name}, or "
+                raise BadInputError(f"cannot resume {self.dst.name}: {path.name} is {kind}, not what this output builds; "
+                                    f"{also}{start_afresh(self.partial)}")
+
     def _cached_count(self) -> int:
         return sum(1 for p in self.cache.iterdir() if p.suffix == ".png") if self.cache.is_dir() else 0
 
@@ -230,7 +287,7 @@ class Journal:
         for path in (self.path, *self.path.parent.glob(f"{glob.escape(self.path.name)}.*.tmp")):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        shutil.rmtree(self.cache, ignore_errors=True)
+        remove_partial(self.cache)  # a link planted there goes, not what it points to
 
     @contextlib.contextmanager
     def output(self, directory: bool = False) -> Iterator[Path]:
@@ -259,7 +316,7 @@ class Journal:
         if not self.verified:
             return
         try:  # what a resume would find, whatever this run had got to when it was stopped
-            saved = json.loads(self.path.read_text())["checkpoint"]
+            saved = json.loads(read_regular(self.path, MAX_JOURNAL_BYTES))["checkpoint"]
         except (OSError, ValueError, KeyError, TypeError):
             saved = None
         cached = self._cached_count()
@@ -282,16 +339,27 @@ class Journal:
             match = _CACHED.fullmatch(path.name)
             if not match:
                 continue
-            if hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() != match[3]:
-                raise BadInputError(f"cannot resume {self.dst.name}: the cached middle frame {path.name} is damaged; "
-                                    f"{start_afresh(self.partial)}")
+            self._verified(path)
             self._cached[int(match[1]), int(match[2])] = path
 
-    @staticmethod
-    def _cached_middle(path: Path) -> Picture:
-        if is_deep(path):
-            return open_deep(path, path.name, max_pixels=None)
-        with Image.open(path, formats=["PNG"]) as image:
+    def _verified(self, path: Path) -> bytes:
+        """A cached middle's bytes, a regular file (no link) whose checksum is the one its name records."""
+        try:
+            data = read_regular(path)
+        except OSError as exc:
+            data, reason = None, f" ({exc.strerror})"
+        else:
+            reason = ""
+        if data is None or hashlib.blake2b(data, digest_size=16).hexdigest() != _CACHED.fullmatch(path.name)[3]:
+            raise BadInputError(f"cannot resume {self.dst.name}: the cached middle frame {path.name} is damaged{reason}; "
+                                f"{start_afresh(self.partial)}")
+        return data
+
+    def _cached_middle(self, path: Path) -> Picture:
+        data = self._verified(path)  # read once more, as checked: the file may have been swapped since
+        if is_deep(data):
+            return open_deep(data, path.name, max_pixels=None)
+        with Image.open(io.BytesIO(data), formats=["PNG"]) as image:
             image.load()
             return image
 
@@ -309,6 +377,8 @@ class Journal:
     def keep_middles(self, level: int, index: int, images: list[Picture]) -> None:
         """Caches the middles of pairs ``index`` ... of level ``level``, on disk before it returns."""
         self.cache.mkdir(exist_ok=True)
+        if self.cache.is_symlink():  # planted while this run went: its middles would go where it points
+            raise BadInputError(f"{self.cache.name} became a symbolic link while this run wrote it; {start_afresh(self.partial)}")
         for j, image in enumerate(images):
             deep = isinstance(image, torch.Tensor) and depth_of(image) == 16
             data = png_of(image.numpy()) if deep else png_bytes(as_image(image), _CACHE_PNG_LEVEL)

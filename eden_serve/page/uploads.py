@@ -121,14 +121,25 @@ def list_sources(root: Path | None) -> list[str]:
         return []
     names = []
     for folder, dirs, files in os.walk(root):
-        dirs.sort()
+        dirs[:] = sorted(name for name in dirs if _offered(name))
         for name in sorted(files):
             relative = Path(folder, name).relative_to(root).as_posix()
-            if Path(name).suffix.lower() in LISTED_EXTENSIONS and _opens(root, relative):
+            if _offered(name) and Path(name).suffix.lower() in LISTED_EXTENSIONS and _opens(root, relative):
                 names.append(relative)
                 if len(names) == MAX_SOURCES:
                     return names
     return names
+
+
+def _offered(name: str) -> bool:
+    """Whether a file or folder of the root may be offered: not hidden (an output being written
+    is, ``.NAME.partial-…``) and UTF-8, as names travel to the cloud: one the file system holds in
+    another encoding could not be asked for, and made the whole listing a 500 (UnicodeEncodeError)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return not name.startswith(".")
 
 
 def _opens(root: Path, name: str) -> bool:

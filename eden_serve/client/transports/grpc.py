@@ -23,7 +23,7 @@ from ..tls import ClientTLS
 from .base import DECODER, ENCODER, Transport, check_document
 
 SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService"
-URL = re.compile(r"(grpcs?)://([^/]+?)/?")
+URL = re.compile(r"(grpcs?)://([^/]+?)/?", re.IGNORECASE)  # a scheme in any case, as URLs' are (RFC 3986)
 MAX_MESSAGE_BYTES = 512 << 20  # above TorchServe's largest answer (its max_response_size, config.properties)
 # What a retry may cure, as a 5xx or a dropped connection over HTTP is retried: a server restarting
 # or overloaded (UNAVAILABLE, RESOURCE_EXHAUSTED as its queue's 503), a worker that failed (INTERNAL),
@@ -52,7 +52,7 @@ def target(url: str, option: str) -> tuple[str, bool]:
     match = URL.fullmatch(url) if isinstance(url, str) else None
     if match is None:
         raise BadInputError(f"{option} must be a grpc:// or grpcs:// URL with the server's gRPC inference port, got {url!r}")
-    return match.group(2), match.group(1) == "grpcs"
+    return match.group(2), match.group(1).lower() == "grpcs"
 
 
 def credentials(grpc, tls: ClientTLS):
