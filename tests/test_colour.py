@@ -131,8 +131,47 @@ def test_the_chroma_location_reads_as_ffmpegs_own_parser_reads_it(tmp_path, suff
         with av.open(str(path)) as container:
             context = container.streams.video[0].codec_context
             read = chroma_location(context.name, context.extradata)
-        top = traced(path, "chroma_sample_loc_type_top_field")  # x264 and x265 state none outside 4:2:0
-        assert read == (0 if top is None else top + 1) and read in (chroma, 0), (read, top)
+        top = traced(path, "chroma_sample_loc_type_top_field")  # x264 and x265 state none outside 4:2:0, nor left
+        default = 1 if pix_fmt.startswith("yuv420") else 0  # an SPS stating none: left, for 4:2:0 alone (unknown else)
+        assert read == (default if top is None else top + 1) and read in (chroma or default, 0), (read, top)
+
+
+@pytest.mark.skipif(AV1 != "libsvtav1", reason="SVT-AV1 writes the chroma sample position it is told")
+def test_an_av1_streams_chroma_location_reads_as_ffmpegs_own_parser_reads_it(tmp_path):
+    for chroma in (0, 1, 3):  # unknown, left (vertical), top left (colocated)
+        path = make_graded_clip(tmp_path / f"{chroma}.mkv", AV1, "yuv420p", SIZE, 2, Colour(chroma=chroma))
+        with av.open(str(path)) as container:
+            read = Colour.of_stream(container.streams.video[0].codec_context).chroma
+        assert read == {0: 0, 1: 1, 2: 3}[traced(path, "chroma_sample_position")] == chroma
+
+
+# A codec's stream that states no chroma location: as a player of it takes it (H.264, MPEG-2,
+# MPEG-4 Part 2: left; JPEG: centre), and unknown outside 4:2:0.
+DEFAULT_SITING = [("libx264", ".mp4", "yuv420p", 1), ("mpeg2video", ".mkv", "yuv420p", 1), ("mpeg4", ".avi", "yuv420p", 1),
+                  ("mjpeg", ".mkv", "yuvj420p", 2), ("libx265", ".mkv", "yuv444p", 0)]
+
+
+@pytest.mark.parametrize("codec, suffix, pix_fmt, sited", DEFAULT_SITING)
+def test_an_unstated_chroma_location_is_the_codecs_default(tmp_path, codec, suffix, pix_fmt, sited):
+    src = make_graded_clip(tmp_path / f"in{suffix}", codec, pix_fmt, SIZE, 3)
+    with av.open(str(src)) as container:
+        assert Colour.of_stream(container.streams.video[0].codec_context).chroma == sited
+
+
+@pytest.mark.parametrize("encoder", ["y4m", "ffv1", *([AV1] if AV1 else [])])
+def test_an_ordinary_h264_clips_output_states_its_left_chroma(tmp_path, encoder):
+    """x264 states no chroma location by default: its 4:2:0 chroma is sited left, and so is the
+    output's (Y4M's C420mpeg2, where it stated C420jpeg: centre; Matroska's ChromaSiting for FFV1,
+    SVT-AV1's chroma_sample_position, where they stated none)."""
+    src = make_graded_clip(tmp_path / "in.mp4", "libx264", "yuv420p", SIZE, 3)
+    out = tmp_path / ("out.y4m" if encoder == "y4m" else "out.mkv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Y4M leaves no tags out here, but says what it would
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(None if encoder == "y4m" else encoder))
+    if encoder == "y4m":
+        assert b" C420mpeg2 " in out.read_bytes()[:80]
+    else:
+        assert chroma_sited(out, encoder) == "left"
 
 
 def chroma_sited(path, encoder: str) -> str | None:
