@@ -95,10 +95,12 @@ def test_colour_tags_and_hdr_metadata_are_kept(tmp_path, name, encoder):
         assert same_metadata(got, colour) and not said
 
 
-@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi")])
+@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi"),
+                                             ("prores", ".mov"), ("prores", ".mkv"), ("prores_ks", ".mov")])
 def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_for_it(tmp_path, encoder, suffix):
-    """Matroska and MP4 state it for FFV1 and VP9 (the bundled libvpx encodes 8 bits: its output is
-    rounded to them, said in one line); AVI cannot, which one line says."""
+    """Matroska, MP4 and MOV state it for FFV1, VP9 and ProRes (the bundled libvpx encodes 8 bits: its
+    output is rounded to them, said in one line); AVI cannot, nor can another encoder of ProRes
+    than FFmpeg's first (the container's template makes that one), which one line says."""
     colour, pix_fmt = COLOURS["hdr10"]
     src = make_graded_clip(tmp_path / "in.mkv", "libx265", pix_fmt, SIZE, 3, colour, {"crf": "12"})
     out = tmp_path / f"out{suffix}"
@@ -107,7 +109,7 @@ def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_f
         interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder))
     said = [str(w.message) for w in caught if "HDR metadata" in str(w.message)]
     got, _ = stated(out)
-    if suffix == ".avi":
+    if suffix == ".avi" or encoder == "prores_ks":
         assert got.mastering is None and got.light is None and len(said) == 1 and "nor has this output's container" in said[0]
     else:
         assert same_metadata(got, colour) and not said

@@ -3,8 +3,8 @@ colour"): the tags (primaries, transfer, matrix, range: FFmpeg's AVColor* values
 writes into its stream where the codec has a place for them (H.264's and HEVC's VUI, AV1's
 sequence header) and the muxer into the container (Matroska's Colour, MP4's colr); and HDR10's
 metadata, the mastering display and the content light level, which the encoders that hold them
-(x264, x265, SVT-AV1) write into their stream as their own parameters, and Matroska and MP4 into
-the container for FFV1 and VP9 (:mod:`.mastering`).
+(x264, x265, SVT-AV1) write into their stream as their own parameters, and Matroska, MP4 and MOV
+into the container for FFV1, VP9 and ProRes (:mod:`.mastering`).
 
 Read from the input's stream, and the metadata from its first frame's side data, where decoders put
 it; the chroma location from an H.264 or HEVC stream's SPS, an AV1 stream's ``av1C`` or the codec's
@@ -170,7 +170,8 @@ class Colour:
             return {**({"mastering-display": self.mastering.decimals()} if self.mastering else {}),
                     **({"content-light": f"{self.light[0]},{self.light[1]}"} if self.light else {})}
         warnings.warn(f"{encoder} has no place for the input's HDR metadata (mastering display, content light level), nor has "
-                      "this output's container (Matroska and MP4 hold it for FFV1 and VP9): the output keeps its colour tags without it")
+                      "this output's container (Matroska, MP4 and MOV hold it for FFV1, VP9 and FFmpeg's prores encoder): "
+                      "the output keeps its colour tags without it")
         return {}
 
 
