@@ -17,7 +17,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
-from .containers import display_matrix, first_frame, main_video, say_interlaced, self_contained
+from .containers import display_matrix, dynamic_hdr, first_frame, main_video, say_interlaced, self_contained
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
@@ -164,16 +164,21 @@ class VideoClip(Clip):
 
     def _colour(self) -> Colour:
         """The stream's colour; where it may be HDR, with its first frame's metadata from a second opening
-        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags only)."""
+        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags
+        only). The dynamic HDR metadata the stream and that frame carry is named (:attr:`dynamic_hdr`)."""
         colour = Colour.of_stream(self.stream.codec_context)
-        if not colour.may_hold_metadata or self._reopen is None:
-            return colour
+        first = self._first_frame() if colour.may_hold_metadata else None
+        self.dynamic_hdr = dynamic_hdr(self.stream, first)
+        return colour if first is None else colour.with_side_data(first)
+
+    def _first_frame(self):
+        if self._reopen is None:
+            return None
         try:
             with self._reopen() as container:
-                first = first_frame(container)
+                return first_frame(container)
         except (self._error, ValueError, OSError, BadInputError):
-            return colour  # what cannot be decoded here fails where the clip is read, with its own message
-        return colour if first is None else colour.with_side_data(first)
+            return None  # what cannot be decoded here fails where the clip is read, with its own message
 
     def __iter__(self) -> Iterator[Frame]:
         """The frames, decoded and converted to RGB on a thread of their own, :data:`READ_AHEAD` ahead."""

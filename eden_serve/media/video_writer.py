@@ -133,6 +133,9 @@ class VideoWriter(ClipWriter):
         # swscale's defaults); the originals too where those are not the input's, else they keep their own.
         written = output_colour(name, self.pix_fmt, colour)
         say_lost(self.container.format.name, self.stream.codec_context.codec.canonical_name, written)
+        if clip.dynamic_hdr:  # made for the input's pictures, it would be wrong for the middles, which have none
+            warnings.warn(f"the input's {' and '.join(clip.dynamic_hdr)} dynamic HDR metadata (tone mapping scene by scene) is left "
+                          "out: the middles have none, so the output keeps the static HDR10 metadata and the tags alone")
         self.convert = {"dst_colorspace": written.matrix if written.matrix != 2 else None, "dst_color_range": written.range or None}
         self.recolour = not same_matrix(written.matrix, colour.matrix) or (written.range == FULL) != (colour.range == FULL)
         # Every picture states the output's tags: an encoder that writes each frame's own (ProRes) would
