@@ -135,6 +135,14 @@ def test_dolby_visions_configuration_is_named_and_said_to_be_left_out(tmp_path, 
     assert b"dvvC" not in data and b"dvcC" not in data
 
 
+def test_dolby_vision_is_named_on_a_stream_not_tagged_hdr(tmp_path):
+    """Profile 8.2's base layer is SDR, profile 5's tags need not say PQ: the record is read all the same."""
+    sdr = make_graded_clip(tmp_path / "sdr.mkv", "libx265", "yuv420p", SIZE, 3, Colour(1, 1, 1, LIMITED))
+    src = with_dolby_vision(sdr, tmp_path / "dv.mkv")
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "Dolby Vision (profile 8)" in said[0]
+
+
 def test_hdr10_plus_is_named_and_said_to_be_left_out(tmp_path, hdr10):
     src = with_hdr10_plus(hdr10, tmp_path / "hdr10plus.mkv")
     with av.open(str(src)) as container:  # FFmpeg's decoder reads the SEI as HDR10+'s metadata

@@ -163,22 +163,20 @@ class VideoClip(Clip):
         return self.stream.start_time * self.stream.time_base
 
     def _colour(self) -> Colour:
-        """The stream's colour; where it may be HDR, with its first frame's metadata from a second opening
+        """The stream's colour; where it may be HDR, with its first frame's metadata, from a second opening
         of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags
-        only). The dynamic HDR metadata the stream and that frame carry is named (:attr:`dynamic_hdr`)."""
-        colour = Colour.of_stream(self.stream.codec_context)
-        first = self._first_frame() if colour.may_hold_metadata else None
-        self.dynamic_hdr = dynamic_hdr(self.stream, first)
-        return colour if first is None else colour.with_side_data(first)
-
-    def _first_frame(self):
+        only). The dynamic HDR metadata that opening's stream and frame carry is named (:attr:`dynamic_hdr`)."""
+        colour, first = Colour.of_stream(self.stream.codec_context), None
         if self._reopen is None:
-            return None
+            self.dynamic_hdr = dynamic_hdr(self.stream, None)
+            return colour
         try:
             with self._reopen() as container:
-                return first_frame(container)
+                first = first_frame(container) if colour.may_hold_metadata else None
+                self.dynamic_hdr = dynamic_hdr(main_video(container, str(self.path)), first)
         except (self._error, ValueError, OSError, BadInputError):
-            return None  # what cannot be decoded here fails where the clip is read, with its own message
+            pass  # what cannot be decoded here fails where the clip is read, with its own message
+        return colour if first is None else colour.with_side_data(first)
 
     def __iter__(self) -> Iterator[Frame]:
         """The frames, decoded and converted to RGB on a thread of their own, :data:`READ_AHEAD` ahead."""
