@@ -197,6 +197,20 @@ def test_the_chroma_location_is_carried(tmp_path, encoder):
     assert chroma_sited(tmp_path / "out.mkv", encoder) == "top left"
 
 
+@pytest.mark.parametrize("suffix, encoder, lost", [(".mp4", "libvpx-vp9", True), (".avi", "ffv1", True), (".mov", "mpeg4", True),
+                                                   (".mkv", "ffv1", False), (".mov", "libx265", False), (".mp4", "libx264", False)])
+def test_a_chroma_location_the_output_cannot_state_is_said_in_one_line(tmp_path, suffix, encoder, lost):
+    """Top left (as HDR10 masters site it), where a reader takes left unless told: MP4, MOV and AVI
+    hold no chroma location, nor do VP9's, FFV1's and MPEG-4's streams; Matroska and x264's and
+    x265's streams do."""
+    src = make_graded_clip(tmp_path / "in.mkv", "libx264", "yuv420p", SIZE, 3, Colour(1, 1, 1, LIMITED, chroma=3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    said = [str(w.message) for w in caught if "chroma location" in str(w.message)]
+    assert len(said) == (1 if lost else 0), said
+
+
 def test_originals_pass_through_ffv1_bit_exact_at_10_bits_with_their_tags(tmp_path):
     colour = COLOURS["hdr10"][0]
     src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 4, colour)
