@@ -23,8 +23,16 @@ from ..wire.png import with_chunks
 from .frames import Picture, as_image, depth_of, png_bytes, png_of
 
 
+# Names that say a file: the containers a video is written to, beside every image extension. A
+# directory of frames made under one would be taken for that file (a player asked to open out.mp4).
+VIDEO_SUFFIXES = {".mp4", ".m4v", ".mkv", ".mov", ".webm", ".avi", ".y4m", ".ts", ".mts", ".m2ts", ".flv", ".nut",
+                  ".mpg", ".mpeg", ".ogv", ".wmv", ".3gp", ".mxf"}
+
+
 def check_destination(dst: Path, directory: bool) -> None:
-    """Refuse, before any work, a destination the output cannot replace; create its parent directory.
+    """Refuse, before any work, a destination the output cannot replace, or a directory output named
+    as a file would be (``out.mp4``, ``out.png``: made anew; an empty directory so named is the
+    caller's choice); create its parent directory.
 
     A symbolic link is refused whatever it points to (nothing, itself, an empty directory): the
     output is renamed into place, which would replace the link, not write where it points."""
@@ -34,6 +42,10 @@ def check_destination(dst: Path, directory: bool) -> None:
         raise BadInputError(f"output {str(dst)!r} exists and is not an empty directory; choose a new path")
     if not directory and dst.is_dir():
         raise BadInputError(f"output {str(dst)!r} is a directory; give a file name")
+    if directory and not dst.exists() and dst.suffix.lower() in VIDEO_SUFFIXES | set(Image.registered_extensions()):
+        raise BadInputError(f"output {str(dst)!r} names a file, and a directory of frames gives a directory of frames: "
+                            f"give a directory name (such as {dst.stem}-2x); ffmpeg -framerate RATE -i DIR/%06d.png "
+                            "makes a video of it")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

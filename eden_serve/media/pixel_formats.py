@@ -1,6 +1,7 @@
 """The output video's pixel format: the input's where the encoder takes it, else the encoder's of
 the same colour sampling nearest the input's depth, else yuv420p10le for an input deeper than 8 bits
-where the encoder takes that, else yuv420p, else the encoder's first; and the matrix and range its
+where the encoder takes that, else yuv420p, else a palette a frame where the encoder has no 8-bit
+colour (GIF: :mod:`.palette`), else the encoder's first; and the matrix and range its
 frames are converted to (:func:`output_colour`). A change of depth, matrix or range is said in one line."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import replace
 from ..errors import BadInputError
 from .colour import BT2020, FULL, LIMITED, Colour
 from .encoding import import_av
+from .palette import takes_palettes
 from .planes import SWSCALE_MATRICES
 
 RGB, BT709, BT601, BT2020_NCL = 0, 1, 5, 9  # AVCOL_SPC_RGB, _BT709, _BT470BG, _BT2020_NCL
@@ -44,7 +46,7 @@ def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[st
     for candidate in (source, _nearest(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
         if candidate is not None and (not formats or candidate in formats):
             return candidate
-    return formats[0]
+    return "pal8" if takes_palettes(formats) else formats[0]
 
 
 def _nearest(formats: list[str], source: str | None) -> str | None:

@@ -22,6 +22,7 @@ from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, import_av
 from .mastering import add_video_stream
+from .palette import RGB, Palettes
 from .pixel_formats import Y4M_PIX_FMTS, bits, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
@@ -129,6 +130,10 @@ class VideoWriter(ClipWriter):
         options = configure(self.stream, encoding, host_pix_fmt(source), colour,
                             Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
+        # Paletted output (GIF): pictures are converted to RGB, then given a palette each as encoded.
+        self.palettes = Palettes() if self.pix_fmt == "pal8" else None
+        if self.palettes is not None:
+            self.pix_fmt = RGB
         # Pictures converted to the output's pixel format go to the matrix and range it states (untagged:
         # swscale's defaults); the originals too where those are not the input's, else they keep their own.
         written = output_colour(name, self.pix_fmt, colour)
@@ -223,6 +228,8 @@ class VideoWriter(ClipWriter):
             WRITTEN.debug("%d packets %s", len(packets), event)
 
     def _encode(self, picture, pts: int, duration: int) -> None:
+        if self.palettes is not None:
+            picture = self.palettes(picture)
         picture.pts, picture.duration, picture.time_base = pts, duration, self.time_base
         for name, value in self.tags.items():
             setattr(picture, name, value)
