@@ -95,10 +95,12 @@ def test_colour_tags_and_hdr_metadata_are_kept(tmp_path, name, encoder):
         assert same_metadata(got, colour) and not said
 
 
-@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi")])
+@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi"),
+                                             ("prores", ".mov"), ("prores", ".mkv"), ("prores_ks", ".mov")])
 def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_for_it(tmp_path, encoder, suffix):
-    """Matroska and MP4 state it for FFV1 and VP9 (the bundled libvpx encodes 8 bits: its output is
-    rounded to them, said in one line); AVI cannot, which one line says."""
+    """Matroska, MP4 and MOV state it for FFV1, VP9 and ProRes (the bundled libvpx encodes 8 bits: its
+    output is rounded to them, said in one line); AVI cannot, nor can another encoder of ProRes
+    than FFmpeg's first (the container's template makes that one), which one line says."""
     colour, pix_fmt = COLOURS["hdr10"]
     src = make_graded_clip(tmp_path / "in.mkv", "libx265", pix_fmt, SIZE, 3, colour, {"crf": "12"})
     out = tmp_path / f"out{suffix}"
@@ -107,7 +109,7 @@ def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_f
         interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder))
     said = [str(w.message) for w in caught if "HDR metadata" in str(w.message)]
     got, _ = stated(out)
-    if suffix == ".avi":
+    if suffix == ".avi" or encoder == "prores_ks":
         assert got.mastering is None and got.light is None and len(said) == 1 and "nor has this output's container" in said[0]
     else:
         assert same_metadata(got, colour) and not said
@@ -131,8 +133,47 @@ def test_the_chroma_location_reads_as_ffmpegs_own_parser_reads_it(tmp_path, suff
         with av.open(str(path)) as container:
             context = container.streams.video[0].codec_context
             read = chroma_location(context.name, context.extradata)
-        top = traced(path, "chroma_sample_loc_type_top_field")  # x264 and x265 state none outside 4:2:0
-        assert read == (0 if top is None else top + 1) and read in (chroma, 0), (read, top)
+        top = traced(path, "chroma_sample_loc_type_top_field")  # x264 and x265 state none outside 4:2:0, nor left
+        default = 1 if pix_fmt.startswith("yuv420") else 0  # an SPS stating none: left, for 4:2:0 alone (unknown else)
+        assert read == (default if top is None else top + 1) and read in (chroma or default, 0), (read, top)
+
+
+@pytest.mark.skipif(AV1 != "libsvtav1", reason="SVT-AV1 writes the chroma sample position it is told")
+def test_an_av1_streams_chroma_location_reads_as_ffmpegs_own_parser_reads_it(tmp_path):
+    for chroma in (0, 1, 3):  # unknown, left (vertical), top left (colocated)
+        path = make_graded_clip(tmp_path / f"{chroma}.mkv", AV1, "yuv420p", SIZE, 2, Colour(chroma=chroma))
+        with av.open(str(path)) as container:
+            read = Colour.of_stream(container.streams.video[0].codec_context).chroma
+        assert read == {0: 0, 1: 1, 2: 3}[traced(path, "chroma_sample_position")] == chroma
+
+
+# A codec's stream that states no chroma location: as a player of it takes it (H.264, MPEG-2,
+# MPEG-4 Part 2: left; JPEG: centre), and unknown outside 4:2:0.
+DEFAULT_SITING = [("libx264", ".mp4", "yuv420p", 1), ("mpeg2video", ".mkv", "yuv420p", 1), ("mpeg4", ".avi", "yuv420p", 1),
+                  ("mjpeg", ".mkv", "yuvj420p", 2), ("libx265", ".mkv", "yuv444p", 0)]
+
+
+@pytest.mark.parametrize("codec, suffix, pix_fmt, sited", DEFAULT_SITING)
+def test_an_unstated_chroma_location_is_the_codecs_default(tmp_path, codec, suffix, pix_fmt, sited):
+    src = make_graded_clip(tmp_path / f"in{suffix}", codec, pix_fmt, SIZE, 3)
+    with av.open(str(src)) as container:
+        assert Colour.of_stream(container.streams.video[0].codec_context).chroma == sited
+
+
+@pytest.mark.parametrize("encoder", ["y4m", "ffv1", *([AV1] if AV1 else [])])
+def test_an_ordinary_h264_clips_output_states_its_left_chroma(tmp_path, encoder):
+    """x264 states no chroma location by default: its 4:2:0 chroma is sited left, and so is the
+    output's (Y4M's C420mpeg2, where it stated C420jpeg: centre; Matroska's ChromaSiting for FFV1,
+    SVT-AV1's chroma_sample_position, where they stated none)."""
+    src = make_graded_clip(tmp_path / "in.mp4", "libx264", "yuv420p", SIZE, 3)
+    out = tmp_path / ("out.y4m" if encoder == "y4m" else "out.mkv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Y4M leaves no tags out here, but says what it would
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(None if encoder == "y4m" else encoder))
+    if encoder == "y4m":
+        assert b" C420mpeg2 " in out.read_bytes()[:80]
+    else:
+        assert chroma_sited(out, encoder) == "left"
 
 
 def chroma_sited(path, encoder: str) -> str | None:
@@ -154,6 +195,20 @@ def test_the_chroma_location_is_carried(tmp_path, encoder):
     assert chroma_sited(src, "libx265") == "top left"
     interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
     assert chroma_sited(tmp_path / "out.mkv", encoder) == "top left"
+
+
+@pytest.mark.parametrize("suffix, encoder, lost", [(".mp4", "libvpx-vp9", True), (".avi", "ffv1", True), (".mov", "mpeg4", True),
+                                                   (".mkv", "ffv1", False), (".mov", "libx265", False), (".mp4", "libx264", False)])
+def test_a_chroma_location_the_output_cannot_state_is_said_in_one_line(tmp_path, suffix, encoder, lost):
+    """Top left (as HDR10 masters site it), where a reader takes left unless told: MP4, MOV and AVI
+    hold no chroma location, nor do VP9's, FFV1's and MPEG-4's streams; Matroska and x264's and
+    x265's streams do."""
+    src = make_graded_clip(tmp_path / "in.mkv", "libx264", "yuv420p", SIZE, 3, Colour(1, 1, 1, LIMITED, chroma=3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    said = [str(w.message) for w in caught if "chroma location" in str(w.message)]
+    assert len(said) == (1 if lost else 0), said
 
 
 def test_originals_pass_through_ffv1_bit_exact_at_10_bits_with_their_tags(tmp_path):

@@ -183,6 +183,7 @@ class Clip:
     kind: str  # "directory", "animation" or "video"
     length: int | None  # number of frames, where known before reading them
     display_matrix: tuple[int, ...] | None = None  # a video's: its first frame's, or a cloud: source's as probed
+    dynamic_hdr: tuple[str, ...] = ()  # a video's dynamic HDR metadata (HDR10+, Dolby Vision), named: no output keeps it
 
     def __init__(self, path: Path):
         self.path = path

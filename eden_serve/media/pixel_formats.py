@@ -130,16 +130,25 @@ TAGS = ("primaries", "transfer", "matrix", "range")
 CONTAINER_HOLDS = {"matroska": TAGS, "webm": TAGS, "mp4": TAGS, "mov": TAGS[:3], "yuv4mpegpipe": ("range",)}
 STREAM_HOLDS = {"h264": TAGS, "hevc": TAGS, "av1": TAGS, "vp9": TAGS[2:], "vp8": TAGS[2:], "mjpeg": TAGS[2:],
                 "mpeg2video": TAGS[:3], "prores": TAGS[:3]}
+# The chroma location of 4:2:0 (:mod:`.chroma`) is held by Matroska's ChromaSiting, Y4M's 8-bit
+# C420 tags, and H.264's and HEVC's VUI and AV1's sequence header; MP4, MOV, MPEG-TS, AVI, NUT and
+# the streams of VP9, FFV1, MPEG-2 and the others hold none.
+CHROMA_HOLDERS = {"matroska", "webm", "yuv4mpegpipe", "h264", "hevc", "av1"}
+LEFT = 1  # AVCHROMA_LOC_LEFT: the 4:2:0 siting a reader takes where none is stated (swscale's too)
 
 
-def say_lost(container: str, codec: str, colour: Colour) -> None:
+def say_lost(container: str, codec: str, colour: Colour, subsampled: bool = False) -> None:
     """One line where the output's ``container`` and its ``codec``'s stream have no place for a tag
     ``colour`` (the output's) states that a reader would not take by default: primaries and transfer
-    stated, a matrix other than BT.601's, full range."""
+    stated, a matrix other than BT.601's, full range; and, for a 4:2:0 output (``subsampled``), a
+    chroma location other than left."""
     held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
+    if CHROMA_HOLDERS & {container, codec}:
+        held.add("chroma location")
     stated = {"primaries": colour.primaries != 2, "transfer": colour.transfer != 2,
-              "matrix": not same_matrix(colour.matrix, 2) and colour.matrix != RGB, "range": colour.range == FULL}
+              "matrix": not same_matrix(colour.matrix, 2) and colour.matrix != RGB, "range": colour.range == FULL,
+              "chroma location": subsampled and colour.chroma not in (0, LEFT)}
     lost = sorted(name for name, said in stated.items() if said and name not in held)
     if lost:
         warnings.warn(f"the output ({container}, {codec}) has no place for the input's {' and '.join(lost)}: they are left out, "
-                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range)")
+                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range, chroma sited left)")

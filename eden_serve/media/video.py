@@ -17,7 +17,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
-from .containers import display_matrix, first_frame, main_video, say_interlaced, self_contained
+from .containers import display_matrix, dynamic_hdr, first_frame, main_video, say_interlaced, self_contained
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
@@ -163,16 +163,19 @@ class VideoClip(Clip):
         return self.stream.start_time * self.stream.time_base
 
     def _colour(self) -> Colour:
-        """The stream's colour; where it may be HDR, with its first frame's metadata from a second opening
-        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags only)."""
-        colour = Colour.of_stream(self.stream.codec_context)
-        if not colour.may_hold_metadata or self._reopen is None:
+        """The stream's colour; where it may be HDR, with its first frame's metadata, from a second opening
+        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags
+        only). The dynamic HDR metadata that opening's stream and frame carry is named (:attr:`dynamic_hdr`)."""
+        colour, first = Colour.of_stream(self.stream.codec_context), None
+        if self._reopen is None:
+            self.dynamic_hdr = dynamic_hdr(self.stream, None)
             return colour
         try:
             with self._reopen() as container:
-                first = first_frame(container)
+                first = first_frame(container) if colour.may_hold_metadata else None
+                self.dynamic_hdr = dynamic_hdr(main_video(container, str(self.path)), first)
         except (self._error, ValueError, OSError, BadInputError):
-            return colour  # what cannot be decoded here fails where the clip is read, with its own message
+            pass  # what cannot be decoded here fails where the clip is read, with its own message
         return colour if first is None else colour.with_side_data(first)
 
     def __iter__(self) -> Iterator[Frame]:

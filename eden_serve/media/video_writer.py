@@ -137,7 +137,12 @@ class VideoWriter(ClipWriter):
         # Pictures converted to the output's pixel format go to the matrix and range it states (untagged:
         # swscale's defaults); the originals too where those are not the input's, else they keep their own.
         written = output_colour(name, self.pix_fmt, colour)
-        say_lost(self.container.format.name, self.stream.codec_context.codec.canonical_name, written)
+        chroma = av.VideoFormat(self.pix_fmt, 16, 16)
+        say_lost(self.container.format.name, self.stream.codec_context.codec.canonical_name, written,
+                 (chroma.chroma_width(16), chroma.chroma_height(16)) == (8, 8) and not chroma.is_rgb)
+        if clip.dynamic_hdr:  # made for the input's pictures, it would be wrong for the middles, which have none
+            warnings.warn(f"the input's {' and '.join(clip.dynamic_hdr)} dynamic HDR metadata (tone mapping scene by scene) is left "
+                          "out: the middles have none, so the output keeps the static HDR10 metadata and the tags alone")
         self.convert = {"dst_colorspace": written.matrix if written.matrix != 2 else None, "dst_color_range": written.range or None}
         self.recolour = not same_matrix(written.matrix, colour.matrix) or (written.range == FULL) != (colour.range == FULL)
         # Every picture states the output's tags: an encoder that writes each frame's own (ProRes) would
