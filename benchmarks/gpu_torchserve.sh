@@ -5,7 +5,7 @@
 #             (PyAV, zstandard, pyseccomp) installed
 #   install   with .gpu-serve carried: TorchServe's wheels installed
 #   run       with .gpu-java carried: the Java runtime unpacked, then benchmarks/gpu_torchserve.py,
-#             its TS lines and log into $OUT
+#             its TS lines and log into $OUT (without a GPU, its quick CPU run: a rehearsal)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out/gpu}"
@@ -27,7 +27,12 @@ case "${1:-}" in
     fi
     "$JAVA_HOME/bin/java" -version
     "$PYTHON" -c "import ts, av, zstandard" || { echo "gpu_torchserve: run the GPU check and the install first, each within 30 s of the last" >&2; exit 2; }
-    PYTHONUNBUFFERED=1 "$PYTHON" benchmarks/gpu_torchserve.py --device cuda 2>&1 | tee "$OUT/gpu_torchserve.log"
+    options=(--device cuda)
+    if ! "$PYTHON" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+      echo "gpu_torchserve: no GPU here; the quick CPU run" >&2
+      options=(--device cpu --quick)
+    fi
+    PYTHONUNBUFFERED=1 "$PYTHON" benchmarks/gpu_torchserve.py "${options[@]}" 2>&1 | tee "$OUT/gpu_torchserve.log"
     grep '^TS ' "$OUT/gpu_torchserve.log" >"$OUT/torchserve.txt" || true
     ;;
   *)

@@ -73,9 +73,37 @@ def gradient(index: int, size: tuple[int, int], levels: tuple[int, int] = (64, 3
     return np.clip(np.stack(planes, axis=-1), 0, 65535).round().astype(np.uint16)
 
 
+# Saturated and extreme colours (16-bit RGB), where a wrong matrix or range moves a colour by tens
+# of 8-bit levels: 75% bars, black, white, the primaries at full strength, and two in between.
+BARS = 257 * np.array([[191, 191, 191], [191, 191, 0], [0, 191, 191], [0, 191, 0], [191, 0, 191], [191, 0, 0],
+                       [0, 0, 191], [16, 16, 16], [255, 255, 255], [0, 0, 0], [255, 0, 0], [0, 255, 0],
+                       [0, 0, 255], [128, 128, 128], [235, 20, 200], [30, 220, 90]], np.uint16)
+
+
+def bars(index: int, size: tuple[int, int]) -> np.ndarray:
+    """The same frame whatever ``index``: :data:`BARS` in two rows of eight, 16-bit RGB [H, W, 3]."""
+    height, width = size
+    rows, columns = np.arange(height)[:, None] * 2 // height, np.arange(width)[None, :] * 8 // width
+    return BARS[rows * 8 + columns]
+
+
+def bar_means(pixels: np.ndarray, margin: int = 4) -> np.ndarray:
+    """Each bar's mean colour [16, 3] in 8-bit levels, of its inside (``margin`` pixels from its edges,
+    where the chroma of 4:2:0 blends with the next bar's)."""
+    height, width = pixels.shape[:2]
+    scale = 257.0 if pixels.dtype == np.uint16 else 1.0
+    means = []
+    for bar in range(16):
+        row, column = divmod(bar, 8)
+        top, left = row * height // 2, column * width // 8
+        inside = pixels[top + margin:top + height // 2 - margin, left + margin:left + width // 8 - margin]
+        means.append(inside.reshape(-1, 3).astype(np.float64).mean(0) / scale)
+    return np.array(means)
+
+
 def make_graded_clip(path: Path, codec: str, pix_fmt: str, size: tuple[int, int], count: int, colour=None,
-                     options: dict | None = None) -> Path:
-    """``count`` frames of :func:`gradient` encoded with ``codec`` in ``pix_fmt``, tagged with
+                     options: dict | None = None, picture=gradient) -> Path:
+    """``count`` frames of :func:`gradient` (or ``picture``) encoded with ``codec`` in ``pix_fmt``, tagged with
     ``colour`` (an :class:`eden_serve.media.colour.Colour`: its tags on the stream, its chroma
     location as the encoder's option, its HDR metadata as the encoder's own parameters), at 25
     frames a second."""
@@ -93,9 +121,9 @@ def make_graded_clip(path: Path, codec: str, pix_fmt: str, size: tuple[int, int]
         open_encoder(stream.codec_context)  # SVT-AV1 would move this thread to SCHED_FIFO
         convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": colour.range or None}
         for k in range(count):
-            picture = av.VideoFrame.from_ndarray(gradient(k, size), format="rgb48le").reformat(format=pix_fmt, **convert)
-            picture.pts, picture.time_base = k, Fraction(1, 25)
-            container.mux(stream.encode(picture))
+            frame = av.VideoFrame.from_ndarray(picture(k, size), format="rgb48le").reformat(format=pix_fmt, **convert)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
     return path
 

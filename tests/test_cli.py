@@ -247,6 +247,20 @@ def test_a_directory_output_prints_the_ffmpeg_command_that_assembles_it(tmp_path
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["000000.png", "000001.png", "000002.png"]
 
 
+@pytest.mark.parametrize("name", ["out.mp4", "out.MKV", "out.png", "out.gif"])
+def test_a_directory_of_frames_into_a_file_name_is_refused_in_one_line(tmp_path, name):
+    """A directory of frames gives a directory: one named out.mp4 would be taken for a video, so the
+    name is refused before any pair and nothing is left; an empty directory so named, made by the
+    user, is theirs to fill."""
+    src = write_clip(tmp_path / "in", 3, 32, 48)
+    result = run("interpolate", src, "-o", tmp_path / name, "--config", "tiny")
+    assert "names a file, and a directory of frames gives a directory of frames" in one_error(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+    (tmp_path / name).mkdir()
+    assert run("interpolate", src, "-o", tmp_path / name, "--config", "tiny").returncode == 0
+    assert len(list((tmp_path / name).iterdir())) == 5
+
+
 def one_error(result) -> str:
     """The one line of a failed run (the synthetic weights' warning aside); no abort, no traceback."""
     lines = [line for line in result.stderr.splitlines() if "warning: no checkpoint given" not in line]

@@ -14,6 +14,7 @@ from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.media import is_clip, natural_key, open_clip
+from eden_serve.media.frames import to_pixels
 
 SIZE = (96, 64)  # width, height
 
@@ -80,6 +81,24 @@ def test_directory_round_trip_keeps_originals_size_and_mode(tmp_path, mode):
     for k in (1, 3, 5):
         with Image.open(out[k]) as middle, Image.open(out[k - 1]) as before:
             assert middle.size == SIZE and middle.mode == before.mode
+
+
+def test_a_16_bit_grey_directorys_middle_is_the_mean_of_its_neighbours(tmp_path):
+    """Its 16 bits kept (was: every middle white, 65535: matched to its neighbours' mode twice, the
+    second time read as 8-bit grey, which clipped it)."""
+    src = tmp_path / "in"
+    src.mkdir()
+    levels = [np.full(SIZE[::-1], 20000 + 9001 * i, np.uint16) for i in range(2)]
+    for i, grey in enumerate(levels):
+        Image.fromarray(grey).save(src / f"{i}.png")
+
+    def blend(index, frame0, frame1, seed):  # at the frames' depth, as the model's middles come
+        return to_pixels((frame0.tensor + frame1.tensor) / 2, frame0.depth)
+
+    interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False)
+    with Image.open(tmp_path / "out" / "000001.png") as middle:
+        assert middle.mode == "I;16"
+        assert np.abs(np.asarray(middle, np.int64) - (20000 + 9001 // 2)).max() <= 1
 
 
 def test_directory_middle_alpha_is_the_mean_of_its_neighbours(tmp_path):

@@ -8,21 +8,26 @@ PyAV's encoders."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import struct
 import subprocess
 import sys
 import warnings
+import zlib
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding
 from eden_serve.media.chroma import chroma_location
 from eden_serve.media.colour import FULL, LIMITED, Colour, Mastering
-from eden_serve.media.frames import to_pixels
-from harness.videos import make_graded_clip, traced
+from eden_serve.media.frames import png_bytes, to_pixels
+from eden_serve.wire.png import rgb16_png
+from harness.videos import bar_means, bars, gradient, local_frames, make_graded_clip, traced
 
 av = pytest.importorskip("av")
 
@@ -90,10 +95,12 @@ def test_colour_tags_and_hdr_metadata_are_kept(tmp_path, name, encoder):
         assert same_metadata(got, colour) and not said
 
 
-@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi")])
+@pytest.mark.parametrize("encoder, suffix", [("ffv1", ".mkv"), ("libvpx-vp9", ".webm"), ("libvpx-vp9", ".mp4"), ("ffv1", ".avi"),
+                                             ("prores", ".mov"), ("prores", ".mkv"), ("prores_ks", ".mov")])
 def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_for_it(tmp_path, encoder, suffix):
-    """Matroska and MP4 state it for FFV1 and VP9 (the bundled libvpx encodes 8 bits: its output is
-    rounded to them, said in one line); AVI cannot, which one line says."""
+    """Matroska, MP4 and MOV state it for FFV1, VP9 and ProRes (the bundled libvpx encodes 8 bits: its
+    output is rounded to them, said in one line); AVI cannot, nor can another encoder of ProRes
+    than FFmpeg's first (the container's template makes that one), which one line says."""
     colour, pix_fmt = COLOURS["hdr10"]
     src = make_graded_clip(tmp_path / "in.mkv", "libx265", pix_fmt, SIZE, 3, colour, {"crf": "12"})
     out = tmp_path / f"out{suffix}"
@@ -102,7 +109,7 @@ def test_hdr10_metadata_goes_into_the_container_where_the_encoder_has_no_place_f
         interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder))
     said = [str(w.message) for w in caught if "HDR metadata" in str(w.message)]
     got, _ = stated(out)
-    if suffix == ".avi":
+    if suffix == ".avi" or encoder == "prores_ks":
         assert got.mastering is None and got.light is None and len(said) == 1 and "nor has this output's container" in said[0]
     else:
         assert same_metadata(got, colour) and not said
@@ -126,8 +133,47 @@ def test_the_chroma_location_reads_as_ffmpegs_own_parser_reads_it(tmp_path, suff
         with av.open(str(path)) as container:
             context = container.streams.video[0].codec_context
             read = chroma_location(context.name, context.extradata)
-        top = traced(path, "chroma_sample_loc_type_top_field")  # x264 and x265 state none outside 4:2:0
-        assert read == (0 if top is None else top + 1) and read in (chroma, 0), (read, top)
+        top = traced(path, "chroma_sample_loc_type_top_field")  # x264 and x265 state none outside 4:2:0, nor left
+        default = 1 if pix_fmt.startswith("yuv420") else 0  # an SPS stating none: left, for 4:2:0 alone (unknown else)
+        assert read == (default if top is None else top + 1) and read in (chroma or default, 0), (read, top)
+
+
+@pytest.mark.skipif(AV1 != "libsvtav1", reason="SVT-AV1 writes the chroma sample position it is told")
+def test_an_av1_streams_chroma_location_reads_as_ffmpegs_own_parser_reads_it(tmp_path):
+    for chroma in (0, 1, 3):  # unknown, left (vertical), top left (colocated)
+        path = make_graded_clip(tmp_path / f"{chroma}.mkv", AV1, "yuv420p", SIZE, 2, Colour(chroma=chroma))
+        with av.open(str(path)) as container:
+            read = Colour.of_stream(container.streams.video[0].codec_context).chroma
+        assert read == {0: 0, 1: 1, 2: 3}[traced(path, "chroma_sample_position")] == chroma
+
+
+# A codec's stream that states no chroma location: as a player of it takes it (H.264, MPEG-2,
+# MPEG-4 Part 2: left; JPEG: centre), and unknown outside 4:2:0.
+DEFAULT_SITING = [("libx264", ".mp4", "yuv420p", 1), ("mpeg2video", ".mkv", "yuv420p", 1), ("mpeg4", ".avi", "yuv420p", 1),
+                  ("mjpeg", ".mkv", "yuvj420p", 2), ("libx265", ".mkv", "yuv444p", 0)]
+
+
+@pytest.mark.parametrize("codec, suffix, pix_fmt, sited", DEFAULT_SITING)
+def test_an_unstated_chroma_location_is_the_codecs_default(tmp_path, codec, suffix, pix_fmt, sited):
+    src = make_graded_clip(tmp_path / f"in{suffix}", codec, pix_fmt, SIZE, 3)
+    with av.open(str(src)) as container:
+        assert Colour.of_stream(container.streams.video[0].codec_context).chroma == sited
+
+
+@pytest.mark.parametrize("encoder", ["y4m", "ffv1", *([AV1] if AV1 else [])])
+def test_an_ordinary_h264_clips_output_states_its_left_chroma(tmp_path, encoder):
+    """x264 states no chroma location by default: its 4:2:0 chroma is sited left, and so is the
+    output's (Y4M's C420mpeg2, where it stated C420jpeg: centre; Matroska's ChromaSiting for FFV1,
+    SVT-AV1's chroma_sample_position, where they stated none)."""
+    src = make_graded_clip(tmp_path / "in.mp4", "libx264", "yuv420p", SIZE, 3)
+    out = tmp_path / ("out.y4m" if encoder == "y4m" else "out.mkv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Y4M leaves no tags out here, but says what it would
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(None if encoder == "y4m" else encoder))
+    if encoder == "y4m":
+        assert b" C420mpeg2 " in out.read_bytes()[:80]
+    else:
+        assert chroma_sited(out, encoder) == "left"
 
 
 def chroma_sited(path, encoder: str) -> str | None:
@@ -149,6 +195,20 @@ def test_the_chroma_location_is_carried(tmp_path, encoder):
     assert chroma_sited(src, "libx265") == "top left"
     interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
     assert chroma_sited(tmp_path / "out.mkv", encoder) == "top left"
+
+
+@pytest.mark.parametrize("suffix, encoder, lost", [(".mp4", "libvpx-vp9", True), (".avi", "ffv1", True), (".mov", "mpeg4", True),
+                                                   (".mkv", "ffv1", False), (".mov", "libx265", False), (".mp4", "libx264", False)])
+def test_a_chroma_location_the_output_cannot_state_is_said_in_one_line(tmp_path, suffix, encoder, lost):
+    """Top left (as HDR10 masters site it), where a reader takes left unless told: MP4, MOV and AVI
+    hold no chroma location, nor do VP9's, FFV1's and MPEG-4's streams; Matroska and x264's and
+    x265's streams do."""
+    src = make_graded_clip(tmp_path / "in.mkv", "libx264", "yuv420p", SIZE, 3, Colour(1, 1, 1, LIMITED, chroma=3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    said = [str(w.message) for w in caught if "chroma location" in str(w.message)]
+    assert len(said) == (1 if lost else 0), said
 
 
 def test_originals_pass_through_ffv1_bit_exact_at_10_bits_with_their_tags(tmp_path):
@@ -220,3 +280,258 @@ def test_a_sources_colour_is_read_through_its_descriptor_never_by_its_name_here(
     monkeypatch.chdir(here)
     with SourceFile(root, "clip.mkv").clip(None) as clip:
         assert clip.colour.light == (1000, 400) and clip.colour.mastering.luminance == P3.luminance
+
+
+def stated_by_frames(path) -> set[tuple[int, int, int, int]]:
+    """The tags (primaries, transfer, matrix, range) each decoded frame of ``path`` states, as a reader takes them."""
+    with av.open(str(path)) as container:
+        return {(f.color_primaries, f.color_trc, f.colorspace, f.color_range or LIMITED) for f in container.decode(video=0)}
+
+
+# Inputs a reader shows in colours other than BT.601 at limited range, and outputs whose encoder's
+# stream states a matrix or range of its own whatever it is told: JPEG's BT.601 at full range, VP8's
+# BT.601 at limited range, MPEG-1/2's and ProRes' limited range (no flag for full).
+SHOWN = {"bt709": ("yuv420p", Colour(1, 1, 1, LIMITED)), "bt709-full": ("yuv420p", Colour(1, 1, 1, FULL)),
+         "bt601-full": ("yuv420p", Colour(6, 6, 6, FULL))}
+IMPOSING = [("mjpeg", ".avi"), ("mjpeg", ".mkv"), ("libvpx", ".webm"), ("mpeg2video", ".mkv"), ("mpeg2video", ".mpg"),
+            ("prores_ks", ".mov")]
+# A round trip through 8-bit YUV of another matrix, range or depth, and a codec's loss at its defaults,
+# move a bar's mean by a few levels (at most 5 measured, BT.709 into VP8's BT.601; swscale's SIMD and
+# C paths round apart, by a level); a wrong matrix or range moves it by 15 to 50.
+BAR_LEVELS = 8
+
+
+@pytest.mark.parametrize("encoder, suffix", IMPOSING)
+@pytest.mark.parametrize("name", list(SHOWN))
+def test_an_output_shows_the_inputs_colours_where_its_codec_states_a_matrix_or_range_of_its_own(tmp_path, name, encoder, suffix):
+    """Read as any reader reads it (by the tags its frames state), every frame of the output, the
+    originals and the middles alike, shows the input's colours; and its frames state one set of tags.
+    Before, the frames were converted by the input's matrix and range, which the output's stream
+    then contradicted (a BT.709 input into MJPEG came back 34 levels off, a full-range one into
+    MPEG-2 or ProRes 16), and ProRes' middles stated no primaries or transfer where its originals did."""
+    pix_fmt, colour = SHOWN[name]
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, (64, 128), 3, colour, picture=bars)
+    want = bar_means(local_frames(src)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a change of depth or range is said; tested elsewhere
+        interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    frames = local_frames(tmp_path / f"out{suffix}")
+    assert len(frames) == 5 and len(stated_by_frames(tmp_path / f"out{suffix}")) == 1
+    for k, frame in enumerate(frames):
+        off = np.abs(bar_means(frame) - want).max()
+        assert off <= BAR_LEVELS, f"frame {k} ({'a middle' if k % 2 else 'an original'}) is {off:.1f} levels off"
+
+
+@pytest.mark.parametrize("pix_fmt, colour, encoder, said", [
+    (*SHOWN["bt709"], "mjpeg", "mjpeg states the BT.601 matrix whatever it is told: the input's BT.709 frames are converted to it"),
+    (*SHOWN["bt601-full"], "mpeg2video", "mpeg2video states limited range only: the input's full-range frames are converted to it"),
+    ("yuv420p10le", Colour(), "mjpeg", "the output's pixel format yuvj420p holds 8 bits: the input's 10-bit yuv420p10le frames "
+                                       "are rounded to it")])
+def test_a_conversion_to_the_matrix_or_range_an_output_states_is_said_in_one_line(tmp_path, pix_fmt, colour, encoder, said):
+    """Once: MJPEG opens on the full-range twin of the format it refused, and a change of depth was said
+    of both (the input's 10-bit frames rounded to yuv420p, then to yuvj420p)."""
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, SIZE, 2, colour)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    messages = [str(w.message) for w in caught]
+    assert said in messages and [m.split(": ")[-1] for m in messages].count(said.split(": ")[-1]) == 1, messages
+
+
+def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """A PNG's chunks (type, body), in order."""
+    at, found = 8, []
+    while at < len(data):
+        length, kind = struct.unpack_from(">I4s", data, at)
+        found.append((kind, data[at + 8:at + 8 + length]))
+        at += 12 + length
+    return found
+
+
+def with_colour(png: bytes) -> bytes:
+    """``png`` with chunks that say how its colours are shown put after its header: an ICC profile,
+    gamma, chromaticities (Display P3's) and coding-independent code points (BT.709)."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    said = (chunk(b"iCCP", b"a profile\0\0" + zlib.compress(b"not parsed by anyone here")) + chunk(b"gAMA", struct.pack(">I", 45455))
+            + chunk(b"cHRM", struct.pack(">8I", 31270, 32900, 68000, 32000, 26500, 69000, 15000, 6000))
+            + chunk(b"cICP", bytes([1, 1, 0, 1])))
+    return png[:33] + said + png[33:]
+
+
+COLOUR_CHUNKS = {b"iCCP", b"sRGB", b"gAMA", b"cHRM", b"cICP", b"mDCv", b"cLLi"}
+
+
+@pytest.mark.parametrize("depth", [8, 16])
+def test_a_pngs_colour_chunks_are_kept_in_its_middles(tmp_path, depth):
+    """A middle is shown as its neighbours are: it carries the colour chunks of the PNG before it (was:
+    none, so a viewer showed the originals by their profile and the middles as sRGB)."""
+    src = tmp_path / "in"
+    src.mkdir()
+    for k in range(2):
+        pixels = (gradient(k, SIZE) if depth == 16 else (gradient(k, SIZE) // 257).astype(np.uint8))
+        png = rgb16_png(pixels) if depth == 16 else png_bytes(Image.fromarray(pixels))
+        (src / f"f{k}.png").write_bytes(with_colour(png))
+    said = [c for c in png_chunks((src / "f0.png").read_bytes()) if c[0] in COLOUR_CHUNKS]
+    interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False)
+    middle = (tmp_path / "out" / "000001.png").read_bytes()
+    assert [c for c in png_chunks(middle) if c[0] in COLOUR_CHUNKS] == said
+    with av.open(str(tmp_path / "out" / "000001.png")) as container:  # still a PNG that decodes
+        assert next(container.decode(video=0)).width == SIZE[1]
+    done = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", str(src / "f0.png"), str(src / "f1.png"),
+                           "-o", str(tmp_path / "pair.png"), "--config", "tiny"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [c for c in png_chunks((tmp_path / "pair.png").read_bytes()) if c[0] in COLOUR_CHUNKS] == said
+
+
+# (input pixel format, its colour, encoder, output suffix, --pix-fmt): YUV into an RGB encoder, and
+# RGB (matrix 0, GBR: a screen capture, libx264rgb's) into YUV encoders.
+ACROSS = [("yuv444p", Colour(1, 1, 1, LIMITED), "libx264rgb", ".mkv", None),
+          ("gbrp10le", Colour(1, 13, 0, 0), "libx264", ".mkv", None), ("gbrp10le", Colour(1, 13, 0, 0), "libvpx-vp9", ".webm", None),
+          ("gbrp10le", Colour(1, 13, 0, 0), "ffv1", ".mkv", "yuv420p"), *([("gbrp10le", Colour(9, 16, 0, 0), AV1, ".mkv", None)] if AV1 else [])]
+
+
+@pytest.mark.parametrize("pix_fmt, colour, encoder, suffix, asked", ACROSS)
+def test_rgb_and_yuv_outputs_state_the_matrix_their_pixels_are_in(tmp_path, pix_fmt, colour, encoder, suffix, asked):
+    """An RGB output states the RGB matrix (0), a YUV one a YUV matrix (BT.2020's for BT.2020
+    primaries, else BT.709's), and either shows the input's colours. Before, the input's matrix was
+    stated as it was: YUV frames into libx264rgb came back 255 levels off (its RGB read as YUV), RGB
+    frames into YUV stated the RGB matrix, which libvpx-vp9 and SVT-AV1 refused (the run failed)."""
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, (64, 128), 3, colour, picture=bars)
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a change of depth is said; tested elsewhere
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder, pix_fmt=asked))
+    with av.open(str(out)) as container:
+        first = next(container.decode(video=0))
+        rgb = av.VideoFormat(first.format.name).is_rgb
+    assert {tags[2] for tags in stated_by_frames(out)} == ({0} if rgb else {9 if colour.primaries == 9 else 1})
+    want = bar_means(local_frames(src)[0])
+    for k, frame in enumerate(local_frames(out)):
+        assert np.abs(bar_means(frame) - want).max() <= BAR_LEVELS, f"frame {k}"
+
+
+def with_alpha_plane(index: int, size: tuple[int, int]) -> np.ndarray:
+    """:func:`bars` with an even alpha of (index + 1) quarters, 16-bit RGBA [H, W, 4]."""
+    return np.concatenate([bars(index, size), np.full((*size, 1), 65535 * (index + 1) // 4, np.uint16)], axis=-1)
+
+
+def make_alpha_clip(path, codec: str, pix_fmt: str, size: tuple[int, int], count: int):
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.height, stream.width = size
+        stream.pix_fmt = pix_fmt
+        for k in range(count):
+            frame = av.VideoFrame.from_ndarray(with_alpha_plane(k, size), format="rgba64le").reformat(format=pix_fmt)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("codec, pix_fmt, suffix", [("ffv1", "yuva420p", ".mkv"), ("prores_ks", "yuva444p10le", ".mov"),
+                                                    ("ffv1", "gbrap16le", ".mkv")])
+@pytest.mark.parametrize("factor", [2, 4])
+def test_a_videos_middles_have_the_alpha_of_their_neighbours(tmp_path, codec, pix_fmt, suffix, factor):
+    """The model sees colour alone: a middle's alpha is its neighbours', blended by its position,
+    as an image's middle is the mean of its neighbours' (was: every middle opaque between
+    translucent originals, ProRes 4444's and VP9's alpha alike)."""
+    src = make_alpha_clip(tmp_path / f"in{suffix}", codec, pix_fmt, (32, 64), 3)
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        interpolate_clip(src, out, pairwise(blend), progress=False, factor=factor)
+    with av.open(str(out)) as container:
+        alphas = [frame.to_ndarray(format="rgba64le")[..., 3].astype(np.float64) / 65535 for frame in container.decode(video=0)]
+    assert len(alphas) == 2 * factor + 1
+    for k, alpha in enumerate(alphas):
+        want = (1 + k / factor) / 4  # the originals' quarters, and between them by position
+        assert np.abs(alpha - want).max() < 0.01, f"frame {k}: alpha {alpha.mean():.3f}, not {want:.3f}"
+
+
+def lost_tags(src, out) -> set[str]:
+    """The tags of ``src``'s first frame that ``out``'s first frame, read back, no longer states as it
+    did, of those a reader would take otherwise: primaries and transfer stated, a matrix other than
+    BT.601's, full range."""
+    def tags(path):
+        with av.open(str(path)) as container:
+            frame = next(container.decode(video=0))
+            return frame.color_primaries, frame.color_trc, frame.colorspace, frame.color_range
+    (primaries, transfer, matrix, range_), got = tags(src), tags(out)
+    lost = {name for name, was, now in (("primaries", primaries, got[0]), ("transfer", transfer, got[1])) if was != 2 and now != was}
+    if matrix not in (2, 5, 6) and got[2] != matrix:
+        lost.add("matrix")
+    if range_ == FULL and got[3] != FULL:
+        lost.add("range")
+    return lost
+
+
+# (suffix, encoder): containers with and without a place for the tags, codecs that state them in their
+# stream or not.
+KEEPERS = [(".avi", "ffv1"), (".avi", "libx264"), (".avi", "mpeg4"), (".nut", "ffv1"), (".nut", "libx264"), (".nut", "rawvideo"),
+           (".y4m", None), (".mov", "mpeg4"), (".mov", "libx264"), (".mkv", "ffv1"), (".mp4", "mpeg4"), (".flv", "flv"),
+           (".ts", "mpeg2video"), (".ts", "libx264"), (".mpg", "mpeg1video"), (".webm", "libvpx-vp9"), (".mkv", "rawvideo")]
+
+
+@pytest.mark.parametrize("suffix, encoder", KEEPERS)
+@pytest.mark.parametrize("name", ["bt709", "bt709-full"])
+def test_an_output_that_cannot_state_the_inputs_colour_says_so_in_one_line(tmp_path, name, suffix, encoder):
+    """Where neither the container nor the codec's stream has a place for a tag the input states
+    (AVI, NUT, FLV and MPEG-TS hold none; Y4M its range alone; MOV no range), one line says which
+    are left out; nothing is said where every tag is kept (before: silently left out)."""
+    pix_fmt, colour = SHOWN[name]
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", pix_fmt, SIZE, 8 if suffix == ".ts" else 2, colour)  # TS: bytes to probe
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder))
+    said = [str(w.message) for w in caught if str(w.message).startswith("the output (")]
+    converted = any("states limited range only" in str(w.message) for w in caught)  # said of its own (MPEG-1)
+    lost = lost_tags(src, out) - ({"range"} if converted else set())
+    assert len(said) == (1 if lost else 0), (said, lost)
+    if lost:
+        assert said[0].split(": ")[0].endswith(" and ".join(sorted(lost))), (said, lost)
+
+
+@pytest.mark.parametrize("matrix, name", [(8, "YCgCo"), (10, "BT.2020 CL"), (14, "ICtCp")])
+def test_a_matrix_ffmpeg_cannot_convert_is_refused_in_one_line_naming_it(tmp_path, matrix, name):
+    """FFmpeg's swscale converts no YCgCo, constant-luminance BT.2020 or ICtCp to RGB: the clip is
+    refused as it opens, saying so (was: 'cannot decode the video ([Errno 95] Operation not
+    supported)' at its first frame)."""
+    src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 2, Colour(9, 14, 2), picture=bars)
+    with av.open(str(src)) as container:  # the tag as an encoder of such video states it
+        stream = container.streams.video[0]
+        template = tmp_path / "tagged.mkv"
+        with av.open(str(template), "w") as out:
+            copy = out.add_stream_from_template(stream)
+            copy.codec_context.colorspace = matrix
+            for packet in container.demux(stream):
+                if packet.size:
+                    packet.stream = copy
+                    out.mux(packet)
+    done = command(str(template), "-o", str(tmp_path / "out.mkv"))
+    assert done.returncode == 2 and not (tmp_path / "out.mkv").exists()
+    assert done.stderr.splitlines()[-1] == (f"eden-serve: error: {template}: its colour matrix is {name} ({matrix}), which FFmpeg's "
+                                            "swscale cannot convert to RGB; convert the video to another matrix first")
+
+
+@pytest.mark.parametrize("suffix", [".png", ".webp"])
+def test_an_animations_colour_profile_is_kept(tmp_path, suffix):
+    """An APNG keeps its colour chunks (ICC profile, gamma, chromaticities, cICP), an animated WebP its
+    ICC profile (was: both written without, every frame then shown as sRGB)."""
+    frames = [Image.fromarray((gradient(k, SIZE) // 257).astype(np.uint8)) for k in range(3)]
+    src = tmp_path / f"in{suffix}"
+    if suffix == ".png":
+        buffer = io.BytesIO()
+        frames[0].save(buffer, format="PNG", save_all=True, append_images=frames[1:], duration=100, loop=0)
+        src.write_bytes(with_colour(buffer.getvalue()))
+    else:
+        frames[0].save(src, format="WEBP", save_all=True, append_images=frames[1:], duration=100, loop=0, lossless=True,
+                       icc_profile=b"a profile no one parses here")
+    interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False)
+    with Image.open(src) as given, Image.open(tmp_path / f"out{suffix}") as written:
+        assert written.n_frames == 5 and written.info.get("icc_profile") == given.info.get("icc_profile") is not None
+    if suffix == ".png":
+        def said(path):
+            return [c for c in png_chunks(path.read_bytes()) if c[0] in COLOUR_CHUNKS]
+        assert said(tmp_path / "out.png") == said(src) and len(said(src)) == 4

@@ -17,7 +17,7 @@ from eden_serve.commands.cli import main
 from eden_serve.media import decoders
 from eden_serve.media.decoders import Decoder, Nvdec, choose
 from eden_serve.media.planes import nv12_to_rgb
-from eden_serve.media.video import rgb_pixels
+from eden_serve.media.video import CONVERTIBLE, rgb_pixels
 
 av = pytest.importorskip("av")
 
@@ -144,6 +144,25 @@ def test_nv12_conversion_within_3_levels_of_swscale(matrix, full):
     frame.colorspace, frame.color_range = (1 if matrix == "bt709" else 5), (2 if full else 1)
     made = nv12_to_rgb(torch.from_numpy(luma), torch.from_numpy(chroma), matrix, full)
     assert int((made.int() - torch.from_numpy(frame.to_ndarray(format="rgb24")).int()).abs().max()) <= 3
+
+
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("matrix", sorted(CONVERTIBLE - {0}))  # every YUV matrix the host converts: FCC and SMPTE 240M too
+def test_a_frame_on_the_device_becomes_rgb_by_its_own_matrix_within_3_levels_of_swscale(matrix, full):
+    """Random 4:2:0 samples tagged with ``matrix``: the device's conversion against the host's
+    (swscale's, by the frame's tags), on this CPU's tensors."""
+    rng = np.random.default_rng(matrix)
+    frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (96, 96), dtype=np.uint8), format="yuv420p")
+    frame.colorspace, frame.color_range = matrix, (2 if full else 1)
+    made = StandIn(True).pixels(DeviceFrame(frame), rgb_pixels)
+    assert int((made.int() - rgb_pixels(frame).int()).abs().max()) <= 3
+
+
+def test_a_frame_of_a_matrix_the_host_refuses_is_not_converted_on_the_device():
+    device = DeviceFrame(av.VideoFrame.from_ndarray(np.zeros((96, 96), np.uint8), format="yuv420p"))
+    device.colorspace = 8  # YCgCo: refused as the clip opens; never converted by another matrix here
+    with pytest.raises(ValueError, match="matrix 8"):
+        StandIn(True).pixels(device, rgb_pixels)
 
 
 def test_an_original_kept_on_the_device_reaches_the_writer_unchanged(clip):

@@ -29,7 +29,7 @@ from eden_serve.media.frames import from_pixels, open_deep, to_pixels
 from eden_serve.media.packets import PacketReader, decode
 from eden_serve.page.media import describe, preview
 from eden_serve.clips.pipeline import in_process, interpolate_chunk
-from eden_serve.wire.png import rgb16_png
+from eden_serve.wire.png import png_header, rgb16_png
 from harness.videos import gradient, local_frames, make_graded_clip
 
 av = pytest.importorskip("av")
@@ -188,3 +188,61 @@ def test_16_bit_scaling_is_the_8_bit_scaling_without_its_roundings(size, resampl
     deep = resized(torch.from_numpy(pixels.astype(np.uint16) * 257), size, resample).numpy() / 257
     difference = np.abs(deep - shallow)
     assert difference.max() <= 1.1 and (difference > 1).mean() < 0.001, (difference.max(), (difference > 1).mean())
+
+
+def rgba16_png(pixels: np.ndarray, pix_fmt: str = "rgba64be") -> bytes:
+    """[H, W, 4] uint16 as a 16-bit RGBA PNG (``ya16be``: grey and alpha), by FFmpeg's PNG encoder."""
+    context = av.CodecContext.create("png", "w")
+    context.height, context.width = pixels.shape[:2]
+    context.pix_fmt = pix_fmt
+    context.open()
+    picture = av.VideoFrame.from_ndarray(pixels, format="rgba64le").reformat(format=pix_fmt)
+    return bytes(context.encode(picture)[0])
+
+
+def rgba_of(path) -> np.ndarray:
+    with av.open(str(path)) as container:
+        return next(container.decode(video=0)).to_ndarray(format="rgba64le")
+
+
+def with_alpha(index: int, size: tuple[int, int]) -> np.ndarray:
+    """:func:`gradient` with an alpha channel that falls across the height, by other 16-bit steps each frame."""
+    alpha = np.linspace(65535, 1000 * (index + 1), size[0])[:, None].repeat(size[1], 1)
+    return np.concatenate([gradient(index, size), np.round(alpha).astype(np.uint16)[..., None]], axis=-1)
+
+
+@pytest.mark.parametrize("pix_fmt", ["rgba64be", "ya16be"])
+@pytest.mark.parametrize("factor", [2, 4])
+def test_a_directory_of_16_bit_rgba_pngs_keeps_16_bits_and_its_alpha(tmp_path, factor, pix_fmt):
+    """Their colours go to the model at 16 bits, as 16-bit RGB's do, and each middle is a 16-bit RGBA
+    PNG whose alpha is the mean of its neighbours' (was: read at 8 bits, middles written at 8); 16-bit
+    grey and alpha alike (Pillow reads it as 8-bit RGBA), its grey in each of the middle's colours."""
+    src, size = tmp_path / "in", (32, 48)
+    src.mkdir()
+    for k in range(2):
+        (src / f"f{k}.png").write_bytes(rgba16_png(with_alpha(k, size), pix_fmt))
+    frames = [rgba_of(src / f"f{k}.png") for k in range(2)]
+    interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False, factor=factor)
+    written = sorted((tmp_path / "out").iterdir())
+    assert len(written) == factor + 1 and written[0].read_bytes() == (src / "f0.png").read_bytes()
+    middle = written[factor // 2]
+    assert png_header(middle.read_bytes())[2:] == (16, 6)
+    got = rgba_of(middle)
+    halves = (frames[0][..., :3].astype(np.float32) / 65535 + frames[1][..., :3].astype(np.float32) / 65535) / 2
+    assert np.array_equal(got[..., :3], np.round(halves * 65535).astype(np.uint16))
+    assert np.array_equal(got[..., 3], (frames[0][..., 3].astype(np.int64) + frames[1][..., 3]) // 2)
+
+
+def test_a_16_bit_rgba_pairs_middle_is_a_16_bit_rgba_png(tmp_path):
+    size = (32, 48)
+    frames = [with_alpha(k, size) for k in range(2)]
+    for k, pixels in enumerate(frames):
+        (tmp_path / f"f{k}.png").write_bytes(rgba16_png(pixels))
+    done = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", str(tmp_path / "f0.png"),
+                           str(tmp_path / "f1.png"), "-o", str(tmp_path / "mid.png"), "--config", "tiny"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert png_header((tmp_path / "mid.png").read_bytes())[2:] == (16, 6)
+    with av.open(str(tmp_path / "mid.png")) as container:
+        got = next(container.decode(video=0)).to_ndarray(format="rgba64le")
+    assert np.array_equal(got[..., 3], (frames[0][..., 3].astype(np.int64) + frames[1][..., 3]) // 2)

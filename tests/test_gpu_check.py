@@ -118,9 +118,9 @@ def test_the_served_edge_is_judged_against_the_same_pairs_in_process(quick_run):
     stdout, rows = quick_run
     served = [r for r in rows if r["section"] == "served edge" and r.get("codec") == "bitstream" and "pairs_per_s" in r]
     assert {r["overlap"] for r in served} == {"ahead", "in turn"}
-    for r in served:
-        assert r["of_in_process"] == pytest.approx(r["pairs_per_s"] / r["in_process_pairs_per_s"], rel=0.01)
-        assert r["of_edge_alone"] == pytest.approx(r["pairs_per_s"] / r["edge_alone_pairs_per_s"], rel=0.01)
+    for r in served:  # the ratios are rounded to 3 decimals: on a slow CPU 0.023 is 0.0226
+        assert r["of_in_process"] == pytest.approx(r["pairs_per_s"] / r["in_process_pairs_per_s"], rel=0.01, abs=5e-4)
+        assert r["of_edge_alone"] == pytest.approx(r["pairs_per_s"] / r["edge_alone_pairs_per_s"], rel=0.01, abs=5e-4)
     ahead = next(r for r in served if r["overlap"] == "ahead")
     line = next(line for line in stdout.splitlines() if line.startswith("GOAL served_bitstream_1080p:"))
     assert f"UNMEASURED {ahead['of_in_process']:.2f} (" in line and "pairs/s in process, E_cond and the edge" in line

@@ -28,11 +28,11 @@ from PIL import Image, UnidentifiedImageError
 
 from .atomic import atomic_output, named, remove_partial
 from ..errors import BadInputError
-from ..wire.png import PNG_SIGNATURE
+from ..wire.png import PNG_SIGNATURE, with_chunks
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, PIPE, Clip, ClipWriter, Frame, matched
 from .encoding import VIDEO_EXTRA, Encoding
-from .frames import PNG_MODES, png_of
+from .frames import PNG_MODES, png_bytes, png_of
 from .resume import Journal, Tally, start_afresh, sync
 from .threads import ThreadedWriter
 from .timing import Retiming
@@ -89,7 +89,8 @@ class DirectoryWriter(ClipWriter):
     """Output frame k is ``%06d.png`` (k = 0, 1, ...: the pattern ffmpeg and most tools read): a PNG
     original copied byte for byte, any other decoded and written as PNG (lossless, and in its own
     mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float). A 16-bit RGB
-    frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs."""
+    frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs. A middle carries the colour
+    chunks of the frame before it (its ICC profile, gamma, cICP...), so it is shown as that frame is."""
 
     continues = True
 
@@ -133,20 +134,22 @@ class DirectoryWriter(ClipWriter):
             png = file.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
         if png:
             shutil.copyfile(frame.path, self._next())
+        elif frame.pixels is not None:
+            self._write(lambda path: path.write_bytes(png_of(frame.pixels.numpy())))
         else:
-            self._write(frame.pixels if frame.pixels is not None else frame.image)
+            self._write(lambda path: _png_ready(frame.image).save(path, format="PNG"))
 
     def add_middle(self, middle, before, after, position=HALF):
-        self._write(matched(middle, before, after))
+        picture = matched(middle, before, after)
+        png = png_of(picture.numpy()) if isinstance(picture, torch.Tensor) else png_bytes(_png_ready(picture))
+        self._write(lambda path: path.write_bytes(with_chunks(png, before.shown_as)))  # shown as the frame before it is
 
-    def _write(self, picture) -> None:
+    def _write(self, write) -> None:
+        """The next frame's file written by ``write(path)``; a full disk's error names it (a write to an open file names none)."""
         path = self._next()
         try:
-            if isinstance(picture, torch.Tensor):
-                path.write_bytes(png_of(picture.numpy()))
-            else:
-                _png_ready(picture).save(path, format="PNG")
-        except OSError as exc:  # Pillow's names no file
+            write(path)
+        except OSError as exc:
             raise named(exc, path)
 
     def place(self, picture, before, after, position):

@@ -19,6 +19,7 @@ from typing import Iterator
 from PIL import GifImagePlugin, Image
 
 from ..errors import BadInputError
+from ..wire.png import colour_chunks
 from .base import HALF, Clip, ClipWriter, Frame
 from .frames import check_size, match_mode, png_bytes
 from .resume import Tally, start_afresh
@@ -39,6 +40,13 @@ class AnimationClip(Clip):
             check_size(*self.size, max_pixels, str(path))
         self.loop = image.info.get("loop")
         self.background = image.info.get("background")
+        # How its colours are shown, which the output states too: an APNG's colour chunks, a WebP's ICC profile.
+        self.icc = image.info.get("icc_profile")
+        try:
+            with open(path, "rb") as file:
+                self.colour_chunks = colour_chunks(file)
+        except OSError as exc:
+            raise BadInputError(f"cannot read {str(path)!r}: {exc.strerror}") from None
         # The working mode of every frame: colour or grey (APNG only), with alpha if any.
         transparent = "transparency" in image.info or image.mode in ("RGBA", "LA", "PA")
         if self.format == "PNG" and image.mode in ("L", "LA"):
@@ -217,7 +225,7 @@ class ApngWriter(_AnimationWriter):
         first = self.sequence == 0
         if first:
             header = dict(_png_chunks(encoded))[b"IHDR"]
-            self.file.write(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header))
+            self.file.write(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + self.clip.colour_chunks)
             loop = self.clip.loop if self.clip.loop is not None else 0
             frames = self.factor * (self.clip.length - 1) + 1
             self.file.write(_png_chunk(b"acTL", struct.pack(">II", frames, loop)))
@@ -268,9 +276,11 @@ class WebpWriter(_AnimationWriter):
     def _start(self):
         clip = self.clip
         width, height = clip.size
-        flags = 0x02 | (0x10 if clip.mode == "RGBA" else 0)  # animation, alpha
+        flags = 0x02 | (0x10 if clip.mode == "RGBA" else 0) | (0x20 if clip.icc else 0)  # animation, alpha, ICC profile
         self.file.write(b"RIFF\x00\x00\x00\x00WEBP")
         self.file.write(_riff_chunk(b"VP8X", bytes([flags, 0, 0, 0]) + _u24(width - 1) + _u24(height - 1)))
+        if clip.icc:
+            self.file.write(_riff_chunk(b"ICCP", clip.icc))
         # Pillow reads a WebP background as RGBA; a GIF's is a palette index, meaningless here.
         background = clip.background if isinstance(clip.background, tuple) and len(clip.background) == 4 else (0,) * 4
         red, green, blue, opacity = background

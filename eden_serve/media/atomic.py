@@ -20,7 +20,14 @@ import torch
 from PIL import Image
 
 from ..errors import BadInputError
-from .frames import Picture, as_image, depth_of, png_of
+from ..wire.png import with_chunks
+from .frames import Picture, as_image, depth_of, png_bytes, png_of
+
+
+# Names that say a file: the containers a video is written to, beside every image extension. A
+# directory of frames made under one would be taken for that file (a player asked to open out.mp4).
+VIDEO_SUFFIXES = {".mp4", ".m4v", ".mkv", ".mov", ".webm", ".avi", ".y4m", ".ts", ".mts", ".m2ts", ".flv", ".nut",
+                  ".mpg", ".mpeg", ".ogv", ".wmv", ".3gp", ".mxf"}
 
 
 # A full, over-quota or read-only disk: an error of writing, not of reading the input.
@@ -37,7 +44,9 @@ def named(exc: BaseException, path: str | Path) -> BaseException:
 
 
 def check_destination(dst: Path, directory: bool) -> None:
-    """Refuse, before any work, a destination the output cannot replace; create its parent directory.
+    """Refuse, before any work, a destination the output cannot replace, or a directory output named
+    as a file would be (``out.mp4``, ``out.png``: made anew; an empty directory so named is the
+    caller's choice); create its parent directory.
 
     A symbolic link is refused whatever it points to (nothing, itself, an empty directory): the
     output is renamed into place, which would replace the link, not write where it points."""
@@ -47,6 +56,10 @@ def check_destination(dst: Path, directory: bool) -> None:
         raise BadInputError(f"output {str(dst)!r} exists and is not an empty directory; choose a new path")
     if not directory and dst.is_dir():
         raise BadInputError(f"output {str(dst)!r} is a directory; give a file name")
+    if directory and not dst.exists() and dst.suffix.lower() in VIDEO_SUFFIXES | set(Image.registered_extensions()):
+        raise BadInputError(f"output {str(dst)!r} names a file, and a directory of frames gives a directory of frames: "
+                            f"give a directory name (such as {dst.stem}-2x); ffmpeg -framerate RATE -i DIR/%06d.png "
+                            "makes a video of it")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -104,20 +117,28 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
         raise
 
 
-def save_image(image: Picture, dst: str | Path) -> None:
+def save_image(image: Picture, dst: str | Path, chunks: bytes = b"") -> None:
     """Save atomically; the format follows the extension of ``dst``. RGB pixels (a tensor) are
     written as a directory clip writes them: a 16-bit PNG where they have 16 bits and the output is
-    a PNG (Pillow holds 8 bits of RGB), else as their image."""
+    a PNG (Pillow holds 8 bits of RGB), else as their image. A PNG carries ``chunks`` after its
+    header (a middle: the colour chunks of the frame before it, :attr:`~.base.Frame.shown_as`)."""
     dst = Path(dst)
     fmt = Image.registered_extensions().get(dst.suffix.lower())
     if fmt is None:
         raise BadInputError(f"output {str(dst)!r}: unknown image extension; use e.g. .png")
     if isinstance(image, torch.Tensor) and fmt == "PNG" and depth_of(image) == 16:
         with atomic_output(dst) as tmp:
-            tmp.write_bytes(png_of(image.numpy()))
+            tmp.write_bytes(with_chunks(png_of(image.numpy()), chunks))
         return
     image = as_image(image)
+    try:
+        data = png_bytes(image) if fmt == "PNG" else None
+    except (OSError, ValueError, KeyError) as exc:
+        raise BadInputError(f"cannot save a {image.mode} image as {fmt} ({exc})") from None
     with atomic_output(dst) as tmp:
+        if data is not None:
+            tmp.write_bytes(with_chunks(data, chunks))
+            return
         try:
             image.save(tmp, format=fmt)
         except (OSError, ValueError, KeyError) as exc:

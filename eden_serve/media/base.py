@@ -16,6 +16,7 @@ from .encoding import Encoding
 from .planes import Planes
 from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, depth_of, image_to_tensor, is_deep, match_mode, open_deep, open_image,
                      picture_size, pixels_to_tensor, png_bytes, png_of, widened)
+from ..wire.png import colour_chunks, icc_chunk
 from .resume import input_identity
 from .timing import Retiming
 
@@ -43,7 +44,8 @@ class Frame:
     A video's frame (and a middle made in this process) is given its RGB pixels [H, W, 3] as
     ``image`` instead, a tensor, which it keeps as ``pixels``, its image made only where something
     asks for one. The pixels are 8-bit, or 16-bit where the source is deeper (``depth``); a
-    directory's 16-bit RGB PNG or TIFF has them too, read on first use. ``tensor`` is what the model
+    directory's 16-bit RGB PNG or TIFF has them too, read on first use, and a 16-bit RGBA PNG its
+    colours as them and its ``alpha`` beside (a middle given as RGBA pixels [H, W, 4] alike). ``tensor`` is what the model
     takes, ``encoded`` what a server is sent: the file's own bytes for a directory (the server then
     decodes exactly what we would), a PNG otherwise (16-bit for 16-bit pixels).
     """
@@ -59,6 +61,8 @@ class Frame:
         self._pixels = image if isinstance(image, torch.Tensor) else None
         self._image = None if self._pixels is not None else image
         self._cache: dict[str, object] = {}
+        if self._pixels is not None and self._pixels.shape[-1] == 4:  # a 16-bit RGBA middle: the model takes its colours
+            self._pixels, self._cache["alpha"] = self._pixels[..., :3], self._pixels[..., 3]
         self._lock = threading.RLock()  # tensor and encoded compute image under it
 
     def _lazy(self, key: str, make):
@@ -73,6 +77,33 @@ class Frame:
         if self._pixels is not None or self.path is None or self._image is not None:
             return self._pixels
         return self._lazy("pixels", self._load_deep)
+
+    @property
+    def alpha(self) -> torch.Tensor | None:
+        """The alpha channel [H, W] of a frame with 16-bit pixels and alpha (a 16-bit RGBA PNG), else None."""
+        if self.pixels is None:
+            return None
+        return self._cache.get("alpha")
+
+    @property
+    def shown_as(self) -> bytes:
+        """How the frame's file says its colours are shown, as the PNG chunks a middle written after it
+        carries (:func:`~eden_serve.wire.png.with_chunks`): a PNG's colour chunks, another image's ICC
+        profile; nothing for a frame without a file (a video's, whose colour its stream states)."""
+        if self.path is None:
+            return b""
+        return self._lazy("shown_as", self._shown_as)
+
+    def _shown_as(self) -> bytes:
+        try:
+            with open(self.path, "rb") as file:
+                if chunks := colour_chunks(file):
+                    return chunks
+            with Image.open(self.path) as image:
+                profile = image.info.get("icc_profile")
+        except (OSError, ValueError, SyntaxError):
+            return b""  # the frame's own reading says what is wrong with it
+        return icc_chunk(profile) if profile else b""
 
     @property
     def depth(self) -> int:
@@ -120,18 +151,29 @@ class Frame:
         return open_image(self.path, self.name, self.max_pixels)
 
     def _load_deep(self) -> torch.Tensor | None:
-        return open_deep(self.path, self.name, self.max_pixels) if is_deep(self.path, self.name) else None
+        if not is_deep(self.path, self.name):
+            return None
+        pixels = open_deep(self.path, self.name, self.max_pixels, alpha=True)
+        if pixels.shape[-1] == 4:
+            self._cache["alpha"] = pixels[..., 3]
+        return pixels[..., :3]
 
 
 def matched(middle: Picture, before: Frame, after: Frame) -> Picture:
     """:func:`~.frames.match_mode` of a middle and its neighbours: between RGB frames with pixels
     (a video's, a 16-bit file's), the middle as its pixels at the frame before's depth, with no
-    image made of anything; the output's planes as they are."""
+    image made of anything, and where that frame has alpha (16-bit RGBA) the mean of the
+    neighbours' alphas after them, as match_mode gives an 8-bit image's; the output's planes as they are."""
     if isinstance(middle, Planes):
         return middle
     if before.pixels is not None:
         pixels = middle if isinstance(middle, torch.Tensor) else torch.from_numpy(np.array(middle.convert("RGB")))
-        return widened(pixels, before.depth)
+        pixels = widened(pixels[..., :3], before.depth)
+        if before.alpha is None:
+            return pixels
+        alpha = after.alpha if after.alpha is not None and after.alpha.shape == before.alpha.shape else before.alpha
+        mean = before.alpha.to(torch.int32).add(alpha.to(torch.int32)).div_(2, rounding_mode="floor")
+        return torch.cat((widened(pixels, 16), mean.to(torch.uint16)[..., None]), dim=-1)
     return match_mode(middle, before.image, after.image)
 
 
@@ -141,6 +183,7 @@ class Clip:
     kind: str  # "directory", "animation" or "video"
     length: int | None  # number of frames, where known before reading them
     display_matrix: tuple[int, ...] | None = None  # a video's: its first frame's, or a cloud: source's as probed
+    dynamic_hdr: tuple[str, ...] = ()  # a video's dynamic HDR metadata (HDR10+, Dolby Vision), named: no output keeps it
 
     def __init__(self, path: Path):
         self.path = path

@@ -1,13 +1,18 @@
-"""Where a video's chroma samples sit (its chroma location), read from the sequence parameter set of
-an H.264 or HEVC stream's extradata (docs/video.md, "Depth and colour").
+"""Where a video's 4:2:0 chroma samples sit (its chroma location), as a player of it takes it
+(docs/video.md, "Depth and colour"): read from the sequence parameter set of an H.264 or HEVC
+stream's extradata and from an AV1 stream's ``av1C``, or fixed by the codec's standard.
 
 PyAV 18 exposes no chroma location on streams, codec contexts or frames, though FFmpeg's decoders
 read it; an encoder takes it through the ``chroma_sample_location`` option (:mod:`.colour`). So it is
 read here from the bitstream: the VUI's ``chroma_sample_loc_type_top_field``, in the SPS that
-``avcC``/``hvcC`` (MP4, Matroska) or Annex B extradata (MPEG-TS, raw streams) hold. Other codecs, a
-Matroska ``ChromaSiting`` and streams whose SPS comes only in-band are not read: they stay unstated.
-The parser only skips what precedes the VUI; any inconsistency (a truncated or foreign SPS) reads as
-unstated, never as an error.
+``avcC``/``hvcC`` (MP4, Matroska) or Annex B extradata (MPEG-TS, raw streams) hold. An SPS read
+whole that states none (no VUI, or a VUI without it) means the standards' default, left (type 0,
+as FFmpeg's decoder reads it too), for 4:2:0; the location describes 4:2:0 alone. MPEG-1, MPEG-2,
+MPEG-4 Part 2, H.263 and JPEG have no field for it: their standards fix it (:data:`FIXED`). Other
+codecs (VP8, VP9, FFV1...), a Matroska ``ChromaSiting``, Y4M's ``C420mpeg2`` and streams whose SPS
+comes only in-band are not read: they stay unknown, and nothing is stated of them. The parser only
+skips what precedes the VUI; any inconsistency (a truncated or foreign SPS) reads as unknown, never
+as an error.
 """
 
 from __future__ import annotations
@@ -15,6 +20,12 @@ from __future__ import annotations
 from typing import Iterator
 
 H264_SPS, HEVC_SPS = 7, 33  # nal_unit_type
+UNKNOWN, LEFT, CENTER, TOP_LEFT = 0, 1, 2, 3  # AVChromaLocation
+# Where the standard of a codec with no field for it sites 4:2:0 chroma: MPEG-1, H.263 and JPEG
+# (JFIF) between the luma samples both ways, MPEG-2 and MPEG-4 Part 2 co-sited with them horizontally.
+FIXED = {"mpeg1video": CENTER, "h263": CENTER, "mjpeg": CENTER, "mpeg2video": LEFT, "mpeg4": LEFT}
+# AV1's chroma_sample_position (av1C): unknown, vertical (left), colocated (top left).
+_AV1_POSITIONS = {0: UNKNOWN, 1: LEFT, 2: TOP_LEFT}
 # H.264 profiles whose SPS states chroma_format_idc, bit depths and scaling matrices.
 _HIGH_PROFILES = {100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135}
 _EXTENDED_SAR = 255
@@ -81,11 +92,12 @@ def _scaling_lists(bits: _Bits, count: int) -> None:
                 last = following or last
 
 
-def _h264_vui(bits: _Bits) -> bool:
-    """Skip an H.264 SPS from its profile to its VUI flag; whether the VUI follows."""
+def _h264_vui(bits: _Bits) -> tuple[int, bool]:
+    """Skip an H.264 SPS from its profile to its VUI flag; its chroma_format_idc, and whether the VUI follows."""
     profile = bits.u(8)
     bits.u(16)  # constraint flags, level
     bits.ue()
+    chroma_format = 1  # 4:2:0, where the profile does not state it
     if profile in _HIGH_PROFILES:
         chroma_format = bits.ue()
         if chroma_format == 3:
@@ -107,7 +119,7 @@ def _h264_vui(bits: _Bits) -> bool:
     bits.u(1)
     if bits.u(1):  # cropping
         bits.ue(), bits.ue(), bits.ue(), bits.ue()
-    return bool(bits.u(1))
+    return chroma_format, bool(bits.u(1))
 
 
 def _profile_tier_level(bits: _Bits, sub_layers: int) -> None:
@@ -148,14 +160,15 @@ def _short_term_sets(bits: _Bits) -> None:
             counts.append(negative + positive)
 
 
-def _hevc_vui(bits: _Bits) -> bool:
-    """Skip an HEVC SPS from after its NAL header to its VUI flag; whether the VUI follows."""
+def _hevc_vui(bits: _Bits) -> tuple[int, bool]:
+    """Skip an HEVC SPS from after its NAL header to its VUI flag; its chroma_format_idc, and whether the VUI follows."""
     bits.u(4)
     sub_layers = bits.u(3)
     bits.u(1)
     _profile_tier_level(bits, sub_layers)
     bits.ue()
-    if bits.ue() == 3:  # chroma_format_idc 4:4:4
+    chroma_format = bits.ue()
+    if chroma_format == 3:  # 4:4:4
         bits.u(1)
     bits.ue(), bits.ue()
     if bits.u(1):  # conformance window
@@ -176,11 +189,12 @@ def _hevc_vui(bits: _Bits) -> bool:
         for _ in range(bits.ue()):
             bits.u(poc_bits), bits.u(1)
     bits.u(2)  # temporal mvp, strong intra smoothing
-    return bool(bits.u(1))
+    return chroma_format, bool(bits.u(1))
 
 
-def _vui_chroma(bits: _Bits) -> int:
-    """The VUI's chroma_sample_loc_type_top_field as an AVChromaLocation (type + 1), 0 where unstated."""
+def _vui_chroma(bits: _Bits) -> int | None:
+    """The VUI's chroma_sample_loc_type_top_field as an AVChromaLocation (type + 1), None where it
+    states none, 0 for a reserved type."""
     if bits.u(1) and bits.u(8) == _EXTENDED_SAR:  # aspect ratio
         bits.u(32)
     if bits.u(1):  # overscan
@@ -190,17 +204,24 @@ def _vui_chroma(bits: _Bits) -> int:
         if bits.u(1):
             bits.u(24)
     if not bits.u(1):
-        return 0
+        return None
     top = bits.ue()
-    return top + 1 if top <= 5 else 0
+    return top + 1 if top <= 5 else UNKNOWN
 
 
-def chroma_location(codec: str, extradata: bytes | None) -> int:
-    """The chroma location that an H.264 or HEVC stream's SPS states, as FFmpeg's AVChromaLocation
-    (1 left, 2 center, 3 top left, 4 top, 5 bottom left, 6 bottom); 0 where it states none or is not read."""
+def chroma_location(codec: str, extradata: bytes | None, subsampled: bool = True) -> int:
+    """Where ``codec``'s 4:2:0 chroma sits as a player of the stream takes it, as FFmpeg's
+    AVChromaLocation (1 left, 2 center, 3 top left, 4 top, 5 bottom left, 6 bottom): as an H.264 or
+    HEVC stream's SPS or an AV1 stream's ``av1C`` states it, the standard's default where an SPS
+    read whole states none, or the location a codec's standard fixes; 0 where it is not known
+    (not read, or not 4:2:0: ``subsampled`` says whether the stream's pixel format is)."""
+    if codec in FIXED:
+        return FIXED[codec] if subsampled else UNKNOWN
+    if codec == "av1":
+        return _av1_location(bytes(extradata or b""))
     kinds = {"h264": (H264_SPS, 1, _h264_vui), "hevc": (HEVC_SPS, 2, _hevc_vui)}
     if codec not in kinds or not extradata:
-        return 0
+        return UNKNOWN
     sps, header, skip = kinds[codec]
     for unit in _nal_units(codec, bytes(extradata)):
         kind = unit[0] & 0x1F if codec == "h264" else unit[0] >> 1 & 0x3F
@@ -208,7 +229,18 @@ def chroma_location(codec: str, extradata: bytes | None) -> int:
             continue
         bits = _Bits(unit[header:])
         try:
-            return _vui_chroma(bits) if skip(bits) else 0
+            chroma_format, vui = skip(bits)
+            stated = _vui_chroma(bits) if vui else None
         except IndexError:
-            return 0
-    return 0
+            return UNKNOWN
+        if stated is None:
+            return LEFT if chroma_format == 1 else UNKNOWN
+        return stated
+    return UNKNOWN
+
+
+def _av1_location(av1c: bytes) -> int:
+    """The chroma_sample_position of an ``av1C`` (marker and version 1) of a 4:2:0 stream."""
+    if len(av1c) < 4 or av1c[0] != 0x81 or av1c[2] & 0x1C != 0x0C:  # not monochrome, subsampled both ways
+        return UNKNOWN
+    return _AV1_POSITIONS.get(av1c[2] & 3, UNKNOWN)

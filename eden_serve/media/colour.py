@@ -3,11 +3,12 @@ colour"): the tags (primaries, transfer, matrix, range: FFmpeg's AVColor* values
 writes into its stream where the codec has a place for them (H.264's and HEVC's VUI, AV1's
 sequence header) and the muxer into the container (Matroska's Colour, MP4's colr); and HDR10's
 metadata, the mastering display and the content light level, which the encoders that hold them
-(x264, x265, SVT-AV1) write into their stream as their own parameters, and Matroska and MP4 into
-the container for FFV1 and VP9 (:mod:`.mastering`).
+(x264, x265, SVT-AV1) write into their stream as their own parameters, and Matroska, MP4 and MOV
+into the container for FFV1, VP9 and ProRes (:mod:`.mastering`).
 
 Read from the input's stream, and the metadata from its first frame's side data, where decoders put
-it; the chroma location from an H.264 or HEVC stream's SPS (:mod:`.chroma`: PyAV exposes none),
+it; the chroma location from an H.264 or HEVC stream's SPS, an AV1 stream's ``av1C`` or the codec's
+standard (:mod:`.chroma`: PyAV exposes none),
 written through the encoder's ``chroma_sample_location`` option. A cloud's probe of a server-side
 source states them all (:meth:`Colour.fields`), and the client reads them back, checked
 (:meth:`Colour.from_fields`).
@@ -26,6 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from .chroma import chroma_location
+from .encoding import import_av
 
 UNSPECIFIED = 2  # AVCOL_PRI_, AVCOL_TRC_ and AVCOL_SPC_UNSPECIFIED
 PQ, HLG = 16, 18  # AVCOL_TRC_SMPTE2084, AVCOL_TRC_ARIB_STD_B67
@@ -91,8 +93,8 @@ class Colour:
         """The tags of a stream's codec context (PyAV's), as its container and bitstream state them;
         a yuvj pixel format is full range whatever its tag says."""
         full = (context.pix_fmt or "").startswith("yuvj")
-        return cls(int(context.color_primaries), int(context.color_trc), int(context.colorspace),
-                   FULL if full else int(context.color_range), chroma=chroma_location(context.name, context.extradata))
+        return cls(int(context.color_primaries), int(context.color_trc), int(context.colorspace), FULL if full else int(context.color_range),
+                   chroma=chroma_location(context.codec.canonical_name, context.extradata, _subsampled(context)))
 
     @property
     def hdr(self) -> bool:
@@ -168,8 +170,21 @@ class Colour:
             return {**({"mastering-display": self.mastering.decimals()} if self.mastering else {}),
                     **({"content-light": f"{self.light[0]},{self.light[1]}"} if self.light else {})}
         warnings.warn(f"{encoder} has no place for the input's HDR metadata (mastering display, content light level), nor has "
-                      "this output's container (Matroska and MP4 hold it for FFV1 and VP9): the output keeps its colour tags without it")
+                      "this output's container (Matroska, MP4 and MOV hold it for FFV1, VP9 and FFmpeg's prores encoder): "
+                      "the output keeps its colour tags without it")
         return {}
+
+
+def _subsampled(context) -> bool:
+    """Whether a stream's pixel format is 4:2:0 (a hardware decoder's: what its surfaces hold); False where not known."""
+    av = import_av()
+    name = context.pix_fmt
+    if name is not None and not av.VideoFormat(name).components:
+        name = getattr(getattr(context, "sw_format", None), "name", None)
+    if name is None:
+        return False
+    format = av.VideoFormat(name, 16, 16)
+    return len(format.components) >= 3 and (format.chroma_width(16), format.chroma_height(16)) == (8, 8)
 
 
 # A probe's tags and the largest value each takes (AVColorPrimaries, ...: all well under 256).

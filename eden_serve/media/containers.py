@@ -1,10 +1,12 @@
 """What is read of a video file besides its frames: the container its first bytes show, for a file
 from someone else (a page's upload, a cloud's source); its first frame, whose side data holds
-HDR10's metadata and the display matrix, within a bounded read; whether it is interlaced; and its
-labels (title, chapters, the video's language), which the output keeps."""
+HDR10's metadata and the display matrix, within a bounded read; the dynamic HDR metadata it carries
+(HDR10+, Dolby Vision), which no output keeps; whether it is interlaced; and its labels (title,
+chapters, the video's language), which the output keeps."""
 
 from __future__ import annotations
 
+import io
 import re
 import struct
 import warnings
@@ -78,6 +80,41 @@ def first_frame(container):
     except import_av().error.FFmpegError:
         return None
     return None
+
+
+# A frame's side data that is dynamic HDR metadata (per-scene or per-frame tone mapping): HDR10+ (SMPTE
+# ST 2094-40, from HEVC's SEI or AV1's metadata), Dolby Vision's RPU, HDR Vivid (CUVA 005.1).
+DYNAMIC_SIDE_DATA = {"DYNAMIC_HDR_PLUS": "HDR10+", "DOVI_RPU_BUFFER": "Dolby Vision", "DOVI_METADATA": "Dolby Vision",
+                     "DYNAMIC_HDR_VIVID": "HDR Vivid"}
+# A Dolby Vision configuration record as FFmpeg's Matroska muxer writes it: BlockAddIDType (4 bytes:
+# dvcC, dvvC or dvwC by profile), then BlockAddIDExtraData (its 24 bytes).
+_DOVI_TYPE = re.compile(rb"\x41\xe7\x84dv[cvw]C\x41\xed\x98(.{24})", re.DOTALL)
+
+
+def dolby_vision(stream) -> int | None:
+    """The Dolby Vision profile of a video ``stream`` whose container states a configuration record
+    (MP4's and MOV's ``dvcC``/``dvvC``, Matroska's BlockAdditionMapping, MPEG-TS's descriptor); None
+    where it states none. PyAV 18 exposes no stream's side data, where FFmpeg's demuxers put the
+    record, so a Matroska header of the stream alone is written in memory, from which its muxer
+    writes the record back, and read there."""
+    av = import_av()
+    written = io.BytesIO()
+    try:
+        with av.open(written, "w", format="matroska") as output:
+            output.add_stream_from_template(stream, opaque=True)
+            output.start_encoding()  # the header alone: no packet is read or written
+    except (av.error.FFmpegError, ValueError):
+        return None
+    found = _DOVI_TYPE.search(written.getvalue())
+    return found.group(1)[2] >> 1 if found else None
+
+
+def dynamic_hdr(stream, frame) -> tuple[str, ...]:
+    """The dynamic HDR metadata a video ``stream`` and its first ``frame`` (None: not read) carry, named."""
+    names = [DYNAMIC_SIDE_DATA[d.type.name] for d in getattr(frame, "side_data", ()) if d.type.name in DYNAMIC_SIDE_DATA]
+    if "Dolby Vision" not in names and (profile := dolby_vision(stream)) is not None:
+        names.append(f"Dolby Vision (profile {profile})")
+    return tuple(dict.fromkeys(names))
 
 
 def display_matrix(frame) -> tuple[int, ...] | None:

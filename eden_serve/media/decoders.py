@@ -9,10 +9,11 @@ hardware acceleration), chosen by measuring each on the clip's first frames, not
   interpolates the chroma, its planar one does not): the decoding leaves the host's cores, the
   conversion and the copy stay.
 - ``nvdec-device``: NVDEC decodes into the GPU's memory and the frame stays there: its planes are
-  read through DLPack and converted to RGB on the device (:func:`~.planes.nv12_to_rgb`, within 3
-  levels of swscale's), so the cloud takes them without a copy; only the originals the writer
-  re-encodes are copied to the host, as NV12 (their pictures unchanged: no RGB round trip). 8-bit
-  video only: a deeper one's trial fails, and another decoder reads it.
+  read through DLPack and converted to RGB on the device (:func:`~.planes.nv12_to_rgb`, by the
+  frame's own matrix, any the host's conversion takes, within 3 levels of swscale's), so the cloud
+  takes them without a copy; only the originals the writer re-encodes are copied to the host, as
+  NV12 (their pictures unchanged: no RGB round trip). 8-bit video only: a deeper one's trial fails,
+  and another decoder reads it.
 
 torchcodec's CUDA decoder is not among them: it gives RGB alone, so the writer would re-encode the
 originals from RGB, which changes them.
@@ -36,7 +37,7 @@ import torch
 
 from .containers import main_video
 from .decoder_memory import Memory
-from .planes import SWSCALE_MATRICES, nv12_to_rgb
+from .planes import YUV_MATRICES, nv12_to_rgb
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +88,10 @@ class Nvdec(Decoder):
             return rgb(planar(frame))
         if frame.sw_format is None or frame.sw_format.name != "nv12":
             raise ValueError(f"frames of {frame.sw_format and frame.sw_format.name} are not converted on the device (8-bit NV12 only)")
+        matrix = YUV_MATRICES.get(int(frame.colorspace))
+        if matrix is None:  # as the host refuses it (video.check_convertible): no guess at another matrix
+            raise ValueError(f"frames of matrix {int(frame.colorspace)} are not converted on the device")
         luma, chroma = (torch.from_dlpack(plane) for plane in frame.planes[:2])  # [H, W] and [H/2, W] (U, V interleaved)
-        matrix = SWSCALE_MATRICES.get(int(frame.colorspace), "bt601")
         return nv12_to_rgb(luma[: frame.height, : frame.width], chroma[: frame.height // 2, : frame.width], matrix,
                            int(frame.color_range) == 2)
 

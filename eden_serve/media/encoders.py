@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..errors import BadInputError
-from .colour import FULL, Colour, merged
+from .colour import Colour, merged
 from .encoding import Encoding, holds, import_av, open_encoder
 from .nvenc import NVENC_KEEPS, hardware, on_gpu
-from .pixel_formats import encoder_formats, output_pix_fmt, output_range, say_conversion
+from .pixel_formats import encoder_formats, output_colour, output_pix_fmt, say_conversion
 
 
 @dataclass(frozen=True)
@@ -149,8 +149,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     stream.pix_fmt = output_pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
     if name == "dnxhd" and "profile" not in options and stream.pix_fmt in DNXHR_PROFILES:
         options["profile"] = DNXHR_PROFILES[stream.pix_fmt]
-    say_conversion(source_pix_fmt, stream.pix_fmt, colour)
-    replace(colour, range=output_range(stream.pix_fmt, colour)).tag(stream.codec_context)
+    output_colour(name, stream.pix_fmt, colour).tag(stream.codec_context)
     stream.options = options
     _check_rate(stream, name)
     if tuning and tuning.thread_type:
@@ -163,6 +162,7 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         settings = " ".join([*(f"{k}={v}" for k, v in options.items()), f"pix_fmt {stream.pix_fmt}"])
         raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
+    say_conversion(source_pix_fmt, stream.pix_fmt, colour, name)  # once, of the format it opened on
     return options
 
 
@@ -196,11 +196,11 @@ def _opened_full_range(stream, source_pix_fmt: str | None, colour: Colour, av) -
     if not refused.startswith("yuv") or twin not in encoder_formats(stream.codec_context.codec):
         return False
     stream.pix_fmt = twin
-    replace(colour, range=FULL).tag(stream.codec_context)
+    output_colour(stream.codec_context.name, twin, colour).tag(stream.codec_context)
     try:
         open_encoder(stream.codec_context)
     except (av.error.FFmpegError, ValueError):
         stream.pix_fmt = refused
         return False
-    say_conversion(source_pix_fmt, twin, colour)
+    say_conversion(source_pix_fmt, twin, colour, stream.codec_context.name)
     return True

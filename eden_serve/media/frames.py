@@ -23,7 +23,7 @@ import torch
 from PIL import ExifTags, Image, ImageChops, ImageOps, UnidentifiedImageError
 
 from ..errors import BadInputError, FrameTooLargeError
-from ..wire.png import PNG_HEADER_BYTES, RGB16, png_header, rgb16_png
+from ..wire.png import GREY_ALPHA16, PNG_HEADER_BYTES, RGB16, RGBA16, png_header, rgb16_png
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 
@@ -186,14 +186,15 @@ def check_frame(source: bytes | str | Path, name: str, max_pixels: int, max_side
 
 
 def is_deep(source: bytes | str | Path, name: str = "frame") -> bool:
-    """Whether the image is 16-bit RGB, a PNG or a TIFF, which Pillow would read as 8 bits; from its header."""
+    """Whether the image is 16-bit RGB, a PNG (with or without alpha, or grey with alpha) or a TIFF,
+    which Pillow would read as 8 bits; from its header."""
     try:
         head = bytes(source[:PNG_HEADER_BYTES]) if isinstance(source, (bytes, bytearray)) else _head(source)
     except OSError as exc:
         raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
     stated = png_header(head)
     if stated is not None:
-        return stated[2:] == RGB16
+        return stated[2:] in (RGB16, RGBA16, GREY_ALPHA16)
     if not head.startswith((b"II*\0", b"MM\0*")):
         return False
     with _opened(source, name) as image:
@@ -212,10 +213,11 @@ def _head(path: str | Path) -> bytes:
 
 
 def open_deep(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,
-              max_side: int | None = None) -> torch.Tensor:
+              max_side: int | None = None, alpha: bool = False) -> torch.Tensor:
     """A 16-bit RGB PNG or TIFF (:func:`is_deep`) -> its pixels [H, W, 3] uint16, decoded by PyAV's
-    (FFmpeg's) PNG or TIFF decoder after the limits are checked from its header. EXIF orientation is
-    not applied: a 16-bit frame of a video tool has none."""
+    (FFmpeg's) PNG or TIFF decoder after the limits are checked from its header; with ``alpha``, an
+    image that has an alpha channel gives [H, W, 4], its alpha last (the model takes the colours
+    alone, as an 8-bit image's). EXIF orientation is not applied: a 16-bit frame of a video tool has none."""
     with _opened(source, name, max_pixels) as image:
         width, height, codec = *image.size, image.format.lower()
     if max_pixels is not None:
@@ -232,7 +234,8 @@ def open_deep(source: bytes | str | Path, name: str = "frame", max_pixels: int |
         frames = av.CodecContext.create(codec, "r").decode(av.Packet(bytes(data)))
         if len(frames) != 1 or (frames[0].width, frames[0].height) != (width, height):
             raise ValueError("not one frame of the size its header states")
-        pixels = frames[0].to_ndarray(format="rgb48le")
+        has_alpha = any(c.is_alpha for c in frames[0].format.components)
+        pixels = frames[0].to_ndarray(format="rgba64le" if alpha and has_alpha else "rgb48le")
     except (av.error.FFmpegError, ValueError) as exc:
         raise BadInputError(f"{name} is not a readable 16-bit RGB {codec.upper()} ({exc})") from None
     return torch.from_numpy(pixels)
@@ -288,7 +291,8 @@ def to_png(frame: torch.Tensor, depth: int = 8) -> bytes:
 
 
 def png_of(pixels: np.ndarray) -> bytes:
-    """H x W x 3 uint8 or uint16 pixels as :func:`to_png` encodes them."""
+    """H x W x 3 uint8 or uint16 pixels as :func:`to_png` encodes them; H x W x 4 uint16 (RGB and
+    alpha) as a 16-bit RGBA PNG."""
     if pixels.dtype == np.uint16:
         return rgb16_png(pixels)
     return png_bytes(Image.fromarray(pixels), TRANSPORT_PNG_LEVEL)
@@ -334,6 +338,8 @@ def match_mode(middle: Picture, before: Image.Image, after: Image.Image) -> Imag
     16-bit middle's precision.
     """
     mode = before.mode
+    if isinstance(middle, Image.Image) and middle.mode == mode:
+        return middle  # matched already: a middle is matched as the next level reads it, then as the writer writes it
     if mode.startswith("I;16") or mode in ("I", "F"):
         grey = _grey(middle)
         if mode == "F":
@@ -360,6 +366,8 @@ def match_mode(middle: Picture, before: Image.Image, after: Image.Image) -> Imag
 def _grey(middle: Picture) -> np.ndarray:
     """The middle's luma in [0, 1], Pillow's "L" (ITU-R 601-2); of 16-bit pixels at 16 bits, where
     their image would round them to 8 first (a 16-bit grey pair's middle kept 8 bits of its 16)."""
+    if isinstance(middle, Image.Image) and (middle.mode.startswith("I") or middle.mode == "F"):  # "L" would clip it to 255
+        return np.asarray(middle, dtype=np.float32) / np.float32(1.0 if middle.mode == "F" else 65535.0)
     if isinstance(middle, torch.Tensor) and depth_of(middle) == 16:
         return middle.cpu().numpy().astype(np.float32) @ np.float32([0.299, 0.587, 0.114]) / np.float32(65535.0)
     return np.asarray(as_image(middle).convert("L"), dtype=np.float32) / 255.0

@@ -1,13 +1,15 @@
 """HDR10's metadata written by the container, for the encoders whose stream has no place for it
-(FFV1, VP9): docs/video.md, "Depth and colour".
+(FFV1, VP9, ProRes): docs/video.md, "Depth and colour".
 
-The Matroska and MP4 muxers write a stream's mastering display and content light level (Matroska's
-MasteringMetadata and MaxCLL, MP4's ``mdcv`` and ``clli``) from its coded side data, which PyAV 18
-cannot set. FFmpeg's Matroska demuxer makes that side data of the Colour element it reads, and
+The Matroska, MP4 and MOV muxers write a stream's mastering display and content light level
+(Matroska's MasteringMetadata and MaxCLL, MP4's and MOV's ``mdcv`` and ``clli``) from its coded side
+data, which PyAV 18 cannot set. FFmpeg's Matroska demuxer makes that side data of the Colour element it reads, and
 ``avcodec_parameters_to_context`` copies it into a new encoder's context (FFmpeg 7 and later), where
 ``avcodec_parameters_from_context`` takes it to the output stream as PyAV starts the file. So the
 output stream is made from a template: the one track of a Matroska header written here, holding
-only the codec, the size and the Colour element. No frame of it is read.
+only the codec, the size and the Colour element. No frame of it is read. PyAV makes the stream's
+encoder the template's codec's first (FFmpeg's ``prores``, not ``prores_ks`` or ``prores_aw``):
+another encoder of the codec keeps its own stream, and the metadata is left out, said in one line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .encoding import import_av
 # Output formats whose muxer writes HDR10's metadata from a stream's side data.
 HOLDING = {"matroska", "webm", "mp4", "mov"}
 # Matroska's codec ID of each encoder that has no place for the metadata in its stream.
-CODEC_IDS = {"ffv1": "V_FFV1", "libvpx-vp9": "V_VP9"}
+CODEC_IDS = {"ffv1": "V_FFV1", "libvpx-vp9": "V_VP9", "prores": "V_PRORES"}
 
 
 def _element(key: int, payload: bytes) -> bytes:

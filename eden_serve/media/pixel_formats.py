@@ -1,15 +1,27 @@
 """The output video's pixel format: the input's where the encoder takes it, else the encoder's of
 the same colour sampling nearest the input's depth, else yuv420p10le for an input deeper than 8 bits
-where the encoder takes that, else yuv420p, else the encoder's first; a change of depth or range is
-said in one line."""
+where the encoder takes that, else yuv420p, else a palette a frame where the encoder has no 8-bit
+colour (GIF: :mod:`.palette`), else the encoder's first; and the matrix and range its
+frames are converted to (:func:`output_colour`). A change of depth, matrix or range is said in one line."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 from ..errors import BadInputError
-from .colour import FULL, Colour
+from .colour import BT2020, FULL, LIMITED, Colour
 from .encoding import import_av
+from .palette import takes_palettes
+from .planes import SWSCALE_MATRICES
+
+RGB, BT709, BT601, BT2020_NCL = 0, 1, 5, 9  # AVCOL_SPC_RGB, _BT709, _BT470BG, _BT2020_NCL
+# The matrix an encoder's stream states whatever its context is told, as FFmpeg's decoder of it
+# reads it back: JPEG's and VP8's are BT.601 (JPEG's range is full: its yuvj formats say so).
+IMPOSED = {"mjpeg": BT601, "libvpx": BT601}
+MATRIX_NAMES = {0: "RGB", 1: "BT.709", 4: "FCC", 7: "SMPTE 240M", 8: "YCgCo", 9: "BT.2020", 10: "BT.2020 CL", 14: "ICtCp"}
+# Encoders whose stream has no flag for full range (MPEG-1 and -2 video, ProRes, VP8): read as limited.
+LIMITED_ONLY = {"mpeg1video", "mpeg2video", "prores", "prores_ks", "prores_aw", "libvpx"}
 
 # The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
 Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",
@@ -34,7 +46,7 @@ def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[st
     for candidate in (source, _nearest(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
         if candidate is not None and (not formats or candidate in formats):
             return candidate
-    return formats[0]
+    return "pal8" if takes_palettes(formats) else formats[0]
 
 
 def _nearest(formats: list[str], source: str | None) -> str | None:
@@ -63,18 +75,80 @@ def bits(pix_fmt: str) -> int:
     return max(c.bits for c in import_av().VideoFormat(pix_fmt).components)
 
 
-def say_conversion(source: str | None, output: str, colour: Colour) -> None:
-    """One line where the output's pixel format changes the input's depth or range."""
+def say_conversion(source: str | None, output: str, colour: Colour, encoder: str = "") -> None:
+    """One line where the output's pixel format changes the input's depth or range, and one where
+    ``encoder``'s stream states another matrix or range than the input's (:func:`output_colour`)."""
     if source is None:
         return
     was, now = bits(source), bits(output)
     if was != now:
         how = "rounded to" if now < was else "widened to"
         warnings.warn(f"the output's pixel format {output} holds {now} bits: the input's {was}-bit {source} frames are {how} it")
+    written = output_colour(encoder, output, colour)
     if output.startswith("yuvj") and colour.range != FULL:
         warnings.warn(f"the output's pixel format {output} is full range: the input's limited-range frames are converted to it")
+    elif written.range != colour.range and colour.range == FULL:
+        warnings.warn(f"{encoder} states limited range only: the input's full-range frames are converted to it")
+    if encoder in IMPOSED and colour.matrix != RGB and not same_matrix(written.matrix, colour.matrix):
+        matrix = MATRIX_NAMES.get(colour.matrix, f"matrix {colour.matrix}")
+        warnings.warn(f"{encoder} states the BT.601 matrix whatever it is told: the input's {matrix} frames are converted to it")
 
 
-def output_range(pix_fmt: str, colour: Colour) -> int:
-    """The range the output's frames are converted to and tagged with: full for a yuvj format, else the input's."""
-    return FULL if pix_fmt.startswith("yuvj") else colour.range
+def yuv_matrix(colour: Colour) -> int:
+    """The matrix YUV made of RGB pixels of ``colour`` is converted by: BT.2020's (non-constant
+    luminance) for BT.2020 primaries, else BT.709's (sRGB's primaries are BT.709's). The RGB
+    matrix, stated of YUV, is read as another matrix (FFmpeg: BT.601), or refused (VP9, AV1 outside 4:4:4)."""
+    return BT2020_NCL if colour.primaries == BT2020 else BT709
+
+
+def same_matrix(a: int, b: int) -> bool:
+    """Whether two matrices (FFmpeg's values) convert alike: unspecified, BT.470BG and SMPTE 170M are all BT.601."""
+    return SWSCALE_MATRICES.get(a, a) == SWSCALE_MATRICES.get(b, b)
+
+
+def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
+    """The colour the output's frames are converted to and tagged with: the input's, but in the
+    matrix and range ``encoder``'s stream states whatever it is told (:data:`IMPOSED`,
+    :data:`LIMITED_ONLY`: a frame converted by the input's would be shown in other colours), and
+    full range for a yuvj format; RGB pixels state the RGB matrix, and YUV ones converted from RGB a
+    YUV matrix (:func:`yuv_matrix`)."""
+    matrix = IMPOSED.get(encoder, colour.matrix)
+    if import_av().VideoFormat(pix_fmt).is_rgb:
+        matrix = RGB
+    elif matrix == RGB:
+        matrix = yuv_matrix(colour)
+    range_ = LIMITED if encoder in LIMITED_ONLY and colour.range == FULL else colour.range
+    return replace(colour, matrix=colour.matrix if same_matrix(matrix, colour.matrix) else matrix,
+                   range=FULL if pix_fmt.startswith("yuvj") else range_)
+
+
+# Where the colour tags are held: by the container (Matroska's Colour, MP4's and MOV's colr, which
+# in MOV has no range, Y4M's XCOLORRANGE), and by the codec's own stream (H.264's and HEVC's VUI,
+# AV1's sequence header, VP9's and VP8's colour space and range, MPEG-2's sequence display
+# extension, ProRes' frame header, JPEG's by its definition); AVI, NUT, FLV and MPEG-TS hold none.
+TAGS = ("primaries", "transfer", "matrix", "range")
+CONTAINER_HOLDS = {"matroska": TAGS, "webm": TAGS, "mp4": TAGS, "mov": TAGS[:3], "yuv4mpegpipe": ("range",)}
+STREAM_HOLDS = {"h264": TAGS, "hevc": TAGS, "av1": TAGS, "vp9": TAGS[2:], "vp8": TAGS[2:], "mjpeg": TAGS[2:],
+                "mpeg2video": TAGS[:3], "prores": TAGS[:3]}
+# The chroma location of 4:2:0 (:mod:`.chroma`) is held by Matroska's ChromaSiting, Y4M's 8-bit
+# C420 tags, and H.264's and HEVC's VUI and AV1's sequence header; MP4, MOV, MPEG-TS, AVI, NUT and
+# the streams of VP9, FFV1, MPEG-2 and the others hold none.
+CHROMA_HOLDERS = {"matroska", "webm", "yuv4mpegpipe", "h264", "hevc", "av1"}
+LEFT = 1  # AVCHROMA_LOC_LEFT: the 4:2:0 siting a reader takes where none is stated (swscale's too)
+
+
+def say_lost(container: str, codec: str, colour: Colour, subsampled: bool = False) -> None:
+    """One line where the output's ``container`` and its ``codec``'s stream have no place for a tag
+    ``colour`` (the output's) states that a reader would not take by default: primaries and transfer
+    stated, a matrix other than BT.601's, full range; and, for a 4:2:0 output (``subsampled``), a
+    chroma location other than left."""
+    held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
+    if CHROMA_HOLDERS & {container, codec}:
+        held.add("chroma location")
+    stated = {"primaries": colour.primaries != 2, "transfer": colour.transfer != 2,
+              "matrix": not same_matrix(colour.matrix, 2) and colour.matrix != RGB, "range": colour.range == FULL,
+              "chroma location": subsampled and colour.chroma not in (0, LEFT)}
+    lost = sorted(name for name, said in stated.items() if said and name not in held)
+    if lost:
+        warnings.warn(f"the output ({container}, {codec}) has no place for the input's {' and '.join(lost)}: they are left out, "
+                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range, chroma sited left)")

@@ -18,11 +18,15 @@ import torch
 
 # Pixel formats whose planes the edge can make: 4:2:0, three planes, 8 or 10 bits.
 FORMATS = {"yuv420p": 8, "yuvj420p": 8, "yuv420p10le": 10}
-MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}  # (Kr, Kb)
+MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593),  # (Kr, Kb)
+            "fcc": (0.30, 0.11), "smpte240m": (0.212, 0.087)}
 # FFmpeg's AVColorSpace values to the matrices swscale converts by: unspecified (2) is BT.601 to it,
 # as are BT.470BG (5) and SMPTE 170M (6). Any other matrix (FCC, SMPTE 240M, YCgCo, BT.2020's
 # constant-luminance form): the writer converts RGB itself.
 SWSCALE_MATRICES = {1: "bt709", 2: "bt601", 5: "bt601", 6: "bt601", 9: "bt2020"}
+# Every matrix swscale converts YUV to RGB by (video.CONVERTIBLE's, RGB aside), FCC and SMPTE 240M
+# too: what a frame decoded on the device is converted by (:func:`nv12_to_rgb`), as the host converts it.
+YUV_MATRICES = {**SWSCALE_MATRICES, 4: "fcc", 7: "smpte240m"}
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,11 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
-from .containers import display_matrix, first_frame, main_video, say_interlaced, self_contained
+from .containers import display_matrix, dynamic_hdr, first_frame, main_video, say_interlaced, self_contained
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
+from .pixel_formats import MATRIX_NAMES
 from .threads import Prefetch
 from .timing import MAX_FPS
 from .video_writer import VideoWriter
@@ -35,6 +36,31 @@ def rgb_pixels(frame) -> torch.Tensor:
     by the frame's colour matrix and range, which the decoder takes from the bitstream or, where the
     bitstream leaves them out, from its context)."""
     return torch.from_numpy(rgb(frame))
+
+
+def check_convertible(pix_fmt: str | None, colour: Colour, path) -> None:
+    """Refuses, as the clip opens, a video whose matrix swscale cannot convert to RGB (YCgCo, BT.2020's
+    constant-luminance form, ICtCp...: FFmpeg 8's answers 'Operation not supported' at the first
+    frame), tried on a blank frame of its pixel format."""
+    if pix_fmt is None or colour.matrix in CONVERTIBLE:
+        return
+    av = import_av()
+    try:
+        frame = av.VideoFrame(16, 16, pix_fmt)
+    except (av.error.FFmpegError, ValueError):
+        return  # no blank frame of it (a hardware format): its frames say for themselves
+    frame.colorspace = colour.matrix
+    try:
+        rgb(frame)
+    except (av.error.FFmpegError, ValueError):
+        name = MATRIX_NAMES.get(colour.matrix, "unknown")
+        raise BadInputError(f"{path}: its colour matrix is {name} ({colour.matrix}), which FFmpeg's swscale cannot convert to RGB; "
+                            "convert the video to another matrix first") from None
+
+
+# Matrices swscale converts (RGB, BT.709, unspecified, FCC, BT.470BG, SMPTE 170M and 240M, BT.2020's
+# non-constant-luminance form): others are tried first.
+CONVERTIBLE = frozenset({0, 1, 2, 4, 5, 6, 7, 9})
 
 
 @dataclass(frozen=True)
@@ -120,6 +146,11 @@ class VideoClip(Clip):
         self.stream.thread_type = "AUTO"
         say_interlaced(self.stream, path)
         self.colour = self._colour()
+        try:
+            check_convertible(self.stream.codec_context.pix_fmt, self.colour, path)
+        except BadInputError:
+            self.container.close()
+            raise
         self.length = self.stream.frames or None
         self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
         self.time_base = self.stream.time_base or 1 / self.rate
@@ -132,16 +163,19 @@ class VideoClip(Clip):
         return self.stream.start_time * self.stream.time_base
 
     def _colour(self) -> Colour:
-        """The stream's colour; where it may be HDR, with its first frame's metadata from a second opening
-        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags only)."""
-        colour = Colour.of_stream(self.stream.codec_context)
-        if not colour.may_hold_metadata or self._reopen is None:
+        """The stream's colour; where it may be HDR, with its first frame's metadata, from a second opening
+        of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags
+        only). The dynamic HDR metadata that opening's stream and frame carry is named (:attr:`dynamic_hdr`)."""
+        colour, first = Colour.of_stream(self.stream.codec_context), None
+        if self._reopen is None:
+            self.dynamic_hdr = dynamic_hdr(self.stream, None)
             return colour
         try:
             with self._reopen() as container:
-                first = first_frame(container)
+                first = first_frame(container) if colour.may_hold_metadata else None
+                self.dynamic_hdr = dynamic_hdr(main_video(container, str(self.path)), first)
         except (self._error, ValueError, OSError, BadInputError):
-            return colour  # what cannot be decoded here fails where the clip is read, with its own message
+            pass  # what cannot be decoded here fails where the clip is read, with its own message
         return colour if first is None else colour.with_side_data(first)
 
     def __iter__(self) -> Iterator[Frame]:

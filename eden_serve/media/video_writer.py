@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import torch
 
 from ..errors import BadInputError
@@ -21,7 +22,8 @@ from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, import_av
 from .mastering import add_video_stream
-from .pixel_formats import Y4M_PIX_FMTS, output_range
+from .palette import RGB, Palettes
+from .pixel_formats import Y4M_PIX_FMTS, bits, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .timing import Retiming, output_time_base, tick_of
@@ -128,11 +130,30 @@ class VideoWriter(ClipWriter):
         options = configure(self.stream, encoding, host_pix_fmt(source), colour,
                             Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
-        # Pictures converted to the output's pixel format go to its matrix and range (untagged: swscale's defaults).
-        range_ = output_range(self.pix_fmt, colour)
-        self.convert = {"dst_colorspace": colour.matrix if colour.matrix != 2 else None, "dst_color_range": range_ or None}
+        # Paletted output (GIF): pictures are converted to RGB, then given a palette each as encoded.
+        self.palettes = Palettes() if self.pix_fmt == "pal8" else None
+        if self.palettes is not None:
+            self.pix_fmt = RGB
+        # Pictures converted to the output's pixel format go to the matrix and range it states (untagged:
+        # swscale's defaults); the originals too where those are not the input's, else they keep their own.
+        written = output_colour(name, self.pix_fmt, colour)
+        chroma = av.VideoFormat(self.pix_fmt, 16, 16)
+        say_lost(self.container.format.name, self.stream.codec_context.codec.canonical_name, written,
+                 (chroma.chroma_width(16), chroma.chroma_height(16)) == (8, 8) and not chroma.is_rgb)
+        if clip.dynamic_hdr:  # made for the input's pictures, it would be wrong for the middles, which have none
+            warnings.warn(f"the input's {' and '.join(clip.dynamic_hdr)} dynamic HDR metadata (tone mapping scene by scene) is left "
+                          "out: the middles have none, so the output keeps the static HDR10 metadata and the tags alone")
+        self.convert = {"dst_colorspace": written.matrix if written.matrix != 2 else None, "dst_color_range": written.range or None}
+        self.recolour = not same_matrix(written.matrix, colour.matrix) or (written.range == FULL) != (colour.range == FULL)
+        # Every picture states the output's tags: an encoder that writes each frame's own (ProRes) would
+        # state none for a middle made of RGB.
+        self.tags = {"color_primaries": written.primaries, "color_trc": written.transfer, "colorspace": written.matrix,
+                     "color_range": written.range}
+        # The plane of the output's alpha, where it has one: a middle's is its neighbours' (:meth:`_alpha`).
+        self.alpha = next((c.plane for c in av.VideoFormat(self.pix_fmt).components if c.is_alpha), None)
+        self.alpha_dtype = np.uint16 if bits(self.pix_fmt) > 8 else np.uint8
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
-        self.planes = plane_format(self.pix_fmt, source.width, source.height, colour.matrix, range_ == FULL)
+        self.planes = plane_format(self.pix_fmt, source.width, source.height, written.matrix, written.range == FULL)
         frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
         self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn, frames=frames)
         self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
@@ -207,7 +228,11 @@ class VideoWriter(ClipWriter):
             WRITTEN.debug("%d packets %s", len(packets), event)
 
     def _encode(self, picture, pts: int, duration: int) -> None:
+        if self.palettes is not None:
+            picture = self.palettes(picture)
         picture.pts, picture.duration, picture.time_base = pts, duration, self.time_base
+        for name, value in self.tags.items():
+            setattr(picture, name, value)
         self.durations[pts] = duration
         picture.pict_type = self._none  # let the encoder place keyframes, not the input's
         try:
@@ -225,16 +250,15 @@ class VideoWriter(ClipWriter):
             self._encode(previous, start, pts - start)
         self.held = (picture, pts)
 
-    def _show(self, picture, time: Fraction, original: Frame) -> None:
-        """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does."""
+    def _show(self, picture, time: Fraction, original: Frame, between: tuple | None = None) -> None:
+        """Hold ``picture`` due at ``time``; the video ends where ``original``, the latest seen, does.
+        A middle is ``between`` (before, after, position) two originals, whose alpha it takes."""
         self.end = original.end
         if self.shown == 0:  # the input's display matrix (a rotation, a mirror): the pictures are stored alike
             if (matrix := display_matrix(original.raw) or self._clip.display_matrix) is not None:
                 self.stream.set_display_matrix(matrix)
         if isinstance(picture, Frame):
-            frame = picture.raw
-            if (frame.format.name, frame.width, frame.height) != (self.pix_fmt, self.stream.width, self.stream.height):
-                frame = frame.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
+            frame = self._as_output(picture.raw)
         elif isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
             assert picture.format == self.planes, (picture.format, self.planes)
             frame = picture_of(picture.array(), self.pix_fmt)
@@ -243,18 +267,36 @@ class VideoWriter(ClipWriter):
             frame = picture_of(picture.numpy(), rgb_format).reformat(format=self.pix_fmt, **self.convert)
         else:
             frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
+        if self.alpha is not None and between is not None and not isinstance(picture, Frame):
+            self._alpha(frame, *between)
         self._hold(frame, self.shown if self.counted else tick_of(time, self.time_base))
         self.shown += 1
+
+    def _as_output(self, raw):
+        """A decoded picture in the output's pixel format, size, matrix and range (itself where it is in them)."""
+        if self.recolour or (raw.format.name, raw.width, raw.height) != (self.pix_fmt, self.stream.width, self.stream.height):
+            return raw.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
+        return raw
+
+    def _alpha(self, frame, before: Frame, after: Frame, position: Fraction) -> None:
+        """The model sees colour alone: a middle's alpha is its neighbours', blended by its position,
+        as an image's middle takes the mean of its neighbours' (made of RGB, it was opaque)."""
+        plane, dtype = frame.planes[self.alpha], self.alpha_dtype
+        ends = [np.frombuffer(self._as_output(f.raw).planes[self.alpha], dtype).reshape(plane.height, -1)[:, :plane.width]
+                for f in (before, after)]
+        blended = ends[0] + (ends[1].astype(np.float64) - ends[0]) * float(position)
+        target = np.frombuffer(plane, dtype).reshape(plane.height, -1)
+        target[:, :plane.width] = np.round(blended).astype(dtype)
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
 
     def add_middle(self, middle, before, after, position=HALF):
-        self._show(middle, before.time + position * (after.time - before.time), after)
+        self._show(middle, before.time + position * (after.time - before.time), after, (before, after, position))
 
     def place(self, picture, before, after, position):
         stop = before.end if after is None else after.time
-        self._show(picture, before.time + position * (stop - before.time), after or before)
+        self._show(picture, before.time + position * (stop - before.time), after or before, (before, after or before, position))
 
     def finish(self):
         last, start = self.held

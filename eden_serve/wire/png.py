@@ -3,15 +3,19 @@ payload, a middle in an edge's answer, a frame of a frames payload deeper than 8
 images of the chunk's frame size, 8 bits a channel, or 16 where the frames are deeper than 8.
 
 Pillow holds no 16-bit RGB image, so 16-bit RGB PNGs are written and read here (:func:`rgb16_png`,
-:func:`rgb16_pixels`): every row filtered by its left neighbour ("Sub"), one zlib stream. The reader
+which writes 16-bit RGBA too, and :func:`rgb16_pixels`): every row filtered by its left neighbour ("Sub"), one zlib stream. The reader
 takes what this writer makes (filters None, Sub and Up, no interlacing), checks every chunk's CRC,
 and inflates no more than the header's size implies; other 16-bit PNGs are media's (PyAV's) to read.
+A PNG's colour chunks (its ICC profile, gamma, cICP...) are read as they are and put into another
+(:func:`colour_chunks`, :func:`with_chunks`): a middle is shown as the frame before it.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
+from typing import BinaryIO
 
 import numpy as np
 
@@ -21,11 +25,48 @@ _HEADER = struct.Struct(">8sI4sIIBB")
 PNG_HEADER_BYTES = _HEADER.size
 RGB8 = (8, 2)  # bit depth 8, colour type 2: RGB
 RGB16 = (16, 2)
+RGBA16 = (16, 6)  # bit depth 16, colour type 6: RGB and alpha
+GREY_ALPHA16 = (16, 4)  # colour type 4: grey and alpha, which media reads as RGBA
 _CHUNK = struct.Struct(">I4s")
 # zlib level 1: at 1080p a 16-bit frame takes a third of a second to deflate at level 1, and the
 # higher levels cost several times that for a few per cent fewer bytes.
 _LEVEL = 1
 _SUB, _UP = 1, 2
+
+
+# The chunks that say how a PNG's colours are shown: an ICC profile, sRGB's rendering intent, gamma,
+# chromaticities, coding-independent code points, HDR's mastering display and content light level.
+COLOUR_CHUNKS = frozenset({b"iCCP", b"sRGB", b"gAMA", b"cHRM", b"cICP", b"mDCv", b"cLLi"})
+_HEADER_END = len(PNG_SIGNATURE) + _CHUNK.size + 13 + 4  # the signature and IHDR, whose body is 13 bytes
+
+
+def colour_chunks(file: BinaryIO) -> bytes:
+    """The colour chunks (:data:`COLOUR_CHUNKS`) of the PNG read from ``file``, whole and in their
+    order, of those before its palette and pixels, where PNG places them; nothing for another image."""
+    if file.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+        return b""
+    found = []
+    while len(head := file.read(_CHUNK.size)) == _CHUNK.size:
+        length, kind = _CHUNK.unpack(head)
+        if kind in (b"PLTE", b"IDAT", b"IEND"):
+            break
+        if kind in COLOUR_CHUNKS:
+            found.append(head + file.read(length + 4))
+        else:
+            file.seek(length + 4, io.SEEK_CUR)
+    return b"".join(found)
+
+
+def icc_chunk(profile: bytes) -> bytes:
+    """An ICC profile (another image format's) as a PNG's iCCP chunk."""
+    return _chunk(b"iCCP", b"ICC profile\0\0" + zlib.compress(profile))
+
+
+def with_chunks(png: bytes, chunks: bytes) -> bytes:
+    """``png`` with whole ``chunks`` (:func:`colour_chunks`) after its header, where it states no colour of its own."""
+    if not chunks or colour_chunks(io.BytesIO(png[:_HEADER_END + (1 << 16)])):
+        return png
+    return png[:_HEADER_END] + chunks + png[_HEADER_END:]
 
 
 def png_header(data: bytes) -> tuple[int, int, int, int] | None:
@@ -49,14 +90,15 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 
 def rgb16_png(pixels: np.ndarray) -> bytes:
-    """H x W x 3 uint16 pixels as a 16-bit RGB PNG."""
-    height, width, _ = pixels.shape
-    row = np.ascontiguousarray(pixels, ">u2").view(np.uint8).reshape(height, 6 * width)
-    filtered = np.empty((height, 6 * width + 1), np.uint8)
+    """H x W x 3 uint16 pixels as a 16-bit RGB PNG; H x W x 4 (RGB and alpha) as a 16-bit RGBA one."""
+    height, width, channels = pixels.shape
+    step = 2 * channels  # bytes a pixel: the Sub filter's distance
+    row = np.ascontiguousarray(pixels, ">u2").view(np.uint8).reshape(height, step * width)
+    filtered = np.empty((height, step * width + 1), np.uint8)
     filtered[:, 0] = _SUB
-    filtered[:, 1:7] = row[:, :6]
-    np.subtract(row[:, 6:], row[:, :-6], out=filtered[:, 7:])  # modulo 256, byte by byte, as PNG filters are
-    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
+    filtered[:, 1:step + 1] = row[:, :step]
+    np.subtract(row[:, step:], row[:, :-step], out=filtered[:, step + 1:])  # modulo 256, byte by byte, as PNG filters are
+    header = struct.pack(">IIBBBBB", width, height, 16, (RGB16 if channels == 3 else RGBA16)[1], 0, 0, 0)
     return b"".join((PNG_SIGNATURE, _chunk(b"IHDR", header), _chunk(b"IDAT", zlib.compress(filtered, _LEVEL)), _chunk(b"IEND", b"")))
 
 

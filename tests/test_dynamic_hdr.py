@@ -1,0 +1,157 @@
+"""eden_serve.media.containers.dynamic_hdr: an input's dynamic HDR metadata (HDR10+'s SEI, a Dolby
+Vision configuration record) is named, and the output, which cannot keep it honestly (the middles
+have none), says in one line that it leaves it out. The inputs are an x265 HDR10 clip made here,
+given each kind with PyAV alone: HDR10+ as an SEI NAL unit before each picture, Dolby Vision as the
+configuration record FFmpeg's Matroska demuxer reads from a track's BlockAdditionMapping."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.media import Encoding
+from eden_serve.media.colour import LIMITED, Colour
+from eden_serve.media.frames import to_pixels
+from eden_serve.media.mastering import _element, _uint
+from eden_serve.media.video import VideoClip
+from harness.videos import make_graded_clip
+
+av = pytest.importorskip("av")
+
+SIZE = (48, 64)
+HDR10 = Colour(9, 16, 9, LIMITED)
+
+
+def blend(index, frame0, frame1, seed):
+    return to_pixels((frame0.tensor + frame1.tensor) / 2, frame0.depth)
+
+
+class _Writer:
+    """Bits written most significant first."""
+
+    def __init__(self):
+        self.bits = []
+
+    def u(self, n: int, value: int) -> _Writer:
+        self.bits += [value >> (n - 1 - i) & 1 for i in range(n)]
+        return self
+
+    def bytes(self) -> bytes:
+        padded = self.bits + [0] * (-len(self.bits) % 8)
+        return bytes(int("".join(map(str, padded[i:i + 8])), 2) for i in range(0, len(padded), 8))
+
+
+def _escaped(rbsp: bytes) -> bytes:
+    """An RBSP with emulation prevention bytes, as a NAL unit carries it."""
+    out, zeros = bytearray(), 0
+    for byte in rbsp:
+        if zeros >= 2 and byte <= 3:
+            out.append(3)
+            zeros = 0
+        out.append(byte)
+        zeros = zeros + 1 if byte == 0 else 0
+    return bytes(out)
+
+
+def hdr10_plus_sei() -> bytes:
+    """An HEVC prefix SEI NAL unit of HDR10+'s metadata (ITU-T T.35, SMPTE ST 2094-40 application 4):
+    one window, a 1000 cd/m² target display, its brightest components, one percentile, no curve."""
+    payload = _Writer().u(8, 0xB5).u(16, 0x003C).u(16, 0x0001).u(8, 4).u(8, 1)  # USA, Samsung, HDR10+, version 1
+    payload.u(2, 1).u(27, 1000).u(1, 0)  # one window; the targeted display's peak; no actual peak luminance
+    for value in (4000, 3000, 2000, 1500):  # maxscl of R, G and B, average maxRGB (in 0.00001 units of linear light)
+        payload.u(17, value)
+    payload.u(4, 1).u(7, 50).u(17, 1000).u(10, 0)  # one percentile (50%); fraction of bright pixels
+    payload.u(1, 0).u(1, 0).u(1, 0)  # no mastering display peak, no tone mapping curve, no saturation mapping
+    data = payload.bytes()
+    sei = bytes([4, len(data)]) + data + b"\x80"  # user_data_registered_itu_t_t35, its size, the payload, the RBSP's stop bit
+    return b"\x4e\x01" + _escaped(sei)  # nal_unit_type 39 (prefix SEI), layer 0, temporal id 0
+
+
+def remuxed(src, dst, template=None, before: bytes = b""):
+    """``src``'s video packets into ``dst`` (Matroska), the stream made from ``template`` (a Matroska
+    header's) where given, else from ``src``'s; ``before`` (length-prefixed NAL units) put in front of each."""
+    with av.open(str(src)) as source, av.open(str(dst), "w") as output:
+        stream = source.streams.video[0]
+        with av.open(io.BytesIO(template), format="matroska") if template else source as made:
+            written = output.add_stream_from_template(made.streams.video[0], opaque=True)
+            written.time_base = stream.time_base
+            for packet in source.demux(stream):
+                if not packet.size:
+                    continue
+                copy = av.Packet(len(before) + packet.size)
+                memoryview(copy)[:] = before + bytes(packet)
+                copy.pts, copy.dts, copy.time_base, copy.is_keyframe = packet.pts, packet.dts, packet.time_base, packet.is_keyframe
+                copy.stream = written
+                output.mux(copy)
+    return dst
+
+
+def with_dolby_vision(src, dst, profile: int = 8):
+    """``src`` (HEVC) with a Dolby Vision configuration record of ``profile`` (level 6, an RPU, a base
+    layer compatible with HDR10: compatibility id 1), but no RPU: what the container states."""
+    with av.open(str(src)) as source:
+        extradata = bytes(source.streams.video[0].codec_context.extradata)
+    record = bytes([1, 0, profile << 1, 6 << 3 | 0b101, 1 << 4]) + bytes(19)  # version 1.0, profile, level, rpu, no el, bl
+    kind = b"dvcC" if profile <= 7 else b"dvvC"
+    mapping = _element(0x41E4, _uint(0x41F0, 1) + _uint(0x41E7, int.from_bytes(kind, "big")) + _element(0x41ED, record))
+    video = _uint(0xB0, SIZE[1]) + _uint(0xBA, SIZE[0])
+    track = (_uint(0xD7, 1) + _uint(0x73C5, 1) + _uint(0x83, 1) + _element(0x86, b"V_MPEGH/ISO/HEVC")
+             + _element(0x63A2, extradata) + _element(0xE0, video) + mapping)
+    header = _element(0x1A45DFA3, _element(0x4282, b"matroska") + _uint(0x4287, 4) + _uint(0x4285, 2))
+    segment = _element(0x1549A966, _uint(0x2AD7B1, 1000000)) + _element(0x1654AE6B, _element(0xAE, track))
+    return remuxed(src, dst, header + _element(0x18538067, segment + _element(0x1F43B675, _uint(0xE7, 0))))
+
+
+def with_hdr10_plus(src, dst):
+    sei = hdr10_plus_sei()
+    return remuxed(src, dst, before=len(sei).to_bytes(4, "big") + sei)  # x265's hvcC: 4-byte lengths
+
+
+def interpolated(src, out) -> list[str]:
+    """The lines said while ``src`` is interpolated into ``out``, of dynamic metadata."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding("ffv1"))
+    return [str(w.message) for w in caught if "dynamic HDR metadata" in str(w.message)]
+
+
+@pytest.fixture
+def hdr10(tmp_path):
+    return make_graded_clip(tmp_path / "hdr10.mkv", "libx265", "yuv420p10le", SIZE, 3, HDR10)
+
+
+def test_dolby_visions_configuration_is_named_and_said_to_be_left_out(tmp_path, hdr10):
+    src = with_dolby_vision(hdr10, tmp_path / "dv.mkv")
+    clip = VideoClip(src)
+    clip.container.close()
+    assert clip.dynamic_hdr == ("Dolby Vision (profile 8)",)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "Dolby Vision (profile 8)" in said[0] and "left out" in said[0]
+    data = (tmp_path / "out.mkv").read_bytes()  # no record its pictures would not match
+    assert b"dvvC" not in data and b"dvcC" not in data
+
+
+def test_dolby_vision_is_named_on_a_stream_not_tagged_hdr(tmp_path):
+    """Profile 8.2's base layer is SDR, profile 5's tags need not say PQ: the record is read all the same."""
+    sdr = make_graded_clip(tmp_path / "sdr.mkv", "libx265", "yuv420p", SIZE, 3, Colour(1, 1, 1, LIMITED))
+    src = with_dolby_vision(sdr, tmp_path / "dv.mkv")
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "Dolby Vision (profile 8)" in said[0]
+
+
+def test_hdr10_plus_is_named_and_said_to_be_left_out(tmp_path, hdr10):
+    src = with_hdr10_plus(hdr10, tmp_path / "hdr10plus.mkv")
+    with av.open(str(src)) as container:  # FFmpeg's decoder reads the SEI as HDR10+'s metadata
+        assert "DYNAMIC_HDR_PLUS" in {d.type.name for d in next(container.decode(video=0)).side_data}
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "HDR10+" in said[0] and "left out" in said[0]
+    with av.open(str(tmp_path / "out.mkv")) as output:
+        assert all("DYNAMIC_HDR_PLUS" not in {d.type.name for d in frame.side_data} for frame in output.decode(video=0))
+
+
+def test_static_hdr10_alone_is_not_said_to_lose_anything(tmp_path, hdr10):
+    assert interpolated(hdr10, tmp_path / "out.mkv") == []
