@@ -23,7 +23,9 @@ Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError
 stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
 KeyboardInterrupt) propagates unchanged. Either way the output does not appear (see
 :mod:`eden_serve.media.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
-that processors waiting to retry give up.
+that processors waiting to retry give up; the processor is told (:meth:`~.processors.Processor.stopped`:
+a client cuts its requests in flight) and the chunks in flight are waited for, before the output is
+settled, so that no thread of the run is left, or writes, once the call has returned (:mod:`.workers`).
 """
 
 from __future__ import annotations
