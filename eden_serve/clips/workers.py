@@ -14,10 +14,11 @@ from PIL import Image
 class Workers:
     """A fixed set of threads, joined when the run leaves its block, however it leaves: a run that
     stops sets ``cancel`` (chunks not started are dropped, a client's retries and turns give up),
-    tells its processor (``stopped``: a client cuts its requests in flight) and waits for the chunks in flight to end, so that none of them still computes, or writes a
-    resumable run's cached middles (:class:`~.processors.Cached`), once the run has settled its
-    output and returned. They are daemons all the same: a second Ctrl-C during that wait leaves
-    without them (the command then exits at once, :func:`eden_serve.commands.cli.main`)."""
+    tells its processor (``stopped``: a client cuts its requests in flight) and waits for the
+    chunks in flight to end, so that none of them still computes, or writes a resumable run's
+    cached middles (:class:`~.processors.Cached`), once the run has settled its output and
+    returned. They are daemons all the same: a second Ctrl-C during that wait leaves without them
+    (the command then exits at once, :func:`eden_serve.commands.cli.main`)."""
 
     def __init__(self, count: int, cancel: threading.Event, stopped: Callable[[], None] = lambda: None):
         self.cancel, self.stopped = cancel, stopped
