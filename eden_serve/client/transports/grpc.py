@@ -134,8 +134,9 @@ class GrpcTransport(Transport):
         inputs.update((key, value.encode()) for key, value in form.items())
         request = self._request("encoder", inputs)
         try:
-            with self._live_call(self.calls["encoder"].future(request, metadata=self.metadata["encoder"], timeout=self.timeout)) as call:
-                answer = call.result()
+            future = self.calls["encoder"].future(request, metadata=self.metadata["encoder"], timeout=self.timeout)
+            with self._live_call(future):
+                answer = future.result()
         except self.grpc.RpcError as exc:
             raise self._failure(exc, "encoder") from None
         except self.grpc.FutureCancelledError:
