@@ -50,7 +50,7 @@ def files(folder):
     return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
 
 
-def failing_while_others_work(cancel: threading.Event, fail_at: int, error: BaseException, lingered: list):
+def failing_while_others_work(cancel: threading.Event, fail_at: int, error: BaseException, lingered: list, linger: float = 0.3):
     """A processor whose chunk ``fail_at`` raises ``error`` once the other chunks in flight have
     started; those wait for the run to be cancelled, then finish a little later (as a forward or a
     request in flight does) and return their middles."""
@@ -64,7 +64,7 @@ def failing_while_others_work(cancel: threading.Event, fail_at: int, error: Base
                 time.sleep(0.005)
             raise error
         if cancel.wait(5):
-            time.sleep(0.3)  # still busy when the run stops
+            time.sleep(linger)  # still busy when the run stops
             lingered.append(index)
         return Middles(average(frames))
 
@@ -102,6 +102,18 @@ def test_a_run_that_stops_leaves_no_thread_and_no_partial_output(tmp_path, error
                          progress=False, cancel=cancel)
     assert run_threads() == []
     assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+def test_a_run_that_waits_for_its_chunks_says_so_and_how_to_leave_at_once(tmp_path):
+    """A forward in process cannot be cut: a run stopped while chunks still compute waits for them,
+    and says so (a Ctrl-C that seemed to do nothing for a chunk's forward, on a CPU a minute)."""
+    src = synthetic.write_clip(tmp_path / "in", 17, SIZE[1], SIZE[0])
+    cancel, lingered = threading.Event(), []
+    processor = failing_while_others_work(cancel, 4, KeyboardInterrupt(), lingered, linger=1.5)
+    with pytest.warns(UserWarning, match=r"waiting for the chunks under way to end \(interrupt again to leave at once\)"), \
+            pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, tmp_path / "out", processor, chunk=2, inflight=4, progress=False, cancel=cancel)
+    assert lingered and run_threads() == []
 
 
 def test_a_worker_left_running_caches_nothing_once_the_output_is_settled(tmp_path):

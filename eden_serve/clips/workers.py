@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import warnings
 from concurrent.futures import Future
 from typing import Callable
 
@@ -58,11 +59,15 @@ class Workers:
             self.stopped()  # the processor cuts its requests in flight: a server that does not answer is not waited for
         for _ in self.threads:
             self.jobs.put(None)
+        said = False
         for thread in self.threads:
             while thread.is_alive():
                 thread.join(0.5)
                 if stopping:  # a request begun as the run stopped, after the cut, is cut too
                     self.stopped()
+                if stopping and not said and thread.is_alive():  # a forward in process ends only when done
+                    said = True
+                    warnings.warn("stopping: waiting for the chunks under way to end (interrupt again to leave at once)")
 
 
 class Arrivals:
