@@ -15,6 +15,7 @@ from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding
 from eden_serve.media.colour import LIMITED, Colour
+from eden_serve.media.encoding import side_data
 from eden_serve.media.frames import to_pixels
 from eden_serve.media.mastering import _element, _uint
 from eden_serve.media.video import VideoClip
@@ -146,11 +147,11 @@ def test_dolby_vision_is_named_on_a_stream_not_tagged_hdr(tmp_path):
 def test_hdr10_plus_is_named_and_said_to_be_left_out(tmp_path, hdr10):
     src = with_hdr10_plus(hdr10, tmp_path / "hdr10plus.mkv")
     with av.open(str(src)) as container:  # FFmpeg's decoder reads the SEI as HDR10+'s metadata
-        assert "DYNAMIC_HDR_PLUS" in {d.type.name for d in next(container.decode(video=0)).side_data}
+        assert "DYNAMIC_HDR_PLUS" in {d.type.name for d in side_data(next(container.decode(video=0)))}
     said = interpolated(src, tmp_path / "out.mkv")
     assert len(said) == 1 and "HDR10+" in said[0] and "left out" in said[0]
     with av.open(str(tmp_path / "out.mkv")) as output:
-        assert all("DYNAMIC_HDR_PLUS" not in {d.type.name for d in frame.side_data} for frame in output.decode(video=0))
+        assert all("DYNAMIC_HDR_PLUS" not in {d.type.name for d in side_data(frame)} for frame in output.decode(video=0))
 
 
 def test_static_hdr10_alone_is_not_said_to_lose_anything(tmp_path, hdr10):

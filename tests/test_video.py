@@ -16,7 +16,7 @@ from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding, RawVideo
-from eden_serve.media.encoding import open_encoder
+from eden_serve.media.encoding import open_encoder, side_data
 
 av = pytest.importorskip("av")
 
@@ -209,7 +209,7 @@ def display(path):
     """How a player is told to show the video: its display matrix and its pixels' aspect ratio."""
     with av.open(str(path)) as container:
         first = next(container.decode(video=0))
-        matrix = [bytes(data) for data in first.side_data if data.type == av.sidedata.sidedata.Type.DISPLAYMATRIX]
+        matrix = [bytes(data) for data in side_data(first) if data.type == av.sidedata.sidedata.Type.DISPLAYMATRIX]
         return matrix, container.streams.video[0].codec_context.sample_aspect_ratio
 
 

@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import BadInputError
-from .encoding import holds, import_av
+from .encoding import holds, import_av, side_data
 
 
 def transcoded(container, stream, dst) -> Transcoded | None:
@@ -116,7 +116,7 @@ class PageDecoder:
         """The frames of ``packet`` (an empty one flushes), less what FFmpeg's side data on each says
         to drop: from the start, whole frames before a part of one; from the end, within the frame."""
         for frame in self.context.decode(packet):
-            side = next((bytes(d) for d in frame.side_data if d.type == self._kind), None)
+            side = next((bytes(d) for d in side_data(frame) if d.type == self._kind), None)
             start, end = SKIP_SAMPLES.unpack_from(side)[:2] if side and len(side) >= SKIP_SAMPLES.size else (None, 0)
             self.skip = self.skip if start is None else start
             count = frame.samples

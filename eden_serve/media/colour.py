@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from .chroma import chroma_location
-from .encoding import import_av
+from .encoding import import_av, side_data
 
 UNSPECIFIED = 2  # AVCOL_PRI_, AVCOL_TRC_ and AVCOL_SPC_UNSPECIFIED
 PQ, HLG = 16, 18  # AVCOL_TRC_SMPTE2084, AVCOL_TRC_ARIB_STD_B67
@@ -109,7 +109,7 @@ class Colour:
     def with_side_data(self, frame) -> Colour:
         """These tags with the mastering display and content light level of a decoded frame's side data."""
         mastering, light = self.mastering, self.light
-        for side in frame.side_data:
+        for side in side_data(frame):
             name = side.type.name
             if name == "MASTERING_DISPLAY_METADATA" and side.buffer_size >= _MASTERING.size:
                 mastering = Mastering.from_side_data(bytes(side))

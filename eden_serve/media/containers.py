@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import BadInputError
-from .encoding import import_av
+from .encoding import import_av, side_data
 
 # What FFmpeg's command line counts a stream's "default" flag as, in pixels, when it chooses a video stream.
 DEFAULT_STREAM_PIXELS = 5_000_000
@@ -111,7 +111,7 @@ def dolby_vision(stream) -> int | None:
 
 def dynamic_hdr(stream, frame) -> tuple[str, ...]:
     """The dynamic HDR metadata a video ``stream`` and its first ``frame`` (None: not read) carry, named."""
-    names = [DYNAMIC_SIDE_DATA[d.type.name] for d in getattr(frame, "side_data", ()) if d.type.name in DYNAMIC_SIDE_DATA]
+    names = [DYNAMIC_SIDE_DATA[d.type.name] for d in side_data(frame) if d.type.name in DYNAMIC_SIDE_DATA]
     if "Dolby Vision" not in names and (profile := dolby_vision(stream)) is not None:
         names.append(f"Dolby Vision (profile {profile})")
     return tuple(dict.fromkeys(names))
@@ -120,7 +120,7 @@ def dynamic_hdr(stream, frame) -> tuple[str, ...]:
 def display_matrix(frame) -> tuple[int, ...] | None:
     """A decoded frame's display matrix (a phone's rotation, a mirror), where it carries one."""
     kind = import_av().sidedata.sidedata.Type.DISPLAYMATRIX
-    data = next((bytes(d) for d in getattr(frame, "side_data", ()) if d.type == kind), None) if frame else None
+    data = next((bytes(d) for d in side_data(frame) if d.type == kind), None) if frame else None
     return struct.unpack("<9i", data) if data is not None and len(data) == 36 else None
 
 

@@ -58,6 +58,14 @@ def import_av():
     return av
 
 
+def side_data(frame) -> list:
+    """A decoded frame's side data, each with its ``type``, whichever PyAV: 18 iterates them, 19
+    their types (a mapping of type to side data: taking an item for a side data failed on the first
+    frame of any video that had one, a phone's rotation, an encoder's SEI)."""
+    found = getattr(frame, "side_data", None)
+    return [item if hasattr(item, "type") else found[item] for item in found] if found else []
+
+
 @dataclass(frozen=True)
 class Encoding:
     """What the command line asked of the encoder; None: the default."""
