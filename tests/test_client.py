@@ -16,7 +16,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from fractions import Fraction
@@ -41,6 +40,7 @@ from eden_serve.model import synthetic
 from eden_serve.model.checkpoint import load_archived
 from harness.rounding import assert_gif_frame_close, assert_same_frames, assert_within_rounding
 from harness.servers import REPO, torchserve
+from harness.signals import signalled
 from harness.videos import gradient
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.serving.worker import default_threads, usable_cores
@@ -528,18 +528,8 @@ def test_the_client_command_stopped_by_a_signal_says_so_and_leaves_nothing(tmp_p
     src = synthetic.write_clip(tmp_path / "in", 60, SIZE[1], SIZE[0])
     argv = ["client", str(src), "-o", str(tmp_path / "out"), "--cloud", cloud.inference_url, "--edge", edge.inference_url,
             "--token", cloud.keys["inference"], "--edge-token", edge.keys["inference"], "--chunk", "1", "--inflight", "2"]
-    # SIGINT as a terminal's Ctrl-C delivers it (a shell's background job would ignore it)
-    run = subprocess.Popen([sys.executable, "-m", "eden_serve.commands.cli", *argv], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        while run.poll() is None and not any(name.startswith(".out.partial") for name in os.listdir(tmp_path)):
-            time.sleep(0.01)
-        assert run.poll() is None
-        run.send_signal(sig)
-        _, stderr = run.communicate(timeout=120)
-    finally:
-        run.kill()
-    assert run.returncode == code, stderr
+    returncode, stderr = signalled(argv, tmp_path, sig)
+    assert returncode == code, stderr
     assert stderr.splitlines()[-1:] == [f"eden-serve: {line}"] and "Traceback" not in stderr
     assert sorted(os.listdir(tmp_path)) == ["in"]
 

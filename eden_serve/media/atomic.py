@@ -108,12 +108,17 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
     dst = Path(dst)
     check_destination(dst, directory)
     tmp = dst.with_name(f".{dst.stem}.partial-{secrets.token_hex(4)}{'' if directory else dst.suffix}")
-    create_partial(tmp, directory, dst)
+    made = False
     try:
+        # Made inside the try: a signal's handler runs at the first instruction after the system
+        # call, which, where another thread holds the interpreter, comes before any line after it.
+        create_partial(tmp, directory, dst)
+        made = True
         yield tmp
         place(tmp, dst)
-    except BaseException:
-        remove_partial(tmp)
+    except BaseException as exc:
+        if made or not isinstance(exc, BadInputError):  # create_partial's own refusal made nothing
+            remove_partial(tmp)
         raise
 
 
