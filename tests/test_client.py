@@ -503,7 +503,7 @@ def test_an_edge_that_fails_mid_clip_leaves_no_thread_or_output(tmp_path, cloud,
     src = synthetic.write_clip(tmp_path / "in", 24, SIZE[1], SIZE[0])
     open_files = []
     try:
-        for attempt in range(3):
+        for attempt in range(4):
             with make_client("split", cloud, edge, tries=2, backoff=0.05) as client:
                 process = client.processor()
 
@@ -520,7 +520,10 @@ def test_an_edge_that_fails_mid_clip_leaves_no_thread_or_output(tmp_path, cloud,
             scale(edge, "eden_ditdec", 1)
     finally:
         scale(edge, "eden_ditdec", 1)
-    assert open_files[-1] <= open_files[0]
+    # A descriptor kept by each run grows the count every run, by 2 or more from the second to the
+    # fourth; one opened once by something else (a pooled connection of the management calls, Python
+    # 3.12 under load) moves it by one.
+    assert open_files[3] - open_files[1] <= 1, open_files
 
 
 @pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
