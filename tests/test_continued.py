@@ -89,20 +89,46 @@ def test_a_payload_that_ends_at_its_last_frame_is_decoded_to_the_end_and_not_kep
     assert kept.continued == 0 and not kept.turns.kept
 
 
-def test_chunks_asked_from_threads_at_once_take_turns_earliest_first(clip):
+@pytest.mark.parametrize("round", range(4))
+def test_chunks_asked_from_threads_at_once_take_turns_earliest_first(clip, round):
+    """Each chunk's last frame is the next chunk's first, one decoded frame for both: PyAV converts
+    a frame through a converter kept on it, which two threads using at once hang in (swscale's slice
+    threads) or garble. The threads are daemons, so that a hang fails the test, not the run's exit."""
     reader, packets, expected = clip
     kept, payloads = Continuations(), chunks(reader, packets)
     frames_of(kept, reader, payloads[0], len(expected))
     results: dict[int, np.ndarray] = {}
-    threads = [threading.Thread(target=lambda p=p: results.__setitem__(p[0], frames_of(kept, reader, p, len(expected))))
-               for p in reversed(payloads[1:])]
+    threads = [threading.Thread(target=lambda p=p: results.__setitem__(p[0], frames_of(kept, reader, p, len(expected))),
+                                daemon=True) for p in reversed(payloads[1:])]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a chunk's request hung"
     for first, got in results.items():
         assert all(np.array_equal(got[i], expected[first + i]) for i in range(len(got))), first
     assert len(results) == len(payloads) - 1 and kept.continued >= 1
+
+
+def test_no_frame_is_converted_once_it_is_held_for_another_request(clip, monkeypatch):
+    """The frame a chunk ends at is kept for the next chunk's request, which may run on another
+    thread as soon as the turn is given: every conversion of it comes before, none after."""
+    import eden_serve.sandbox.kept as kept_module
+
+    reader, packets, expected = clip
+    kept, payloads = Continuations(), chunks(reader, packets)
+    convert, late = kept_module.rgb, []
+
+    def watched(frame):
+        if any(frame is held for stream in kept.turns.kept.values() for held in stream.decoder.held):
+            late.append(frame.pts)
+        return convert(frame)
+
+    monkeypatch.setattr(kept_module, "rgb", watched)
+    for payload in payloads:
+        got = frames_of(kept, reader, payload, len(expected))
+        assert all(np.array_equal(got[i], expected[payload[0] + i]) for i in range(len(got))), payload[0]
+    assert kept.continued > 0 and late == []
 
 
 def test_a_kept_decoder_goes_on_only_from_the_very_packets_it_had(clip):

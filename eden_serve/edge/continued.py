@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sandbox.decoder import Stream, decode, first_shown
+from ..sandbox.decoder import Stream, decode, first_shown, pixel_dtype
 from ..sandbox.kept import Going, Kept, Turns, mark, pixels_of, stream_key
 
 KEPT_STREAMS = 4  # decoders kept, the least recently used let go: each holds its reference frames
@@ -55,10 +55,16 @@ class Continuations:
             taken = going.take(packets, first, count)
             self.decoded += going.stream.fed - fed
             kept.marks, kept.since = marks[: going.stream.fed], going.since
+            # The chunk's last frame is the next chunk's first, held for it: converted while this
+            # request has the turn. PyAV converts a frame through a converter kept on the frame, and
+            # two threads converting one frame at once hang in swscale's slice threads for ever.
+            pixels = np.empty((count, parameters.height, parameters.width, 3), pixel_dtype(parameters.pix_fmt))
+            pixels_of(taken[count - 1:], parameters, pixels[count - 1:])
         except BaseException:
             kept = None
             raise
         finally:
             if turn:
                 self.turns.give(key, None if kept is None or kept.decoder.stream.drained else kept)
-        return pixels_of(taken, parameters)
+        pixels_of(taken[: count - 1], parameters, pixels[: count - 1])
+        return pixels
