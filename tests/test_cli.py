@@ -129,6 +129,22 @@ def test_a_pair_never_overwrites_an_input(frames, tmp_path, command):
     assert [path.read_bytes() for path in frames] == before
 
 
+@pytest.mark.parametrize("argv", [["split-checkpoint", "--config", "tiny"], ["interpolate", "missing.png", "-o", "x.png"]],
+                         ids=["done", "refused"])
+def test_the_callers_sigterm_handling_is_given_back(tmp_path, argv):
+    """Called from within another program, the command's SIGTERM handler (sys.exit) is the
+    program's no longer once it returns: left behind, a later kill raised SystemExit inside whatever
+    ran then (a test run's interpreter, waiting at its exit, swallowed it and never ended)."""
+    import signal
+
+    mine = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        main([*argv, *(["--out", str(tmp_path / "w")] if argv[0] == "split-checkpoint" else [])])
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, mine)
+
+
 def test_split_checkpoint_prints_sizes(tmp_path, capsys):
     assert main(["split-checkpoint", "--config", "tiny", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out

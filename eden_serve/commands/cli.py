@@ -273,8 +273,19 @@ def _download(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # A plain kill then unwinds like Ctrl-C, so temporary outputs are removed on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # A plain kill then unwinds like Ctrl-C, so temporary outputs are removed on the way out. Called
+    # from within another program (``argv`` given: a test's, a script's), the program's own way with
+    # SIGTERM is given back on return: sys.exit from a handler the command left behind would be
+    # swallowed by whatever the program is doing then, its interpreter's exit included.
+    before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return _run(argv)
+    finally:
+        if argv is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _run(argv: list[str] | None) -> int:
     warnings.formatwarning = lambda message, *_args, **_kw: f"{PROG}: warning: {message}\n"
     args = _build_parser().parse_args(attached_secrets(sys.argv[1:] if argv is None else argv))
     try:
