@@ -23,6 +23,9 @@ from harness.scheduling import OrdinaryScheduling
 from harness.servers import build_archives, loopback_http, torchserve  # noqa: F401 - loopback_http for the tests
 from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 
+# A thread left running, not a daemon, fails the run and ends it instead of hanging it.
+pytest_plugins = ["harness.leftover_threads"]
+
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
 
@@ -139,3 +142,4 @@ def live_frames(monkeypatch) -> weakref.WeakSet:
 
     monkeypatch.setattr(media.Frame, "__init__", counting_init)
     return live
+

@@ -1,0 +1,48 @@
+"""harness/leftover_threads.py: a test run that leaves a thread running, not a daemon, fails and
+ends, naming the thread, instead of hanging after its summary; threads that end in time, and
+daemons, cost nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HANGS = '''
+import threading
+never = threading.Event()
+
+def test_passes_but_leaves_a_thread_waiting():
+    threading.Thread(target=never.wait, name="waits-for-ever").start()
+'''
+ENDS = '''
+import threading, time
+
+def test_leaves_a_thread_that_ends_soon_and_a_daemon():
+    threading.Thread(target=time.sleep, args=(0.5,), name="ends-soon").start()
+    threading.Thread(target=threading.Event().wait, name="a-daemon", daemon=True).start()
+'''
+
+
+def run(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_it.py").write_text(body)
+    env = {**os.environ, "EDEN_THREAD_GRACE_S": "2", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.leftover_threads", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_it.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_thread_left_waiting_fails_the_run_and_is_named(tmp_path):
+    done = run(tmp_path, HANGS)
+    assert done.returncode == int(pytest.ExitCode.TESTS_FAILED), done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert "waits-for-ever" in done.stderr and "in wait" in done.stderr  # its name and where it stands
+
+
+def test_threads_that_end_in_time_and_daemons_pass(tmp_path):
+    done = run(tmp_path, ENDS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "left running" not in done.stderr
