@@ -244,6 +244,30 @@ def test_ranges_in_order_go_on_from_the_decoder_the_range_before_left(tmp_path, 
     assert read[40][1] == 9 + 40 - 32 and read[8][1] == 9 + 8  # again, and backwards: from the key frame
 
 
+@pytest.mark.parametrize("codec", sorted(LONG_GOPS))
+def test_no_frame_is_converted_once_its_cursor_is_given_for_another_range(tmp_path, codec, monkeypatch):
+    """A range's last frame is held by the file's cursor for the next range, which another request
+    may take as soon as the cursor is given back: every conversion of it comes before, none after
+    (two threads converting one PyAV frame at once hang in swscale's slice threads)."""
+    encoder, options = LONG_GOPS[codec]
+    if encoder not in av.codecs_available:
+        pytest.skip(f"this PyAV has no {encoder}")
+    path = long_gops(tmp_path / "long.mp4", encoder, options, 40, keys=(0,))
+    local = local_frames(path)
+    convert, late = sources.rgb, []
+
+    def watched(frame):
+        if any(frame is held for cursor in ranges.CURSORS._kept.values() for held in cursor.held):
+            late.append(frame.pts)
+        return convert(frame)
+
+    monkeypatch.setattr(sources, "rgb", watched)
+    for first in range(0, 32, 8):
+        images = SourceVideo(path, 10**7).read(first, 9)
+        assert all(np.array_equal(np.asarray(image), frame) for image, frame in zip(images, local[first:])), first
+    assert ranges.CURSORS._kept and late == []
+
+
 def test_ranges_past_the_end_are_refused(media):
     video = SourceVideo(media / "gops.mp4", 10**7)
     with pytest.raises(BadInputError, match="holds 40"):

@@ -283,11 +283,17 @@ class SourceVideo:
             cursor.close()
             raise
         self.decoded = cursor.decoded
+        pixels: dict[int, np.ndarray] = {}
         if cursor.ended or len(given) < len(wanted):
             cursor.close()
         else:
+            # The range's last frame stays held for the next range, which another request may take
+            # as soon as the cursor is given: converted before. PyAV converts a frame through a
+            # converter kept on it, and two threads converting one frame at once hang in swscale.
+            held = {id(frame) for frame in cursor.held}
+            pixels = {stamp: rgb(frame) for stamp, frame in given.items() if id(frame) in held}
             CURSORS.give(self.source.key, cursor)
-        return {stamp: rgb(frame) for stamp, frame in given.items()}
+        return {stamp: pixels[stamp] if stamp in pixels else rgb(frame) for stamp, frame in given.items()}
 
     def _read_one(self) -> None:
         self.pictures += 1
