@@ -23,8 +23,8 @@ from harness.scheduling import OrdinaryScheduling
 from harness.servers import build_archives, loopback_http, torchserve  # noqa: F401 - loopback_http for the tests
 from eden_serve.model.synthetic import state_dict as synthetic_state_dict
 
-# A thread left running, not a daemon, fails the run and ends it instead of hanging it.
-pytest_plugins = ["harness.leftover_threads"]
+# A test stuck, or a thread left running that is not a daemon, ends the run instead of hanging it.
+pytest_plugins = ["harness.hangs"]
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 

@@ -1,11 +1,18 @@
-"""Threads a test run leaves behind. A thread that is not a daemon and never ends keeps the
-interpreter from exiting after the last test: the run prints its summary, then hangs until it is
-killed, and whatever the tests found is lost with it. As a pytest plugin (conftest.py names it), this
-waits a while for such threads at the end of the session (``EDEN_THREAD_GRACE_S``, default 60 s),
-then names each with where it stands, fails the run and ends the process."""
+"""A test run that would hang ends instead, saying where. As a pytest plugin (conftest.py names it):
+
+- **A test stuck** past ``EDEN_TEST_HANG_S`` (default 900 s; the slowest test takes about a
+  minute on 2 cores) has every thread's stack written to the run's own stderr, and the run exits 1
+  at once (faulthandler's watchdog, which needs neither the interpreter nor a free thread).
+- **A thread left running** that is not a daemon keeps the interpreter from exiting after the last
+  test: the run would print its summary, then wait until it is killed, and whatever the tests found
+  would be lost with it. Such threads get ``EDEN_THREAD_GRACE_S`` (default 60 s) to end, together;
+  then each is named with where it stands, the run fails and the process ends.
+
+Neither is a time limit on how fast anything runs: only on waiting for ever."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
@@ -14,7 +21,11 @@ import traceback
 
 import pytest
 
-GRACE_S = float(os.environ.get("EDEN_THREAD_GRACE_S", 60))  # what the threads left get to end on their own, together
+HANG_S = float(os.environ.get("EDEN_TEST_HANG_S", 900))
+GRACE_S = float(os.environ.get("EDEN_THREAD_GRACE_S", 60))
+
+_STDERR: list = []  # the run's own stderr, duplicated before pytest captures file descriptor 2
+_LEFT: list[threading.Thread] = []
 
 
 def left_running(grace_s: float = GRACE_S) -> list[threading.Thread]:
@@ -37,7 +48,17 @@ def described(threads: list[threading.Thread]) -> str:
     return "\n".join(lines)
 
 
-_LEFT: list[threading.Thread] = []
+def pytest_configure(config):
+    _STDERR.append(os.fdopen(os.dup(sys.__stderr__.fileno()), "w"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    faulthandler.dump_traceback_later(HANG_S, exit=True, file=_STDERR[0])  # the stack names the test's file and function
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -53,3 +74,5 @@ def pytest_unconfigure(config):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(int(pytest.ExitCode.TESTS_FAILED))
+    for stderr in _STDERR:
+        stderr.close()

@@ -1,6 +1,6 @@
-"""harness/leftover_threads.py: a test run that leaves a thread running, not a daemon, fails and
-ends, naming the thread, instead of hanging after its summary; threads that end in time, and
-daemons, cost nothing."""
+"""harness/hangs.py: a test run that would hang ends instead, saying where: a test stuck past its
+limit, and a thread left running that is not a daemon (the run hung after its summary); threads
+that end in time, and daemons, cost nothing."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ never = threading.Event()
 def test_passes_but_leaves_a_thread_waiting():
     threading.Thread(target=never.wait, name="waits-for-ever").start()
 '''
+STUCK = '''
+import threading
+
+def test_waits_for_ever():
+    threading.Event().wait()
+'''
 ENDS = '''
 import threading, time
 
@@ -30,8 +36,8 @@ def test_leaves_a_thread_that_ends_soon_and_a_daemon():
 
 def run(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_it.py").write_text(body)
-    env = {**os.environ, "EDEN_THREAD_GRACE_S": "2", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.leftover_threads", "-p", "no:cacheprovider",
+    env = {**os.environ, "EDEN_THREAD_GRACE_S": "2", "EDEN_TEST_HANG_S": "3", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.hangs", "-p", "no:cacheprovider",
                            str(tmp_path / "test_it.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -46,3 +52,9 @@ def test_threads_that_end_in_time_and_daemons_pass(tmp_path):
     done = run(tmp_path, ENDS)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "left running" not in done.stderr
+
+
+def test_a_test_stuck_past_its_limit_ends_the_run_with_every_stack(tmp_path):
+    done = run(tmp_path, STUCK)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "test_waits_for_ever" in done.stderr and "Timeout" in done.stderr
