@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -191,6 +192,32 @@ def test_the_edge_echoes_no_document_but_an_encoders(server, code, kind):
     edge answer 599, or 503 (clients retry it)."""
     response = edge(server, json.dumps({"code": code, "type": kind, "message": "m"}))
     assert (response.status_code, response.json()["type"]) == (400, "bad_payload"), response.text
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def test_a_urlencoded_body_is_refused_and_the_workers_live_on(server):
+    """curl -d and --data-binary send a body as a urlencoded form unless told otherwise. TorchServe's
+    frontend parses such a form before any handler: one it cannot parse (a % not followed by two hex
+    digits, a CR without LF: any binary body, nearly) is its own 500, which no handler can change;
+    one it can reaches the handler as fields. Before: the edge called those fields an "empty request"."""
+    pids = server.worker_pids("eden_encoder"), server.worker_pids("eden_ditdec")
+    response = edge(server, b"frame0=a&frame1=b", FORM)
+    assert (response.status_code, response.json()["type"]) == (400, "bad_input"), response.text
+    assert "form field" in response.json()["message"] and "application/octet-stream" in response.json()["message"]
+    for body in (b"a=%zz", b"%zz=1", tiny_payload() + b"&a=%zz"):  # TorchServe's own 500: documented in docs/serving.md
+        for refused in (edge(server, body, FORM), requests.post(
+                f"{server.inference_url}/predictions/eden_encoder", data=body,
+                headers={**server.inference_headers, "Content-Type": FORM}, timeout=TIMEOUT)):
+            assert refused.status_code == 500 and refused.json()["type"] == "ErrorDataDecoderException", refused.text
+    # A form whose fields are percent-encoded is read as any form: the encoder takes its frames.
+    form = urllib.parse.urlencode({"frame0": png(64, 96, 10), "frame1": png(64, 96, 40)})
+    response = requests.post(f"{server.inference_url}/predictions/eden_encoder", data=form,
+                             headers={**server.inference_headers, "Content-Type": FORM}, timeout=TIMEOUT)
+    assert response.status_code == 200 and response.content.startswith(wire.MAGIC), response.text[:300]
+    assert edge(server, response.content).content.startswith(b"\x89PNG")
+    assert (server.worker_pids("eden_encoder"), server.worker_pids("eden_ditdec")) == pids
 
 
 # --- the configuration, from anywhere --------------------------------------------------------------

@@ -114,6 +114,15 @@ def request_body(request: dict) -> Any:
         value = request.get(key)
         if value not in (None, b"", ""):
             return value
+    # A body sent as a form (curl -d or --data-binary's default type is a urlencoded form) reaches
+    # the handler as TorchServe's fields, not as a body: say so rather than "empty".
+    sent = sorted(str(key) for key in request if key not in HEADER_KEYS and key not in ("body", "data"))
+    if sent:
+        named = ", ".join(f"{name!r:.24}" for name in sent[:3]) + (", ..." if len(sent) > 3 else "")
+        raise BadInputError(
+            f"the request came as {len(sent)} form field(s) ({named}), not as a body; "
+            f"POST the wire payload made by the encoder as the raw request body with Content-Type: {OCTET_STREAM}"
+        )
     raise BadInputError("empty request; POST the wire payload made by the encoder as the request body")
 
 
@@ -121,6 +130,8 @@ STREAMS = ("http", "grpc")
 # TorchServe hands a handler a prediction's HTTP headers but not its query parameters, so over HTTP
 # the edge's stream, first and answer fields come as these headers (over gRPC: as inputs).
 FIELD_HEADERS = {"stream": "x-eden-stream", "first": "x-eden-first", "answer": "x-eden-answer"}
+# What :func:`with_headers` adds to a request: not form fields the client sent.
+HEADER_KEYS = frozenset({*FIELD_HEADERS, "host"})
 
 
 def with_headers(request: dict, headers: dict[str, str] | None) -> dict:
