@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import zlib
 from fractions import Fraction
 from pathlib import Path
 
@@ -57,6 +58,20 @@ def test_interpolate_equals_split_weights_pipeline(frames, tmp_path):
     cloud, edge = load_cloud(tmp_path / "w/eden_cloud.safetensors"), load_edge(tmp_path / "w/eden_edge.safetensors")
     expected, _ = interpolate_pair(cloud, edge, load_frame(frames[0]), load_frame(frames[1]), seed=4, codec="fp32")
     assert np.array_equal(image, to_uint8(expected))
+
+
+def test_a_png_with_a_late_exif_chunk_is_read_as_stored(frames, tmp_path):
+    """An orientation in an eXIf chunk after the pixel data is ignored, as the cloud and browsers
+    ignore it. Before: the command turned the frame, and refused it beside an unturned one."""
+    png = frames[0].read_bytes()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    body = b"eXIf" + exif.tobytes()
+    late = tmp_path / "late.png"
+    late.write_bytes(png[:-12] + len(body[4:]).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big") + png[-12:])
+    out = tmp_path / "mid.png"
+    assert main(["interpolate", str(late), str(frames[1]), "-o", str(out), "--config", "tiny"]) == 0
+    assert Image.open(out).size == (60, 40)
 
 
 def test_synthetic_weights_warn_in_one_line(frames, tmp_path):

@@ -7,8 +7,10 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
+from eden_serve.cloud.limits import read_chunk
+from eden_serve.config import preset
 from eden_serve.errors import BadInputError, FrameTooLargeError
 from eden_serve.media.frames import (
     DEFAULT_MAX_PIXELS,
@@ -136,6 +138,61 @@ def test_oriented_size_of_a_png_reads_no_pixel_data(orientation, size):
     assert oriented_size(data) == size == check_frame(data, "frame0", DEFAULT_MAX_PIXELS)
     with pytest.raises(BadInputError, match="not a readable image"):
         load_frame(data)
+
+
+def with_exif_chunk(png: bytes, exif: bytes, late: bool) -> bytes:
+    """``png`` with an eXIf chunk holding ``exif``: after IHDR, or (``late``) after the pixel data, before IEND."""
+    body = b"eXIf" + exif
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+    at = len(png) - 12 if late else 33
+    return png[:at] + chunk + png[at:]
+
+
+def orientation_exif(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+def test_a_late_exif_chunk_is_read_as_the_pixels_are_stored(orientation):
+    """The PNG specification (3rd edition) places eXIf before the pixel data, and browsers ignore a
+    late one; Pillow reads it as the image loads. Before: the cloud's header read ignored it and the
+    decode applied it, so the cloud refused the frame (400, "decodes to 10x12, not the 12x10") while
+    the command line turned it. Now every reader takes the pixels as stored; an early chunk turns them."""
+    plain = encode(Image.fromarray(RGB))
+    late = with_exif_chunk(plain, orientation_exif(orientation), late=True)
+    assert oriented_size(late) == open_image(late).size == (12, 10)
+    assert torch.equal(load_frame(late), load_frame(plain))
+    config = preset("tiny")
+    assert torch.equal(read_chunk([late, plain], config, DEFAULT_MAX_PIXELS, 65536, 10**6, 10**7)[0], load_frame(plain))
+    early = with_exif_chunk(plain, orientation_exif(orientation), late=False)
+    upright = ImageOps.exif_transpose(Image.open(io.BytesIO(early)))
+    assert oriented_size(early) == open_image(early).size == upright.size
+    assert np.array_equal(np.asarray(open_image(early)), np.asarray(upright))
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("exif", [b"garbage!", b"", b"II*\x00\x08\x00\x00\x00"])
+def test_an_exif_chunk_that_does_not_parse_is_ignored(exif, late):
+    """As a browser shows such a PNG: as stored. Before: an early one made the frame unreadable (400)."""
+    data = with_exif_chunk(encode(Image.fromarray(RGB)), exif, late)
+    assert oriented_size(data) == (12, 10) and np.array_equal(np.asarray(open_image(data)), RGB)
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_a_tiff_is_turned_once(orientation):
+    """Pillow turns a TIFF by its orientation itself (its size from the header, its pixels as they
+    load). Before: the header read turned its size once more, so the cloud refused one turned by 90 degrees."""
+    image = Image.fromarray(RGB)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    image.save(buffer, format="TIFF", exif=exif.tobytes())
+    data = buffer.getvalue()
+    upright = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    assert oriented_size(data) == open_image(data).size == upright.size
+    assert np.array_equal(np.asarray(open_image(data)), np.asarray(upright))
 
 
 def test_a_frame_decoded_into_a_batch_equals_one_decoded_alone():

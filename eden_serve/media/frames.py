@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import struct
 from pathlib import Path
 from typing import Iterator, Union
 
 import numpy as np
 import torch
-from PIL import ExifTags, Image, ImageChops, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageChops, UnidentifiedImageError
 
 from ..errors import BadInputError, FrameTooLargeError
 from ..wire.png import GREY_ALPHA16, PNG_HEADER_BYTES, RGB16, RGBA16, png_header, rgb16_png
@@ -145,20 +146,39 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
             check_size(*image.size, max_pixels, name)
         if max_side is not None:
             check_sides(*image.size, max_side, name)
+        # The header's orientation, as header_size reads it: not ImageOps.exif_transpose's after the
+        # load, which for a PNG would take an eXIf chunk after the pixel data (the PNG specification,
+        # 3rd edition, places it before them, and browsers ignore a late one), and which refuses an
+        # image whose EXIF does not parse rather than showing it as stored, as a browser does.
+        turn = ORIENTATIONS.get(_orientation(image))
         image.load()
-    return ImageOps.exif_transpose(image)
+    return image if turn is None else image.transpose(turn)
+
+
+# What each EXIF orientation asks to be done to the stored pixels to show them upright.
+ORIENTATIONS = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_90,
+}
 
 
 def _orientation(image: Image.Image) -> int | None:
     """The EXIF orientation, from the header only. Pillow's ``getexif()`` of a PNG decodes the whole
     image to look for an eXIf chunk after the pixel data; one before it is all that is read here
-    (what the PNG specification asks of writers)."""
-    if image.format != "PNG":
-        return image.getexif().get(ExifTags.Base.Orientation)
-    exif = Image.Exif()
-    if image.info.get("exif"):
-        exif.load(image.info["exif"])
-    return exif.get(ExifTags.Base.Orientation)
+    (what the PNG specification asks of writers). None where there is none, or where the EXIF
+    does not parse: the image is then read as stored. None for a TIFF, which Pillow turns itself:
+    its size is upright from the header on, its pixels as they load."""
+    if image.format == "TIFF":
+        return None
+    try:
+        if image.format != "PNG":
+            return image.getexif().get(ExifTags.Base.Orientation)
+        exif = Image.Exif()
+        if image.info.get("exif"):
+            exif.load(image.info["exif"])
+        return exif.get(ExifTags.Base.Orientation)
+    except (SyntaxError, ValueError, OSError, struct.error, KeyError, TypeError, IndexError):
+        return None
 
 
 def header_size(image: Image.Image) -> tuple[int, int]:
