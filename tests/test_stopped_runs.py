@@ -25,6 +25,7 @@ from eden_serve.commands.shared import clip_in_process
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError, PairError
 from eden_serve.media.atomic import atomic_output
+from eden_serve.media.frames import to_png
 from eden_serve.media.resume import Journal, write_durably
 from eden_serve.model import synthetic
 from eden_serve.page.runs import FINISHED, Run, Runner
@@ -201,6 +202,24 @@ def test_the_command_stopped_by_a_signal_says_so_in_one_line_and_leaves_nothing(
     assert returncode == code, stderr
     assert stderr.splitlines()[-1:] == [f"eden-serve: {line}"] and "Traceback" not in stderr, stderr
     assert sorted(os.listdir(tmp_path)) == ["in.mkv"], stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_once_the_output_is_settled_does_not_turn_success_into_a_kill(tmp_path, sig):
+    """Sent again and again from the moment the output appears until the command ends: before, a
+    signal during the interpreter's exit ended the run by the signal itself (-2, once Python had
+    given SIGINT back to the system) without a word, or with a KeyboardInterrupt traceback from an
+    atexit callback. Now a run whose output is settled exits 0; one stopped before that, 130 or 143
+    with its one line; the output stays whole either way."""
+    sources = [tmp_path / "f0.png", tmp_path / "f1.png"]
+    for path, frame in zip(sources, synthetic.frame_pair(40, 60)):
+        path.write_bytes(to_png(frame))
+    returncode, stderr = signalled(["interpolate", *sources, "-o", tmp_path / "mid.png", "--config", "tiny"], tmp_path, sig,
+                                   when=lambda names: "mid.png" in names, every=0.005)
+    stopped = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}[sig]
+    assert returncode == 0 or (returncode, stderr.splitlines()[-1]) == (stopped[0], f"eden-serve: {stopped[1]}"), stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert Image.open(tmp_path / "mid.png").size == (60, 40)
 
 
 @pytest.fixture

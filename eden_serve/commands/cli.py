@@ -291,7 +291,10 @@ def _run(argv: list[str] | None) -> int:
     try:
         commands = {"interpolate": _interpolate, "client": run_client, "split-checkpoint": _split_checkpoint,
                     "bench": _bench, "download": _download, "archive": _archive, "serve": _serve, "page": run_page}
-        return commands[args.command](args)
+        code = commands[args.command](args)
+        if argv is None:
+            _settled()
+        return code
     except KeyboardInterrupt:
         return _leave(130, argv, "interrupted")
     except SystemExit as exc:  # SIGTERM: said in one line, as Ctrl-C is
@@ -300,11 +303,24 @@ def _run(argv: list[str] | None) -> int:
         return _leave(2, argv, failure(exc))
 
 
+def _settled() -> None:
+    """The command has done its work and settled its output: all that is left is the interpreter's
+    exit (atexit callbacks, finalizers), which a signal would only cut short, to end the run by
+    the signal itself (-2 for SIGINT, once Python has given it back to the system) without a word,
+    or with a traceback from a callback. So the command itself ignores SIGINT and SIGTERM from here
+    on, and its exit code stays what its work gave. (A handler already tripped is not run either.)
+    Not os._exit: the interpreter's exit still flushes and closes what the command left open."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _leave(code: int, argv: list[str] | None, line: str | None = None) -> int:
     """The exit code of a run that failed or was stopped, its reason printed in one line. The
     command itself (``argv`` None) leaves at once: a worker thread may still be inside a torch
     forward, and finalising the interpreter under it aborts the process ("terminate called without
-    an active exception"). Outputs are settled by then."""
+    an active exception"). Outputs are settled by then, and a second signal would cut the line short."""
+    if argv is None:
+        _settled()
     if line is not None:
         print(f"{PROG}: {line}", file=sys.stderr)
     if argv is not None:
