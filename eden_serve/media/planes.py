@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .chroma import CENTER, LEFT
+from .siting import Subsampler
 
 # Pixel formats whose planes the edge can make: 4:2:0, three planes, 8 or 10 bits.
 FORMATS = {"yuv420p": 8, "yuvj420p": 8, "yuv420p10le": 10}
@@ -65,8 +66,6 @@ def swscale_planes(pixels: np.ndarray, format: PlaneFormat) -> np.ndarray:
     """8-bit RGB [H, W, 3] as ``format``'s planes [H W 3/2], converted by swscale on the host, as a
     video writer converts RGB: on a CPU, where it is the cheaper conversion and the same one."""
     import av
-
-    from .siting import Subsampler
 
     frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
     matrix = SWSCALE_COLORSPACES[format.matrix]

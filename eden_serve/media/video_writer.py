@@ -146,8 +146,7 @@ class VideoWriter(ClipWriter):
                           "out: the middles have none, so the output keeps the static HDR10 metadata and the tags alone")
         self.convert = {"dst_colorspace": written.matrix if written.matrix != 2 else None, "dst_color_range": written.range or None}
         # A middle's chroma is subsampled where a reader of the output takes its originals' to sit (:mod:`.siting`).
-        self.siting = output_siting(self.container.format.name, self.stream.codec_context.codec.canonical_name, self.pix_fmt,
-                                    stated(options))
+        self.siting = output_siting(self.container.format.name, self.stream.codec_context.codec.canonical_name, self.pix_fmt, stated(options))
         self._subsampled = Subsampler(self.pix_fmt, written.matrix, written.range, self.siting)
         self.recolour = not same_matrix(written.matrix, colour.matrix) or (written.range == FULL) != (colour.range == FULL)
         # Every picture states the output's tags: an encoder that writes each frame's own (ProRes) would
