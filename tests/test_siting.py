@@ -129,3 +129,17 @@ def test_where_readers_take_the_chroma():
     assert plane_format("yuv420p", 96, 64) == PlaneFormat("yuv420p")
     assert stated({"chroma_sample_location": "left"}) == stated({"chroma_sample_location": "1"}) == LEFT
     assert stated({}) == 0
+
+
+@pytest.mark.parametrize("location, columns", [(LEFT, (5, 6)), (CENTER, (5,))])
+def test_deep_middles_are_sited_alike(location, columns):
+    """A middle of 16-bit RGB (a deep input's) into a 10-bit output: the same siting."""
+    from eden_serve.media.siting import Subsampler
+
+    pixels = np.full((HEIGHT, WIDTH, 3), 32768, np.uint16)
+    pixels[:, COLUMN] = (65535, 0, 0)
+    frame = Subsampler("yuv420p10le", 1, 0, location)(av.VideoFrame.from_ndarray(pixels, format="rgb48le"))
+    plane = frame.planes[2]
+    row = np.frombuffer(plane, np.uint16).reshape(plane.height, -1)[plane.height // 2, :plane.width].astype(np.int64)
+    row -= row[-1]
+    assert [k for k in range(len(row)) if row[k]] == list(columns) and abs(row[5] - row[columns[-1]]) <= 1
