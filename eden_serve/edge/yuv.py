@@ -8,8 +8,9 @@ Y, U and V by the matrix, scaled to the range and depth; the chroma then taken a
 and column, averaging two columns (2i, 2i + 1) and four rows (2j - 1 to 2j + 2, weighted 1, 3, 3, 1;
 the edge rows repeated). Chroma sited left (:mod:`eden_serve.media.siting`: FFmpeg's ``scale``
 filter told ``out_chroma_loc=left`` and ``full_chroma_inp``) takes three columns instead, 2i - 1 to
-2i + 1 weighted 1, 2, 1 (the first column repeated), the rows alike. The arithmetic here is float32 rounded once, where swscale's is fixed
-point: samples differ by at most one level (``tests/test_planes.py``).
+2i + 1 weighted 1, 2, 1 (the first column repeated), the rows alike. The arithmetic here is float32
+rounded once, where swscale's is fixed point: samples differ by at most one level
+(``tests/test_planes.py``, ``tests/test_siting.py``).
 """
 
 from __future__ import annotations
