@@ -1,0 +1,99 @@
+"""A directory of images written as a video (``eden-serve interpolate frames/ -o out.mp4``), as
+ffmpeg's ``-framerate 25 -i %04d.png out.mp4`` makes one: the images are read at ``--input-fps``
+(default 25, FFmpeg's image2 demuxer's, said in a warning), and the output runs at that rate times
+the factor, or at ``--fps``, each frame at its time as a video input's (:mod:`.video_writer`).
+
+There is no stream to keep the codec of: the output's container's default encoder writes it, as
+FFmpeg's command line chooses (H.264 in MP4, MOV and Matroska, VP9 in WebM), or ``--vcodec``'s.
+Its pixel format is chosen as for an RGB input (:mod:`.pixel_formats`): 8-bit images into
+yuv420p, 16-bit ones into yuv420p10le where the encoder takes it (else the rounding is said), RGB
+itself where the encoder takes it (libx264rgb, ``--pix-fmt gbrp`` for VP9). The images are taken
+as sRGB, which is what a PNG without colour chunks is shown as: the video states BT.709's primaries
+and sRGB's transfer, and YUV made of them BT.709's matrix in limited range, as FFmpeg converts RGB
+to YUV for HD. Alpha is dropped, said once: the model computes colour alone, and a video's alpha
+would stand for the images' only at the originals. The images' own colour chunks (an ICC profile)
+are not carried into the video.
+"""
+
+from __future__ import annotations
+
+import warnings
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..errors import BadInputError
+from .atomic import VIDEO_SUFFIXES
+from .base import PIPE, Clip, Frame
+from .colour import LIMITED, Colour
+from .timing import MAX_FPS
+from .video_writer import VideoWriter
+
+# Names of a file the frames of a directory are written to as one video: the containers, and the
+# animations FFmpeg writes (GIF, APNG, animated WebP), whose colours are sRGB by definition.
+ANIMATION_SUFFIXES = {".gif", ".apng", ".webp"}
+SEQUENCE_SUFFIXES = VIDEO_SUFFIXES | ANIMATION_SUFFIXES
+DEFAULT_RATE = Fraction(25)  # FFmpeg's image2 demuxer's, where -framerate is not given
+# AVCOL_PRI_BT709, AVCOL_TRC_IEC61966_2_1 (sRGB), AVCOL_SPC_RGB: sRGB pixels; YUV made of them is
+# converted by BT.709's matrix (:func:`~.pixel_formats.yuv_matrix`) into limited range.
+SRGB = Colour(primaries=1, transfer=13, matrix=0, range=LIMITED)
+# An animation states none of it (a reader takes sRGB): RGB pixels, no tags to say lost.
+UNTAGGED_RGB = Colour(matrix=0)
+
+
+def makes_video(dst: str | Path) -> bool:
+    """Whether a directory of frames written to ``dst`` becomes one video (a file so named), not a
+    directory of frames."""
+    return str(dst) != PIPE and Path(dst).suffix.lower() in SEQUENCE_SUFFIXES and not Path(dst).is_dir()
+
+
+def check_rate(rate: Fraction) -> Fraction:
+    if not 0 < rate <= MAX_FPS:
+        raise BadInputError(f"--input-fps must be above 0 and at most {MAX_FPS}, got {rate}")
+    return rate
+
+
+def time_sequence(clip: Clip, dst: str | Path, input_fps: Fraction | None) -> None:
+    """A directory of images made into a video timed at ``input_fps`` (None: 25, said in one line);
+    ``input_fps`` refused where the output is no video of images (a video states its own rate)."""
+    if clip.kind == "directory" and makes_video(dst):
+        if input_fps is None:
+            warnings.warn(f"--input-fps not given: the images are read at {DEFAULT_RATE} frames a second, as ffmpeg reads "
+                          "an image sequence without -framerate")
+        clip.timed(check_rate(input_fps or DEFAULT_RATE), UNTAGGED_RGB if Path(dst).suffix.lower() in ANIMATION_SUFFIXES else SRGB)
+    elif input_fps is not None:
+        what = "a directory of frames, which has no frame rate" if clip.kind == "directory" else f"a {clip.kind}, which states its own"
+        raise BadInputError(f"--input-fps applies to a directory of images written as a video (or to raw video, with --input-size); "
+                            f"the output here is {what}: leave it out (--fps sets a video's output rate)")
+
+
+class SequenceWriter(VideoWriter):
+    """A directory's images as a video: a :class:`~.video_writer.VideoWriter` whose stream is made
+    like the first image (its size, and 8 or 16 bits of RGB), with no other stream to copy, whose
+    originals are converted from their pixels as the middles are. Like every video output, it is
+    encoded whole again by a resumed run (``continues`` is False; the middles come from the cache)."""
+
+    def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming, encoding):
+        first = next(iter(clip))
+        self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
+                                      pix_fmt="rgb48le" if first.depth == 16 else "rgb24")
+        super().__init__(tmp, dst, clip, retiming, encoding)
+        self.alpha = None  # the model's middles hold colour alone; any alpha plane is opaque
+        if _has_alpha(first):
+            warnings.warn(f"the images' alpha is dropped: {str(dst)!r} is written opaque, their colours alone")
+
+    def _source(self, clip: Clip):
+        return self._first
+
+    def _add_streams(self, clip: Clip, av) -> None:
+        pass  # images have no audio, subtitles or labels
+
+    def _show(self, picture, time, original, between=None):
+        super()._show(picture.picture if isinstance(picture, Frame) else picture, time, original, between)
+
+
+def _has_alpha(frame: Frame) -> bool:
+    if frame.pixels is not None:
+        return frame.alpha is not None
+    image = frame.image
+    return "A" in image.getbands() or "transparency" in image.info
