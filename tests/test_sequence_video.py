@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.commands.cli import main
+from eden_serve.errors import BadInputError
+from eden_serve.media import Encoding
 from eden_serve.model.synthetic import write_clip
 from eden_serve.media.frames import png_of
 
@@ -129,6 +133,38 @@ def test_a_gif_of_images_runs_at_twice_their_rate(tmp_path):
     assert main(["interpolate", str(src), "-o", str(tmp_path / "out.gif"), "--input-fps", "10", *TINY]) == 0
     _, frames = decoded(tmp_path / "out.gif")
     assert [time for time, _ in frames] == [F(k, 20) for k in range(5)]
+
+
+def _average(index, frame0, frame1, seed):
+    mean = (np.asarray(frame0.image.convert("RGB"), np.float32) + np.asarray(frame1.image.convert("RGB"), np.float32)) / 2
+    return Image.fromarray(mean.round().astype(np.uint8))
+
+
+def _stop_at(at):
+    def process(index, frame0, frame1, seed):
+        if index == at:
+            raise KeyboardInterrupt
+        return _average(index, frame0, frame1, seed)
+    return pairwise(process)
+
+
+def test_a_stopped_run_resumes_at_its_rate_and_refuses_another(tmp_path):
+    """A stopped run keeps its middles; resumed at another --input-fps it is refused in one line,
+    at the same one it gives the video an uninterrupted run gives."""
+    src = write_clip(tmp_path / "in", 6, 32, 48)
+    dst = tmp_path / "out.mkv"
+    options = dict(chunk=1, fingerprint={"processor": "average"}, progress=False, encoding=Encoding("libx264rgb", options=(("qp", "0"),)))
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, _stop_at(3), resume=True, input_fps=F(24), **options)
+    with pytest.raises(BadInputError, match=r"input_fps '24' then, '30' now"):
+        interpolate_clip(src, dst, pairwise(_average), resume=True, input_fps=F(30), **options)
+    summary = interpolate_clip(src, dst, pairwise(_average), resume=True, input_fps=F(24), **options)
+    assert summary.resumed == 3
+    interpolate_clip(src, tmp_path / "whole.mkv", pairwise(_average), input_fps=F(24), **options)
+    got, want = decoded(dst)[1], decoded(tmp_path / "whole.mkv")[1]
+    assert len(got) == 11 and [t for t, _ in got] == [t for t, _ in want]
+    assert all(abs(t - F(k, 48)) <= F(1, 1000) for k, (t, _) in enumerate(got))  # Matroska's tick: a millisecond
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(got, want))
 
 
 def test_resume_makes_the_same_video(tmp_path):
