@@ -17,7 +17,7 @@ from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.commands.cli import main
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding
-from eden_serve.model.synthetic import write_clip
+from eden_serve.model.synthetic import clip as synthetic_clip, write_clip
 from eden_serve.media.frames import png_of
 
 TINY = ("--config", "tiny", "--wire-codec", "fp32")
@@ -215,3 +215,29 @@ def test_a_webp_of_images_is_converted_by_webps_own_matrix(tmp_path):
     for i, picture in enumerate(images(src)):
         error = frames[2 * i] - picture
         assert np.abs(error).mean() < 4 and np.abs(error.mean(axis=(0, 1))).max() < 1.5, (i, error.mean(axis=(0, 1)))
+
+
+def test_a_bt709_video_into_webp_is_converted_by_webps_own_matrix(tmp_path):
+    """A video's BT.709 frames written as lossy WebP are converted to BT.601's YUV, which libwebp's
+    readers apply (the stream states nothing): before, they were converted by BT.709's and read
+    back with a colour cast."""
+    pictures = [np.asarray(image) for image in synthetic_clip(3, 64, 96)]
+    src = tmp_path / "in.mkv"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv444p"
+        stream.codec_context.colorspace, stream.codec_context.color_range = 1, 1  # BT.709, limited
+        for k, picture in enumerate(pictures):
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24").reformat(format="yuv444p", dst_colorspace="itu709",
+                                                                               dst_color_range=1)
+            frame.pts, frame.colorspace, frame.color_range = k, 1, 1
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.webp"), *TINY]) == 0
+    with Image.open(tmp_path / "out.webp") as animation:
+        frames = [np.asarray(frame.convert("RGB")).astype(int) for frame in ImageSequence.Iterator(animation)]
+    assert len(frames) == 5
+    # Converted twice (the video's YUV, then WebP's): a red bias of 1.5 here; by BT.709's matrix, 3.5.
+    for i, picture in enumerate(pictures):
+        error = frames[2 * i] - picture
+        assert np.abs(error).mean() < 4 and np.abs(error.mean(axis=(0, 1))).max() < 2.5, (i, error.mean(axis=(0, 1)))
