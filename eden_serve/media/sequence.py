@@ -56,12 +56,18 @@ def check_rate(rate: Fraction) -> Fraction:
 def time_sequence(clip: Clip, dst: str | Path, input_fps: Fraction | None) -> None:
     """A directory of images made into a video timed at ``input_fps`` (None: 25, said in one line);
     ``input_fps`` refused where the output is no video of images (a video states its own rate)."""
+    refuse_input_fps(clip, dst, input_fps)
     if clip.kind == "directory" and makes_video(dst):
         if input_fps is None:
             warnings.warn(f"--input-fps not given: the images are read at {DEFAULT_RATE} frames a second, as ffmpeg reads "
                           "an image sequence without -framerate")
         clip.timed(check_rate(input_fps or DEFAULT_RATE), UNTAGGED_RGB if Path(dst).suffix.lower() in ANIMATION_SUFFIXES else SRGB)
-    elif input_fps is not None:
+
+
+def refuse_input_fps(clip: Clip, dst: str | Path, input_fps: Fraction | None) -> None:
+    """``input_fps`` refused where ``clip`` written to ``dst`` is no video of images (the command
+    asks this before the weights load)."""
+    if input_fps is not None and not (clip.kind == "directory" and makes_video(dst)):
         what = "a directory of frames, which has no frame rate" if clip.kind == "directory" else f"a {clip.kind}, which states its own"
         raise BadInputError(f"--input-fps applies to a directory of images written as a video (or to raw video, with --input-size); "
                             f"the output here is {what}: leave it out (--fps sets a video's output rate)")
