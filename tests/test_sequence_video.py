@@ -244,3 +244,19 @@ def test_a_bt709_video_into_webp_is_converted_by_webps_own_matrix(tmp_path):
     for i, picture in enumerate(pictures):
         error = frames[2 * i] - picture
         assert np.abs(error).mean() < 4 and np.abs(error.mean(axis=(0, 1))).max() < 2.5, (i, error.mean(axis=(0, 1)))
+
+
+def test_sixteen_bit_grey_images_keep_their_range(tmp_path):
+    """16-bit grey PNGs (Pillow's I;16) are written from their 16 bits: Pillow's conversion to RGB
+    would have clipped them to 255 of 65535, white."""
+    src = tmp_path / "in"
+    src.mkdir()
+    greys = [(np.linspace(0, 65535, 32 * 48).reshape(32, 48) * (0.5 + 0.2 * i)).clip(0, 65535).astype(np.uint16) for i in range(3)]
+    for i, grey in enumerate(greys):
+        Image.fromarray(grey.astype(np.int32)).convert("I;16").save(src / f"frame{i}.png")
+    out = tmp_path / "out.mkv"
+    assert main(["interpolate", str(src), "-o", str(out), "--input-fps", "25", "--vcodec", "ffv1", "--pix-fmt", "yuv444p16le",
+                 *TINY]) == 0
+    _, frames = decoded(out, "rgb48le")
+    for i, grey in enumerate(greys):
+        assert np.abs(frames[2 * i][1][..., 1].astype(int) - grey).max() <= 257, i  # within one 8-bit level

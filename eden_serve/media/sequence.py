@@ -22,6 +22,10 @@ from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
+import torch
+from PIL import Image
+
 from ..errors import BadInputError
 from .atomic import VIDEO_SUFFIXES
 from .base import PIPE, Clip, Frame
@@ -95,7 +99,16 @@ class SequenceWriter(VideoWriter):
         pass  # images have no audio, subtitles or labels
 
     def _show(self, picture, time, original, between=None):
-        super()._show(picture.picture if isinstance(picture, Frame) else picture, time, original, between)
+        super()._show(_rgb(picture.picture if isinstance(picture, Frame) else picture), time, original, between)
+
+
+def _rgb(picture):
+    """A 16-bit grey image (Pillow's I;16, or I) as its 16-bit RGB pixels, which the writer converts
+    as it does a 16-bit colour image's: Pillow's own conversion to RGB clips it to 8 bits' range."""
+    if isinstance(picture, Image.Image) and picture.mode.startswith("I"):
+        grey = np.asarray(picture).astype(np.int64).clip(0, 65535).astype(np.uint16)
+        return torch.from_numpy(np.repeat(grey[..., None], 3, axis=-1))
+    return picture
 
 
 def _has_alpha(frame: Frame) -> bool:
