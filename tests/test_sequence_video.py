@@ -260,3 +260,13 @@ def test_sixteen_bit_grey_images_keep_their_range(tmp_path):
     _, frames = decoded(out, "rgb48le")
     for i, grey in enumerate(greys):
         assert np.abs(frames[2 * i][1][..., 1].astype(int) - grey).max() <= 257, i  # within one 8-bit level
+
+
+def test_fps_retimes_images_written_as_a_video(tmp_path):
+    """--fps applies to images written as a video, timed by --input-fps: 4 at 24 give ceil(4 * 60 / 24)
+    frames at 60 a second, as a video of them would; to a directory of frames it stays refused."""
+    src = write_clip(tmp_path / "in", 4, 32, 48)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.mkv"), "--input-fps", "24", "--fps", "60", *TINY]) == 0
+    _, frames = decoded(tmp_path / "out.mkv")
+    assert len(frames) == 10 and all(abs(t - F(k, 60)) <= F(1, 1000) for k, (t, _) in enumerate(frames))
+    assert "--fps needs a video" in one_error(run("interpolate", src, "-o", tmp_path / "frames", "--fps", "60", "--config", "tiny"))

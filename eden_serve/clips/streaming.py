@@ -289,7 +289,8 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
     ``time_error`` (:mod:`eden_serve.clips.schedule`). ``encoding``: a video's encoder options.
     ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
-    input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
+    input is headerless video of that size, pixel format and rate. ``input_fps``: the rate of a
+    directory of images written to a video's name (None: 25, said; :mod:`eden_serve.media.sequence`). ``src`` may also be a clip
     already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
     processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
     or stops the run by raising (the web page, :mod:`eden_serve.page.runs`). ``first_middle`` is
@@ -309,7 +310,8 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     with opened as clip:
         time_sequence(clip, dst, options.input_fps)
         if options.fps is not None and clip.kind != "video" and getattr(clip, "rate", None) is None:
-            why = "an animation's frames keep delays of their own" if clip.kind == "animation" else "a directory's frames have no times"
+            why = ("an animation's frames keep delays of their own" if clip.kind == "animation"
+                   else "a directory's frames have no times, unless written as a video (-o out.mp4 --input-fps RATE)")
             raise BadInputError(f"--fps needs a video; {why}: give --factor FPS/RATE (24 to 60: --factor 5/2)")
         journal = Journal(dst, _identity(clip, options)) if options.resume else None
         with write_clip(clip, dst, options.retiming, journal, options.encoding) as writer, \
