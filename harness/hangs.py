@@ -12,6 +12,7 @@ Neither is a time limit on how fast anything runs: only on waiting for ever."""
 
 from __future__ import annotations
 
+import concurrent.futures.thread
 import faulthandler
 import os
 import sys
@@ -29,12 +30,24 @@ _LEFT: list[threading.Thread] = []
 
 
 def left_running(grace_s: float = GRACE_S) -> list[threading.Thread]:
-    """The threads, not daemons, still running after up to ``grace_s`` seconds' wait for them."""
+    """The threads, not daemons, still running after up to ``grace_s`` seconds' wait for them, less
+    the idle workers of thread pools: the interpreter's exit tells those to end, and they do."""
     deadline = time.monotonic() + grace_s
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    return [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    for thread in _holding():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return _holding()
+
+
+def _holding() -> list[threading.Thread]:
+    frames = sys._current_frames()
+    return [thread for thread in threading.enumerate()
+            if thread is not threading.main_thread() and not thread.daemon and thread.is_alive()
+            and not _idle_pool_worker(frames.get(thread.ident))]
+
+
+def _idle_pool_worker(frame) -> bool:
+    """Whether a thread stands in a thread pool's loop, waiting for work (not inside a task)."""
+    return frame is not None and frame.f_code is concurrent.futures.thread._worker.__code__
 
 
 def described(threads: list[threading.Thread]) -> str:

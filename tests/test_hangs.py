@@ -27,10 +27,23 @@ def test_waits_for_ever():
 '''
 ENDS = '''
 import threading, time
+from concurrent.futures import ThreadPoolExecutor
 
-def test_leaves_a_thread_that_ends_soon_and_a_daemon():
+POOL = ThreadPoolExecutor(2, thread_name_prefix="idle-pool")  # kept, never shut down: its workers end at exit
+
+def test_leaves_a_thread_that_ends_soon_a_daemon_and_an_idle_pool():
     threading.Thread(target=time.sleep, args=(0.5,), name="ends-soon").start()
     threading.Thread(target=threading.Event().wait, name="a-daemon", daemon=True).start()
+    POOL.submit(time.sleep, 0.1).result()
+'''
+BUSY_POOL = '''
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+POOL = ThreadPoolExecutor(1, thread_name_prefix="busy-pool")
+
+def test_leaves_a_pool_task_waiting():
+    POOL.submit(threading.Event().wait)
 '''
 
 
@@ -52,6 +65,12 @@ def test_threads_that_end_in_time_and_daemons_pass(tmp_path):
     done = run(tmp_path, ENDS)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "left running" not in done.stderr
+
+
+def test_a_pool_task_left_waiting_fails_the_run(tmp_path):
+    done = run(tmp_path, BUSY_POOL)
+    assert done.returncode == int(pytest.ExitCode.TESTS_FAILED), done.stdout + done.stderr
+    assert "busy-pool_0" in done.stderr
 
 
 def test_a_test_stuck_past_its_limit_ends_the_run_with_every_stack(tmp_path):

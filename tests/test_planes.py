@@ -19,7 +19,7 @@ from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.edge import EdgeModel
 from eden_serve.edge.yuv import to_planes
 from eden_serve.media import Encoding
-from eden_serve.media.planes import PlaneFormat, Planes, picture_of, plane_format
+from eden_serve.media.planes import PlaneFormat, Planes, picture_of, plane_format, swscale_planes
 from eden_serve.media.video_writer import VideoWriter
 
 av = pytest.importorskip("av")
@@ -80,11 +80,12 @@ def clip(tmp_path_factory):
 
 
 def planes_of_average(index, frame0, frame1, seed):
-    """:func:`average`'s middle as the planes swscale makes of it: what the writer's RGB path encodes."""
+    """:func:`average`'s middle as the planes swscale makes of it: what the writer's RGB path encodes
+    (its chroma sited left, where the H.264 input states it: tests/test_siting.py)."""
     rgb = np.asarray(average(index, frame0, frame1, seed))
     height, width, _ = rgb.shape
-    planes = torch.from_numpy(swscale(rgb, "yuv420p").reshape(-1).copy())
-    return Planes(planes, width, height, PlaneFormat("yuv420p"))
+    format = PlaneFormat("yuv420p", left=True)
+    return Planes(torch.from_numpy(swscale_planes(rgb, format).copy()), width, height, format)
 
 
 def test_the_encoder_sees_the_same_planes(tmp_path, clip, monkeypatch):

@@ -16,13 +16,13 @@ from eden_serve.wire.raw import FULL_RANGE, PLANES, RawPlanes, decode_raw, encod
 PIXELS = np.random.default_rng(5).integers(0, 256, (64, 96, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("matrix, full", [("bt601", False), ("bt709", False), ("bt2020", True)])
-def test_planes_round_trip(matrix, full):
+@pytest.mark.parametrize("matrix, full, left", [("bt601", False, False), ("bt709", False, True), ("bt2020", True, False)])
+def test_planes_round_trip(matrix, full, left):
     data = np.arange(96 * 64 * 3 // 2, dtype=np.uint32).astype(np.uint8)
-    raw = encode_planes(data, 96, 64, matrix, full)
+    raw = encode_planes(data, 96, 64, matrix, full, left)
     assert len(raw) == raw_bytes(96, 64, planes=True) == raw_bytes(96, 64) - 96 * 64 * 3 // 2
     got = decode_raw(raw, (96, 64), "")
-    assert isinstance(got, RawPlanes) and (got.width, got.height, got.matrix, got.full) == (96, 64, matrix, full)
+    assert isinstance(got, RawPlanes) and (got.width, got.height, got.matrix, got.full, got.left) == (96, 64, matrix, full, left)
     assert np.array_equal(got.data, data)
     read = middle_image(raw, (96, 64), "", raw=True)
     assert isinstance(read, RawPlanes) and np.array_equal(read.data, data) and read.matrix == matrix
@@ -48,19 +48,23 @@ def test_the_answer_field():
     assert answer_format("yuv", *local).planes == PlaneFormat("yuv420p")
     assert answer_format("yuv:bt709:limited", *local).planes == PlaneFormat("yuv420p", "bt709")
     assert answer_format("yuv:bt601:full", *local).planes == PlaneFormat("yuvj420p", "bt601", True)
+    assert answer_format("yuv:bt709:limited:left", *local).planes == PlaneFormat("yuv420p", "bt709", left=True)
+    assert answer_format("yuv:bt709:limited:centre", *local).planes == PlaneFormat("yuv420p", "bt709")
     assert answer_format("yuv:bt709", "edge.example", "loopback") is PNG_ANSWER
     assert answer_format("raw", *local) is RAW_ANSWER and RAW_ANSWER.planes is None
-    for bad in ("yuv:bt999", "yuv:bt709:wide", "raw:bt709", "yuv:bt709:full:x"):
+    for bad in ("yuv:bt999", "yuv:bt709:wide", "raw:bt709", "yuv:bt709:full:x", "yuv:bt709:full:left:x"):
         with pytest.raises(BadInputError):
             answer_format(bad, *local)
 
 
-def test_planes_made_here_are_swscales_within_a_level_of_the_devices():
-    """From RGB on the host: swscale's planes, what the client's writer would make of the RGB; from
-    a GPU edge's device: within a level of them."""
-    answer = answer_format("yuv:bt709:limited", "127.0.0.1", "loopback")
+@pytest.mark.parametrize("siting", ["", ":left"])
+def test_planes_made_here_are_swscales_within_a_level_of_the_devices(siting):
+    """From RGB on the host: swscale's planes, what the client's writer would make of the RGB (its
+    chroma sited as asked: the answer says so); from a GPU edge's device: within a level of them."""
+    answer = answer_format(f"yuv:bt709:limited{siting}", "127.0.0.1", "loopback")
     here = decode_raw(answer.encode(PIXELS), (96, 64), "").data
     assert np.array_equal(here, swscale_planes(PIXELS, answer.planes))
+    assert decode_raw(answer.encode(PIXELS), (96, 64), "").left == bool(siting)
     on_device = to_planes(torch.from_numpy(PIXELS)[None], answer.planes).reshape(1, -1, 96)[0].numpy()
     assert np.abs(decode_raw(answer.encode(on_device), (96, 64), "").data.astype(int) - here.astype(int)).max() <= 1
     assert decode_raw(answer.encode(PIXELS), (96, 64), "").matrix == "bt709"

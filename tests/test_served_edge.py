@@ -99,21 +99,23 @@ def test_requests_that_arrive_together_share_forwards_each_answered_alone(server
     assert any(len({int(s) // 2 for s in seeds}) > 1 for seeds in forwards), forwards[-10:]
 
 
-def test_yuv_answers_carry_the_planes_of_the_pngs_pixels(server):
+@pytest.mark.parametrize("siting", ["", ":left"])
+def test_yuv_answers_carry_the_planes_of_the_pngs_pixels(server, siting):
     """Each middle is the planes of the PNG answer's pixels, whole and to the client: on this CPU
     edge made by swscale, what the client's writer would make of the RGB (a GPU edge converts on
-    its device, within a level: tests/test_raw_planes.py)."""
+    its device, within a level: tests/test_raw_planes.py), its chroma sited as asked (media/siting.py)."""
     body = payload(server, 0, 3)
-    expected = [swscale_planes(p, PlaneFormat("yuv420p", "bt709")) for p in pngs_of(edge(server, body), 3)]
-    whole = edge(server, body, **{"X-Eden-Answer": "yuv:bt709:limited"})
+    format = PlaneFormat("yuv420p", "bt709", left=bool(siting))
+    expected = [swscale_planes(p, format) for p in pngs_of(edge(server, body), 3)]
+    whole = edge(server, body, **{"X-Eden-Answer": f"yuv:bt709:limited{siting}"})
     assert (whole.status_code, whole.headers["Content-Type"]) == (200, RAW)
     middles = whole_raw(whole.content, 3, (WIDTH, HEIGHT), "")
-    assert all(m.matrix == "bt709" and np.array_equal(m.data, e) for m, e in zip(middles, expected, strict=True))
+    assert all(m.matrix == "bt709" and m.left == bool(siting) and np.array_equal(m.data, e) for m, e in zip(middles, expected, strict=True))
     assert len(whole.content) == 3 * raw_bytes(WIDTH, HEIGHT, planes=True)
 
     token = server.inference_headers.get("Authorization", " ").split(" ", 1)[1] or None
     transport = HttpTransport(None, server.inference_url, server.inference_url, {"encoder": token, "decoder": token}, TIMEOUT, ClientTLS())
-    transport.planes = PlaneFormat("yuv420p", "bt709")
+    transport.planes = format
     got = {}
     try:
         transport.ask_edge(body, 0, 3, (WIDTH, HEIGHT), lambda j, middle: got.setdefault(j, middle))

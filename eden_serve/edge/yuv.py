@@ -6,8 +6,11 @@ longer converts.
 swscale's conversion, measured against PyAV 18's (least squares over random frames): each pixel's
 Y, U and V by the matrix, scaled to the range and depth; the chroma then taken at every other row
 and column, averaging two columns (2i, 2i + 1) and four rows (2j - 1 to 2j + 2, weighted 1, 3, 3, 1;
-the edge rows repeated). The arithmetic here is float32 rounded once, where swscale's is fixed
-point: samples differ by at most one level (``tests/test_planes.py``).
+the edge rows repeated). Chroma sited left (:mod:`eden_serve.media.siting`: FFmpeg's ``scale``
+filter told ``out_chroma_loc=left`` and ``full_chroma_inp``) takes three columns instead, 2i - 1 to
+2i + 1 weighted 1, 2, 1 (the first column repeated), the rows alike. The arithmetic here is float32
+rounded once, where swscale's is fixed point: samples differ by at most one level
+(``tests/test_planes.py``, ``tests/test_siting.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +38,13 @@ def to_planes(pixels: torch.Tensor, format: PlaneFormat) -> torch.Tensor:
     else:
         unit = 1 << (format.depth - 8)
         y_plane, c_scale, c_offset = (16 + luma * (219 / 255)) * unit, 224 / 255 * unit, float(128 * unit)
-    # Two columns averaged, then rows 2j - 1 .. 2j + 2 weighted 1, 3, 3, 1 (edge rows repeated).
-    columns = 0.5 * (chroma[..., 0::2] + chroma[..., 1::2])
+    # Two columns averaged (or three weighted 1, 2, 1 about column 2i, for chroma sited left), then
+    # rows 2j - 1 .. 2j + 2 weighted 1, 3, 3, 1 (edge rows repeated).
+    if format.left:
+        before = torch.cat((chroma[..., :1], chroma[..., 1:-1:2]), -1)  # column 2i - 1; at i = 0, column 0
+        columns = 0.25 * (before + 2 * chroma[..., 0::2] + chroma[..., 1::2])
+    else:
+        columns = 0.5 * (chroma[..., 0::2] + chroma[..., 1::2])
     padded = F.pad(columns, (0, 0, 1, 1), mode="replicate")
     rows = (padded[..., 0:-2:2, :] + 3 * padded[..., 1:-1:2, :] + 3 * padded[..., 2::2, :] + padded[..., 3::2, :]) / 8
     planes = torch.cat((y_plane.reshape(batch, -1), (rows * c_scale + c_offset).reshape(batch, -1)), 1)

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .chroma import CENTER, LEFT
+from .siting import Subsampler
+
 # Pixel formats whose planes the edge can make: 4:2:0, three planes, 8 or 10 bits.
 FORMATS = {"yuv420p": 8, "yuvj420p": 8, "yuv420p10le": 10}
 MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593),  # (Kr, Kb)
@@ -32,21 +35,26 @@ YUV_MATRICES = {**SWSCALE_MATRICES, 4: "fcc", 7: "smpte240m"}
 @dataclass(frozen=True)
 class PlaneFormat:
     """The planes the writer takes: ``matrix`` (a key of :data:`MATRICES`), ``full`` range or
-    limited, ``depth`` bits, and the pixel format that holds them."""
+    limited, ``depth`` bits, the pixel format that holds them, and where their chroma sits: ``left``
+    (co-sited with the even luma columns, H.264's and HEVC's default), else centred between them;
+    vertically centred (:mod:`.siting`)."""
 
     pix_fmt: str
     matrix: str = "bt601"
     full: bool = False
     depth: int = 8
+    left: bool = False
 
 
-def plane_format(pix_fmt: str, width: int, height: int, matrix: int = 2, full: bool = False) -> PlaneFormat | None:
+def plane_format(pix_fmt: str, width: int, height: int, matrix: int = 2, full: bool = False,
+                 siting: int = CENTER) -> PlaneFormat | None:
     """The planes of an output, where the edge can make them: a 4:2:0 format of :data:`FORMATS`, an
-    even size, and a matrix swscale converts by (``matrix``: FFmpeg's value, as the writer converts
-    to it; ``full``: the range it converts to)."""
-    if pix_fmt not in FORMATS or width % 2 or height % 2 or matrix not in SWSCALE_MATRICES:
+    even size, a matrix swscale converts by (``matrix``: FFmpeg's value, as the writer converts
+    to it; ``full``: the range it converts to), and its chroma sited left or centre (``siting``: an
+    AVChromaLocation, :func:`~.siting.output_siting`; the top and bottom ones the writer makes itself)."""
+    if pix_fmt not in FORMATS or width % 2 or height % 2 or matrix not in SWSCALE_MATRICES or siting not in (LEFT, CENTER):
         return None
-    return PlaneFormat(pix_fmt, SWSCALE_MATRICES[matrix], full, FORMATS[pix_fmt])
+    return PlaneFormat(pix_fmt, SWSCALE_MATRICES[matrix], full, FORMATS[pix_fmt], siting == LEFT)
 
 
 # swscale's names of the matrices (AVColorSpace values) and of full range (AVCOL_RANGE_JPEG).
@@ -60,8 +68,9 @@ def swscale_planes(pixels: np.ndarray, format: PlaneFormat) -> np.ndarray:
     import av
 
     frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
-    converted = frame.reformat(format=format.pix_fmt, dst_colorspace=SWSCALE_COLORSPACES[format.matrix],
-                               dst_color_range=FULL_RANGE if format.full else None)
+    matrix = SWSCALE_COLORSPACES[format.matrix]
+    converted = Subsampler(format.pix_fmt, 2 if matrix is None else matrix, FULL_RANGE if format.full else 0,
+                           LEFT if format.left else CENTER)(frame)
     return converted.to_ndarray(format=format.pix_fmt).reshape(-1)
 
 

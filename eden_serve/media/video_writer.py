@@ -26,6 +26,7 @@ from .palette import RGB, Palettes
 from .pixel_formats import Y4M_PIX_FMTS, bits, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
+from .siting import Subsampler, output_siting, stated
 from .timing import Retiming, output_time_base, tick_of
 
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
@@ -153,6 +154,9 @@ class VideoWriter(ClipWriter):
             warnings.warn(f"the input's {' and '.join(clip.dynamic_hdr)} dynamic HDR metadata (tone mapping scene by scene) is left "
                           "out: the middles have none, so the output keeps the static HDR10 metadata and the tags alone")
         self.convert = {"dst_colorspace": written.matrix if written.matrix != 2 else None, "dst_color_range": written.range or None}
+        # A middle's chroma is subsampled where a reader of the output takes its originals' to sit (:mod:`.siting`).
+        self.siting = output_siting(self.container.format.name, self.stream.codec_context.codec.canonical_name, self.pix_fmt, stated(options))
+        self._subsampled = Subsampler(self.pix_fmt, written.matrix, written.range, self.siting)
         self.recolour = not same_matrix(written.matrix, colour.matrix) or (written.range == FULL) != (colour.range == FULL)
         # Every picture states the output's tags: an encoder that writes each frame's own (ProRes) would
         # state none for a middle made of RGB.
@@ -162,7 +166,7 @@ class VideoWriter(ClipWriter):
         self.alpha = next((c.plane for c in av.VideoFormat(self.pix_fmt).components if c.is_alpha), None)
         self.alpha_dtype = np.uint16 if bits(self.pix_fmt) > 8 else np.uint8
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
-        self.planes = plane_format(self.pix_fmt, source.width, source.height, written.matrix, written.range == FULL)
+        self.planes = plane_format(self.pix_fmt, source.width, source.height, written.matrix, written.range == FULL, self.siting)
         frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
         self.segments = None if raw else open_segments(self.stream, options, encoding.instances_for(name), warnings.warn, frames=frames)
         self._encoded = self.stream.encode if self.segments is None else self.segments.encode  # a picture -> the packets it makes ready
@@ -273,9 +277,9 @@ class VideoWriter(ClipWriter):
             frame = picture_of(picture.array(), self.pix_fmt)
         elif isinstance(picture, torch.Tensor):  # RGB pixels, 8 or 16 bits; 8 as from_image takes an RGB image's
             rgb_format = "rgb48le" if picture.dtype == torch.uint16 else "rgb24"
-            frame = picture_of(picture.numpy(), rgb_format).reformat(format=self.pix_fmt, **self.convert)
+            frame = self._subsampled(picture_of(picture.numpy(), rgb_format))
         else:
-            frame = self._from_image(picture.convert("RGB")).reformat(format=self.pix_fmt, **self.convert)
+            frame = self._subsampled(self._from_image(picture.convert("RGB")))
         if self.alpha is not None and between is not None and not isinstance(picture, Frame):
             self._alpha(frame, *between)
         self._hold(frame, self.shown if self.counted else tick_of(time, self.time_base))

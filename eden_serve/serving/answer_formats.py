@@ -18,7 +18,7 @@ from ..wire.answers import zip_of
 from ..wire.raw import MATRIX_FLAGS, RAW, encode_planes, encode_raw, loopback
 from .fields import PNG, ZIP, text
 
-ANSWERS = ("png", "raw", "yuv")  # yuv: raw 4:2:0 planes, yuv[:MATRIX[:full]] (BT.601, limited range where unsaid)
+ANSWERS = ("png", "raw", "yuv")  # yuv: raw 4:2:0 planes, yuv[:MATRIX[:full[:left]]] (BT.601, limited range, centred where unsaid)
 
 
 class AnswerFormat(NamedTuple):
@@ -57,7 +57,7 @@ def planes_answer(format: PlaneFormat) -> AnswerFormat:
             pixels = swscale_planes(pixels, format)
         else:  # planes from the device, [H 3/2, W]
             height, width = pixels.shape[0] * 2 // 3, pixels.shape[1]
-        return encode_planes(pixels.reshape(-1), width, height, format.matrix, format.full)
+        return encode_planes(pixels.reshape(-1), width, height, format.matrix, format.full, format.left)
 
     def copy(png: bytes) -> bytes:
         return encode(open_deep(png, "a cut pair's middle", max_pixels=None).numpy() if is_deep(png)
@@ -67,16 +67,18 @@ def planes_answer(format: PlaneFormat) -> AnswerFormat:
 
 
 def _plane_format(name: str) -> PlaneFormat:
-    """``yuv[:MATRIX[:full]]`` as the planes it asks for."""
+    """``yuv[:MATRIX[:RANGE[:SITING]]]`` as the planes it asks for: SITING ``left`` or ``centre``
+    (the default), where their chroma sits (media/siting.py)."""
     parts = name.split(":")
-    matrix, full = (parts[1:] + ["bt601", "limited"][len(parts) - 1:])[:2] if len(parts) <= 3 else ("", "")
-    if matrix not in MATRIX_FLAGS or full not in ("limited", "full"):
-        raise BadInputError(f"answer yuv takes yuv[:{'|'.join(MATRIX_FLAGS)}[:limited|full]], got {name!r:.40}")
-    return PlaneFormat("yuvj420p" if full == "full" and matrix == "bt601" else "yuv420p", matrix, full == "full")
+    matrix, full, siting = (parts[1:] + ["bt601", "limited", "centre"][len(parts) - 1:])[:3] if len(parts) <= 4 else ("", "", "")
+    if matrix not in MATRIX_FLAGS or full not in ("limited", "full") or siting not in ("left", "centre"):
+        raise BadInputError(f"answer yuv takes yuv[:{'|'.join(MATRIX_FLAGS)}[:limited|full[:left|centre]]], got {name!r:.40}")
+    return PlaneFormat("yuvj420p" if full == "full" and matrix == "bt601" else "yuv420p", matrix, full == "full",
+                       left=siting == "left")
 
 
 def answer_format(value: Any, host: Any, policy: str) -> AnswerFormat:
-    """The format of a request's answer: its ``answer`` field (png, raw or yuv[:MATRIX[:full]];
+    """The format of a request's answer: its ``answer`` field (png, raw or yuv[:MATRIX[:RANGE[:SITING]]];
     absent: png), as the policy allows for a request addressed to ``host``."""
     name = "png" if value is None else text(value, "answer")
     if name.split(":")[0] not in ANSWERS or (":" in name and not name.startswith("yuv:")):

@@ -9,7 +9,8 @@ compressed and never pickled::
     8       2     format version, u16: 1
     10      2     flags, u16: 0 for 8-bit channels, 1 for 16-bit ones (a chunk deeper than 8 bits);
                   or 2 (PLANES) for 8-bit 4:2:0 planes, with 4 for full range and 8 for BT.709 or
-                  16 for BT.2020 (else limited range, BT.601)
+                  16 for BT.2020 (else limited range, BT.601), and 32 for chroma sited left
+                  (co-sited with the even luma columns; else centred between them)
     12      4     width, u32
     16      4     height, u32
     20      3WH   the pixels (6WH at 16 bits, each channel u16); or 3WH/2: the planes Y, U, V
@@ -37,10 +38,11 @@ RAW = "application/x-eden-raw-frames"  # the content type of a whole raw answer
 _HEADER = struct.Struct("<8sHHII")
 RAW_HEADER_BYTES = _HEADER.size
 DEEP = 1  # the flag of 16-bit channels
-PLANES, FULL_RANGE = 2, 4  # 4:2:0 planes, and their range
+PLANES, FULL_RANGE, SITED_LEFT = 2, 4, 32  # 4:2:0 planes, their range, and their chroma's siting
 MATRIX_FLAGS = {"bt601": 0, "bt709": 8, "bt2020": 16}
 _DTYPES = {0: np.dtype(np.uint8), DEEP: np.dtype("<u2")}
-_PLANE_FLAGS = {PLANES | full | matrix for full in (0, FULL_RANGE) for matrix in MATRIX_FLAGS.values()}
+_PLANE_FLAGS = {PLANES | full | matrix | left for full in (0, FULL_RANGE) for matrix in MATRIX_FLAGS.values()
+                for left in (0, SITED_LEFT)}
 
 
 class RawPlanes(NamedTuple):
@@ -51,6 +53,7 @@ class RawPlanes(NamedTuple):
     height: int
     matrix: str
     full: bool
+    left: bool = False  # chroma sited left, else centred (media/siting.py)
 
 
 def raw_bytes(width: int, height: int, depth: int = 8, planes: bool = False) -> int:
@@ -58,11 +61,11 @@ def raw_bytes(width: int, height: int, depth: int = 8, planes: bool = False) -> 
     return _HEADER.size + (width * height * 3 // 2 if planes else 3 * depth // 8 * width * height)
 
 
-def encode_planes(data: np.ndarray, width: int, height: int, matrix: str, full: bool) -> bytes:
-    """8-bit 4:2:0 planes, Y then U then V, as a raw middle."""
+def encode_planes(data: np.ndarray, width: int, height: int, matrix: str, full: bool, left: bool = False) -> bytes:
+    """8-bit 4:2:0 planes, Y then U then V, as a raw middle (``left``: their chroma sited left)."""
     if data.dtype != np.uint8 or data.size != width * height * 3 // 2 or width % 2 or height % 2:
         raise ValueError(f"raw planes are W H 3/2 uint8 samples of an even size, got {data.dtype} {data.shape} for {width}x{height}")
-    flags = PLANES | (FULL_RANGE if full else 0) | MATRIX_FLAGS[matrix]
+    flags = PLANES | (FULL_RANGE if full else 0) | MATRIX_FLAGS[matrix] | (SITED_LEFT if left else 0)
     return _HEADER.pack(RAW_MAGIC, RAW_VERSION, flags, width, height) + np.ascontiguousarray(data).tobytes()
 
 
@@ -111,7 +114,8 @@ def decode_raw(data: bytes | memoryview, size: tuple[int, int], where: str) -> n
                                              f"of a {width}x{height} frame of {depth} bits{' in planes' if planes else ''} {where}")
     if planes:
         matrix = next(name for name, flag in MATRIX_FLAGS.items() if flags & 24 == flag)
-        return RawPlanes(np.frombuffer(data, np.uint8, offset=_HEADER.size), width, height, matrix, bool(flags & FULL_RANGE))
+        return RawPlanes(np.frombuffer(data, np.uint8, offset=_HEADER.size), width, height, matrix, bool(flags & FULL_RANGE),
+                         bool(flags & SITED_LEFT))
     return np.frombuffer(data, _DTYPES[flags], offset=_HEADER.size).reshape(height, width, 3)
 
 

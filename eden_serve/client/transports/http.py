@@ -187,7 +187,8 @@ class HttpTransport(Transport):
         """The middles stream in HTTP chunks (an edge that answers whole is read whole)."""
         headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
         if self.raw:
-            headers["X-Eden-Answer"] = "raw" if self.planes is None else f"yuv:{self.planes.matrix}:{'full' if self.planes.full else 'limited'}"
+            headers["X-Eden-Answer"] = "raw" if self.planes is None else (f"yuv:{self.planes.matrix}:{'full' if self.planes.full else 'limited'}"
+                                                                          f"{':left' if self.planes.left else ''}")
         deliver = self._as_planes(deliver)
         with self._post("decoder", headers, data=payload, stream=True) as response:
             content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
@@ -217,8 +218,9 @@ class HttpTransport(Transport):
 
         def delivered(j: int, middle) -> None:
             if isinstance(middle, RawPlanes):
-                if format is None or (middle.matrix, middle.full) != (format.matrix, format.full):
+                if format is None or (middle.matrix, middle.full, middle.left) != (format.matrix, format.full, format.left):
                     raise ServerError(502, "bad_answer", f"the edge answered planes in {middle.matrix}, full range {middle.full}, "
+                                                         f"chroma sited {'left' if middle.left else 'centre'}, "
                                                          f"where {format} was asked")
                 middle = Planes(torch.from_numpy(np.array(middle.data)), middle.width, middle.height, format)
             deliver(j, middle)
