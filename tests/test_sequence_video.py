@@ -270,3 +270,17 @@ def test_fps_retimes_images_written_as_a_video(tmp_path):
     _, frames = decoded(tmp_path / "out.mkv")
     assert len(frames) == 10 and all(abs(t - F(k, 60)) <= F(1, 1000) for k, (t, _) in enumerate(frames))
     assert "--fps needs a video" in one_error(run("interpolate", src, "-o", tmp_path / "frames", "--fps", "60", "--config", "tiny"))
+
+
+@pytest.mark.parametrize("name", ["out.y4m", "out.avi"])
+def test_an_output_that_cannot_state_a_matrix_is_converted_by_the_one_readers_take(tmp_path, name):
+    """Y4M and AVI's MPEG-4 state no matrix, so a reader converts their YUV back by BT.601's: the
+    images are converted by it, and nothing is said lost (images have no tags of their own). By
+    BT.709's the originals came back with a mean error of 4.4 levels, 2.7 by the right one."""
+    src = write_clip(tmp_path / "in", 3, 64, 96)
+    result = run("interpolate", src, "-o", tmp_path / name, "--input-fps", "24", *TINY)
+    assert result.returncode == 0 and warnings_of(result) == [], result.stderr
+    info, frames = decoded(tmp_path / name)
+    assert info["tags"][:3] == (2, 2, 2) and len(frames) == 5
+    for i, picture in enumerate(images(src)):
+        assert np.abs(frames[2 * i][1].astype(int) - picture).mean() < 3.5, i

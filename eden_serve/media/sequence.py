@@ -29,20 +29,19 @@ from PIL import Image
 from ..errors import BadInputError
 from .atomic import VIDEO_SUFFIXES
 from .base import PIPE, Clip, Frame
-from .colour import LIMITED, Colour
+from .colour import LIMITED, UNSPECIFIED, Colour
+from .encoders import output_encoder
+from .pixel_formats import BT601, CONTAINER_HOLDS, STREAM_HOLDS
 from .timing import MAX_FPS
 from .video_writer import VideoWriter
 
 # Names of a file the frames of a directory are written to as one video: the containers, and the
-# animations FFmpeg writes (GIF, APNG, animated WebP), whose colours are sRGB by definition.
-ANIMATION_SUFFIXES = {".gif", ".apng", ".webp"}
-SEQUENCE_SUFFIXES = VIDEO_SUFFIXES | ANIMATION_SUFFIXES
+# animations FFmpeg writes (GIF, APNG, animated WebP).
+SEQUENCE_SUFFIXES = VIDEO_SUFFIXES | {".gif", ".apng", ".webp"}
 DEFAULT_RATE = Fraction(25)  # FFmpeg's image2 demuxer's, where -framerate is not given
 # AVCOL_PRI_BT709, AVCOL_TRC_IEC61966_2_1 (sRGB), AVCOL_SPC_RGB: sRGB pixels; YUV made of them is
 # converted by BT.709's matrix (:func:`~.pixel_formats.yuv_matrix`) into limited range.
 SRGB = Colour(primaries=1, transfer=13, matrix=0, range=LIMITED)
-# An animation states none of it (a reader takes sRGB): RGB pixels, no tags to say lost.
-UNTAGGED_RGB = Colour(matrix=0)
 
 
 def makes_video(dst: str | Path) -> bool:
@@ -65,7 +64,7 @@ def time_sequence(clip: Clip, dst: str | Path, input_fps: Fraction | None) -> No
         if input_fps is None:
             warnings.warn(f"--input-fps not given: the images are read at {DEFAULT_RATE} frames a second, as ffmpeg reads "
                           "an image sequence without -framerate")
-        clip.timed(check_rate(input_fps or DEFAULT_RATE), UNTAGGED_RGB if Path(dst).suffix.lower() in ANIMATION_SUFFIXES else SRGB)
+        clip.timed(check_rate(input_fps or DEFAULT_RATE), SRGB)
 
 
 def refuse_input_fps(clip: Clip, dst: str | Path, input_fps: Fraction | None) -> None:
@@ -95,11 +94,28 @@ class SequenceWriter(VideoWriter):
     def _source(self, clip: Clip):
         return self._first
 
+    def _add_video(self, clip: Clip, encoding, av) -> None:
+        name = output_encoder(self.container, encoding, self._first, self.dst)  # the writer's own choice, made again
+        clip.colour = stateable(clip.colour, self.container.format.name, av.Codec(name, "w").canonical_name)
+        super()._add_video(clip, encoding, av)
+
     def _add_streams(self, clip: Clip, av) -> None:
         pass  # images have no audio, subtitles or labels
 
     def _show(self, picture, time, original, between=None):
         super()._show(_rgb(picture.picture if isinstance(picture, Frame) else picture), time, original, between)
+
+
+def stateable(colour: Colour, container: str, codec: str) -> Colour:
+    """sRGB as far as the output's ``container`` and ``codec`` can state it (:data:`~.pixel_formats.CONTAINER_HOLDS`,
+    :data:`~.pixel_formats.STREAM_HOLDS`): the primaries and transfer where they have a place, else
+    none (a reader takes sRGB's anyway: a GIF, an APNG, an AVI); and YUV converted by BT.709's matrix
+    where the output states it, else by BT.601's, which a reader of an output that cannot state one
+    (Y4M, AVI's MPEG-4, lossy WebP) converts back by. Images have no colours of their own to keep:
+    nothing is left out, so nothing is said."""
+    held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
+    return Colour(colour.primaries if "primaries" in held else UNSPECIFIED, colour.transfer if "transfer" in held else UNSPECIFIED,
+                  colour.matrix if "matrix" in held else BT601, colour.range)
 
 
 def _rgb(picture):
