@@ -9,8 +9,9 @@ Its pixel format is chosen as for an RGB input (:mod:`.pixel_formats`): 8-bit im
 yuv420p, 16-bit ones into yuv420p10le where the encoder takes it (else the rounding is said), RGB
 itself where the encoder takes it (libx264rgb, ``--pix-fmt gbrp`` for VP9). The images are taken
 as sRGB, which is what a PNG without colour chunks is shown as: the video states BT.709's primaries
-and sRGB's transfer, and YUV made of them BT.709's matrix in limited range, as FFmpeg converts RGB
-to YUV for HD. Alpha is dropped, said once: the model computes colour alone, and a video's alpha
+and sRGB's transfer, and YUV made of them BT.709's matrix in limited range, where it has a place for
+them; else it states none, and YUV is converted by BT.601's matrix, which a reader of it takes
+(:func:`stateable`). Alpha is dropped, said once: the model computes colour alone, and a video's alpha
 would stand for the images' only at the originals. The images' own colour chunks (an ICC profile)
 are not carried into the video.
 """
