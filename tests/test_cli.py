@@ -278,14 +278,14 @@ def test_a_directory_output_prints_the_ffmpeg_command_that_assembles_it(tmp_path
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["000000.png", "000001.png", "000002.png"]
 
 
-@pytest.mark.parametrize("name", ["out.mp4", "out.MKV", "out.png", "out.gif"])
-def test_a_directory_of_frames_into_a_file_name_is_refused_in_one_line(tmp_path, name):
-    """A directory of frames gives a directory: one named out.mp4 would be taken for a video, so the
-    name is refused before any pair and nothing is left; an empty directory so named, made by the
-    user, is theirs to fill."""
+@pytest.mark.parametrize("name", ["out.png", "out.JPG", "out.tif"])
+def test_a_directory_of_frames_into_an_image_name_is_refused_in_one_line(tmp_path, name):
+    """A directory of frames gives a directory, or one video (a video's name: tests/test_sequence_video.py):
+    one named out.png would be taken for an image, so the name is refused before any pair and
+    nothing is left; an empty directory so named, made by the user, is theirs to fill."""
     src = write_clip(tmp_path / "in", 3, 32, 48)
     result = run("interpolate", src, "-o", tmp_path / name, "--config", "tiny")
-    assert "names a file, and a directory of frames gives a directory of frames" in one_error(result)
+    assert "names an image, and a directory of frames gives a directory of frames, or one video" in one_error(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
     (tmp_path / name).mkdir()
     assert run("interpolate", src, "-o", tmp_path / name, "--config", "tiny").returncode == 0

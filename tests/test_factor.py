@@ -219,7 +219,7 @@ def test_command_line_factor(tmp_path, capsys):
     assert "14 pairs, 17 frames written" in capsys.readouterr().out
     frames = [str(src / "frame0.png"), str(src / "frame1.png")]
     assert main(["interpolate", *frames, "-o", str(tmp_path / "m.png"), "--factor", "4", "--config", "tiny"]) == 2
-    assert "error: --factor, --fps, --resume, --process-size and the video encoder options apply to a clip" in \
+    assert "error: --factor, --fps, --input-fps, --resume, --process-size and the video encoder options apply to a clip" in \
         capsys.readouterr().err
     assert main(["interpolate", str(src), "-o", str(tmp_path / "x"), "--factor", "3x", "--config", "tiny"]) == 2
     err = capsys.readouterr().err

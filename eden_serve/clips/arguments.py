@@ -10,6 +10,7 @@ from pathlib import Path
 from ..errors import BadInputError
 from ..media import PIPE, Encoding, RawVideo, Retiming
 from ..media.encoding import parse_option
+from ..media.sequence import DEFAULT_RATE, check_rate
 from ..media.timing import DEFAULT_TIME_ERROR, parse_fraction, parse_rate
 
 
@@ -49,10 +50,13 @@ def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
                         help="if the run stops, keep its partial output and journal; continue one left by the same command")
     parser.add_argument("--process-size", type=parse_size, metavar="HxW",
                         help="interpolate at this size and scale the middles back (Lanczos down, bicubic up)")
-    raw = parser.add_argument_group("headerless input (raw video on - or in a file; else the container says)")
+    raw = parser.add_argument_group("input without a frame rate or header (a directory of images written as a video; raw video "
+                                    "on - or in a file; else the container says)")
+    raw.add_argument("--input-fps", metavar="RATE",
+                     help="frames a second of a directory of images written as a video (-o out.mp4), as ffmpeg's -framerate, "
+                          "or of raw video: N, N/D or a decimal, read as --fps is (default 25)")
     raw.add_argument("--input-size", type=parse_size, metavar="HxW", help="the input is raw video of frames this size")
     raw.add_argument("--input-pix-fmt", default="yuv420p", help="its pixel format (default yuv420p)")
-    raw.add_argument("--input-fps", default="25", help="its frames a second, N, N/D or a decimal, read as --fps is (default 25)")
     video = parser.add_argument_group("video encoder (default: the input's codec; docs/video.md)")
     video.add_argument("--vcodec", help="encoder or codec: libx264, libx265, libsvtav1, libvpx-vp9, ffv1, av1...")
     video.add_argument("--crf", help="constant quality (x264 18, x265 20, AV1 30, VP9 31 by default)")
@@ -79,18 +83,22 @@ def clip_options(args) -> dict:
     fps = parse_rate(args.fps) if args.fps is not None else None
     time_error = parse_fraction(args.time_error, "--time-error")
     Retiming(factor, fps, time_error)  # refused here, before any model loads
+    input_fps = parse_rate(args.input_fps, "--input-fps") if args.input_fps is not None else None
+    if input_fps is not None:
+        check_rate(input_fps)  # refused here, before any model loads
     return {"factor": int(factor) if factor.denominator == 1 else factor,
             "fps": fps, "time_error": time_error,
             "encoding": encoding, "process_size": args.process_size,
-            "raw": RawVideo(args.input_size, args.input_pix_fmt, parse_rate(args.input_fps, "--input-fps"))
-            if args.input_size else None}
+            # Raw video's rate defaults to 25 without a word, as FFmpeg's rawvideo demuxer's; a directory's is said.
+            "raw": RawVideo(args.input_size, args.input_pix_fmt, input_fps or DEFAULT_RATE) if args.input_size else None,
+            "input_fps": None if args.input_size else input_fps}
 
 
 def refuse_clip_options(args) -> None:
     options = clip_options(args)
     if (options["factor"] != 2 or args.resume or options["fps"] is not None or options["encoding"].given
-            or args.process_size is not None or options["raw"] is not None):
-        raise BadInputError("--factor, --fps, --resume, --process-size and the video encoder options apply to a clip; "
+            or args.process_size is not None or options["raw"] is not None or options["input_fps"] is not None):
+        raise BadInputError("--factor, --fps, --input-fps, --resume, --process-size and the video encoder options apply to a clip; "
                             "two frames give their middle frame")
 
 

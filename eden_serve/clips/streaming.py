@@ -42,7 +42,8 @@ from typing import Callable
 from tqdm import tqdm
 
 from ..errors import BadInputError
-from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, write_clip
+from ..media import PIPE, Clip, Encoding, Frame, RawVideo, Retiming, open_clip, time_sequence, write_clip
+from ..media.sequence import check_rate
 from ..media.resume import Journal
 from ..media.timing import DEFAULT_TIME_ERROR, MAX_DEPTH
 from .dispatch import Chunking, Chunks, Dispatch
@@ -80,6 +81,7 @@ class ClipOptions:
     encoding: Encoding | None = None
     process_size: tuple[int, int] | None = None
     raw: RawVideo | None = None
+    input_fps: Fraction | None = None  # a directory of images written as a video: their rate (None: 25, said)
     # Of the run rather than the clip: set by whoever runs it.
     cancel: threading.Event | None = None
     fingerprint: dict | None = None
@@ -92,6 +94,8 @@ class ClipOptions:
         if self.chunk < 1:
             raise BadInputError(f"chunk must be at least 1 pair, got {self.chunk}")
         Retiming(Fraction(self.factor), self.fps, self.time_error)  # refused here, before any frame is read
+        if self.input_fps is not None:
+            check_rate(self.input_fps)
 
     @property
     def retiming(self) -> Retiming:
@@ -242,7 +246,8 @@ def _identity(clip: Clip, options: ClipOptions) -> dict:
                 **({"raw": str(options.raw)} if options.raw else {}), "processor": options.fingerprint or {},
                 "factor": int(retiming.factor) if retiming.levels else str(retiming.factor)}
     extra = {"fps": retiming.fps and str(retiming.fps), "time_error": not retiming.levels and str(retiming.time_error),
-             "encoding": encoding and encoding.given and encoding.identity(), "process_size": options.process_size}
+             "encoding": encoding and encoding.given and encoding.identity(), "process_size": options.process_size,
+             "input_fps": clip.kind == "directory" and getattr(clip, "rate", None) and str(clip.rate)}
     return identity | {key: value for key, value in extra.items() if value}
 
 
@@ -284,7 +289,8 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     Any other ``factor`` (such as 5/2), or ``fps`` frames a second (video), is retimed within
     ``time_error`` (:mod:`eden_serve.clips.schedule`). ``encoding``: a video's encoder options.
     ``process_size`` (H, W): the model's frame size (:mod:`eden_serve.clips.resize`). ``raw``: the
-    input is headerless video of that size, pixel format and rate. ``src`` may also be a clip
+    input is headerless video of that size, pixel format and rate. ``input_fps``: the rate of a
+    directory of images written to a video's name (None: 25, said; :mod:`eden_serve.media.sequence`). ``src`` may also be a clip
     already opened (a server-side source, :mod:`eden_serve.client.remote`). ``watch`` wraps the
     processor (outside ``process_size``'s scaling), for a caller that shows each chunk as it is done
     or stops the run by raising (the web page, :mod:`eden_serve.page.runs`). ``first_middle`` is
@@ -302,8 +308,10 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     opened = src if isinstance(src, Clip) else open_clip(src, options.max_pixels if options.process_size is None else None,
                                                          options.raw)
     with opened as clip:
-        if options.fps is not None and clip.kind != "video":
-            why = "an animation's frames keep delays of their own" if clip.kind == "animation" else "a directory's frames have no times"
+        time_sequence(clip, dst, options.input_fps)
+        if options.fps is not None and clip.kind != "video" and getattr(clip, "rate", None) is None:
+            why = ("an animation's frames keep delays of their own" if clip.kind == "animation"
+                   else "a directory's frames have no times, unless written as a video (-o out.mp4 --input-fps RATE)")
             raise BadInputError(f"--fps needs a video; {why}: give --factor FPS/RATE (24 to 60: --factor 5/2)")
         journal = Journal(dst, _identity(clip, options)) if options.resume else None
         with write_clip(clip, dst, options.retiming, journal, options.encoding) as writer, \

@@ -28,6 +28,7 @@ from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, EdgeModel, artefacts, default_precision
 from ..errors import BadInputError, EdenError, is_out_of_memory
 from ..media import PIPE, open_clip
+from ..media.sequence import refuse_input_fps
 from ..model.checkpoint import load_pair
 
 PROG = "eden-serve"
@@ -195,8 +196,8 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     ``hooks``: :func:`~eden_serve.clips.streaming.interpolate_clip`'s ``watch``."""
     wire.kind(args.codec, in_process=True)
     options = clip_options(args)
-    opening = ClipOptions(max_pixels=args.max_pixels, process_size=args.process_size, raw=options["raw"])
-    _check_source(src, opening)
+    opening = ClipOptions(max_pixels=args.max_pixels, process_size=args.process_size, raw=options["raw"], input_fps=options["input_fps"])
+    _check_source(src, dst, opening)
     with ThreadPoolExecutor(1, thread_name_prefix="eden-decoder") as choosing:
         chosen = choosing.submit(pipeline.decoded_by, src, getattr(args, "decoder", "host"), torch.device(_devices(args.device)[1]),
                                  opening)
@@ -214,12 +215,13 @@ def clip_in_process(args: argparse.Namespace, src: str | Path, dst: str | Path,
     )
 
 
-def _check_source(src: str | Path, options: ClipOptions) -> None:
+def _check_source(src: str | Path, dst: str | Path, options: ClipOptions) -> None:
     """``src`` opened and closed as the clip engine opens it (:func:`~eden_serve.clips.streaming.interpolate_clip`):
-    an input it would refuse is refused now, not after the weights' load. A pipe is read once, by the engine."""
+    an input it would refuse is refused now, not after the weights' load, and ``--input-fps`` where
+    it has no use. A pipe is read once, by the engine."""
     if str(src) != PIPE:
-        with open_clip(src, options.max_pixels if options.process_size is None else None, options.raw):
-            pass
+        with open_clip(src, options.max_pixels if options.process_size is None else None, options.raw) as clip:
+            refuse_input_fps(clip, dst, options.input_fps)
 
 
 def clip_through(client: Client, args: argparse.Namespace, src: str | Path, dst: str | Path, **hooks) -> Summary:

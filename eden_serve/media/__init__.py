@@ -6,7 +6,8 @@ animated GIF, APNG or WebP (:mod:`.animation`), or a video (:mod:`.video`, PyAV,
 frame followed by the frame interpolated between it and the next (N frames in, 2N - 1 out), at twice
 the frame rate, in the same size and pixel format; or, for a factor F of 4 or 8, F - 1 frames
 between each two (F(N - 1) + 1 out) at F times the frame rate; or, retimed (:mod:`.timing`), the
-frames of another factor or a frame rate. A directory's output frames are ``%06d.png``.
+frames of another factor or a frame rate. A directory's output frames are ``%06d.png``; or, to a
+video file's name (``out.mp4``), one video of them at ``--input-fps`` times the factor (:mod:`.sequence`).
 
 Memory: frames are read one at a time, so a reader holds only the frames its caller keeps, and
 writers stream too. Atomicity: output is built under a hidden name and renamed at the end
@@ -20,6 +21,7 @@ import itertools
 import os
 import re
 import shutil
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
@@ -30,16 +32,19 @@ from .atomic import atomic_output, named, remove_partial
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE, with_chunks
 from .animation import ANIMATION_FORMATS, AnimationClip
-from .base import HALF, PIPE, Clip, ClipWriter, Frame, matched
+from .base import HALF, PIPE, Clip, ClipWriter, Decoded, Frame, matched
 from .encoding import VIDEO_EXTRA, Encoding
 from .frames import PNG_MODES, png_bytes, png_of
 from .resume import Journal, Tally, start_afresh, sync
+from .colour import Colour
+from .sequence import SequenceWriter, makes_video, time_sequence
 from .threads import ThreadedWriter
 from .timing import Retiming
 from .video import RawVideo, VideoClip
+from .video_writer import VideoWriter
 
 __all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "RawVideo", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
-           "open_clip", "write_clip"]
+           "open_clip", "time_sequence", "write_clip"]
 
 
 def natural_key(name: str) -> tuple:
@@ -49,7 +54,11 @@ def natural_key(name: str) -> tuple:
 
 
 class DirectoryClip(Clip):
+    """A directory's image files, in natural order; timed (:meth:`timed`) where they are written as a video."""
+
     kind = "directory"
+    rate: Fraction | None = None  # frames a second, once timed
+    piped = False
 
     def __init__(self, path: Path, max_pixels: int | None = None):
         super().__init__(path)
@@ -66,11 +75,21 @@ class DirectoryClip(Clip):
         self.names = sorted(names, key=natural_key)
         self.length = len(self.names)
 
+    def timed(self, rate: Fraction, colour: Colour) -> None:
+        """Frame k shown from k / ``rate`` seconds for 1 / ``rate``, its colours as ``colour`` states (:mod:`.sequence`).
+        Its tick is 1 / the rate's numerator (1/30000 at 30000/1001, a frame 1001 ticks, as FFmpeg
+        times NTSC): a factor's times fall on that tick divided, where 1 / ``rate`` itself would be
+        too coarse to divide within 16 bits (:func:`~.timing.output_time_base`)."""
+        self.rate, self.time_base, self.colour = rate, Fraction(1, rate.numerator), colour
+
     def __iter__(self) -> Iterator[Frame]:
         for i, name in enumerate(self.names):
-            yield Frame(i, name, path=self.path / name, max_pixels=self.max_pixels)
+            times = None if self.rate is None else Decoded(None, i / self.rate, (i + 1) / self.rate)
+            yield Frame(i, name, path=self.path / name, max_pixels=self.max_pixels, decoded=times)
 
     def writer(self, tmp, dst, retiming, state=None, encoding=None):
+        if self.rate is not None and makes_video(dst):
+            return SequenceWriter(tmp, dst, self, retiming, encoding or Encoding())
         if encoding is not None and encoding.given:
             raise BadInputError("--vcodec, --crf, --preset, --pix-fmt and --encoder-opt apply to a video output")
         return DirectoryWriter(tmp, state)
@@ -259,12 +278,14 @@ def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), jou
         # realpath: a symlink loop is no error here
         if str(clip.path) != PIPE and os.path.realpath(dst) == os.path.realpath(clip.path):
             raise BadInputError(f"output {str(dst)!r} is the input; choose another path")
-        directory = clip.kind == "directory"
+        directory = clip.kind == "directory" and not makes_video(dst)
+        if clip.kind == "directory" and not directory and clip.rate is None:
+            time_sequence(clip, dst, None)  # a caller that did not time it: FFmpeg's default rate, said
         output = atomic_output(dst, directory) if journal is None else journal.output(directory)
     with output as tmp:
         checkpoint = journal.checkpoint if journal is not None else None
         writer = clip.writer(tmp, dst, retiming, checkpoint["writer"] if checkpoint else None, encoding)
-        if clip.kind == "video":  # encoding on a thread of its own, beside the model (:mod:`.threads`)
+        if isinstance(writer, VideoWriter):  # encoding on a thread of its own, beside the model (:mod:`.threads`)
             writer = ThreadedWriter(writer)
         if journal is not None:
             journal.confirm()

@@ -45,8 +45,9 @@ def named(exc: BaseException, path: str | Path) -> BaseException:
 
 def check_destination(dst: Path, directory: bool) -> None:
     """Refuse, before any work, a destination the output cannot replace, or a directory output named
-    as a file would be (``out.mp4``, ``out.png``: made anew; an empty directory so named is the
-    caller's choice); create its parent directory.
+    as an image would be (``out.png``: made anew; an empty directory so named is the caller's
+    choice; a video's name, ``out.mp4``, makes one video of the frames: :mod:`.sequence`); create
+    its parent directory.
 
     A symbolic link is refused whatever it points to (nothing, itself, an empty directory): the
     output is renamed into place, which would replace the link, not write where it points."""
@@ -57,9 +58,9 @@ def check_destination(dst: Path, directory: bool) -> None:
     if not directory and dst.is_dir():
         raise BadInputError(f"output {str(dst)!r} is a directory; give a file name")
     if directory and not dst.exists() and dst.suffix.lower() in VIDEO_SUFFIXES | set(Image.registered_extensions()):
-        raise BadInputError(f"output {str(dst)!r} names a file, and a directory of frames gives a directory of frames: "
-                            f"give a directory name (such as {dst.stem}-2x); ffmpeg -framerate RATE -i DIR/%06d.png "
-                            "makes a video of it")
+        raise BadInputError(f"output {str(dst)!r} names an image, and a directory of frames gives a directory of frames, "
+                            f"or one video: give a directory name (such as {dst.stem}-2x), or a video's ({dst.stem}.mp4, "
+                            "with --input-fps RATE)")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

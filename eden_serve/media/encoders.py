@@ -98,6 +98,11 @@ def output_encoder(container, encoding: Encoding, source, dst, pix_fmt: str | No
         return "rawvideo"
     if encoding.vcodec is not None:
         name = encoder(encoding.vcodec, "--vcodec")
+    elif source.codec is None:  # images (:mod:`.sequence`): no codec to keep, the container's default, as FFmpeg's
+        default = container.default_video_codec
+        if default in ("", "none"):
+            raise BadInputError(f"output {str(dst)!r}: its container has no default video codec; give --vcodec")
+        name = encoder(default, f"{str(dst)!r}'s default video codec")
     else:
         codec, default = source.codec.canonical_name, container.default_video_codec
         default = None if default in ("", "none") else default

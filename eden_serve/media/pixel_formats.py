@@ -17,11 +17,12 @@ from .planes import SWSCALE_MATRICES
 
 RGB, BT709, BT601, BT2020_NCL = 0, 1, 5, 9  # AVCOL_SPC_RGB, _BT709, _BT470BG, _BT2020_NCL
 # The matrix an encoder's stream states whatever its context is told, as FFmpeg's decoder of it
-# reads it back: JPEG's and VP8's are BT.601 (JPEG's range is full: its yuvj formats say so).
-IMPOSED = {"mjpeg": BT601, "libvpx": BT601}
+# reads it back: JPEG's, VP8's and lossy WebP's (VP8 inside) are BT.601 (JPEG's range is full: its
+# yuvj formats say so).
+IMPOSED = {"mjpeg": BT601, "libvpx": BT601, "libwebp": BT601, "libwebp_anim": BT601}
 MATRIX_NAMES = {0: "RGB", 1: "BT.709", 4: "FCC", 7: "SMPTE 240M", 8: "YCgCo", 9: "BT.2020", 10: "BT.2020 CL", 14: "ICtCp"}
 # Encoders whose stream has no flag for full range (MPEG-1 and -2 video, ProRes, VP8): read as limited.
-LIMITED_ONLY = {"mpeg1video", "mpeg2video", "prores", "prores_ks", "prores_aw", "libvpx"}
+LIMITED_ONLY = {"mpeg1video", "mpeg2video", "prores", "prores_ks", "prores_aw", "libvpx", "libwebp", "libwebp_anim"}
 
 # The pixel formats Y4M holds (FFmpeg's muxer refuses others as it writes the header: RGB, palettes).
 Y4M_PIX_FMTS = ("yuv420p", "yuv422p", "yuv444p", "yuv411p", "yuva444p", "yuvj420p", "yuvj422p", "yuvj444p",

@@ -94,23 +94,32 @@ class VideoWriter(ClipWriter):
                                 "(.mp4, .mkv, .webm, an animated .gif or .webp)")
         try:
             self._add_video(clip, encoding, av)
-            if clip.container is None:  # a server-side source (client/remote.py): its streams come from the cloud
-                self.packets = clip.copied(self.container, self.dst)
-                if self.packets is not None:
-                    self.copies = clip
-                    self.pending = self._next_copy()
-            elif clip.piped or self.container.format.name in RAW_FORMATS:
-                if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
-                    warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)" if clip.piped
-                                  else "the input's audio and subtitles are not copied (Y4M and raw video hold video alone)")
-            else:
-                self._add_copies(clip, av)
+            self._add_streams(clip, av)
         except BaseException:
             self.close()
             raise
 
+    def _add_streams(self, clip: Clip, av) -> None:
+        """The input's other streams (audio, subtitles, attachments) and labels, copied where they can be."""
+        if clip.container is None:  # a server-side source (client/remote.py): its streams come from the cloud
+            self.packets = clip.copied(self.container, self.dst)
+            if self.packets is not None:
+                self.copies = clip
+                self.pending = self._next_copy()
+        elif clip.piped or self.container.format.name in RAW_FORMATS:
+            if any(s.type in ("audio", "subtitle") for s in clip.container.streams):
+                warnings.warn("the piped input's audio and subtitles are not copied (a pipe is read once)" if clip.piped
+                              else "the input's audio and subtitles are not copied (Y4M and raw video hold video alone)")
+        else:
+            self._add_copies(clip, av)
+
+    def _source(self, clip: Clip):
+        """What the output's stream is made like: the input's video stream's codec context (its
+        codec, size, pixel format and pixel aspect)."""
+        return clip.stream.codec_context
+
     def _add_video(self, clip: Clip, encoding: Encoding, av) -> None:
-        source = clip.stream.codec_context
+        source = self._source(clip)
         raw = self.container.format.name in RAW_FORMATS
         name = output_encoder(self.container, encoding, source, self.dst, host_pix_fmt(source))
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor

@@ -1,0 +1,135 @@
+"""A directory of images written as a video (``eden-serve interpolate frames/ -o out.mp4``), as
+ffmpeg's ``-framerate 25 -i %04d.png out.mp4`` makes one: the images are read at ``--input-fps``
+(default 25, FFmpeg's image2 demuxer's, said in a warning), and the output runs at that rate times
+the factor, or at ``--fps``, each frame at its time as a video input's (:mod:`.video_writer`).
+
+There is no stream to keep the codec of: the output's container's default encoder writes it, as
+FFmpeg's command line chooses (H.264 in MP4, MOV and Matroska, VP9 in WebM), or ``--vcodec``'s.
+Its pixel format is chosen as for an RGB input (:mod:`.pixel_formats`): 8-bit images into
+yuv420p, 16-bit ones into yuv420p10le where the encoder takes it (else the rounding is said), RGB
+itself where the encoder takes it (libx264rgb, ``--pix-fmt gbrp`` for VP9). The images are taken
+as sRGB, which is what a PNG without colour chunks is shown as: the video states BT.709's primaries
+and sRGB's transfer, and YUV made of them BT.709's matrix in limited range, where it has a place for
+them; else it states none, and YUV is converted by BT.601's matrix, which a reader of it takes
+(:func:`stateable`). Alpha is dropped, said once: the model computes colour alone, and a video's alpha
+would stand for the images' only at the originals. The images' own colour chunks (an ICC profile)
+are not carried into the video.
+"""
+
+from __future__ import annotations
+
+import warnings
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..errors import BadInputError
+from .atomic import VIDEO_SUFFIXES
+from .base import PIPE, Clip, Frame
+from .colour import LIMITED, UNSPECIFIED, Colour
+from .encoders import output_encoder
+from .pixel_formats import BT601, CONTAINER_HOLDS, STREAM_HOLDS
+from .timing import MAX_FPS
+from .video_writer import VideoWriter
+
+# Names of a file the frames of a directory are written to as one video: the containers, and the
+# animations FFmpeg writes (GIF, APNG, animated WebP).
+SEQUENCE_SUFFIXES = VIDEO_SUFFIXES | {".gif", ".apng", ".webp"}
+DEFAULT_RATE = Fraction(25)  # FFmpeg's image2 demuxer's, where -framerate is not given
+# AVCOL_PRI_BT709, AVCOL_TRC_IEC61966_2_1 (sRGB), AVCOL_SPC_RGB: sRGB pixels; YUV made of them is
+# converted by BT.709's matrix (:func:`~.pixel_formats.yuv_matrix`) into limited range.
+SRGB = Colour(primaries=1, transfer=13, matrix=0, range=LIMITED)
+
+
+def makes_video(dst: str | Path) -> bool:
+    """Whether a directory of frames written to ``dst`` becomes one video (a file so named), not a
+    directory of frames."""
+    return str(dst) != PIPE and Path(dst).suffix.lower() in SEQUENCE_SUFFIXES and not Path(dst).is_dir()
+
+
+def check_rate(rate: Fraction) -> Fraction:
+    if not 0 < rate <= MAX_FPS:
+        raise BadInputError(f"--input-fps must be above 0 and at most {MAX_FPS}, got {rate}")
+    return rate
+
+
+def time_sequence(clip: Clip, dst: str | Path, input_fps: Fraction | None) -> None:
+    """A directory of images made into a video timed at ``input_fps`` (None: 25, said in one line);
+    ``input_fps`` refused where the output is no video of images (a video states its own rate)."""
+    refuse_input_fps(clip, dst, input_fps)
+    if clip.kind == "directory" and makes_video(dst):
+        if input_fps is None:
+            warnings.warn(f"--input-fps not given: the images are read at {DEFAULT_RATE} frames a second, as ffmpeg reads "
+                          "an image sequence without -framerate")
+        clip.timed(check_rate(input_fps or DEFAULT_RATE), SRGB)
+
+
+def refuse_input_fps(clip: Clip, dst: str | Path, input_fps: Fraction | None) -> None:
+    """``input_fps`` refused where ``clip`` written to ``dst`` is no video of images (the command
+    asks this before the weights load)."""
+    if input_fps is not None and not (clip.kind == "directory" and makes_video(dst)):
+        what = "a directory of frames, which has no frame rate" if clip.kind == "directory" else f"a {clip.kind}, which states its own"
+        raise BadInputError(f"--input-fps applies to a directory of images written as a video (or to raw video, with --input-size); "
+                            f"the output here is {what}: leave it out (--fps sets a video's output rate)")
+
+
+class SequenceWriter(VideoWriter):
+    """A directory's images as a video: a :class:`~.video_writer.VideoWriter` whose stream is made
+    like the first image (its size, and 8 or 16 bits of RGB), with no other stream to copy, whose
+    originals are converted from their pixels as the middles are. Like every video output, it is
+    encoded whole again by a resumed run (``continues`` is False; the middles come from the cache)."""
+
+    def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming, encoding):
+        first = next(iter(clip))
+        self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
+                                      pix_fmt="rgb48le" if first.depth == 16 else "rgb24")
+        super().__init__(tmp, dst, clip, retiming, encoding)
+        self.alpha = None  # the model's middles hold colour alone; any alpha plane is opaque
+        if _has_alpha(first):
+            warnings.warn(f"the images' alpha is dropped: {str(dst)!r} is written opaque, their colours alone")
+
+    def _source(self, clip: Clip):
+        return self._first
+
+    def _add_video(self, clip: Clip, encoding, av) -> None:
+        name = output_encoder(self.container, encoding, self._first, self.dst)  # the writer's own choice, made again
+        clip.colour = stateable(clip.colour, self.container.format.name, av.Codec(name, "w").canonical_name)
+        super()._add_video(clip, encoding, av)
+
+    def _add_streams(self, clip: Clip, av) -> None:
+        pass  # images have no audio, subtitles or labels
+
+    def _show(self, picture, time, original, between=None):
+        super()._show(_rgb(picture.picture if isinstance(picture, Frame) else picture), time, original, between)
+
+
+def stateable(colour: Colour, container: str, codec: str) -> Colour:
+    """sRGB as far as the output's ``container`` and ``codec`` can state it (:data:`~.pixel_formats.CONTAINER_HOLDS`,
+    :data:`~.pixel_formats.STREAM_HOLDS`): the primaries and transfer where they have a place, else
+    none (a reader takes sRGB's anyway: a GIF, an APNG, an AVI); and YUV converted by BT.709's matrix
+    where the output states it, else by BT.601's, which a reader of an output that cannot state one
+    (Y4M, AVI's MPEG-4, lossy WebP) converts back by. Images have no colours of their own to keep:
+    nothing is left out, so nothing is said."""
+    held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
+    return Colour(colour.primaries if "primaries" in held else UNSPECIFIED, colour.transfer if "transfer" in held else UNSPECIFIED,
+                  colour.matrix if "matrix" in held else BT601, colour.range)
+
+
+def _rgb(picture):
+    """A 16-bit grey image (Pillow's I;16, or I) as its 16-bit RGB pixels, which the writer converts
+    as it does a 16-bit colour image's: Pillow's own conversion to RGB clips it to 8 bits' range."""
+    if isinstance(picture, Image.Image) and picture.mode.startswith("I"):
+        grey = np.asarray(picture).astype(np.int64).clip(0, 65535).astype(np.uint16)
+        return torch.from_numpy(np.repeat(grey[..., None], 3, axis=-1))
+    return picture
+
+
+def _has_alpha(frame: Frame) -> bool:
+    if frame.pixels is not None:
+        return frame.alpha is not None
+    image = frame.image
+    return "A" in image.getbands() or "transparency" in image.info

@@ -1,0 +1,286 @@
+"""A directory of images into one video (eden_serve/media/sequence.py): ``eden-serve interpolate
+frames/ -o out.mp4``, as ffmpeg's ``-framerate RATE -i %04d.png out.mp4``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from fractions import Fraction as F
+
+import av
+import numpy as np
+import pytest
+from PIL import Image, ImageSequence
+
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.commands.cli import main
+from eden_serve.errors import BadInputError
+from eden_serve.media import Encoding
+from eden_serve.model.synthetic import clip as synthetic_clip, write_clip
+from eden_serve.media.frames import png_of
+
+TINY = ("--config", "tiny", "--wire-codec", "fp32")
+# x264 in RGB at quantizer 0: lossless, so the originals decode back to the images exactly.
+LOSSLESS = ("--vcodec", "libx264rgb", "--encoder-opt", "qp=0")
+
+
+def run(*args):
+    """The command in a fresh process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def one_error(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if "warning: no checkpoint given" not in line]
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("eden-serve: error: "), result.stderr
+    return lines[0]
+
+
+def warnings_of(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if "warning:" in line and "no checkpoint given" not in line]
+
+
+def decoded(path, rgb: str = "rgb24"):
+    """The video's stream, and its frames as (time in seconds, RGB pixels)."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        frames = [(F(f.pts) * f.time_base, f.to_ndarray(format=rgb)) for f in container.decode(stream)]
+        context = stream.codec_context
+        info = {"codec": context.name, "pix_fmt": context.pix_fmt, "rate": stream.average_rate,
+                "tags": (int(context.color_primaries), int(context.color_trc), int(context.colorspace), int(context.color_range))}
+    return info, frames
+
+
+def images(folder):
+    return [np.asarray(Image.open(p).convert("RGB")) for p in sorted(folder.iterdir(), key=lambda p: int(p.stem[5:]))]
+
+
+@pytest.mark.parametrize("factor", [2, 4])
+def test_images_become_a_video_at_their_rate_times_the_factor_originals_exact(tmp_path, factor):
+    """N images at --input-fps 30000/1001 give F(N - 1) + 1 frames, frame k at k / (F rate) (within
+    a tick), and, losslessly encoded, the originals decode back to the images exactly."""
+    src = write_clip(tmp_path / "in", 4, 32, 48)
+    out = tmp_path / "out.mkv"
+    assert main(["interpolate", str(src), "-o", str(out), "--input-fps", "30000/1001", "--factor", str(factor),
+                 *TINY, *LOSSLESS]) == 0
+    info, frames = decoded(out)
+    assert len(frames) == factor * 3 + 1
+    step = F(1001, 30000 * factor)
+    for k, (time, _) in enumerate(frames):
+        assert abs(time - k * step) <= F(1, 1000), (k, time)  # Matroska's tick is a millisecond
+    originals = images(src)
+    for i, picture in enumerate(originals):
+        assert np.array_equal(frames[i * factor][1], picture), i
+    assert info["pix_fmt"] in ("gbrp", "rgb24", "bgr0", "bgr24")
+
+
+def test_without_input_fps_25_is_said_once_and_the_mp4_states_srgb_in_bt709(tmp_path):
+    """The default rate is ffmpeg's, 25, said in one warning; an MP4's default encoder (x264) writes
+    8-bit images as yuv420p, tagged BT.709 primaries and matrix, the sRGB transfer, limited range;
+    the originals come back within x264's loss."""
+    src = write_clip(tmp_path / "in", 3, 64, 96)
+    out = tmp_path / "out.mp4"
+    result = run("interpolate", src, "-o", out, *TINY)
+    assert result.returncode == 0, result.stderr
+    said = warnings_of(result)
+    assert len(said) == 1 and "--input-fps not given" in said[0] and "25 frames a second" in said[0]
+    info, frames = decoded(out)
+    assert info["codec"] == "h264" and info["pix_fmt"] == "yuv420p"
+    assert info["tags"] == (1, 13, 1, 1)
+    assert [time for time, _ in frames] == [F(k, 50) for k in range(5)]
+    for i, picture in enumerate(images(src)):
+        assert np.abs(frames[2 * i][1].astype(int) - picture).mean() < 4, i
+    with av.open(str(out)) as container:  # converted by the matrix it states: BT.601's would be further off
+        first = next(container.decode(video=0))
+        as_601 = first.reformat(format="rgb24", src_colorspace="itu601").to_ndarray().astype(int)
+    assert np.abs(as_601 - images(src)[0]).mean() > np.abs(frames[0][1].astype(int) - images(src)[0]).mean() + 1
+
+
+def test_sixteen_bit_images_become_ten_bit_video(tmp_path):
+    """16-bit PNGs go to x264's 10-bit 4:2:0 (the rounding of 16 to 10 bits said), not 8 bits."""
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    base = (np.linspace(0, 65535, 32 * 48 * 3).reshape(32, 48, 3)).astype(np.uint16)
+    for i in range(3):
+        (src / f"frame{i}.png").write_bytes(png_of(np.clip(base.astype(int) + rng.integers(0, 256, base.shape), 0, 65535)
+                                                   .astype(np.uint16)))
+    out = tmp_path / "out.mkv"
+    result = run("interpolate", src, "-o", out, "--input-fps", "24", *TINY)
+    assert result.returncode == 0, result.stderr
+    info, frames = decoded(out, "rgb48le")
+    assert info["pix_fmt"] == "yuv420p10le" and len(frames) == 5
+    assert any("16-bit" in line and "yuv420p10le" in line for line in warnings_of(result))
+
+
+def test_alpha_is_dropped_in_one_warning(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(3):
+        image = Image.new("RGBA", (48, 32), (40 * i, 100, 200, 128))
+        image.save(src / f"frame{i}.png")
+    result = run("interpolate", src, "-o", tmp_path / "out.mp4", "--input-fps", "25", *TINY)
+    assert result.returncode == 0, result.stderr
+    said = warnings_of(result)
+    assert len(said) == 1 and "alpha is dropped" in said[0]
+    assert len(decoded(tmp_path / "out.mp4")[1]) == 5
+
+
+def test_a_gif_of_images_runs_at_twice_their_rate(tmp_path):
+    """An animation's name makes one too: a GIF of 2N - 1 frames at twice --input-fps."""
+    src = write_clip(tmp_path / "in", 3, 32, 48)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.gif"), "--input-fps", "10", *TINY]) == 0
+    _, frames = decoded(tmp_path / "out.gif")
+    assert [time for time, _ in frames] == [F(k, 20) for k in range(5)]
+
+
+def _average(index, frame0, frame1, seed):
+    mean = (np.asarray(frame0.image.convert("RGB"), np.float32) + np.asarray(frame1.image.convert("RGB"), np.float32)) / 2
+    return Image.fromarray(mean.round().astype(np.uint8))
+
+
+def _stop_at(at):
+    def process(index, frame0, frame1, seed):
+        if index == at:
+            raise KeyboardInterrupt
+        return _average(index, frame0, frame1, seed)
+    return pairwise(process)
+
+
+def test_a_stopped_run_resumes_at_its_rate_and_refuses_another(tmp_path):
+    """A stopped run keeps its middles; resumed at another --input-fps it is refused in one line,
+    at the same one it gives the video an uninterrupted run gives."""
+    src = write_clip(tmp_path / "in", 6, 32, 48)
+    dst = tmp_path / "out.mkv"
+    options = dict(chunk=1, fingerprint={"processor": "average"}, progress=False, encoding=Encoding("libx264rgb", options=(("qp", "0"),)))
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, dst, _stop_at(3), resume=True, input_fps=F(24), **options)
+    with pytest.raises(BadInputError, match=r"input_fps '24' then, '30' now"):
+        interpolate_clip(src, dst, pairwise(_average), resume=True, input_fps=F(30), **options)
+    summary = interpolate_clip(src, dst, pairwise(_average), resume=True, input_fps=F(24), **options)
+    assert 3 <= summary.resumed < 5  # pairs 0-2 at least, and any in flight as pair 3 stopped the run
+    interpolate_clip(src, tmp_path / "whole.mkv", pairwise(_average), input_fps=F(24), **options)
+    got, want = decoded(dst)[1], decoded(tmp_path / "whole.mkv")[1]
+    assert len(got) == 11 and [t for t, _ in got] == [t for t, _ in want]
+    assert all(abs(t - F(k, 48)) <= F(1, 1000) for k, (t, _) in enumerate(got))  # Matroska's tick: a millisecond
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(got, want))
+
+
+def test_resume_makes_the_same_video(tmp_path):
+    """--resume, as for a video input: the video is encoded whole; the run with it gives the same frames."""
+    src = write_clip(tmp_path / "in", 3, 32, 48)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "a.mkv"), "--input-fps", "25", *TINY, *LOSSLESS]) == 0
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "b.mkv"), "--input-fps", "25", "--resume", *TINY, *LOSSLESS]) == 0
+    a, b = decoded(tmp_path / "a.mkv")[1], decoded(tmp_path / "b.mkv")[1]
+    assert len(a) == len(b) == 5 and all(np.array_equal(x[1], y[1]) for x, y in zip(a, b))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mkv", "b.mkv", "in"]
+
+
+@pytest.mark.parametrize("rate, said", [("0", "--input-fps must be above 0 and at most 1000, got 0"),
+                                        ("1001", "--input-fps must be above 0 and at most 1000"),
+                                        ("fast", "--input-fps takes N, N/D or a decimal")])
+def test_a_bad_input_fps_is_refused_in_one_line_and_leaves_nothing(tmp_path, rate, said):
+    src = write_clip(tmp_path / "in", 3, 32, 48)
+    assert said in one_error(run("interpolate", src, "-o", tmp_path / "out.mp4", "--input-fps", rate, "--config", "tiny"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_input_fps_is_refused_where_the_input_states_its_rate_or_the_output_has_none(tmp_path):
+    """A video states its own rate, and a directory of frames has none: --input-fps is refused there."""
+    src = write_clip(tmp_path / "in", 3, 32, 48)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "v.mkv"), "--input-fps", "25", *TINY, *LOSSLESS]) == 0
+    error = one_error(run("interpolate", tmp_path / "v.mkv", "-o", tmp_path / "w.mkv", "--input-fps", "30", "--config", "tiny"))
+    assert "--input-fps applies to a directory of images written as a video" in error and "a video, which states its own" in error
+    error = one_error(run("interpolate", src, "-o", tmp_path / "frames", "--input-fps", "30", "--config", "tiny"))
+    assert "a directory of frames, which has no frame rate" in error
+    # Before the weights load: a checkpoint that is not there is not reached.
+    error = one_error(run("interpolate", src, "-o", tmp_path / "frames", "--input-fps", "30", "--checkpoint", tmp_path / "none.pt"))
+    assert "--input-fps applies to" in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "v.mkv"]
+
+
+def test_an_image_name_is_still_refused_and_a_directory_name_still_gives_frames(tmp_path):
+    src = write_clip(tmp_path / "in", 3, 32, 48)
+    assert "names an image" in one_error(run("interpolate", src, "-o", tmp_path / "out.png", "--config", "tiny"))
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out"), *TINY]) == 0
+    assert len(list((tmp_path / "out").iterdir())) == 5
+
+
+def test_a_webp_of_images_is_converted_by_webps_own_matrix(tmp_path):
+    """Lossy WebP is VP8's BT.601 YUV whatever a stream would state: the images come back from it,
+    read by libwebp (Pillow), without the colour cast BT.709's matrix would give them."""
+    src = write_clip(tmp_path / "in", 3, 64, 96)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.webp"), "--input-fps", "25", *TINY]) == 0
+    with Image.open(tmp_path / "out.webp") as animation:
+        frames = [np.asarray(frame.convert("RGB")).astype(int) for frame in ImageSequence.Iterator(animation)]
+    assert len(frames) == 5
+    for i, picture in enumerate(images(src)):
+        error = frames[2 * i] - picture
+        assert np.abs(error).mean() < 4 and np.abs(error.mean(axis=(0, 1))).max() < 1.5, (i, error.mean(axis=(0, 1)))
+
+
+def test_a_bt709_video_into_webp_is_converted_by_webps_own_matrix(tmp_path):
+    """A video's BT.709 frames written as lossy WebP are converted to BT.601's YUV, which libwebp's
+    readers apply (the stream states nothing): before, they were converted by BT.709's and read
+    back with a colour cast."""
+    pictures = [np.asarray(image) for image in synthetic_clip(3, 64, 96)]
+    src = tmp_path / "in.mkv"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv444p"
+        stream.codec_context.colorspace, stream.codec_context.color_range = 1, 1  # BT.709, limited
+        for k, picture in enumerate(pictures):
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24").reformat(format="yuv444p", dst_colorspace="itu709",
+                                                                               dst_color_range=1)
+            frame.pts, frame.colorspace, frame.color_range = k, 1, 1
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.webp"), *TINY]) == 0
+    with Image.open(tmp_path / "out.webp") as animation:
+        frames = [np.asarray(frame.convert("RGB")).astype(int) for frame in ImageSequence.Iterator(animation)]
+    assert len(frames) == 5
+    # Converted twice (the video's YUV, then WebP's): a red bias of 1.5 here; by BT.709's matrix, 3.5.
+    for i, picture in enumerate(pictures):
+        error = frames[2 * i] - picture
+        assert np.abs(error).mean() < 4 and np.abs(error.mean(axis=(0, 1))).max() < 2.5, (i, error.mean(axis=(0, 1)))
+
+
+def test_sixteen_bit_grey_images_keep_their_range(tmp_path):
+    """16-bit grey PNGs (Pillow's I;16) are written from their 16 bits: Pillow's conversion to RGB
+    would have clipped them to 255 of 65535, white."""
+    src = tmp_path / "in"
+    src.mkdir()
+    greys = [(np.linspace(0, 65535, 32 * 48).reshape(32, 48) * (0.5 + 0.2 * i)).clip(0, 65535).astype(np.uint16) for i in range(3)]
+    for i, grey in enumerate(greys):
+        Image.fromarray(grey.astype(np.int32)).convert("I;16").save(src / f"frame{i}.png")
+    out = tmp_path / "out.mkv"
+    assert main(["interpolate", str(src), "-o", str(out), "--input-fps", "25", "--vcodec", "ffv1", "--pix-fmt", "yuv444p16le",
+                 *TINY]) == 0
+    _, frames = decoded(out, "rgb48le")
+    for i, grey in enumerate(greys):
+        assert np.abs(frames[2 * i][1][..., 1].astype(int) - grey).max() <= 257, i  # within one 8-bit level
+
+
+def test_fps_retimes_images_written_as_a_video(tmp_path):
+    """--fps applies to images written as a video, timed by --input-fps: 4 at 24 give ceil(4 * 60 / 24)
+    frames at 60 a second, as a video of them would; to a directory of frames it stays refused."""
+    src = write_clip(tmp_path / "in", 4, 32, 48)
+    assert main(["interpolate", str(src), "-o", str(tmp_path / "out.mkv"), "--input-fps", "24", "--fps", "60", *TINY]) == 0
+    _, frames = decoded(tmp_path / "out.mkv")
+    assert len(frames) == 10 and all(abs(t - F(k, 60)) <= F(1, 1000) for k, (t, _) in enumerate(frames))
+    assert "--fps needs a video" in one_error(run("interpolate", src, "-o", tmp_path / "frames", "--fps", "60", "--config", "tiny"))
+
+
+@pytest.mark.parametrize("name", ["out.y4m", "out.avi"])
+def test_an_output_that_cannot_state_a_matrix_is_converted_by_the_one_readers_take(tmp_path, name):
+    """Y4M and AVI's MPEG-4 state no matrix, so a reader converts their YUV back by BT.601's: the
+    images are converted by it, and nothing is said lost (images have no tags of their own). By
+    BT.709's the originals came back with a mean error of 4.4 levels, 2.7 by the right one."""
+    src = write_clip(tmp_path / "in", 3, 64, 96)
+    result = run("interpolate", src, "-o", tmp_path / name, "--input-fps", "24", *TINY)
+    assert result.returncode == 0 and warnings_of(result) == [], result.stderr
+    info, frames = decoded(tmp_path / name)
+    assert info["tags"][:3] == (2, 2, 2) and len(frames) == 5
+    for i, picture in enumerate(images(src)):
+        assert np.abs(frames[2 * i][1].astype(int) - picture).mean() < 3.5, i
