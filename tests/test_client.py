@@ -592,3 +592,128 @@ def test_a_run_stopped_while_the_edge_hangs_does_not_wait_for_its_answer(tmp_pat
     finally:
         hung.close()
     assert list(tmp_path.iterdir()) == []
+
+
+class HeldEdge:
+    """A loopback proxy before the real ``edge`` that holds its answers until :meth:`release` (a
+    server slow to answer: the requests stay in flight), forwarding all else; once ``count``
+    requests for the edge have come through it interrupts the main thread, as Ctrl-C would. Over
+    gRPC, whose one connection carries every call and its own HTTP/2 upkeep (settings, pings), only
+    the frames of the calls (DATA, HEADERS, CONTINUATION) are held, and a call is a HEADERS frame."""
+
+    PREFACE = 24  # bytes of the HTTP/2 client preface, before its frames
+
+    def __init__(self, edge, count: int, grpc: bool):
+        self.upstream = (edge.grpc_url if grpc else edge.inference_url).split("://")[1].split(":")
+        self.count, self.grpc, self.asked = count, grpc, 0
+        self.changed, self.released, self.held = threading.Condition(), False, []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"{'grpc' if grpc else 'http'}://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, name="held-edge", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection((self.upstream[0], int(self.upstream[1])))
+            threading.Thread(target=self._up, args=(client, server), name="held-edge-up", daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client), name="held-edge-down", daemon=True).start()
+
+    def _frames(self, source: socket.socket, skip: int = 0):
+        """Each chunk of bytes as it comes (over gRPC: each whole HTTP/2 frame, and its type)."""
+        buffer = b""
+        while data := source.recv(1 << 16):
+            if not self.grpc:
+                yield None, data
+                continue
+            buffer += data
+            if skip:
+                taken, buffer, skip = buffer[:skip], buffer[skip:], skip - len(buffer[:skip])
+                yield None, taken
+            while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+                end = 9 + int.from_bytes(buffer[:3], "big")
+                yield buffer[3], buffer[:end]
+                buffer = buffer[end:]
+
+    def _up(self, client: socket.socket, server: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            for kind, data in self._frames(client, self.PREFACE):
+                if (kind == 1) if self.grpc else b"POST /predictions/eden_ditdec" in data:
+                    with self.changed:
+                        self.asked += 1
+                        self.changed.notify_all()
+                        if self.asked == self.count:
+                            _thread.interrupt_main()
+                server.sendall(data)
+        for end in (client, server):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def _down(self, server: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            for kind, data in self._frames(server):
+                with self.changed:
+                    if not self.released and (kind in (0, 1, 9) if self.grpc else True):
+                        self.held.append((client, data))
+                        continue
+                client.sendall(data)
+        for end in (client, server):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def wait_asked(self, count: int) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.asked >= count)
+
+    def release(self) -> None:
+        with self.changed:
+            self.released = True
+            for client, data in self.held:
+                with contextlib.suppress(OSError):  # the stopped run's connection, cut
+                    client.sendall(data)
+            self.held.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_stopped_run_cuts_its_own_requests_not_those_of_another_run_of_the_same_client(tmp_path, cloud, edge, inputs,
+                                                                                            expected, transport):
+    """One Client, two runs at once (the client is safe to use from several threads): Ctrl-C stops
+    one while both have a request at an edge that has not answered yet. The stopped run cuts its
+    own request and returns, without waiting for the edge; the other's request is left alone (one
+    try each: a cut one would fail its run), and once the edge answers its run ends, its output that
+    of a run alone. Before, the stop cut every request of the client's transport."""
+    held, timeout = HeldEdge(edge, 2, transport == "grpc"), 120.0
+    url = cloud.grpc_url if transport == "grpc" else cloud.inference_url
+    other, outcome = tmp_path / "other", {}
+    try:
+        with Client(cloud=url, edge=held.url, token=cloud.keys["inference"], edge_token=edge.keys["inference"], timeout=timeout,
+                    tries=1) as client:
+            def run_other():
+                try:
+                    outcome["summary"] = client.interpolate_clip(inputs["directory"], other, chunk=1, inflight=1, progress=False)
+                except BaseException as exc:  # noqa: B036 — told to the test, which asserts there was none
+                    outcome["error"] = exc
+
+            thread = threading.Thread(target=run_other, name="other-run")
+            thread.start()
+            held.wait_asked(1)  # the other run's first request is at the edge (one at a time: inflight 1)
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                client.interpolate_clip(inputs["directory"], tmp_path / "stopped", chunk=1, inflight=1, progress=False)
+            assert time.monotonic() - started < timeout  # its request was cut, not timed out
+            held.release()
+            thread.join(2 * timeout)
+            assert not thread.is_alive()
+    finally:
+        held.release()
+        held.close()
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["summary"].retries == 0
+    assert_same_clip(other, expected["directory"], inputs["directory"])
+    assert run_threads() == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["other"]

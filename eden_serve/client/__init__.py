@@ -43,7 +43,7 @@ from ..media.frames import DEFAULT_MAX_PIXELS, Picture, oriented_size, png_bytes
 from .pace import codec_policy
 from .remote import RemoteVideo, named_fields, open_remote, source_name
 from .tls import ClientTLS
-from .transports import DECODER, ENCODER, Retry, Stage, transport_for
+from .transports import DECODER, ENCODER, InFlight, Retry, Stage, transport_for
 
 __all__ = ["DECODER", "DEFAULT_TIMEOUT", "ENCODER", "Client", "ClientOptions"]
 
@@ -287,6 +287,7 @@ class _Processor(Processor):
 
     def __init__(self, client: Client, cancel: threading.Event | None, inflight: int | None):
         self.client, self.cancel, self.streams = client, cancel, client.split
+        self.flight = InFlight()  # this run's requests: another run's through the same client are not cut with them
         self.stages: dict[str, Stage] = {}
         if client.split and inflight is not None:
             # Two at the cloud: one uploading and encoding while the other's payload comes down, and
@@ -296,7 +297,8 @@ class _Processor(Processor):
     def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles:
         order = None if arrived is None else arrived.order
         try:
-            return self._middles_of(index, frames, seed, arrived, order)
+            with self.flight.sending():
+                return self._middles_of(index, frames, seed, arrived, order)
         finally:  # a chunk that failed before a stage must not hold back the later ones there
             for stage in self.stages.values():
                 stage.forget(order)
@@ -306,7 +308,7 @@ class _Processor(Processor):
             stage.expect(order)
 
     def stopped(self) -> None:
-        self.client.transport.abort()
+        self.flight.cut()
 
     def planes(self, format) -> None:
         """Ask an edge that answers raw frames for ``format``'s 8-bit planes (what the output's writer

@@ -1,12 +1,14 @@
 """What every transport shares: the :class:`Transport` base class (each step's URL and the token it
 sends, a warning before a token goes in clear, what a server's refusal means to the client), how
-requests are retried (:class:`Retry`) and take their turns (:class:`Stage`), and the inference
-token every transport sends (:func:`read_token`).
+requests are retried (:class:`Retry`), take their turns (:class:`Stage`) and are cut when their run
+stops (:class:`InFlight`, :func:`cuttable`), and the inference token every transport sends
+(:func:`read_token`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ipaddress
 import json
 import os
@@ -85,12 +87,58 @@ class Transport:
         the answer ends early."""
         raise NotImplementedError
 
-    def abort(self) -> None:
-        """Cut the requests in flight (their run has stopped): each then fails at once, as a dropped
-        connection does, instead of waiting for its answer; later requests are made afresh."""
-
     def close(self) -> None:
         pass
+
+
+class InFlight:
+    """One run's requests in flight, which :meth:`cut` ends at once when the run stops: each then fails
+    as a dropped connection does, instead of waiting for a server that may not answer. A transport
+    sends each request in :func:`cuttable`, saying how to cut it; the requests it sends while
+    :meth:`sending` (the run's worker, in its thread) are this run's. Scoped to the run, not the
+    transport: one client shared by several runs at once had every run's requests cut by one stop."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cuts: dict[object, Callable[[], None]] = {}
+
+    @contextlib.contextmanager
+    def sending(self):
+        token = _SENDING.set(self)
+        try:
+            yield
+        finally:
+            _SENDING.reset(token)
+
+    def cut(self) -> None:
+        # Under the lock, as cuttable's end is: a request that has ended, and whose connection may
+        # already serve another run's request, is never cut.
+        with self._lock:
+            for cut in list(self._cuts.values()):
+                cut()
+
+
+# The run a thread sends requests for: a context variable, so that a transport's calls (and those
+# of a transport mounted from outside, its signatures unchanged) need not carry it.
+_SENDING: contextvars.ContextVar[InFlight | None] = contextvars.ContextVar("eden_sending", default=None)
+
+
+@contextlib.contextmanager
+def cuttable(cut: Callable[[], None]):
+    """A request in flight, which ``cut()`` ends at once, for the run this thread sends for (none: it
+    is never cut). ``cut`` may be called from another thread; it must not touch other requests."""
+    flight = _SENDING.get()
+    if flight is None:
+        yield
+        return
+    key = object()
+    with flight._lock:
+        flight._cuts[key] = cut
+    try:
+        yield
+    finally:
+        with flight._lock:
+            del flight._cuts[key]
 
 
 @dataclass(frozen=True)

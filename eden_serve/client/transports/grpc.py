@@ -11,9 +11,7 @@ are generated at setup from TorchServe's own inference.proto (:mod:`.protos`).
 
 from __future__ import annotations
 
-import contextlib
 import re
-import threading
 import time
 from typing import Callable
 
@@ -22,7 +20,7 @@ from PIL import Image
 from ...errors import BadInputError, ServerError, TransientError
 from ...wire.answers import StreamedAnswer
 from ..tls import ClientTLS
-from .base import DECODER, ENCODER, Transport, check_document
+from .base import DECODER, ENCODER, Transport, check_document, cuttable
 
 SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService"
 URL = re.compile(r"(grpcs?)://([^/]+?)/?", re.IGNORECASE)  # a scheme in any case, as URLs' are (RFC 3986)
@@ -83,7 +81,6 @@ class GrpcTransport(Transport):
         self.where = self.urls
         self.metadata = {step: (("authorization", value),) if value else () for step, value in self.authorization.items()}
         self.channels, self.calls = {}, {}
-        self._live, self._lock = set(), threading.Lock()  # the calls in flight, which abort cancels
         for step, url in self.urls.items():
             address, secure = target(url, step)
             if (address, secure) not in self.channels:
@@ -96,22 +93,6 @@ class GrpcTransport(Transport):
             method = "StreamPredictions" if step == "decoder" else "Predictions"
             self.calls[step] = kind(f"{SERVICE}/{method}", request_serializer=self.messages.PredictionsRequest.SerializeToString,
                                     response_deserializer=self.messages.PredictionResponse.FromString)
-
-    @contextlib.contextmanager
-    def _live_call(self, call):
-        with self._lock:
-            self._live.add(call)
-        try:
-            yield call
-        finally:
-            with self._lock:
-                self._live.discard(call)
-
-    def abort(self) -> None:
-        with self._lock:
-            calls = list(self._live)
-        for call in calls:
-            call.cancel()  # its caller gets CANCELLED, a server that does not answer is not waited for
 
     def _request(self, step: str, inputs: dict[str, bytes]):
         return self.messages.PredictionsRequest(model_name=self.models[step], input=inputs)
@@ -135,7 +116,7 @@ class GrpcTransport(Transport):
         request = self._request("encoder", inputs)
         try:
             future = self.calls["encoder"].future(request, metadata=self.metadata["encoder"], timeout=self.timeout)
-            with self._live_call(future):
+            with cuttable(future.cancel):  # its caller gets CANCELLED: a server that does not answer is not waited for
                 answer = future.result()
         except self.grpc.RpcError as exc:
             raise self._failure(exc, "encoder") from None
@@ -153,7 +134,8 @@ class GrpcTransport(Transport):
         answer = StreamedAnswer(first, pairs, size, f"(from {self.where['decoder']})")
         received = 0
         try:
-            with self._live_call(self.calls["decoder"](request, metadata=self.metadata["decoder"], timeout=self.timeout)) as call:
+            call = self.calls["decoder"](request, metadata=self.metadata["decoder"], timeout=self.timeout)
+            with cuttable(call.cancel):
                 for message in call:
                     received += len(message.prediction)
                     if answer.next == first and not answer.buffer:  # a refusal comes whole, before any record

@@ -25,7 +25,7 @@ from ...media.planes import PlaneFormat, Planes
 from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
 from ...wire.raw import RAW, RawPlanes, loopback, whole_raw
 from ..tls import ClientTLS
-from .base import DECODER, ENCODER, WORKFLOW, Transport, refusal_error
+from .base import DECODER, ENCODER, WORKFLOW, Transport, cuttable, refusal_error
 
 CONNECT_TIMEOUT = 10.0
 
@@ -78,7 +78,8 @@ def _connection_errors(url: str):
 class _Cuttable(HTTPAdapter):
     """requests' adapter, its connections remembered so that :meth:`cut` can shut their sockets: a
     request waiting for an answer (a server that hangs: up to ``--timeout``, 300 s) then fails at
-    once, and its worker, which a stopped run waits for, ends."""
+    once, and its worker, which a stopped run waits for, ends. One session's, which one request
+    holds at a time: cutting it cuts that request alone."""
 
     def __init__(self):
         self._connections: weakref.WeakSet = weakref.WeakSet()
@@ -134,19 +135,13 @@ class HttpTransport(Transport):
         self.raw = "decoder" in self.urls and loopback(urllib.parse.urlsplit(self.urls["decoder"]).netloc)
         self.planes: PlaneFormat | None = None  # raw answers as the output's planes, where its writer takes them
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
-        self._adapters: list[_Cuttable] = []  # every session's, to cut their requests (abort)
 
     def _session(self) -> requests.Session:
         session = requests.Session()
         adapter = _Cuttable()
         session.mount("http://", adapter)
         session.mount("https://", adapter)
-        self._adapters.append(adapter)
         return session
-
-    def abort(self) -> None:
-        for adapter in list(self._adapters):
-            adapter.cut()
 
     @contextlib.contextmanager
     def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[requests.Response]:
@@ -157,7 +152,8 @@ class HttpTransport(Transport):
         except queue.Empty:
             session = self._session()
         try:
-            with _connection_errors(url):
+            # Cut by its run's stop alone: the session is this request's until it goes back to _idle.
+            with cuttable(session.get_adapter(url).cut), _connection_errors(url):
                 # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
                 with session.post(url, headers={**self.headers[step], **(headers or {})}, timeout=self.timeout,
                                   verify=self.tls.verify, **kwargs) as response:
