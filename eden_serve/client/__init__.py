@@ -110,7 +110,8 @@ class Client:
     ``codec`` is the wire codec asked of the encoder ("auto", in the split only: chosen per chunk by
     :class:`~.pace.AutoCodec`) and ``scene_threshold`` its scene-cut test (a number, or "off";
     None: the server's defaults). How to reach the servers is ``options`` (:class:`ClientOptions`),
-    or its fields ``given`` by name: ``Client(url, token=..., tries=3)``. Safe to use from several threads.
+    or its fields ``given`` by name: ``Client(url, token=..., tries=3)``. Safe to use from several threads,
+    several clip runs at once included: a run that stops cuts its own requests in flight, not the others'.
     """
 
     def __init__(self, server: str | None = None, *, cloud: str | None = None, edge: str | None = None, codec: str | None = None,
