@@ -44,7 +44,7 @@ from harness.signals import signalled
 from harness.videos import gradient
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.serving.worker import default_threads, usable_cores
-from test_video import real_video
+from test_video import CFR_12, make_video, real_video
 
 pytestmark = pytest.mark.serving
 
@@ -717,3 +717,15 @@ def test_a_stopped_run_cuts_its_own_requests_not_those_of_another_run_of_the_sam
     assert_same_clip(other, expected["directory"], inputs["directory"])
     assert run_threads() == []
     assert sorted(path.name for path in tmp_path.iterdir()) == ["other"]
+
+
+def test_a_client_that_wrote_a_video_gives_its_next_run_the_middles_that_run_takes(tmp_path, cloud, edge, inputs, expected):
+    """An edge on this machine answers a 2x video's middles as the video's own planes (docs/serving.md,
+    "Raw answers"): that is the run's to ask, not the client's. Before, the first run left the planes
+    asked for on the client's transport, and the next run through the same client, into a directory
+    of PNGs, got planes where it wanted images (an internal error, AttributeError)."""
+    video = make_video(tmp_path / "in.mkv", *CFR_12, video="ffv1", audio=None)
+    with make_client("split", cloud, edge) as client:
+        client.interpolate_clip(video, tmp_path / "first.mkv", inflight=3, progress=False)
+        client.interpolate_clip(inputs["directory"], tmp_path / "out", inflight=3, progress=False)
+    assert_same_clip(tmp_path / "out", expected["directory"], inputs["directory"])

@@ -43,7 +43,7 @@ from ..media.frames import DEFAULT_MAX_PIXELS, Picture, oriented_size, png_bytes
 from .pace import codec_policy
 from .remote import RemoteVideo, named_fields, open_remote, source_name
 from .tls import ClientTLS
-from .transports import DECODER, ENCODER, InFlight, Retry, Stage, transport_for
+from .transports import DECODER, ENCODER, RunRequests, Retry, Stage, transport_for
 
 __all__ = ["DECODER", "DEFAULT_TIMEOUT", "ENCODER", "Client", "ClientOptions"]
 
@@ -288,7 +288,7 @@ class _Processor(Processor):
 
     def __init__(self, client: Client, cancel: threading.Event | None, inflight: int | None):
         self.client, self.cancel, self.streams = client, cancel, client.split
-        self.flight = InFlight()  # this run's requests: another run's through the same client are not cut with them
+        self.requests = RunRequests()  # this run's: another run through the same client is neither cut nor given its planes
         self.stages: dict[str, Stage] = {}
         if client.split and inflight is not None:
             # Two at the cloud: one uploading and encoding while the other's payload comes down, and
@@ -298,7 +298,7 @@ class _Processor(Processor):
     def __call__(self, index: int, frames: list[Frame], seed: int, arrived: Arrivals | None = None) -> Middles:
         order = None if arrived is None else arrived.order
         try:
-            with self.flight.sending():
+            with self.requests.sending():
                 return self._middles_of(index, frames, seed, arrived, order)
         finally:  # a chunk that failed before a stage must not hold back the later ones there
             for stage in self.stages.values():
@@ -309,13 +309,13 @@ class _Processor(Processor):
             stage.expect(order)
 
     def stopped(self) -> None:
-        self.flight.cut()
+        self.requests.cut()
 
     def planes(self, format) -> None:
         """Ask an edge that answers raw frames for ``format``'s 8-bit planes (what the output's writer
         takes): half the bytes of RGB, converted on the edge's device."""
         if getattr(self.client.transport, "raw", False) and format.depth == 8:
-            self.client.transport.planes = format
+            self.requests.planes = format  # this run's: not the client's, which other runs share
 
     def _middles_of(self, index: int, frames: list[Frame], seed: int, arrived, order: int | None) -> Middles:
         """The chunk's middles: sent again with its kind's fallback where that kind failed on it, or

@@ -11,12 +11,13 @@ is :mod:`.base`'s.
 from __future__ import annotations
 
 from ...errors import BadInputError
-from .base import DECODER, ENCODER, TOKEN_ENV, WORKFLOW, InFlight, Retry, Stage, Transport, cuttable, read_token, warn_cleartext
+from .base import (DECODER, ENCODER, TOKEN_ENV, WORKFLOW, Retry, RunRequests, Stage, Transport, cuttable, read_token, sending_for,
+                   warn_cleartext)
 from .grpc import GrpcTransport
 from .http import HttpTransport
 
-__all__ = ["DECODER", "ENCODER", "TOKEN_ENV", "TRANSPORTS", "WORKFLOW", "InFlight", "Retry", "Stage", "Transport", "Transports",
-           "cuttable", "read_token", "transport_for", "warn_cleartext"]
+__all__ = ["DECODER", "ENCODER", "TOKEN_ENV", "TRANSPORTS", "WORKFLOW", "Retry", "RunRequests", "Stage", "Transport", "Transports",
+           "cuttable", "read_token", "sending_for", "transport_for", "warn_cleartext"]
 
 
 class Transports:

@@ -1,7 +1,7 @@
 """What every transport shares: the :class:`Transport` base class (each step's URL and the token it
 sends, a warning before a token goes in clear, what a server's refusal means to the client), how
 requests are retried (:class:`Retry`), take their turns (:class:`Stage`) and are cut when their run
-stops (:class:`InFlight`, :func:`cuttable`), and the inference token every transport sends
+stops (:class:`RunRequests`, :func:`cuttable`), and the inference token every transport sends
 (:func:`read_token`).
 """
 
@@ -91,16 +91,20 @@ class Transport:
         pass
 
 
-class InFlight:
-    """One run's requests in flight, which :meth:`cut` ends at once when the run stops: each then fails
-    as a dropped connection does, instead of waiting for a server that may not answer. A transport
-    sends each request in :func:`cuttable`, saying how to cut it; the requests it sends while
-    :meth:`sending` (the run's worker, in its thread) are this run's. Scoped to the run, not the
-    transport: one client shared by several runs at once had every run's requests cut by one stop."""
+class RunRequests:
+    """One run's requests: those in flight, which :meth:`cut` ends at once when the run stops (each
+    then fails as a dropped connection does, instead of waiting for a server that may not answer),
+    and ``planes``, the planes its output's writer takes, which an edge that answers raw frames is
+    asked for (None: RGB). A transport sends each request in :func:`cuttable`, saying how to cut
+    it, and reads the run's wishes from :func:`sending_for`; the requests sent while :meth:`sending`
+    (the run's worker, in its thread) are this run's. Scoped to the run, not the transport: one
+    client shared by several runs had every run's requests cut by one stop, and a run's planes
+    asked for in the next run's requests."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._cuts: dict[object, Callable[[], None]] = {}
+        self.planes = None
 
     @contextlib.contextmanager
     def sending(self):
@@ -120,7 +124,12 @@ class InFlight:
 
 # The run a thread sends requests for: a context variable, so that a transport's calls (and those
 # of a transport mounted from outside, its signatures unchanged) need not carry it.
-_SENDING: contextvars.ContextVar[InFlight | None] = contextvars.ContextVar("eden_sending", default=None)
+_SENDING: contextvars.ContextVar[RunRequests | None] = contextvars.ContextVar("eden_sending", default=None)
+
+
+def sending_for() -> RunRequests | None:
+    """The run this thread sends requests for; None outside a run (a single pair, a source's probe)."""
+    return _SENDING.get()
 
 
 @contextlib.contextmanager

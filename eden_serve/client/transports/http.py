@@ -25,7 +25,7 @@ from ...media.planes import PlaneFormat, Planes
 from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
 from ...wire.raw import RAW, RawPlanes, loopback, whole_raw
 from ..tls import ClientTLS
-from .base import DECODER, ENCODER, WORKFLOW, Transport, cuttable, refusal_error
+from .base import DECODER, ENCODER, WORKFLOW, Transport, cuttable, refusal_error, sending_for
 
 CONNECT_TIMEOUT = 10.0
 
@@ -133,7 +133,8 @@ class HttpTransport(Transport):
         self.tls = tls
         # An edge on this machine answers raw frames, cheaper than PNGs to make and to read (docs/serving.md, "Raw answers").
         self.raw = "decoder" in self.urls and loopback(urllib.parse.urlsplit(self.urls["decoder"]).netloc)
-        self.planes: PlaneFormat | None = None  # raw answers as the output's planes, where its writer takes them
+        # Raw answers as these planes outside a run (a run's are its own: RunRequests.planes).
+        self.planes: PlaneFormat | None = None
         self._idle: queue.SimpleQueue[requests.Session] = queue.SimpleQueue()
 
     def _session(self) -> requests.Session:
@@ -182,10 +183,12 @@ class HttpTransport(Transport):
                  deliver: Callable[[int, Image.Image], None]) -> int:
         """The middles stream in HTTP chunks (an edge that answers whole is read whole)."""
         headers = {"Content-Type": "application/octet-stream", "X-Eden-Stream": "http", "X-Eden-First": str(first)}
+        run = sending_for()
+        planes = self.planes if run is None else run.planes
         if self.raw:
-            headers["X-Eden-Answer"] = "raw" if self.planes is None else (f"yuv:{self.planes.matrix}:{'full' if self.planes.full else 'limited'}"
-                                                                          f"{':left' if self.planes.left else ''}")
-        deliver = self._as_planes(deliver)
+            headers["X-Eden-Answer"] = "raw" if planes is None else (f"yuv:{planes.matrix}:{'full' if planes.full else 'limited'}"
+                                                                     f"{':left' if planes.left else ''}")
+        deliver = self._as_planes(deliver, planes)
         with self._post("decoder", headers, data=payload, stream=True) as response:
             content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type != STREAMED:  # a refusal, or an edge that does not stream
@@ -208,9 +211,8 @@ class HttpTransport(Transport):
             raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
         return received
 
-    def _as_planes(self, deliver: Callable[[int, object], None]) -> Callable[[int, object], None]:
+    def _as_planes(self, deliver: Callable[[int, object], None], format: PlaneFormat | None) -> Callable[[int, object], None]:
         """``deliver`` given the planes of a raw answer as the writer takes them (:class:`~eden_serve.media.planes.Planes`)."""
-        format = self.planes
 
         def delivered(j: int, middle) -> None:
             if isinstance(middle, RawPlanes):
