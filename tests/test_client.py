@@ -725,7 +725,15 @@ def test_a_client_that_wrote_a_video_gives_its_next_run_the_middles_that_run_tak
     asked for on the client's transport, and the next run through the same client, into a directory
     of PNGs, got planes where it wanted images (an internal error, AttributeError)."""
     video = make_video(tmp_path / "in.mkv", *CFR_12, video="ffv1", audio=None)
+    asked = []  # the planes each edge request asked for (None: RGB)
     with make_client("split", cloud, edge) as client:
+        as_planes = client.transport._as_planes
+        # (before, the planes were the transport's own, not handed to _as_planes)
+        client.transport._as_planes = lambda deliver, *planes: (asked.append(planes[0] if planes else client.transport.planes)
+                                                                or as_planes(deliver, *planes))
         client.interpolate_clip(video, tmp_path / "first.mkv", inflight=3, progress=False)
+        first, asked[:] = set(asked), []
         client.interpolate_clip(inputs["directory"], tmp_path / "out", inflight=3, progress=False)
+    assert len(first) == 1 and None not in first  # the video's planes: still asked for by its own run
+    assert set(asked) == {None}
     assert_same_clip(tmp_path / "out", expected["directory"], inputs["directory"])
