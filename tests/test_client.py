@@ -696,7 +696,7 @@ def test_a_stopped_run_cuts_its_own_requests_not_those_of_another_run_of_the_sam
             def run_other():
                 try:
                     outcome["summary"] = client.interpolate_clip(inputs["directory"], other, chunk=1, inflight=1, progress=False)
-                except BaseException as exc:  # noqa: B036 — told to the test, which asserts there was none
+                except BaseException as exc:  # told to the test, which asserts there was none
                     outcome["error"] = exc
 
             thread = threading.Thread(target=run_other, name="other-run")

@@ -43,7 +43,7 @@ from ..media.frames import DEFAULT_MAX_PIXELS, Picture, oriented_size, png_bytes
 from .pace import codec_policy
 from .remote import RemoteVideo, named_fields, open_remote, source_name
 from .tls import ClientTLS
-from .transports import DECODER, ENCODER, RunRequests, Retry, Stage, transport_for
+from .transports import DECODER, ENCODER, Retry, RunRequests, Stage, transport_for
 
 __all__ = ["DECODER", "DEFAULT_TIMEOUT", "ENCODER", "Client", "ClientOptions"]
 

@@ -136,18 +136,18 @@ def sending_for() -> RunRequests | None:
 def cuttable(cut: Callable[[], None]):
     """A request in flight, which ``cut()`` ends at once, for the run this thread sends for (none: it
     is never cut). ``cut`` may be called from another thread; it must not touch other requests."""
-    flight = _SENDING.get()
-    if flight is None:
+    run = _SENDING.get()
+    if run is None:
         yield
         return
     key = object()
-    with flight._lock:
-        flight._cuts[key] = cut
+    with run._lock:
+        run._cuts[key] = cut
     try:
         yield
     finally:
-        with flight._lock:
-            del flight._cuts[key]
+        with run._lock:
+            del run._cuts[key]
 
 
 @dataclass(frozen=True)
