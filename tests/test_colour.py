@@ -430,12 +430,14 @@ def make_alpha_clip(path, codec: str, pix_fmt: str, size: tuple[int, int], count
 
 
 @pytest.mark.parametrize("codec, pix_fmt, suffix", [("ffv1", "yuva420p", ".mkv"), ("prores_ks", "yuva444p10le", ".mov"),
-                                                    ("ffv1", "gbrap16le", ".mkv")])
+                                                    ("ffv1", "gbrap16le", ".mkv"), ("png", "rgba", ".mov"),
+                                                    ("qtrle", "argb", ".mov"), ("png", "rgba64be", ".mov")])
 @pytest.mark.parametrize("factor", [2, 4])
 def test_a_videos_middles_have_the_alpha_of_their_neighbours(tmp_path, codec, pix_fmt, suffix, factor):
     """The model sees colour alone: a middle's alpha is its neighbours', blended by its position,
     as an image's middle is the mean of its neighbours' (was: every middle opaque between
-    translucent originals, ProRes 4444's and VP9's alpha alike)."""
+    translucent originals, ProRes 4444's and VP9's alpha alike; in a format that packs alpha beside
+    the colours, PNG's and QuickTime RLE's, the blend was written over the colours' bytes)."""
     src = make_alpha_clip(tmp_path / f"in{suffix}", codec, pix_fmt, (32, 64), 3)
     out = tmp_path / f"out{suffix}"
     with warnings.catch_warnings():
