@@ -13,7 +13,7 @@ import pytest
 
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
-from eden_serve.media import Encoding
+from eden_serve.media import Encoding, inband
 from eden_serve.media.colour import LIMITED, Colour
 from eden_serve.media.encoding import side_data
 from eden_serve.media.frames import to_pixels
@@ -156,3 +156,90 @@ def test_hdr10_plus_is_named_and_said_to_be_left_out(tmp_path, hdr10):
 
 def test_static_hdr10_alone_is_not_said_to_lose_anything(tmp_path, hdr10):
     assert interpolated(hdr10, tmp_path / "out.mkv") == []
+
+
+def rpu_nal() -> bytes:
+    """A NAL unit as HEVC carries Dolby Vision's RPU: the header 0x7C 0x01 (forbidden_zero_bit 0,
+    nal_unit_type 62 in the next six bits, nuh_layer_id 0 across the byte boundary, then
+    nuh_temporal_id_plus1 1), the RPU's prefix byte 0x19, then bytes that are no RPU (FFmpeg's
+    decoder says it cannot parse them and decodes on) and the RBSP's stop bit. No zero bytes, so
+    nothing to escape."""
+    return bytes([62 << 1, 0 << 3 | 1, 0x19]) + bytes(range(1, 24)) + b"\x80"
+
+
+def with_in_band_rpus(src, dst):
+    """``src`` (HEVC) as a raw Annex B stream (``.hevc``) or MPEG-TS (``.ts``), an RPU's NAL unit
+    last in each access unit, where Dolby Vision puts it and FFmpeg's decoder looks for it; no
+    container states a configuration record."""
+    raw, times = dst.with_suffix(".raw.hevc"), []
+    with av.open(str(src)) as source, av.open(str(raw), "w", format="hevc") as output:
+        stream = output.add_stream_from_template(source.streams.video[0])
+        for packet in source.demux(video=0):
+            if packet.size:
+                times.append((packet.pts, packet.dts, packet.time_base))  # which the raw stream loses
+                packet.stream = stream
+                output.mux(packet)  # FFmpeg's hevc_mp4toannexb filter: start codes, parameter sets in band
+    spliced = bytearray()
+    with av.open(str(raw)) as source:  # the parser's access units, each with the RPU after its slices
+        for packet in source.demux(video=0):
+            if packet.size:
+                spliced += bytes(packet) + b"\x00\x00\x01" + rpu_nal()
+    if dst.suffix == ".hevc":
+        dst.write_bytes(spliced)
+        return dst
+    raw.write_bytes(spliced)
+    with av.open(str(raw)) as source, av.open(str(dst), "w", format="mpegts") as output:
+        stream = output.add_stream_from_template(source.streams.video[0])
+        for packet, (pts, dts, time_base) in zip((p for p in source.demux(video=0) if p.size), times, strict=True):
+            packet.stream, packet.pts, packet.dts, packet.time_base = stream, pts, dts, time_base
+            output.mux(packet)
+    return dst
+
+
+@pytest.mark.parametrize("suffix", [".hevc", ".ts"])
+def test_dolby_vision_rpus_in_band_alone_are_named_and_said_to_be_left_out(tmp_path, hdr10, suffix):
+    src = with_in_band_rpus(hdr10, tmp_path / f"dv{suffix}")
+    assert src.read_bytes().count(b"\x00\x00\x01\x7c\x01\x19") >= 3  # each picture's RPU
+    with av.open(str(src)) as container:  # FFmpeg decodes every picture all the same
+        assert len(list(container.decode(video=0))) == 3
+    clip = VideoClip(src)
+    clip.container.close()
+    assert clip.dynamic_hdr == ("Dolby Vision",)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "Dolby Vision" in said[0] and "left out" in said[0]
+
+
+def test_a_nal_unit_of_type_62_not_an_rpu_is_not_named(tmp_path, hdr10):
+    """Layer 1 (nuh_layer_id in the header's middle bits): not where Dolby Vision's RPU goes."""
+    unit = bytearray(rpu_nal())
+    unit[1] |= 1 << 3
+    assert not inband.is_rpu(bytes(unit)) and inband.is_rpu(rpu_nal())
+    assert inband.in_band("hevc", b"\x00\x00\x01" + bytes(unit)) == ()
+    assert inband.in_band("hevc", b"\x00\x00\x00\x01" + rpu_nal()) == ("Dolby Vision",)
+    assert inband.in_band("h264", b"\x00\x00\x01" + rpu_nal()) == ()
+
+
+def av1_metadata_obu(provider: bytes) -> bytes:
+    """An AV1 metadata OBU of ITU-T T.35 data: the header byte (obu_type 5 in bits 6..3, no
+    extension, obu_has_size_field), its size (LEB128), metadata_type 4 (ITU-T T.35), the country
+    0xB5, ``provider`` (terminal provider code and provider oriented code), a few bytes, the stop bit."""
+    payload = bytes([4, 0xB5]) + provider + bytes(range(1, 9)) + b"\x80"
+    return bytes([5 << 3 | 1 << 1, len(payload)]) + payload
+
+
+def test_dolby_vision_rpus_in_av1_metadata_are_named(tmp_path):
+    """Dolby's T.35 data (provider 0x003B, code 0x00000800) among a real AV1 packet's OBUs (Matroska's:
+    no temporal delimiter), before or after the sequence header; HDR10+'s (Samsung's, 0x003C 0x0001)
+    is not Dolby Vision."""
+    av1 = make_graded_clip(tmp_path / "av1.mkv", "libsvtav1", "yuv420p10le", SIZE, 1, HDR10)
+    with av.open(str(av1)) as container:
+        packet = bytes(next(p for p in container.demux(video=0) if p.size))
+    obus = list(inband.av1_obus(packet))
+    assert [kind for kind, _ in obus][:1] == [1] and 6 in {kind for kind, _ in obus}  # sequence header, ..., frame
+    assert inband.in_band("av1", packet) == ()
+    dolby, samsung = av1_metadata_obu(bytes([0, 0x3B, 0, 0, 8, 0])), av1_metadata_obu(bytes([0, 0x3C, 0, 1, 4]))
+    header = 2 + len(obus[0][1])  # the sequence header OBU: its header byte, a 1-byte size, its payload
+    assert inband.in_band("av1", dolby + packet) == ("Dolby Vision",)
+    assert inband.in_band("av1", packet[:header] + dolby + packet[header:]) == ("Dolby Vision",)
+    assert inband.in_band("av1", packet[:header] + samsung + packet[header:]) == ()
+    assert inband.in_band("av1", packet[:header] + dolby[:5]) == ()  # cut short: no OBU read past the packet
