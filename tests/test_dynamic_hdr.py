@@ -91,7 +91,7 @@ def remuxed(src, dst, template=None, before: bytes = b""):
     return dst
 
 
-def with_dolby_vision(src, dst, profile: int = 8):
+def with_dolby_vision(src, dst, profile: int = 8, size: tuple[int, int] = SIZE):
     """``src`` (HEVC) with a Dolby Vision configuration record of ``profile`` (level 6, an RPU, a base
     layer compatible with HDR10: compatibility id 1), but no RPU: what the container states."""
     with av.open(str(src)) as source:
@@ -99,7 +99,7 @@ def with_dolby_vision(src, dst, profile: int = 8):
     record = bytes([1, 0, profile << 1, 6 << 3 | 0b101, 1 << 4]) + bytes(19)  # version 1.0, profile, level, rpu, no el, bl
     kind = b"dvcC" if profile <= 7 else b"dvvC"
     mapping = _element(0x41E4, _uint(0x41F0, 1) + _uint(0x41E7, int.from_bytes(kind, "big")) + _element(0x41ED, record))
-    video = _uint(0xB0, SIZE[1]) + _uint(0xBA, SIZE[0])
+    video = _uint(0xB0, size[1]) + _uint(0xBA, size[0])
     track = (_uint(0xD7, 1) + _uint(0x73C5, 1) + _uint(0x83, 1) + _element(0x86, b"V_MPEGH/ISO/HEVC")
              + _element(0x63A2, extradata) + _element(0xE0, video) + mapping)
     header = _element(0x1A45DFA3, _element(0x4282, b"matroska") + _uint(0x4287, 4) + _uint(0x4285, 2))
@@ -197,8 +197,13 @@ def with_in_band_rpus(src, dst):
 
 
 @pytest.mark.parametrize("suffix", [".hevc", ".ts"])
-def test_dolby_vision_rpus_in_band_alone_are_named_and_said_to_be_left_out(tmp_path, hdr10, suffix):
-    src = with_in_band_rpus(hdr10, tmp_path / f"dv{suffix}")
+@pytest.mark.parametrize("colour", [HDR10, Colour()], ids=["hdr10", "untagged"])
+def test_dolby_vision_rpus_in_band_alone_are_named_and_said_to_be_left_out(tmp_path, suffix, colour):
+    """Profile 8.1's base layer is tagged HDR10, so its first frame was decoded, where FFmpeg's decoder
+    hands the RPU on; profile 5's states no colour (its pictures are in Dolby's own colour space), so
+    no frame was decoded and the RPUs went unnoticed: the first packets show them whatever the tags."""
+    plain = make_graded_clip(tmp_path / "plain.mkv", "libx265", "yuv420p10le", SIZE, 3, colour)
+    src = with_in_band_rpus(plain, tmp_path / f"dv{suffix}")
     assert src.read_bytes().count(b"\x00\x00\x01\x7c\x01\x19") >= 3  # each picture's RPU
     with av.open(str(src)) as container:  # FFmpeg decodes every picture all the same
         assert len(list(container.decode(video=0))) == 3
@@ -217,6 +222,12 @@ def test_a_nal_unit_of_type_62_not_an_rpu_is_not_named(tmp_path, hdr10):
     assert inband.in_band("hevc", b"\x00\x00\x01" + bytes(unit)) == ()
     assert inband.in_band("hevc", b"\x00\x00\x00\x01" + rpu_nal()) == ("Dolby Vision",)
     assert inband.in_band("h264", b"\x00\x00\x01" + rpu_nal()) == ()
+    with av.open(str(hdr10)) as container:  # Matroska's: an hvcC record, 4-byte lengths before each unit
+        hvcc = bytes(container.streams.video[0].codec_context.extradata)
+        packet = bytes(next(p for p in container.demux(video=0) if p.size))
+    assert inband.in_band("hevc", packet, hvcc) == ()
+    assert inband.in_band("hevc", packet + len(rpu_nal()).to_bytes(4, "big") + rpu_nal(), hvcc) == ("Dolby Vision",)
+    assert inband.in_band("hevc", packet + (99).to_bytes(4, "big") + rpu_nal(), hvcc) == ()  # a length past the end
 
 
 def av1_metadata_obu(provider: bytes) -> bytes:
