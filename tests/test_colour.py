@@ -16,6 +16,7 @@ import warnings
 import zlib
 from fractions import Fraction
 
+import av
 import numpy as np
 import pytest
 from PIL import Image
@@ -430,12 +431,14 @@ def make_alpha_clip(path, codec: str, pix_fmt: str, size: tuple[int, int], count
 
 
 @pytest.mark.parametrize("codec, pix_fmt, suffix", [("ffv1", "yuva420p", ".mkv"), ("prores_ks", "yuva444p10le", ".mov"),
-                                                    ("ffv1", "gbrap16le", ".mkv")])
+                                                    ("ffv1", "gbrap16le", ".mkv"), ("png", "rgba", ".mov"),
+                                                    ("qtrle", "argb", ".mov"), ("png", "rgba64be", ".mov")])
 @pytest.mark.parametrize("factor", [2, 4])
 def test_a_videos_middles_have_the_alpha_of_their_neighbours(tmp_path, codec, pix_fmt, suffix, factor):
     """The model sees colour alone: a middle's alpha is its neighbours', blended by its position,
     as an image's middle is the mean of its neighbours' (was: every middle opaque between
-    translucent originals, ProRes 4444's and VP9's alpha alike)."""
+    translucent originals, ProRes 4444's and VP9's alpha alike; in a format that packs alpha beside
+    the colours, PNG's and QuickTime RLE's, the blend was written over the colours' bytes)."""
     src = make_alpha_clip(tmp_path / f"in{suffix}", codec, pix_fmt, (32, 64), 3)
     out = tmp_path / f"out{suffix}"
     with warnings.catch_warnings():
@@ -447,6 +450,40 @@ def test_a_videos_middles_have_the_alpha_of_their_neighbours(tmp_path, codec, pi
     for k, alpha in enumerate(alphas):
         want = (1 + k / factor) / 4  # the originals' quarters, and between them by position
         assert np.abs(alpha - want).max() < 0.01, f"frame {k}: alpha {alpha.mean():.3f}, not {want:.3f}"
+
+
+@pytest.mark.parametrize("codec, pix_fmt", [("prores_ks", "yuva444p10le"), ("ffv1", "yuva420p")])
+def test_a_middles_alpha_is_made_of_its_neighbours_as_written(tmp_path, codec, pix_fmt):
+    """Each middle's alpha, in a lossless output (FFV1), is exactly its neighbours' as the output
+    holds them, blended by its position and rounded: the bytes every run writes, whether each
+    original's alpha is converted again for each middle or once (ProRes' 12 bits converted to 10)."""
+    size, factor = (24, 40), 4
+    src = tmp_path / "in.mkv"
+    rng = np.random.default_rng(3)
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.height, stream.width = size
+        stream.pix_fmt = pix_fmt
+        for k in range(3):
+            frame = av.VideoFrame.from_ndarray(rng.integers(0, 65536, (*size, 4), dtype=np.uint16), format="rgba64le")
+            frame = frame.reformat(format=pix_fmt)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    out = tmp_path / "out.mkv"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        interpolate_clip(src, out, pairwise(blend), progress=False, factor=factor,
+                         encoding=Encoding(vcodec="ffv1", pix_fmt="yuva444p10le" if codec == "prores_ks" else pix_fmt))
+    with av.open(str(out)) as container:
+        dtype = np.uint16 if codec == "prores_ks" else np.uint8
+        alphas = [np.frombuffer(f.planes[3], dtype).reshape(f.planes[3].height, -1)[:, :size[1]].astype(np.int64)
+                  for f in container.decode(video=0)]
+    assert len(alphas) == 2 * factor + 1 and len({a.tobytes() for a in alphas[::factor]}) == 3
+    for k, alpha in enumerate(alphas):
+        before, after = alphas[k - k % factor], alphas[min(k - k % factor + factor, 2 * factor)]
+        want = np.round(before + (after - before).astype(np.float64) * (k % factor / factor))
+        assert np.array_equal(alpha, want), k
 
 
 def lost_tags(src, out) -> set[str]:

@@ -13,7 +13,7 @@ import pytest
 
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
-from eden_serve.media import Encoding
+from eden_serve.media import Encoding, inband
 from eden_serve.media.colour import LIMITED, Colour
 from eden_serve.media.encoding import side_data
 from eden_serve.media.frames import to_pixels
@@ -91,7 +91,7 @@ def remuxed(src, dst, template=None, before: bytes = b""):
     return dst
 
 
-def with_dolby_vision(src, dst, profile: int = 8):
+def with_dolby_vision(src, dst, profile: int = 8, size: tuple[int, int] = SIZE):
     """``src`` (HEVC) with a Dolby Vision configuration record of ``profile`` (level 6, an RPU, a base
     layer compatible with HDR10: compatibility id 1), but no RPU: what the container states."""
     with av.open(str(src)) as source:
@@ -99,7 +99,7 @@ def with_dolby_vision(src, dst, profile: int = 8):
     record = bytes([1, 0, profile << 1, 6 << 3 | 0b101, 1 << 4]) + bytes(19)  # version 1.0, profile, level, rpu, no el, bl
     kind = b"dvcC" if profile <= 7 else b"dvvC"
     mapping = _element(0x41E4, _uint(0x41F0, 1) + _uint(0x41E7, int.from_bytes(kind, "big")) + _element(0x41ED, record))
-    video = _uint(0xB0, SIZE[1]) + _uint(0xBA, SIZE[0])
+    video = _uint(0xB0, size[1]) + _uint(0xBA, size[0])
     track = (_uint(0xD7, 1) + _uint(0x73C5, 1) + _uint(0x83, 1) + _element(0x86, b"V_MPEGH/ISO/HEVC")
              + _element(0x63A2, extradata) + _element(0xE0, video) + mapping)
     header = _element(0x1A45DFA3, _element(0x4282, b"matroska") + _uint(0x4287, 4) + _uint(0x4285, 2))
@@ -156,3 +156,101 @@ def test_hdr10_plus_is_named_and_said_to_be_left_out(tmp_path, hdr10):
 
 def test_static_hdr10_alone_is_not_said_to_lose_anything(tmp_path, hdr10):
     assert interpolated(hdr10, tmp_path / "out.mkv") == []
+
+
+def rpu_nal() -> bytes:
+    """A NAL unit as HEVC carries Dolby Vision's RPU: the header 0x7C 0x01 (forbidden_zero_bit 0,
+    nal_unit_type 62 in the next six bits, nuh_layer_id 0 across the byte boundary, then
+    nuh_temporal_id_plus1 1), the RPU's prefix byte 0x19, then bytes that are no RPU (FFmpeg's
+    decoder says it cannot parse them and decodes on) and the RBSP's stop bit. No zero bytes, so
+    nothing to escape."""
+    return bytes([62 << 1, 0 << 3 | 1, 0x19]) + bytes(range(1, 24)) + b"\x80"
+
+
+def with_in_band_rpus(src, dst):
+    """``src`` (HEVC) as a raw Annex B stream (``.hevc``) or MPEG-TS (``.ts``), an RPU's NAL unit
+    last in each access unit, where Dolby Vision puts it and FFmpeg's decoder looks for it; no
+    container states a configuration record."""
+    raw, times = dst.with_suffix(".raw.hevc"), []
+    with av.open(str(src)) as source, av.open(str(raw), "w", format="hevc") as output:
+        stream = output.add_stream_from_template(source.streams.video[0])
+        for packet in source.demux(video=0):
+            if packet.size:
+                times.append((packet.pts, packet.dts, packet.time_base))  # which the raw stream loses
+                packet.stream = stream
+                output.mux(packet)  # FFmpeg's hevc_mp4toannexb filter: start codes, parameter sets in band
+    spliced = bytearray()
+    with av.open(str(raw)) as source:  # the parser's access units, each with the RPU after its slices
+        for packet in source.demux(video=0):
+            if packet.size:
+                spliced += bytes(packet) + b"\x00\x00\x01" + rpu_nal()
+    if dst.suffix == ".hevc":
+        dst.write_bytes(spliced)
+        return dst
+    raw.write_bytes(spliced)
+    with av.open(str(raw)) as source, av.open(str(dst), "w", format="mpegts") as output:
+        stream = output.add_stream_from_template(source.streams.video[0])
+        for packet, (pts, dts, time_base) in zip((p for p in source.demux(video=0) if p.size), times, strict=True):
+            packet.stream, packet.pts, packet.dts, packet.time_base = stream, pts, dts, time_base
+            output.mux(packet)
+    return dst
+
+
+@pytest.mark.parametrize("suffix", [".hevc", ".ts"])
+@pytest.mark.parametrize("colour", [HDR10, Colour()], ids=["hdr10", "untagged"])
+def test_dolby_vision_rpus_in_band_alone_are_named_and_said_to_be_left_out(tmp_path, suffix, colour):
+    """Profile 8.1's base layer is tagged HDR10, so its first frame was decoded, where FFmpeg's decoder
+    hands the RPU on; profile 5's states no colour (its pictures are in Dolby's own colour space), so
+    no frame was decoded and the RPUs went unnoticed: the first packets show them whatever the tags."""
+    plain = make_graded_clip(tmp_path / "plain.mkv", "libx265", "yuv420p10le", SIZE, 3, colour)
+    src = with_in_band_rpus(plain, tmp_path / f"dv{suffix}")
+    assert src.read_bytes().count(b"\x00\x00\x01\x7c\x01\x19") >= 3  # each picture's RPU
+    with av.open(str(src)) as container:  # FFmpeg decodes every picture all the same
+        assert len(list(container.decode(video=0))) == 3
+    clip = VideoClip(src)
+    clip.container.close()
+    assert clip.dynamic_hdr == ("Dolby Vision",)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "Dolby Vision" in said[0] and "left out" in said[0]
+
+
+def test_a_nal_unit_of_type_62_not_an_rpu_is_not_named(tmp_path, hdr10):
+    """Layer 1 (nuh_layer_id in the header's middle bits): not where Dolby Vision's RPU goes."""
+    unit = bytearray(rpu_nal())
+    unit[1] |= 1 << 3
+    assert not inband.is_rpu(bytes(unit)) and inband.is_rpu(rpu_nal())
+    assert inband.in_band("hevc", b"\x00\x00\x01" + bytes(unit)) == ()
+    assert inband.in_band("hevc", b"\x00\x00\x00\x01" + rpu_nal()) == ("Dolby Vision",)
+    assert inband.in_band("h264", b"\x00\x00\x01" + rpu_nal()) == ()
+    with av.open(str(hdr10)) as container:  # Matroska's: an hvcC record, 4-byte lengths before each unit
+        hvcc = bytes(container.streams.video[0].codec_context.extradata)
+        packet = bytes(next(p for p in container.demux(video=0) if p.size))
+    assert inband.in_band("hevc", packet, hvcc) == ()
+    assert inband.in_band("hevc", packet + len(rpu_nal()).to_bytes(4, "big") + rpu_nal(), hvcc) == ("Dolby Vision",)
+    assert inband.in_band("hevc", packet + (99).to_bytes(4, "big") + rpu_nal(), hvcc) == ()  # a length past the end
+
+
+def av1_metadata_obu(provider: bytes) -> bytes:
+    """An AV1 metadata OBU of ITU-T T.35 data: the header byte (obu_type 5 in bits 6..3, no
+    extension, obu_has_size_field), its size (LEB128), metadata_type 4 (ITU-T T.35), the country
+    0xB5, ``provider`` (terminal provider code and provider oriented code), a few bytes, the stop bit."""
+    payload = bytes([4, 0xB5]) + provider + bytes(range(1, 9)) + b"\x80"
+    return bytes([5 << 3 | 1 << 1, len(payload)]) + payload
+
+
+def test_dolby_vision_rpus_in_av1_metadata_are_named(tmp_path):
+    """Dolby's T.35 data (provider 0x003B, code 0x00000800) among a real AV1 packet's OBUs (Matroska's:
+    no temporal delimiter), before or after the sequence header; HDR10+'s (Samsung's, 0x003C 0x0001)
+    is not Dolby Vision."""
+    av1 = make_graded_clip(tmp_path / "av1.mkv", "libsvtav1", "yuv420p10le", SIZE, 1, HDR10)
+    with av.open(str(av1)) as container:
+        packet = bytes(next(p for p in container.demux(video=0) if p.size))
+    obus = list(inband.av1_obus(packet))
+    assert [kind for kind, _ in obus][:1] == [1] and 6 in {kind for kind, _ in obus}  # sequence header, ..., frame
+    assert inband.in_band("av1", packet) == ()
+    dolby, samsung = av1_metadata_obu(bytes([0, 0x3B, 0, 0, 8, 0])), av1_metadata_obu(bytes([0, 0x3C, 0, 1, 4]))
+    header = 2 + len(obus[0][1])  # the sequence header OBU: its header byte, a 1-byte size, its payload
+    assert inband.in_band("av1", dolby + packet) == ("Dolby Vision",)
+    assert inband.in_band("av1", packet[:header] + dolby + packet[header:]) == ("Dolby Vision",)
+    assert inband.in_band("av1", packet[:header] + samsung + packet[header:]) == ()
+    assert inband.in_band("av1", packet[:header] + dolby[:5]) == ()  # cut short: no OBU read past the packet

@@ -9,6 +9,7 @@ import sys
 import types
 from fractions import Fraction
 
+import av
 import pytest
 from test_video import average, real_video
 
@@ -349,6 +350,17 @@ def test_a_444_input_stays_444_where_its_encoder_lacks_its_depth(tmp_path):
     with av.open(str(tmp_path / "out.mov")) as container:
         context = container.streams.video[0].codec_context
         assert (context.pix_fmt, context.profile) == ("yuv444p12le", "4444")
+
+
+@pytest.mark.parametrize("encoder, source, chosen", [
+    ("libvpx-vp9", "rgba", "yuva420p"), ("libwebp_anim", "rgba", "yuva420p"), ("prores_ks", "yuva420p", "yuva444p10le"),
+    ("prores_ks", "rgba64le", "yuva444p10le"), ("ffv1", "rgba", "yuva420p"), ("qtrle", "rgba", "argb"),
+    ("apng", "rgba64le", "rgba64be"), ("utvideo", "argb", "gbrap"), ("libx264", "rgba", "yuv420p"), ("libvpx-vp9", "rgb24", "yuv420p")])
+def test_an_input_with_alpha_gets_a_format_with_alpha_where_the_encoder_has_one(encoder, source, chosen):
+    """Where the encoder lacks the input's format and one of its sampling, an input with alpha is
+    given the encoder's format with alpha nearest its depth, 4:2:0 first (was: yuv420p, or the
+    encoder's first format, opaque: RGBA into VP9, 4:2:0 with alpha into ProRes 4444)."""
+    assert pixel_formats.output_pix_fmt(av.Codec(encoder, "w"), None, source) == chosen
 
 
 def test_the_nearest_format_keeps_the_sampling_and_the_depth_it_can():

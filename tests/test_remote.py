@@ -29,6 +29,7 @@ from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
 from harness.videos import local_frames, make_graded_clip
 from test_colour import P3
+from test_dynamic_hdr import with_dolby_vision, with_hdr10_plus
 from test_video import audio_end, average, display, labelled_video, labels_of, make_video, real_video
 
 av = pytest.importorskip("av")
@@ -233,6 +234,28 @@ def test_a_probes_labels_past_their_bounds_are_refused(tmp_path, edit, message):
         RemoteVideo("x.mp4", {**probe, "labels": ["title"]}, fetch)
 
 
+def test_a_remote_videos_dynamic_hdr_is_named_as_a_local_files(tmp_path):
+    """The probe names it (HDR10+, Dolby Vision's record), the client takes it: its writer says the
+    line a local file's says. A cloud from before states none; a hostile one's names are refused."""
+    hdr10 = make_graded_clip(tmp_path / "hdr10.mkv", "libx265", "yuv420p10le", (48, 64), 3, HDR10)
+    for src, named in [(with_dolby_vision(hdr10, tmp_path / "dv.mkv"), ("Dolby Vision (profile 8)",)),
+                       (with_hdr10_plus(hdr10, tmp_path / "plus.mkv"), ("HDR10+",)), (hdr10, ())]:
+        remote = _remote(src)
+        with open_clip(src) as local:
+            assert remote.dynamic_hdr == local.dynamic_hdr == named
+        assert remote.probe["dynamic_hdr"] == list(named)
+    video = SourceVideo(tmp_path / "dv.mkv", 10**7)
+    probe = json.loads(json.dumps(video.probe()))
+
+    def fetch(stream, start, after):
+        return pack(video.page(stream, start, None))
+
+    assert RemoteVideo("dv.mkv", {k: v for k, v in probe.items() if k != "dynamic_hdr"}, fetch).dynamic_hdr == ()
+    for hostile in ["Dolby Vision", ["x" * 41], ["a\nb"], [3], ["HDR10+"] * 9]:
+        with pytest.raises(CodecError, match="dynamic_hdr must be"):
+            RemoteVideo("dv.mkv", {**probe, "dynamic_hdr": hostile}, fetch)
+
+
 def test_labels_past_the_bounds_are_left_out_by_the_cloud():
     """The cloud states what fits, the title first; a client takes it back as stated."""
     chapters = [{"id": i, "start": 40 * i, "end": 40 * i + 40, "time_base": Fraction(1, 1000), "metadata": {"title": f"c{i}"}}
@@ -264,6 +287,9 @@ def media(tmp_path_factory):
                subtitles=[(0, 120, "bonjour"), (200, 360, "au revoir")])
     plain = real_video(tmp_path_factory.mktemp("plain") / "plain.mkv", 6, Fraction(25), size=(96, 64), audio=None)
     labelled_video(plain, root / "labelled.mkv")
+    hdr10 = make_graded_clip(tmp_path_factory.mktemp("hdr") / "hdr10.mkv", "libx265", "yuv420p10le", (64, 96), 4, HDR10)
+    with_dolby_vision(hdr10, root / "dolby.mkv", size=(64, 96))
+    with_hdr10_plus(hdr10, root / "hdr10plus.mkv")
     (root / "vidéos").mkdir()
     (root / "vidéos" / "été 1.mp4").write_bytes((root / "gops.mp4").read_bytes())
     return root
@@ -419,6 +445,23 @@ def test_a_cloud_sources_title_chapters_and_tags_are_kept_as_from_a_local_file(s
     remote, local = labels_of(tmp_path / f"remote{suffix}"), labels_of(tmp_path / f"local{suffix}")
     assert remote == local and remote[0]["title"] == "A film" and [c[2] for c in remote[2]] == ["One", "Two"]
     assert remote[1].get("language") == "fra"
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("name, named", [("dolby.mkv", "Dolby Vision (profile 8)"), ("hdr10plus.mkv", "HDR10+")])
+def test_a_cloud_sources_dynamic_hdr_is_said_to_be_left_out_as_a_local_files(servers, media, tmp_path, name, named):
+    """Before, a cloud source's output dropped it with no word: the probe did not say it was there."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    said = {}
+    with Client(cloud=url, edge=url) as client:
+        for where, src in [("remote", f"cloud:{name}"), ("local", media / name)]:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                client.interpolate_clip(src, tmp_path / f"{where}.mkv", **run)
+            said[where] = [str(w.message) for w in caught if "dynamic HDR metadata" in str(w.message)]
+    assert said["remote"] == said["local"] and len(said["remote"]) == 1
+    assert named in said["remote"][0] and "left out" in said["remote"][0]
 
 
 def audio_header(path) -> bytes:

@@ -284,3 +284,87 @@ def test_an_output_that_cannot_state_a_matrix_is_converted_by_the_one_readers_ta
     assert info["tags"][:3] == (2, 2, 2) and len(frames) == 5
     for i, picture in enumerate(images(src)):
         assert np.abs(frames[2 * i][1].astype(int) - picture).mean() < 3.5, i
+
+
+def alpha_images(folder, mode: str, count: int = 3, size=(32, 48)):
+    """``count`` images with varying alpha: 8-bit RGBA or grey+alpha (Pillow), or 16-bit RGBA or grey+alpha
+    (FFmpeg's PNG encoder); [H, W, 4] RGBA of each, as written (grey in each colour)."""
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    written = []
+    for i in range(count):
+        deep = mode.endswith("16")
+        pixels = rng.integers(0, 65536 if deep else 256, (*size, 4)).astype(np.uint16 if deep else np.uint8)
+        if mode.startswith("LA"):
+            pixels[..., 1] = pixels[..., 2] = pixels[..., 0]
+        if deep:
+            with av.open(str(folder / f"frame{i}.png"), "w", format="image2") as container:
+                stream = container.add_stream("png")
+                stream.height, stream.width = size
+                stream.pix_fmt = "ya16be" if mode.startswith("LA") else "rgba64be"
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgba64le").reformat(format=stream.pix_fmt)))
+                container.mux(stream.encode(None))
+        else:
+            image = Image.fromarray(pixels, "RGBA")
+            (image.convert("LA") if mode == "LA" else image).save(folder / f"frame{i}.png")
+        written.append(pixels)
+    return written
+
+
+def rgba_frames(path, deep: bool, decoder: str | None = None):
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if decoder is not None:  # VP9's alpha is read by libvpx alone (FFmpeg's own VP9 decoder drops it)
+            context = av.CodecContext.create(decoder, "r")
+            context.extradata = stream.codec_context.extradata
+            frames = [f for packet in container.demux(stream) for f in context.decode(packet)]
+        else:
+            frames = list(container.decode(stream))
+        return stream.codec_context.pix_fmt, [f.to_ndarray(format="rgba64le" if deep else "rgba") for f in frames]
+
+
+@pytest.mark.parametrize("mode, name, vcodec, pix_fmt", [
+    ("RGBA", "out.apng", None, "rgba"), ("RGBA16", "out.apng", None, "rgba64be"), ("LA", "out.apng", None, "rgba"),
+    ("RGBA", "out.mkv", "ffv1", "yuva420p"), ("RGBA16", "out.mkv", "ffv1", "gbrap16le"), ("LA16", "out.mkv", "ffv1", "gbrap16le"),
+    ("RGBA", "out.mov", "qtrle", "argb"), ("RGBA", "out.mov", "png", "rgba"), ("RGBA16", "out.mov", "prores_ks", "yuva444p12le")])
+def test_images_with_alpha_keep_it_where_the_codec_holds_it(tmp_path, mode, name, vcodec, pix_fmt):
+    """RGBA and grey+alpha images into a codec with alpha keep it, in the format a video with alpha
+    is given (as the decoder reads it back: FFV1's rgba64le as gbrap16le, ProRes' 10 bits as 12): the
+    originals' alpha as it was (lossless codecs), a middle's the blend of its neighbours', as the
+    video writer makes it (was: dropped, one warning, every frame opaque)."""
+    originals = alpha_images(tmp_path / "in", mode)
+    out = tmp_path / name
+    result = run("interpolate", tmp_path / "in", "-o", out, "--input-fps", "10", *TINY, *(("--vcodec", vcodec) if vcodec else ()))
+    assert result.returncode == 0, result.stderr
+    assert not any("alpha" in line for line in warnings_of(result)), result.stderr
+    deep = mode.endswith("16")
+    written, frames = rgba_frames(out, deep)
+    assert written == pix_fmt and len(frames) == 5
+    alphas = [frame[..., 3].astype(np.int64) for frame in frames]
+    if vcodec == "prores_ks":  # 16-bit alpha in ProRes' 10-bit format, read back at 12: within two of its steps
+        want = [o[..., 3].astype(np.int64) for o in originals]
+        assert all(np.abs(alphas[2 * i] - w).max() <= 2 * 65535 / 1023 for i, w in enumerate(want))
+    else:
+        assert all(np.array_equal(alphas[2 * i], o[..., 3]) for i, o in enumerate(originals))
+    step = 2 * 65535 / 1023 if vcodec == "prores_ks" else 0  # ProRes: blended at 10 bits, read back at 12
+    for k in (1, 3):  # each middle's alpha: its neighbours' as written, blended halfway, as a video's middle's
+        assert np.abs(alphas[k] - np.round(alphas[k - 1] + (alphas[k + 1] - alphas[k - 1]) * 0.5)).max() <= step, k
+    assert len({a.tobytes() for a in alphas}) == 5  # translucent, and not all alike
+
+
+@pytest.mark.parametrize("name", ["out.webm", "out.webp"])
+def test_images_with_alpha_into_webm_and_webp_keep_it(tmp_path, name):
+    """VP9 and WebP hold alpha in yuva420p: kept, within their loss (was: dropped)."""
+    originals = alpha_images(tmp_path / "in", "RGBA")
+    out = tmp_path / name
+    result = run("interpolate", tmp_path / "in", "-o", out, "--input-fps", "10", *TINY)
+    assert result.returncode == 0, result.stderr
+    assert not any("alpha" in line for line in warnings_of(result)), result.stderr
+    if name.endswith(".webm"):
+        _, frames = rgba_frames(out, False, "libvpx-vp9")
+    else:  # FFmpeg reads no animated WebP; Pillow does
+        frames = [np.asarray(f.convert("RGBA")) for f in ImageSequence.Iterator(Image.open(out))]
+    assert len(frames) == 5
+    for i, original in enumerate(originals):
+        assert np.abs(frames[2 * i][..., 3].astype(int) - original[..., 3]).mean() < 24, i
+        assert frames[2 * i][..., 3].std() > 30  # not opaque

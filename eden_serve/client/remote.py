@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 import threading
 import warnings
 from fractions import Fraction
@@ -32,6 +33,7 @@ from ..sandbox.decoder import owned_packet
 from ..wire.pages import Packet, Page, unpack
 
 PREFIX = "cloud:"
+MAX_DYNAMIC_HDR = 8  # kinds of dynamic HDR metadata a probe names, at most
 HELD_PACKETS = 1024  # at least: more than the frames of every chunk in flight
 # (stream, first packet, the packet before it) -> the page's bytes; stream None: the video.
 Fetch = Callable[[int | None, int, "Packet | None"], bytes]
@@ -66,6 +68,16 @@ def _display(matrix) -> tuple[int, ...] | None:
     if not isinstance(matrix, list) or len(matrix) != 9 or any(type(v) is not int or not -2**31 <= v < 2**31 for v in matrix):
         raise CodecError("the cloud's probe: display_matrix must be nine 32-bit integers")
     return tuple(matrix)
+
+
+def _dynamic_hdr(names) -> tuple[str, ...]:
+    """A probe's dynamic HDR metadata, named ("HDR10+", "Dolby Vision (profile 8)"): a few short
+    names, which the output's warning repeats, so a cloud writes no line of its own choosing."""
+    if not isinstance(names, list) or len(names) > MAX_DYNAMIC_HDR or not all(
+            isinstance(n, str) and re.fullmatch(r"[\w+() .-]{1,40}", n, re.ASCII) for n in names):
+        raise CodecError(f"the cloud's probe: dynamic_hdr must be a list of at most {MAX_DYNAMIC_HDR} names "
+                         "(letters, digits, spaces, + ( ) . -; at most 40 each)")
+    return tuple(dict.fromkeys(names))
 
 
 def _time(packet) -> Fraction:
@@ -110,6 +122,7 @@ class RemoteVideo(VideoClip):
             self.labels = Labels.from_fields(probe["labels"]) if "labels" in probe else None
         except ValueError as exc:
             raise CodecError(f"the cloud's probe: {exc}") from None
+        self.dynamic_hdr = _dynamic_hdr(probe.get("dynamic_hdr", []))  # a cloud from before states none
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()

@@ -35,7 +35,7 @@ from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.containers import Labels, display_matrix, first_frame, main_video, self_contained
+from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, main_video, self_contained
 from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 from .names import open_beneath, resolve
@@ -120,6 +120,7 @@ class Scan:
     display_matrix: tuple[int, ...] | None  # its first frame's (a rotation, a mirror)
     aspect: Fraction | None  # the sample aspect ratio (anamorphic pixels)
     labels: Labels  # the title, chapters and tags that the output keeps
+    dynamic_hdr: tuple[str, ...]  # its dynamic HDR metadata (HDR10+, Dolby Vision), named: no output keeps it
 
 
 def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -148,12 +149,12 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
         streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
                     "language": s.metadata.get("language")} for s in container.streams]
         with source.open() as again:  # from the start, past the packets read
-            colour, first = Colour.of_stream(context), first_frame(again)
+            colour, (first, in_band) = Colour.of_stream(context), first_look(again)
         aspect = Fraction(context.sample_aspect_ratio) if context.sample_aspect_ratio else None
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
-                    display_matrix(first), aspect, Labels.of(container, stream))
+                    display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band))
 
 
 class FileCache:
@@ -207,13 +208,14 @@ class SourceVideo:
         self.pictures = 0  # pictures shown from where it started decoding to its last, decoded or left out
 
     def probe(self) -> dict:
-        """What a client plans a run with: the frame count, rate, size, colour, the file's streams and labels."""
+        """What a client plans a run with: the frame count, rate, size, colour, the file's streams and
+        labels, and the dynamic HDR metadata its output leaves out (which a client says)."""
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
                 "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
                 "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect),
-                "labels": s.labels.fields()}
+                "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr)}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""

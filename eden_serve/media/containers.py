@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import BadInputError
+from . import inband
 from .encoding import import_av, side_data
 
 # What FFmpeg's command line counts a stream's "default" flag as, in pixels, when it chooses a video stream.
@@ -67,19 +68,32 @@ def main_video(container, name: str):
 def first_frame(container):
     """The first frame of ``container``'s video, whose side data holds HDR10's metadata, or None where
     its first :data:`FIRST_FRAME_PACKETS` packets give none (a file from elsewhere bounds the work)."""
+    return first_look(container)[0]
+
+
+def first_look(container, decode: bool = True) -> tuple:
+    """What the first packets of ``container``'s video show: its first frame (:func:`first_frame`;
+    None where not ``decode``), and the dynamic HDR metadata its first :data:`inband.PACKETS`
+    packets carry in band (Dolby Vision's RPUs, :mod:`.inband`), named."""
     try:
         stream = main_video(container, "")
     except BadInputError:
-        return None
+        return None, ()
+    kind, extradata = stream.codec_context.name, bytes(stream.codec_context.extradata or b"")
+    frame, named, looked = None, [], 0
     try:
         for n, packet in enumerate(container.demux(stream)):
-            if n == FIRST_FRAME_PACKETS:
-                return None
-            for frame in packet.decode():
-                return frame
+            if n == FIRST_FRAME_PACKETS or (frame is not None or not decode) and looked == inband.PACKETS:
+                break
+            if packet.size and looked < inband.PACKETS:
+                looked += 1
+                named += inband.in_band(kind, bytes(packet), extradata)
+            for decoded in packet.decode() if decode and frame is None else ():
+                frame = decoded
+                break
     except import_av().error.FFmpegError:
-        return None
-    return None
+        pass
+    return frame, tuple(dict.fromkeys(named))
 
 
 # A frame's side data that is dynamic HDR metadata (per-scene or per-frame tone mapping): HDR10+ (SMPTE
@@ -109,11 +123,15 @@ def dolby_vision(stream) -> int | None:
     return found.group(1)[2] >> 1 if found else None
 
 
-def dynamic_hdr(stream, frame) -> tuple[str, ...]:
-    """The dynamic HDR metadata a video ``stream`` and its first ``frame`` (None: not read) carry, named."""
+def dynamic_hdr(stream, frame, in_band: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The dynamic HDR metadata a video ``stream``, its first ``frame`` (None: not read) and its
+    first packets (``in_band``, :func:`first_look`'s) carry, named."""
     names = [DYNAMIC_SIDE_DATA[d.type.name] for d in side_data(frame) if d.type.name in DYNAMIC_SIDE_DATA]
     if "Dolby Vision" not in names and (profile := dolby_vision(stream)) is not None:
         names.append(f"Dolby Vision (profile {profile})")
+    # RPUs with no record: named without a profile, which is the RPU's to say and not read here.
+    dolby = any(name.startswith(inband.DOLBY_VISION) for name in names)
+    names += [name for name in in_band if not (dolby and name == inband.DOLBY_VISION)]
     return tuple(dict.fromkeys(names))
 
 

@@ -1,5 +1,6 @@
 """The output video's pixel format: the input's where the encoder takes it, else the encoder's of
-the same colour sampling nearest the input's depth, else yuv420p10le for an input deeper than 8 bits
+the same colour sampling nearest the input's depth, else, for an input with alpha, the encoder's
+format with alpha nearest its depth (:func:`_with_alpha`), else yuv420p10le for an input deeper than 8 bits
 where the encoder takes that, else yuv420p, else a palette a frame where the encoder has no 8-bit
 colour (GIF: :mod:`.palette`), else the encoder's first; and the matrix and range its
 frames are converted to (:func:`output_colour`). A change of depth, matrix or range is said in one line."""
@@ -44,7 +45,7 @@ def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[st
             raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
         return asked
     deep = source is not None and bits(source) > 8
-    for candidate in (source, _nearest(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
+    for candidate in (source, _nearest(formats, source), _with_alpha(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
         if candidate is not None and (not formats or candidate in formats):
             return candidate
     return "pal8" if takes_palettes(formats) else formats[0]
@@ -63,6 +64,19 @@ def _nearest(formats: list[str], source: str | None) -> str | None:
     same = [f for f, shape in shapes.items() if shape[:2] == (width, height) and shape[2] <= alpha]
     same.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), shapes[f][2] != alpha))
     return same[0] if same else None
+
+
+def _with_alpha(formats: list[str], source: str | None) -> str | None:
+    """Where the input has alpha and the encoder lacks its format and one of its sampling (RGBA
+    images into VP9, ProRes, FFV1, QuickTime RLE), the encoder's format with alpha and colour (no
+    grey) nearest the input's depth, deeper before shallower, 4:2:0 first, as RGB goes to yuv420p;
+    None where it has none: the output is opaque (the caller says so)."""
+    if source is None or not formats or not _sampling(import_av(), source)[2]:
+        return None
+    av, depth = import_av(), bits(source)
+    held = [f for f in formats if len(av.VideoFormat(f).components) >= 4 and _sampling(av, f)[2]]
+    held.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), _sampling(av, f)[:2] != (8, 8)))
+    return held[0] if held else None
 
 
 def _sampling(av, pix_fmt: str) -> tuple[int, int, bool]:

@@ -11,9 +11,10 @@ itself where the encoder takes it (libx264rgb, ``--pix-fmt gbrp`` for VP9). The 
 as sRGB, which is what a PNG without colour chunks is shown as: the video states BT.709's primaries
 and sRGB's transfer, and YUV made of them BT.709's matrix in limited range, where it has a place for
 them; else it states none, and YUV is converted by BT.601's matrix, which a reader of it takes
-(:func:`stateable`). Alpha is dropped, said once: the model computes colour alone, and a video's alpha
-would stand for the images' only at the originals. The images' own colour chunks (an ICC profile)
-are not carried into the video.
+(:func:`stateable`). Images with alpha keep it where the encoder has a format with alpha (chosen as
+for a video with alpha: APNG's rgba, VP9's and WebP's yuva420p, ProRes 4444, FFV1, QuickTime
+RLE's argb), a middle's made of its neighbours' as a video's is; else it is dropped, said once. The
+images' own colour chunks (an ICC profile) are not carried into the video.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .atomic import VIDEO_SUFFIXES
 from .base import PIPE, Clip, Frame
 from .colour import LIMITED, UNSPECIFIED, Colour
 from .encoders import output_encoder
-from .pixel_formats import BT601, CONTAINER_HOLDS, STREAM_HOLDS
+from .pixel_formats import BT601, CONTAINER_HOLDS, STREAM_HOLDS, bits
 from .timing import MAX_FPS
 from .video_writer import VideoWriter
 
@@ -85,12 +86,16 @@ class SequenceWriter(VideoWriter):
 
     def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming, encoding):
         first = next(iter(clip))
+        deep, alpha = first.depth == 16, _has_alpha(first)
+        # RGBA images: a format with alpha where the encoder has one, as a video with alpha (:func:`~.pixel_formats.output_pix_fmt`).
         self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
-                                      pix_fmt="rgb48le" if first.depth == 16 else "rgb24")
+                                      pix_fmt=("rgba64le" if deep else "rgba") if alpha else "rgb48le" if deep else "rgb24")
         super().__init__(tmp, dst, clip, retiming, encoding)
-        self.alpha = None  # the model's middles hold colour alone; any alpha plane is opaque
-        if _has_alpha(first):
-            warnings.warn(f"the images' alpha is dropped: {str(dst)!r} is written opaque, their colours alone")
+        if not alpha:
+            self.alpha = None  # opaque images: an alpha plane asked for (--pix-fmt yuva420p) is opaque, as swscale fills it
+        elif self.alpha is None:
+            warnings.warn(f"the images' alpha is dropped: {str(dst)!r} ({self.stream.codec_context.name}, {self.pix_fmt}) "
+                          "holds none, and is written opaque, their colours alone")
 
     def _source(self, clip: Clip):
         return self._first
@@ -103,8 +108,24 @@ class SequenceWriter(VideoWriter):
     def _add_streams(self, clip: Clip, av) -> None:
         pass  # images have no audio, subtitles or labels
 
-    def _show(self, picture, time, original, between=None):
-        super()._show(_rgb(picture.picture if isinstance(picture, Frame) else picture), time, original, between)
+    def _original(self, original: Frame):
+        """An image as the output shows it: its RGB pixels converted as a middle's are, with its alpha
+        where the output holds alpha (opaque for an image without)."""
+        picture = _rgb(original.picture)
+        if self.alpha is None:
+            return super()._converted(picture)
+        rgba = _rgba(original, picture)
+        frame = super()._converted(rgba)
+        if (rgba.dtype == torch.uint16) == (self.alpha_dtype == np.uint16) and bits(self.pix_fmt) in (8, 16):
+            # The image's alpha itself: swscale's RGBA to YUVA moves half the samples by one.
+            self._samples(frame)[:] = rgba[..., 3].numpy()
+        return frame
+
+    def _converted(self, picture):
+        # A middle's alpha is made of its neighbours' (:meth:`~.video_writer.VideoWriter._alpha`): its colours alone here.
+        if isinstance(picture, torch.Tensor) and picture.shape[-1] == 4:
+            picture = picture[..., :3].contiguous()
+        return super()._converted(_rgb(picture))
 
 
 def stateable(colour: Colour, container: str, codec: str) -> Colour:
@@ -126,6 +147,17 @@ def _rgb(picture):
         grey = np.asarray(picture).astype(np.int64).clip(0, 65535).astype(np.uint16)
         return torch.from_numpy(np.repeat(grey[..., None], 3, axis=-1))
     return picture
+
+
+def _rgba(frame: Frame, rgb) -> torch.Tensor:
+    """An image's RGBA pixels [H, W, 4], 8 or 16 bits as its colours (``rgb``: them as :func:`_rgb`
+    gives them); an image without alpha among those with it is opaque."""
+    if isinstance(rgb, torch.Tensor):
+        alpha = frame.alpha if rgb.dtype == torch.uint16 else None
+        if alpha is None:
+            alpha = torch.full(rgb.shape[:2], 65535 if rgb.dtype == torch.uint16 else 255, dtype=rgb.dtype)
+        return torch.cat((rgb, alpha.to(rgb.dtype)[..., None]), dim=-1)
+    return torch.from_numpy(np.array(rgb.convert("RGBA")))
 
 
 def _has_alpha(frame: Frame) -> bool:

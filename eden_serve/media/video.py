@@ -17,7 +17,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
-from .containers import display_matrix, dynamic_hdr, first_frame, main_video, say_interlaced, self_contained
+from .containers import display_matrix, dynamic_hdr, first_look, main_video, say_interlaced, self_contained
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
@@ -172,8 +172,8 @@ class VideoClip(Clip):
             return colour
         try:
             with self._reopen() as container:
-                first = first_frame(container) if colour.may_hold_metadata else None
-                self.dynamic_hdr = dynamic_hdr(main_video(container, str(self.path)), first)
+                first, in_band = first_look(container, decode=colour.may_hold_metadata)
+                self.dynamic_hdr = dynamic_hdr(main_video(container, str(self.path)), first, in_band)
         except (self._error, ValueError, OSError, BadInputError):
             pass  # what cannot be decoded here fails where the clip is read, with its own message
         return colour if first is None else colour.with_side_data(first)

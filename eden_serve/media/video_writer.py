@@ -52,6 +52,23 @@ def lead(clip: Clip) -> Fraction:
     return Fraction(0) if start is None else max(Fraction(0), -start)
 
 
+def packed_alpha(pix_fmt: str) -> tuple[int, int, np.dtype] | None:
+    """Where a format packs alpha beside the colours in one plane: the alpha's byte offset in a
+    pixel, the pixel's bytes and the alpha's type (its byte order), found by converting one opaque
+    black pixel; None for a plane of alpha alone."""
+    av = import_av()
+    format = av.VideoFormat(pix_fmt)
+    alpha = next(c for c in format.components if c.is_alpha)
+    if sum(c.plane == alpha.plane for c in format.components) == 1:
+        return None
+    probe = av.VideoFrame.from_ndarray(np.array([[[0, 0, 0, 65535]]], np.uint16), format="rgba64le").reformat(format=pix_fmt)
+    width = 2 if alpha.bits > 8 else 1
+    size = width * sum(c.plane == alpha.plane for c in format.components)
+    first = bytes(probe.planes[alpha.plane])[:size]
+    offset = next(i for i in range(0, size, width) if first[i:i + width] == b"\xff" * width)
+    return offset, size, np.dtype(">u2" if pix_fmt.endswith("be") else "<u2") if width == 2 else np.dtype(np.uint8)
+
+
 class VideoWriter(ClipWriter):
     """The output video, with the input's audio and subtitles.
 
@@ -162,9 +179,7 @@ class VideoWriter(ClipWriter):
         # state none for a middle made of RGB.
         self.tags = {"color_primaries": written.primaries, "color_trc": written.transfer, "colorspace": written.matrix,
                      "color_range": written.range}
-        # The plane of the output's alpha, where it has one: a middle's is its neighbours' (:meth:`_alpha`).
-        self.alpha = next((c.plane for c in av.VideoFormat(self.pix_fmt).components if c.is_alpha), None)
-        self.alpha_dtype = np.uint16 if bits(self.pix_fmt) > 8 else np.uint8
+        self._hold_alpha(av)
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
         self.planes = plane_format(self.pix_fmt, source.width, source.height, written.matrix, written.range == FULL, self.siting)
         frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
@@ -178,6 +193,13 @@ class VideoWriter(ClipWriter):
         self._none = av.video.frame.PictureType.NONE
         self._clip = clip  # its display matrix, known once its first frame is decoded
         self._from_image = av.VideoFrame.from_image
+
+    def _hold_alpha(self, av) -> None:
+        """The plane of the output's alpha, where it has one: a middle's is its neighbours' (:meth:`_alpha`)."""
+        self.alpha = next((c.plane for c in av.VideoFormat(self.pix_fmt).components if c.is_alpha), None)
+        self.alpha_dtype = np.uint16 if bits(self.pix_fmt) > 8 else np.uint8
+        self._alphas: list[tuple[Frame, np.ndarray]] = []  # (original, its alpha): the two latest
+        self.packed = packed_alpha(self.pix_fmt) if self.alpha is not None else None
 
     def _add_copies(self, clip: Clip, av) -> None:
         copy_labels(clip.container, clip.stream, self.container, self.stream, self.lead)
@@ -271,19 +293,30 @@ class VideoWriter(ClipWriter):
             if (matrix := display_matrix(original.raw) or self._clip.display_matrix) is not None:
                 self.stream.set_display_matrix(matrix)
         if isinstance(picture, Frame):
-            frame = self._as_output(picture.raw)
-        elif isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
-            assert picture.format == self.planes, (picture.format, self.planes)
-            frame = picture_of(picture.array(), self.pix_fmt)
-        elif isinstance(picture, torch.Tensor):  # RGB pixels, 8 or 16 bits; 8 as from_image takes an RGB image's
-            rgb_format = "rgb48le" if picture.dtype == torch.uint16 else "rgb24"
-            frame = self._subsampled(picture_of(picture.numpy(), rgb_format))
+            frame = self._original(picture)
+            if self.alpha is not None:  # kept for the middles it borders (:meth:`_alpha`), not made again for each
+                self._keep_alpha(picture, frame)
         else:
-            frame = self._subsampled(self._from_image(picture.convert("RGB")))
-        if self.alpha is not None and between is not None and not isinstance(picture, Frame):
-            self._alpha(frame, *between)
+            frame = self._converted(picture)
+            if self.alpha is not None and between is not None:
+                self._alpha(frame, *between)
         self._hold(frame, self.shown if self.counted else tick_of(time, self.time_base))
         self.shown += 1
+
+    def _original(self, original: Frame):
+        """An original as the output shows it: its decoded picture in the output's format (:meth:`_as_output`)."""
+        return self._as_output(original.raw)
+
+    def _converted(self, picture):
+        """A middle (or an image) in the output's pixel format, from the edge's planes or from RGB."""
+        if isinstance(picture, Planes):  # converted by the edge, as this writer converts RGB
+            assert picture.format == self.planes, (picture.format, self.planes)
+            return picture_of(picture.array(), self.pix_fmt)
+        if isinstance(picture, torch.Tensor):  # RGB (or RGBA) pixels, 8 or 16 bits; 8 as from_image takes an RGB image's
+            deep = picture.dtype == torch.uint16
+            rgb_format = ("rgba64le" if deep else "rgba") if picture.shape[-1] == 4 else "rgb48le" if deep else "rgb24"
+            return self._subsampled(picture_of(picture.numpy(), rgb_format))
+        return self._subsampled(self._from_image(picture.convert("RGB")))
 
     def _as_output(self, raw):
         """A decoded picture in the output's pixel format, size, matrix and range (itself where it is in them)."""
@@ -294,12 +327,38 @@ class VideoWriter(ClipWriter):
     def _alpha(self, frame, before: Frame, after: Frame, position: Fraction) -> None:
         """The model sees colour alone: a middle's alpha is its neighbours', blended by its position,
         as an image's middle takes the mean of its neighbours' (made of RGB, it was opaque)."""
-        plane, dtype = frame.planes[self.alpha], self.alpha_dtype
-        ends = [np.frombuffer(self._as_output(f.raw).planes[self.alpha], dtype).reshape(plane.height, -1)[:, :plane.width]
-                for f in (before, after)]
+        ends = [self._alpha_of(f) for f in (before, after)]
         blended = ends[0] + (ends[1].astype(np.float64) - ends[0]) * float(position)
-        target = np.frombuffer(plane, dtype).reshape(plane.height, -1)
-        target[:, :plane.width] = np.round(blended).astype(dtype)
+        self._samples(frame)[:] = np.round(blended).astype(self.alpha_dtype)
+
+    def _samples(self, frame) -> np.ndarray:
+        """A picture's alpha samples [H, W], in place: its alpha plane, or in a packed format (rgba,
+        argb, APNG's rgba64be) every pixel's alpha bytes, where the colours' are beside them."""
+        plane = frame.planes[self.alpha]
+        if self.packed is None:
+            return np.frombuffer(plane, self.alpha_dtype).reshape(plane.height, -1)[:, :plane.width]
+        offset, size, dtype = self.packed
+        pixels = np.frombuffer(plane, np.uint8).reshape(plane.height, -1)[:, :frame.width * size].reshape(frame.height, frame.width, size)
+        return pixels[..., offset:offset + dtype.itemsize].view(dtype)[..., 0]
+
+    def _plane(self, frame) -> np.ndarray:
+        """The alpha of a picture in the output's format, [H, W], a copy of it (the picture goes to the encoder)."""
+        return self._samples(frame).astype(self.alpha_dtype)
+
+    def _alpha_of(self, original: Frame) -> np.ndarray:
+        """An original's alpha as the output holds it: converted once, and kept while a middle may
+        border it. A middle's next original comes after it, so only the two latest are kept."""
+        kept = next((plane for frame, plane in self._alphas if frame is original), None)
+        return kept if kept is not None else self._keep_alpha(original, self._original(original))
+
+    def _keep_alpha(self, original: Frame, frame) -> np.ndarray:
+        """``original``'s alpha plane, taken from ``frame`` (it in the output's format) where it is not kept yet."""
+        for kept, plane in self._alphas:
+            if kept is original:
+                return plane
+        plane = self._plane(frame)
+        self._alphas = [*self._alphas[-1:], (original, plane)]
+        return plane
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
