@@ -51,6 +51,19 @@ def test_the_input_codec_keeps_its_default_quality(tmp_path, clip):
     assert (settings["rc"], settings["crf"], settings["cabac"]) == ("crf", "18.0", "1")
 
 
+def test_lossless_vp9_asked_for_is_lossless(tmp_path, clip):
+    """``--encoder-opt lossless=1`` for VP9 (was: refused, libvpx taking it beside the default
+    quality, crf 31): the originals come back as they were decoded, sample for sample."""
+    out = tmp_path / "out.webm"
+    interpolate_clip(clip, out, pairwise(average), progress=False,
+                     encoding=Encoding(vcodec="libvpx-vp9", options={"lossless": "1"}))
+    with av.open(str(clip)) as source, av.open(str(out)) as written:
+        given = [frame.to_ndarray() for frame in source.decode(video=0)]
+        got = [frame.to_ndarray() for frame in written.decode(video=0)]
+    assert len(got) == 2 * len(given) - 1
+    assert all((got[2 * k] == frame).all() for k, frame in enumerate(given))
+
+
 def test_x264_runs_its_frame_threads(tmp_path, clip):
     """FFmpeg's way (x264's own), not PyAV's default slice threads, which are slower per frame."""
     interpolate_clip(clip, tmp_path / "out.mp4", pairwise(average), progress=False)

@@ -238,7 +238,7 @@ def decoded_by(src: str | Path, setting: str, device: torch.device, options: Cli
     if len(found) == 1:
         return src
     with open_clip(src, options.max_pixels) as clip:
-        if clip.kind != "video":
+        if clip.kind != "video" or (setting == "auto" and clip.alpha is not None):  # VP8's or VP9's alpha: libvpx's, the host's
             return src
     if setting == "auto":
         chosen = decoders.choose(Path(src), list(found.values()), rgb_pixels, memory=decoder_memory.Memory(device))[0]

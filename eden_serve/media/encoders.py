@@ -149,9 +149,13 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
             raise BadInputError(f"{flag} applies to {takers}; for {name} give --encoder-opt KEY=VALUE")
         options[key] = value
     options.update(encoding.options)
+    if name == "libvpx-vp9" and str(options.get("lossless")) == "1" and encoding.crf is None:
+        options.pop("crf", None)  # the default quality beside lossless: libvpx refuses the two together
     options = {**colour.options(), **options}  # the chroma location, unless --encoder-opt names it
     options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
     stream.pix_fmt = output_pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
+    if name == "libvpx" and stream.pix_fmt == "yuva420p":
+        options.setdefault("auto-alt-ref", "0")  # libvpx encodes VP8's alpha only without alternate reference frames
     if name == "dnxhd" and "profile" not in options and stream.pix_fmt in DNXHR_PROFILES:
         options["profile"] = DNXHR_PROFILES[stream.pix_fmt]
     output_colour(name, stream.pix_fmt, colour).tag(stream.codec_context)

@@ -90,12 +90,10 @@ class SequenceWriter(VideoWriter):
         # RGBA images: a format with alpha where the encoder has one, as a video with alpha (:func:`~.pixel_formats.output_pix_fmt`).
         self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
                                       pix_fmt=("rgba64le" if deep else "rgba") if alpha else "rgb48le" if deep else "rgb24")
+        self._alpha_of_what = "images'"
         super().__init__(tmp, dst, clip, retiming, encoding)
-        if not alpha:
+        if not alpha:  # (images with alpha into an output without: said as a video's is, webm_alpha.settle_output)
             self.alpha = None  # opaque images: an alpha plane asked for (--pix-fmt yuva420p) is opaque, as swscale fills it
-        elif self.alpha is None:
-            warnings.warn(f"the images' alpha is dropped: {str(dst)!r} ({self.stream.codec_context.name}, {self.pix_fmt}) "
-                          "holds none, and is written opaque, their colours alone")
 
     def _source(self, clip: Clip):
         return self._first

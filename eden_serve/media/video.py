@@ -25,6 +25,7 @@ from .pixel_formats import MATRIX_NAMES
 from .threads import Prefetch
 from .timing import MAX_FPS
 from .video_writer import VideoWriter
+from .webm_alpha import AlphaDecoder
 
 # Decoded frames read ahead of the model: about half a second of video at 1080p (6 MB each).
 READ_AHEAD = 16
@@ -144,6 +145,9 @@ class VideoClip(Clip):
                 self.container.close()
                 raise
         self.stream.thread_type = "AUTO"
+        # A WebM's VP8 or VP9 alpha, which only libvpx's decoder reads (the host's decoding alone).
+        self.alpha = AlphaDecoder.of(self.stream, path, self.decoded_by.name)
+        self.alpha_pix_fmt = self.alpha.pix_fmt if self.alpha is not None else None
         say_interlaced(self.stream, path)
         self.colour = self._colour()
         try:
@@ -186,7 +190,7 @@ class VideoClip(Clip):
 
     def _decoded(self) -> Iterator[Frame]:
         try:
-            yield from self.timed(self.container.decode(self.stream))
+            yield from self.timed(self.container.decode(self.stream) if self.alpha is None else self.alpha.decode(self.container, self.stream))
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
 

@@ -28,6 +28,7 @@ from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .siting import Subsampler, output_siting, stated
 from .timing import Retiming, output_time_base, tick_of
+from .webm_alpha import settle_output
 
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
@@ -112,6 +113,7 @@ class VideoWriter(ClipWriter):
         try:
             self._add_video(clip, encoding, av)
             self._add_streams(clip, av)
+            settle_output(self.stream, self._given, self.pix_fmt, dst, getattr(self, "_alpha_of_what", "input's"))
         except BaseException:
             self.close()
             raise
@@ -138,7 +140,8 @@ class VideoWriter(ClipWriter):
     def _add_video(self, clip: Clip, encoding: Encoding, av) -> None:
         source = self._source(clip)
         raw = self.container.format.name in RAW_FORMATS
-        name = output_encoder(self.container, encoding, source, self.dst, host_pix_fmt(source))
+        self._given = given = getattr(clip, "alpha_pix_fmt", None) or host_pix_fmt(source)  # alpha included (webm_alpha.py)
+        name = output_encoder(self.container, encoding, source, self.dst, given)
         rate = self.retiming.fps if self.retiming.fps is not None else clip.rate * self.retiming.factor
         try:
             self.stream, colour = add_video_stream(self.container, name, rate, clip.colour, (source.width, source.height))
@@ -154,7 +157,7 @@ class VideoWriter(ClipWriter):
         self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
         self.shown = 0
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
-        options = configure(self.stream, encoding, host_pix_fmt(source), colour,
+        options = configure(self.stream, encoding, given, colour,
                             Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
         # Paletted output (GIF): pictures are converted to RGB, then given a palette each as encoded.
