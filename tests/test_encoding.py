@@ -368,7 +368,8 @@ def test_a_444_input_stays_444_where_its_encoder_lacks_its_depth(tmp_path):
 @pytest.mark.parametrize("encoder, source, chosen", [
     ("libvpx-vp9", "rgba", "yuva420p"), ("libwebp_anim", "rgba", "yuva420p"), ("prores_ks", "yuva420p", "yuva444p10le"),
     ("prores_ks", "rgba64le", "yuva444p10le"), ("ffv1", "rgba", "yuva420p"), ("qtrle", "rgba", "argb"),
-    ("apng", "rgba64le", "rgba64be"), ("utvideo", "argb", "gbrap"), ("libx264", "rgba", "yuv420p"), ("libvpx-vp9", "rgb24", "yuv420p")])
+    ("apng", "rgba64le", "rgba64be"), ("utvideo", "argb", "gbrap"), ("utvideo", "yuva420p", "gbrap"), ("libx264", "rgba", "yuv420p"),
+    ("libvpx-vp9", "rgb24", "yuv420p"), ("utvideo", "yuv420p", "yuv420p"), ("libx264", "yuva444p", "yuv444p")])
 def test_an_input_with_alpha_gets_a_format_with_alpha_where_the_encoder_has_one(encoder, source, chosen):
     """Where the encoder lacks the input's format and one of its sampling, an input with alpha is
     given the encoder's format with alpha nearest its depth, 4:2:0 first (was: yuv420p, or the

@@ -45,23 +45,25 @@ def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[st
             raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
         return asked
     deep = source is not None and bits(source) > 8
-    for candidate in (source, _nearest(formats, source), _with_alpha(formats, source), "yuv420p10le" if deep else None, "yuv420p"):
+    # An input's alpha is kept where the encoder has any format with alpha, before one of its sampling without.
+    for candidate in (source, _nearest(formats, source, True), _with_alpha(formats, source), _nearest(formats, source),
+                      "yuv420p10le" if deep else None, "yuv420p"):
         if candidate is not None and (not formats or candidate in formats):
             return candidate
     return "pal8" if takes_palettes(formats) else formats[0]
 
 
-def _nearest(formats: list[str], source: str | None) -> str | None:
+def _nearest(formats: list[str], source: str | None, alike: bool = False) -> str | None:
     """Where the encoder lacks the input's YUV format, its YUV format with the same colour sampling
     (4:4:4 stays 4:4:4) and the depth nearest the input's, deeper before shallower, alpha only where
     the input has it (ProRes 4444 decodes to 12 bits with alpha, its encoder takes 10: yuva444p10le
-    rather than 4:2:2); None where it has none of that sampling."""
+    rather than 4:2:2), only with it where ``alike``; None where it has none of that sampling."""
     if source is None or not source.startswith("yuv"):
         return None
     av = import_av()
     (width, height, alpha), depth = _sampling(av, source), bits(source)
     shapes = {f: _sampling(av, f) for f in formats if f.startswith("yuv")}
-    same = [f for f, shape in shapes.items() if shape[:2] == (width, height) and shape[2] <= alpha]
+    same = [f for f, shape in shapes.items() if shape[:2] == (width, height) and shape[2] <= alpha and (not alike or shape[2] == alpha)]
     same.sort(key=lambda f: (bits(f) < depth, abs(bits(f) - depth), shapes[f][2] != alpha))
     return same[0] if same else None
 
