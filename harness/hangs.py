@@ -8,13 +8,19 @@
   would be lost with it. Such threads get ``EDEN_THREAD_GRACE_S`` (default 60 s) to end, together;
   then each is named with where it stands, the run fails and the process ends.
 
-Neither is a time limit on how fast anything runs: only on waiting for ever."""
+- **Ctrl-C as the tests simulate it** (``_thread.interrupt_main``) reaches the run even where the
+  run was started with SIGINT ignored (in the background by a shell without job control, or under
+  nohup): Python keeps an ignored SIGINT, and a simulated one then does nothing, so a test that
+  stops a run waited out the client's timeouts (10 minutes and more) instead.
+
+Neither limit is on how fast anything runs: only on waiting for ever."""
 
 from __future__ import annotations
 
 import concurrent.futures.thread
 import faulthandler
 import os
+import signal
 import sys
 import threading
 import time
@@ -63,6 +69,8 @@ def described(threads: list[threading.Thread]) -> str:
 
 def pytest_configure(config):
     _STDERR.append(os.fdopen(os.dup(sys.__stderr__.fileno()), "w"))
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -5,6 +5,7 @@ that end in time, and daemons, cost nothing."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,15 @@ import threading
 
 def test_waits_for_ever():
     threading.Event().wait()
+'''
+INTERRUPTED = '''
+import _thread, time
+import pytest
+
+def test_a_simulated_ctrl_c_reaches_the_run():
+    with pytest.raises(KeyboardInterrupt):
+        _thread.interrupt_main()
+        time.sleep(5)
 '''
 ENDS = '''
 import threading, time
@@ -47,11 +57,12 @@ def test_leaves_a_pool_task_waiting():
 '''
 
 
-def run(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+def run(tmp_path: Path, body: str, sigint=None) -> subprocess.CompletedProcess:
     (tmp_path / "test_it.py").write_text(body)
     env = {**os.environ, "EDEN_THREAD_GRACE_S": "2", "EDEN_TEST_HANG_S": "3", "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.hangs", "-p", "no:cacheprovider",
-                           str(tmp_path / "test_it.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                           str(tmp_path / "test_it.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=None if sigint is None else lambda: signal.signal(signal.SIGINT, sigint))
 
 
 def test_a_thread_left_waiting_fails_the_run_and_is_named(tmp_path):
@@ -77,3 +88,9 @@ def test_a_test_stuck_past_its_limit_ends_the_run_with_every_stack(tmp_path):
     done = run(tmp_path, STUCK)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "test_waits_for_ever" in done.stderr and "Timeout" in done.stderr
+
+
+def test_a_run_started_with_sigint_ignored_still_takes_a_simulated_ctrl_c(tmp_path):
+    """As a shell without job control starts a background job (or nohup): SIGINT ignored."""
+    done = run(tmp_path, INTERRUPTED, sigint=signal.SIG_IGN)
+    assert done.returncode == 0, done.stdout + done.stderr
