@@ -6,6 +6,7 @@ Every error the user can cause ends as one line on stderr and exit code 2, never
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -278,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM is given back on return: sys.exit from a handler the command left behind would be
     # swallowed by whatever the program is doing then, its interpreter's exit included.
     before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if argv is None and not faulthandler.is_enabled():
+        # A crash in native code (a decoder, an encoder, a kernel) names where each thread stood,
+        # rather than ending the command by the signal without a word.
+        faulthandler.enable()
     try:
         return _run(argv)
     finally:
