@@ -225,3 +225,64 @@ def test_frames_scaled_by_table_are_from_pixels_bit_for_bit():
     assert [tuple(f.shape) for f in got] == [(3, 16, 40)] * 2
     for frame, expected in zip(got, pixels):
         assert frame.is_contiguous() and torch.equal(frame, from_pixels(expected))
+
+
+def rgb16_tiff(pixels: np.ndarray, orientation: int | None) -> bytes:
+    """[H, W, 3] uint16 as a baseline uncompressed little-endian TIFF, with an orientation tag unless None."""
+    height, width, _ = pixels.shape
+    data = pixels.astype("<u2").tobytes()
+    entries = [(256, 3, 1, width), (257, 3, 1, height), (258, 3, 3, None), (259, 3, 1, 1), (262, 3, 1, 2),
+               (273, 4, 1, None), (274, 3, 1, orientation), (277, 3, 1, 3), (278, 3, 1, height),
+               (279, 4, 1, len(data)), (284, 3, 1, 1)]
+    entries = [e for e in entries if e[3] is not None or e[0] in (258, 273)]
+    ifd_size = 2 + 12 * len(entries) + 4
+    bits_at, data_at = 8 + ifd_size, 8 + ifd_size + 6
+    ifd = struct.pack("<H", len(entries))
+    for tag, kind, count, value in entries:
+        value = {258: bits_at, 273: data_at}.get(tag, value)
+        ifd += struct.pack("<HHI", tag, kind, count) + (struct.pack("<HH", value, 0) if kind == 3 and tag != 258 else struct.pack("<I", value))
+    return b"II*\0" + struct.pack("<I", 8) + ifd + struct.pack("<I", 0) + struct.pack("<3H", 16, 16, 16) + data
+
+
+@pytest.mark.parametrize("container", ["png", "png-exif-prefixed", "tiff"])
+@pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_a_16_bit_frame_is_turned_by_its_orientation_as_an_8_bit_one_is(container, orientation):
+    """Pillow holds no 16-bit RGB image, so FFmpeg decodes those, and FFmpeg leaves EXIF orientation
+    undone. Before: a 16-bit PNG with orientation 2-4 reached the model as stored (an 8-bit one
+    upright), one turned by 90 degrees was refused by the cloud ("send it upright"), and a 16-bit
+    TIFF turned by 90 degrees was unreadable (its decoded size was not its header's)."""
+    from eden_serve.media.frames import open_deep
+    from eden_serve.wire.png import rgb16_png
+    levels = RGB.astype(np.uint16) * 257
+    if container != "tiff":  # PNG's eXIf holds a TIFF header; some writers keep JPEG's "Exif\0\0" before it
+        exif = orientation_exif(orientation)[0 if container.endswith("prefixed") else 6:]
+        deep = with_exif_chunk(rgb16_png(levels), exif, late=False)
+        shallow = with_exif_chunk(encode(Image.fromarray(RGB)), exif, late=False)
+    else:
+        deep = rgb16_tiff(levels, orientation)
+        image = Image.fromarray(RGB)
+        exif = image.getexif()
+        exif[0x0112] = orientation
+        buffer = io.BytesIO()
+        image.save(buffer, format="TIFF", exif=exif.tobytes())
+        shallow = buffer.getvalue()
+    upright = np.asarray(open_image(shallow))
+    assert upright.shape != RGB.shape or orientation < 5  # the 8-bit oracle is turned
+    assert np.array_equal(open_deep(deep).numpy(), upright.astype(np.uint16) * 257)
+    assert oriented_size(deep) == check_frame(deep, "f", DEFAULT_MAX_PIXELS) == (upright.shape[1], upright.shape[0])
+    assert torch.equal(load_frame(deep), load_frame(shallow))
+    config = preset("tiny")
+    assert torch.equal(read_chunk([deep, deep], config, DEFAULT_MAX_PIXELS, 65536, 10**6, 10**7)[0], load_frame(shallow))
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("exif", [b"garbage!", b"", b"II*\x00\x08\x00\x00\x00", orientation_exif(3)])
+def test_a_16_bit_png_is_read_whatever_its_exif_chunk_holds(exif, late):
+    """Pillow ignores an eXIf chunk it cannot parse, and takes one with JPEG's "Exif" prefix; FFmpeg's
+    PNG decoder refused the whole 16-bit image for either (not readable, 400 from the cloud) while
+    its 8-bit twin was read. Now both are read alike: as stored, or turned by an early chunk that parses."""
+    from eden_serve.media.frames import open_deep
+    from eden_serve.wire.png import rgb16_png
+    deep = with_exif_chunk(rgb16_png(RGB.astype(np.uint16) * 257), exif, late)
+    shallow = with_exif_chunk(encode(Image.fromarray(RGB)), exif, late)
+    assert np.array_equal(open_deep(deep).numpy(), np.asarray(open_image(shallow)).astype(np.uint16) * 257)

@@ -39,9 +39,8 @@ def read_chunk(images: Sequence[bytes], config: EdenConfig, max_pixels: int, max
     for i, data in enumerate(images):
         if is_deep(data, f"frame{i}"):  # 16-bit RGB, which Pillow would read as 8 bits
             pixels = open_deep(data, f"frame{i}", max_pixels, max_side)
-            if pixels.shape[:2] != (height, width):  # open_deep turns no frame by its EXIF orientation
-                raise BadInputError(f"frame{i} is 16-bit {pixels.shape[1]}x{pixels.shape[0]} turned to {width}x{height} by its "
-                                    "EXIF orientation, which 16-bit frames do not take; send it upright")
+            if pixels.shape[:2] != (height, width):
+                raise BadInputError(f"frame{i} decodes to {pixels.shape[1]}x{pixels.shape[0]}, not the {width}x{height} its header states")
             batch[i] = pixels_to_tensor(pixels)
             continue
         image = open_image(data, f"frame{i}", max_pixels, max_side)

@@ -15,16 +15,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import struct
 from pathlib import Path
 from typing import Iterator, Union
 
 import numpy as np
 import torch
-from PIL import ExifTags, Image, ImageChops, UnidentifiedImageError
+from PIL import Image, ImageChops, UnidentifiedImageError
 
 from ..errors import BadInputError, FrameTooLargeError
-from ..wire.png import GREY_ALPHA16, PNG_HEADER_BYTES, RGB16, RGBA16, png_header, rgb16_png
+from ..wire.png import GREY_ALPHA16, PNG_HEADER_BYTES, RGB16, RGBA16, png_header, rgb16_png, without_chunks
+from .orientation import ORIENTATIONS, QUARTER_TURNS, orientation, tiff_orientation, upright
 
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 
@@ -150,41 +150,15 @@ def open_image(source: bytes | str | Path, name: str = "frame", max_pixels: int 
         # load, which for a PNG would take an eXIf chunk after the pixel data (the PNG specification,
         # 3rd edition, places it before them, and browsers ignore a late one), and which refuses an
         # image whose EXIF does not parse rather than showing it as stored, as a browser does.
-        turn = ORIENTATIONS.get(_orientation(image))
+        turn = ORIENTATIONS.get(orientation(image))
         image.load()
     return image if turn is None else image.transpose(turn)
-
-
-# What each EXIF orientation asks to be done to the stored pixels to show them upright.
-ORIENTATIONS = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_90,
-}
-
-
-def _orientation(image: Image.Image) -> int | None:
-    """The EXIF orientation, from the header only. Pillow's ``getexif()`` of a PNG decodes the whole
-    image to look for an eXIf chunk after the pixel data; one before it is all that is read here
-    (what the PNG specification asks of writers). None where there is none, or where the EXIF
-    does not parse: the image is then read as stored. None for a TIFF, which Pillow turns itself:
-    its size is upright from the header on, its pixels as they load."""
-    if image.format == "TIFF":
-        return None
-    try:
-        if image.format != "PNG":
-            return image.getexif().get(ExifTags.Base.Orientation)
-        exif = Image.Exif()
-        if image.info.get("exif"):
-            exif.load(image.info["exif"])
-        return exif.get(ExifTags.Base.Orientation)
-    except (SyntaxError, ValueError, OSError, struct.error, KeyError, TypeError, IndexError):
-        return None
 
 
 def header_size(image: Image.Image) -> tuple[int, int]:
     """(width, height) of an opened image as :func:`open_image` returns it, from its header: the
     EXIF orientations that turn it by 90 degrees swap the sides."""
-    return (image.height, image.width) if _orientation(image) in (5, 6, 7, 8) else image.size
+    return (image.height, image.width) if orientation(image) in QUARTER_TURNS else image.size
 
 
 def oriented_size(source: bytes | str | Path, name: str = "frame") -> tuple[int, int]:
@@ -237,9 +211,10 @@ def open_deep(source: bytes | str | Path, name: str = "frame", max_pixels: int |
     """A 16-bit RGB PNG or TIFF (:func:`is_deep`) -> its pixels [H, W, 3] uint16, decoded by PyAV's
     (FFmpeg's) PNG or TIFF decoder after the limits are checked from its header; with ``alpha``, an
     image that has an alpha channel gives [H, W, 4], its alpha last (the model takes the colours
-    alone, as an 8-bit image's). EXIF orientation is not applied: a 16-bit frame of a video tool has none."""
+    alone, as an 8-bit image's). Turned by its EXIF orientation, as :func:`open_image` turns an 8-bit one."""
     with _opened(source, name, max_pixels) as image:
-        width, height, codec = *image.size, image.format.lower()
+        width, height, codec = *header_size(image), image.format.lower()
+        turn = orientation(image) or tiff_orientation(image)
     if max_pixels is not None:
         check_size(width, height, max_pixels, name)
     if max_side is not None:
@@ -250,15 +225,18 @@ def open_deep(source: bytes | str | Path, name: str = "frame", max_pixels: int |
         raise BadInputError(f"{name} is a 16-bit RGB {codec.upper()}, which needs PyAV to read at its depth: "
                             "pip install 'eden-serve[video]'") from None
     data = source if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
+    if codec == "png":  # its orientation is read above; FFmpeg refuses the whole image for an eXIf it cannot parse
+        data = without_chunks(bytes(data), frozenset({b"eXIf"}))
     try:
         frames = av.CodecContext.create(codec, "r").decode(av.Packet(bytes(data)))
-        if len(frames) != 1 or (frames[0].width, frames[0].height) != (width, height):
+        stored = (height, width) if turn in QUARTER_TURNS else (width, height)
+        if len(frames) != 1 or (frames[0].width, frames[0].height) != stored:
             raise ValueError("not one frame of the size its header states")
         has_alpha = any(c.is_alpha for c in frames[0].format.components)
         pixels = frames[0].to_ndarray(format="rgba64le" if alpha and has_alpha else "rgb48le")
     except (av.error.FFmpegError, ValueError) as exc:
         raise BadInputError(f"{name} is not a readable 16-bit RGB {codec.upper()} ({exc})") from None
-    return torch.from_numpy(pixels)
+    return torch.from_numpy(upright(pixels, turn))
 
 
 def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int | None = DEFAULT_MAX_PIXELS,

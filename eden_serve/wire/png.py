@@ -69,6 +69,25 @@ def with_chunks(png: bytes, chunks: bytes) -> bytes:
     return png[:_HEADER_END] + chunks + png[_HEADER_END:]
 
 
+def without_chunks(png: bytes, kinds: frozenset[bytes]) -> bytes:
+    """``png`` without its chunks of ``kinds``: the same bytes where it has none, or where its chunks do
+    not walk to IEND (its decoder then says what is wrong)."""
+    at, kept, dropped = len(PNG_SIGNATURE), [], False
+    while at + _CHUNK.size <= len(png):
+        length, kind = _CHUNK.unpack_from(png, at)
+        end = at + _CHUNK.size + length + 4
+        if end > len(png):
+            return png
+        if kind in kinds:
+            dropped = True
+        else:
+            kept.append(memoryview(png)[at:end])
+        at = end
+        if kind == b"IEND":
+            return b"".join([PNG_SIGNATURE, *kept]) if dropped else png
+    return png
+
+
 def png_header(data: bytes) -> tuple[int, int, int, int] | None:
     """(width, height, bit depth, colour type) that a PNG's header states; None where ``data`` does
     not start as a PNG does."""
