@@ -83,6 +83,7 @@ class Hostile:
     headers: dict = field(default_factory=dict)  # besides the token: the edge's X-Eden-* fields, a wrong token
     declared: int | None = None  # a Content-Length over the server's limit; only its first MiB is sent
     absent: tuple[str, ...] = ()  # what the answer must not hold (else its type reads "leaked")
+    content_type: str = "application/octet-stream"  # the edge's body's
 
     def send(self, server, session: requests.Session | None = None) -> tuple[int, str | None]:
         """The answer's status and type."""
@@ -92,7 +93,7 @@ class Hostile:
         url = f"{server.inference_url}{ROUTES[self.route]}"
         if self.body is not None:
             response = (session or requests).post(url, data=self.body, timeout=TIMEOUT,
-                                                  headers={**headers, "Content-Type": "application/octet-stream"})
+                                                  headers={**headers, "Content-Type": self.content_type})
         else:
             files = {k: (k, v, "image/png") if isinstance(v, bytes) else (None, str(v)) for k, v in self.fields.items()}
             response = (session or requests).post(url, files=files, headers=headers, timeout=TIMEOUT)
@@ -187,6 +188,8 @@ def _payloads(folder: Path) -> list[Hostile]:
         Hostile("field", "first beyond the chunk", "edge", (400, "bad_input"), body=tokens, headers={"X-Eden-First": "7"}),
         Hostile("field", "first not a number", "edge", (400, "bad_input"), body=tokens, headers={"X-Eden-First": "-1"}),
         Hostile("field", "an unknown stream", "edge", (400, "bad_input"), body=tokens, headers={"X-Eden-Stream": "carrier-pigeon"}),
+        Hostile("field", "a body sent as a urlencoded form (curl -d)", "edge", (400, "bad_input"), body=b"frame0=a&frame1=b",
+                content_type="application/x-www-form-urlencoded"),
         Hostile("size", "a body over max_request_size", "edge", (413, None), declared=300 << 20),
     ]
 
