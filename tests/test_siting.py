@@ -143,3 +143,35 @@ def test_deep_middles_are_sited_alike(location, columns):
     row = np.frombuffer(plane, np.uint16).reshape(plane.height, -1)[plane.height // 2, :plane.width].astype(np.int64)
     row -= row[-1]
     assert [k for k in range(len(row)) if row[k]] == list(columns) and abs(row[5] - row[columns[-1]]) <= 1
+
+
+def test_the_host_planes_of_frames_of_several_sizes_and_threads_are_each_their_own():
+    """The host's planes (a CPU edge's answer) keep a subsampler per thread and format, whose filter
+    graph is made once: a frame of another size, the same size again, and threads converting at once
+    each get what a fresh conversion of their own frame gives."""
+    import threading
+
+    from eden_serve.media.siting import Subsampler
+    format = PlaneFormat("yuv420p", left=True)
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((32, 64), (48, 16), (32, 64), (6, 10))]
+
+    def fresh(pixels):
+        frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+        return Subsampler("yuv420p", 2, 0, LEFT)(frame).to_ndarray(format="yuv420p").reshape(-1)
+
+    expected = [fresh(f) for f in frames]
+    assert all(np.array_equal(swscale_planes(f, format), e) for f, e in zip(frames, expected))
+    failures = []
+
+    def convert(k):
+        for _ in range(20):
+            if not np.array_equal(swscale_planes(frames[k], format), expected[k]):
+                failures.append(k)
+
+    threads = [threading.Thread(target=convert, args=(k,)) for k in range(len(frames))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
