@@ -84,13 +84,14 @@ class SequenceWriter(VideoWriter):
     originals are converted from their pixels as the middles are. Like every video output, it is
     encoded whole again by a resumed run (``continues`` is False; the middles come from the cache)."""
 
+    alpha_of = "images'"
+
     def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming, encoding):
         first = next(iter(clip))
         deep, alpha = first.depth == 16, _has_alpha(first)
         # RGBA images: a format with alpha where the encoder has one, as a video with alpha (:func:`~.pixel_formats.output_pix_fmt`).
         self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
                                       pix_fmt=("rgba64le" if deep else "rgba") if alpha else "rgb48le" if deep else "rgb24")
-        self._alpha_of_what = "images'"
         super().__init__(tmp, dst, clip, retiming, encoding)
         if not alpha:  # (images with alpha into an output without: said as a video's is, webm_alpha.settle_output)
             self.alpha = None  # opaque images: an alpha plane asked for (--pix-fmt yuva420p) is opaque, as swscale fills it
