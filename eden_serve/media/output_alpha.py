@@ -79,7 +79,7 @@ class AlphaWriting:
 
     pix_fmt: str
 
-    def _hold_alpha(self, av) -> None:
+    def _hold_alpha(self) -> None:
         """The plane of the output's alpha, where it has one: a middle's is its neighbours' (:meth:`_alpha`)."""
         self.alpha_place = AlphaPlace.of(self.pix_fmt)
         self.alpha = self.alpha_place.plane if self.alpha_place is not None else None

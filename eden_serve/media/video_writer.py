@@ -167,7 +167,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
         # state none for a middle made of RGB.
         self.tags = {"color_primaries": written.primaries, "color_trc": written.transfer, "colorspace": written.matrix,
                      "color_range": written.range}
-        self._hold_alpha(av)
+        self._hold_alpha()
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
         self.planes = plane_format(self.pix_fmt, source.width, source.height, written.matrix, written.range == FULL, self.siting)
         frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
