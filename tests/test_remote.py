@@ -269,6 +269,61 @@ def test_labels_past_the_bounds_are_left_out_by_the_cloud():
     assert back.chapters == chapters[:MAX_CHAPTERS]
 
 
+def test_a_remote_png_video_decodes_as_the_local_file_alpha_included(tmp_path):
+    """PNG in MOV, its packets each a whole picture: the client's decoder was not told they were key
+    frames, and FFmpeg's PNG decoder added each picture to the one before (colours and alpha wrong
+    from the second frame). Now the frames, their alpha included, are the local file's, and so is
+    the output's alpha."""
+    from test_output_alpha import alpha_samples, make_input
+
+    src = make_input(tmp_path / "rgba.mov", "png", "rgba")
+    with open_clip(src) as clip:
+        local = [f.raw.to_ndarray() for f in clip]
+    remote = [f.raw.to_ndarray() for f in _remote(src)]
+    assert len(remote) == len(local) == 3 and all(np.array_equal(a, b) for a, b in zip(remote, local))
+    (remote, local), _ = remote_and_local(src, tmp_path / "out.mov")
+    alphas = []
+    for path in (remote, local):
+        with av.open(str(path)) as container:
+            alphas.append([alpha_samples(f) for f in container.decode(video=0)])
+    assert len(alphas[0]) == 5 and all(np.array_equal(a, b) for a, b in zip(*alphas))
+
+
+def test_a_remote_webms_alpha_is_said_to_be_left_out_and_the_output_claims_none(tmp_path):
+    """VP9's alpha is held beside each frame (Matroska's BlockAdditional), which a page's packets do
+    not carry: it was dropped without a word. The probe says so, and the client says it once; the
+    output is opaque and its track not marked as holding alpha. A cloud from before says nothing;
+    a probe's alpha_left_out that is no boolean is refused."""
+    from test_webm_alpha import alphas_and_tags, make_webm
+
+    if "libvpx-vp9" not in av.codecs_available:
+        pytest.skip("this PyAV has no libvpx-vp9")
+    src = make_webm(tmp_path / "in.webm", "libvpx-vp9")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clip = _remote(src)
+        interpolate_clip(clip, tmp_path / "out.webm", pairwise(average), progress=False)
+    said = [str(w.message) for w in caught if "alpha" in str(w.message)]
+    assert clip.probe["alpha_left_out"] is True
+    assert len(said) == 1 and said[0].startswith("cloud:in.webm: ") and "the alpha is left out" in said[0], said
+    means, tags = alphas_and_tags(tmp_path / "out.webm")
+    assert "alpha_mode" not in tags and len(means) == 5 and all(m == 255 for m in means)
+    opaque = make_video(tmp_path / "opaque.mp4", list(range(3)), Fraction(1, 25), audio=None)
+    assert _remote(opaque).probe["alpha_left_out"] is False
+    video = SourceVideo(src, 10**7)
+    probe = json.loads(json.dumps(video.probe()))
+
+    def fetch(stream, start, after):
+        return pack(video.page(stream, start, None))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RemoteVideo("in.webm", {k: v for k, v in probe.items() if k != "alpha_left_out"}, fetch)
+    assert not any("alpha" in str(w.message) for w in caught)
+    with pytest.raises(CodecError, match="alpha_left_out must be true or false"):
+        RemoteVideo("in.webm", {**probe, "alpha_left_out": "yes"}, fetch)
+
+
 # --- cloud: sources end to end ----------------------------------------------------------------------
 
 

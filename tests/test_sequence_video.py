@@ -368,3 +368,36 @@ def test_images_with_alpha_into_webm_and_webp_keep_it(tmp_path, name):
     for i, original in enumerate(originals):
         assert np.abs(frames[2 * i][..., 3].astype(int) - original[..., 3]).mean() < 24, i
         assert frames[2 * i][..., 3].std() > 30  # not opaque
+
+
+@pytest.mark.parametrize("name, vcodec, pix_fmt", [("out.apng", None, "rgba"), ("out.mkv", "ffv1", "yuva420p")])
+def test_any_image_with_alpha_gives_the_video_alpha_the_opaque_ones_opaque(tmp_path, name, vcodec, pix_fmt):
+    """The first image decided whether the video had alpha: an opaque one first, and the translucent
+    image after it was written opaque, without a word. Any image's alpha gives the video alpha now,
+    the opaque images' 255; images without any give a video without."""
+    src, opaque = tmp_path / "in", tmp_path / "opaque"
+    src.mkdir()
+    opaque.mkdir()
+    rng = np.random.default_rng(2)
+    translucent = rng.integers(0, 256, (32, 48, 4)).astype(np.uint8)
+    Image.new("RGB", (48, 32), (200, 40, 10)).save(src / "frame0.png")
+    Image.fromarray(translucent, "RGBA").save(src / "frame1.png")
+    Image.new("L", (48, 32), 90).save(src / "frame2.png")
+    for i in range(3):
+        Image.new("RGB", (48, 32), (60 * i, 40, 10)).save(opaque / f"frame{i}.png")
+    codec = ("--vcodec", vcodec) if vcodec else ()
+    result = run("interpolate", src, "-o", tmp_path / name, "--input-fps", "10", *TINY, *codec)
+    assert result.returncode == 0, result.stderr
+    assert not any("alpha" in line for line in warnings_of(result)), result.stderr
+    written, frames = rgba_frames(tmp_path / name, False)
+    assert written == pix_fmt and len(frames) == 5
+    alphas = [frame[..., 3] for frame in frames]
+    assert (alphas[0] == 255).all() and (alphas[4] == 255).all()
+    assert np.array_equal(alphas[2], translucent[..., 3])
+    assert np.array_equal(alphas[1], np.round((255 + translucent[..., 3].astype(np.float64)) / 2).astype(np.uint8))
+    out = tmp_path / f"opaque{tmp_path.joinpath(name).suffix}"
+    result = run("interpolate", opaque, "-o", out, "--input-fps", "10", *TINY, *codec)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(out)) as container:
+        held = av.VideoFormat(container.streams.video[0].codec_context.pix_fmt)
+    assert not any(c.is_alpha for c in held.components), held.name

@@ -80,6 +80,17 @@ def _dynamic_hdr(names) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _alpha_left_out(given, path: Path) -> None:
+    """One warning where the probe says the video's alpha is left out of its pages (VP8's or VP9's,
+    which Matroska holds beside each frame): the output is opaque, as a local run's where the alpha
+    is not read. A cloud from before states nothing, and nothing is said."""
+    if type(given) is not bool:
+        raise CodecError("the cloud's probe: alpha_left_out must be true or false")
+    if given:
+        warnings.warn(f"{path}: its VP8 or VP9 video carries alpha beside each frame, which a cloud source's pages do not "
+                      "carry (its packets alone): the alpha is left out, and the output is opaque")
+
+
 def _time(packet) -> Fraction:
     stamp = packet.dts if packet.dts is not None else packet.pts
     return (stamp or 0) * packet.time_base
@@ -123,6 +134,8 @@ class RemoteVideo(VideoClip):
         except ValueError as exc:
             raise CodecError(f"the cloud's probe: {exc}") from None
         self.dynamic_hdr = _dynamic_hdr(probe.get("dynamic_hdr", []))  # a cloud from before states none
+        _alpha_left_out(probe.get("alpha_left_out", False), self.path)
+        self.alpha = self.alpha_pix_fmt = None  # decoded by FFmpeg's own decoder: the colour alone
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
@@ -237,6 +250,7 @@ class RemoteVideo(VideoClip):
                 self._hold(p)
                 packet = owned_packet(p.data, av)  # not lent: a frame-threaded decoder let go of mid-stream hung
                 packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, time_base
+                packet.is_keyframe = p.key  # a packet not marked so, PNG's decoder adds to the picture before it
                 yield from decoder.decode(packet)
             if page.next is None:
                 break

@@ -37,6 +37,7 @@ from ..media.frames import check_size
 from ..media.packets import Work
 from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, main_video, self_contained
 from ..media.video import VideoClip, rgb
+from ..media.webm_alpha import marked_alpha
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 from .names import open_beneath, resolve
 from .ranges import CURSORS, Cursor
@@ -121,6 +122,7 @@ class Scan:
     aspect: Fraction | None  # the sample aspect ratio (anamorphic pixels)
     labels: Labels  # the title, chapters and tags that the output keeps
     dynamic_hdr: tuple[str, ...]  # its dynamic HDR metadata (HDR10+, Dolby Vision), named: no output keeps it
+    alpha_left_out: bool  # VP8's or VP9's alpha beside each frame (a WebM's), which the pages do not carry
 
 
 def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -154,7 +156,8 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
-                    display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band))
+                    display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
+                    marked_alpha(stream))
 
 
 class FileCache:
@@ -209,13 +212,14 @@ class SourceVideo:
 
     def probe(self) -> dict:
         """What a client plans a run with: the frame count, rate, size, colour, the file's streams and
-        labels, and the dynamic HDR metadata its output leaves out (which a client says)."""
+        labels, and what its output leaves out, which a client says: the dynamic HDR metadata, and
+        VP8's or VP9's alpha, which a page's packets do not carry (Matroska holds it beside them)."""
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
                 "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
                 "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect),
-                "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr)}
+                "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr), "alpha_left_out": s.alpha_left_out}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""

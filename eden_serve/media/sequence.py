@@ -13,8 +13,9 @@ and sRGB's transfer, and YUV made of them BT.709's matrix in limited range, wher
 them; else it states none, and YUV is converted by BT.601's matrix, which a reader of it takes
 (:func:`stateable`). Images with alpha keep it where the encoder has a format with alpha (chosen as
 for a video with alpha: APNG's rgba, VP9's and WebP's yuva420p, ProRes 4444, FFV1, QuickTime
-RLE's argb), a middle's made of its neighbours' as a video's is; else it is dropped, said once. The
-images' own colour chunks (an ICC profile) are not carried into the video.
+RLE's argb), a middle's made of its neighbours' as a video's is; else it is dropped, said once. Any
+image's alpha gives the video alpha, an opaque image among them opaque. The images' own colour
+chunks (an ICC profile) are not carried into the video.
 """
 
 from __future__ import annotations
@@ -80,17 +81,19 @@ def refuse_input_fps(clip: Clip, dst: str | Path, input_fps: Fraction | None) ->
 
 class SequenceWriter(VideoWriter):
     """A directory's images as a video: a :class:`~.video_writer.VideoWriter` whose stream is made
-    like the first image (its size, and 8 or 16 bits of RGB), with no other stream to copy, whose
-    originals are converted from their pixels as the middles are. Like every video output, it is
-    encoded whole again by a resumed run (``continues`` is False; the middles come from the cache)."""
+    like the first image (its size, and 8 or 16 bits of RGB), with alpha where any image has it, with
+    no other stream to copy, whose originals are converted from their pixels as the middles are.
+    Like every video output, it is encoded whole again by a resumed run (``continues`` is False; the
+    middles come from the cache)."""
+
+    alpha_of = "images'"
 
     def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming, encoding):
         first = next(iter(clip))
-        deep, alpha = first.depth == 16, _has_alpha(first)
+        deep, alpha = first.depth == 16, _any_alpha(clip)
         # RGBA images: a format with alpha where the encoder has one, as a video with alpha (:func:`~.pixel_formats.output_pix_fmt`).
         self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
                                       pix_fmt=("rgba64le" if deep else "rgba") if alpha else "rgb48le" if deep else "rgb24")
-        self._alpha_of_what = "images'"
         super().__init__(tmp, dst, clip, retiming, encoding)
         if not alpha:  # (images with alpha into an output without: said as a video's is, webm_alpha.settle_output)
             self.alpha = None  # opaque images: an alpha plane asked for (--pix-fmt yuva420p) is opaque, as swscale fills it
@@ -163,3 +166,20 @@ def _has_alpha(frame: Frame) -> bool:
         return frame.alpha is not None
     image = frame.image
     return "A" in image.getbands() or "transparency" in image.info
+
+
+def _any_alpha(clip: Clip) -> bool:
+    """Whether any of the images has alpha (the first did not decide it for them all: a translucent
+    image after an opaque first was written opaque). Each is asked of its header, as Pillow opens it
+    without decoding its pixels; one Pillow cannot open is decoded as its frame will be."""
+    for frame in clip:
+        try:
+            with Image.open(frame.path) as image:
+                if "A" in image.getbands() or "transparency" in image.info:
+                    return True
+                continue
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            pass  # a 16-bit TIFF Pillow has no mode for; a broken or huge file, which its frame's reading refuses
+        if _has_alpha(frame):
+            return True
+    return False

@@ -10,7 +10,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import torch
 
 from ..errors import BadInputError
@@ -22,8 +21,9 @@ from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, import_av
 from .mastering import add_video_stream
+from .output_alpha import AlphaWriting
 from .palette import RGB, Palettes
-from .pixel_formats import Y4M_PIX_FMTS, bits, output_colour, same_matrix, say_lost
+from .pixel_formats import Y4M_PIX_FMTS, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .siting import Subsampler, output_siting, stated
@@ -53,24 +53,7 @@ def lead(clip: Clip) -> Fraction:
     return Fraction(0) if start is None else max(Fraction(0), -start)
 
 
-def packed_alpha(pix_fmt: str) -> tuple[int, int, np.dtype] | None:
-    """Where a format packs alpha beside the colours in one plane: the alpha's byte offset in a
-    pixel, the pixel's bytes and the alpha's type (its byte order), found by converting one opaque
-    black pixel; None for a plane of alpha alone."""
-    av = import_av()
-    format = av.VideoFormat(pix_fmt)
-    alpha = next(c for c in format.components if c.is_alpha)
-    if sum(c.plane == alpha.plane for c in format.components) == 1:
-        return None
-    probe = av.VideoFrame.from_ndarray(np.array([[[0, 0, 0, 65535]]], np.uint16), format="rgba64le").reformat(format=pix_fmt)
-    width = 2 if alpha.bits > 8 else 1
-    size = width * sum(c.plane == alpha.plane for c in format.components)
-    first = bytes(probe.planes[alpha.plane])[:size]
-    offset = next(i for i in range(0, size, width) if first[i:i + width] == b"\xff" * width)
-    return offset, size, np.dtype(">u2" if pix_fmt.endswith("be") else "<u2") if width == 2 else np.dtype(np.uint8)
-
-
-class VideoWriter(ClipWriter):
+class VideoWriter(AlphaWriting, ClipWriter):
     """The output video, with the input's audio and subtitles.
 
     Timing: each frame is due at its time (an original at its own, a middle at its position
@@ -88,6 +71,8 @@ class VideoWriter(ClipWriter):
     re-encoded in its container's default codec (:mod:`.audio`), or left out where it holds no audio;
     subtitles and attachments it cannot hold are left out with a warning; data streams
     (time codes) are not copied, nor anything from a piped input."""
+
+    alpha_of = "input's"  # whose alpha a warning says is dropped, where the output holds none
 
     def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming: Retiming, encoding: Encoding):
         av = import_av()
@@ -113,7 +98,7 @@ class VideoWriter(ClipWriter):
         try:
             self._add_video(clip, encoding, av)
             self._add_streams(clip, av)
-            settle_output(self.stream, self._given, self.pix_fmt, dst, getattr(self, "_alpha_of_what", "input's"))
+            settle_output(self.stream, self._given, self.pix_fmt, dst, self.alpha_of)
         except BaseException:
             self.close()
             raise
@@ -182,7 +167,7 @@ class VideoWriter(ClipWriter):
         # state none for a middle made of RGB.
         self.tags = {"color_primaries": written.primaries, "color_trc": written.transfer, "colorspace": written.matrix,
                      "color_range": written.range}
-        self._hold_alpha(av)
+        self._hold_alpha()
         # The planes this writer takes as they are (:mod:`.planes`): those it converts RGB to.
         self.planes = plane_format(self.pix_fmt, source.width, source.height, written.matrix, written.range == FULL, self.siting)
         frames = self.retiming.frames(clip.length, clip.rate) if clip.length and not clip.piped else None  # unknown: a pipe's
@@ -196,13 +181,6 @@ class VideoWriter(ClipWriter):
         self._none = av.video.frame.PictureType.NONE
         self._clip = clip  # its display matrix, known once its first frame is decoded
         self._from_image = av.VideoFrame.from_image
-
-    def _hold_alpha(self, av) -> None:
-        """The plane of the output's alpha, where it has one: a middle's is its neighbours' (:meth:`_alpha`)."""
-        self.alpha = next((c.plane for c in av.VideoFormat(self.pix_fmt).components if c.is_alpha), None)
-        self.alpha_dtype = np.uint16 if bits(self.pix_fmt) > 8 else np.uint8
-        self._alphas: list[tuple[Frame, np.ndarray]] = []  # (original, its alpha): the two latest
-        self.packed = packed_alpha(self.pix_fmt) if self.alpha is not None else None
 
     def _add_copies(self, clip: Clip, av) -> None:
         copy_labels(clip.container, clip.stream, self.container, self.stream, self.lead)
@@ -307,8 +285,9 @@ class VideoWriter(ClipWriter):
         self.shown += 1
 
     def _original(self, original: Frame):
-        """An original as the output shows it: its decoded picture in the output's format (:meth:`_as_output`)."""
-        return self._as_output(original.raw)
+        """An original as the output shows it: its decoded picture in the output's format (:meth:`_as_output`),
+        its own alpha (:mod:`.output_alpha`)."""
+        return self._own_alpha(original.raw, self._as_output(original.raw))
 
     def _converted(self, picture):
         """A middle (or an image) in the output's pixel format, from the edge's planes or from RGB."""
@@ -326,42 +305,6 @@ class VideoWriter(ClipWriter):
         if self.recolour or (raw.format.name, raw.width, raw.height) != (self.pix_fmt, self.stream.width, self.stream.height):
             return raw.reformat(self.stream.width, self.stream.height, self.pix_fmt, **self.convert)
         return raw
-
-    def _alpha(self, frame, before: Frame, after: Frame, position: Fraction) -> None:
-        """The model sees colour alone: a middle's alpha is its neighbours', blended by its position,
-        as an image's middle takes the mean of its neighbours' (made of RGB, it was opaque)."""
-        ends = [self._alpha_of(f) for f in (before, after)]
-        blended = ends[0] + (ends[1].astype(np.float64) - ends[0]) * float(position)
-        self._samples(frame)[:] = np.round(blended).astype(self.alpha_dtype)
-
-    def _samples(self, frame) -> np.ndarray:
-        """A picture's alpha samples [H, W], in place: its alpha plane, or in a packed format (rgba,
-        argb, APNG's rgba64be) every pixel's alpha bytes, where the colours' are beside them."""
-        plane = frame.planes[self.alpha]
-        if self.packed is None:
-            return np.frombuffer(plane, self.alpha_dtype).reshape(plane.height, -1)[:, :plane.width]
-        offset, size, dtype = self.packed
-        pixels = np.frombuffer(plane, np.uint8).reshape(plane.height, -1)[:, :frame.width * size].reshape(frame.height, frame.width, size)
-        return pixels[..., offset:offset + dtype.itemsize].view(dtype)[..., 0]
-
-    def _plane(self, frame) -> np.ndarray:
-        """The alpha of a picture in the output's format, [H, W], a copy of it (the picture goes to the encoder)."""
-        return self._samples(frame).astype(self.alpha_dtype)
-
-    def _alpha_of(self, original: Frame) -> np.ndarray:
-        """An original's alpha as the output holds it: converted once, and kept while a middle may
-        border it. A middle's next original comes after it, so only the two latest are kept."""
-        kept = next((plane for frame, plane in self._alphas if frame is original), None)
-        return kept if kept is not None else self._keep_alpha(original, self._original(original))
-
-    def _keep_alpha(self, original: Frame, frame) -> np.ndarray:
-        """``original``'s alpha plane, taken from ``frame`` (it in the output's format) where it is not kept yet."""
-        for kept, plane in self._alphas:
-            if kept is original:
-                return plane
-        plane = self._plane(frame)
-        self._alphas = [*self._alphas[-1:], (original, plane)]
-        return plane
 
     def add(self, frame):
         self._show(frame, frame.time, frame)
