@@ -35,6 +35,7 @@ from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, PIPE, Clip, ClipWriter, Decoded, Frame, matched
 from .encoding import VIDEO_EXTRA, Encoding
 from .frames import PNG_MODES, png_bytes, png_of
+from .icc import LeftOut
 from .resume import Journal, Tally, start_afresh, sync
 from .colour import Colour
 from .sequence import SequenceWriter, makes_video, time_sequence
@@ -108,8 +109,10 @@ class DirectoryWriter(ClipWriter):
     """Output frame k is ``%06d.png`` (k = 0, 1, ...: the pattern ffmpeg and most tools read): a PNG
     original copied byte for byte, any other decoded and written as PNG (lossless, and in its own
     mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float). A 16-bit RGB
-    frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs. A middle carries the colour
-    chunks of the frame before it (its ICC profile, gamma, cICP...), so it is shown as that frame is."""
+    frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs. An original written anew
+    carries its file's ICC profile, and a middle the colour chunks of the frame before it (its ICC
+    profile, gamma, cICP...), so each is shown as its frame is; a profile that does not describe the
+    pixels written (a CMYK JPEG's) is left out, said once (:mod:`.icc`)."""
 
     continues = True
 
@@ -118,6 +121,7 @@ class DirectoryWriter(ClipWriter):
         self.count = 0 if state is None else state["count"]
         self.unsynced: list[Path] = []
         self.tally = Tally()
+        self.left_out = LeftOut()
         if state is not None:
             self._restore(state)
 
@@ -153,10 +157,11 @@ class DirectoryWriter(ClipWriter):
             png = file.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
         if png:
             shutil.copyfile(frame.path, self._next())
-        elif frame.pixels is not None:
-            self._write(lambda path: path.write_bytes(png_of(frame.pixels.numpy())))
-        else:
-            self._write(lambda path: _png_ready(frame.image).save(path, format="PNG"))
+            return
+        if frame.profile_left_out:
+            self.left_out.say(f"{frame.path}: its ICC profile is left out of the output: {frame.profile_left_out}")
+        png = png_of(frame.pixels.numpy()) if frame.pixels is not None else png_bytes(_png_ready(frame.image))
+        self._write(lambda path: path.write_bytes(with_chunks(png, frame.shown_as)))
 
     def add_middle(self, middle, before, after, position=HALF):
         picture = matched(middle, before, after)
