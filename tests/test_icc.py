@@ -18,9 +18,8 @@ from PIL import Image
 
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
-from eden_serve.media import icc
-from eden_serve.media.atomic import save_image
-from eden_serve.media.base import Frame, matched
+from eden_serve.media import icc, save_middle
+from eden_serve.media.base import Frame
 from eden_serve.media.frames import to_pixels
 from eden_serve.wire.png import rgb16_png
 
@@ -106,7 +105,7 @@ def pictures(count: int, mode: str = "RGB"):
 def write_frames(folder, kind: str, icc_profile: bytes, count: int = 3):
     """``count`` frames of ``kind`` carrying ``icc_profile`` in ``folder``."""
     folder.mkdir()
-    for k, image in enumerate(pictures(count, "CMYK" if kind == "cmyk" else "RGB")):
+    for k, image in enumerate(pictures(count, {"cmyk": "CMYK", "grey": "L"}.get(kind, "RGB"))):
         if kind == "png":
             buffer = io.BytesIO()
             image.save(buffer, format="PNG")
@@ -116,7 +115,8 @@ def write_frames(folder, kind: str, icc_profile: bytes, count: int = 3):
         elif kind == "tiff16":
             (folder / f"f{k}.tif").write_bytes(tiff16(np.asarray(image).astype(np.uint16) * 257 + k, icc_profile))
         else:
-            fmt, suffix, options = {"jpeg": ("JPEG", ".jpg", {"quality": 95}), "cmyk": ("JPEG", ".jpg", {"quality": 95}),
+            jpeg = ("JPEG", ".jpg", {"quality": 95})
+            fmt, suffix, options = {"jpeg": jpeg, "cmyk": jpeg, "grey": jpeg,
                                     "webp": ("WEBP", ".webp", {"lossless": True}), "tiff": ("TIFF", ".tif", {})}[kind]
             image.save(folder / f"f{k}{suffix}", format=fmt, icc_profile=icc_profile, **options)
     return folder
@@ -148,15 +148,16 @@ def test_the_profiles_built_here_parse_and_only_srgbs_is_taken_for_it():
     assert not icc.fits(profile(b"CMYK"), "CMYK") and not icc.fits(None, "RGB")  # a CMYK image is written as RGB
 
 
-@pytest.mark.parametrize("kind", ["png", "png16", "jpeg", "webp", "tiff", "tiff16"])
+@pytest.mark.parametrize("kind", ["png", "png16", "jpeg", "webp", "tiff", "tiff16", "grey"])
 def test_every_frame_of_images_with_a_profile_carries_it(tmp_path, kind):
     """The originals (a PNG copied, any other written anew as PNG) and the middles: each output
-    frame states the profile its frame's file does, with nothing said. A 16-bit TIFF's originals,
-    written from their 16-bit pixels, carried none."""
-    src = write_frames(tmp_path / "src", kind, WIDE)
+    frame states the profile its frame's file does, with nothing said (a grey JPEG's grey profile on
+    grey frames). A 16-bit TIFF's originals, written from their 16-bit pixels, carried none."""
+    stated = profile(b"GRAY", 2.2) if kind == "grey" else WIDE
+    src = write_frames(tmp_path / "src", kind, stated)
     assert said(lambda: interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False)) == []
     outputs = sorted((tmp_path / "out").iterdir())
-    assert len(outputs) == 5 and [profile_of(path) for path in outputs] == [WIDE] * 5
+    assert len(outputs) == 5 and [profile_of(path) for path in outputs] == [stated] * 5
 
 
 def test_a_profile_that_does_not_describe_the_pixels_written_is_left_out_and_said_once(tmp_path):
@@ -166,25 +167,28 @@ def test_a_profile_that_does_not_describe_the_pixels_written_is_left_out_and_sai
     lines = said(lambda: interpolate_clip(src, tmp_path / "out", pairwise(blend), progress=False))
     assert len(lines) == 1 and "left out" in lines[0] and "CMYK" in lines[0]
     assert all(profile_of(path) is None for path in (tmp_path / "out").iterdir())
+    before, after = (Frame(i, f"frame{i}", path=src / f"f{i}.jpg") for i in range(2))  # a pair's middle alike
+    lines = said(lambda: save_middle(blend(0, before, after, 0), before, after, tmp_path / "middle.jpg"))
+    assert len(lines) == 1 and "CMYK" in lines[0] and profile_of(tmp_path / "middle.jpg") is None
 
 
 @pytest.mark.parametrize("suffix, kept", [(".png", True), (".jpg", True), (".webp", True), (".tif", True),
                                           (".bmp", False), (".ppm", False)])
 def test_a_pairs_middle_carries_the_profile_where_its_format_has_a_place(tmp_path, suffix, kept):
-    """As the command writes a pair's middle (after the frame before): a JPEG or WebP middle lost the
-    profile silently; a BMP or PPM, which has no place for one, now says it is left out, once; an sRGB
-    profile left out changes nothing, and is not said."""
+    """As the command writes a pair's middle (after the frame before): a JPEG, WebP or TIFF middle lost
+    the profile silently; a BMP or PPM, which has no place for one, now says it is left out, once; an
+    sRGB profile left out changes nothing, and is not said."""
     src = write_frames(tmp_path / "src", "png", WIDE, 2)
     before, after = (Frame(i, f"frame{i}", path=src / f"f{i}.png") for i in range(2))
     middle = blend(0, before, after, 0)
-    lines = said(lambda: save_image(matched(middle, before, after), tmp_path / f"middle{suffix}", before.shown_as))
+    lines = said(lambda: save_middle(middle, before, after, tmp_path / f"middle{suffix}"))
     assert profile_of(tmp_path / f"middle{suffix}") == (WIDE if kept else None)
     assert len(lines) == (0 if kept else 1)
     if not kept:
         assert "left out" in lines[0] and f"middle{suffix}" in lines[0]
         plain = write_frames(tmp_path / "srgb", "png", SRGB_LIKE, 1)
         srgb = Frame(0, "srgb", path=plain / "f0.png")
-        assert said(lambda: save_image(srgb.image, tmp_path / f"srgb{suffix}", srgb.shown_as)) == []
+        assert said(lambda: save_middle(middle, srgb, srgb, tmp_path / f"srgb{suffix}")) == []
 
 
 @pytest.mark.parametrize("icc_profile, stated", [(WIDE, (2, 2)), (SRGB_LIKE, (1, 13)), (None, (1, 13))],

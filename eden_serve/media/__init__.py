@@ -21,6 +21,7 @@ import itertools
 import os
 import re
 import shutil
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
@@ -28,7 +29,7 @@ from typing import Iterator
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from .atomic import atomic_output, named, remove_partial
+from .atomic import atomic_output, named, remove_partial, save_image
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE, with_chunks
 from .animation import ANIMATION_FORMATS, AnimationClip
@@ -45,7 +46,7 @@ from .video import RawVideo, VideoClip
 from .video_writer import VideoWriter
 
 __all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "RawVideo", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
-           "open_clip", "time_sequence", "write_clip"]
+           "open_clip", "save_middle", "time_sequence", "write_clip"]
 
 
 def natural_key(name: str) -> tuple:
@@ -264,6 +265,16 @@ def open_clip(path: str | Path, max_pixels: int | None = None, raw: RawVideo | N
     except BadInputError:
         image.close()
         raise
+
+
+def save_middle(middle, before: Frame, after: Frame, dst: str | Path) -> None:
+    """A pair's ``middle`` saved to ``dst`` (:func:`~.atomic.save_image`) as a directory clip writes
+    one: in the mode of the frame ``before`` (:func:`~.base.matched`), shown as it is (its colour
+    chunks; its ICC profile in a format other than PNG). A profile of its that describes other
+    pixels than those written is said to be left out, as a directory clip says it."""
+    if before.profile_left_out:
+        warnings.warn(f"{before.path}: its ICC profile is left out of the output: {before.profile_left_out}")
+    save_image(matched(middle, before, after), dst, before.shown_as)
 
 
 @contextlib.contextmanager
