@@ -25,6 +25,7 @@ _DOLBY_T35 = bytes([0xB5, 0x00, 0x3B, 0x00, 0x00, 0x08, 0x00])  # country, provi
 _HDR10_PLUS_T35 = bytes([0xB5, 0x00, 0x3C, 0x00, 0x01, 0x04])  # country, provider, provider's code, application
 _SEI_NAL = {"hevc": 39, "h264": 6}  # prefix SEI
 _SEI_T35 = 4  # user_data_registered_itu_t_t35
+SEI_MESSAGES = 64  # read of one SEI unit at most: an encoder writes a handful
 
 
 def annex_b(data: bytes) -> Iterator[bytes]:
@@ -75,10 +76,13 @@ def _unescaped(unit: bytes) -> bytes:
 def sei_messages(rbsp: bytes) -> Iterator[tuple[int, bytes]]:
     """An SEI NAL unit's messages (its payload after the header, unescaped), as (type, payload):
     each type and size a run of 0xFF bytes and the byte ending it, summed; stops at the RBSP's stop
-    bit or at a size past the end."""
+    bit, at a size past the end, or after :data:`SEI_MESSAGES` (a unit of countless empty messages is
+    not read to its end)."""
     at = 0
     try:
-        while at < len(rbsp) and rbsp[at:] != b"\x80":
+        for _ in range(SEI_MESSAGES):
+            if at >= len(rbsp) or at == len(rbsp) - 1 and rbsp[at] == 0x80:  # the stop bit's byte ends them
+                return
             values = []
             for _ in range(2):
                 value = 0
