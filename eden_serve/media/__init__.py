@@ -37,6 +37,7 @@ from .base import HALF, PIPE, Clip, ClipWriter, Decoded, Frame, matched
 from .encoding import VIDEO_EXTRA, Encoding
 from .frames import PNG_MODES, png_bytes, png_of
 from .icc import LeftOut
+from .png_colour import lost_in_copy
 from .resume import Journal, Tally, start_afresh, sync
 from .colour import Colour
 from .sequence import SequenceWriter, makes_video, time_sequence
@@ -271,10 +272,15 @@ def save_middle(middle, before: Frame, after: Frame, dst: str | Path) -> None:
     """A pair's ``middle`` saved to ``dst`` (:func:`~.atomic.save_image`) as a directory clip writes
     one: in the mode of the frame ``before`` (:func:`~.base.matched`), shown as it is (its colour
     chunks; its ICC profile in a format other than PNG). A profile of its that describes other
-    pixels than those written is said to be left out, as a directory clip says it."""
+    pixels than those written is said to be left out, as a directory clip says it; so are, in a
+    format other than PNG, the colour chunks whose loss shows it otherwise (:func:`.png_colour.lost_in_copy`)."""
     if before.profile_left_out:
         warnings.warn(f"{before.path}: its ICC profile is left out of the output: {before.profile_left_out}")
     save_image(matched(middle, before, after), dst, before.shown_as)
+    fmt = Image.registered_extensions().get(Path(dst).suffix.lower())
+    if fmt != "PNG" and (lost := lost_in_copy(before.shown_as)):
+        warnings.warn(f"{before.path}: its colour chunks {lost} are left out of {dst}: {fmt} has no place for them, and a reader shows the middle "
+                      "otherwise than the frame before (as sRGB, or by its ICC profile where it has one)")
 
 
 @contextlib.contextmanager

@@ -11,18 +11,26 @@ itself where the encoder takes it (libx264rgb, ``--pix-fmt gbrp`` for VP9). The 
 as sRGB, which is what a PNG without colour chunks is shown as: the video states BT.709's primaries
 and sRGB's transfer, and YUV made of them BT.709's matrix in limited range, where it has a place for
 them; else it states none, and YUV is converted by BT.601's matrix, which a reader of it takes
-(:func:`stateable`). Images with alpha keep it where the encoder has a format with alpha (chosen as
+(:func:`stateable`). A PNG's colour chunks say otherwise (:mod:`.png_colour`): a cICP's primaries
+and transfer are stated (PQ or HLG in BT.2020: YUV made by BT.2020's matrix, 16-bit images in 10
+bits), with HDR10's metadata of its mDCv and cLLi chunks where the encoder or the container has a
+place for it (:mod:`.mastering`, :meth:`~.colour.Colour.parameters`; else said); gAMA and cHRM of
+other than sRGB's values leave primaries and transfer unstated, said once. Where the output has no
+place for primaries and transfer other than sRGB's, one line says they are left out. The first
+image decides the video's colour; an image whose chunks say another is said once, by name. Images with alpha keep it where the encoder has a format with alpha (chosen as
 for a video with alpha: APNG's rgba, VP9's and WebP's yuva420p, ProRes 4444, FFV1, QuickTime
 RLE's argb), a middle's made of its neighbours' as a video's is; else it is dropped, said once. Any
 image's alpha gives the video alpha, an opaque image among them opaque. An image's own ICC profile
 has no place here (FFmpeg's writers take none through PyAV): where one other than sRGB's is left
 out, one warning says so, and where the first image has one the output states no primaries or
-transfer rather than sRGB's, which its colours are not (:mod:`.icc`).
+transfer rather than sRGB's, which its colours are not (:mod:`.icc`); not where a cICP chunk
+outranks it, as a reader of the PNG takes that instead.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,8 +42,8 @@ from PIL import Image
 from ..errors import BadInputError
 from .atomic import VIDEO_SUFFIXES
 from .base import PIPE, Clip, Frame
-from . import icc
-from .colour import LIMITED, UNSPECIFIED, Colour
+from . import icc, png_colour
+from .colour import UNSPECIFIED, Colour
 from .encoders import output_encoder
 from .pixel_formats import BT601, CONTAINER_HOLDS, STREAM_HOLDS, bits
 from .timing import MAX_FPS
@@ -45,9 +53,7 @@ from .video_writer import VideoWriter
 # animations FFmpeg writes (GIF, APNG, animated WebP).
 SEQUENCE_SUFFIXES = VIDEO_SUFFIXES | {".gif", ".apng", ".webp"}
 DEFAULT_RATE = Fraction(25)  # FFmpeg's image2 demuxer's, where -framerate is not given
-# AVCOL_PRI_BT709, AVCOL_TRC_IEC61966_2_1 (sRGB), AVCOL_SPC_RGB: sRGB pixels; YUV made of them is
-# converted by BT.709's matrix (:func:`~.pixel_formats.yuv_matrix`) into limited range.
-SRGB = Colour(primaries=1, transfer=13, matrix=0, range=LIMITED)
+SRGB = png_colour.SRGB  # what images without colour chunks are taken as
 
 
 def makes_video(dst: str | Path) -> bool:
@@ -97,8 +103,11 @@ class SequenceWriter(VideoWriter):
         # RGBA images: a format with alpha where the encoder has one, as a video with alpha (:func:`~.pixel_formats.output_pix_fmt`).
         self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
                                       pix_fmt=("rgba64le" if deep else "rgba") if alpha else "rgb48le" if deep else "rgb24")
-        self._unstated = icc.matters(first.profile)  # its colours are the profile's, not sRGB's: not claimed
-        self.left_out = icc.LeftOut()
+        self._shown = png_colour.shown(first.shown_as, first.profile)  # the first image's colour is the video's
+        self._unstated = self._shown.by == "iCCP" and self._shown.colour == png_colour.UNSTATED  # the profile's: not claimed
+        self.left_out, self.other = icc.LeftOut(), icc.LeftOut()
+        if self._shown.said:
+            warnings.warn(f"{first.path}: {self._shown.said}")
         super().__init__(tmp, dst, clip, retiming, encoding)
         if not alpha:  # (images with alpha into an output without: said as a video's is, webm_alpha.settle_output)
             self.alpha = None  # opaque images: an alpha plane asked for (--pix-fmt yuva420p) is opaque, as swscale fills it
@@ -108,7 +117,7 @@ class SequenceWriter(VideoWriter):
 
     def _add_video(self, clip: Clip, encoding, av) -> None:
         name = output_encoder(self.container, encoding, self._first, self.dst)  # the writer's own choice, made again
-        colour = Colour(matrix=clip.colour.matrix, range=clip.colour.range) if self._unstated else clip.colour
+        colour = replace(self._shown.colour, matrix=clip.colour.matrix, range=clip.colour.range)
         clip.colour = stateable(colour, self.container.format.name, av.Codec(name, "w").canonical_name)
         super()._add_video(clip, encoding, av)
 
@@ -118,9 +127,13 @@ class SequenceWriter(VideoWriter):
     def _original(self, original: Frame):
         """An image as the output shows it: its RGB pixels converted as a middle's are, with its alpha
         where the output holds alpha (opaque for an image without)."""
-        if icc.matters(original.profile):
+        seen = png_colour.shown(original.shown_as, original.profile)
+        if seen.by == "iCCP" and icc.matters(original.profile):
             self.left_out.say(f"{original.path}: its ICC profile is left out of the output: {self.dst.name} carries none here"
                               + ("; it states no primaries or transfer rather than sRGB's, which the images' are not" if self._unstated else ""))
+        elif seen.tags() != self._shown.tags():
+            self.other.say(f"{original.path}: its colour chunks say it is shown otherwise than the first image ({seen.by or 'none'}: "
+                           f"{_named(seen.colour)}, not {_named(self._shown.colour)}): {self.dst.name} states the first image's colour")
         picture = _rgb(original.picture)
         if self.alpha is None:
             return super()._converted(picture)
@@ -139,16 +152,24 @@ class SequenceWriter(VideoWriter):
 
 
 def stateable(colour: Colour, container: str, codec: str) -> Colour:
-    """sRGB as far as the output's ``container`` and ``codec`` can state it (:data:`~.pixel_formats.CONTAINER_HOLDS`,
-    :data:`~.pixel_formats.STREAM_HOLDS`): the primaries and transfer where they have a place, else
-    none (a reader takes sRGB's anyway: a GIF, an APNG, an AVI); and YUV converted by BT.709's matrix
-    where the output states it, else by BT.601's, which a reader of an output that cannot state one
-    (Y4M, AVI's MPEG-4, lossy WebP) converts back by. Nothing of sRGB is left out that a reader
-    would not take anyway, so nothing is said. (``colour`` without primaries or transfer: images
-    whose profile is not sRGB's, which the output does not claim.)"""
+    """The images' colour as far as the output's ``container`` and ``codec`` can state it
+    (:data:`~.pixel_formats.CONTAINER_HOLDS`, :data:`~.pixel_formats.STREAM_HOLDS`): sRGB's primaries
+    and transfer where they have a place, else none (a reader takes sRGB's anyway: a GIF, an APNG, an
+    AVI), so nothing is said; and YUV converted by BT.709's or BT.2020's matrix where the output
+    states it, else by BT.601's, which a reader of an output that cannot state one (Y4M, AVI's
+    MPEG-4, lossy WebP) converts back by. Other primaries and transfer (a cICP's) are kept for the
+    writer, which says in one line where the output has no place for them
+    (:func:`~.pixel_formats.say_lost`). (``colour`` without primaries or transfer: images whose
+    profile, or gamma and chromaticities, are not sRGB's, which the output does not claim.)"""
     held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
-    return Colour(colour.primaries if "primaries" in held else UNSPECIFIED, colour.transfer if "transfer" in held else UNSPECIFIED,
-                  colour.matrix if "matrix" in held else BT601, colour.range)
+    srgb = (colour.primaries, colour.transfer) == (SRGB.primaries, SRGB.transfer)
+    return replace(colour, primaries=colour.primaries if "primaries" in held or not srgb else UNSPECIFIED,
+                   transfer=colour.transfer if "transfer" in held or not srgb else UNSPECIFIED,
+                   matrix=colour.matrix if "matrix" in held else BT601)
+
+
+def _named(colour: Colour) -> str:
+    return f"primaries {colour.primaries}, transfer {colour.transfer}" + (", HDR10 metadata" if colour.mastering or colour.light else "")
 
 
 def _rgb(picture):

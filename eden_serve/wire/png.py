@@ -65,22 +65,29 @@ def icc_chunk(profile: bytes) -> bytes:
 MAX_PROFILE_BYTES = 1 << 24  # an ICC profile inflated from an iCCP chunk, at most: a JPEG's APP2 segments hold about as much
 
 
+def chunk_bodies(chunks: bytes) -> dict[bytes, bytes]:
+    """The body of each kind of chunk among whole ``chunks`` (:func:`colour_chunks`), by its type: the
+    first of a kind, as PNG allows one of each (a decoder passes over the others)."""
+    at, found = 0, {}
+    while at + _CHUNK.size <= len(chunks):
+        length, kind = _CHUNK.unpack_from(chunks, at)
+        found.setdefault(kind, chunks[at + _CHUNK.size:at + _CHUNK.size + length])
+        at += _CHUNK.size + length + 4
+    return found
+
+
 def icc_profile(chunks: bytes) -> bytes | None:
     """The ICC profile of the iCCP chunk among whole ``chunks`` (:func:`colour_chunks`), inflated; None
     where there is none, or it does not inflate within :data:`MAX_PROFILE_BYTES`."""
-    at = 0
-    while at + _CHUNK.size <= len(chunks):
-        length, kind = _CHUNK.unpack_from(chunks, at)
-        body = chunks[at + _CHUNK.size:at + _CHUNK.size + length]
-        at += _CHUNK.size + length + 4
-        if kind == b"iCCP" and (name_end := body.find(b"\0")) >= 0:  # a name, a NUL, the compression method, the profile
-            inflater = zlib.decompressobj()
-            try:
-                profile = inflater.decompress(body[name_end + 2:], MAX_PROFILE_BYTES)
-            except zlib.error:
-                return None
-            return profile if profile and not inflater.unconsumed_tail else None
-    return None
+    body = chunk_bodies(chunks).get(b"iCCP", b"")
+    if (name_end := body.find(b"\0")) < 0:  # a name, a NUL, the compression method, the profile
+        return None
+    inflater = zlib.decompressobj()
+    try:
+        profile = inflater.decompress(body[name_end + 2:], MAX_PROFILE_BYTES)
+    except zlib.error:
+        return None
+    return profile if profile and not inflater.unconsumed_tail else None
 
 
 def with_chunks(png: bytes, chunks: bytes) -> bytes:
