@@ -19,11 +19,11 @@ from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding, save_middle
 from eden_serve.media.base import Frame
-from eden_serve.media.colour import Colour
+from eden_serve.media.colour import LIMITED, Colour
 from eden_serve.media.frames import png_bytes
 from eden_serve.wire.png import rgb16_png, with_chunks
-from harness.videos import gradient
-from test_colour import P3, blend, same_metadata, stated
+from harness.videos import gradient, make_graded_clip
+from test_colour import P3, blend, png_chunks, same_metadata, stated
 
 av = pytest.importorskip("av")
 
@@ -149,3 +149,25 @@ def test_mdcv_and_clli_are_read_in_their_units():
     from eden_serve.media.png_colour import shown
     colour = shown(HDR10).colour
     assert colour.mastering == P3 and colour.light == (1000, 400) and colour.mastering.luminance == (Fraction(1, 200), 1000)
+
+
+def apng_chunks(path) -> dict[bytes, bytes]:
+    """An APNG's chunks before its first frame, by type."""
+    chunks = png_chunks(path.read_bytes())
+    return dict(chunks[:[kind for kind, _ in chunks].index(b"IDAT")])
+
+
+def test_an_apng_states_the_cicp_as_full_range_rgb(tmp_path):
+    """FFmpeg's APNG writer states primaries and transfer as PNG chunks (a cICP, or sRGB's own), with
+    the range it is told as the cICP's full-range flag. Images of PQ made an APNG of sRGB's default
+    and a line that said they had no place; a BT.709 video made one whose cICP said narrow-range RGB
+    of pixels that are full range. Now each states its colour as full-range RGB, nothing said of it."""
+    src = write_pngs(tmp_path / "src", cicp(9, 16), depth=8)
+    assert written(src, tmp_path / "hdr.apng") == []
+    assert apng_chunks(tmp_path / "hdr.apng")[b"cICP"] == bytes([9, 16, 0, 1])
+    plain = write_pngs(tmp_path / "plain", b"", depth=8)
+    assert written(plain, tmp_path / "plain.apng") == []
+    assert apng_chunks(tmp_path / "plain.apng")[b"sRGB"] and b"cICP" not in apng_chunks(tmp_path / "plain.apng")
+    video = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p", SIZE, 3, Colour(1, 1, 1, LIMITED))
+    written(video, tmp_path / "video.apng")
+    assert apng_chunks(tmp_path / "video.apng")[b"cICP"] == bytes([1, 1, 0, 1])

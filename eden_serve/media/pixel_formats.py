@@ -22,6 +22,9 @@ RGB, BT709, BT601, BT2020_NCL = 0, 1, 5, 9  # AVCOL_SPC_RGB, _BT709, _BT470BG, _
 # yuvj formats say so).
 IMPOSED = {"mjpeg": BT601, "libvpx": BT601, "libwebp": BT601, "libwebp_anim": BT601}
 MATRIX_NAMES = {0: "RGB", 1: "BT.709", 4: "FCC", 7: "SMPTE 240M", 8: "YCgCo", 9: "BT.2020", 10: "BT.2020 CL", 14: "ICtCp"}
+# Encoders whose pixels are full-range RGB and whose stream states the range they are told (FFmpeg's
+# PNG writers put it in the cICP chunk they write for primaries and transfer other than sRGB's).
+RGB_FULL = {"png", "apng"}
 # Encoders whose stream has no flag for full range (MPEG-1 and -2 video, ProRes, VP8): read as limited.
 LIMITED_ONLY = {"mpeg1video", "mpeg2video", "prores", "prores_ks", "prores_aw", "libvpx", "libwebp", "libwebp_anim"}
 
@@ -128,13 +131,15 @@ def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
     matrix and range ``encoder``'s stream states whatever it is told (:data:`IMPOSED`,
     :data:`LIMITED_ONLY`: a frame converted by the input's would be shown in other colours), and
     full range for a yuvj format; RGB pixels state the RGB matrix, and YUV ones converted from RGB a
-    YUV matrix (:func:`yuv_matrix`)."""
+    YUV matrix (:func:`yuv_matrix`); a PNG's, full range (:data:`RGB_FULL`)."""
     matrix = IMPOSED.get(encoder, colour.matrix)
     if import_av().VideoFormat(pix_fmt).is_rgb:
         matrix = RGB
     elif matrix == RGB:
         matrix = yuv_matrix(colour)
     range_ = LIMITED if encoder in LIMITED_ONLY and colour.range == FULL else colour.range
+    if encoder in RGB_FULL:
+        range_ = FULL
     return replace(colour, matrix=colour.matrix if same_matrix(matrix, colour.matrix) else matrix,
                    range=FULL if pix_fmt.startswith("yuvj") else range_)
 
@@ -142,11 +147,12 @@ def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
 # Where the colour tags are held: by the container (Matroska's Colour, MP4's and MOV's colr, which
 # in MOV has no range, Y4M's XCOLORRANGE), and by the codec's own stream (H.264's and HEVC's VUI,
 # AV1's sequence header, VP9's and VP8's colour space and range, MPEG-2's sequence display
-# extension, ProRes' frame header, JPEG's by its definition); AVI, NUT, FLV and MPEG-TS hold none.
+# extension, ProRes' frame header, JPEG's by its definition, PNG's and APNG's sRGB, gAMA, cHRM and
+# cICP chunks, which FFmpeg writes); AVI, NUT, FLV and MPEG-TS hold none.
 TAGS = ("primaries", "transfer", "matrix", "range")
 CONTAINER_HOLDS = {"matroska": TAGS, "webm": TAGS, "mp4": TAGS, "mov": TAGS[:3], "yuv4mpegpipe": ("range",)}
 STREAM_HOLDS = {"h264": TAGS, "hevc": TAGS, "av1": TAGS, "vp9": TAGS[2:], "vp8": TAGS[2:], "mjpeg": TAGS[2:],
-                "mpeg2video": TAGS[:3], "prores": TAGS[:3]}
+                "mpeg2video": TAGS[:3], "prores": TAGS[:3], "png": (*TAGS[:2], "range"), "apng": (*TAGS[:2], "range")}
 # The chroma location of 4:2:0 (:mod:`.chroma`) is held by Matroska's ChromaSiting, Y4M's 8-bit
 # C420 tags, and H.264's and HEVC's VUI and AV1's sequence header; MP4, MOV, MPEG-TS, AVI, NUT and
 # the streams of VP9, FFV1, MPEG-2 and the others hold none.
