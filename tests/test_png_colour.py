@@ -24,6 +24,7 @@ from eden_serve.media.frames import png_bytes
 from eden_serve.wire.png import rgb16_png, with_chunks
 from harness.videos import gradient, make_graded_clip
 from test_colour import P3, blend, png_chunks, same_metadata, stated
+from test_icc import WIDE
 
 av = pytest.importorskip("av")
 
@@ -88,19 +89,24 @@ def test_hlg_pngs_state_hlg_and_an_8_bit_sequence_stays_8_bits(tmp_path):
     assert got.mastering is None and got.light is None
 
 
-@pytest.mark.parametrize("chunks, tags, lines", [(SRGB_GAMA + SRGB_CHRM, (1, 13), 0), (SRGB_GAMA, (1, 13), 0),
-                                                 (GAMMA_18, (2, 2), 1), (SRGB_GAMA + chunk(b"cHRM", struct.pack(">8I", 31270, 32900,
-                                                  68000, 32000, 26500, 69000, 15000, 6000)), (2, 2), 1),
-                                                 (cicp(1, 13) + GAMMA_18, (1, 13), 0), (cicp(9, 16, matrix=9), (1, 13), 1)],
-                         ids=["srgb", "srgb-gamma", "gamma-1.8", "p3-chromaticities", "cicp-over-gama", "cicp-not-rgb"])
+P3_CHRM = chunk(b"cHRM", struct.pack(">8I", 31270, 32900, 68000, 32000, 26500, 69000, 15000, 6000))
+RANKED = {"srgb": (SRGB_GAMA + SRGB_CHRM, (1, 13, 1), 0), "srgb-gamma": (SRGB_GAMA, (1, 13, 1), 0),
+          "gamma-1.8": (GAMMA_18, (2, 2, 1), 1), "p3-chromaticities": (SRGB_GAMA + P3_CHRM, (2, 2, 1), 1),
+          "cicp-over-gama": (cicp(1, 13) + GAMMA_18, (1, 13, 1), 0), "cicp-not-rgb": (cicp(9, 16, matrix=9), (1, 13, 1), 1),
+          "cicp-over-iccp": (cicp(9, 16) + chunk(b"iCCP", b"wide\0\0" + zlib.compress(WIDE)), (9, 16, 9), 0),
+          "narrow-cicp": (cicp(9, 18, full=0), (9, 18, 9), 1)}
+
+
+@pytest.mark.parametrize("chunks, tags, lines", list(RANKED.values()), ids=list(RANKED))
 def test_gamma_and_chromaticities_are_srgb_only_where_they_say_so(tmp_path, chunks, tags, lines):
     """gAMA and cHRM of sRGB's values keep sRGB's tags; others (gamma 1.8, Display P3's primaries) were
-    claimed as sRGB: now neither primaries nor transfer are stated, said once. A cICP outranks them;
-    one of a matrix other than RGB's is no PNG's: passed over, said."""
+    claimed as sRGB: now neither primaries nor transfer are stated, said once. A cICP outranks them,
+    and an ICC profile (which is then not said to be left out); one of a matrix other than RGB's is
+    no PNG's: passed over, said; one of narrow-range RGB is stated, and its range said."""
     src = write_pngs(tmp_path / "src", chunks, depth=8)
     said = written(src, tmp_path / "out.mkv")
     got, _ = stated(tmp_path / "out.mkv")
-    assert (got.primaries, got.transfer, got.matrix) == (*tags, 1)
+    assert (got.primaries, got.transfer, got.matrix) == tags
     assert len(said) == lines and all("sRGB's" in line or "cICP" in line for line in said), said
 
 
@@ -122,11 +128,13 @@ def test_an_output_with_no_place_for_the_cicps_tags_says_they_are_left_out(tmp_p
     assert len(said) == 1 and "primaries and transfer" in said[0] and "left out" in said[0], said
 
 
-@pytest.mark.parametrize("chunks, suffix, lost", [(HDR10, ".jpg", "cICP and mDCv and cLLi"), (GAMMA_18, ".webp", "gAMA"),
-                                                  (HDR10, ".png", None), (cicp(1, 13, full=1) + MDCV, ".jpg", None),
-                                                  (chunk(b"sRGB", b"\0") + SRGB_GAMA + SRGB_CHRM, ".bmp", None),
-                                                  (MDCV + CLLI, ".jpg", None)],
-                         ids=["hdr10-jpeg", "gamma-webp", "png", "srgb-cicp", "srgb-chunks", "metadata-alone"])
+LOST = {"hdr10-jpeg": (HDR10, ".jpg", "cICP, mDCv and cLLi"), "gamma-webp": (GAMMA_18, ".webp", "gAMA"),
+        "hlg-tiff": (cicp(9, 18) + CLLI, ".tif", "cICP and cLLi"), "png": (HDR10, ".png", None),
+        "srgb-cicp": (cicp(1, 13) + MDCV, ".jpg", None), "srgb-chunks": (chunk(b"sRGB", b"\0") + SRGB_GAMA + SRGB_CHRM, ".bmp", None),
+        "metadata-alone": (MDCV + CLLI, ".jpg", None)}
+
+
+@pytest.mark.parametrize("chunks, suffix, lost", list(LOST.values()), ids=list(LOST))
 def test_a_pairs_middle_in_another_format_says_what_colour_chunks_it_loses(tmp_path, chunks, suffix, lost):
     """As ``eden-serve interpolate a.png b.png -o mid.jpg`` saves it: the cICP (with HDR10's metadata)
     or gAMA of the frame before were dropped without a word; now one line names them. Chunks that state

@@ -91,7 +91,8 @@ def lost_in_copy(chunks: bytes) -> str | None:
         return None
     found = chunk_bodies(chunks)
     kinds = ("cICP", "mDCv", "cLLi") if seen.by == "cICP" else ("gAMA", "cHRM")
-    return " and ".join(kind for kind in kinds if kind.encode() in found)
+    named = [kind for kind in kinds if kind.encode() in found]
+    return " and ".join(filter(None, (", ".join(named[:-1]), named[-1])))
 
 
 def _near(body: bytes | None, values: tuple[int, ...]) -> bool:

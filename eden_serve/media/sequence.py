@@ -17,14 +17,16 @@ bits), with HDR10's metadata of its mDCv and cLLi chunks where the encoder or th
 place for it (:mod:`.mastering`, :meth:`~.colour.Colour.parameters`; else said); gAMA and cHRM of
 other than sRGB's values leave primaries and transfer unstated, said once. Where the output has no
 place for primaries and transfer other than sRGB's, one line says they are left out. The first
-image decides the video's colour; an image whose chunks say another is said once, by name. Images with alpha keep it where the encoder has a format with alpha (chosen as
-for a video with alpha: APNG's rgba, VP9's and WebP's yuva420p, ProRes 4444, FFV1, QuickTime
-RLE's argb), a middle's made of its neighbours' as a video's is; else it is dropped, said once. Any
-image's alpha gives the video alpha, an opaque image among them opaque. An image's own ICC profile
-has no place here (FFmpeg's writers take none through PyAV): where one other than sRGB's is left
-out, one warning says so, and where the first image has one the output states no primaries or
-transfer rather than sRGB's, which its colours are not (:mod:`.icc`); not where a cICP chunk
-outranks it, as a reader of the PNG takes that instead.
+image decides the video's colour; an image whose chunks say another is said once, by name. An
+image's own ICC profile has no place here (FFmpeg's writers take none through PyAV): where one
+other than sRGB's is left out, one warning says so, and where the first image has one the output
+states no primaries or transfer rather than sRGB's, which its colours are not (:mod:`.icc`); not
+where a cICP chunk outranks it, as a reader of the PNG takes that instead.
+
+Images with alpha keep it where the encoder has a format with alpha (chosen as for a video with
+alpha: APNG's rgba, VP9's and WebP's yuva420p, ProRes 4444, FFV1, QuickTime RLE's argb), a
+middle's made of its neighbours' as a video's is; else it is dropped, said once. Any image's alpha
+gives the video alpha, an opaque image among them opaque.
 """
 
 from __future__ import annotations
@@ -154,8 +156,8 @@ class SequenceWriter(VideoWriter):
 def stateable(colour: Colour, container: str, codec: str) -> Colour:
     """The images' colour as far as the output's ``container`` and ``codec`` can state it
     (:data:`~.pixel_formats.CONTAINER_HOLDS`, :data:`~.pixel_formats.STREAM_HOLDS`): sRGB's primaries
-    and transfer where they have a place, else none (a reader takes sRGB's anyway: a GIF, an APNG, an
-    AVI), so nothing is said; and YUV converted by BT.709's or BT.2020's matrix where the output
+    and transfer where they have a place (an APNG's sRGB chunks too), else none (a reader takes
+    sRGB's anyway: a GIF, an AVI), so nothing is said; and YUV converted by BT.709's or BT.2020's matrix where the output
     states it, else by BT.601's, which a reader of an output that cannot state one (Y4M, AVI's
     MPEG-4, lossy WebP) converts back by. Other primaries and transfer (a cICP's) are kept for the
     writer, which says in one line where the output has no place for them
