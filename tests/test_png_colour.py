@@ -7,6 +7,8 @@ The PNGs are built here, their chunks with their CRCs, and the outputs read back
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import warnings
 import zlib
 from fractions import Fraction
@@ -179,3 +181,13 @@ def test_an_apng_states_the_cicp_as_full_range_rgb(tmp_path):
     video = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p", SIZE, 3, Colour(1, 1, 1, LIMITED))
     written(video, tmp_path / "video.apng")
     assert apng_chunks(tmp_path / "video.apng")[b"cICP"] == bytes([1, 1, 0, 1])
+
+
+def test_the_command_says_it_of_a_pairs_jpeg_middle(tmp_path):
+    """``eden-serve interpolate a.png b.png -o mid.jpg`` of HDR10 PNGs: one warning on stderr, exit 0."""
+    src = write_pngs(tmp_path / "src", HDR10, depth=8, count=2)
+    done = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", str(src / "f0.png"), str(src / "f1.png"),
+                           "-o", str(tmp_path / "mid.jpg"), "--config", "tiny"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "warning:" in line and "no checkpoint given" not in line]
+    assert len(lines) == 1 and "cICP, mDCv and cLLi are left out" in lines[0], done.stderr
