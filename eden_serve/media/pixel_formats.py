@@ -36,10 +36,12 @@ def encoder_formats(codec) -> list[str]:
     return [f.name for f in codec.video_formats or ()]
 
 
-def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None) -> str:
+def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None,
+                   refused: frozenset[str] = frozenset()) -> str:
     """The output's pixel format among those the encoder takes, or ``muxed``: the container's, where it
-    holds fewer (the raw video encoder takes any)."""
-    formats = list(muxed) if muxed else encoder_formats(codec)
+    holds fewer (the raw video encoder takes any), less those it was ``refused`` on: listed, they
+    did not open (:func:`~.encoders.configure`)."""
+    formats = [f for f in (list(muxed) if muxed else encoder_formats(codec)) if f not in refused]
     if asked is not None:
         if formats and asked not in formats:
             raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
@@ -85,6 +87,13 @@ def _sampling(av, pix_fmt: str) -> tuple[int, int, bool]:
     """A format's chroma plane size on 16x16 frames, and whether it holds alpha."""
     format = av.VideoFormat(pix_fmt, 16, 16)
     return format.chroma_width(16), format.chroma_height(16), any(c.is_alpha for c in format.components)
+
+
+def sampling_name(pix_fmt: str) -> str:
+    """A format's colour sampling as it is named (4:2:0), RGB's as 4:4:4."""
+    width, height, _ = _sampling(import_av(), pix_fmt)
+    return {(16, 16): "4:4:4", (8, 16): "4:2:2", (8, 8): "4:2:0", (16, 8): "4:4:0", (4, 16): "4:1:1",
+            (4, 4): "4:1:0"}.get((width, height), f"{width}x{height} chroma of 16x16")
 
 
 def bits(pix_fmt: str) -> int:
