@@ -166,13 +166,15 @@ LEFT = 1  # AVCHROMA_LOC_LEFT: the 4:2:0 siting a reader takes where none is sta
 def say_lost(container: str, codec: str, colour: Colour, subsampled: bool = False) -> None:
     """One line where the output's ``container`` and its ``codec``'s stream have no place for a tag
     ``colour`` (the output's) states that a reader would not take by default: primaries and transfer
-    stated, a matrix other than BT.601's, full range; and, for a 4:2:0 output (``subsampled``), a
+    stated, a matrix other than BT.601's, full range of YUV; and, for a 4:2:0 output (``subsampled``), a
     chroma location other than left."""
     held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
     if CHROMA_HOLDERS & {container, codec}:
         held.add("chroma location")
+    # RGB pixels (the RGB matrix, :func:`output_colour`) have no YUV range to keep: full range is theirs.
+    yuv = colour.matrix != RGB
     stated = {"primaries": colour.primaries != 2, "transfer": colour.transfer != 2,
-              "matrix": not same_matrix(colour.matrix, 2) and colour.matrix != RGB, "range": colour.range == FULL,
+              "matrix": not same_matrix(colour.matrix, 2) and yuv, "range": colour.range == FULL and yuv,
               "chroma location": subsampled and colour.chroma not in (0, LEFT)}
     lost = sorted(name for name, said in stated.items() if said and name not in held)
     if lost:
