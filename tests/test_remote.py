@@ -357,6 +357,26 @@ def test_a_remote_video_decodes_as_the_local_file_with_what_its_container_tells_
             RemoteVideo("in.mov", {**probe, "decoding": decoding}, fetch)
 
 
+@pytest.mark.parametrize("transparent", [True, False])
+def test_a_remote_palettes_alpha_is_kept_as_a_local_files(tmp_path, transparent):
+    """A paletted source (PNG in MOV, ``pal8``) holds its alpha in its palette: the client takes its
+    first picture's palette as a local run does (media/palette.py), so its APNG output is RGBA where
+    the palette is translucent, RGB where opaque (before: ``pal8`` was chosen, and its middles,
+    made of RGB, could not be encoded)."""
+    from test_output_alpha import alpha_samples, make_paletted
+
+    src = make_paletted(tmp_path / "in.mov", transparent)
+    outputs = []
+    for clip, name in ((_remote(src), "remote.apng"), (src, "local.apng")):
+        interpolate_clip(clip, tmp_path / name, pairwise(average), progress=False)
+        with av.open(str(tmp_path / name)) as container:
+            frames = list(container.decode(video=0))
+        outputs.append((frames[0].format.name, [alpha_samples(f) for f in frames] if transparent else []))
+    (remote, remote_alphas), (local, local_alphas) = outputs
+    assert remote == local == ("rgba" if transparent else "rgb24")
+    assert all(np.array_equal(a, b) for a, b in zip(remote_alphas, local_alphas, strict=True))
+
+
 # --- cloud: sources end to end ----------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from ..media.colour import Colour
 from ..media.containers import Labels
 from ..media.encoding import holds, import_av
 from ..media.frames import check_size
+from ..media.palette import given_as
 from ..media.video import VideoClip
 from ..sandbox.decoder import owned_packet
 from ..wire.pages import MAX_CODED_BITS, Packet, Page, unpack
@@ -161,6 +162,8 @@ class RemoteVideo(VideoClip):
         if max_pixels is not None:
             check_size(video["width"], video["height"], max_pixels, str(self.path))
         self.stream = SimpleNamespace(codec_context=self.decoder())  # what the writer copies: codec, size, pixel format
+        if video["pix_fmt"] == "pal8":  # a palette's alpha, which FFmpeg's format does not list (:func:`~eden_serve.media.palette.given_as`)
+            self.alpha_pix_fmt = given_as(self._first_picture())
         # Stream index -> its language, of the audio and subtitle streams to copy.
         self.others = {s["index"]: s.get("language") for s in probe["streams"] if isinstance(s, dict)
                        and s.get("type") in ("audio", "subtitle") and type(s.get("index")) is int}
@@ -260,6 +263,17 @@ class RemoteVideo(VideoClip):
             context.sample_aspect_ratio = self.aspect
         context.thread_type = "AUTO"
         return context
+
+    def _first_picture(self):
+        """The first page's first picture (a paletted video's: its packets are whole pictures), or None."""
+        av = import_av()
+        if not self.first.packets:
+            return None
+        decoder = self.decoder()
+        try:  # flushed: a frame-threaded decoder holds its first pictures back
+            return next(iter([*decoder.decode(owned_packet(self.first.packets[0].data, av)), *decoder.decode(None)]), None)
+        except self._error:
+            return None
 
     def _decoded(self) -> Iterator:
         av = import_av()
