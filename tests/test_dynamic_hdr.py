@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 from eden_serve.clips.processors import pairwise
+from eden_serve.cloud.sources import SourceVideo
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.media import Encoding, inband
 from eden_serve.media.colour import LIMITED, Colour
@@ -58,8 +59,8 @@ def _escaped(rbsp: bytes) -> bytes:
     return bytes(out)
 
 
-def hdr10_plus_sei() -> bytes:
-    """An HEVC prefix SEI NAL unit of HDR10+'s metadata (ITU-T T.35, SMPTE ST 2094-40 application 4):
+def hdr10_plus_t35() -> bytes:
+    """HDR10+'s metadata as ITU-T T.35 data (SMPTE ST 2094-40 application 4), from its country code on:
     one window, a 1000 cd/m² target display, its brightest components, one percentile, no curve."""
     payload = _Writer().u(8, 0xB5).u(16, 0x003C).u(16, 0x0001).u(8, 4).u(8, 1)  # USA, Samsung, HDR10+, version 1
     payload.u(2, 1).u(27, 1000).u(1, 0)  # one window; the targeted display's peak; no actual peak luminance
@@ -67,14 +68,21 @@ def hdr10_plus_sei() -> bytes:
         payload.u(17, value)
     payload.u(4, 1).u(7, 50).u(17, 1000).u(10, 0)  # one percentile (50%); fraction of bright pixels
     payload.u(1, 0).u(1, 0).u(1, 0)  # no mastering display peak, no tone mapping curve, no saturation mapping
-    data = payload.bytes()
-    sei = bytes([4, len(data)]) + data + b"\x80"  # user_data_registered_itu_t_t35, its size, the payload, the RBSP's stop bit
-    return b"\x4e\x01" + _escaped(sei)  # nal_unit_type 39 (prefix SEI), layer 0, temporal id 0
+    return payload.bytes()
 
 
-def remuxed(src, dst, template=None, before: bytes = b""):
+def hdr10_plus_sei(header: bytes = b"\x4e\x01", before: bytes = b"") -> bytes:
+    """A prefix SEI NAL unit of HDR10+'s message: HEVC's ``header`` by default (nal_unit_type 39,
+    layer 0, temporal id 0), H.264's b"\\x06" (nal_unit_type 6); ``before`` (SEI messages) ahead of it."""
+    data = hdr10_plus_t35()
+    sei = before + bytes([4, len(data)]) + data + b"\x80"  # user_data_registered_itu_t_t35, its size, the payload, the RBSP's stop bit
+    return header + _escaped(sei)
+
+
+def remuxed(src, dst, template=None, before: bytes = b"", edit=None):
     """``src``'s video packets into ``dst`` (Matroska), the stream made from ``template`` (a Matroska
-    header's) where given, else from ``src``'s; ``before`` (length-prefixed NAL units) put in front of each."""
+    header's) where given, else from ``src``'s; ``before`` (length-prefixed NAL units) put in front of
+    each, or each made ``edit(packet)``."""
     with av.open(str(src)) as source, av.open(str(dst), "w") as output:
         stream = source.streams.video[0]
         with av.open(io.BytesIO(template), format="matroska") if template else source as made:
@@ -83,8 +91,9 @@ def remuxed(src, dst, template=None, before: bytes = b""):
             for packet in source.demux(stream):
                 if not packet.size:
                     continue
-                copy = av.Packet(len(before) + packet.size)
-                memoryview(copy)[:] = before + bytes(packet)
+                data = edit(bytes(packet)) if edit else before + bytes(packet)
+                copy = av.Packet(len(data))
+                memoryview(copy)[:] = data
                 copy.pts, copy.dts, copy.time_base, copy.is_keyframe = packet.pts, packet.dts, packet.time_base, packet.is_keyframe
                 copy.stream = written
                 output.mux(copy)
@@ -240,8 +249,8 @@ def av1_metadata_obu(provider: bytes) -> bytes:
 
 def test_dolby_vision_rpus_in_av1_metadata_are_named(tmp_path):
     """Dolby's T.35 data (provider 0x003B, code 0x00000800) among a real AV1 packet's OBUs (Matroska's:
-    no temporal delimiter), before or after the sequence header; HDR10+'s (Samsung's, 0x003C 0x0001)
-    is not Dolby Vision."""
+    no temporal delimiter), before or after the sequence header; HDR10+'s (Samsung's, 0x003C 0x0001,
+    application 4) is not Dolby Vision."""
     av1 = make_graded_clip(tmp_path / "av1.mkv", "libsvtav1", "yuv420p10le", SIZE, 1, HDR10)
     with av.open(str(av1)) as container:
         packet = bytes(next(p for p in container.demux(video=0) if p.size))
@@ -252,5 +261,78 @@ def test_dolby_vision_rpus_in_av1_metadata_are_named(tmp_path):
     header = 2 + len(obus[0][1])  # the sequence header OBU: its header byte, a 1-byte size, its payload
     assert inband.in_band("av1", dolby + packet) == ("Dolby Vision",)
     assert inband.in_band("av1", packet[:header] + dolby + packet[header:]) == ("Dolby Vision",)
-    assert inband.in_band("av1", packet[:header] + samsung + packet[header:]) == ()
+    assert inband.in_band("av1", packet[:header] + samsung + packet[header:]) == ("HDR10+",)
     assert inband.in_band("av1", packet[:header] + dolby[:5]) == ()  # cut short: no OBU read past the packet
+
+
+def with_av1_metadata(src, dst, obu: bytes):
+    """``src`` (AV1) with ``obu`` in each packet: after the sequence header where one leads it, as
+    AV1 orders a temporal unit's OBUs, else first."""
+    def edit(packet: bytes) -> bytes:
+        kind, payload = next(inband.av1_obus(packet))
+        at = 2 + len(payload) if kind == 1 else 0  # SVT-AV1's sequence header: its header byte, a 1-byte size
+        return packet[:at] + obu + packet[at:]
+    return remuxed(src, dst, edit=edit)
+
+
+def hdr10_plus_obu() -> bytes:
+    """An AV1 metadata OBU of HDR10+'s metadata: metadata_type 4 (ITU-T T.35), the T.35 data, the trailing bits."""
+    payload = bytes([4]) + hdr10_plus_t35() + b"\x80"
+    return bytes([5 << 3 | 1 << 1, len(payload)]) + payload
+
+
+@pytest.mark.parametrize("codec, pix_fmt, colour", [
+    ("libx265", "yuv420p10le", Colour()), ("libx264", "yuv420p", HDR10), ("libx264", "yuv420p", Colour()),
+    ("libsvtav1", "yuv420p10le", Colour())], ids=["hevc-untagged", "h264-hdr10", "h264-untagged", "av1-untagged"])
+def test_hdr10_plus_in_band_is_named_whatever_the_tags_and_the_codec(tmp_path, codec, pix_fmt, colour):
+    """HEVC's and AV1's HDR10+ on a stream whose tags do not say HDR: its first frame was not decoded,
+    so its side data went unread; H.264's SEI FFmpeg's decoder never hands on as side data at all.
+    The first packets show it, locally and in the cloud's probe, and the one line names it."""
+    plain = make_graded_clip(tmp_path / "plain.mkv", codec, pix_fmt, SIZE, 3, colour)
+    if codec == "libsvtav1":
+        src = with_av1_metadata(plain, tmp_path / "plus.mkv", hdr10_plus_obu())
+    else:
+        sei = hdr10_plus_sei(b"\x4e\x01" if codec == "libx265" else b"\x06")
+        src = remuxed(plain, tmp_path / "plus.mkv", before=len(sei).to_bytes(4, "big") + sei)  # 4-byte lengths, x264's and x265's
+    clip = VideoClip(src)
+    clip.container.close()
+    assert clip.dynamic_hdr == ("HDR10+",)
+    assert SourceVideo(src, 10**7).probe()["dynamic_hdr"] == ["HDR10+"]
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "HDR10+" in said[0] and "left out" in said[0]
+
+
+def test_dolby_vision_rpus_in_an_av1_file_are_named(tmp_path):
+    """Through the file, whose AV1 stream's decoder is libdav1d: the codec's name is asked, not the decoder's."""
+    plain = make_graded_clip(tmp_path / "plain.mkv", "libsvtav1", "yuv420p10le", SIZE, 2, HDR10)
+    src = with_av1_metadata(plain, tmp_path / "dv.mkv", av1_metadata_obu(bytes([0, 0x3B, 0, 0, 8, 0])))
+    clip = VideoClip(src)
+    clip.container.close()
+    assert clip.dynamic_hdr == ("Dolby Vision",)
+    assert SourceVideo(src, 10**7).probe()["dynamic_hdr"] == ["Dolby Vision"]
+
+
+def test_hdr10_plus_sei_is_told_from_other_t35_data_and_read_within_its_unit():
+    """HDR10+'s T.35 header whole (country, Samsung, its code, application 4), in a prefix SEI of HEVC
+    or H.264, wherever among the unit's messages; the bytes unescaped before the message sizes count."""
+    hevc, h264 = hdr10_plus_sei(), hdr10_plus_sei(b"\x06")
+    assert inband.in_band("hevc", b"\x00\x00\x01" + hevc) == ("HDR10+",)
+    assert inband.in_band("h264", b"\x00\x00\x00\x01" + h264) == ("HDR10+",)
+    assert inband.in_band("hevc", b"\x00\x00\x01" + rpu_nal() + b"\x00\x00\x01" + hevc) == ("Dolby Vision", "HDR10+")
+    assert inband.in_band("hevc", b"\x00\x00\x01" + h264) == () and inband.in_band("h264", b"\x00\x00\x01" + hevc) == ()
+    assert inband.in_band("vp9", b"\x00\x00\x01" + hevc) == ()
+    suffix = bytes([40 << 1, 1]) + hevc[2:]  # a suffix SEI: not where HDR10+ goes
+    assert inband.in_band("hevc", b"\x00\x00\x01" + suffix) == ()
+    unregistered = bytes([5, 20]) + bytes(20)  # user_data_unregistered: a UUID of zeros, escaped where it is carried
+    behind = hdr10_plus_sei(before=unregistered)
+    assert b"\x00\x00\x03" in behind and inband.in_band("hevc", b"\x00\x00\x01" + behind) == ("HDR10+",)
+    t35 = hdr10_plus_t35()
+    for other in (t35[:2] + b"\x31" + t35[3:],  # ATSC's provider (captions, A/53)
+                  t35[:4] + b"\x02" + t35[5:],  # another of Samsung's codes
+                  t35[:5] + b"\x05" + t35[6:]):  # application 5
+        unit = b"\x4e\x01" + _escaped(bytes([4, len(other)]) + other + b"\x80")
+        assert inband.in_band("hevc", b"\x00\x00\x01" + unit) == ()
+    cut = bytes([4, len(t35) + 9]) + t35  # a size past the unit's end
+    assert inband.in_band("hevc", b"\x00\x00\x01\x4e\x01" + _escaped(cut)) == ()
+    obu = hdr10_plus_obu()
+    assert inband.in_band("av1", obu) == ("HDR10+",) and inband.in_band("av1", obu[:6]) == ()

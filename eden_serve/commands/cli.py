@@ -24,9 +24,8 @@ from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, default_precision
 from ..errors import BadInputError
-from ..media import Frame, matched
+from ..media import Frame, save_middle
 from ..media.decoders import DECODERS
-from ..media.atomic import save_image
 from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, picture_size, to_pixels
 from ..model import synthetic
 from ..model.checkpoint import load_official, write_halves
@@ -146,7 +145,7 @@ def _interpolate(args) -> int:
     # At the depth a server answers (16 bits where either frame has more than 8), in the mode of the
     # frame before: the middle a directory clip, or the client, writes of the same pair.
     middle = to_pixels(middles[0], max(before.depth, after.depth)).cpu()
-    save_image(matched(middle, before, after), args.output, before.shown_as)
+    save_middle(middle, before, after, args.output)
     print(f"wrote {args.output} ({middle.shape[1]}x{middle.shape[0]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
 
@@ -210,7 +209,7 @@ def run_client(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
             middle = client.interpolate(before.path, after.path, seed=args.seed)
-            save_image(matched(middle, before, after), args.output, before.shown_as)
+            save_middle(middle, before, after, args.output)
             print(f"wrote {args.output} ({'x'.join(map(str, picture_size(middle)))}, seed {args.seed}) "
                   f"in {time.perf_counter() - started:.2f} s")
             return 0

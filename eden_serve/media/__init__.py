@@ -21,6 +21,7 @@ import itertools
 import os
 import re
 import shutil
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
@@ -28,13 +29,14 @@ from typing import Iterator
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from .atomic import atomic_output, named, remove_partial
+from .atomic import atomic_output, named, remove_partial, save_image
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE, with_chunks
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, PIPE, Clip, ClipWriter, Decoded, Frame, matched
 from .encoding import VIDEO_EXTRA, Encoding
 from .frames import PNG_MODES, png_bytes, png_of
+from .icc import LeftOut
 from .resume import Journal, Tally, start_afresh, sync
 from .colour import Colour
 from .sequence import SequenceWriter, makes_video, time_sequence
@@ -44,7 +46,7 @@ from .video import RawVideo, VideoClip
 from .video_writer import VideoWriter
 
 __all__ = ["Clip", "ClipWriter", "Encoding", "Frame", "PIPE", "RawVideo", "Retiming", "VIDEO_EXTRA", "is_clip", "natural_key",
-           "open_clip", "time_sequence", "write_clip"]
+           "open_clip", "save_middle", "time_sequence", "write_clip"]
 
 
 def natural_key(name: str) -> tuple:
@@ -108,8 +110,10 @@ class DirectoryWriter(ClipWriter):
     """Output frame k is ``%06d.png`` (k = 0, 1, ...: the pattern ffmpeg and most tools read): a PNG
     original copied byte for byte, any other decoded and written as PNG (lossless, and in its own
     mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float). A 16-bit RGB
-    frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs. A middle carries the colour
-    chunks of the frame before it (its ICC profile, gamma, cICP...), so it is shown as that frame is."""
+    frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs. An original written anew
+    carries its file's ICC profile, and a middle the colour chunks of the frame before it (its ICC
+    profile, gamma, cICP...), so each is shown as its frame is; a profile that does not describe the
+    pixels written (a CMYK JPEG's) is left out, said once (:mod:`.icc`)."""
 
     continues = True
 
@@ -118,6 +122,7 @@ class DirectoryWriter(ClipWriter):
         self.count = 0 if state is None else state["count"]
         self.unsynced: list[Path] = []
         self.tally = Tally()
+        self.left_out = LeftOut()
         if state is not None:
             self._restore(state)
 
@@ -153,10 +158,11 @@ class DirectoryWriter(ClipWriter):
             png = file.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
         if png:
             shutil.copyfile(frame.path, self._next())
-        elif frame.pixels is not None:
-            self._write(lambda path: path.write_bytes(png_of(frame.pixels.numpy())))
-        else:
-            self._write(lambda path: _png_ready(frame.image).save(path, format="PNG"))
+            return
+        if frame.profile_left_out:
+            self.left_out.say(f"{frame.path}: its ICC profile is left out of the output: {frame.profile_left_out}")
+        png = png_of(frame.pixels.numpy()) if frame.pixels is not None else png_bytes(_png_ready(frame.image))
+        self._write(lambda path: path.write_bytes(with_chunks(png, frame.shown_as)))
 
     def add_middle(self, middle, before, after, position=HALF):
         picture = matched(middle, before, after)
@@ -259,6 +265,16 @@ def open_clip(path: str | Path, max_pixels: int | None = None, raw: RawVideo | N
     except BadInputError:
         image.close()
         raise
+
+
+def save_middle(middle, before: Frame, after: Frame, dst: str | Path) -> None:
+    """A pair's ``middle`` saved to ``dst`` (:func:`~.atomic.save_image`) as a directory clip writes
+    one: in the mode of the frame ``before`` (:func:`~.base.matched`), shown as it is (its colour
+    chunks; its ICC profile in a format other than PNG). A profile of its that describes other
+    pixels than those written is said to be left out, as a directory clip says it."""
+    if before.profile_left_out:
+        warnings.warn(f"{before.path}: its ICC profile is left out of the output: {before.profile_left_out}")
+    save_image(matched(middle, before, after), dst, before.shown_as)
 
 
 @contextlib.contextmanager

@@ -20,8 +20,9 @@ import torch
 from PIL import Image
 
 from ..errors import BadInputError
-from ..wire.png import with_chunks
+from ..wire.png import icc_profile, with_chunks
 from .frames import Picture, as_image, depth_of, png_bytes, png_of
+from .icc import HOLDS_ICC, LeftOut, matters
 
 
 # Names that say a file: the containers a video is written to, beside every image extension. A
@@ -127,7 +128,8 @@ def save_image(image: Picture, dst: str | Path, chunks: bytes = b"") -> None:
     """Save atomically; the format follows the extension of ``dst``. RGB pixels (a tensor) are
     written as a directory clip writes them: a 16-bit PNG where they have 16 bits and the output is
     a PNG (Pillow holds 8 bits of RGB), else as their image. A PNG carries ``chunks`` after its
-    header (a middle: the colour chunks of the frame before it, :attr:`~.base.Frame.shown_as`)."""
+    header (a middle: the colour chunks of the frame before it, :attr:`~.base.Frame.shown_as`);
+    another format their ICC profile, where it has a place for one, else says it is left out."""
     dst = Path(dst)
     fmt = Image.registered_extensions().get(dst.suffix.lower())
     if fmt is None:
@@ -145,7 +147,11 @@ def save_image(image: Picture, dst: str | Path, chunks: bytes = b"") -> None:
         if data is not None:
             tmp.write_bytes(with_chunks(data, chunks))
             return
+        profile = icc_profile(chunks)
+        if fmt not in HOLDS_ICC and matters(profile):
+            LeftOut().say(f"the ICC profile of the frame before is left out of {dst}: {fmt} has no place for it here "
+                          "(PNG, JPEG, WebP, TIFF and AVIF have)")
         try:
-            image.save(tmp, format=fmt)
+            image.save(tmp, format=fmt, icc_profile=profile)  # none where there is none: not one the image was read with
         except (OSError, ValueError, KeyError) as exc:
             raise BadInputError(f"cannot save a {image.mode} image as {fmt} ({exc})") from None

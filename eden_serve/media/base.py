@@ -17,6 +17,7 @@ from .planes import Planes
 from .frames import (TRANSPORT_PNG_LEVEL, Picture, as_image, depth_of, image_to_tensor, is_deep, match_mode, open_deep, open_image,
                      picture_size, pixels_to_tensor, png_bytes, png_of, widened)
 from ..wire.png import colour_chunks, icc_chunk
+from . import icc
 from .resume import input_identity
 from .timing import Retiming
 
@@ -87,9 +88,10 @@ class Frame:
 
     @property
     def shown_as(self) -> bytes:
-        """How the frame's file says its colours are shown, as the PNG chunks a middle written after it
-        carries (:func:`~eden_serve.wire.png.with_chunks`): a PNG's colour chunks, another image's ICC
-        profile; nothing for a frame without a file (a video's, whose colour its stream states)."""
+        """How the frame's file says its colours are shown, as the PNG chunks it and a middle written
+        after it carry (:func:`~eden_serve.wire.png.with_chunks`): a PNG's colour chunks, another
+        image's ICC profile where it describes the pixels written (:func:`.icc.fits`); nothing for a
+        frame without a file (a video's, whose colour its stream states)."""
         if self.path is None:
             return b""
         return self._lazy("shown_as", self._shown_as)
@@ -99,11 +101,38 @@ class Frame:
             with open(self.path, "rb") as file:
                 if chunks := colour_chunks(file):
                     return chunks
-            with Image.open(self.path) as image:
-                profile = image.info.get("icc_profile")
-        except (OSError, ValueError, SyntaxError):
+        except OSError:
             return b""  # the frame's own reading says what is wrong with it
-        return icc_chunk(profile) if profile else b""
+        profile, mode = self._profile
+        return icc_chunk(profile) if icc.fits(profile, mode) else b""
+
+    @property
+    def profile(self) -> bytes | None:
+        """The ICC profile the frame's file carries (a PNG's iCCP chunk, a JPEG's, WebP's or TIFF's), as
+        Pillow reads it from the header; None where it has none, or no file."""
+        return self._profile[0]
+
+    @property
+    def profile_left_out(self) -> str | None:
+        """Why an image output leaves the file's profile out (it describes other pixels than those
+        written), or None where it carries it, or there is none."""
+        profile, mode = self._profile
+        if not profile or icc.fits(profile, mode) or self.shown_as:
+            return None
+        return f"its colour space ({icc.colour_space(profile)}) is not that of the {icc.written_space(mode)} pixels written"
+
+    @property
+    def _profile(self) -> tuple[bytes | None, str]:
+        if self.path is None:
+            return None, ""
+        return self._lazy("profile", self._read_profile)
+
+    def _read_profile(self) -> tuple[bytes | None, str]:
+        try:
+            with Image.open(self.path) as image:
+                return image.info.get("icc_profile") or None, image.mode
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            return None, ""  # the frame's own reading says what is wrong with it
 
     @property
     def depth(self) -> int:

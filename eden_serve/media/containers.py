@@ -74,12 +74,13 @@ def first_frame(container):
 def first_look(container, decode: bool = True) -> tuple:
     """What the first packets of ``container``'s video show: its first frame (:func:`first_frame`;
     None where not ``decode``), and the dynamic HDR metadata its first :data:`inband.PACKETS`
-    packets carry in band (Dolby Vision's RPUs, :mod:`.inband`), named."""
+    packets carry in band (Dolby Vision's RPUs, HDR10+'s messages, :mod:`.inband`), named."""
     try:
         stream = main_video(container, "")
     except BadInputError:
         return None, ()
-    kind, extradata = stream.codec_context.name, bytes(stream.codec_context.extradata or b"")
+    # The codec's name, not its decoder's: an AV1 stream's decoder is libdav1d.
+    kind, extradata = stream.codec_context.codec.canonical_name, bytes(stream.codec_context.extradata or b"")
     frame, named, looked = None, [], 0
     try:
         for n, packet in enumerate(container.demux(stream)):

@@ -278,8 +278,9 @@ TRANSPORT_PNG_LEVEL = 1
 
 
 def png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:
+    """``image`` as a PNG stating no colours: a profile it was read with is the caller's to add (:mod:`.icc`)."""
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG", compress_level=compress_level)
+    image.save(buffer, format="PNG", compress_level=compress_level, icc_profile=None)
     return buffer.getvalue()
 
 

@@ -15,8 +15,10 @@ them; else it states none, and YUV is converted by BT.601's matrix, which a read
 for a video with alpha: APNG's rgba, VP9's and WebP's yuva420p, ProRes 4444, FFV1, QuickTime
 RLE's argb), a middle's made of its neighbours' as a video's is; else it is dropped, said once. Any
 image's alpha gives the video alpha, an opaque image among them opaque; and any 16-bit image gives
-it a depth as 16-bit images do, the 8-bit ones among them widened. The images' own colour
-chunks (an ICC profile) are not carried into the video.
+it a depth as 16-bit images do, the 8-bit ones among them widened. An image's own ICC profile
+has no place here (FFmpeg's writers take none through PyAV): where one other than sRGB's is left
+out, one warning says so, and where the first image has one the output states no primaries or
+transfer rather than sRGB's, which its colours are not (:mod:`.icc`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from PIL import Image
 from ..errors import BadInputError
 from .atomic import VIDEO_SUFFIXES
 from .base import PIPE, Clip, Frame
+from . import icc
 from .colour import LIMITED, UNSPECIFIED, Colour
 from .encoders import output_encoder
 from .frames import is_deep, widened
@@ -98,6 +101,8 @@ class SequenceWriter(VideoWriter):
         # RGBA images: a format with alpha where the encoder has one, as a video with alpha (:func:`~.pixel_formats.output_pix_fmt`).
         self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
                                       pix_fmt=("rgba64le" if deep else "rgba") if alpha else "rgb48le" if deep else "rgb24")
+        self._unstated = icc.matters(first.profile)  # its colours are the profile's, not sRGB's: not claimed
+        self.left_out = icc.LeftOut()
         super().__init__(tmp, dst, clip, retiming, encoding)
         if not alpha:  # (images with alpha into an output without: said as a video's is, webm_alpha.settle_output)
             self.alpha = None  # opaque images: an alpha plane asked for (--pix-fmt yuva420p) is opaque, as swscale fills it
@@ -107,7 +112,8 @@ class SequenceWriter(VideoWriter):
 
     def _add_video(self, clip: Clip, encoding, av) -> None:
         name = output_encoder(self.container, encoding, self._first, self.dst)  # the writer's own choice, made again
-        clip.colour = stateable(clip.colour, self.container.format.name, av.Codec(name, "w").canonical_name)
+        colour = Colour(matrix=clip.colour.matrix, range=clip.colour.range) if self._unstated else clip.colour
+        clip.colour = stateable(colour, self.container.format.name, av.Codec(name, "w").canonical_name)
         super()._add_video(clip, encoding, av)
 
     def _add_streams(self, clip: Clip, av) -> None:
@@ -116,6 +122,9 @@ class SequenceWriter(VideoWriter):
     def _original(self, original: Frame):
         """An image as the output shows it: its RGB pixels converted as a middle's are, with its alpha
         where the output holds alpha (opaque for an image without)."""
+        if icc.matters(original.profile):
+            self.left_out.say(f"{original.path}: its ICC profile is left out of the output: {self.dst.name} carries none here"
+                              + ("; it states no primaries or transfer rather than sRGB's, which the images' are not" if self._unstated else ""))
         picture = _rgb(original.picture)
         if self.alpha is None:
             return super()._converted(self._at_depth(picture))
@@ -147,8 +156,9 @@ def stateable(colour: Colour, container: str, codec: str) -> Colour:
     :data:`~.pixel_formats.STREAM_HOLDS`): the primaries and transfer where they have a place, else
     none (a reader takes sRGB's anyway: a GIF, an APNG, an AVI); and YUV converted by BT.709's matrix
     where the output states it, else by BT.601's, which a reader of an output that cannot state one
-    (Y4M, AVI's MPEG-4, lossy WebP) converts back by. Images have no colours of their own to keep:
-    nothing is left out, so nothing is said."""
+    (Y4M, AVI's MPEG-4, lossy WebP) converts back by. Nothing of sRGB is left out that a reader
+    would not take anyway, so nothing is said. (``colour`` without primaries or transfer: images
+    whose profile is not sRGB's, which the output does not claim.)"""
     held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
     return Colour(colour.primaries if "primaries" in held else UNSPECIFIED, colour.transfer if "transfer" in held else UNSPECIFIED,
                   colour.matrix if "matrix" in held else BT601, colour.range)

@@ -62,6 +62,27 @@ def icc_chunk(profile: bytes) -> bytes:
     return _chunk(b"iCCP", b"ICC profile\0\0" + zlib.compress(profile))
 
 
+MAX_PROFILE_BYTES = 1 << 24  # an ICC profile inflated from an iCCP chunk, at most: a JPEG's APP2 segments hold about as much
+
+
+def icc_profile(chunks: bytes) -> bytes | None:
+    """The ICC profile of the iCCP chunk among whole ``chunks`` (:func:`colour_chunks`), inflated; None
+    where there is none, or it does not inflate within :data:`MAX_PROFILE_BYTES`."""
+    at = 0
+    while at + _CHUNK.size <= len(chunks):
+        length, kind = _CHUNK.unpack_from(chunks, at)
+        body = chunks[at + _CHUNK.size:at + _CHUNK.size + length]
+        at += _CHUNK.size + length + 4
+        if kind == b"iCCP" and (name_end := body.find(b"\0")) >= 0:  # a name, a NUL, the compression method, the profile
+            inflater = zlib.decompressobj()
+            try:
+                profile = inflater.decompress(body[name_end + 2:], MAX_PROFILE_BYTES)
+            except zlib.error:
+                return None
+            return profile if profile and not inflater.unconsumed_tail else None
+    return None
+
+
 def with_chunks(png: bytes, chunks: bytes) -> bytes:
     """``png`` with whole ``chunks`` (:func:`colour_chunks`) after its header, where it states no colour of its own."""
     if not chunks or colour_chunks(io.BytesIO(png[:_HEADER_END + (1 << 16)])):
