@@ -231,7 +231,7 @@ def _refuses(template, pix_fmt: str, av) -> bool:
     context = av.CodecContext.create(template.name, "w")
     context.width, context.height = template.width + template.width % 2, template.height + template.height % 2
     context.time_base, context.framerate, context.pix_fmt = template.time_base, template.framerate, pix_fmt
-    context.options = _for_format(template.name, pix_fmt, {})
+    context.options = _for_format(template.name, pix_fmt, merged({}, template.name, _log_level(template.name, False)))  # x265: no banner
     try:
         open_encoder(context)
     except (av.error.FFmpegError, ValueError):
