@@ -38,7 +38,7 @@ from eden_serve.media.frames import open_deep
 from eden_serve.wire.png import rgb16_png
 from eden_serve.model import synthetic
 from eden_serve.model.checkpoint import load_archived
-from harness.rounding import assert_gif_frame_close, assert_same_frames, assert_within_rounding
+from harness.rounding import assert_gif_frame_close, assert_same_frames, assert_within_rounding, rounding_difference
 from harness.servers import REPO, torchserve
 from harness.signals import signalled
 from harness.videos import gradient
@@ -482,8 +482,12 @@ def test_codec_auto_tries_both_codecs_then_keeps_choosing(tmp_path, cloud, edge,
     assert set(sizes) == {"frames", "bf16+zstd"} and min(sizes.values()) > 0  # the tiny model's tokens are smaller than frames
     assert client.policy.link.rate() > 0 and client.policy.edge.rate() > 0
     outputs = {run: [np.asarray(Image.open(p)) for p in sorted((tmp_path / run).iterdir())] for run in ("auto", "frames", "bf16+zstd")}
+    # Within rounding of one codec's (harness/rounding.py): the servers' encoder runs E_cond with its
+    # own thread count, and kernels other than AVX512's sum in other orders for it (scalar ones,
+    # ATEN_CPU_CAPABILITY=default, moved 0.003% of a middle's values by a level). The two codecs'
+    # middles differ in over 1% of their values, which the bound tells apart.
     for i, got in enumerate(outputs["auto"]):
-        assert np.array_equal(got, outputs["frames"][i]) or np.array_equal(got, outputs["bf16+zstd"][i]), i
+        assert rounding_difference(got, outputs["frames"][i]) is None or rounding_difference(got, outputs["bf16+zstd"][i]) is None, i
 
 
 def test_codec_auto_needs_the_split():

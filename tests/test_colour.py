@@ -572,3 +572,27 @@ def test_an_animations_colour_profile_is_kept(tmp_path, suffix):
         def said(path):
             return [c for c in png_chunks(path.read_bytes()) if c[0] in COLOUR_CHUNKS]
         assert said(tmp_path / "out.png") == said(src) and len(said(src)) == 4
+
+
+@pytest.mark.parametrize("codec, pix_fmt, suffix, encoder", [("png", "rgba", ".apng", None), ("png", "rgba", ".mov", "qtrle"),
+                                                             ("png", "rgb24", ".mov", None), ("png", "rgba", ".png.mov", "png")])
+def test_an_rgb_output_of_an_rgb_input_says_no_range_is_lost(tmp_path, codec, pix_fmt, suffix, encoder):
+    """An RGB input (PNG's frames state full range) into an RGB output (PNG, APNG, QuickTime RLE)
+    loses nothing: it has no YUV range to keep (before: "no place for the input's range" each time).
+    A YUV input's full range that an output cannot state is still said
+    (:func:`test_an_output_that_cannot_state_the_inputs_colour_says_so_in_one_line`)."""
+    src = tmp_path / "in.mov"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.height, stream.width, stream.pix_fmt = *SIZE, pix_fmt
+        for k in range(2):
+            frame = av.VideoFrame.from_ndarray(np.full((*SIZE, 4), 60 * k + 30, np.uint8), format="rgba").reformat(format=pix_fmt)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    with av.open(str(src)) as container:
+        assert next(container.decode(video=0)).color_range == FULL  # what made the line be said
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
+    assert [str(w.message) for w in caught if "no place for" in str(w.message)] == []

@@ -5,6 +5,7 @@ its input's alpha)."""
 
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -96,3 +97,63 @@ def test_an_originals_alpha_is_its_inputs_own_in_a_lossless_output(tmp_path, sou
     for k in range(1, 2 * COUNT - 1, 2):
         want = np.round((got[k - 1].astype(np.float64) + got[k + 1]) / 2)
         assert np.array_equal(got[k], want), k
+
+
+PALETTE_ALPHA = (0, 255, 255, 128)  # index 0 transparent, 3 half; the rest of the 256 opaque
+
+
+def make_paletted(path, transparent: bool = True):
+    """PNG in MOV of ``pal8`` frames (as FFmpeg decodes a PNG with a palette), whose palette's alpha
+    is PALETTE_ALPHA where ``transparent`` (PNG's tRNS), else opaque."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("png", rate=25)
+        stream.height, stream.width = SIZE
+        stream.pix_fmt = "pal8"
+        for k in range(COUNT):
+            frame = av.VideoFrame(SIZE[1], SIZE[0], "pal8")
+            indices = np.zeros((SIZE[0], frame.planes[0].line_size), np.uint8)
+            indices[:, 10 * k:10 * k + 30] = 1 + k
+            frame.planes[0].update(indices.tobytes())
+            palette = np.full((256, 4), 255, np.uint8)  # B, G, R, A: FFmpeg's 32-bit ARGB, little-endian
+            palette[:4, :3] = [[0, 0, 0], [0, 0, 255], [0, 255, 0], [255, 0, 0]]
+            palette[:4, 3] = PALETTE_ALPHA if transparent else 255
+            frame.planes[1].update(palette.tobytes())
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("out, encoding, written", [
+    ("out.apng", {}, "rgba"), ("out.mkv", {"vcodec": "ffv1"}, "yuva420p"), ("out.mov", {"vcodec": "qtrle"}, "argb"),
+    ("out.gif", {}, None),
+])
+def test_a_palettes_alpha_is_kept(tmp_path, out, encoding, written):
+    """FFmpeg lists no alpha of ``pal8``, so a palette's transparency (PNG's tRNS) was dropped
+    without a word, and into APNG, which lists pal8, the middles (RGB) could not be encoded at all.
+    Now the originals' alpha is their palette's, exactly, in an output with alpha; GIF's pixels are
+    transparent or opaque: those under half opaque transparent."""
+    src = make_paletted(tmp_path / "in.mov")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        interpolate_clip(src, tmp_path / out, pairwise(blend), progress=False, encoding=Encoding(**encoding))
+    assert not [str(w.message) for w in said if "alpha is dropped" in str(w.message)]
+    with av.open(str(src)) as container:
+        given = [f.to_ndarray(format="rgba")[..., 3] for f in container.decode(video=0)]  # the palette's, by index
+    got_format, got = decoded_alphas(tmp_path / out) if written else ("bgra", None)
+    if written is None:  # GIF: read as FFmpeg's decoder gives it, bgra
+        with av.open(str(tmp_path / out)) as container:
+            got = [f.to_ndarray(format="rgba")[..., 3] for f in container.decode(video=0)]
+        given = [np.where(a < 128, 0, 255) for a in given]
+    assert got_format == (written or "bgra") and len(got) == 2 * COUNT - 1
+    assert all(np.array_equal(got[2 * k], given[k]) for k in range(COUNT))
+
+
+def test_an_opaque_palette_into_apng_is_written(tmp_path):
+    """APNG lists pal8, which was chosen for a paletted input: the middles, made of RGB, could not be
+    encoded in it ("Operation not permitted"). Now RGB, without alpha."""
+    src = make_paletted(tmp_path / "in.mov", transparent=False)
+    interpolate_clip(src, tmp_path / "out.apng", pairwise(blend), progress=False, encoding=Encoding())
+    with av.open(str(tmp_path / "out.apng")) as container:
+        assert container.streams.video[0].codec_context.pix_fmt == "rgb24"
+        assert len(list(container.decode(video=0))) == 2 * COUNT - 1

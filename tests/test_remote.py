@@ -324,6 +324,59 @@ def test_a_remote_webms_alpha_is_said_to_be_left_out_and_the_output_claims_none(
         RemoteVideo("in.webm", {**probe, "alpha_left_out": "yes"}, fetch)
 
 
+@pytest.mark.parametrize("codec, pix_fmt", [("qtrle", "argb"), ("prores_ks", "yuva444p10le")])
+def test_a_remote_video_decodes_as_the_local_file_with_what_its_container_tells_the_decoder(tmp_path, codec, pix_fmt):
+    """QuickTime RLE's decoder opens only with the bits of a coded sample, and ProRes's decodes 4444
+    at 12 bits only told its codec tag (``ap4h``), both of which the container states: the client
+    refused the first ("avcodec_open2 qtrle: Invalid data") and decoded the second at 10 bits. The
+    probe's ``decoding`` states them; a cloud from before states none and the client decodes as it
+    did; one out of its bounds is refused."""
+    from test_output_alpha import make_input
+
+    if codec not in av.codecs_available:
+        pytest.skip(f"this PyAV has no {codec}")
+    src = make_input(tmp_path / "in.mov", codec, pix_fmt)  # prores_ks on yuva444p10le: 4444, tagged ap4h
+    with open_clip(src) as clip:
+        local = [f.raw for f in clip]
+    remote = [f.raw for f in _remote(src)]
+    assert [f.format.name for f in remote] == [f.format.name for f in local] and len(local) == 3
+    assert all([bytes(p) for p in a.planes] == [bytes(p) for p in b.planes] for a, b in zip(remote, local))
+    video = SourceVideo(src, 10**7)
+    probe = json.loads(json.dumps(video.probe()))
+    assert probe["decoding"]
+
+    def fetch(stream, start, after):
+        return pack(video.page(stream, start, None))
+
+    before = RemoteVideo("in.mov", {k: v for k, v in probe.items() if k != "decoding"}, fetch)
+    assert before.decoding == {}
+    for decoding, message in [("ap4h", "decoding must hold"), ({"codec_tag": "ap4h\n"}, "four printable ASCII"),
+                              ({"bits_per_coded_sample": 65}, "from 1 to 64"), ({"bits_per_coded_sample": True}, "from 1 to 64"),
+                              ({"pix_fmt": "rgba"}, "decoding must hold")]:
+        with pytest.raises(CodecError, match=message):
+            RemoteVideo("in.mov", {**probe, "decoding": decoding}, fetch)
+
+
+@pytest.mark.parametrize("transparent", [True, False])
+def test_a_remote_palettes_alpha_is_kept_as_a_local_files(tmp_path, transparent):
+    """A paletted source (PNG in MOV, ``pal8``) holds its alpha in its palette: the client takes its
+    first picture's palette as a local run does (media/palette.py), so its APNG output is RGBA where
+    the palette is translucent, RGB where opaque (before: ``pal8`` was chosen, and its middles,
+    made of RGB, could not be encoded)."""
+    from test_output_alpha import alpha_samples, make_paletted
+
+    src = make_paletted(tmp_path / "in.mov", transparent)
+    outputs = []
+    for clip, name in ((_remote(src), "remote.apng"), (src, "local.apng")):
+        interpolate_clip(clip, tmp_path / name, pairwise(average), progress=False)
+        with av.open(str(tmp_path / name)) as container:
+            frames = list(container.decode(video=0))
+        outputs.append((frames[0].format.name, [alpha_samples(f) for f in frames] if transparent else []))
+    (remote, remote_alphas), (local, local_alphas) = outputs
+    assert remote == local == ("rgba" if transparent else "rgb24")
+    assert all(np.array_equal(a, b) for a, b in zip(remote_alphas, local_alphas, strict=True))
+
+
 # --- cloud: sources end to end ----------------------------------------------------------------------
 
 

@@ -401,3 +401,25 @@ def test_any_image_with_alpha_gives_the_video_alpha_the_opaque_ones_opaque(tmp_p
     with av.open(str(out)) as container:
         held = av.VideoFormat(container.streams.video[0].codec_context.pix_fmt)
     assert not any(c.is_alpha for c in held.components), held.name
+
+
+def test_any_sixteen_bit_image_gives_the_video_its_depth_the_eight_bit_ones_widened(tmp_path):
+    """The first image decided the depth: an 8-bit one first, and the 16-bit image after it was
+    rounded to 8 bits without a word. Now any 16-bit image makes the video 16-bit (FFV1's 16-bit
+    RGB here, lossless): that image's pixels exactly, the 8-bit ones widened (x 257)."""
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    low = [rng.integers(0, 256, (32, 48, 3)).astype(np.uint8) for _ in range(2)]
+    deep = rng.integers(0, 65536, (32, 48, 3)).astype(np.uint16)
+    Image.fromarray(low[0], "RGB").save(src / "frame0.png")
+    (src / "frame1.png").write_bytes(png_of(deep))
+    Image.fromarray(low[1], "RGB").save(src / "frame2.png")
+    out = tmp_path / "out.mkv"
+    result = run("interpolate", src, "-o", out, "--input-fps", "10", "--vcodec", "ffv1", *TINY)
+    assert result.returncode == 0, result.stderr
+    info, frames = decoded(out, "rgb48le")
+    held = av.VideoFormat(info["pix_fmt"])
+    assert held.is_rgb and max(c.bits for c in held.components) == 16 and len(frames) == 5
+    assert np.array_equal(frames[2][1], deep)
+    assert np.array_equal(frames[0][1], low[0].astype(np.uint16) * 257) and np.array_equal(frames[4][1], low[1].astype(np.uint16) * 257)

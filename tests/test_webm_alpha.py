@@ -117,3 +117,37 @@ def test_auto_leaves_a_webm_with_alpha_to_the_host_and_a_named_gpu_decoder_says_
         opened = pipeline.decoded_by(src, "nvdec", torch.device("cpu"), pipeline.ClipOptions())
     opened.close()
     assert opened.alpha is None and any("--decoder nvdec reads its colour alone" in str(w.message) for w in said)
+
+
+def make_lossless(path, codec: str, pix_fmt: str, count: int = 3):
+    """An FFV1 or Ut Video of frames with an even alpha of LEVELS[k], in ``pix_fmt``."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.height, stream.width = SIZE
+        stream.pix_fmt = pix_fmt
+        for k in range(count):
+            rgba = np.zeros((*SIZE, 4), np.uint8)
+            rgba[..., 0], rgba[..., 3] = 200, LEVELS[k]
+            frame = av.VideoFrame.from_ndarray(rgba, format="rgba").reformat(format=pix_fmt)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("codec, pix_fmt", [("ffv1", "yuva444p"), ("ffv1", "yuva422p"), ("utvideo", "gbrap")])
+def test_a_format_with_alpha_that_libvpx_lists_but_refuses_is_written_in_the_nearest_it_opens(tmp_path, codec, pix_fmt):
+    """libvpx-vp9 lists yuva444p, yuva422p and gbrap, and refuses to open with any of them: ProRes
+    4444's or FFV1's alpha into WebM was refused in one line. Now in yuva420p, said."""
+    if not {codec, "libvpx-vp9"} <= set(av.codecs_available):
+        pytest.skip("this PyAV lacks an encoder the test needs")
+    src = make_lossless(tmp_path / ("in.mkv" if codec == "ffv1" else "in.avi"), codec, pix_fmt)
+    out = tmp_path / "out.webm"
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(options={"lossless": "1"}))
+    said = [str(w.message) for w in said]
+    assert any(f"lists {pix_fmt} but does not open with it" in s and "yuva420p" in s for s in said), said
+    means, tags = alphas_and_tags(out)
+    want = [LEVELS[0], sum(LEVELS[:2]) / 2, LEVELS[1], sum(LEVELS[1:]) / 2, LEVELS[2]]
+    assert tags.get("alpha_mode") == "1" and all(abs(m - w) <= 1 for m, w in zip(means, want)), means

@@ -28,9 +28,10 @@ from ..media.colour import Colour
 from ..media.containers import Labels
 from ..media.encoding import holds, import_av
 from ..media.frames import check_size
+from ..media.palette import given_as
 from ..media.video import VideoClip
 from ..sandbox.decoder import owned_packet
-from ..wire.pages import Packet, Page, unpack
+from ..wire.pages import MAX_CODED_BITS, Packet, Page, unpack
 
 PREFIX = "cloud:"
 MAX_DYNAMIC_HDR = 8  # kinds of dynamic HDR metadata a probe names, at most
@@ -91,6 +92,21 @@ def _alpha_left_out(given, path: Path) -> None:
                       "carry (its packets alone): the alpha is left out, and the output is opaque")
 
 
+def _decoding(given) -> dict:
+    """A probe's ``decoding``: what the decoder takes from the container beside the extradata (a
+    ``codec_tag`` of four printable ASCII characters, ``bits_per_coded_sample`` from 1 to
+    :data:`~eden_serve.wire.pages.MAX_CODED_BITS`); a cloud from before states none, and the decoder
+    opens as it did (QuickTime RLE refused, ProRes 4444 decoded at 10 bits)."""
+    if not isinstance(given, dict) or not set(given) <= {"codec_tag", "bits_per_coded_sample"}:
+        raise CodecError("the cloud's probe: decoding must hold codec_tag and bits_per_coded_sample at most")
+    tag, bits = given.get("codec_tag"), given.get("bits_per_coded_sample")
+    if tag is not None and not (isinstance(tag, str) and re.fullmatch(r"[\x20-\x7e]{4}", tag)):
+        raise CodecError("the cloud's probe: decoding's codec_tag must be four printable ASCII characters")
+    if bits is not None and not (type(bits) is int and 0 < bits <= MAX_CODED_BITS):
+        raise CodecError(f"the cloud's probe: decoding's bits_per_coded_sample must be an integer from 1 to {MAX_CODED_BITS}")
+    return dict(given)
+
+
 def _time(packet) -> Fraction:
     stamp = packet.dts if packet.dts is not None else packet.pts
     return (stamp or 0) * packet.time_base
@@ -136,6 +152,7 @@ class RemoteVideo(VideoClip):
         self.dynamic_hdr = _dynamic_hdr(probe.get("dynamic_hdr", []))  # a cloud from before states none
         _alpha_left_out(probe.get("alpha_left_out", False), self.path)
         self.alpha = self.alpha_pix_fmt = None  # decoded by FFmpeg's own decoder: the colour alone
+        self.decoding = _decoding(probe.get("decoding", {}))  # a cloud from before states none
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
@@ -145,6 +162,8 @@ class RemoteVideo(VideoClip):
         if max_pixels is not None:
             check_size(video["width"], video["height"], max_pixels, str(self.path))
         self.stream = SimpleNamespace(codec_context=self.decoder())  # what the writer copies: codec, size, pixel format
+        if video["pix_fmt"] == "pal8":  # a palette's alpha, which FFmpeg's format does not list (:func:`~eden_serve.media.palette.given_as`)
+            self.alpha_pix_fmt = given_as(self._first_picture())
         # Stream index -> its language, of the audio and subtitle streams to copy.
         self.others = {s["index"]: s.get("language") for s in probe["streams"] if isinstance(s, dict)
                        and s.get("type") in ("audio", "subtitle") and type(s.get("index")) is int}
@@ -232,6 +251,10 @@ class RemoteVideo(VideoClip):
             raise BadInputError(f"{self.path}: this client cannot decode {stream['codec']!r} video") from None
         context.extradata = self.first.extradata or None
         context.width, context.height, context.pix_fmt = stream["width"], stream["height"], stream["pix_fmt"] or None
+        if "codec_tag" in self.decoding:  # ProRes's depth (4444: 12 bits), as a local decoder has it from the file
+            context.codec_tag = self.decoding["codec_tag"]
+        if "bits_per_coded_sample" in self.decoding:  # QuickTime RLE's decoder opens only with them
+            context.bits_per_coded_sample = self.decoding["bits_per_coded_sample"]
         # The container's tags, which a local decoder has from the file where the bitstream states none.
         colour = self.colour
         context.color_primaries, context.color_trc, context.colorspace = colour.primaries, colour.transfer, colour.matrix
@@ -240,6 +263,17 @@ class RemoteVideo(VideoClip):
             context.sample_aspect_ratio = self.aspect
         context.thread_type = "AUTO"
         return context
+
+    def _first_picture(self):
+        """The first page's first picture (a paletted video's: its packets are whole pictures), or None."""
+        av = import_av()
+        if not self.first.packets:
+            return None
+        decoder = self.decoder()
+        try:  # flushed: a frame-threaded decoder holds its first pictures back
+            return next(iter([*decoder.decode(owned_packet(self.first.packets[0].data, av)), *decoder.decode(None)]), None)
+        except self._error:
+            return None
 
     def _decoded(self) -> Iterator:
         av = import_av()

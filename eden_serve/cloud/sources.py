@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import stat
 import threading
 import time
@@ -38,7 +39,7 @@ from ..media.packets import Work
 from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, main_video, self_contained
 from ..media.video import VideoClip, rgb
 from ..media.webm_alpha import marked_alpha
-from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
+from ..wire.pages import MAX_CODED_BITS, MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 from .names import open_beneath, resolve
 from .ranges import CURSORS, Cursor
 
@@ -123,6 +124,7 @@ class Scan:
     labels: Labels  # the title, chapters and tags that the output keeps
     dynamic_hdr: tuple[str, ...]  # its dynamic HDR metadata (HDR10+, Dolby Vision), named: no output keeps it
     alpha_left_out: bool  # VP8's or VP9's alpha beside each frame (a WebM's), which the pages do not carry
+    decoding: dict  # what the container tells the decoder beside the extradata (:func:`_decoding`)
 
 
 def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -157,7 +159,22 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
                     display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
-                    marked_alpha(stream))
+                    marked_alpha(stream), _decoding(context))
+
+
+def _decoding(context) -> dict:
+    """What a decoder takes from the container beside the extradata, where stated: the codec tag
+    (ProRes's depth: ``ap4h`` decodes at 12 bits) and a coded sample's bits (QuickTime RLE's)."""
+    found = {}
+    try:
+        tag = context.codec_tag
+    except (ValueError, UnicodeDecodeError):
+        tag = None
+    if isinstance(tag, str) and re.fullmatch(r"[\x20-\x7e]{4}", tag):
+        found["codec_tag"] = tag
+    if 0 < context.bits_per_coded_sample <= MAX_CODED_BITS:
+        found["bits_per_coded_sample"] = context.bits_per_coded_sample
+    return found
 
 
 class FileCache:
@@ -213,13 +230,15 @@ class SourceVideo:
     def probe(self) -> dict:
         """What a client plans a run with: the frame count, rate, size, colour, the file's streams and
         labels, and what its output leaves out, which a client says: the dynamic HDR metadata, and
-        VP8's or VP9's alpha, which a page's packets do not carry (Matroska holds it beside them)."""
+        VP8's or VP9's alpha, which a page's packets do not carry (Matroska holds it beside them);
+        and what its decoder takes from the container (:func:`_decoding`)."""
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
                 "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
                 "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect),
-                "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr), "alpha_left_out": s.alpha_left_out}
+                "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr), "alpha_left_out": s.alpha_left_out,
+                "decoding": dict(s.decoding)}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""

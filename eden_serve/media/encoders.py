@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..errors import BadInputError
-from .colour import Colour, merged
+from .colour import UNSPECIFIED, Colour, merged
 from .encoding import Encoding, holds, import_av, open_encoder
 from .nvenc import NVENC_KEEPS, hardware, on_gpu
-from .pixel_formats import encoder_formats, output_colour, output_pix_fmt, say_conversion
+from .pixel_formats import encoder_formats, output_colour, output_pix_fmt, sampling_name, say_conversion
 
 
 @dataclass(frozen=True)
@@ -153,11 +153,9 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         options.pop("crf", None)  # the default quality beside lossless: libvpx refuses the two together
     options = {**colour.options(), **options}  # the chroma location, unless --encoder-opt names it
     options = merged(options, name, {**_log_level(name, encoding.verbose), **colour.parameters(name)})
+    base = options
     stream.pix_fmt = output_pix_fmt(stream.codec_context.codec, encoding.pix_fmt, source_pix_fmt, muxed)
-    if name == "libvpx" and stream.pix_fmt == "yuva420p":
-        options.setdefault("auto-alt-ref", "0")  # libvpx encodes VP8's alpha only without alternate reference frames
-    if name == "dnxhd" and "profile" not in options and stream.pix_fmt in DNXHR_PROFILES:
-        options["profile"] = DNXHR_PROFILES[stream.pix_fmt]
+    options = _for_format(name, stream.pix_fmt, base)
     output_colour(name, stream.pix_fmt, colour).tag(stream.codec_context)
     stream.options = options
     _check_rate(stream, name)
@@ -168,11 +166,84 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
     except (av.error.FFmpegError, ValueError) as exc:
         if encoding.pix_fmt is None and _opened_full_range(stream, source_pix_fmt, colour, av):
             return options
+        opened = _opened_other(stream, base, source_pix_fmt, colour, muxed) if encoding.pix_fmt is None else None
+        if opened is not None:
+            return opened
         settings = " ".join([*(f"{k}={v}" for k, v in options.items()), f"pix_fmt {stream.pix_fmt}"])
         raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
     say_conversion(source_pix_fmt, stream.pix_fmt, colour, name)  # once, of the format it opened on
     return options
+
+
+def _for_format(name: str, pix_fmt: str, options: dict) -> dict:
+    """``options`` with what ``name`` needs for ``pix_fmt``."""
+    options = dict(options)
+    if name == "libvpx" and pix_fmt == "yuva420p":
+        options.setdefault("auto-alt-ref", "0")  # libvpx encodes VP8's alpha only without alternate reference frames
+    if name == "dnxhd" and "profile" not in options and pix_fmt in DNXHR_PROFILES:
+        options["profile"] = DNXHR_PROFILES[pix_fmt]
+    return options
+
+
+# The most other formats tried where an encoder refused the one chosen: the choices of
+# :func:`~.pixel_formats.output_pix_fmt` are at most six, the first of them refused.
+_OTHERS = 5
+
+
+def _opened_other(stream, base: dict, source_pix_fmt: str | None, colour: Colour, muxed) -> dict | None:
+    """The options ``stream``'s encoder opened with on the next format chosen without those it
+    refuses in themselves though it lists them (:func:`_refuses`; libvpx-vp9: ``yuva444p``,
+    ``yuva422p``, ``gbrap``; libx265 built without alpha: ``yuva420p``), said in one line; None,
+    the format as it was, where the refusal was for another reason (an odd size, an option) or no
+    other opens: the first refusal is the one said."""
+    av, context = import_av(), stream.codec_context
+    first, listed, refused = stream.pix_fmt, set(muxed or encoder_formats(context.codec)), {stream.pix_fmt}
+    if not _refuses(context, first, av):
+        return None
+    while len(refused) <= _OTHERS:
+        chosen = output_pix_fmt(context.codec, None, source_pix_fmt, muxed, frozenset(refused))
+        if chosen in refused or (listed and chosen not in listed):
+            break
+        if _refuses(context, chosen, av):
+            refused.add(chosen)
+            continue
+        options = _for_format(context.name, chosen, base)
+        stream.pix_fmt, stream.options = chosen, options
+        _retag(context, chosen, colour)
+        try:
+            open_encoder(context)
+        except (av.error.FFmpegError, ValueError):
+            break
+        was = f" (the input's {sampling_name(source_pix_fmt)} {source_pix_fmt})" if source_pix_fmt else ""
+        warnings.warn(f"{context.name} lists {first} but does not open with it: the output's pixel format is {chosen}, "
+                      f"{sampling_name(chosen)}{was}")
+        say_conversion(source_pix_fmt, chosen, colour, context.name)
+        return options
+    stream.pix_fmt, stream.options = first, _for_format(context.name, first, base)
+    _retag(context, first, colour)
+    return None
+
+
+def _refuses(template, pix_fmt: str, av) -> bool:
+    """Whether ``template``'s encoder refuses to open on ``pix_fmt`` in itself: without the options
+    asked, at its size made even, its own rate."""
+    context = av.CodecContext.create(template.name, "w")
+    context.width, context.height = template.width + template.width % 2, template.height + template.height % 2
+    context.time_base, context.framerate, context.pix_fmt = template.time_base, template.framerate, pix_fmt
+    context.options = _for_format(template.name, pix_fmt, merged({}, template.name, _log_level(template.name, False)))  # x265: no banner
+    try:
+        open_encoder(context)
+    except (av.error.FFmpegError, ValueError):
+        return True
+    return False
+
+
+def _retag(context, pix_fmt: str, colour: Colour) -> None:
+    """``context`` tagged anew for ``pix_fmt``: the RGB matrix an RGB format states is not a YUV one's."""
+    context.color_primaries = context.color_trc = context.colorspace = UNSPECIFIED
+    context.color_range = 0
+    output_colour(context.name, pix_fmt, colour).tag(context)
 
 
 def _check_rate(stream, name: str) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .base import Frame
 from .encoding import import_av
+from .palette import palette_alpha
 from .pixel_formats import bits
 
 
@@ -66,8 +67,14 @@ class AlphaPlace:
 def copy_alpha(source, frame, place: AlphaPlace) -> bool:
     """``source``'s alpha written into ``frame`` (in the format of ``place``) where both hold it at
     one depth and size: whether it was."""
+    if (source.width, source.height) != (frame.width, frame.height):
+        return False
+    if source.format.name == "pal8" and place.bits == 8:  # its alpha is its palette's, by index
+        indices = np.frombuffer(source.planes[0], np.uint8).reshape(source.height, -1)[:, :source.width]
+        place.samples(frame)[:] = palette_alpha(source)[indices].astype(np.uint8)
+        return True
     given = AlphaPlace.of(source.format.name)
-    if given is None or given.bits != place.bits or (source.width, source.height) != (frame.width, frame.height):
+    if given is None or given.bits != place.bits:
         return False
     place.samples(frame)[:] = given.samples(source)
     return True

@@ -39,10 +39,12 @@ def encoder_formats(codec) -> list[str]:
     return [f.name for f in codec.video_formats or ()]
 
 
-def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None) -> str:
+def output_pix_fmt(codec, asked: str | None, source: str | None, muxed: tuple[str, ...] | None = None,
+                   refused: frozenset[str] = frozenset()) -> str:
     """The output's pixel format among those the encoder takes, or ``muxed``: the container's, where it
-    holds fewer (the raw video encoder takes any)."""
-    formats = list(muxed) if muxed else encoder_formats(codec)
+    holds fewer (the raw video encoder takes any), less those it was ``refused`` on: listed, they
+    did not open (:func:`~.encoders.configure`)."""
+    formats = [f for f in (list(muxed) if muxed else encoder_formats(codec)) if f not in refused]
     if asked is not None:
         if formats and asked not in formats:
             raise BadInputError(f"--pix-fmt {asked}: {'the container' if muxed else codec.name} takes {', '.join(formats)}")
@@ -88,6 +90,13 @@ def _sampling(av, pix_fmt: str) -> tuple[int, int, bool]:
     """A format's chroma plane size on 16x16 frames, and whether it holds alpha."""
     format = av.VideoFormat(pix_fmt, 16, 16)
     return format.chroma_width(16), format.chroma_height(16), any(c.is_alpha for c in format.components)
+
+
+def sampling_name(pix_fmt: str) -> str:
+    """A format's colour sampling as it is named (4:2:0), RGB's as 4:4:4."""
+    width, height, _ = _sampling(import_av(), pix_fmt)
+    return {(16, 16): "4:4:4", (8, 16): "4:2:2", (8, 8): "4:2:0", (16, 8): "4:4:0", (4, 16): "4:1:1",
+            (4, 4): "4:1:0"}.get((width, height), f"{width}x{height} chroma of 16x16")
 
 
 def bits(pix_fmt: str) -> int:
@@ -163,13 +172,15 @@ LEFT = 1  # AVCHROMA_LOC_LEFT: the 4:2:0 siting a reader takes where none is sta
 def say_lost(container: str, codec: str, colour: Colour, subsampled: bool = False) -> None:
     """One line where the output's ``container`` and its ``codec``'s stream have no place for a tag
     ``colour`` (the output's) states that a reader would not take by default: primaries and transfer
-    stated, a matrix other than BT.601's, full range; and, for a 4:2:0 output (``subsampled``), a
+    stated, a matrix other than BT.601's, full range of YUV; and, for a 4:2:0 output (``subsampled``), a
     chroma location other than left."""
     held = {*CONTAINER_HOLDS.get(container, ()), *STREAM_HOLDS.get(codec, ())}
     if CHROMA_HOLDERS & {container, codec}:
         held.add("chroma location")
+    # RGB pixels (the RGB matrix, :func:`output_colour`) have no YUV range to keep: full range is theirs.
+    yuv = colour.matrix != RGB
     stated = {"primaries": colour.primaries != 2, "transfer": colour.transfer != 2,
-              "matrix": not same_matrix(colour.matrix, 2) and colour.matrix != RGB, "range": colour.range == FULL,
+              "matrix": not same_matrix(colour.matrix, 2) and yuv, "range": colour.range == FULL and yuv,
               "chroma location": subsampled and colour.chroma not in (0, LEFT)}
     lost = sorted(name for name, said in stated.items() if said and name not in held)
     if lost:

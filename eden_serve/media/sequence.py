@@ -26,7 +26,8 @@ where a cICP chunk outranks it, as a reader of the PNG takes that instead.
 Images with alpha keep it where the encoder has a format with alpha (chosen as for a video with
 alpha: APNG's rgba, VP9's and WebP's yuva420p, ProRes 4444, FFV1, QuickTime RLE's argb), a
 middle's made of its neighbours' as a video's is; else it is dropped, said once. Any image's alpha
-gives the video alpha, an opaque image among them opaque.
+gives the video alpha, an opaque image among them opaque; and any 16-bit image gives it a depth as
+16-bit images do, the 8-bit ones among them widened.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from .base import PIPE, Clip, Frame
 from . import icc, png_colour
 from .colour import UNSPECIFIED, Colour
 from .encoders import output_encoder
+from .frames import is_deep, widened
 from .pixel_formats import BT601, CONTAINER_HOLDS, STREAM_HOLDS, bits
 from .timing import MAX_FPS
 from .video_writer import VideoWriter
@@ -92,7 +94,8 @@ def refuse_input_fps(clip: Clip, dst: str | Path, input_fps: Fraction | None) ->
 
 class SequenceWriter(VideoWriter):
     """A directory's images as a video: a :class:`~.video_writer.VideoWriter` whose stream is made
-    like the first image (its size, and 8 or 16 bits of RGB), with alpha where any image has it, with
+    like the first image (its size), 16 bits of RGB where any image has them (8-bit images widened),
+    with alpha where any image has it, with
     no other stream to copy, whose originals are converted from their pixels as the middles are.
     Like every video output, it is encoded whole again by a resumed run (``continues`` is False; the
     middles come from the cache)."""
@@ -101,7 +104,8 @@ class SequenceWriter(VideoWriter):
 
     def __init__(self, tmp: Path, dst: Path, clip: Clip, retiming, encoding):
         first = next(iter(clip))
-        deep, alpha = first.depth == 16, _any_alpha(clip)
+        deep, alpha = _any_deep_or_alpha(clip)
+        self._deep = deep
         # RGBA images: a format with alpha where the encoder has one, as a video with alpha (:func:`~.pixel_formats.output_pix_fmt`).
         self._first = SimpleNamespace(codec=None, width=first.size[0], height=first.size[1], sample_aspect_ratio=None,
                                       pix_fmt=("rgba64le" if deep else "rgba") if alpha else "rgb48le" if deep else "rgb24")
@@ -138,8 +142,8 @@ class SequenceWriter(VideoWriter):
                            f"{_named(seen.colour)}, not {_named(self._shown.colour)}): {self.dst.name} states the first image's colour")
         picture = _rgb(original.picture)
         if self.alpha is None:
-            return super()._converted(picture)
-        rgba = _rgba(original, picture)
+            return super()._converted(self._at_depth(picture))
+        rgba = self._at_depth(_rgba(original, picture))
         frame = super()._converted(rgba)
         if (rgba.dtype == torch.uint16) == (self.alpha_dtype == np.uint16) and bits(self.pix_fmt) in (8, 16):
             # The image's alpha itself: swscale's RGBA to YUVA moves half the samples by one.
@@ -150,7 +154,16 @@ class SequenceWriter(VideoWriter):
         # A middle's alpha is made of its neighbours' (:meth:`~.video_writer.VideoWriter._alpha`): its colours alone here.
         if isinstance(picture, torch.Tensor) and picture.shape[-1] == 4:
             picture = picture[..., :3].contiguous()
-        return super()._converted(_rgb(picture))
+        return super()._converted(self._at_depth(_rgb(picture)))
+
+    def _at_depth(self, picture):
+        """An 8-bit picture (an image, a middle of two) of a 16-bit video widened to 16 bits exactly
+        (x 257): converted as 8 bits, swscale's RGB to a 16-bit format moved values by up to a level."""
+        if self._deep and isinstance(picture, Image.Image):
+            picture = torch.from_numpy(np.array(picture.convert("RGB")))
+        if not self._deep or not isinstance(picture, torch.Tensor):  # the edge's planes: made in the output's format
+            return picture
+        return widened(picture, 16)
 
 
 def stateable(colour: Colour, container: str, codec: str) -> Colour:
@@ -201,18 +214,19 @@ def _has_alpha(frame: Frame) -> bool:
     return "A" in image.getbands() or "transparency" in image.info
 
 
-def _any_alpha(clip: Clip) -> bool:
-    """Whether any of the images has alpha (the first did not decide it for them all: a translucent
-    image after an opaque first was written opaque). Each is asked of its header, as Pillow opens it
-    without decoding its pixels; one Pillow cannot open is decoded as its frame will be."""
+def _any_deep_or_alpha(clip: Clip) -> tuple[bool, bool]:
+    """Whether any of the images is 16-bit, and whether any has alpha (the first decided both for
+    them all: a translucent image after an opaque first was written opaque, a 16-bit one after an
+    8-bit first rounded to 8 bits). Each is asked of its header, as Pillow opens it without decoding
+    its pixels; one Pillow cannot open is decoded as its frame will be."""
+    deep = alpha = False
     for frame in clip:
         try:
             with Image.open(frame.path) as image:
-                if "A" in image.getbands() or "transparency" in image.info:
-                    return True
+                alpha = alpha or "A" in image.getbands() or "transparency" in image.info
+                deep = deep or image.mode.startswith("I") or is_deep(frame.path, frame.name)
                 continue
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, BadInputError):
             pass  # a 16-bit TIFF Pillow has no mode for; a broken or huge file, which its frame's reading refuses
-        if _has_alpha(frame):
-            return True
-    return False
+        alpha, deep = alpha or _has_alpha(frame), deep or frame.depth == 16
+    return deep, alpha

@@ -21,6 +21,7 @@ from .containers import display_matrix, dynamic_hdr, first_look, main_video, say
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
+from .palette import given_as
 from .pixel_formats import MATRIX_NAMES
 from .threads import Prefetch
 from .timing import MAX_FPS
@@ -150,6 +151,8 @@ class VideoClip(Clip):
         self.alpha_pix_fmt = self.alpha.pix_fmt if self.alpha is not None else None
         say_interlaced(self.stream, path)
         self.colour = self._colour()
+        if self.stream.codec_context.pix_fmt == "pal8":  # a palette's alpha, which FFmpeg's format does not list
+            self.alpha_pix_fmt = given_as(self._first)
         try:
             check_convertible(self.stream.codec_context.pix_fmt, self.colour, path)
         except BadInputError:
@@ -171,12 +174,15 @@ class VideoClip(Clip):
         of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags
         only). The dynamic HDR metadata that opening's stream and frame carry is named (:attr:`dynamic_hdr`)."""
         colour, first = Colour.of_stream(self.stream.codec_context), None
+        self._first = None  # a paletted stream's first frame: its palette's alpha (:func:`~.palette.given_as`)
         if self._reopen is None:
             self.dynamic_hdr = dynamic_hdr(self.stream, None)
             return colour
         try:
             with self._reopen() as container:
-                first, in_band = first_look(container, decode=colour.may_hold_metadata)
+                paletted = self.stream.codec_context.pix_fmt == "pal8"
+                first, in_band = first_look(container, decode=colour.may_hold_metadata or paletted)
+                self._first = first if paletted else None
                 self.dynamic_hdr = dynamic_hdr(main_video(container, str(self.path)), first, in_band)
         except (self._error, ValueError, OSError, BadInputError):
             pass  # what cannot be decoded here fails where the clip is read, with its own message

@@ -22,13 +22,13 @@ from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
-from .palette import RGB, Palettes
+from .palette import Palettes
 from .pixel_formats import Y4M_PIX_FMTS, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .siting import Subsampler, output_siting, stated
 from .timing import Retiming, output_time_base, tick_of
-from .webm_alpha import settle_output
+from .webm_alpha import has_alpha, settle_output
 
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
@@ -145,10 +145,10 @@ class VideoWriter(AlphaWriting, ClipWriter):
         options = configure(self.stream, encoding, given, colour,
                             Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
-        # Paletted output (GIF): pictures are converted to RGB, then given a palette each as encoded.
-        self.palettes = Palettes() if self.pix_fmt == "pal8" else None
+        # Paletted output (GIF): pictures are converted to RGB (RGBA: a GIF's transparency), then given a palette each as encoded.
+        self.palettes = Palettes(has_alpha(given)) if self.pix_fmt == "pal8" else None
         if self.palettes is not None:
-            self.pix_fmt = RGB
+            self.pix_fmt = self.palettes.format
         # Pictures converted to the output's pixel format go to the matrix and range it states (untagged:
         # swscale's defaults); the originals too where those are not the input's, else they keep their own.
         written = output_colour(name, self.pix_fmt, colour)

@@ -25,6 +25,7 @@ MAX_HEADER = 1 << 20
 MAX_PAGE_PACKETS = 256  # per page; a page is also cut after MAX_PAGE_BYTES
 MAX_PAGE_BYTES = 8 << 20
 MAX_STAMP = 1 << 62
+MAX_CODED_BITS = 64  # a coded sample's bits, as a probe states them (QuickTime RLE's: 1 to 40)
 # The stream parameters a page states, with their types: enough to decode video and to mux audio.
 PARAMETERS = {"index": int, "type": str, "codec": str, "time_base": str, "width": int, "height": int, "pix_fmt": str,
               "sample_rate": int, "layout": str, "format": str}
