@@ -46,6 +46,9 @@ PEAK = textwrap.dedent("""
     from eden_serve.config import preset
     from eden_serve.model import synthetic
     payload = Path(sys.argv[1]).read_bytes()
+    # A small decode first: the code and allocator pools a first decode touches (more pages with a
+    # larger torch build) are not what a payload costs.
+    wire.decode(wire.encode(synthetic.chunk(preset("tiny"), (64, 96)), preset("tiny"), "fp32"), preset("tiny"))
     gc.collect()
     def status(key):
         return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
