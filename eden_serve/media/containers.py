@@ -143,6 +143,61 @@ def display_matrix(frame) -> tuple[int, ...] | None:
     return struct.unpack("<9i", data) if data is not None and len(data) == 36 else None
 
 
+def frame_rate(stream) -> Fraction:
+    """A video stream's frame rate: its average, unless the demuxer states one above the rate its
+    frames are stamped at (FFmpeg 8's raw DV demuxer states its 1/60000 clock, 60000 frames a second,
+    as the average of a 25 fps video); then that rate, as FFmpeg's command line guesses it."""
+    average, guessed = stream.average_rate, stream.guessed_rate
+    if average and guessed and average > guessed:
+        return Fraction(guessed)
+    return Fraction(average or guessed or 25)
+
+
+def pixel_aspect(stream) -> Fraction | None:
+    """A video stream's sample aspect ratio (anamorphic pixels), as FFmpeg's command line reads it:
+    the container's (an MP4's or MOV's ``pasp``), else the codec's. ProRes, DNxHD and raw video keep
+    theirs in the container alone, which their decoder's context leaves out."""
+    aspect = stream.sample_aspect_ratio  # av_guess_sample_aspect_ratio
+    return Fraction(aspect) if aspect else None
+
+
+# The muxers that write a stream's display matrix (the ISO family's track matrix, Matroska's projection).
+DISPLAY_MATRIX_FORMATS = {"mov", "mp4", "3gp", "3g2", "ipod", "ismv", "f4v", "matroska", "webm"}
+
+
+def show_as(output, stream, matrix: tuple[int, ...] | None) -> None:
+    """Tell the ``output``'s video ``stream`` to be shown by ``matrix`` (the input's rotation or mirror),
+    where it carries one; an output with no place for it is said in one warning: its pictures are
+    stored as the input's (a phone's sideways), so a player shows them unturned."""
+    if matrix is None:
+        return
+    stream.set_display_matrix(matrix)
+    if output.format.name not in DISPLAY_MATRIX_FORMATS and matrix != (65536, 0, 0, 0, 65536, 0, 0, 0, 1 << 30):
+        warnings.warn(f"the output ({output.format.name}) has no place for the input's display matrix (a rotation or "
+                      "mirror a player applies): its pictures are shown as stored, unturned; write MP4, MOV or Matroska "
+                      "to keep it")
+
+
+# Where an output keeps a pixel aspect ratio: the ISO family's muxers write it (``pasp``) for any codec,
+# the others only inside a stream that states it (Matroska's muxer takes it from a stream field PyAV
+# does not set: VP9, AV1, FFV1 or ProRes in Matroska, FFV1 in AVI or NUT, and Y4M lose it).
+ASPECT_FORMATS = {"mov", "mp4", "3gp", "3g2", "ipod", "ismv", "f4v"}
+ASPECT_CODECS = {"h264", "hevc", "mpeg4", "mpeg1video", "mpeg2video", "mjpeg", "h263", "h263p", "dvvideo", "gif"}
+
+
+def shaped_as(output, stream, aspect: Fraction | None) -> None:
+    """Give the ``output``'s video ``stream`` the input's pixel ``aspect`` ratio, where it has one; an
+    output that has no place for it is said in one warning, as a player then shows the picture squeezed."""
+    if not aspect:
+        return
+    stream.codec_context.sample_aspect_ratio = aspect
+    codec = stream.codec_context.codec.canonical_name
+    if aspect != 1 and output.format.name not in ASPECT_FORMATS and (codec not in ASPECT_CODECS or output.format.name == "yuv4mpegpipe"):
+        warnings.warn(f"the output ({output.format.name}, {codec}) has no place for the input's pixel aspect ratio "
+                      f"{aspect.numerator}:{aspect.denominator}: a player shows its picture squeezed; write MP4 or MOV, "
+                      "or H.264 or HEVC, to keep it")
+
+
 # Tags that a muxer writes itself, or that describe the input's encoding and would be wrong for the
 # output's: an MP4's brands, the encoder's name, Matroska's statistics (the input's frame and byte
 # counts, its bit rate), each maybe with a language after a dash.

@@ -16,7 +16,7 @@ from ..errors import BadInputError
 from .audio import transcoded
 from .base import HALF, PIPE, Clip, ClipWriter, Frame
 from .colour import FULL
-from .containers import copy_labels, display_matrix
+from .containers import copy_labels, display_matrix, shaped_as, show_as
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, import_av
@@ -134,8 +134,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
-        if source.sample_aspect_ratio:  # anamorphic pixels: without it a player shows the picture squeezed
-            self.stream.codec_context.sample_aspect_ratio = source.sample_aspect_ratio
+        # Anamorphic pixels, without which a player shows the picture squeezed: a video's stream's (its container's too).
+        shaped_as(self.container, self.stream, getattr(clip, "pixel_aspect", None) or source.sample_aspect_ratio)
         self.time_base = output_time_base(clip.time_base, self.retiming)
         if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
@@ -271,8 +271,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
         A middle is ``between`` (before, after, position) two originals, whose alpha it takes."""
         self.end = original.end
         if self.shown == 0:  # the input's display matrix (a rotation, a mirror): the pictures are stored alike
-            if (matrix := display_matrix(original.raw) or self._clip.display_matrix) is not None:
-                self.stream.set_display_matrix(matrix)
+            show_as(self.container, self.stream, display_matrix(original.raw) or self._clip.display_matrix)
         if isinstance(picture, Frame):
             frame = self._original(picture)
             if self.alpha is not None:  # kept for the middles it borders (:meth:`_alpha`), not made again for each
