@@ -19,7 +19,7 @@ from .colour import FULL
 from .containers import copy_labels, display_matrix, shaped_as, show_as
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
-from .encoding import Encoding, import_av
+from .encoding import Encoding, copy_of, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
 from .palette import RGB, Palettes
@@ -191,9 +191,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
             if stream.type not in ("audio", "subtitle", "attachment"):
                 continue
             name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
-            try:
-                copy = self.container.add_stream_from_template(stream)
-            except (self._error, ValueError):
+            if (copy := copy_of(self.container, stream)) is None:  # FLAC into MOV, PCM into MP4 or MPEG-TS
                 made = transcoded(self.container, stream, self.dst) if stream.type == "audio" else None  # :mod:`.audio`
                 if made is None:
                     warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
