@@ -96,3 +96,79 @@ def test_an_output_with_no_place_for_the_pixel_aspect_ratio_says_so(tmp_path, su
     assert len(said) == lost
     with av.open(str(tmp_path / f"out{suffix}")) as container:
         assert (container.streams.video[0].sample_aspect_ratio != Fraction(4, 3)) == lost
+
+
+def late_ts(path, start: Fraction, audio_before: Fraction):
+    """An MPEG-TS of 3 frames at 25 a second from ``start`` seconds on its clock (a broadcast's
+    recording, an HLS segment), with silent AAC from ``audio_before`` seconds earlier to its end."""
+    tick = Fraction(1, 90000)
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        video.codec_context.time_base = tick
+        sound = container.add_stream("aac", rate=48000)
+        for i in range(3):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 60 * i, np.uint8), format="rgb24")
+            frame.pts, frame.time_base = int(start / tick) + 3600 * i, tick
+            for packet in video.encode(frame):
+                container.mux(packet)
+        for packet in video.encode():
+            container.mux(packet)
+        first = int((start - audio_before) * 48000)
+        for i in range(int((audio_before + Fraction(3, 25)) * 48000) // 1024):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts, frame.time_base = 48000, first + 1024 * i, Fraction(1, 48000)
+            for packet in sound.encode(frame):
+                container.mux(packet)
+        for packet in sound.encode():
+            container.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_a_file_whose_streams_all_start_late_starts_at_zero_and_keeps_their_distance(tmp_path, suffix):
+    src = late_ts(tmp_path / "in.ts", Fraction(600), Fraction(1, 10))
+    with av.open(str(src)) as container:
+        video, audio = (s.start_time * s.time_base for s in (container.streams.video[0], container.streams.audio[0]))
+    assert video > 599 and 0 < video - audio < Fraction(1, 5)
+    dst = tmp_path / f"out{suffix}"
+    interpolated(src, dst)
+    with av.open(str(dst)) as container:
+        moved = [s.start_time * s.time_base for s in (container.streams.video[0], container.streams.audio[0])]
+        assert container.duration < 1_000_000  # it lasted 600 s in Matroska, nothing shown before its end
+    assert min(moved) < Fraction(1, 20)  # at 0, but for an audio encoder's priming the muxer keeps
+    assert abs((moved[0] - moved[1]) - (video - audio)) <= Fraction(1, 1000)
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mov"])
+def test_hevc_in_mp4_or_mov_is_tagged_as_apples_players_play_it(tmp_path, suffix):
+    if "libx265" not in av.codecs_available:
+        pytest.skip("this PyAV build has no libx265 encoder")
+    src = tmp_path / f"in{suffix}"
+    with av.open(str(src), "w") as container:  # an iPhone's clip: hvc1, which QuickTime and Safari play (hev1 they refuse)
+        stream = container.add_stream("libx265", rate=25, options={"x265-params": "log-level=error"})
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.codec_tag = "hvc1"
+        for i in range(3):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 60 * i, np.uint8), format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, 25)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    dst = tmp_path / f"out{suffix}"
+    interpolated(src, dst)
+    with av.open(str(dst)) as container:
+        assert container.streams.video[0].codec_tag == "hvc1"
+        assert len(list(container.decode(video=0))) == 5
+
+
+def test_a_raw_dv_file_at_another_rate_than_its_systems_is_refused_in_one_line(tmp_path, capsys):
+    from eden_serve.commands.cli import main
+
+    src = clip(tmp_path / "in.dv", "dvvideo", size=(720, 576))
+    dst = tmp_path / "out.dv"  # its muxer would time 50 frames a second at 25: played at half speed
+    assert main(["interpolate", str(src), "-o", str(dst), "--config", "tiny"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "synthetic weights" not in line]
+    assert len(err) == 1 and "raw DV file plays at 25 or 30000/1001" in err[0], err
+    assert not dst.exists() and not list(tmp_path.glob(".out*"))

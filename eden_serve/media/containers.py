@@ -198,6 +198,36 @@ def shaped_as(output, stream, aspect: Fraction | None) -> None:
                       "or H.264 or HEVC, to keep it")
 
 
+def lead(clip) -> Fraction:
+    """How much later the output's streams and chapters are moved than the input's (FFmpeg's
+    ``output_ts_offset``), all alike, so that they keep their distances:
+    - a video whose first frame is shown before time 0 (an MPEG-TS whose clock wrapped within it,
+      every 26.5 hours) is moved that much later, so that it starts at 0, where an MP4 or MOV starts
+      showing: their edit list made a player, and FFmpeg, drop every frame before it;
+    - a file whose every stream starts late (an MPEG-TS recording or an HLS segment, whose clock
+      starts anywhere) is moved earlier, so that its first stream starts at 0, as FFmpeg's command
+      line moves it: a 0.2 s clip of a broadcast 600 s into its clock lasted 600.2 s in Matroska,
+      nothing shown before its end. A stream that starts after another (an MP4's video after its
+      audio) keeps its distance."""
+    start = getattr(clip, "start", None)
+    if start is None:
+        return Fraction(0)
+    if start < 0:
+        return -start
+    container = getattr(clip, "container", None)
+    earliest = getattr(container, "start_time", None)  # of every stream, in microseconds
+    return -min(start, Fraction(earliest, 1_000_000)) if earliest is not None and earliest > 0 else Fraction(0)
+
+
+def tag_for_players(output, stream) -> None:
+    """HEVC in MP4 or MOV tagged ``hvc1`` (its parameter sets in the sample entry), not FFmpeg's
+    default ``hev1``: Apple's players (QuickTime, Safari, iOS and macOS) play only ``hvc1``, which an
+    iPhone's clips are, and which every other player reads too; an input they played came back one
+    they refused (FFmpeg's command line alike, unless told ``-tag:v hvc1``)."""
+    if stream.codec_context.codec.canonical_name == "hevc" and output.format.name in ASPECT_FORMATS:
+        stream.codec_context.codec_tag = "hvc1"
+
+
 # Tags that a muxer writes itself, or that describe the input's encoding and would be wrong for the
 # output's: an MP4's brands, the encoder's name, Matroska's statistics (the input's frame and byte
 # counts, its bit rate), each maybe with a language after a dash.

@@ -16,7 +16,7 @@ from ..errors import BadInputError
 from .audio import transcoded
 from .base import HALF, PIPE, Clip, ClipWriter, Frame
 from .colour import FULL
-from .containers import copy_labels, display_matrix, shaped_as, show_as
+from .containers import copy_labels, display_matrix, lead, shaped_as, show_as, tag_for_players
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
 from .encoding import Encoding, copy_of, import_av
@@ -41,16 +41,6 @@ Y4M_OPTIONS = {"strict": "-1"}
 IMAGE_MUXERS = {"image2", "image2pipe"}
 # Video packets as muxed, at DEBUG, args (packets, "written" or, at the end, "flushed"): what benchmarks/gpu_clip.py times.
 WRITTEN = logging.getLogger("eden_serve.written")
-
-
-def lead(clip: Clip) -> Fraction:
-    """How long before time 0 a video's first frame is shown, where it is (else 0): an MPEG-TS whose
-    clock wrapped within it (every 26.5 hours) starts at a negative time. The output is moved that
-    much later, every stream and chapter alike (FFmpeg's ``output_ts_offset``), so that its video
-    starts at 0, where an MP4 or MOV starts showing: their edit list made a player, and FFmpeg, drop
-    every frame before it."""
-    start = getattr(clip, "start", None)
-    return Fraction(0) if start is None else max(Fraction(0), -start)
 
 
 class VideoWriter(AlphaWriting, ClipWriter):
@@ -134,6 +124,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
+        tag_for_players(self.container, self.stream)
         # Anamorphic pixels, without which a player shows the picture squeezed: a video's stream's (its container's too).
         shaped_as(self.container, self.stream, getattr(clip, "pixel_aspect", None) or source.sample_aspect_ratio)
         self.time_base = output_time_base(clip.time_base, self.retiming)
