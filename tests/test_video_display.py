@@ -172,3 +172,25 @@ def test_a_raw_dv_file_at_another_rate_than_its_systems_is_refused_in_one_line(t
     err = [line for line in capsys.readouterr().err.splitlines() if "synthetic weights" not in line]
     assert len(err) == 1 and "raw DV file plays at 25 or 30000/1001" in err[0], err
     assert not dst.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_chapters_move_earlier_with_a_late_file_none_before_zero(tmp_path):
+    src = tmp_path / "in.mkv"
+    with av.open(str(src), "w") as container:  # its video 10 s into its clock, its chapters from 0
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        container.set_chapters([{"id": 1, "start": 0, "end": 10100, "time_base": Fraction(1, 1000), "metadata": {"title": "one"}},
+                                {"id": 2, "start": 10100, "end": 10200, "time_base": Fraction(1, 1000), "metadata": {"title": "two"}}])
+        for i in range(5):  # enough for FFmpeg to state the stream's start
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 60 * i, np.uint8), format="rgb24")
+            frame.pts, frame.time_base = 250 + i, Fraction(1, 25)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    dst = tmp_path / "out.mkv"
+    interpolated(src, dst)  # Matroska's muxer refused the first chapter moved to -10 s
+    with av.open(str(dst)) as container:
+        assert container.start_time == 0
+        chapters = [(c["start"] * c["time_base"], c["end"] * c["time_base"], c["metadata"]["title"]) for c in container.chapters()]
+    assert chapters == [(0, Fraction(1, 10), "one"), (Fraction(1, 10), Fraction(1, 5), "two")]

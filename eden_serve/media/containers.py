@@ -265,14 +265,16 @@ class Labels:
 
     def apply(self, output, stream, later: Fraction = Fraction(0)) -> None:
         """Onto the ``output`` container and its video ``stream``, the chapters ``later`` seconds
-        later (where the output's streams are moved so)."""
+        later (where the output's streams are moved so); moved earlier, one that would start before
+        0 starts there, and one that would end there is left out, as FFmpeg's command line moves them
+        (Matroska's muxer refuses a chapter before 0)."""
         output.metadata.update(self.tags)
         stream.metadata.update(self.video_tags)
         stream.disposition = self.disposition
         if self.chapters:
-            moved = [c | {"start": c["start"] + round(later / c["time_base"]), "end": c["end"] + round(later / c["time_base"])}
+            moved = [c | {"start": max(0, c["start"] + round(later / c["time_base"])), "end": c["end"] + round(later / c["time_base"])}
                      for c in self.chapters]
-            output.set_chapters(moved)
+            output.set_chapters([c for c in moved if c["end"] > 0])
 
     def fields(self) -> dict:
         """As JSON, within the bounds :meth:`from_fields` checks: what is past them is left out."""
