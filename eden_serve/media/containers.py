@@ -144,11 +144,12 @@ def display_matrix(frame) -> tuple[int, ...] | None:
 
 
 def frame_rate(stream) -> Fraction:
-    """A video stream's frame rate: its average, unless the demuxer states one above the rate its
-    frames are stamped at (FFmpeg 8's raw DV demuxer states its 1/60000 clock, 60000 frames a second,
-    as the average of a 25 fps video); then that rate, as FFmpeg's command line guesses it."""
-    average, guessed = stream.average_rate, stream.guessed_rate
-    if average and guessed and average > guessed:
+    """A video stream's frame rate: its average, unless the demuxer states its clock for it, a frame
+    every tick, above the rate its frames are stamped at (FFmpeg 8's raw DV demuxer states 60000
+    frames a second, its 1/60000 clock, for a 25 fps video); then that rate, as FFmpeg's command
+    line guesses it."""
+    average, guessed, tick = stream.average_rate, stream.guessed_rate, stream.time_base
+    if average and guessed and tick and average > guessed and average * tick >= 1:
         return Fraction(guessed)
     return Fraction(average or guessed or 25)
 
