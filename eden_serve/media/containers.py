@@ -183,7 +183,7 @@ def show_as(output, stream, matrix: tuple[int, ...] | None) -> None:
 # the others only inside a stream that states it (Matroska's muxer takes it from a stream field PyAV
 # does not set: VP9, AV1, FFV1 or ProRes in Matroska, FFV1 in AVI or NUT, and Y4M lose it).
 ASPECT_FORMATS = {"mov", "mp4", "3gp", "3g2", "ipod", "ismv", "f4v"}
-ASPECT_CODECS = {"h264", "hevc", "mpeg4", "mpeg1video", "mpeg2video", "mjpeg", "h263", "h263p", "dvvideo", "gif"}
+ASPECT_CODECS = {"h264", "hevc", "mpeg4", "mpeg1video", "mpeg2video", "mjpeg", "h263", "h263p", "dvvideo", "gif", "png", "apng"}
 
 
 def shaped_as(output, stream, aspect: Fraction | None) -> None:
