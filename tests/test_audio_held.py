@@ -1,7 +1,8 @@
 """Audio an output's container takes but cannot hold as it is, re-encoded in the container's own
 codec as FFmpeg's command line does, not failed with or lost: PCM from Matroska into MP4 (ISO's
 ipcm, which failed as the file ended) or MPEG-TS (written as private data, read back as no audio),
-FLAC or Opus into MOV (refused as the header was written)."""
+FLAC or Opus into MOV (refused as the header was written); a Blu-ray's LPCM is kept in a .m2ts,
+whose muxer types it there alone."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def average(index, frame0, frame1, seed):
 
 
 def with_audio(path, audio: str, frames: int = 3):
-    """A Matroska file of ``frames`` 64x48 frames at 25 a second and a 440 Hz stereo tone in ``audio``."""
+    """A file of ``frames`` 64x48 frames at 25 a second and a 440 Hz stereo tone in ``audio``."""
     if audio not in av.codecs_available:
         pytest.skip(f"this PyAV build has no {audio} encoder")
     with av.open(str(path), "w") as container:
@@ -56,9 +57,10 @@ def with_audio(path, audio: str, frames: int = 3):
 
 @pytest.mark.parametrize("audio, suffix, made", [("pcm_s16le", ".mp4", "aac"), ("pcm_s16le", ".ts", "mp2"),
                                                  ("flac", ".mov", "aac"), ("flac", ".ts", "mp2"),
-                                                 ("pcm_s16le", ".mov", None), ("flac", ".mp4", None), ("ac3", ".ts", None)])
+                                                 ("pcm_s16le", ".mov", None), ("flac", ".mp4", None), ("ac3", ".ts", None),
+                                                 ("pcm_bluray", ".m2ts", None), ("pcm_bluray", ".ts", "mp2")])
 def test_audio_the_output_cannot_hold_as_it_is_is_re_encoded_not_lost(tmp_path, audio, suffix, made):
-    src = with_audio(tmp_path / "in.mkv", audio)
+    src = with_audio(tmp_path / ("in.m2ts" if audio == "pcm_bluray" else "in.mkv"), audio)  # a Blu-ray's LPCM
     dst = tmp_path / f"out{suffix}"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
