@@ -36,7 +36,7 @@ from ..media.colour import Colour
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, main_video, self_contained
+from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect, self_contained
 from ..media.video import VideoClip, rgb
 from ..media.webm_alpha import marked_alpha
 from ..wire.pages import MAX_CODED_BITS, MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
@@ -149,12 +149,12 @@ def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_pa
         if timed is not None and len(set(timed)) != len(timed):
             raise BadInputError(f"{source.name}: two frames share a time stamp; the video's timing is broken")
         context = stream.codec_context
-        rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
+        rate = frame_rate(stream)
         streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
                     "language": s.metadata.get("language")} for s in container.streams]
         with source.open() as again:  # from the start, past the packets read
             colour, (first, in_band) = Colour.of_stream(context), first_look(again)
-        aspect = Fraction(context.sample_aspect_ratio) if context.sample_aspect_ratio else None
+        aspect = pixel_aspect(stream)
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,

@@ -143,6 +143,92 @@ def display_matrix(frame) -> tuple[int, ...] | None:
     return struct.unpack("<9i", data) if data is not None and len(data) == 36 else None
 
 
+def frame_rate(stream) -> Fraction:
+    """A video stream's frame rate: its average, unless the demuxer states its clock for it, a frame
+    every tick, above the rate its frames are stamped at (FFmpeg 8's raw DV demuxer states 60000
+    frames a second, its 1/60000 clock, for a 25 fps video); then that rate, as FFmpeg's command
+    line guesses it."""
+    average, guessed, tick = stream.average_rate, stream.guessed_rate, stream.time_base
+    if average and guessed and tick and average > guessed and average * tick >= 1:
+        return Fraction(guessed)
+    return Fraction(average or guessed or 25)
+
+
+def pixel_aspect(stream) -> Fraction | None:
+    """A video stream's sample aspect ratio (anamorphic pixels), as FFmpeg's command line reads it:
+    the container's (an MP4's or MOV's ``pasp``), else the codec's. ProRes, DNxHD and raw video keep
+    theirs in the container alone, which their decoder's context leaves out."""
+    aspect = stream.sample_aspect_ratio  # av_guess_sample_aspect_ratio
+    return Fraction(aspect) if aspect else None
+
+
+# The muxers that write a stream's display matrix (the ISO family's track matrix, Matroska's projection).
+DISPLAY_MATRIX_FORMATS = {"mov", "mp4", "3gp", "3g2", "ipod", "ismv", "f4v", "matroska", "webm"}
+
+
+def show_as(output, stream, matrix: tuple[int, ...] | None) -> None:
+    """Tell the ``output``'s video ``stream`` to be shown by ``matrix`` (the input's rotation or mirror),
+    where it carries one; an output with no place for it is said in one warning: its pictures are
+    stored as the input's (a phone's sideways), so a player shows them unturned."""
+    if matrix is None:
+        return
+    stream.set_display_matrix(matrix)
+    if output.format.name not in DISPLAY_MATRIX_FORMATS and matrix != (65536, 0, 0, 0, 65536, 0, 0, 0, 1 << 30):
+        warnings.warn(f"the output ({output.format.name}) has no place for the input's display matrix (a rotation or "
+                      "mirror a player applies): its pictures are shown as stored, unturned; write MP4, MOV or Matroska "
+                      "to keep it")
+
+
+# Where an output keeps a pixel aspect ratio: the ISO family's muxers write it (``pasp``) for any codec,
+# the others only inside a stream that states it (Matroska's muxer takes it from a stream field PyAV
+# does not set: VP9, AV1, FFV1 or ProRes in Matroska, FFV1 in AVI or NUT, and Y4M lose it).
+ASPECT_FORMATS = {"mov", "mp4", "3gp", "3g2", "ipod", "ismv", "f4v"}
+ASPECT_CODECS = {"h264", "hevc", "mpeg4", "mpeg1video", "mpeg2video", "mjpeg", "h263", "h263p", "dvvideo", "gif", "png", "apng"}
+
+
+def shaped_as(output, stream, aspect: Fraction | None) -> None:
+    """Give the ``output``'s video ``stream`` the input's pixel ``aspect`` ratio, where it has one; an
+    output that has no place for it is said in one warning, as a player then shows the picture squeezed."""
+    if not aspect:
+        return
+    stream.codec_context.sample_aspect_ratio = aspect
+    codec = stream.codec_context.codec.canonical_name
+    if aspect != 1 and output.format.name not in ASPECT_FORMATS and (codec not in ASPECT_CODECS or output.format.name == "yuv4mpegpipe"):
+        warnings.warn(f"the output ({output.format.name}, {codec}) has no place for the input's pixel aspect ratio "
+                      f"{aspect.numerator}:{aspect.denominator}: a player shows its picture squeezed; write MP4 or MOV, "
+                      "or H.264 or HEVC, to keep it")
+
+
+def lead(clip) -> Fraction:
+    """How much later the output's streams and chapters are moved than the input's (FFmpeg's
+    ``output_ts_offset``), all alike, so that they keep their distances:
+    - a video whose first frame is shown before time 0 (an MPEG-TS whose clock wrapped within it,
+      every 26.5 hours) is moved that much later, so that it starts at 0, where an MP4 or MOV starts
+      showing: their edit list made a player, and FFmpeg, drop every frame before it;
+    - a file whose every stream starts late (an MPEG-TS recording or an HLS segment, whose clock
+      starts anywhere) is moved earlier, so that its first stream starts at 0, as FFmpeg's command
+      line moves it: a 0.2 s clip of a broadcast 600 s into its clock lasted 600.2 s in Matroska,
+      nothing shown before its end. A stream that starts after another (an MP4's video after its
+      audio) keeps its distance."""
+    start = getattr(clip, "start", None)
+    if start is None:
+        return Fraction(0)
+    if start < 0:
+        return -start
+    container = getattr(clip, "container", None)
+    earliest = getattr(container, "start_time", None)  # of every stream, in microseconds
+    return -min(start, Fraction(earliest, 1_000_000)) if earliest is not None and earliest > 0 else Fraction(0)
+
+
+def tag_for_players(output, stream) -> None:
+    """HEVC in MP4 or MOV tagged ``hvc1`` (its parameter sets in the sample entry), not FFmpeg's
+    default ``hev1``: Apple's players (QuickTime, Safari, iOS and macOS) play only ``hvc1``, which an
+    iPhone's clips are, and which every other player reads too; an input they played came back one
+    they refused (FFmpeg's command line alike, unless told ``-tag:v hvc1``)."""
+    if stream.codec_context.codec.canonical_name == "hevc" and output.format.name in ASPECT_FORMATS:
+        stream.codec_context.codec_tag = "hvc1"
+
+
 # Tags that a muxer writes itself, or that describe the input's encoding and would be wrong for the
 # output's: an MP4's brands, the encoder's name, Matroska's statistics (the input's frame and byte
 # counts, its bit rate), each maybe with a language after a dash.
@@ -180,14 +266,16 @@ class Labels:
 
     def apply(self, output, stream, later: Fraction = Fraction(0)) -> None:
         """Onto the ``output`` container and its video ``stream``, the chapters ``later`` seconds
-        later (where the output's streams are moved so)."""
+        later (where the output's streams are moved so); moved earlier, one that would start before
+        0 starts there, and one that would end there is left out, as FFmpeg's command line moves them
+        (Matroska's muxer refuses a chapter before 0)."""
         output.metadata.update(self.tags)
         stream.metadata.update(self.video_tags)
         stream.disposition = self.disposition
         if self.chapters:
-            moved = [c | {"start": c["start"] + round(later / c["time_base"]), "end": c["end"] + round(later / c["time_base"])}
+            moved = [c | {"start": max(0, c["start"] + round(later / c["time_base"])), "end": c["end"] + round(later / c["time_base"])}
                      for c in self.chapters]
-            output.set_chapters(moved)
+            output.set_chapters([c for c in moved if c["end"] > 0])
 
     def fields(self) -> dict:
         """As JSON, within the bounds :meth:`from_fields` checks: what is past them is left out."""

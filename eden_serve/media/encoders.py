@@ -246,12 +246,18 @@ def _retag(context, pix_fmt: str, colour: Colour) -> None:
     output_colour(context.name, pix_fmt, colour).tag(context)
 
 
+DV_RATES = (Fraction(25), Fraction(30000, 1001))  # PAL's and NTSC's: a raw DV file's muxer writes no other
+
+
 def _check_rate(stream, name: str) -> None:
     """An encoder that writes only the frame rates its standard defines (MPEG-1 and -2) refuses any
     other without a reason (``--fps 2997/125``, 23.976 exactly, not NTSC's 24000/1001): the nearest is
     named instead."""
     listed, rate = stream.codec_context.codec.frame_rates, stream.codec_context.framerate
     rates = [Fraction(r.numerator, r.denominator) for r in listed or ()]
+    if stream.container.format.name == "dv" and rate not in DV_RATES:  # its muxer times the frames by their system's rate
+        raise BadInputError(f"a raw DV file plays at 25 or 30000/1001 frames a second, whatever its frames' times: at {rate} "
+                            "it would play slower than the input; write .mov, .avi or .mkv (--vcodec dvvideo keeps DV)")
     if rates and rate is not None and rate not in rates:
         nearest = min(rates, key=lambda r: abs(r - rate))
         raise BadInputError(f"{name} writes only the frame rates its standard defines, and {rate} ({float(rate):.3f}) is not "

@@ -110,6 +110,47 @@ def parse_option(text: str) -> tuple[str, str]:
     return key, value
 
 
+# What a muxer takes but writes where no reader, or few, finds it: MPEG-TS writes a codec it has no
+# stream type for as private data (FLAC, PCM, ALAC audio, SRT or ASS subtitles, read back as data),
+# and MP4 PCM as ISO's ipcm, which players other than FFmpeg do not read (and which fails as the file
+# ends where the channels' layout is unknown, as a Matroska file's PCM is): FFmpeg's command line
+# re-encodes both (MP2 and AAC, the containers' defaults).
+TS_CODECS = {"aac", "aac_latm", "mp2", "mp3", "ac3", "eac3", "dts", "truehd", "opus", "s302m", "dvb_subtitle", "dvb_teletext"}
+M2TS_CODECS = {"pcm_bluray", "hdmv_pgs_subtitle"}  # Blu-ray's, which the muxer types in a .m2ts (its m2ts_mode) alone
+MP4_FORMATS = {"mp4", "ipod", "3gp", "3g2", "ismv", "f4v", "psp"}
+
+
+def muxes(format_name: str, stream, m2ts: bool = False) -> bool:
+    """Whether a container of ``format_name`` (a Blu-ray's ``m2ts``) takes the packets of the input's
+    ``stream`` as they are and writes them where a reader finds them: not as above, and its muxer
+    writes a header with them (MOV refuses FLAC and Opus, only there)."""
+    av = import_av()
+    name = stream.codec_context.codec.canonical_name if stream.codec_context is not None else ""
+    typed = TS_CODECS | M2TS_CODECS if m2ts else TS_CODECS
+    if (format_name == "mpegts" and name not in typed) or (format_name in MP4_FORMATS and name.startswith("pcm_")):
+        return False
+    with av.open(io.BytesIO(), "w", format=format_name) as scratch:
+        try:
+            scratch.add_stream_from_template(stream)
+            scratch.start_encoding()
+        except (av.error.FFmpegError, ValueError):
+            return False
+    return True
+
+
+def copy_of(container, stream):
+    """``container``'s copy of the input's audio, subtitle or attachment ``stream``, or None where it
+    cannot hold it as it is (:func:`muxes`; an attachment is all header, and taken where it can be)."""
+    av = import_av()
+    m2ts = str(container.name).lower().endswith(".m2ts")  # as FFmpeg's muxer tells its mode
+    if stream.type != "attachment" and not muxes(container.format.name, stream, m2ts):
+        return None
+    try:
+        return container.add_stream_from_template(stream)
+    except (av.error.FFmpegError, ValueError):
+        return None
+
+
 def holds(format_name: str, name: str) -> bool:
     """Whether a container of ``format_name`` takes a stream of encoder ``name``: where FFmpeg does
     not know (MPEG-PS, which lists no codecs), it is tried, as the stream would be."""

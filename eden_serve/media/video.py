@@ -17,7 +17,7 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
-from .containers import display_matrix, dynamic_hdr, first_look, main_video, say_interlaced, self_contained
+from .containers import display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect, say_interlaced, self_contained
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
@@ -159,7 +159,8 @@ class VideoClip(Clip):
             self.container.close()
             raise
         self.length = self.stream.frames or None
-        self.rate = Fraction(self.stream.average_rate or self.stream.guessed_rate or 25)
+        self.rate = frame_rate(self.stream)
+        self.pixel_aspect = pixel_aspect(self.stream)
         self.time_base = self.stream.time_base or 1 / self.rate
 
     @property

@@ -16,10 +16,10 @@ from ..errors import BadInputError
 from .audio import transcoded
 from .base import HALF, PIPE, Clip, ClipWriter, Frame
 from .colour import FULL
-from .containers import copy_labels, display_matrix
+from .containers import copy_labels, display_matrix, lead, shaped_as, show_as, tag_for_players
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
-from .encoding import Encoding, import_av
+from .encoding import Encoding, copy_of, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
 from .palette import Palettes
@@ -41,16 +41,6 @@ Y4M_OPTIONS = {"strict": "-1"}
 IMAGE_MUXERS = {"image2", "image2pipe"}
 # Video packets as muxed, at DEBUG, args (packets, "written" or, at the end, "flushed"): what benchmarks/gpu_clip.py times.
 WRITTEN = logging.getLogger("eden_serve.written")
-
-
-def lead(clip: Clip) -> Fraction:
-    """How long before time 0 a video's first frame is shown, where it is (else 0): an MPEG-TS whose
-    clock wrapped within it (every 26.5 hours) starts at a negative time. The output is moved that
-    much later, every stream and chapter alike (FFmpeg's ``output_ts_offset``), so that its video
-    starts at 0, where an MP4 or MOV starts showing: their edit list made a player, and FFmpeg, drop
-    every frame before it."""
-    start = getattr(clip, "start", None)
-    return Fraction(0) if start is None else max(Fraction(0), -start)
 
 
 class VideoWriter(AlphaWriting, ClipWriter):
@@ -134,8 +124,9 @@ class VideoWriter(AlphaWriting, ClipWriter):
             raise BadInputError(f"output {str(self.dst)!r}: cannot hold {name} video ({exc}); choose another "
                                 f"container or --vcodec") from None
         self.stream.width, self.stream.height = source.width, source.height
-        if source.sample_aspect_ratio:  # anamorphic pixels: without it a player shows the picture squeezed
-            self.stream.codec_context.sample_aspect_ratio = source.sample_aspect_ratio
+        tag_for_players(self.container, self.stream)
+        # Anamorphic pixels, without which a player shows the picture squeezed: a video's stream's (its container's too).
+        shaped_as(self.container, self.stream, getattr(clip, "pixel_aspect", None) or source.sample_aspect_ratio)
         self.time_base = output_time_base(clip.time_base, self.retiming)
         if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
@@ -191,9 +182,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
             if stream.type not in ("audio", "subtitle", "attachment"):
                 continue
             name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
-            try:
-                copy = self.container.add_stream_from_template(stream)
-            except (self._error, ValueError):
+            if (copy := copy_of(self.container, stream)) is None:  # FLAC into MOV, PCM into MP4 or MPEG-TS
                 made = transcoded(self.container, stream, self.dst) if stream.type == "audio" else None  # :mod:`.audio`
                 if made is None:
                     warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
@@ -271,8 +260,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
         A middle is ``between`` (before, after, position) two originals, whose alpha it takes."""
         self.end = original.end
         if self.shown == 0:  # the input's display matrix (a rotation, a mirror): the pictures are stored alike
-            if (matrix := display_matrix(original.raw) or self._clip.display_matrix) is not None:
-                self.stream.set_display_matrix(matrix)
+            show_as(self.container, self.stream, display_matrix(original.raw) or self._clip.display_matrix)
         if isinstance(picture, Frame):
             frame = self._original(picture)
             if self.alpha is not None:  # kept for the middles it borders (:meth:`_alpha`), not made again for each
