@@ -174,12 +174,18 @@ def remote_and_local(src, dst, **warned) -> tuple:
     return outputs, said
 
 
-@pytest.mark.parametrize("name, encoder, codec, suffix", [("aac.mp4", "aac", "aac", ".webm"), ("aac.mp4", "aac", "aac", ".ivf"),
-                                                          ("mp3.mp4", "libmp3lame", "mp3float", ".webm")])
-def test_a_remote_videos_audio_the_output_cannot_hold_is_re_encoded_as_a_local_files(tmp_path, name, encoder, codec, suffix):
+@pytest.mark.parametrize("name, encoder, codec, suffix, made", [
+    ("aac.mp4", "aac", "aac", ".webm", "opus"), ("aac.mp4", "aac", "aac", ".ivf", None),
+    ("mp3.mp4", "libmp3lame", "mp3float", ".webm", "opus"),
+    ("flac.mkv", "flac", "flac", ".mov", "aac"), ("pcm.mkv", "pcm_s16le", "pcm_s16le", ".mp4", "aac"),
+    ("pcm.mkv", "pcm_s16le", "pcm_s16le", ".ts", "mp2")])
+def test_a_remote_videos_audio_the_output_cannot_hold_is_re_encoded_as_a_local_files(tmp_path, name, encoder, codec, suffix, made):
     """AAC and MP3 into WebM become Opus, packet for packet the local run's, from the pages' packets
     and the samples their side data says to drop (the MP3's first frame is cut, and its time moved);
-    IVF, which holds no audio, leaves it out: one warning each, the local run's. Before, refused."""
+    IVF, which holds no audio, leaves it out: one warning each, the local run's. Before, refused.
+    FLAC into MOV, PCM into MP4 or MPEG-TS, which the container lists but cannot hold as they are,
+    are decided as a local file's are, on a scratch muxer: before, MOV refused FLAC at its header, MP4's
+    PCM failed as the file ended, and MPEG-TS wrote PCM as data no reader takes for audio."""
     src = make_video(tmp_path / name, list(range(10)), Fraction(1, 25), audio=encoder)
     (remote, local), (said_remote, said_local) = remote_and_local(src, tmp_path / f"out{suffix}")
     assert said_remote == said_local and len(said_remote) == 1
@@ -188,7 +194,7 @@ def test_a_remote_videos_audio_the_output_cannot_hold_is_re_encoded_as_a_local_f
         assert [s.type for s in av.open(str(remote)).streams] == ["video"]
         return
     assert said_remote[0].startswith(f"OUT cannot hold the input's {codec} audio as it is: it is re-encoded")
-    assert audio_of(remote) == audio_of(local) and audio_of(remote)[0][0] == "opus"
+    assert audio_of(remote) == audio_of(local) and audio_of(remote)[0][0] == made
     assert audio_end(remote) >= audio_end(src) - Fraction(1, 1000)  # all of it, to the encoder's last samples
 
 
@@ -389,6 +395,8 @@ def media(tmp_path_factory):
     make_video(root / "vfr.mkv", [0, 1, 3, 4, 7, 8, 9, 12, 13, 15], Fraction(1, 25), audio=None)  # a variable rate
     make_video(root / "opus.mkv", list(range(10)), Fraction(1, 25), audio="libopus")  # WebM's and Matroska's usual audio
     make_video(root / "mp3.mp4", list(range(10)), Fraction(1, 25), audio="libmp3lame")
+    make_video(root / "flac.mkv", list(range(10)), Fraction(1, 25), audio="flac")  # MOV lists FLAC, and refuses it
+    make_video(root / "pcm.mkv", list(range(10)), Fraction(1, 25), audio="pcm_s16le")  # MP4's ipcm, MPEG-TS's data
     make_video(root / "mpeg4.mp4", list(range(10)), Fraction(1, 25), video="mpeg4", audio=None)  # no codec bitstream carries
     make_video(root / "shown.mp4", list(range(10)), Fraction(1, 25), audio=None, shown=(90, True, Fraction(4, 3)))
     make_video(root / "subtitled.mkv", list(range(10)), Fraction(1, 25), subtitle_codec="subrip",
@@ -524,21 +532,25 @@ def test_a_cloud_sources_audio_is_copied_as_from_a_local_file(servers, media, tm
 
 
 @pytest.mark.serving
-@pytest.mark.parametrize("name, suffix", [("sine.mp4", ".webm"), ("mp3.mp4", ".webm"), ("sine.mp4", ".ivf")])
-def test_a_cloud_sources_audio_the_output_cannot_hold_is_re_encoded_as_from_a_local_file(servers, media, tmp_path, name, suffix):
+@pytest.mark.parametrize("name, suffix, made", [("sine.mp4", ".webm", "opus"), ("mp3.mp4", ".webm", "opus"), ("sine.mp4", ".ivf", None),
+                                               ("flac.mkv", ".mov", "aac"), ("pcm.mkv", ".mp4", "aac"), ("pcm.mkv", ".ts", "mp2")])
+def test_a_cloud_sources_audio_the_output_cannot_hold_is_re_encoded_as_from_a_local_file(servers, media, tmp_path, name, suffix, made):
     """As a local file's is: AAC and MP3 into WebM become Opus, packet for packet; IVF leaves it out.
-    Before, refused ("cannot hold the source's aac audio as it is")."""
+    Before, refused ("cannot hold the source's aac audio as it is"). FLAC into MOV and PCM into MP4
+    or MPEG-TS, which the container lists, are tried on a scratch muxer as a local file's: before,
+    "cannot write ... Invalid argument" (MOV's header, MP4's end) or PCM written as MPEG-TS data."""
     url = servers.inference_url
     run = {"chunk": 4, "inflight": 1, "progress": False}
     with Client(cloud=url, edge=url) as client:
         for src, dst in ((f"cloud:{name}", "remote"), (media / name, "local")):
-            with pytest.warns(UserWarning, match="cannot hold the input's (aac|mp3float) audio (as it is: it is re-encoded|.stream 1.; it is left out)"):
+            with pytest.warns(UserWarning, match="cannot hold the input's (aac|mp3float|flac|pcm_s16le) audio "
+                                                 "(as it is: it is re-encoded|.stream 1.; it is left out)"):
                 client.interpolate_clip(src, tmp_path / f"{dst}{suffix}", **run)
     remote, local = tmp_path / f"remote{suffix}", tmp_path / f"local{suffix}"
     if suffix == ".ivf":
         assert [s.type for s in av.open(str(remote)).streams] == [s.type for s in av.open(str(local)).streams] == ["video"]
     else:
-        assert audio_of(remote) == audio_of(local) and audio_of(remote)[0][0] == "opus"
+        assert audio_of(remote) == audio_of(local) and audio_of(remote)[0][0] == made
         assert audio_end(remote) >= audio_end(media / name) - Fraction(1, 1000)
 
 

@@ -26,7 +26,7 @@ from ..media.audio import PageDecoder, transcoded
 from ..media.base import Clip, Frame
 from ..media.colour import Colour
 from ..media.containers import Labels
-from ..media.encoding import holds, import_av
+from ..media.encoding import added, import_av
 from ..media.frames import check_size
 from ..media.palette import given_as
 from ..media.video import VideoClip
@@ -203,19 +203,17 @@ class RemoteVideo(VideoClip):
         return heapq.merge(*streams, key=_time) if streams else None
 
     def _subtitles(self, container, codec: str):
-        try:
-            return container.add_mux_stream(codec)
-        except (self._error, ValueError):
-            return None
+        return added(container, codec, lambda c: c.add_mux_stream(codec))  # as a local file's (SRT into MPEG-TS: left out)
 
     def _audio(self, av, container, first: Page, dst: Path) -> tuple:
         """The output stream of the audio whose first page is ``first``, and what re-encodes it
         (:class:`~eden_serve.media.audio.Transcoded`) where ``container`` cannot hold it as it is;
         None for both where the container holds no audio."""
         stream = first.stream
-        try:
-            if holds(container.format.name, av.Codec(stream["codec"], "r").canonical_name):
-                return _audio_copy(av, container, first), None
+        try:  # decided as a local file's copy is, on a scratch muxer (FLAC into MOV, PCM into MP4 or MPEG-TS)
+            output = added(container, av.Codec(stream["codec"], "r").canonical_name, lambda c: _audio_copy(av, c, first))
+            if output is not None:
+                return output, None
             decoder = PageDecoder(stream["codec"], first.extradata, stream["sample_rate"], stream["layout"])
             made = transcoded(container, SimpleNamespace(codec_context=decoder), dst)
         except (self._error, ValueError, KeyError):

@@ -1,7 +1,8 @@
 """What the command line asks of a video output's encoder (:class:`Encoding`: ``--vcodec``,
 ``--crf``, ``--preset``, ``--pix-fmt``, ``--encoder-opt``), and what every user of PyAV's encoders
 needs: :func:`import_av` (PyAV is the optional ``video`` extra), :func:`holds` (whether a container
-takes an encoder's stream) and :func:`open_encoder`. Which encoder writes the output, and with which
+takes an encoder's stream), :func:`added` (whether it holds an input's stream as it is, and its
+copy) and :func:`open_encoder`. Which encoder writes the output, and with which
 options, is :mod:`.encoders`'; its pixel format :mod:`.pixel_formats`'; the GPU's own encoder
 :mod:`.nvenc`'.
 
@@ -120,35 +121,50 @@ M2TS_CODECS = {"pcm_bluray", "hdmv_pgs_subtitle"}  # Blu-ray's, which the muxer 
 MP4_FORMATS = {"mp4", "ipod", "3gp", "3g2", "ismv", "f4v", "psp"}
 
 
-def muxes(format_name: str, stream, m2ts: bool = False) -> bool:
-    """Whether a container of ``format_name`` (a Blu-ray's ``m2ts``) takes the packets of the input's
-    ``stream`` as they are and writes them where a reader finds them: not as above, and its muxer
-    writes a header with them (MOV refuses FLAC and Opus, only there)."""
+def muxes(format_name: str, name: str, add, m2ts: bool = False) -> bool:
+    """Whether a container of ``format_name`` (a Blu-ray's ``m2ts``) takes the packets of a stream of
+    codec ``name`` as they are and writes them where a reader finds them: not as above, and its muxer
+    writes a header with the stream that ``add`` adds to a container (MOV refuses FLAC and Opus,
+    only there)."""
     av = import_av()
-    name = stream.codec_context.codec.canonical_name if stream.codec_context is not None else ""
     typed = TS_CODECS | M2TS_CODECS if m2ts else TS_CODECS
     if (format_name == "mpegts" and name not in typed) or (format_name in MP4_FORMATS and name.startswith("pcm_")):
         return False
     with av.open(io.BytesIO(), "w", format=format_name) as scratch:
         try:
-            scratch.add_stream_from_template(stream)
+            add(scratch)
             scratch.start_encoding()
         except (av.error.FFmpegError, ValueError):
             return False
     return True
 
 
-def copy_of(container, stream):
-    """``container``'s copy of the input's audio, subtitle or attachment ``stream``, or None where it
-    cannot hold it as it is (:func:`muxes`; an attachment is all header, and taken where it can be)."""
+def added(container, name: str, add):
+    """The stream of codec ``name`` that ``add`` adds to ``container``, to take the input's packets
+    as they are, or None where the container cannot hold them so (:func:`muxes`). ``add`` copies a
+    local input's stream, or makes one from a cloud's probe (``client/remote.py``): both are decided
+    alike, on a scratch muxer of the output's format."""
     av = import_av()
     m2ts = str(container.name).lower().endswith(".m2ts")  # as FFmpeg's muxer tells its mode
-    if stream.type != "attachment" and not muxes(container.format.name, stream, m2ts):
+    if not muxes(container.format.name, name, add, m2ts):
         return None
     try:
-        return container.add_stream_from_template(stream)
+        return add(container)
     except (av.error.FFmpegError, ValueError):
         return None
+
+
+def copy_of(container, stream):
+    """``container``'s copy of the input's audio, subtitle or attachment ``stream``, or None where it
+    cannot hold it as it is (:func:`added`; an attachment is all header, and taken where it can be)."""
+    av = import_av()
+    if stream.type == "attachment":
+        try:
+            return container.add_stream_from_template(stream)
+        except (av.error.FFmpegError, ValueError):
+            return None
+    name = stream.codec_context.codec.canonical_name if stream.codec_context is not None else ""
+    return added(container, name, lambda output: output.add_stream_from_template(stream))
 
 
 def holds(format_name: str, name: str) -> bool:
