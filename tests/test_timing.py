@@ -2,6 +2,7 @@
 by hand in the comments."""
 
 import argparse
+import warnings
 from fractions import Fraction as F
 
 import pytest
@@ -138,3 +139,91 @@ def test_a_tick_is_the_nearest_halves_up_so_even_frames_stay_even():
     assert ticks == list(range(33, 41))
     assert [round((start + k * tick) / tick) for k in range(3)] == [32, 34, 34]  # what went wrong
     assert tick_of(F(7, 3), F(1)) == 2 and tick_of(F(-1, 2), F(1)) == 0
+
+
+# --- a container's own clock ---------------------------------------------------------------------------
+
+
+def written(src, dst, asked: list | None = None) -> list:
+    """``src`` doubled into ``dst`` by a stand-in model, and the pairs it was asked (into ``asked``)."""
+    from eden_serve.clips.processors import pairwise
+    from eden_serve.clips.streaming import interpolate_clip
+    from test_video import average
+
+    asked = [] if asked is None else asked
+    interpolate_clip(src, dst, pairwise(lambda *pair: asked.append(pair[0]) or average(*pair)), progress=False)
+    return asked
+
+
+def fast_clip(path, rate: int):
+    """Four frames at ``rate`` a second, on a clock that holds them (Matroska's ms, else MP4's)."""
+    from test_video import make_video
+
+    return make_video(path, list(range(4)), F(1, rate), audio=None)
+
+
+@pytest.mark.parametrize("rate, suffix, clock", [(1000, ".mkv", "1/1000 s"), (1000, ".webm", "1/1000 s"),
+                                                 (1000, ".flv", "1/1000 s"), (1000, ".avi", "1/600 s"),
+                                                 (1000, ".gif", "1/100 s"), (600, ".mkv", "1/1000 s"),
+                                                 (600, ".avi", "1/600 s")])
+def test_frames_closer_than_the_containers_clock_are_refused_before_any_is_made(tmp_path, rate, suffix, clock):
+    """Doubled to 2000 or 1200 a second, two frames fall on one of Matroska's, WebM's or FLV's ms
+    (written without a word, sharing a time stamp) or of AVI's or GIF's ticks (FFmpeg's "Invalid
+    argument" as it wrote): refused before a pair is asked, naming the clock and where it fits."""
+    pytest.importorskip("av")
+    src = fast_clip(tmp_path / ("in.mkv" if rate == 1000 else "in.mp4"), rate)
+    dst, asked = tmp_path / f"out{suffix}", []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # H.264 into WebM or GIF: written in the container's own codec
+        with pytest.raises(BadInputError, match=f"clock of {clock}, too coarse for {2 * rate} frames a second.*write .mp4, .mov or .nut"):
+            written(src, dst, asked)
+    assert asked == [] and not dst.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_a_variable_rates_frames_closer_than_the_clock_are_refused_and_nothing_is_left(tmp_path):
+    """Frames 1 ms apart, doubled, are 0.5 ms apart: refused at the first such pair in Matroska (they
+    shared a time stamp), the partial output removed; MP4, whose clock is the frames', holds them."""
+    from test_video import make_video
+
+    av = pytest.importorskip("av")
+    src = make_video(tmp_path / "vfr.mkv", [0, 1, 2, 40, 80, 120], F(1, 1000), audio=None)
+    with pytest.raises(BadInputError, match=r"at 0.000000 s and 0.000500 s, are closer than a tick of its container's "
+                                            r"clock \(matroska: 1/1000 s\).*write .mp4, .mov or .nut"):
+        written(src, tmp_path / "out.mkv")
+    assert not list(tmp_path.glob("*out*"))
+    written(src, tmp_path / "out.mp4")
+    with av.open(str(tmp_path / "out.mp4")) as container:
+        times = [frame.time for frame in container.decode(video=0)]
+    assert len(times) == 11 and times == sorted(set(times)) and times[1] == 0.0005
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mov", ".nut"])
+def test_containers_with_a_fine_clock_hold_2000_frames_a_second(tmp_path, suffix):
+    av = pytest.importorskip("av")
+    written(fast_clip(tmp_path / "in.mkv", 1000), tmp_path / f"out{suffix}")
+    with av.open(str(tmp_path / f"out{suffix}")) as container:
+        times = [frame.time for frame in container.decode(video=0)]
+    assert [round(t - times[0], 6) for t in times] == [k / 2000 for k in range(7)]
+
+
+def test_avi_is_given_a_clock_it_keeps_where_its_own_is_too_coarse(tmp_path):
+    """500 frames a second doubled: AVI's muxer times any tick finer than 1 ms on 1/600 s, and
+    failed as it wrote ("Invalid argument"); a frame's own 1/1000 s it keeps."""
+    av = pytest.importorskip("av")
+    written(fast_clip(tmp_path / "in.mp4", 500), tmp_path / "out.avi")
+    with av.open(str(tmp_path / "out.avi")) as container:
+        stream = container.streams.video[0]
+        stamps = [packet.dts for packet in container.demux(stream) if packet.size]
+        assert stream.time_base == F(1, 1000)
+    assert len(stamps) == 7 and stamps == sorted(set(stamps))
+
+
+def test_a_clock_too_coarse_is_one_line_and_exit_2_on_the_command_line(tmp_path, capsys):
+    from eden_serve.commands.cli import main
+
+    pytest.importorskip("av")
+    src, dst = fast_clip(tmp_path / "in.mkv", 1000), tmp_path / "out.mkv"
+    assert main(["interpolate", str(src), "-o", str(dst), "--config", "tiny"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "synthetic weights" not in line]
+    assert len(err) == 1 and "matroska) times frames on a clock of 1/1000 s" in err[0], err
+    assert not dst.exists() and not list(tmp_path.glob(".out*"))

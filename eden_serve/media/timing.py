@@ -8,16 +8,24 @@ A frame rate written as a decimal that rounds an NTSC rate, k*1000/1001, to its 
 29.97, 59.94, 119.88) means that rate, as HandBrake reads them: FFmpeg reads 59.94 as 2997/50
 exactly, whose frames drift from NTSC's 60000/1001 by a frame every 4.6 hours, and which
 MPEG-1 and -2 cannot write (:func:`parse_rate`).
+
+A container's muxer may time the frames on a clock of its own, whatever time base they are given
+in (:func:`output_clock`): Matroska, WebM, FLV and ASF on 1 ms, AVI on 1/600 s for any tick finer
+than 1 ms, GIF on 1/100 s. Two frames within one of its ticks would share a time stamp (a file
+players stumble on, or the muxer's "Invalid argument" at the end): such an output is refused.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 from ..errors import BadInputError
+from .encoding import import_av, open_encoder
 
 MAX_DEPTH = 10  # of the 2x tree a retimed output reaches into
 DEFAULT_TIME_ERROR = Fraction(1, 4)  # of an output frame
@@ -25,6 +33,8 @@ MAX_FACTOR = 64
 MAX_FPS = 1000
 # Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits.
 MAX_TIME_BASE_DENOMINATOR = 65535
+# Containers that keep the finest of time bases, named where another's clock is too coarse.
+FINE_CLOCKS = ".mp4, .mov or .nut"
 # NTSC's rates are k*1000/1001 frames a second (24000/1001, 30000/1001, 60000/1001...).
 NTSC = Fraction(1000, 1001)
 _DECIMAL = re.compile(r"[+-]?\d*\.(\d+)")
@@ -107,3 +117,64 @@ def output_time_base(source: Fraction, retiming: Retiming) -> Fraction:
     while scale > 1 and (source / scale).denominator > MAX_TIME_BASE_DENOMINATOR:
         scale //= 2
     return source / scale
+
+
+def muxer_clock(container, stream) -> Fraction:
+    """The tick on which ``container``'s muxer times the frames of ``stream``, given in its time
+    base: learned on a scratch muxer of its format, from the stream's copy, else from a small stream
+    of the format's own default codec (Matroska writes H.264 only with the parameter sets that its
+    encoder makes as it opens); the stream's own where neither writes a header."""
+    av = import_av()
+    for made in ("copy", container.default_video_codec):
+        scratch = av.open(io.BytesIO(), "w", format=container.format.name)
+        try:
+            if made == "copy":
+                copy = scratch.add_stream_from_template(stream)
+            else:
+                copy = scratch.add_stream(made, rate=1 / stream.time_base)
+                copy.width = copy.height = 16
+                copy.pix_fmt = next((f.name for f in copy.codec_context.codec.video_formats or ()), copy.pix_fmt)
+            copy.time_base = copy.codec_context.time_base = stream.time_base
+            if made != "copy":
+                open_encoder(copy.codec_context)
+            scratch.start_encoding()
+            return Fraction(copy.time_base)
+        except (av.error.FFmpegError, ValueError):
+            continue
+        finally:
+            try:
+                scratch.close()
+            except av.error.FFmpegError:  # a trailer of no frames: GIF's muxer refuses it
+                pass
+    return Fraction(stream.time_base)
+
+
+def _tick(clock: Fraction) -> str:
+    return f"1/{clock.denominator} s" if clock.numerator == 1 else f"{clock} s"
+
+
+def output_clock(container, stream, rate: Fraction, dst: Path) -> tuple[Fraction, Fraction]:
+    """The time base to give the frames of ``container``'s video ``stream`` (its own, set), and the
+    tick it is written on: the time base where the muxer keeps it, else the muxer's coarser clock;
+    where that is coarser than a frame of ``rate`` too, a frame's own time base, 1/``rate``, where the
+    muxer keeps that (AVI: up to 1000 frames a second). BadInputError where neither holds ``rate``
+    frames a second: some would share a time stamp, decided before a frame is written."""
+    given = Fraction(stream.time_base)
+    tick = max(muxer_clock(container, stream), given)
+    if tick <= 1 / rate:
+        return given, tick
+    stream.time_base = stream.codec_context.time_base = 1 / rate
+    if (own := max(muxer_clock(container, stream), 1 / rate)) <= 1 / rate:
+        return 1 / rate, own
+    stream.time_base = stream.codec_context.time_base = given
+    raise BadInputError(f"output {str(dst)!r}: its container ({container.format.name}) times frames on a clock of "
+                        f"{_tick(min(tick, own))}, too coarse for {float(rate):g} frames a second (frames would share a time "
+                        f"stamp); write {FINE_CLOCKS}, whose clocks are finer, or ask fewer frames")
+
+
+def too_close(dst: Path, container, times: tuple[Fraction, Fraction], tick: Fraction) -> BadInputError:
+    """The refusal of two frames at ``times`` less than one ``tick`` of ``container``'s clock apart
+    (a variable rate's frames closer than the output's average frame)."""
+    return BadInputError(f"output {str(dst)!r}: two of its frames, at {float(times[0]):.6f} s and {float(times[1]):.6f} s, "
+                         f"are closer than a tick of its container's clock ({container.format.name}: {_tick(tick)}) and "
+                         f"would share a time stamp; write {FINE_CLOCKS}, whose clocks are finer, or ask fewer frames")

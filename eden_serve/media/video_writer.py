@@ -27,7 +27,7 @@ from .pixel_formats import Y4M_PIX_FMTS, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .siting import Subsampler, output_siting, stated
-from .timing import Retiming, output_time_base, tick_of
+from .timing import Retiming, output_clock, output_time_base, tick_of, too_close
 from .webm_alpha import has_alpha, settle_output
 
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
@@ -127,12 +127,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
         tag_for_players(self.container, self.stream)
         # Anamorphic pixels, without which a player shows the picture squeezed: a video's stream's (its container's too).
         shaped_as(self.container, self.stream, getattr(clip, "pixel_aspect", None) or source.sample_aspect_ratio)
-        self.time_base = output_time_base(clip.time_base, self.retiming)
-        if name in _FRAME_RATE_CODECS or raw:
-            self.time_base = 1 / rate
-        self.counted = raw  # Y4M has a frame rate, no times: each frame takes the next slot
-        self.shown = 0
-        self.stream.codec_context.time_base = self.stream.time_base = self.time_base
+        self._clock(clip, name, rate, raw)
         options = configure(self.stream, encoding, given, colour,
                             Y4M_PIX_FMTS if self.container.format.name == "yuv4mpegpipe" else None)
         self.pix_fmt = self.stream.pix_fmt
@@ -172,6 +167,16 @@ class VideoWriter(AlphaWriting, ClipWriter):
         self._none = av.video.frame.PictureType.NONE
         self._clip = clip  # its display matrix, known once its first frame is decoded
         self._from_image = av.VideoFrame.from_image
+
+    def _clock(self, clip: Clip, name: str, rate: Fraction, raw: bool) -> None:
+        """The video's time base, and the tick of its muxer's clock (:func:`~.timing.output_clock`),
+        which frames must be at least apart (Matroska: 1 ms)."""
+        self.time_base = output_time_base(clip.time_base, self.retiming)
+        if name in _FRAME_RATE_CODECS or raw:
+            self.time_base = 1 / rate
+        self.counted, self.shown = raw, 0  # Y4M has a frame rate, no times: each frame takes the next slot
+        self.stream.codec_context.time_base = self.stream.time_base = self.time_base
+        self.time_base, self.tick = (self.time_base,) * 2 if raw else output_clock(self.container, self.stream, rate, self.dst)
 
     def _add_copies(self, clip: Clip, av) -> None:
         copy_labels(clip.container, clip.stream, self.container, self.stream, self.lead)
@@ -252,6 +257,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
             if pts <= start:
                 raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for the frames "
                                     f"between two of its frames (time stamps {start} and {pts}); ask fewer")
+            if (pts - start) * self.time_base < self.tick:  # rounded to one of the muxer's ticks (frames 1 ms apart into Matroska)
+                raise too_close(self.dst, self.container, (start * self.time_base, pts * self.time_base), self.tick)
             self._encode(previous, start, pts - start)
         self.held = (picture, pts)
 
