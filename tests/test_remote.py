@@ -198,6 +198,17 @@ def test_a_remote_videos_audio_the_output_cannot_hold_is_re_encoded_as_a_local_f
     assert audio_end(remote) >= audio_end(src) - Fraction(1, 1000)  # all of it, to the encoder's last samples
 
 
+@pytest.mark.parametrize("codec, given, suffix", [("mov_text", ".mp4", ".mkv"), ("subrip", ".mkv", ".webm"), ("ass", ".mkv", ".mp4")])
+def test_a_remote_videos_text_subtitles_the_output_cannot_hold_are_converted_as_a_local_files(tmp_path, codec, given, suffix):
+    """mov_text into Matroska (ASS), SRT into WebM (WebVTT), ASS into MP4 (mov_text): line for line
+    the local run's, from the pages' packets and the track's header. Before, left out."""
+    from test_subtitles import lines, source
+
+    (remote, local), (said_remote, said_local) = remote_and_local(source(tmp_path, codec, given), tmp_path / f"out{suffix}")
+    assert said_remote == said_local and len(said_remote) == 1 and "it is converted" in said_remote[0]
+    assert lines(remote) == lines(local) and [text for _, _, text in lines(remote)[1]] == [b"hello", b"world"]
+
+
 def test_a_remote_videos_labels_are_kept_as_a_local_files(tmp_path):
     src = labelled_video(real_video(tmp_path / "plain.mkv", 6, Fraction(25), audio=None), tmp_path / "labelled.mkv")
     for suffix in (".mkv", ".mp4"):
@@ -612,19 +623,24 @@ def test_a_cloud_sources_audio_of_other_codecs_is_copied_with_its_own_header(ser
 
 
 @pytest.mark.serving
-def test_a_cloud_sources_subtitles_are_copied_with_their_language(servers, media, tmp_path):
+@pytest.mark.parametrize("suffix, codec", [(".mkv", "subrip"), (".mp4", "mov_text")])
+def test_a_cloud_sources_subtitles_are_copied_with_their_language(servers, media, tmp_path, suffix, codec):
+    """SRT into MP4 is converted to mov_text, as a local file's is; before, left out with a warning."""
     url = servers.inference_url
-    with Client(cloud=url, edge=url) as client:
-        client.interpolate_clip("cloud:subtitled.mkv", tmp_path / "remote.mkv", chunk=4, inflight=1, progress=False)
-        client.interpolate_clip(media / "subtitled.mkv", tmp_path / "local.mkv", chunk=4, inflight=1, progress=False)
+    with Client(cloud=url, edge=url) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MP4's: the SRT converted
+        client.interpolate_clip("cloud:subtitled.mkv", tmp_path / f"remote{suffix}", chunk=4, inflight=1, progress=False)
+        client.interpolate_clip(media / "subtitled.mkv", tmp_path / f"local{suffix}", chunk=4, inflight=1, progress=False)
 
     def subtitles(path):
         with av.open(str(path)) as container:
             stream = container.streams.subtitles[0]
-            return stream.metadata.get("language"), [(bytes(p), p.pts, p.duration) for p in container.demux(stream) if p.size]
+            assert stream.codec_context.codec.canonical_name == codec
+            return stream.metadata.get("language"), [(bytes(p), p.pts, p.duration) for p in container.demux(stream)
+                                                     if p.size and bytes(p).strip(b"\0")]  # not MP4's empty fillers
 
-    assert subtitles(tmp_path / "remote.mkv") == subtitles(tmp_path / "local.mkv")
-    assert subtitles(tmp_path / "remote.mkv")[0] == "fra" and len(subtitles(tmp_path / "remote.mkv")[1]) == 2
+    assert subtitles(tmp_path / f"remote{suffix}") == subtitles(tmp_path / f"local{suffix}")
+    assert subtitles(tmp_path / f"remote{suffix}")[0] == "fra" and len(subtitles(tmp_path / f"remote{suffix}")[1]) == 2
 
 
 @pytest.mark.serving

@@ -29,6 +29,7 @@ from ..media.containers import Labels
 from ..media.encoding import added, import_av
 from ..media.frames import check_size
 from ..media.palette import given_as
+from ..media.subtitles import converted
 from ..media.video import VideoClip
 from ..sandbox.decoder import owned_packet
 from ..wire.pages import MAX_CODED_BITS, Packet, Page, unpack
@@ -183,7 +184,8 @@ class RemoteVideo(VideoClip):
         time as the writer reaches them (None: none to copy), as
         :class:`~eden_serve.media.video_writer.VideoWriter` does for a local file: audio the output cannot
         hold as it is re-encoded (:mod:`eden_serve.media.audio`), or left out where it holds no
-        audio; subtitles it cannot hold left out, each with a warning."""
+        audio; text subtitles converted to its own text format (:mod:`eden_serve.media.subtitles`),
+        or left out where it has none; each with a warning."""
         av = import_av()
         if self.labels is not None:
             self.labels.apply(container, container.streams.video[0])
@@ -191,7 +193,7 @@ class RemoteVideo(VideoClip):
         for index, language in self.others.items():
             first = self.page(0, index)
             kind, codec = first.stream["type"], first.stream["codec"]
-            output, made = self._audio(av, container, first, dst) if kind == "audio" else (self._subtitles(container, codec), None)
+            output, made = (self._audio if kind == "audio" else self._subtitles)(av, container, first, dst)
             if output is None:
                 warnings.warn(f"{dst.name} cannot hold the input's {codec} {kind} (stream {index}); it is left out")
                 continue
@@ -202,8 +204,20 @@ class RemoteVideo(VideoClip):
             streams.append(self._packets(first, index, output, av, made))
         return heapq.merge(*streams, key=_time) if streams else None
 
-    def _subtitles(self, container, codec: str):
-        return added(container, codec, lambda c: c.add_mux_stream(codec))  # as a local file's (SRT into MPEG-TS: left out)
+    def _subtitles(self, av, container, first: Page, dst: Path) -> tuple:
+        """The output stream of the subtitles whose first page is ``first``, and what converts them
+        (:class:`~eden_serve.media.subtitles.Converted`) where ``container`` cannot hold them as they
+        are, as a local file's (SRT into MP4: mov_text); None for both where it cannot hold them."""
+        codec = first.stream["codec"]
+        if (output := added(container, codec, lambda c: c.add_mux_stream(codec))) is not None:
+            return output, None
+        try:
+            decoder = av.CodecContext.create(codec, "r")
+        except (self._error, ValueError):
+            return None, None
+        decoder.extradata = first.extradata or None  # an ASS track's header
+        made = converted(container, SimpleNamespace(codec_context=decoder), dst)
+        return (None, None) if made is None else (made.output, made)
 
     def _audio(self, av, container, first: Page, dst: Path) -> tuple:
         """The output stream of the audio whose first page is ``first``, and what re-encodes it
@@ -223,11 +237,14 @@ class RemoteVideo(VideoClip):
 
     def _packets(self, page: Page, index: int, output, av, made=None) -> Iterator:
         """The output's packets of stream ``index`` from its first ``page``: the source's own, or
-        those ``made`` (:class:`~eden_serve.media.audio.Transcoded`) of them."""
+        those ``made`` (:class:`~eden_serve.media.audio.Transcoded`,
+        :class:`~eden_serve.media.subtitles.Converted`) of them."""
         first = page
         while True:
             for p in page.packets:
-                packet = av.Packet(p.data) if made is None else made.decoder.packet(owned_packet(p.data, av), p.skips)
+                packet = av.Packet(p.data) if made is None else owned_packet(p.data, av)
+                if made is not None and p.skips is not None:  # an audio packet's samples to drop
+                    packet = made.decoder.packet(packet, p.skips)
                 packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, page.time_base
                 if made is None:
                     packet.stream = output

@@ -26,6 +26,7 @@ from .palette import Palettes
 from .pixel_formats import Y4M_PIX_FMTS, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
+from .subtitles import converted
 from .siting import Subsampler, output_siting, stated
 from .timing import Retiming, output_clock, output_time_base, tick_of, too_close
 from .webm_alpha import has_alpha, settle_output
@@ -59,8 +60,9 @@ class VideoWriter(AlphaWriting, ClipWriter):
     track; attachments (fonts) too, with each stream's language, title and flags, and the input's
     title, chapters and tags (:func:`~.containers.copy_labels`). Audio the output cannot hold is
     re-encoded in its container's default codec (:mod:`.audio`), or left out where it holds no audio;
-    subtitles and attachments it cannot hold are left out with a warning; data streams
-    (time codes) are not copied, nor anything from a piped input."""
+    text subtitles converted to its own text format (:mod:`.subtitles`); other subtitles and
+    attachments it cannot hold are left out with a warning; data streams (time codes) are not
+    copied, nor anything from a piped input."""
 
     alpha_of = "input's"  # whose alpha a warning says is dropped, where the output holds none
 
@@ -188,7 +190,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
                 continue
             name = f"{stream.codec_context.name} {stream.type}" if stream.codec_context else stream.type
             if (copy := copy_of(self.container, stream)) is None:  # FLAC into MOV, PCM into MP4 or MPEG-TS
-                made = transcoded(self.container, stream, self.dst) if stream.type == "audio" else None  # :mod:`.audio`
+                made = transcoded(self.container, stream, self.dst) if stream.type == "audio" else converted(
+                    self.container, stream, self.dst) if stream.type == "subtitle" else None  # :mod:`.audio`, :mod:`.subtitles`
                 if made is None:
                     warnings.warn(f"{self.dst.name} cannot hold the input's {name} (stream {stream.index}); it is left out")
                     continue
