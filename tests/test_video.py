@@ -569,6 +569,18 @@ def test_the_output_keeps_the_inputs_title_chapters_and_the_videos_language(tmp_
         assert written[1].get("title") == "main angle" and "NUMBER_OF_FRAMES-eng" not in written[1]
 
 
+@pytest.mark.parametrize("suffix", ["mkv", "mp4", "mov"])
+def test_an_mp4_video_tracks_title_is_kept(tmp_path, suffix):
+    """FFmpeg reads an MP4's track title (its udta name) as the tag "name", which no muxer writes
+    (MP4's and MOV's write "title" there): it was lost, in every output but Matroska's, where it
+    was NAME, not the title."""
+    src = labelled_video(make_video(tmp_path / "plain.mp4", *CFR_12, audio=None), tmp_path / "in.mp4")
+    assert labels_of(src)[1].get("name") == "main angle"
+    interpolate_clip(src, tmp_path / f"out.{suffix}", pairwise(average), progress=False)
+    tags = labels_of(tmp_path / f"out.{suffix}")[1]
+    assert tags.get("title" if suffix == "mkv" else "name") == "main angle" and "NAME" not in tags
+
+
 def test_an_interlaced_video_is_said_to_be_one(tmp_path):
     """Its middles are made of woven fields: one warning names the field order and what to do; a
     progressive video gets none."""

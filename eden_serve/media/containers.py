@@ -261,8 +261,13 @@ class Labels:
 
     @classmethod
     def of(cls, source, video) -> Labels:
-        """The labels of the ``source`` container and its ``video`` stream."""
-        return cls(_kept(source.metadata), _kept(video.metadata), int(video.disposition), source.chapters())
+        """The labels of the ``source`` container and its ``video`` stream. An MP4's or MOV's track
+        title (its ``udta`` ``name``) is read by FFmpeg as ``name``, which no muxer writes (MP4's
+        and MOV's write ``title`` there): it is kept as the title."""
+        video_tags = _kept(video.metadata)
+        if "mov" in source.format.name.split(",") and "name" in video_tags and "title" not in video_tags:
+            video_tags["title"] = video_tags.pop("name")
+        return cls(_kept(source.metadata), video_tags, int(video.disposition), source.chapters())
 
     def apply(self, output, stream, later: Fraction = Fraction(0)) -> None:
         """Onto the ``output`` container and its video ``stream``, the chapters ``later`` seconds
