@@ -208,13 +208,13 @@ class RemoteVideo(VideoClip):
         """The output stream of the subtitles whose first page is ``first``, and what converts them
         (:class:`~eden_serve.media.subtitles.Converted`) where ``container`` cannot hold them as they
         are, as a local file's (SRT into MP4: mov_text); None for both where it cannot hold them."""
-        codec = first.stream["codec"]
-        if (output := added(container, codec, lambda c: c.add_mux_stream(codec))) is not None:
-            return output, None
+        codec = first.stream["codec"]  # its decoder's name (pgssub): decided by the codec's, as a local file's
         try:
             decoder = av.CodecContext.create(codec, "r")
         except (self._error, ValueError):
             return None, None
+        if (output := added(container, decoder.codec.canonical_name, lambda c: c.add_mux_stream(codec))) is not None:
+            return output, None
         decoder.extradata = first.extradata or None  # an ASS track's header
         made = converted(container, SimpleNamespace(codec_context=decoder), dst)
         return (None, None) if made is None else (made.output, made)
