@@ -26,8 +26,8 @@ from .palette import Palettes
 from .pixel_formats import Y4M_PIX_FMTS, output_colour, same_matrix, say_lost
 from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
-from .subtitles import converted
 from .siting import Subsampler, output_siting, stated
+from .subtitles import converted
 from .timing import Retiming, output_clock, output_time_base, tick_of, too_close
 from .webm_alpha import has_alpha, settle_output
 
