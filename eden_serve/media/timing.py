@@ -35,6 +35,12 @@ MAX_FPS = 1000
 MAX_TIME_BASE_DENOMINATOR = 65535
 # Containers that keep the finest of time bases, named where another's clock is too coarse.
 FINE_CLOCKS = ".mp4, .mov or .nut"
+
+
+def finer(container) -> str:
+    """The outputs to name beside ``container`` where its clock is too coarse: for an animation, the
+    animations whose clocks are finer first."""
+    return f".apng, .webp, {FINE_CLOCKS}" if container.format.name == "gif" else FINE_CLOCKS
 # NTSC's rates are k*1000/1001 frames a second (24000/1001, 30000/1001, 60000/1001...).
 NTSC = Fraction(1000, 1001)
 _DECIMAL = re.compile(r"[+-]?\d*\.(\d+)")
@@ -169,7 +175,7 @@ def output_clock(container, stream, rate: Fraction, dst: Path) -> tuple[Fraction
     stream.time_base = stream.codec_context.time_base = given
     raise BadInputError(f"output {str(dst)!r}: its container ({container.format.name}) times frames on a clock of "
                         f"{_tick(min(tick, own))}, too coarse for {float(rate):g} frames a second (frames would share a time "
-                        f"stamp); write {FINE_CLOCKS}, whose clocks are finer, or ask fewer frames")
+                        f"stamp); write {finer(container)}, whose clocks are finer, or ask fewer frames (--fps)")
 
 
 def too_close(dst: Path, container, times: tuple[Fraction, Fraction], tick: Fraction) -> BadInputError:
@@ -177,4 +183,4 @@ def too_close(dst: Path, container, times: tuple[Fraction, Fraction], tick: Frac
     (a variable rate's frames closer than the output's average frame)."""
     return BadInputError(f"output {str(dst)!r}: two of its frames, at {float(times[0]):.6f} s and {float(times[1]):.6f} s, "
                          f"are closer than a tick of its container's clock ({container.format.name}: {_tick(tick)}) and "
-                         f"would share a time stamp; write {FINE_CLOCKS}, whose clocks are finer, or ask fewer frames")
+                         f"would share a time stamp; write {finer(container)}, whose clocks are finer, or ask fewer frames (--fps)")
