@@ -180,16 +180,21 @@ def test_an_exif_chunk_that_does_not_parse_is_ignored(exif, late):
     assert oriented_size(data) == (12, 10) and np.array_equal(np.asarray(open_image(data)), RGB)
 
 
-@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
-def test_a_tiff_is_turned_once(orientation):
-    """Pillow turns a TIFF by its orientation itself (its size from the header, its pixels as they
-    load). Before: the header read turned its size once more, so the cloud refused one turned by 90 degrees."""
+def oriented_tiff(orientation: int) -> bytes:
+    """:data:`RGB` as an 8-bit TIFF with an EXIF orientation, by Pillow."""
     image = Image.fromarray(RGB)
     exif = image.getexif()
     exif[0x0112] = orientation
     buffer = io.BytesIO()
     image.save(buffer, format="TIFF", exif=exif.tobytes())
-    data = buffer.getvalue()
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_a_tiff_is_turned_once(orientation):
+    """Pillow turns a TIFF by its orientation itself (its size from the header, its pixels as they
+    load). Before: the header read turned its size once more, so the cloud refused one turned by 90 degrees."""
+    data = oriented_tiff(orientation)
     upright = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
     assert oriented_size(data) == open_image(data).size == upright.size
     assert np.array_equal(np.asarray(open_image(data)), np.asarray(upright))
@@ -259,13 +264,7 @@ def test_a_16_bit_frame_is_turned_by_its_orientation_as_an_8_bit_one_is(containe
         deep = with_exif_chunk(rgb16_png(levels), exif, late=False)
         shallow = with_exif_chunk(encode(Image.fromarray(RGB)), exif, late=False)
     else:
-        deep = rgb16_tiff(levels, orientation)
-        image = Image.fromarray(RGB)
-        exif = image.getexif()
-        exif[0x0112] = orientation
-        buffer = io.BytesIO()
-        image.save(buffer, format="TIFF", exif=exif.tobytes())
-        shallow = buffer.getvalue()
+        deep, shallow = rgb16_tiff(levels, orientation), oriented_tiff(orientation)
     upright = np.asarray(open_image(shallow))
     assert upright.shape != RGB.shape or orientation < 5  # the 8-bit oracle is turned
     assert np.array_equal(open_deep(deep).numpy(), upright.astype(np.uint16) * 257)
