@@ -295,7 +295,7 @@ class Journal:
         """The partial output, renamed onto the destination if the block completes. If it stops (an error,
         Ctrl-C, SIGTERM) once the journal on disk names a checkpoint or the cache holds a middle, the partial
         output, the journal and the cache stay, with a warning that says so; otherwise, or where the block
-        was refused for good (:func:`.atomic.refused`: the same command would be again), all three go."""
+        was refused for good (:func:`.atomic.refused`: so would the same command be), all three go."""
         self._open(directory)
         try:
             yield self.partial

@@ -297,8 +297,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
             if ((time - self.origin) / self.time_base).denominator != 1:
                 self.moved = True
                 warnings.warn(f"{self.dst.name}: its container ({self.container.format.name}) holds a constant frame rate "
-                              f"alone; the input's variable-rate frames are each moved to the nearest of "
-                              f"{float(1 / self.time_base):g} a second")
+                              f"alone; the input's variable-rate frames are each moved to the nearest tick of "
+                              f"{float(1 / self.time_base):g} frames a second")
         return tick_of(time, self.time_base)
 
     def _original(self, original: Frame):
