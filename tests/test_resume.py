@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -583,3 +584,47 @@ def test_a_cache_planted_as_a_link_before_a_fresh_run_is_removed_not_written_thr
         interpolate_clip(src, dst, stop_at(5), chunk=2, seed=3, resume=True, fingerprint=STAND_IN, progress=False)
     cache = tmp_path / ".out.partial-resume.mkv.middles"
     assert list(elsewhere.iterdir()) == [] and not cache.is_symlink() and len(list(cache.glob("*.png"))) >= 2
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".avi"])
+def test_an_output_refused_midway_keeps_nothing_and_promises_no_resume(tmp_path, suffix):
+    """A variable rate's frames closer than the output's clock are refused as they come, once middles
+    are cached (Matroska's 1 ms; AVI's constant tick): the partial output, journal and cache were
+    kept, saying that the same command with --resume continues from there, where it met the same
+    refusal. Nothing can continue that output: the refusal is said once, and nothing is left."""
+    src = make_video(tmp_path / "vfr.mkv", [0, 40, 80, 120, 160, 200, 240, 280, 300, 301, 340], Fraction(1, 1000), audio=None)
+    dst = tmp_path / f"out{suffix}"
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as said, \
+                pytest.raises(BadInputError, match=r"closer than a tick of its container's clock"):
+            warnings.simplefilter("always")
+            interpolate_clip(src, dst, pairwise(average), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+        assert not [str(w.message) for w in said if "resume" in str(w.message)]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["vfr.mkv"]
+
+
+def test_a_full_disk_beneath_a_refusal_keeps_the_work_for_a_resume(tmp_path):
+    """FFmpeg's "cannot write" (a BadInputError) raised from a full disk ends once space is made: the
+    cached middles stay, and the warning says so; a refusal with no such error beneath leaves nothing."""
+    from eden_serve.media.resume import Journal
+
+    def stopped(beneath):
+        journal = Journal(tmp_path / "out.mkv", {"input": "stand-in"})
+        with pytest.raises(BadInputError), journal.output():
+            journal.keep_middles(1, 0, [Image.new("RGB", (8, 8))])
+            try:
+                raise beneath
+            except Exception:
+                raise BadInputError("cannot write 'out.mkv'") from None
+
+    with pytest.warns(UserWarning, match=r"keep 1 middle frames: the same command with --resume continues from there"):
+        stopped(OSError(28, "No space left on device"))
+    assert sorted(os.listdir(tmp_path)) == [".out.partial-resume.mkv", ".out.partial-resume.mkv.journal",
+                                            ".out.partial-resume.mkv.middles"]
+    shutil.rmtree(tmp_path / ".out.partial-resume.mkv.middles")
+    for name in os.listdir(tmp_path):
+        os.unlink(tmp_path / name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stopped(ValueError("frames closer than its clock"))
+    assert os.listdir(tmp_path) == []

@@ -228,3 +228,47 @@ def test_a_clock_too_coarse_is_one_line_and_exit_2_on_the_command_line(tmp_path,
     err = [line for line in capsys.readouterr().err.splitlines() if "synthetic weights" not in line]
     assert len(err) == 1 and "matroska) times frames on a clock of 1/1000 s" in err[0], err
     assert not dst.exists() and not list(tmp_path.glob(".out*"))
+
+
+@pytest.mark.parametrize("timescale", [30000, 90000])
+def test_ntsc_doubled_into_avi_is_on_its_own_frame_tick(tmp_path, timescale):
+    """29.97 frames a second doubled into AVI: on the muxer's 1/600 s (its clock for any tick finer
+    than 1 ms, which 59.94 a second do not fall on) the frames were rounded unevenly and the ticks
+    between padded with empty frames, a "600 fps" AVI of 120 frames; as FFmpeg writes an AVI, they
+    are on their own tick, 1001/60000 s, one packet each, the last shown until the input ends."""
+    from test_video import make_video
+
+    av = pytest.importorskip("av")
+    step = timescale // 30000 * 1001
+    src = make_video(tmp_path / "in.mp4", [step * k for k in range(6)], F(1, timescale), audio=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a constant rate's frames are not moved: nothing to say
+        written(src, tmp_path / "out.avi")
+    with av.open(str(tmp_path / "out.avi")) as container:
+        stream = container.streams.video[0]
+        assert (stream.time_base, stream.average_rate) == (F(1001, 60000), F(60000, 1001))
+        stamps = [packet.dts for packet in container.demux(stream) if packet.size]
+        assert stream.frames * stream.time_base == F(6 * 1001, 30000)  # 11 frames, the last two ticks long
+    assert stamps == list(range(stamps[0], stamps[0] + 11))
+
+
+def test_a_variable_rate_into_avi_is_on_the_nearest_ticks_of_a_constant_rate_said_once(tmp_path):
+    """AVI holds a constant rate alone: a variable rate's frames are each moved to the nearest tick
+    of its average rate, one warning saying so; two that would meet on one tick are refused."""
+    from test_video import make_video
+
+    av = pytest.importorskip("av")
+    src = make_video(tmp_path / "vfr.mkv", [0, 17, 33, 50, 67, 83], F(1, 1000), audio=None)
+    with pytest.warns(UserWarning, match=r"out.avi: its container \(avi\) holds a constant frame rate alone") as said:
+        written(src, tmp_path / "out.avi")
+    assert len([w for w in said if "constant frame rate" in str(w.message)]) == 1
+    with av.open(str(tmp_path / "out.avi")) as container:
+        stream = container.streams.video[0]
+        stamps = [packet.dts for packet in container.demux(stream) if packet.size]
+        assert 1 / stream.time_base == stream.average_rate < 600
+    assert len(stamps) == 11 and stamps == sorted(set(stamps))
+    src = make_video(tmp_path / "burst.mkv", [0, 40, 80, 82, 120, 160], F(1, 1000), audio=None)
+    with pytest.warns(UserWarning, match="holds a constant frame rate alone"), \
+            pytest.raises(BadInputError, match=r"closer than a tick of its container's clock \(avi: .*write .mp4, .mov or .nut"):
+        written(src, tmp_path / "burst.avi")
+    assert not list(tmp_path.glob("*burst.avi*"))

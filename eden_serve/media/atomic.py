@@ -44,6 +44,15 @@ def named(exc: BaseException, path: str | Path) -> BaseException:
     return exc
 
 
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` refuses the output for good, so that the same command would meet it again
+    (frames its container's clock cannot tell apart): a BadInputError, unless a full or read-only
+    disk lies beneath it (FFmpeg's "cannot write", raised from the disk's error), which ends once
+    space is made."""
+    beneath = exc.__cause__ or exc.__context__
+    return isinstance(exc, BadInputError) and not (isinstance(beneath, OSError) and beneath.errno in WRITE_ERRORS)
+
+
 def check_destination(dst: Path, directory: bool) -> None:
     """Refuse, before any work, a destination the output cannot replace, or a directory output named
     as an image would be (``out.png``: made anew; an empty directory so named is the caller's

@@ -40,7 +40,7 @@ from typing import Iterator
 import torch
 from PIL import Image
 
-from .atomic import check_destination, create_partial, named, place, remove_partial
+from .atomic import check_destination, create_partial, named, place, refused, remove_partial
 from ..errors import BadInputError
 from .frames import Picture, as_image, depth_of, is_deep, open_deep, png_bytes, png_of
 
@@ -292,18 +292,19 @@ class Journal:
 
     @contextlib.contextmanager
     def output(self, directory: bool = False) -> Iterator[Path]:
-        """The partial output, renamed onto the destination if the block completes. If it stops
-        (an error, Ctrl-C, SIGTERM) once the journal on disk names a checkpoint or the cache holds
-        a middle, the partial output, the journal and the cache stay, with a warning that says so;
-        otherwise all three go."""
+        """The partial output, renamed onto the destination if the block completes. If it stops (an error,
+        Ctrl-C, SIGTERM) once the journal on disk names a checkpoint or the cache holds a middle, the partial
+        output, the journal and the cache stay, with a warning that says so; otherwise, or where the block
+        was refused for good (:func:`.atomic.refused`: so would the same command be), all three go."""
         self._open(directory)
         try:
             yield self.partial
             self._settle()
             place(self.partial, self.dst)
-        except BaseException:
+        except BaseException as exc:
+            final = refused(exc) and not self.settled  # not place's: the output is whole
             self._settle()
-            self._stopped()
+            self._stopped(final)
             raise
         else:
             self._remove()
@@ -319,15 +320,14 @@ class Journal:
         stopped from now on keeps it for the next. One refused leaves everything as it was."""
         self.verified = True
 
-    def _stopped(self) -> None:
-        if not self.verified:
+    def _stopped(self, final: bool) -> None:
+        if not self.verified:  # a resume refused: what it found stays as it was
             return
         try:  # what a resume would find, whatever this run had got to when it was stopped
             saved = json.loads(read_regular(self.path, MAX_JOURNAL_BYTES))["checkpoint"]
         except (OSError, ValueError, KeyError, TypeError):
             saved = None
-        cached = self._cached_count()
-        if saved is None and not cached:
+        if final or (saved is None and not (cached := self._cached_count())):  # nothing a resume could continue
             remove_partial(self.partial)
             self._remove()
             return

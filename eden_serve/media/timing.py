@@ -11,8 +11,11 @@ MPEG-1 and -2 cannot write (:func:`parse_rate`).
 
 A container's muxer may time the frames on a clock of its own, whatever time base they are given
 in (:func:`output_clock`): Matroska, WebM, FLV and ASF on 1 ms, AVI on 1/600 s for any tick finer
-than 1 ms, GIF on 1/100 s. Two frames within one of its ticks would share a time stamp (a file
-players stumble on, or the muxer's "Invalid argument" at the end): such an output is refused.
+than 1 ms, GIF on 1/100 s. AVI keeps a frame's own tick (1001/60000 s for 59.94 frames a second),
+which its frames are then given, as FFmpeg's command line writes an AVI: on 1/600 s they were
+rounded unevenly and the ticks between padded with empty frames. Two frames within one tick would
+share a time stamp (a file players stumble on, or the muxer's "Invalid argument" at the end): such
+an output is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ MAX_FACTOR = 64
 MAX_FPS = 1000
 # Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits.
 MAX_TIME_BASE_DENOMINATOR = 65535
+_SIXTEEN_BIT_ENCODERS = {"mpeg4"}
 # Containers that keep the finest of time bases, named where another's clock is too coarse.
 FINE_CLOCKS = ".mp4, .mov or .nut"
 
@@ -161,20 +165,25 @@ def _tick(clock: Fraction) -> str:
 
 def output_clock(container, stream, rate: Fraction, dst: Path) -> tuple[Fraction, Fraction]:
     """The time base to give the frames of ``container``'s video ``stream`` (its own, set), and the
-    tick it is written on: the time base where the muxer keeps it, else the muxer's coarser clock;
-    where that is coarser than a frame of ``rate`` too, a frame's own time base, 1/``rate``, where the
-    muxer keeps that (AVI: up to 1000 frames a second). BadInputError where neither holds ``rate``
-    frames a second: some would share a time stamp, decided before a frame is written."""
+    tick it is written on: the time base where the muxer keeps it; else a frame's own, 1/``rate``,
+    where the muxer keeps that (AVI, whose clock for any tick finer than 1 ms is 1/600 s, which
+    59.94 frames a second do not fall on: it rounded them and padded the ticks between with empty
+    frames); else the muxer's coarser clock (Matroska's 1 ms). BadInputError where that is coarser
+    than a frame of ``rate``: some would share a time stamp, decided before a frame is written."""
     given = Fraction(stream.time_base)
     tick = max(muxer_clock(container, stream), given)
+    if tick == given:
+        return given, tick
+    own = tick  # not tried: an encoder that refuses a time base over 16 bits
+    if (1 / rate).denominator <= MAX_TIME_BASE_DENOMINATOR or stream.codec_context.name not in _SIXTEEN_BIT_ENCODERS:
+        stream.time_base = stream.codec_context.time_base = 1 / rate
+        if (own := muxer_clock(container, stream)) == 1 / rate:
+            return own, own
+    stream.time_base = stream.codec_context.time_base = given
     if tick <= 1 / rate:
         return given, tick
-    stream.time_base = stream.codec_context.time_base = 1 / rate
-    if (own := max(muxer_clock(container, stream), 1 / rate)) <= 1 / rate:
-        return 1 / rate, own
-    stream.time_base = stream.codec_context.time_base = given
     raise BadInputError(f"output {str(dst)!r}: its container ({container.format.name}) times frames on a clock of "
-                        f"{_tick(min(tick, own))}, too coarse for {float(rate):g} frames a second (frames would share a time "
+                        f"{_tick(min(tick, max(own, 1 / rate)))}, too coarse for {float(rate):g} frames a second (frames would share a time "
                         f"stamp); write {finer(container)}, whose clocks are finer, or ask fewer frames (--fps)")
 
 

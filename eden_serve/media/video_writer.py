@@ -178,7 +178,11 @@ class VideoWriter(AlphaWriting, ClipWriter):
             self.time_base = 1 / rate
         self.counted, self.shown = raw, 0  # Y4M has a frame rate, no times: each frame takes the next slot
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
+        given = self.time_base
         self.time_base, self.tick = (self.time_base,) * 2 if raw else output_clock(self.container, self.stream, rate, self.dst)
+        # Put on a frame's own tick (AVI): a variable rate's frames are moved to the nearest, said once (:meth:`_on_tick`).
+        self.constant = self.time_base != given and self.time_base == 1 / rate
+        self.origin, self.moved, self.times = None, False, (None, None)  # times: of the last two frames shown
 
     def _add_copies(self, clip: Clip, av) -> None:
         copy_labels(clip.container, clip.stream, self.container, self.stream, self.lead)
@@ -257,6 +261,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
         """Encode the picture held before, which lasts until ``pts``, and hold this one."""
         if self.held is not None:
             previous, start = self.held
+            if pts <= start and self.constant:  # a variable rate's frames, moved to one tick of a constant rate
+                raise too_close(self.dst, self.container, self.times, self.tick)
             if pts <= start:
                 raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for the frames "
                                     f"between two of its frames (time stamps {start} and {pts}); ask fewer")
@@ -279,8 +285,21 @@ class VideoWriter(AlphaWriting, ClipWriter):
             frame = self._converted(picture)
             if self.alpha is not None and between is not None:
                 self._alpha(frame, *between)
-        self._hold(frame, self.shown if self.counted else tick_of(time, self.time_base))
+        self._hold(frame, self.shown if self.counted else self._on_tick(time))
         self.shown += 1
+
+    def _on_tick(self, time: Fraction) -> int:
+        """The tick of the output's clock nearest ``time``; where the container holds a constant rate
+        alone (:func:`~.timing.output_clock`), a variable rate's frame moved there is said once."""
+        self.times = (self.times[1], time)
+        if self.constant and not self.moved:
+            self.origin = time if self.origin is None else self.origin
+            if ((time - self.origin) / self.time_base).denominator != 1:
+                self.moved = True
+                warnings.warn(f"{self.dst.name}: its container ({self.container.format.name}) holds a constant frame rate "
+                              f"alone; the input's variable-rate frames are each moved to the nearest tick of "
+                              f"{float(1 / self.time_base):g} frames a second")
+        return tick_of(time, self.time_base)
 
     def _original(self, original: Frame):
         """An original as the output shows it: its decoded picture in the output's format (:meth:`_as_output`),
