@@ -113,8 +113,10 @@ def test_a_run_that_waits_for_its_chunks_says_so_and_how_to_leave_at_once(tmp_pa
     and says so (a Ctrl-C that seemed to do nothing for a chunk's forward, on a CPU a minute)."""
     src = synthetic.write_clip(tmp_path / "in", 17, SIZE[1], SIZE[0])
     cancel, lingered = threading.Event(), []
-    # the others wait for the stop however long it takes to come (a loaded machine: over 5 s)
-    processor = failing_while_others_work(cancel, 4, KeyboardInterrupt(), lingered, linger=1.5, patience=120)
+    # the others wait for the stop however long it takes to come (a loaded machine: over 5 s); the
+    # first chunk fails, whose middles the run waits for first (a later one's failure is met after
+    # the chunks before it: here, after their 120 s of patience)
+    processor = failing_while_others_work(cancel, 0, KeyboardInterrupt(), lingered, linger=1.5, patience=120)
     with pytest.warns(UserWarning, match=r"waiting for the chunks under way to end \(interrupt again to leave at once\)"), \
             pytest.raises(KeyboardInterrupt):
         interpolate_clip(src, tmp_path / "out", processor, chunk=2, inflight=4, progress=False, cancel=cancel)
