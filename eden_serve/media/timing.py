@@ -39,12 +39,6 @@ MAX_TIME_BASE_DENOMINATOR = 65535
 _SIXTEEN_BIT_ENCODERS = {"mpeg4"}
 # Containers that keep the finest of time bases, named where another's clock is too coarse.
 FINE_CLOCKS = ".mp4, .mov or .nut"
-
-
-def finer(container) -> str:
-    """The outputs to name beside ``container`` where its clock is too coarse: for an animation, the
-    animations whose clocks are finer first."""
-    return f".apng, .webp, {FINE_CLOCKS}" if container.format.name == "gif" else FINE_CLOCKS
 # NTSC's rates are k*1000/1001 frames a second (24000/1001, 30000/1001, 60000/1001...).
 NTSC = Fraction(1000, 1001)
 _DECIMAL = re.compile(r"[+-]?\d*\.(\d+)")
@@ -157,6 +151,12 @@ def muxer_clock(container, stream) -> Fraction:
             except av.error.FFmpegError:  # a trailer of no frames: GIF's muxer refuses it
                 pass
     return Fraction(stream.time_base)
+
+
+def finer(container) -> str:
+    """The outputs to name beside ``container`` where its clock is too coarse: for an animation, the
+    animations whose clocks are finer first."""
+    return f".apng, .webp, {FINE_CLOCKS}" if container.format.name == "gif" else FINE_CLOCKS
 
 
 def _tick(clock: Fraction) -> str:
