@@ -52,6 +52,18 @@ def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], coun
     return path
 
 
+def mux_grey_frames(container, stream, count: int, rate: int = 25) -> None:
+    """``count`` flat grey frames (0, 60, 120, ... levels) encoded by ``stream`` at ``rate`` a second
+    and muxed into ``container``, the encoder flushed."""
+    for i in range(count):
+        frame = av.VideoFrame.from_ndarray(np.full((stream.height, stream.width, 3), 60 * i, np.uint8), format="rgb24")
+        frame.pts, frame.time_base = i, Fraction(1, rate)
+        for packet in stream.encode(frame):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
+
+
 def local_frames(path: Path) -> list[np.ndarray]:
     """Every frame of ``path`` as a local run reads it (VideoClip): its RGB pixels, 16-bit for a video deeper than 8 bits."""
     clip = VideoClip(path)

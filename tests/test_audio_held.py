@@ -18,6 +18,8 @@ from eden_serve.clips.streaming import interpolate_clip
 
 av = pytest.importorskip("av")
 
+from harness.videos import mux_grey_frames  # noqa: E402  (PyAV, which the skip above asks for)
+
 RATE = 48000
 
 
@@ -35,13 +37,7 @@ def with_audio(path, audio: str, frames: int = 3):
         video = container.add_stream("libx264", rate=25)
         video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
         sound = container.add_stream(audio, rate=RATE, layout="stereo")
-        for i in range(frames):
-            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 60 * i, np.uint8), format="rgb24")
-            frame.pts, frame.time_base = i, Fraction(1, 25)
-            for packet in video.encode(frame):
-                container.mux(packet)
-        for packet in video.encode():
-            container.mux(packet)
+        mux_grey_frames(container, video, frames)
         samples = RATE * frames // 25
         wave = (0.3 * np.sin(2 * np.pi * 440 * np.arange(samples) / RATE)).astype(np.float32)
         for start in range(0, samples, 960):

@@ -16,6 +16,8 @@ from eden_serve.clips.streaming import interpolate_clip
 
 av = pytest.importorskip("av")
 
+from harness.videos import mux_grey_frames  # noqa: E402  (PyAV, which the skip above asks for)
+
 
 def average(index, frame0, frame1, seed):
     """A stand-in model: the mean of the two frames."""
@@ -149,13 +151,7 @@ def test_hevc_in_mp4_or_mov_is_tagged_as_apples_players_play_it(tmp_path, suffix
         stream = container.add_stream("libx265", rate=25, options={"x265-params": "log-level=error"})
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
         stream.codec_context.codec_tag = "hvc1"
-        for i in range(3):
-            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 60 * i, np.uint8), format="rgb24")
-            frame.pts, frame.time_base = i, Fraction(1, 25)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+        mux_grey_frames(container, stream, 3)
     dst = tmp_path / f"out{suffix}"
     interpolated(src, dst)
     with av.open(str(dst)) as container:
