@@ -11,6 +11,11 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     echo "setup: chromium and chromium-driver are missing (the page's browser tests need them): apt-get install chromium chromium-driver" >&2
   fi
 fi
+# pyproject.toml's requires-python, said before anything is downloaded (torch alone is hundreds of MB).
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: Python 3.11 or later is needed, and python3 is $(python3 -V 2>&1 | cut -d' ' -f2): put a newer one first on PATH" >&2
+  exit 2
+fi
 python3 -m venv .venv
 # torch first and pinned: the CPU wheel on this machine; an unpinned torch pulls CUDA wheels.
 .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0"
