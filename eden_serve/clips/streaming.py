@@ -298,12 +298,12 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     writer (the in-process edge starts its compilations ahead there: :mod:`eden_serve.edge.artefacts`).
     """
     options = replace(options, **given) if options is not None else ClipOptions(**given)
-    processor = as_processor(processor)
+    options = replace(options, cancel=options.cancel if options.cancel is not None else threading.Event())
+    processor = as_processor(processor).for_run(options.cancel)  # its state this run's: another run may share it
     if options.process_size is not None:
         processor = AtSize(processor, options.process_size, options.max_pixels)
     if options.watch is not None:
         processor = options.watch(processor)
-    options = replace(options, cancel=options.cancel if options.cancel is not None else threading.Event())
     started = time.perf_counter()
     opened = src if isinstance(src, Clip) else open_clip(src, options.max_pixels if options.process_size is None else None,
                                                          options.raw)
