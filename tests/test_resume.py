@@ -631,7 +631,7 @@ def test_a_full_disk_beneath_a_refusal_keeps_the_work_for_a_resume(tmp_path):
 
 
 @pytest.mark.parametrize("damage, line", [
-    ("size", r"frame6\.png is 80x64, the clip's first frame \(frame0\.png\) 96x64"),
+    ("size", r"frame6\.png is 80x64, unlike frame0\.png before it \(96x64\)"),
     ("bytes", r"frame6\.png is not a readable image \(UnidentifiedImageError\)"),
 ])
 def test_a_bad_frame_mid_clip_is_named_and_no_resume_is_promised(tmp_path, damage, line):

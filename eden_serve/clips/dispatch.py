@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 from tqdm import tqdm
@@ -41,11 +42,12 @@ class Chunks(Protocol):
         """Its middles in order, each as it arrives where the processor streams them."""
 
 
-def _bad_frame(frames: list[Frame], first: Frame | None) -> str | None:
+def _bad_frame(frames: list[Frame], first: tuple[str, Path, int | None] | None) -> str | None:
     """Which of a chunk's input files its processor refused, said as the one line to act on: the
-    first that cannot be read, or whose size is not the clip's ``first`` frame's (read once more
-    where this process had not decoded it: a server refused it). None where each reads and fits:
-    the refusal was of something else, said as it was."""
+    first that cannot be read, or whose size is not that of the run's ``first`` file (its name,
+    path and pixel limit), read again here, as is a frame this process had not decoded (a server
+    refused it). None where each reads and fits: the refusal was of something else, said as it was."""
+    first = None if first is None else Frame(0, first[0], path=first[1], max_pixels=first[2])
     for frame in frames:
         if frame.path is None:  # a video's frame, or a middle: decoded by this process already
             continue
@@ -54,11 +56,11 @@ def _bad_frame(frames: list[Frame], first: Frame | None) -> str | None:
         except BadInputError as exc:
             return str(exc)
         if expected is not None and size != expected:
-            return f"{frame.name} is {size[0]}x{size[1]}, the clip's first frame ({first.name}) {expected[0]}x{expected[1]}"
+            return f"{frame.name} is {size[0]}x{size[1]}, unlike {first.name} before it ({expected[0]}x{expected[1]})"
     return None
 
 
-def _middles(future: Future, index: int, frames: list[Frame], first: Frame | None = None) -> Middles:
+def _middles(future: Future, index: int, frames: list[Frame], first: tuple[str, Path, int | None] | None = None) -> Middles:
     pairs = len(frames) - 1
     try:
         result = future.result()
@@ -87,11 +89,11 @@ class Dispatch:
         self.processors, self.workers, self.seed, self.count, self.bar = processors, workers, seed, count, bar
         self.submitted = 0  # streamed chunks so far: the next one's order
         self.arrivals: dict[Future, Arrivals] = {}  # of the streamed chunks not yet collected
-        self.first: Frame | None = None  # the clip's first file, undecoded: what a refused one is measured against
+        self.first: tuple[str, Path, int | None] | None = None  # the run's first file: what a refused one is measured against
 
     def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
         if self.first is None and frames[0].path is not None:
-            self.first = Frame(frames[0].index, frames[0].name, path=frames[0].path, max_pixels=frames[0].max_pixels)
+            self.first = frames[0].name, frames[0].path, frames[0].max_pixels
         processor = self.processors[depth - 1]
         if not processor.streams:
             return self.workers.submit(processor, index, frames, self.seed + index)
