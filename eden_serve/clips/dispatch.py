@@ -42,21 +42,22 @@ class Chunks(Protocol):
         """Its middles in order, each as it arrives where the processor streams them."""
 
 
-def _bad_frame(frames: list[Frame], first: tuple[str, Path, int | None] | None) -> str | None:
+def _bad_frame(frames: list[Frame], first: tuple[str, Path, int | None] | None) -> BadInputError | None:
     """Which of a chunk's input files its processor refused, said as the one line to act on: the
     first that cannot be read, or whose size is not that of the run's ``first`` file (its name,
     path and pixel limit), read again here, as is a frame this process had not decoded (a server
-    refused it). None where each reads and fits: the refusal was of something else, said as it was."""
+    refused it), as the error to tell. None where each reads and fits: the refusal was of something
+    else, told as it was."""
     first = None if first is None else Frame(0, first[0], path=first[1], max_pixels=first[2])
     for frame in frames:
         if frame.path is None:  # a video's frame, or a middle: decoded by this process already
             continue
         try:
             size, expected = frame.size, first.size if first is not None else None
-        except BadInputError as exc:
-            return str(exc)
+        except BadInputError as exc:  # as reading it says, too large (413) or unreadable
+            return exc
         if expected is not None and size != expected:
-            return f"{frame.name} is {size[0]}x{size[1]}, unlike {first.name} before it ({expected[0]}x{expected[1]})"
+            return BadInputError(f"{frame.name} is {size[0]}x{size[1]}, unlike {first.name} before it ({expected[0]}x{expected[1]})")
     return None
 
 
@@ -67,7 +68,7 @@ def _middles(future: Future, index: int, frames: list[Frame], first: tuple[str, 
     except (EdenError, TransientError) as exc:
         # Refused for good (media.atomic.refused): the one line says which file to mend.
         bad = _bad_frame(frames, first) if refused(exc) else None
-        raise PairError(index, frames[0], frames[-1], exc if bad is None else BadInputError(bad), pairs) from exc
+        raise PairError(index, frames[0], frames[-1], exc if bad is None else bad, pairs) from exc
     middles = result if isinstance(result, Middles) else Middles(list(result))
     problem = None
     if len(middles.images) != pairs:
