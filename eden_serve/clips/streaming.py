@@ -20,7 +20,8 @@ how it chunks, and where its chunks go (:class:`~.dispatch.Dispatch`, to the pro
 ``resume`` keeps and continues a stopped run's output (:mod:`eden_serve.media.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
-stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
+stops the run with a :class:`PairError` naming the chunk's pairs (and, where it refused a file of
+the input for good, :func:`~eden_serve.media.atomic.refused`, that file); anything else (a bug,
 KeyboardInterrupt) propagates unchanged. Either way the output does not appear (see
 :mod:`eden_serve.media.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
 that processors waiting to retry give up; the processor is told (:meth:`~.processors.Processor.stopped`:
