@@ -331,7 +331,9 @@ def test_a_refused_pair_is_not_retried(tmp_path, cloud, edge, inputs, monkeypatc
 
     monkeypatch.setattr(requests.Session, "send", counted)
     with make_client("server", cloud, edge, backoff=0.01) as client:
-        with pytest.raises(PairError, match=r"^pair 1 \(f1\.png → f2\.png\): .*differ.*HTTP 400") as info:
+        # The server's refusal (400, "frames differ in size", HTTP 400) told as the file to mend.
+        with pytest.raises(PairError, match=r"^pair 1 \(f1\.png → f2\.png\): f2\.png is 64x64, unlike f0\.png before it \(96x64\)$") \
+                as info:
             client.interpolate_clip(src, tmp_path / "out", chunk=1, inflight=1, progress=False)
     assert info.value.status == 400
     # Pair 0 once, the refused pair 1 once, and pair 2 never: one pair at a time, and the run stops.
