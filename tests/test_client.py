@@ -12,12 +12,14 @@ import _thread
 import contextlib
 import http.server
 import os
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import threading
 import time
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -329,7 +331,9 @@ def test_a_refused_pair_is_not_retried(tmp_path, cloud, edge, inputs, monkeypatc
 
     monkeypatch.setattr(requests.Session, "send", counted)
     with make_client("server", cloud, edge, backoff=0.01) as client:
-        with pytest.raises(PairError, match=r"^pair 1 \(f1\.png → f2\.png\): .*differ.*HTTP 400") as info:
+        # The server's refusal (400, "frames differ in size", HTTP 400) told as the file to mend.
+        with pytest.raises(PairError, match=r"^pair 1 \(f1\.png → f2\.png\): f2\.png is 64x64, unlike f0\.png before it \(96x64\)$") \
+                as info:
             client.interpolate_clip(src, tmp_path / "out", chunk=1, inflight=1, progress=False)
     assert info.value.status == 400
     # Pair 0 once, the refused pair 1 once, and pair 2 never: one pair at a time, and the run stops.
@@ -741,3 +745,69 @@ def test_a_client_that_wrote_a_video_gives_its_next_run_the_middles_that_run_tak
     assert len(first) == 1 and None not in first  # the video's planes: still asked for by its own run
     assert set(asked) == {None}
     assert_same_clip(tmp_path / "out", expected["directory"], inputs["directory"])
+
+
+def test_one_processor_serves_two_runs_at_once_each_with_its_own_requests(tmp_path, cloud, edge, inputs, expected):
+    """``Client.processor()`` given to two runs at once, one of them stopped (Ctrl-C) while both
+    have a request at an edge that has not answered: the stopped run cuts its own request, not the
+    other's (one try each: a cut one would fail its run), which ends as a run alone. Before, the
+    processor's one RunRequests was both runs', and the stop cut the other run's request too; and
+    a run that asked for its video's planes had them sent to the other run, into PNGs."""
+    held, timeout = HeldEdge(edge, 2, False), 120.0
+    other, outcome = tmp_path / "other", {}
+    try:
+        with Client(cloud=cloud.inference_url, edge=held.url, token=cloud.keys["inference"], edge_token=edge.keys["inference"],
+                    timeout=timeout, tries=1) as client:
+            processor = client.processor()
+
+            def run_other():
+                try:
+                    outcome["summary"] = interpolate_clip(inputs["directory"], other, processor, chunk=1, inflight=1, progress=False)
+                except BaseException as exc:  # told to the test, which asserts there was none
+                    outcome["error"] = exc
+
+            thread = threading.Thread(target=run_other, name="other-run")
+            thread.start()
+            held.wait_asked(1)
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                interpolate_clip(inputs["directory"], tmp_path / "stopped", processor, chunk=1, inflight=1, progress=False)
+            assert time.monotonic() - started < timeout  # its request was cut, not timed out
+            held.release()
+            thread.join(2 * timeout)
+            assert not thread.is_alive()
+    finally:
+        held.release()
+        held.close()
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["summary"].retries == 0
+    assert_same_clip(other, expected["directory"], inputs["directory"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["other"]
+
+
+def test_one_processor_gives_each_run_the_middles_its_output_takes(tmp_path, cloud, edge, inputs, expected):
+    """A video's run through a processor asks the edge for its output's planes; a directory's run
+    through the same processor then gets PNG middles (before: the planes, an internal error)."""
+    video = make_video(tmp_path / "in.mkv", *CFR_12, video="ffv1", audio=None)
+    with make_client("split", cloud, edge) as client:
+        processor = client.processor(inflight=3)
+        interpolate_clip(video, tmp_path / "first.mkv", processor, chunk=2, inflight=client.window(3), progress=False)
+        interpolate_clip(inputs["directory"], tmp_path / "out", processor, chunk=2, inflight=client.window(3), progress=False)
+    assert_same_clip(tmp_path / "out", expected["directory"], inputs["directory"])
+
+
+@pytest.mark.parametrize("deployment", ["server", "split"])
+def test_a_frame_the_servers_refuse_is_named_and_keeps_nothing_to_resume(tmp_path, cloud, edge, inputs, deployment):
+    """A frame of another size mid-clip, which the cloud refuses (400 bad_input, naming the frames
+    by their place in the chunk): the run names the file, and a --resume run keeps nothing, since
+    the same command would meet it again (before: its work kept, with a promise to --resume)."""
+    src = tmp_path / "in"
+    shutil.copytree(inputs["directory"], src)
+    Image.new("RGB", (80, 64)).save(src / "frame3.png")
+    with make_client(deployment, cloud, edge) as client, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(PairError, match=r"^pairs 2-3 \(frame2\.png → frame4\.png\): frame3\.png is 80x64, "
+                                            r"unlike frame0\.png before it \(96x64\)$"):
+            client.interpolate_clip(src, tmp_path / "out", chunk=2, ramp=False, inflight=1, resume=True, progress=False)
+    assert not [str(w.message) for w in said if "resume" in str(w.message)]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in"]

@@ -28,7 +28,7 @@ from eden_serve.clips import pipeline
 from eden_serve.clips.pipeline import interpolate_clip_in_process
 from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
-from eden_serve.errors import BadInputError
+from eden_serve.errors import BadInputError, PairError, ServerError, UnavailableError
 from eden_serve.model import synthetic
 from harness.rounding import assert_same_frames
 
@@ -628,3 +628,89 @@ def test_a_full_disk_beneath_a_refusal_keeps_the_work_for_a_resume(tmp_path):
         warnings.simplefilter("error")
         stopped(ValueError("frames closer than its clock"))
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("damage, line", [
+    ("size", r"frame6\.png is 80x64, unlike frame0\.png before it \(96x64\)"),
+    ("bytes", r"frame6\.png is not a readable image \(UnidentifiedImageError\)"),
+])
+def test_a_bad_frame_mid_clip_is_named_and_no_resume_is_promised(tmp_path, damage, line):
+    """A frame the processor refuses mid-clip (of another size, not an image) stops the run after
+    checkpoints were saved. Before, the partial output and journal stayed, saying that the same
+    command with --resume continues from there: it met the same frame again, and once the frame was
+    mended the input's identity no longer matched the journal's, so no resume could use them. The
+    one line now names the file, exit 2, and nothing is left; mended, the same command runs whole."""
+    src, dst = inputs(tmp_path, "directory")
+    good = (src / "frame6.png").read_bytes()
+    if damage == "size":
+        Image.new("RGB", (80, 64)).save(src / "frame6.png")
+    else:
+        (src / "frame6.png").write_bytes(b"not an image")
+    command = cli(src, "-o", dst, "--resume", "--inflight", "1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    said = [text for text in result.stderr.splitlines() if "synthetic weights" not in text]
+    assert len(said) == 1 and re.fullmatch(r"eden-serve: error: pairs 4-5 \(frame4\.png → frame6\.png\): " + line, said[0]), said
+    assert leftovers(tmp_path) == [] and not dst.exists()
+
+    (src / "frame6.png").write_bytes(good)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "resumed" not in again.stdout, again.stderr
+    assert len(list(dst.iterdir())) == 17 and leftovers(tmp_path) == []
+
+
+def fail_at(at, error):
+    """A stand-in that fails at pair ``at`` with ``error``, as a server still down after every retry
+    or a device out of memory would."""
+
+    def process(index, frame0, frame1, seed):
+        if index == at:
+            raise error
+        return average(index, frame0, frame1, seed)
+
+    return pairwise(process)
+
+
+@pytest.mark.parametrize("error", [UnavailableError("connection refused (gave up after 5 tries)"),
+                                   RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")])
+def test_a_transient_failure_keeps_the_work_and_promises_a_resume(tmp_path, error):
+    """What may pass (a server unreachable, memory short) keeps the work and says that the same
+    command with --resume continues, which it does."""
+    src, dst = inputs(tmp_path, "directory")
+    with pytest.warns(UserWarning, match=r"keep 4 frames of the input: the same command with --resume continues from there"), \
+            pytest.raises((PairError, RuntimeError), match="connection refused|out of memory"):
+        interpolate_clip(src, dst, fail_at(5, error), chunk=2, inflight=1, resume=True, fingerprint=STAND_IN, progress=False)
+    assert leftovers(tmp_path) == [".out.partial-resume", ".out.partial-resume.journal"]
+    summary = interpolate_clip(src, dst, pairwise(average), chunk=2, resume=True, fingerprint=STAND_IN, progress=False)
+    assert (summary.resumed, summary.pairs) == (4, 4) and leftovers(tmp_path) == []
+
+
+def test_what_refuses_an_output_for_good():
+    """The contract of media.atomic.refused, by what a chunk can fail with: the input's fault (here,
+    or a server's 400 bad_input) is final; a server's other refusals, what may pass, a disk that is
+    full and a file this run may not open (mended without changing what a resume checks) are not."""
+    from eden_serve.media.atomic import refused
+
+    def raised(error, beneath=None):
+        try:
+            try:
+                raise beneath or ValueError("none")
+            except Exception:
+                raise error from None
+        except Exception as exc:
+            return exc
+
+    def chunk_of(cause):
+        try:
+            raise PairError(4, Path("frame4.png"), Path("frame6.png"), cause, 2) from cause
+        except PairError as exc:
+            return exc
+
+    final = [BadInputError("frame6.png is not a readable image"), ServerError(400, "bad_input", "frames differ in size")]
+    passing = [UnavailableError("gave up"), ServerError(413, "frame_too_large", "over the limit"),
+               ServerError(409, "model_mismatch", "another model"), RuntimeError("CUDA out of memory"),
+               raised(BadInputError("cannot read frame6.png: Permission denied"), PermissionError(13, "Permission denied")),
+               raised(BadInputError("cannot write 'out.mkv'"), OSError(28, "No space left on device"))]
+    assert [refused(e) for e in final] == [True, True] and [refused(chunk_of(e)) for e in final] == [True, True]
+    assert not any(refused(e) or refused(chunk_of(e)) for e in passing)
+    assert not refused(PairError(4, Path("frame4.png"), Path("frame6.png"), BadInputError("2 middle frames came back for 3 pairs")))

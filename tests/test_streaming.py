@@ -391,3 +391,35 @@ def test_a_retimed_output_asks_only_its_declared_chunking_chunks_and_placer():
     read = retime(grey_frames(4), Schedule(Retiming(Fraction(3))), Chunking(chunk=2, ramp=False, inflight=2), chunks, out)
     assert read == 4 and out.positions == [Fraction(k, 3) for k in range(3 * 3 + 1)]
     assert chunks.submitted and all(depth >= 1 and pairs <= 2 for depth, _, pairs in chunks.submitted)
+
+
+
+def test_each_run_takes_its_own_processor_through_the_wrappers_around_it(tmp_path):
+    """A processor that keeps a run's state between its calls is given to each run as one of its
+    own (Processor.for_run), from inside a wrapper the caller put around it too; the processor
+    given is left as it was. One that keeps none is itself."""
+    from eden_serve.clips.processors import Processor, Wrapper
+
+    class OfOneRun(Processor):
+        def __init__(self, made):
+            self.made, self.seen = made, []
+
+        def for_run(self, cancel):
+            self.made.append(OfOneRun(self.made))
+            return self.made[-1]
+
+        def __call__(self, index, frames, seed, arrived=None):
+            self.seen.append(index)
+            return [solid(index + j) for j in range(len(frames) - 1)]
+
+    class Passing(Wrapper):
+        def __call__(self, index, frames, seed, arrived=None):
+            return self.inner(index, frames, seed, arrived)
+
+    src, made = frame_dir(tmp_path / "in", 5), []
+    shared = Passing(OfOneRun(made))
+    for name in ("a", "b"):
+        interpolate_clip(src, tmp_path / name, shared, inflight=1, progress=False)
+    assert shared.inner.seen == [] and [run.seen for run in made] == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    stateless = Passing(FunctionProcessor(lambda index, frames, seed: []))
+    assert stateless.for_run(threading.Event()) is stateless

@@ -270,7 +270,9 @@ class Client:
         :meth:`window` chunks; retries stop waiting once ``cancel`` is set. In the split, ``inflight``
         caps the requests at the edge and :data:`CLOUD_REQUESTS` those at the cloud (None: no caps),
         each taken in the order of the chunks (:class:`~eden_serve.client.transports.Stage`), and middles
-        stream as they come. A chunk a server finds too large is sent again as two halves."""
+        stream as they come. A chunk a server finds too large is sent again as two halves. One
+        processor may serve several runs at once: each run's requests, turns and planes are its own
+        (:meth:`~eden_serve.clips.processors.Processor.for_run`)."""
         return _Processor(self, cancel, inflight)
 
     def close(self) -> None:
@@ -287,7 +289,7 @@ class _Processor(Processor):
     """A :class:`Client` as a processor (:meth:`Client.processor`)."""
 
     def __init__(self, client: Client, cancel: threading.Event | None, inflight: int | None):
-        self.client, self.cancel, self.streams = client, cancel, client.split
+        self.client, self.cancel, self.streams, self.inflight = client, cancel, client.split, inflight
         self.requests = RunRequests()  # this run's: another run through the same client is neither cut nor given its planes
         self.stages: dict[str, Stage] = {}
         if client.split and inflight is not None:
@@ -303,6 +305,12 @@ class _Processor(Processor):
         finally:  # a chunk that failed before a stage must not hold back the later ones there
             for stage in self.stages.values():
                 stage.forget(order)
+
+    def for_run(self, cancel: threading.Event) -> "_Processor":
+        """A processor of this one's client and caps for one run: its requests, its stages' turns
+        and its planes are its own, however many runs this one is given to at once. Its retries
+        stop with the run where this one was given no ``cancel`` of its own."""
+        return _Processor(self.client, self.cancel if self.cancel is not None else cancel, self.inflight)
 
     def queued(self, order: int) -> None:
         for stage in self.stages.values():

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 from tqdm import tqdm
 
 from ..errors import BadInputError, EdenError, PairError, TransientError
+from ..media.atomic import refused
 from ..media.base import Frame
 from ..media.frames import Picture, picture_size
 from .processors import Middles, Processor
@@ -40,12 +42,33 @@ class Chunks(Protocol):
         """Its middles in order, each as it arrives where the processor streams them."""
 
 
-def _middles(future: Future, index: int, frames: list[Frame]) -> Middles:
+def _bad_frame(frames: list[Frame], first: tuple[str, Path, int | None] | None) -> BadInputError | None:
+    """Which of a chunk's input files its processor refused, said as the one line to act on: the
+    first that cannot be read, or whose size is not that of the run's ``first`` file (its name,
+    path and pixel limit), read again here, as is a frame this process had not decoded (a server
+    refused it), as the error to tell. None where each reads and fits: the refusal was of something
+    else, told as it was."""
+    first = None if first is None else Frame(0, first[0], path=first[1], max_pixels=first[2])
+    for frame in frames:
+        if frame.path is None:  # a video's frame, or a middle: decoded by this process already
+            continue
+        try:
+            size, expected = frame.size, first.size if first is not None else None
+        except BadInputError as exc:  # as reading it says, too large (413) or unreadable
+            return exc
+        if expected is not None and size != expected:
+            return BadInputError(f"{frame.name} is {size[0]}x{size[1]}, unlike {first.name} before it ({expected[0]}x{expected[1]})")
+    return None
+
+
+def _middles(future: Future, index: int, frames: list[Frame], first: tuple[str, Path, int | None] | None = None) -> Middles:
     pairs = len(frames) - 1
     try:
         result = future.result()
     except (EdenError, TransientError) as exc:
-        raise PairError(index, frames[0], frames[-1], exc, pairs) from exc
+        # Refused for good (media.atomic.refused): the one line says which file to mend.
+        bad = _bad_frame(frames, first) if refused(exc) else None
+        raise PairError(index, frames[0], frames[-1], exc if bad is None else bad, pairs) from exc
     middles = result if isinstance(result, Middles) else Middles(list(result))
     problem = None
     if len(middles.images) != pairs:
@@ -67,8 +90,11 @@ class Dispatch:
         self.processors, self.workers, self.seed, self.count, self.bar = processors, workers, seed, count, bar
         self.submitted = 0  # streamed chunks so far: the next one's order
         self.arrivals: dict[Future, Arrivals] = {}  # of the streamed chunks not yet collected
+        self.first: tuple[str, Path, int | None] | None = None  # the run's first file: what a refused one is measured against
 
     def submit(self, depth: int, index: int, frames: list[Frame]) -> Future:
+        if self.first is None and frames[0].path is not None:
+            self.first = frames[0].name, frames[0].path, frames[0].max_pixels
         processor = self.processors[depth - 1]
         if not processor.streams:
             return self.workers.submit(processor, index, frames, self.seed + index)
@@ -95,7 +121,7 @@ class Dispatch:
             given += 1
             self.bar.update(1)
             yield image
-        middles = _middles(future, index, frames)
+        middles = _middles(future, index, frames, self.first)
         self.count(middles)
         self.bar.update(len(middles.images) - given)
         yield from middles.images[given:]

@@ -14,6 +14,8 @@ threads ask in.
 
 from __future__ import annotations
 
+import copy
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -61,6 +63,13 @@ class Processor:
         """The run is stopping (its ``cancel`` is set) and waits for the chunks in flight: cut what
         they wait for outside this process (a server's answer), so that they end now."""
 
+    def for_run(self, cancel: threading.Event) -> "Processor":
+        """This processor for one run, whose ``cancel`` is set when it stops: itself where it keeps
+        nothing of a run's between calls; else one whose state (the requests a stop cuts, the turns
+        chunks take, what the output's writer asks for) is the run's alone, so that one processor
+        may serve several runs at once (:meth:`eden_serve.client.Client.processor`)."""
+        return self
+
 
 class FunctionProcessor(Processor):
     """A function ``(index, frames, seed)`` as a processor; one that ``streams`` takes ``arrived``
@@ -88,6 +97,14 @@ class Wrapper(Processor):
 
     def stopped(self) -> None:
         self.inner.stopped()
+
+    def for_run(self, cancel: threading.Event) -> Processor:
+        inner = self.inner.for_run(cancel)
+        if inner is self.inner:
+            return self
+        run = copy.copy(self)
+        run.inner = inner
+        return run
 
 
 class Cached(Processor):

@@ -20,7 +20,8 @@ how it chunks, and where its chunks go (:class:`~.dispatch.Dispatch`, to the pro
 ``resume`` keeps and continues a stopped run's output (:mod:`eden_serve.media.resume`).
 
 Failures: a processor raising an :class:`EdenError` (or a :class:`TransientError` it did not retry)
-stops the run with a :class:`PairError` naming the chunk's pairs; anything else (a bug,
+stops the run with a :class:`PairError` naming the chunk's pairs (and, where it refused a file of
+the input for good, :func:`~eden_serve.media.atomic.refused`, that file); anything else (a bug,
 KeyboardInterrupt) propagates unchanged. Either way the output does not appear (see
 :mod:`eden_serve.media.atomic`), chunks not yet started are dropped and the ``cancel`` event is set so
 that processors waiting to retry give up; the processor is told (:meth:`~.processors.Processor.stopped`:
@@ -298,12 +299,12 @@ def interpolate_clip(src: str | Path | Clip, dst: str | Path, processor: Process
     writer (the in-process edge starts its compilations ahead there: :mod:`eden_serve.edge.artefacts`).
     """
     options = replace(options, **given) if options is not None else ClipOptions(**given)
-    processor = as_processor(processor)
+    options = replace(options, cancel=options.cancel if options.cancel is not None else threading.Event())
+    processor = as_processor(processor).for_run(options.cancel)  # its state this run's: another run may share it
     if options.process_size is not None:
         processor = AtSize(processor, options.process_size, options.max_pixels)
     if options.watch is not None:
         processor = options.watch(processor)
-    options = replace(options, cancel=options.cancel if options.cancel is not None else threading.Event())
     started = time.perf_counter()
     opened = src if isinstance(src, Clip) else open_clip(src, options.max_pixels if options.process_size is None else None,
                                                          options.raw)

@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 from PIL import Image
 
-from ..errors import BadInputError
+from ..errors import BadInputError, PairError, UpstreamError
 from ..wire.png import icc_profile, with_chunks
 from .frames import Picture, as_image, depth_of, png_bytes, png_of
 from .icc import HOLDS_ICC, LeftOut, matters
@@ -46,11 +46,18 @@ def named(exc: BaseException, path: str | Path) -> BaseException:
 
 def refused(exc: BaseException) -> bool:
     """Whether ``exc`` refuses the output for good, so that the same command would meet it again
-    (frames its container's clock cannot tell apart): a BadInputError, unless a full or read-only
-    disk lies beneath it (FFmpeg's "cannot write", raised from the disk's error), which ends once
-    space is made."""
+    (frames its container's clock cannot tell apart, a frame of the input that cannot be decoded or
+    is of another size): a BadInputError, or a server's refusal of the input (400 ``bad_input``),
+    and a chunk's :class:`PairError` raised from either; unless a full or read-only disk lies
+    beneath it (FFmpeg's "cannot write", raised from the disk's error), which ends once space is
+    made, or a file the system would not let this run open (its permissions), which ends once it
+    may: neither changes what a resume checks of the input."""
+    if isinstance(exc, PairError):  # raised from the processor's own error, where there was one
+        return exc.__cause__ is not None and refused(exc.__cause__)
     beneath = exc.__cause__ or exc.__context__
-    return isinstance(exc, BadInputError) and not (isinstance(beneath, OSError) and beneath.errno in WRITE_ERRORS)
+    of_input = isinstance(exc, BadInputError) or (isinstance(exc, UpstreamError) and exc.kind == BadInputError.kind)
+    passes = isinstance(beneath, OSError) and beneath.errno in WRITE_ERRORS | {errno.EACCES, errno.EPERM}
+    return of_input and not passes
 
 
 def check_destination(dst: Path, directory: bool) -> None:
