@@ -172,3 +172,29 @@ def in_band(extradata: bytes) -> bytes:
             units.append(extradata[at + 2 : at + 2 + size])
             at += 2 + size
     return b"".join(len(unit).to_bytes(4, "big") + unit for unit in units)
+
+
+def remux(src: Path, dst: Path, keep=lambda index, packet: True) -> Path:
+    """``src``'s video packets that ``keep(index, packet)`` (decode order; it may change the packet's
+    times) keeps, copied into ``dst`` (its container by its name): a stream cut between key frames."""
+    with av.open(str(src)) as given, av.open(str(dst), "w") as made:
+        stream = made.add_stream_from_template(given.streams.video[0])
+        for index, packet in enumerate(p for p in given.demux(video=0) if p.size):
+            if keep(index, packet):
+                packet.stream = stream
+                made.mux(packet)
+    return dst
+
+
+def damaged(src: Path, dst: Path, index: int, cut: bool = False) -> Path:
+    """``src``'s bytes with its video packet ``index`` (decode order) damaged: the middle half of its
+    bytes inverted, or (``cut``) the file cut short in the middle of it."""
+    with av.open(str(src)) as given:
+        pos, size = next((p.pos, p.size) for i, p in enumerate(p for p in given.demux(video=0) if p.size) if i == index)
+    data = bytearray(src.read_bytes())
+    if cut:
+        del data[pos + size // 2 :]
+    else:
+        data[pos + size // 4 : pos + 3 * size // 4] = bytes(b ^ 0xFF for b in data[pos + size // 4 : pos + 3 * size // 4])
+    dst.write_bytes(bytes(data))
+    return dst

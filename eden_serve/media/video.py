@@ -18,6 +18,7 @@ from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
 from .containers import display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect, say_interlaced, self_contained
+from .damage import Damage
 from .decoders import Decoder
 from .encoding import Encoding, import_av
 from .frames import check_size
@@ -196,30 +197,42 @@ class VideoClip(Clip):
         yield from self._reading
 
     def _decoded(self) -> Iterator[Frame]:
+        # Read on past damage, as FFmpeg's command line does; what was lost is said as the reading ends.
+        damage = Damage(self.stream, self.path)
+        context = self.stream.codec_context if self.alpha is None else self.alpha.context
+        given = 0
         try:
-            yield from self.timed(self.container.decode(self.stream) if self.alpha is None else self.alpha.decode(self.container, self.stream))
+            for given, frame in enumerate(self.timed(damage.decoded(self.container, context), damage=damage), 1):
+                yield frame
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
+        damage.report(given)
 
     def _stop_reading(self) -> None:
         reading, self._reading = getattr(self, "_reading", None), None
         if reading is not None:
             reading.stop()
 
-    def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
-        """The decoded frames as :class:`Frame` objects, each timed after the one before."""
+    def timed(self, decoded: Iterator, source: str | None = None, damage: Damage | None = None) -> Iterator[Frame]:
+        """The decoded frames as :class:`Frame` objects, each timed after the one before; with a
+        ``damage``, a frame timed before the one before it is left out there and counted."""
         previous = None
         # AVI stores no presentation times: FFmpeg's guesses label reordered (B-)frames out of order.
         slotted = getattr(getattr(self.container, "format", None), "name", None) == "avi"
-        for i, frame in enumerate(decoded):
+        i = -1
+        for frame in decoded:
             if frame.pts is None or (slotted and self.stream.codec_context.has_b_frames):
+                if damage is not None:
+                    damage.keep(frame.pts, None)
                 # Timed by their order, as raw streams leave it to the player: one frame at the average rate.
                 frame.pts = (getattr(self.stream, "start_time", None) or 0) if previous is None \
                     else previous + max(1, round(1 / (self.rate * self.time_base)))
-            elif previous is not None and frame.pts <= previous:
-                raise BadInputError(f"{self.path}: frame {i} is not timed after frame {i - 1} "
+            elif previous is not None and (frame.pts == previous or (frame.pts < previous and damage is None)):
+                raise BadInputError(f"{self.path}: frame {i + 1} is not timed after frame {i} "
                                     f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
-            previous = frame.pts
+            elif damage is not None and not damage.keep(frame.pts, previous):
+                continue
+            i, previous = i + 1, frame.pts
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
             if i == 0:  # kept apart: a frame decoded into a GPU's memory reaches the writer copied without it

@@ -7,7 +7,6 @@ does, and give frames of the pixel format with alpha (yuva420p)."""
 from __future__ import annotations
 
 import warnings
-from typing import Iterator
 
 from .encoding import import_av
 
@@ -59,13 +58,6 @@ class AlphaDecoder:
             return None
         alpha.context.thread_type = "AUTO"
         return alpha
-
-    def decode(self, container, stream) -> Iterator:
-        """The stream's frames, with their alpha, timed by their packets."""
-        for packet in container.demux(stream):
-            if packet.size:
-                yield from self.context.decode(packet)
-        yield from self.context.decode(None)
 
 
 def has_alpha(pix_fmt: str | None) -> bool:

@@ -1,0 +1,165 @@
+"""A damaged video read on, as FFmpeg's command line reads one: a packet its decoder refuses
+(bytes flipped or lost), frames it leaves out (those before the first key frame of a stream cut
+between key frames, a picture it cannot conceal), frames it gives timed before the one it gave
+last (its reordering lost after damage), and a file that ends before the end its container states
+(cut short) are each left behind, and the run goes on with the frames that did decode, each at
+its own time stamp: the middles across a gap are made between the frames either side of it, at
+their times. What was lost is said in one warning as the reading ends: how many frames, and
+where, in the input's seconds (:meth:`Damage.report`).
+
+A stream of which no frame decodes is refused in one line (:class:`~eden_serve.errors.BadInputError`);
+frames that repeat a time stamp still are (:meth:`~.video.VideoClip.timed`): that timing is broken,
+not damaged, and no frame can be told to be the lost one."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from fractions import Fraction
+from typing import Iterator
+
+from ..errors import BadInputError
+from .encoding import import_av
+
+SHOWN_RANGES = 4  # ranges of lost frames named in the warning; more are counted
+
+
+class Damage:
+    """What reading one video stream met: its packets as the demuxer gave them, the frames its
+    decoder gave, and where either fell short."""
+
+    def __init__(self, stream, path):
+        self.stream, self.path = stream, path
+        self.time_base = stream.time_base or Fraction(1, 25)
+        self.sent: set[int] = set()  # the time stamps of the packets sent to the decoder
+        self.packets = 0
+        self.discarded = 0  # packets whose frames the container discards (an edit list)
+        self.refused: list[int] = []  # packets (time stamps) the decoder refused
+        self.shown: set[int] = set()  # the time stamps of the frames given on
+        self.disordered: list[int] = []  # frames timed before the one given before them, left out
+        self.stopped: str | None = None  # why the demuxer stopped before the file's end
+        self.end: int | None = None  # where the last packet ends (time stamp)
+
+    def decoded(self, container, context) -> Iterator:
+        """The frames of ``context`` (the stream's decoder, or libvpx's for its alpha) from the
+        container's packets of the stream, a packet the decoder refuses left behind; a demuxer
+        that fails ends the stream there, as FFmpeg's command line ends it."""
+        av = import_av()
+        packets = container.demux(self.stream)
+        while True:
+            try:
+                packet = next(packets)
+            except StopIteration:
+                break
+            except av.error.FFmpegError as exc:
+                self.stopped = one_line(exc)
+                break
+            if not packet.size:  # the demuxer ends a stream with an empty packet
+                continue
+            self.packets += 1
+            if packet.is_discard:  # an edit list's: the decoder drops its frame, as it should
+                self.discarded += 1
+            elif packet.pts is not None:
+                self.sent.add(packet.pts)
+                end = packet.pts + (packet.duration or 0)
+                self.end = end if self.end is None else max(self.end, end)
+            try:
+                frames = context.decode(packet)
+            except av.error.FFmpegError:
+                self.refused.append(packet.pts)
+                continue
+            yield from frames
+        try:
+            yield from context.decode(None)
+        except av.error.FFmpegError:
+            pass  # what the decoder held back is lost: counted by the frames never shown
+
+    def keep(self, pts: int | None, previous: int | None) -> bool:
+        """Whether a frame timed ``pts`` (the decoder's stamp) follows the one given before it (timed
+        ``previous``; None: not to be compared); one timed before it is left out (a decoder's
+        reordering lost after damage), counted."""
+        if pts is not None and previous is not None and pts < previous:
+            self.disordered.append(pts)
+            return False
+        if pts is not None:
+            self.shown.add(pts)
+        return True
+
+    def lost(self) -> list[int]:
+        """The time stamps of the frames that never came out: packets refused, or whose frames the
+        decoder left out or gave out of order."""
+        # Not the packets refused: a frame-threaded decoder tells a packet's error as it takes a later one.
+        return sorted(self.sent - self.shown)
+
+    def report(self, frames: int) -> None:
+        """After the reading, ``frames`` given: a stream of which none decoded refused in one line,
+        and any damage met said in one warning."""
+        lost = self.lost()
+        untimed = sum(pts is None for pts in self.refused)
+        said = []
+        if lost or untimed:
+            disordered = f", {len(self.disordered)} of them decoded out of order and left out" if self.disordered else ""
+            said.append(f"{len(lost) + untimed} of its video's {self.packets - self.discarded} frames were lost"
+                        f"{self._where(lost)}{disordered}")
+        short = self._short()
+        if self.stopped:
+            said.append(f"reading stopped at {self._seconds(self.end)} s: {self.stopped}")
+        elif short:
+            said.append(short)
+        if not frames and (self.packets or said):
+            raise BadInputError(f"{self.path}: none of its video's frames could be decoded: the file is damaged"
+                                f" ({'; '.join(said) or f'{self.packets} packets'})")
+        if said:
+            warnings.warn(f"{self.path}: damaged: {'; '.join(said)}; the output goes on without them, each middle "
+                          "made between the frames either side of a gap, at their times")
+
+    def _short(self) -> str | None:
+        """Where the packets end before the end the container states: its header's count of the
+        stream's frames (MP4, MOV, AVI), or its ``DURATION`` tag (Matroska); not an estimate (MPEG-TS)."""
+        stated = self.stream.frames or 0
+        if stated and self.packets < stated:
+            return f"its header states {stated} frames, and the file holds {self.packets} (cut short?)"
+        tag = {str(k).upper(): str(v) for k, v in (self.stream.metadata or {}).items()}.get("DURATION")
+        duration = parse_duration(tag) if tag else None
+        if duration is None or self.end is None:
+            return None
+        frame = 1 / rate if (rate := self.stream.average_rate) else Fraction(1, 25)
+        ends = self.end * self.time_base
+        # FFmpeg's muxer writes where the stream ends, others how long it lasts: the earlier is taken
+        # as stated, and a frame's slack.
+        if ends < duration - frame:
+            return f"its packets end at {float(ends):.2f} s, before the {float(duration):.2f} s its header states (cut short?)"
+        return None
+
+    def _where(self, lost: list[int]) -> str:
+        if not lost:
+            return ""
+        # A frame's interval as the packets' times show it (the median), not as the container states it.
+        times = sorted(self.sent)
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        step = gaps[len(gaps) // 2] if gaps else None
+        ranges: list[list[int]] = []
+        for pts in lost:  # runs of consecutive frames, one range each
+            if ranges and step is not None and pts - ranges[-1][1] <= step * Fraction(3, 2):
+                ranges[-1][1] = pts
+            else:
+                ranges.append([pts, pts])
+        named = [self._seconds(a) if a == b else f"{self._seconds(a)}-{self._seconds(b)}" for a, b in ranges[:SHOWN_RANGES]]
+        more = f" and {len(ranges) - SHOWN_RANGES} more places" if len(ranges) > SHOWN_RANGES else ""
+        return f", at {', '.join(named)}{more} s of the input"
+
+    def _seconds(self, pts: int | None) -> str:
+        return "?" if pts is None else f"{float(pts * self.time_base):.2f}"
+
+
+def parse_duration(text: str) -> Fraction | None:
+    """Matroska's ``DURATION`` tag (``HH:MM:SS.nnnnnnnnn``) in seconds; None where it is not one."""
+    match = re.fullmatch(r"\s*(\d+):(\d{1,2}):(\d{1,2}(?:\.\d+)?)\s*", text)
+    if not match:
+        return None
+    hours, minutes, seconds = match.groups()
+    return Fraction(int(hours) * 3600 + int(minutes) * 60) + Fraction(seconds)
+
+
+def one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())

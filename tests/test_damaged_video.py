@@ -1,0 +1,123 @@
+"""A damaged video is read on, as FFmpeg's command line reads one (eden_serve/media/damage.py): the
+frames that decode are interpolated at their own times, what was lost is said in one warning (how
+many frames, where in seconds), and a file of which no frame decodes is refused in one line."""
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
+from eden_serve.errors import BadInputError
+from harness.videos import damaged, make_clip, remux
+
+av = pytest.importorskip("av")
+
+COUNT, SIZE = 20, (48, 64)  # frames at 25 a second
+
+
+def average(index, frame0, frame1, seed):
+    mean = (np.asarray(frame0.image, np.float32) + np.asarray(frame1.image, np.float32)) / 2
+    return Image.fromarray(mean.round().astype(np.uint8))
+
+
+def shown(path) -> list[float]:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [float(frame.pts * stream.time_base) for frame in container.decode(stream)]
+
+
+def interpolated(src, dst) -> list[str]:
+    """The run on ``src``, and the warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interpolate_clip(src, dst, pairwise(average), progress=False)
+    return [str(w.message) for w in caught]
+
+
+def middled(times: list[float]) -> list[float]:
+    """``times`` with a middle halfway between each two."""
+    return sorted([*times, *((a + b) / 2 for a, b in zip(times, times[1:]))])
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("damaged")
+    return {"ffv1": make_clip(folder / "ffv1.mkv", "ffv1", {}, SIZE, COUNT, synthetic=True),
+            "h264": make_clip(folder / "h264.mkv", "libx264", {"g": "10", "bframes": "0"}, SIZE, COUNT, synthetic=True)}
+
+
+def test_a_packet_the_decoder_refuses_is_left_behind_and_said(clips, tmp_path):
+    # Before, the whole run was refused ("cannot decode the video ... avcodec_send_packet()").
+    src = damaged(clips["ffv1"], tmp_path / "in.mkv", 7)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and f"1 of its video's {COUNT} frames were lost, at 0.28 s of the input" in said[0], said
+    # The middle across the gap is made between frames 6 and 8, at its time; no frame moves.
+    originals = [k / 25 for k in range(COUNT) if k != 7]
+    assert shown(tmp_path / "out.mkv") == pytest.approx(middled(originals), abs=1e-3)
+
+
+def test_a_stream_cut_between_key_frames_says_the_frames_before_its_first_key_frame(clips, tmp_path):
+    # Before, the 7 frames before the key frame at 0.40 s went without a word.
+    src = remux(clips["h264"], tmp_path / "in.mkv", lambda index, packet: index >= 3)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and f"7 of its video's {COUNT - 3} frames were lost, at 0.12-0.36 s of the input" in said[0], said
+    times = shown(tmp_path / "out.mkv")
+    expected = middled([k / 25 for k in range(10, COUNT)])
+    assert [t - times[0] for t in times] == pytest.approx([t - expected[0] for t in expected], abs=1e-3)
+
+
+def test_a_file_cut_short_is_said_against_the_end_its_header_states(clips, tmp_path):
+    src = damaged(clips["ffv1"], tmp_path / "in.mkv", 12, cut=True)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and "its packets end at 0.48 s, before the 0.80 s its header states (cut short?)" in said[0], said
+    assert shown(tmp_path / "out.mkv") == pytest.approx(middled([k / 25 for k in range(12)]), abs=1e-3)
+
+
+def test_frames_decoded_out_of_order_are_left_out_not_moved(clips, tmp_path):
+    # Before, the run was refused ("frame 4 is not timed after frame 3").
+    order = [0, 1, 2, 6, 4, 5, *range(7, COUNT)]
+
+    def retimed(index, packet):
+        step = round(1 / (25 * packet.time_base))
+        if index < len(order):
+            packet.pts, packet.dts = order[index] * step, index * step
+        return index < len(order)
+
+    src = remux(clips["ffv1"], tmp_path / "in.mkv", retimed)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1, said
+    assert f"2 of its video's {COUNT - 1} frames were lost, at 0.16-0.20 s of the input, 2 of them decoded out of order" in said[0], said[0]
+    assert shown(tmp_path / "out.mkv") == pytest.approx(middled([k / 25 for k in [0, 1, 2, 6, *range(7, COUNT)]]), abs=1e-3)
+
+
+def test_a_stream_of_which_no_frame_decodes_is_refused_in_one_line(clips, tmp_path):
+    # Before: "holds no frames", which blamed an empty file.
+    src = remux(clips["h264"], tmp_path / "in.mkv", lambda index, packet: 1 <= index < 10)
+    with pytest.raises(BadInputError, match="none of its video's frames could be decoded: the file is damaged") as info:
+        interpolate_clip(src, tmp_path / "out.mkv", pairwise(average), progress=False)
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mkv"]
+
+
+def run(*args):
+    """The command in a fresh process, as a user runs it: what it writes to its standard error is all it says."""
+    return subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_the_command_line_goes_on_past_damage_with_one_warning_and_refuses_the_undecodable(clips, tmp_path):
+    src = damaged(clips["ffv1"], tmp_path / "in.mkv", 7)
+    result = run("interpolate", src, "-o", tmp_path / "out.mkv", "--config", "tiny")
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "synthetic weights" not in line]
+    assert len(said) == 1 and said[0].startswith("eden-serve: warning: ") and "lost, at 0.28 s" in said[0], result.stderr
+    bad = remux(clips["h264"], tmp_path / "bad.mkv", lambda index, packet: 1 <= index < 10)
+    result = run("interpolate", bad, "-o", tmp_path / "bad-out.mkv", "--config", "tiny")
+    said = [line for line in result.stderr.splitlines() if "synthetic weights" not in line]
+    assert result.returncode == 2 and len(said) == 1 and said[0].startswith("eden-serve: error: "), result.stderr
+    assert "could be decoded: the file is damaged" in said[0]
+    assert not (tmp_path / "bad-out.mkv").exists()
