@@ -103,7 +103,7 @@ class Damage:
                         f"{self._where(lost)}{disordered}")
         short = self._short()
         if self.stopped:
-            said.append(f"reading stopped at {self._seconds(self.end)} s: {self.stopped}")
+            said.append(f"reading stopped{'' if self.end is None else f' at {self._seconds(self.end)} s'}: {self.stopped}")
         elif short:
             said.append(short)
         if not frames and (self.packets or said):
