@@ -62,16 +62,19 @@ class HardwareContext:
     pix_fmt = "cuda"
     sw_format = av.VideoFormat("nv12")
 
-    def __init__(self, inner):
-        self._inner = inner
+    def __init__(self, inner, wrap=None):
+        self._inner, self._wrap = inner, wrap
+
+    def decode(self, packet=None):  # frames as NVDEC gives them, packet by packet (media/damage.py reads so)
+        return [self._wrap(frame) for frame in self._inner.decode(packet)]
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
 
 class HardwareStream:
-    def __init__(self, inner):
-        self.__dict__.update(_inner=inner, codec_context=HardwareContext(inner.codec_context))
+    def __init__(self, inner, wrap=None):
+        self.__dict__.update(_inner=inner, codec_context=HardwareContext(inner.codec_context, wrap))
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -81,8 +84,8 @@ class HardwareStream:
 
 
 class Streams:
-    def __init__(self, inner):
-        self._inner, self.video = inner, [HardwareStream(s) for s in inner.video]
+    def __init__(self, inner, wrap=None):
+        self._inner, self.video = inner, [HardwareStream(s, wrap) for s in inner.video]
 
     def __iter__(self):
         return iter(self._inner)
@@ -94,11 +97,15 @@ class Streams:
 class Container:
     def __init__(self, path, wrap):
         self.inner, self.wrap = av.open(str(path)), wrap
-        self.streams = Streams(self.inner.streams)
+        self.streams = Streams(self.inner.streams, wrap)
 
     def decode(self, *args, **kwargs):
         args = tuple(a._inner if isinstance(a, HardwareStream) else a for a in args)
         return (self.wrap(frame) for frame in self.inner.decode(*args, **kwargs))
+
+    def demux(self, *args, **kwargs):
+        args = tuple(a._inner if isinstance(a, HardwareStream) else a for a in args)
+        return self.inner.demux(*args, **kwargs)
 
     def close(self):
         self.inner.close()

@@ -45,7 +45,7 @@ class Damage:
         container's packets of the stream, a packet the decoder refuses left behind; a demuxer
         that fails ends the stream there, as FFmpeg's command line ends it."""
         av = import_av()
-        packets = container.demux(self.stream)
+        packets, ending = container.demux(self.stream), None
         while True:
             try:
                 packet = next(packets)
@@ -54,7 +54,8 @@ class Damage:
             except av.error.FFmpegError as exc:
                 self.stopped = one_line(exc)
                 break
-            if not packet.size:  # the demuxer ends a stream with an empty packet
+            if not packet.size:  # the demuxer ends a stream with an empty packet: flushed with it, frames keep their time base
+                ending = packet
                 continue
             self.packets += 1
             if packet.is_discard:  # an edit list's: the decoder drops its frame, as it should
@@ -70,7 +71,10 @@ class Damage:
                 continue
             yield from frames
         try:
-            yield from context.decode(None)
+            for frame in context.decode(ending):
+                if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
+                    frame.time_base = self.stream.time_base
+                yield frame
         except av.error.FFmpegError:
             pass  # what the decoder held back is lost: counted by the frames never shown
 
