@@ -121,3 +121,40 @@ def test_the_command_line_goes_on_past_damage_with_one_warning_and_refuses_the_u
     assert result.returncode == 2 and len(said) == 1 and said[0].startswith("eden-serve: error: "), result.stderr
     assert "could be decoded: the file is damaged" in said[0]
     assert not (tmp_path / "bad-out.mkv").exists()
+
+
+class FailingDemuxer:
+    """A container whose demuxer fails after ``good`` packets, as FFmpeg's does on a file it cannot
+    read further (the rest as PyAV's own)."""
+
+    def __init__(self, path, good):
+        self.inner, self.good = av.open(str(path)), good
+
+    def demux(self, *args, **kwargs):
+        for index, packet in enumerate(self.inner.demux(*args, **kwargs)):
+            if index == self.good:
+                raise av.error.InvalidDataError(1094995529, "Invalid data found when processing input")
+            yield packet
+
+    def decode(self, stream):
+        for packet in self.demux(stream):
+            yield from packet.decode()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_demuxer_that_fails_ends_the_stream_there_with_one_warning(clips):
+    # Before, the run was refused ("cannot decode the video (... Invalid data found ...)").
+    from eden_serve.media.video import VideoClip
+
+    clip = VideoClip(clips["ffv1"], container=FailingDemuxer(clips["ffv1"], 12))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            frames = list(clip)
+    finally:
+        clip.close()
+    assert [float(frame.time) for frame in frames] == pytest.approx([k / 25 for k in range(12)])
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "reading stopped at 0.48 s: [Errno 1094995529] Invalid data found when processing input" in said[0], said

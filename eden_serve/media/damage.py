@@ -22,6 +22,7 @@ from ..errors import BadInputError
 from .encoding import import_av
 
 SHOWN_RANGES = 4  # ranges of lost frames named in the warning; more are counted
+INTERVAL_PACKETS = 64  # the first packets, whose times show a frame's interval
 
 
 class Damage:
@@ -31,11 +32,13 @@ class Damage:
     def __init__(self, stream, path):
         self.stream, self.path = stream, path
         self.time_base = stream.time_base or Fraction(1, 25)
-        self.sent: set[int] = set()  # the time stamps of the packets sent to the decoder
+        # The time stamps of the packets sent to the decoder whose frames have not come out (at the
+        # end, those lost: a long video's frames are not all kept), and the first few, for a frame's interval.
+        self.pending: set[int] = set()
+        self.first: list[int] = []
         self.packets = 0
         self.discarded = 0  # packets whose frames the container discards (an edit list)
         self.refused: list[int] = []  # packets (time stamps) the decoder refused
-        self.shown: set[int] = set()  # the time stamps of the frames given on
         self.disordered: list[int] = []  # frames timed before the one given before them, left out
         self.stopped: str | None = None  # why the demuxer stopped before the file's end
         self.end: int | None = None  # where the last packet ends (time stamp)
@@ -61,7 +64,9 @@ class Damage:
             if packet.is_discard:  # an edit list's: the decoder drops its frame, as it should
                 self.discarded += 1
             elif packet.pts is not None:
-                self.sent.add(packet.pts)
+                self.pending.add(packet.pts)
+                if len(self.first) < INTERVAL_PACKETS:
+                    self.first.append(packet.pts)
                 end = packet.pts + (packet.duration or 0)
                 self.end = end if self.end is None else max(self.end, end)
             try:
@@ -85,15 +90,14 @@ class Damage:
         if pts is not None and previous is not None and pts < previous:
             self.disordered.append(pts)
             return False
-        if pts is not None:
-            self.shown.add(pts)
+        self.pending.discard(pts)
         return True
 
     def lost(self) -> list[int]:
         """The time stamps of the frames that never came out: packets refused, or whose frames the
         decoder left out or gave out of order."""
         # Not the packets refused: a frame-threaded decoder tells a packet's error as it takes a later one.
-        return sorted(self.sent - self.shown)
+        return sorted(self.pending)
 
     def report(self, frames: int) -> None:
         """After the reading, ``frames`` given: a stream of which none decoded refused in one line,
@@ -139,7 +143,7 @@ class Damage:
         if not lost:
             return ""
         # A frame's interval as the packets' times show it (the median), not as the container states it.
-        times = sorted(self.sent)
+        times = sorted(self.first)
         gaps = sorted(b - a for a, b in zip(times, times[1:]))
         step = gaps[len(gaps) // 2] if gaps else None
         ranges: list[list[int]] = []
