@@ -78,6 +78,37 @@ def test_a_file_cut_short_is_said_against_the_end_its_header_states(clips, tmp_p
     assert shown(tmp_path / "out.mkv") == pytest.approx(middled([k / 25 for k in range(12)]), abs=1e-3)
 
 
+@pytest.mark.parametrize("suffix, codec, said", [
+    (".mp4", "libx264", "its header states 20 frames, and the file holds 13 (cut short?)"),  # moov first: +faststart; the 13th cut
+    (".avi", "mjpeg", "its packets end at 0.52 s, before the 0.80 s its header states (cut short?)")])
+def test_an_mp4_or_avi_cut_short_is_said_against_its_header(tmp_path, suffix, codec, said):
+    src = tmp_path / f"clean{suffix}"
+    with av.open(str(src), "w", options={"movflags": "+faststart"} if suffix == ".mp4" else {}) as container:
+        stream = container.add_stream(codec, rate=25, options={"bframes": "0"} if codec == "libx264" else {})
+        stream.height, stream.width = SIZE
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
+        for k in range(COUNT):
+            picture = av.VideoFrame.from_ndarray(np.full((*SIZE, 3), 10 * k, np.uint8), format="rgb24").reformat(format=stream.pix_fmt)
+            picture.pts = k
+            container.mux(stream.encode(picture))
+        container.mux(stream.encode(None))
+    cut = damaged(src, tmp_path / f"in{suffix}", 12, cut=True)
+    assert not [w for w in interpolated(src, tmp_path / f"whole{suffix}") if "damaged" in w]  # the whole file: nothing said
+    given = [w for w in interpolated(cut, tmp_path / f"out{suffix}") if "damaged" in w]
+    assert len(given) == 1 and said in given[0], given
+
+
+def test_an_mp4_cut_before_its_index_is_refused_in_one_line_as_damaged(tmp_path):
+    # Before: "is not a clip: neither an image, an animation nor a video FFmpeg recognises".
+    src = make_clip(tmp_path / "clean.mp4", "libx264", {}, SIZE, COUNT, synthetic=True)  # its moov at its end
+    cut = damaged(src, tmp_path / "in.mp4", 12, cut=True)
+    with pytest.raises(BadInputError, match="its first bytes say MP4 or MOV, which FFmpeg cannot read .*: the file is damaged "
+                                            "or cut short .an MP4 or MOV holds its index, the moov box, at its end") as info:
+        interpolate_clip(cut, tmp_path / "out.mp4", pairwise(average), progress=False)
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.mp4", "in.mp4"]
+
+
 def test_frames_decoded_out_of_order_are_left_out_not_moved(clips, tmp_path):
     # Before, the run was refused ("frame 4 is not timed after frame 3").
     order = [0, 1, 2, 6, 4, 5, *range(7, COUNT)]

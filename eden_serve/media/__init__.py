@@ -34,6 +34,7 @@ from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE, with_chunks
 from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, PIPE, Clip, ClipWriter, Decoded, Frame, matched
+from .containers import self_contained
 from .encoding import VIDEO_EXTRA, Encoding
 from .frames import PNG_MODES, png_bytes, png_of
 from .icc import LeftOut
@@ -231,10 +232,27 @@ def _video(path: Path, max_pixels: int | None) -> VideoClip:
         raise BadInputError(f"{str(path)!r} is not an image; if it is a video, {VIDEO_EXTRA}") from None
     try:
         container = av.open(str(path))
-    except (av.error.FFmpegError, ValueError):
+    except (av.error.FFmpegError, ValueError) as exc:
+        found = unreadable_container(path)
+        if found:  # its first bytes name a container: damaged, not another kind of file
+            raise BadInputError(f"{str(path)!r}: its first bytes say {found}, which FFmpeg cannot read ({getattr(exc, 'strerror', None) or exc}): "
+                                f"the file is damaged or cut short{MOOV if found == 'MP4 or MOV' else ''}") from None
         raise BadInputError(f"{str(path)!r} is not a clip: neither an image, an animation nor a video FFmpeg "
                             "recognises") from None
     return VideoClip(path, max_pixels, container, reopen=lambda: av.open(str(path)))
+
+
+# An MP4 cut short whose index was to be written at its end: what FFmpeg's "moov atom not found" means.
+MOOV = " (an MP4 or MOV holds its index, the moov box, at its end unless written with -movflags +faststart)"
+
+
+def unreadable_container(path: Path) -> str | None:
+    """The container that a file FFmpeg would not open shows by its first bytes, if any."""
+    try:
+        with open(path, "rb") as file:
+            return self_contained(file.read(12))
+    except OSError:
+        return None
 
 
 def is_clip(path: str | Path) -> bool:

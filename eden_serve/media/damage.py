@@ -42,6 +42,7 @@ class Damage:
         self.disordered: list[int] = []  # frames timed before the one given before them, left out
         self.stopped: str | None = None  # why the demuxer stopped before the file's end
         self.end: int | None = None  # where the last packet ends (time stamp)
+        self.muxer: set[str] = set()  # the container's names, as FFmpeg's demuxer gives them
 
     def decoded(self, container, context) -> Iterator:
         """The frames of ``context`` (the stream's decoder, or libvpx's for its alpha) from the
@@ -49,6 +50,7 @@ class Damage:
         that fails ends the stream there, as FFmpeg's command line ends it."""
         av = import_av()
         packets, ending = container.demux(self.stream), None
+        self.muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
         while True:
             try:
                 packet = next(packets)
@@ -122,30 +124,39 @@ class Damage:
                           "made between the frames either side of a gap, at their times")
 
     def _short(self) -> str | None:
-        """Where the packets end before the end the container states: its header's count of the
-        stream's frames (MP4, MOV, AVI), or its ``DURATION`` tag (Matroska); not an estimate (MPEG-TS)."""
-        stated = self.stream.frames or 0
-        if stated and self.packets < stated:
-            return f"its header states {stated} frames, and the file holds {self.packets} (cut short?)"
-        tag = {str(k).upper(): str(v) for k, v in (self.stream.metadata or {}).items()}.get("DURATION")
-        duration = parse_duration(tag) if tag else None
-        if duration is None or self.end is None:
+        """Where the packets end before the end the container states: MP4's and MOV's count of the
+        stream's samples, exact; AVI's length, and Matroska's ``DURATION`` tag, which count the last
+        frame for as long as it lasts, which the packets may not say: more than two frames short.
+        Not an estimate (MPEG-TS's, from its bit rate)."""
+        if self.muxer & {"mov", "mp4"}:
+            stated = self.stream.frames or 0
+            return f"its header states {stated} frames, and the file holds {self.packets} (cut short?)" if self.packets < stated else None
+        if "avi" in self.muxer and self.stream.frames:  # its header's length, in ticks of the time base (FFmpeg's duration is what it found)
+            end = ((self.stream.start_time or 0) + self.stream.frames) * self.time_base
+        elif self.muxer & {"matroska", "webm"}:
+            tag = {str(k).upper(): str(v) for k, v in (self.stream.metadata or {}).items()}.get("DURATION")
+            # FFmpeg's muxer writes where the stream ends, others how long it lasts: the earlier is taken.
+            end = parse_duration(tag) if tag else None
+        else:
             return None
-        frame = 1 / rate if (rate := self.stream.average_rate) else Fraction(1, 25)
+        step = self._step()
+        if end is None or self.end is None or step is None:
+            return None
         ends = self.end * self.time_base
-        # FFmpeg's muxer writes where the stream ends, others how long it lasts: the earlier is taken
-        # as stated, and a frame's slack.
-        if ends < duration - frame:
-            return f"its packets end at {float(ends):.2f} s, before the {float(duration):.2f} s its header states (cut short?)"
+        if ends < end - 2 * step * self.time_base:
+            return f"its packets end at {float(ends):.2f} s, before the {float(end):.2f} s its header states (cut short?)"
         return None
+
+    def _step(self) -> int | None:
+        """A frame's interval as the first packets' times show it (the median), not as the container states it."""
+        times = sorted(self.first)
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        return gaps[len(gaps) // 2] if gaps else None
 
     def _where(self, lost: list[int]) -> str:
         if not lost:
             return ""
-        # A frame's interval as the packets' times show it (the median), not as the container states it.
-        times = sorted(self.first)
-        gaps = sorted(b - a for a, b in zip(times, times[1:]))
-        step = gaps[len(gaps) // 2] if gaps else None
+        step = self._step()
         ranges: list[list[int]] = []
         for pts in lost:  # runs of consecutive frames, one range each
             if ranges and step is not None and pts - ranges[-1][1] <= step * Fraction(3, 2):
