@@ -109,6 +109,23 @@ def test_an_mp4_cut_before_its_index_is_refused_in_one_line_as_damaged(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.mp4", "in.mp4"]
 
 
+def test_packets_a_demuxer_skips_are_counted_by_the_gap_in_a_constant_rate(clips, tmp_path):
+    # Before, a Matroska block header damaged lost the frames to the next cluster without a word.
+    with av.open(str(clips["ffv1"])) as container:
+        pos = [p.pos for p in container.demux(video=0) if p.size][8]
+    data = bytearray(clips["ffv1"].read_bytes())
+    data[pos - 6 : pos] = bytes(b ^ 0xFF for b in data[pos - 6 : pos])  # its block header
+    src = tmp_path / "in.mkv"
+    src.write_bytes(bytes(data))
+    with av.open(str(src)) as container:  # as FFmpeg's demuxer reads it: from 0.32 s on, skipped to the next cluster
+        read = sorted(float(p.pts * p.time_base) for p in container.demux(video=0) if p.size)
+    assert len(read) < COUNT and read[:8] == pytest.approx([k / 25 for k in range(8)])
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert len(said) == 1 and f"of its video's {COUNT} frames were lost, at 0.32-" in said[0], said
+    assert f"{COUNT - len(read)} of them in packets that could not be read" in said[0]
+    assert shown(tmp_path / "out.mkv") == pytest.approx(middled(read), abs=1e-3)
+
+
 def test_frames_decoded_out_of_order_are_left_out_not_moved(clips, tmp_path):
     # Before, the run was refused ("frame 4 is not timed after frame 3").
     order = [0, 1, 2, 6, 4, 5, *range(7, COUNT)]
@@ -122,7 +139,9 @@ def test_frames_decoded_out_of_order_are_left_out_not_moved(clips, tmp_path):
     src = remux(clips["ffv1"], tmp_path / "in.mkv", retimed)
     said = interpolated(src, tmp_path / "out.mkv")
     assert len(said) == 1, said
-    assert f"2 of its video's {COUNT - 1} frames were lost, at 0.16-0.20 s of the input, 2 of them decoded out of order" in said[0], said[0]
+    # Frame 3's time, which no packet has, is a gap in the rate: counted too.
+    assert (f"3 of its video's {COUNT} frames were lost, at 0.12-0.20 s of the input, 2 of them decoded out of order and left "
+            "out, 1 of them in packets that could not be read") in said[0], said[0]
     assert shown(tmp_path / "out.mkv") == pytest.approx(middled([k / 25 for k in [0, 1, 2, 6, *range(7, COUNT)]]), abs=1e-3)
 
 

@@ -13,6 +13,7 @@ not damaged, and no frame can be told to be the lost one."""
 
 from __future__ import annotations
 
+import bisect
 import re
 import warnings
 from fractions import Fraction
@@ -23,6 +24,7 @@ from .encoding import import_av
 
 SHOWN_RANGES = 4  # ranges of lost frames named in the warning; more are counted
 INTERVAL_PACKETS = 64  # the first packets, whose times show a frame's interval
+GAPS_KEPT = 1000  # gaps between frames held for the end's judgement: a variable rate's many are not all kept
 
 
 class Damage:
@@ -40,6 +42,10 @@ class Damage:
         self.discarded = 0  # packets whose frames the container discards (an edit list)
         self.refused: list[int] = []  # packets (time stamps) the decoder refused
         self.disordered: list[int] = []  # frames timed before the one given before them, left out
+        # Gaps between frames given (the times either side) wider than the narrowest, as packets a
+        # demuxer skipped leave them (a damaged Matroska cluster), judged at the end against the rate.
+        self.gaps: list[tuple[int, int]] = []
+        self.narrowest: int | None = None
         self.stopped: str | None = None  # why the demuxer stopped before the file's end
         self.end: int | None = None  # where the last packet ends (time stamp)
         self.muxer: set[str] = set()  # the container's names, as FFmpeg's demuxer gives them
@@ -92,6 +98,12 @@ class Damage:
         if pts is not None and previous is not None and pts < previous:
             self.disordered.append(pts)
             return False
+        if pts is not None and previous is not None and pts > previous:
+            gap = pts - previous
+            if self.narrowest is None or gap < self.narrowest:
+                self.narrowest = gap
+            elif 2 * gap > 3 * self.narrowest and len(self.gaps) < GAPS_KEPT:
+                self.gaps.append((previous, pts))
         self.pending.discard(pts)
         return True
 
@@ -101,16 +113,32 @@ class Damage:
         # Not the packets refused: a frame-threaded decoder tells a packet's error as it takes a later one.
         return sorted(self.pending)
 
+    def skipped(self) -> list[int]:
+        """The times of frames missing from a constant rate's packets (a gap between two frames given
+        where no packet was read: a demuxer that skipped what it could not parse); none at a variable rate."""
+        step = self._step(constant=True)
+        if step is None:
+            return []
+        pending, missing = sorted(self.pending), []
+        for before, after in self.gaps:
+            for time in range(before + step, after - step // 2, step):
+                at = bisect.bisect_left(pending, time - step // 2)
+                if at == len(pending) or pending[at] > time + step // 2:  # no packet read there: not counted as lost
+                    missing.append(time)
+        return missing
+
     def report(self, frames: int) -> None:
         """After the reading, ``frames`` given: a stream of which none decoded refused in one line,
         and any damage met said in one warning."""
-        lost = self.lost()
+        skipped = self.skipped()
+        lost = sorted(self.lost() + skipped)
         untimed = sum(pts is None for pts in self.refused)
         said = []
         if lost or untimed:
             disordered = f", {len(self.disordered)} of them decoded out of order and left out" if self.disordered else ""
-            said.append(f"{len(lost) + untimed} of its video's {self.packets - self.discarded} frames were lost"
-                        f"{self._where(lost)}{disordered}")
+            unread = f", {len(skipped)} of them in packets that could not be read" if skipped else ""
+            said.append(f"{len(lost) + untimed} of its video's {self.packets - self.discarded + len(skipped)} frames were lost"
+                        f"{self._where(lost)}{disordered}{unread}")
         short = self._short()
         if self.stopped:
             said.append(f"reading stopped{'' if self.end is None else f' at {self._seconds(self.end)} s'}: {self.stopped}")
@@ -147,11 +175,15 @@ class Damage:
             return f"its packets end at {float(ends):.2f} s, before the {float(end):.2f} s its header states (cut short?)"
         return None
 
-    def _step(self) -> int | None:
-        """A frame's interval as the first packets' times show it (the median), not as the container states it."""
+    def _step(self, constant: bool = False) -> int | None:
+        """A frame's interval as the first packets' times show it (the median), not as the container
+        states it; ``constant``: only where nearly all of them are that far apart, within a tick."""
         times = sorted(self.first)
         gaps = sorted(b - a for a, b in zip(times, times[1:]))
-        return gaps[len(gaps) // 2] if gaps else None
+        step = gaps[len(gaps) // 2] if gaps else None
+        if constant and (step is None or len(gaps) < 8 or 10 * sum(abs(g - step) > 1 for g in gaps) > len(gaps)):
+            return None
+        return step
 
     def _where(self, lost: list[int]) -> str:
         if not lost:
