@@ -30,7 +30,8 @@ from harness.servers import build_archives, torchserve
 from harness.videos import local_frames, make_graded_clip
 from test_colour import P3
 from test_dynamic_hdr import with_dolby_vision, with_hdr10_plus
-from test_video import audio_end, average, display, labelled_video, labels_of, make_video, real_video
+from test_video import audio_end, average, display, frame_times, labelled_video, labels_of, make_video, real_video
+from test_video_display import late_ts
 
 av = pytest.importorskip("av")
 HDR10 = Colour(9, 16, 9, LIMITED, P3, (1000, 400), chroma=3)
@@ -113,7 +114,10 @@ def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypat
 
 @pytest.mark.parametrize("probe", [[], {"frames": -1, "rate": "25", "time_base": "1/25", "streams": []},
                                    {"frames": 3, "rate": "0", "time_base": "1/25", "streams": []},
-                                   {"frames": 3, "rate": "25", "time_base": "x", "streams": []}])
+                                   {"frames": 3, "rate": "25", "time_base": "x", "streams": []},
+                                   {"frames": 3, "rate": "25", "time_base": "1/25", "streams": [], "start": "1e9"},
+                                   {"frames": 3, "rate": "25", "time_base": "1/25", "streams": [], "streams_start": 600},
+                                   {"frames": 3, "rate": "25", "time_base": "1/25", "streams": [], "start": str(2**33)}])
 def test_a_probe_that_is_no_probe_is_refused(probe):
     with pytest.raises(CodecError, match="probe"):
         RemoteVideo("x.mp4", probe, lambda stream, start, after: pack(page()))
@@ -215,6 +219,26 @@ def test_a_remote_videos_labels_are_kept_as_a_local_files(tmp_path):
         (remote, local), _ = remote_and_local(src, tmp_path / f"out{suffix}")
         assert labels_of(remote) == labels_of(local) and labels_of(remote)[0]["title"] == "A film"
         assert [c[2] for c in labels_of(remote)[2]] == ["One", "Two"]
+
+
+def starts(path) -> list[Fraction]:
+    with av.open(str(path)) as container:
+        return [s.start_time * s.time_base for s in container.streams]
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_a_remote_file_whose_streams_all_start_late_is_moved_as_a_local_one(tmp_path, suffix):
+    """Its streams and chapters moved earlier, so that the first starts at 0 (a recording's clip, 600 s
+    into its clock), as the probe's start and streams_start say. Before, the probe said neither and
+    the output was not moved: a Matroska output lasted from 0, its first frame 600 s in."""
+    src = late_ts(tmp_path / "in.mkv", Fraction(600), Fraction(1, 10), chapters=[
+        {"id": 1, "start": 600000, "end": 600060, "time_base": Fraction(1, 1000), "metadata": {"title": "One"}},
+        {"id": 2, "start": 600060, "end": 600120, "time_base": Fraction(1, 1000), "metadata": {"title": "Two"}}])
+    assert min(starts(src)) > 599
+    (remote, local), _ = remote_and_local(src, tmp_path / f"out{suffix}")
+    assert starts(remote) == starts(local) and min(starts(remote)) < 1
+    assert frame_times(remote) == frame_times(local) and len(frame_times(remote)) == 5
+    assert labels_of(remote)[2] == labels_of(local)[2] and [c[2] for c in labels_of(remote)[2]] == ["One", "Two"]
 
 
 def probed(tmp_path) -> tuple:

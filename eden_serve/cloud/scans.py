@@ -46,6 +46,8 @@ class Scan:
     dynamic_hdr: tuple[str, ...]  # its dynamic HDR metadata (HDR10+, Dolby Vision), named: no output keeps it
     alpha_left_out: bool  # VP8's or VP9's alpha beside each frame (a WebM's), which the pages do not carry
     decoding: dict  # what the container tells the decoder beside the extradata (:func:`_decoding`)
+    start: Fraction | None  # when the video's first frame is shown, in seconds, as the container states it
+    earliest: Fraction | None  # when the file's first stream starts (the container's start time), in seconds
 
 
 def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -80,7 +82,9 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
                     Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
                     display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
-                    marked_alpha(stream), _decoding(context))
+                    marked_alpha(stream), _decoding(context),
+                    None if stream.start_time is None or not stream.time_base else stream.start_time * stream.time_base,
+                    None if container.start_time is None else Fraction(container.start_time, 1_000_000))
 
 
 def _decoding(context) -> dict:

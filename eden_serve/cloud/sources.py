@@ -109,14 +109,15 @@ class SourceVideo:
         """What a client plans a run with: the frame count, rate, size, colour, the file's streams and
         labels, and what its output leaves out, which a client says: the dynamic HDR metadata, and
         VP8's or VP9's alpha, which a page's packets do not carry (Matroska holds it beside them);
-        and what its decoder takes from the container (:func:`_decoding`)."""
+        what its decoder takes from the container (:func:`~.scans._decoding`); and when the video and
+        the file's first stream start, which a local run moves its output by (:func:`~eden_serve.media.containers.lead`)."""
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
                 "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
                 "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect),
                 "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr), "alpha_left_out": s.alpha_left_out,
-                "decoding": dict(s.decoding)}
+                "decoding": dict(s.decoding), "start": _seconds(s.start), "streams_start": _seconds(s.earliest)}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""
@@ -263,6 +264,10 @@ class SourceVideo:
                 return Page(_parameters(stream), bytes(stream.codec_context.extradata or b""), packets, following)
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.source.name}: cannot read stream {index}'s packets ({exc})") from None
+
+
+def _seconds(time: Fraction | None) -> str | None:
+    return None if time is None else str(time)
 
 
 def _parameters(stream) -> dict:
