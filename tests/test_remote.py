@@ -426,6 +426,8 @@ def media(tmp_path_factory):
     root = tmp_path_factory.mktemp("media")
     real_video(root / "gops.mp4", 24, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
                options={"g": "6", "bf": "2", "sc_threshold": "0"})
+    real_video(root / "gops.mkv", 16, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,  # no dts stored
+               options={"g": "6", "bf": "2", "sc_threshold": "0"})
     real_video(root / "sine.mp4", 12, Fraction(25), source="bikes.mp4", size=(96, 64), audio="aac")
     make_video(root / "vfr.mkv", [0, 1, 3, 4, 7, 8, 9, 12, 13, 15], Fraction(1, 25), audio=None)  # a variable rate
     make_video(root / "opus.mkv", list(range(10)), Fraction(1, 25), audio="libopus")  # WebM's and Matroska's usual audio
@@ -683,6 +685,23 @@ def test_a_bitstream_cloud_source_equals_the_frames_codec(servers, tmp_path, cod
     assert not [w for w in caught if "instead" in str(w.message)]
     assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
     assert bits.pairs == frames.pairs >= 23 and bits.received_bytes < frames.received_bytes
+
+
+@pytest.mark.serving
+def test_a_matroska_cloud_source_with_b_frames_goes_as_packets_past_its_first_gop(servers, tmp_path):
+    """Matroska stores no dts: after the cloud's seek to a chunk's key frame FFmpeg had none for its
+    first packets, where the client's pages (read from the start) had them, so every chunk past the
+    first GOP fell back to the frames codec, a warning each."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with warnings.catch_warnings(record=True) as caught, Client(cloud=url, edge=url, codec=BITSTREAM_CODEC) as client:
+        warnings.simplefilter("always")
+        bits = client.interpolate_clip("cloud:gops.mkv", tmp_path / "bits.mkv", **run)
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        frames = client.interpolate_clip("cloud:gops.mkv", tmp_path / "frames.mkv", **run)
+    assert not [str(w.message) for w in caught if "instead" in str(w.message)]
+    assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
+    assert bits.pairs == frames.pairs == 15 and bits.received_bytes < frames.received_bytes
 
 
 @pytest.mark.serving
