@@ -35,6 +35,7 @@ class Scan:
     rate: Fraction
     time_base: Fraction
     times: list[int] | None  # each frame's time stamp, in display order (None: the stream has none)
+    decoded_at: list[int | None]  # each packet's dts, in the file's order, as read from the start
     starts: list[int]  # each key frame's time stamp, in order: where a read may start decoding
     frames: int  # packets of the stream: its frames
     video_bytes: int
@@ -55,7 +56,7 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
     with source.open() as container:
         stream = main_video(container, source.name)
         check_size(stream.width, stream.height, max_pixels, source.name)
-        times, starts, size, count = [], [], 0, 0
+        times, decoded_at, starts, size, count = [], [], [], 0, 0
         try:
             for packet in container.demux(stream):
                 if not packet.size:  # the demuxer ends the stream with an empty packet
@@ -64,6 +65,7 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
                 Work().check(count, max_packets, f"{source.name}'s video has more packets", "max_source_packets")
                 size += packet.size
                 times.append(packet.pts)
+                decoded_at.append(packet.dts)
                 if packet.is_keyframe and packet.pts is not None:
                     starts.append(packet.pts)
         except av.error.FFmpegError as exc:
@@ -79,7 +81,7 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
             colour, (first, in_band) = Colour.of_stream(context), first_look(again)
         aspect = pixel_aspect(stream)
         return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
-                    Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
+                    Fraction(stream.time_base or 1 / rate), timed, decoded_at, sorted(starts), count, size, streams,
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
                     display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
                     marked_alpha(stream), _decoding(context),

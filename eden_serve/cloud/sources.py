@@ -238,6 +238,10 @@ class SourceVideo:
                 if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
                     raise BadInputError(f"{self.source.name} has no video, audio or subtitle stream {index}")
                 stream = streams[index]
+                # The scanned video's dts, as read from the start: Matroska stores none, and after a
+                # seek FFmpeg's guess of them is none for the first packets (B-frames), where the
+                # client's, from pages read from the start, are known (:meth:`~.scans.Scan`).
+                decoded_at = self.scan.decoded_at if index == main_video(container, self.source.name).index else None
                 if after is not None:
                     container.seek(stamp, stream=stream, backward=True)
                 packets, size, following, n = [], 0, None, None if after is not None else 0
@@ -247,8 +251,10 @@ class SourceVideo:
                     self.demuxed += 1
                     self._demuxing(self.demuxed - len(packets))  # the packets read past to reach the page
                     if n is None:  # still looking for the packet before the page
-                        if (packet.pts, packet.dts, packet.size) == after:
+                        if _is(packet, after, decoded_at is not None and self.scan.times is not None):
                             n = start
+                        elif packet.dts is None and decoded_at is not None and after[1] is not None:
+                            continue  # not yet known after the seek: the demuxer's guess follows in a few packets
                         elif (packet.dts if packet.dts is not None else packet.pts or 0) > stamp:
                             return None
                         continue
@@ -256,7 +262,8 @@ class SourceVideo:
                         if len(packets) == MAX_PAGE_PACKETS or (packets and size + packet.size > MAX_PAGE_BYTES):
                             following = n
                             break
-                        packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe, skips(packet)))
+                        dts = decoded_at[n] if decoded_at is not None and n < len(decoded_at) else packet.dts
+                        packets.append(Packet(bytes(packet), packet.pts, dts, packet.duration or 0, packet.is_keyframe, skips(packet)))
                         size += packet.size
                     n += 1
                 if n is None:
@@ -264,6 +271,15 @@ class SourceVideo:
                 return Page(_parameters(stream), bytes(stream.codec_context.extradata or b""), packets, following)
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.source.name}: cannot read stream {index}'s packets ({exc})") from None
+
+
+def _is(packet, after: tuple, unique: bool) -> bool:
+    """Whether ``packet`` is the one ``after`` names by its (pts, dts, size); where its dts is not
+    known after a seek, by its pts and size alone, in a stream whose time stamps are ``unique``
+    (the scanned video's: :func:`~.scans._scan` refuses two frames at one time)."""
+    if (packet.pts, packet.dts, packet.size) == after:
+        return True
+    return unique and packet.dts is None and packet.pts is not None and (packet.pts, packet.size) == (after[0], after[2])
 
 
 def _seconds(time: Fraction | None) -> str | None:
