@@ -163,7 +163,8 @@ class RemoteVideo(VideoClip):
         _alpha_left_out(probe.get("alpha_left_out", False), self.path)
         self.alpha = self.alpha_pix_fmt = None  # decoded by FFmpeg's own decoder: the colour alone
         self.decoding = _decoding(probe.get("decoding", {}))  # a cloud from before states none
-        # When the video and the file's first stream start: the output is moved as a local file's (:func:`~eden_serve.media.containers.lead`).
+        # When the video and the file's first stream start: the output is moved by them as a local
+        # file's is (:func:`~eden_serve.media.containers.lead`).
         self.start, self.earliest = _seconds(probe.get("start"), "start"), _seconds(probe.get("streams_start"), "streams_start")
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)

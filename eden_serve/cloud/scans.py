@@ -107,8 +107,9 @@ def _decoding(context) -> dict:
 class FileCache:
     """``make(source, *args)``, kept for the last :data:`SCANS_KEPT` files (each a
     :class:`~.sources.SourceFile`) while each file's size and modification time stay: a cloud
-    worker reads a file's packet times once, not per request. Files are known by device and inode, whatever name reached them, and requests for a
-    file being read wait for that read rather than start their own."""
+    worker reads a file's packet times once, not per request. Files are known by device and
+    inode, whatever name reached them, and requests for a file being read wait for that read
+    rather than start their own."""
 
     def __init__(self, make):
         self.make = make
