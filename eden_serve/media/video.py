@@ -170,6 +170,12 @@ class VideoClip(Clip):
             return None
         return self.stream.start_time * self.stream.time_base
 
+    @property
+    def earliest(self) -> Fraction | None:
+        """When the file's first stream starts, in seconds, as the container states it (None: not stated)."""
+        start = getattr(self.container, "start_time", None)  # in microseconds
+        return None if start is None else Fraction(start, 1_000_000)
+
     def _colour(self) -> Colour:
         """The stream's colour; where it may be HDR, with its first frame's metadata, from a second opening
         of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags
