@@ -28,7 +28,7 @@ from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .siting import Subsampler, output_siting, stated
 from .subtitles import converted
-from .timing import Retiming, output_clock, output_time_base, tick_of, too_close
+from .timing import Retiming, encoder_clock, output_clock, output_time_base, tick_of, too_close
 from .webm_alpha import has_alpha, settle_output
 
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
@@ -176,12 +176,14 @@ class VideoWriter(AlphaWriting, ClipWriter):
         self.time_base = output_time_base(clip.time_base, self.retiming)
         if name in _FRAME_RATE_CODECS or raw:
             self.time_base = 1 / rate
+        fine, self.time_base = self.time_base, encoder_clock(name, self.time_base, rate, self.dst)  # MPEG-4 Part 2: 16 bits
         self.counted, self.shown = raw, 0  # Y4M has a frame rate, no times: each frame takes the next slot
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         given = self.time_base
         self.time_base, self.tick = (self.time_base,) * 2 if raw else output_clock(self.container, self.stream, rate, self.dst)
         # Put on a frame's own tick (AVI): a variable rate's frames are moved to the nearest, said once (:meth:`_on_tick`).
         self.constant = self.time_base != given and self.time_base == 1 / rate
+        self.coarse = name if given != fine and self.time_base == given else ""  # the encoder's clock, coarser than the input's
         self.origin, self.moved, self.times = None, False, (None, None)  # times: of the last two frames shown
 
     def _add_copies(self, clip: Clip, av) -> None:
@@ -261,8 +263,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
         """Encode the picture held before, which lasts until ``pts``, and hold this one."""
         if self.held is not None:
             previous, start = self.held
-            if pts <= start and self.constant:  # a variable rate's frames, moved to one tick of a constant rate
-                raise too_close(self.dst, self.container, self.times, self.tick)
+            if pts <= start and (self.constant or self.coarse):  # a variable rate's frames, moved to one tick of a coarser clock
+                raise too_close(self.dst, self.container, self.times, self.time_base if self.coarse else self.tick, self.coarse)
             if pts <= start:
                 raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for the frames "
                                     f"between two of its frames (time stamps {start} and {pts}); ask fewer")
