@@ -412,6 +412,30 @@ def test_rgb_and_yuv_outputs_state_the_matrix_their_pixels_are_in(tmp_path, pix_
         assert np.abs(bar_means(frame) - want).max() <= BAR_LEVELS, f"frame {k}"
 
 
+# RGB outputs whose stream or container states a range (H.264's and HEVC's VUI; Matroska's and MP4's colour).
+RGB_OUTPUTS = [("libx264rgb", ".mkv", None), ("libx264rgb", ".mp4", None), ("libx265", ".mp4", "gbrp"),
+               ("ffv1", ".mkv", "bgr0"), ("ffv1", ".mkv", "gbrp10le")]
+
+
+@pytest.mark.parametrize("encoder, suffix, asked", RGB_OUTPUTS)
+def test_rgb_outputs_of_a_limited_range_input_state_full_range(tmp_path, encoder, suffix, asked):
+    """RGB has no limited range: a BT.709 limited-range clip into libx264rgb, x265's or FFV1's RGB
+    stated "tv" (PNG and APNG alone stated full), in the stream and on every decoded frame, which a
+    reader may take to stretch the levels. Now full range, the pixels as they were."""
+    src = make_graded_clip(tmp_path / "in.mp4", "libx264", "yuv420p", (64, 128), 2, Colour(1, 1, 1, LIMITED), picture=bars)
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a change of depth is said; tested elsewhere
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder, pix_fmt=asked))
+    with av.open(str(out)) as container:
+        context = container.streams.video[0].codec_context
+        assert av.VideoFormat(context.pix_fmt).is_rgb and context.color_range == FULL, (context.pix_fmt, context.color_range)
+    assert {tags[2:] for tags in stated_by_frames(out)} == {(0, FULL)}
+    want = bar_means(local_frames(src)[0])
+    for k, frame in enumerate(local_frames(out)):
+        assert np.abs(bar_means(frame) - want).max() <= BAR_LEVELS, f"frame {k}"
+
+
 def with_alpha_plane(index: int, size: tuple[int, int]) -> np.ndarray:
     """:func:`bars` with an even alpha of (index + 1) quarters, 16-bit RGBA [H, W, 4]."""
     return np.concatenate([bars(index, size), np.full((*size, 1), 65535 * (index + 1) // 4, np.uint16)], axis=-1)

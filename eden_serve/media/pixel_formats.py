@@ -140,14 +140,17 @@ def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
     matrix and range ``encoder``'s stream states whatever it is told (:data:`IMPOSED`,
     :data:`LIMITED_ONLY`: a frame converted by the input's would be shown in other colours), and
     full range for a yuvj format; RGB pixels state the RGB matrix, and YUV ones converted from RGB a
-    YUV matrix (:func:`yuv_matrix`); a PNG's, full range (:data:`RGB_FULL`)."""
+    YUV matrix (:func:`yuv_matrix`); RGB pixels and a PNG's, full range (:data:`RGB_FULL`): RGB has no
+    limited range, and libx264rgb, x265's and FFV1's RGB in Matroska or MP4 stated a limited-range
+    input's "tv", which a reader may take to stretch their levels."""
     matrix = IMPOSED.get(encoder, colour.matrix)
-    if import_av().VideoFormat(pix_fmt).is_rgb:
+    rgb = import_av().VideoFormat(pix_fmt).is_rgb
+    if rgb:
         matrix = RGB
     elif matrix == RGB:
         matrix = yuv_matrix(colour)
     range_ = LIMITED if encoder in LIMITED_ONLY and colour.range == FULL else colour.range
-    if encoder in RGB_FULL:
+    if encoder in RGB_FULL or rgb:
         range_ = FULL
     return replace(colour, matrix=colour.matrix if same_matrix(matrix, colour.matrix) else matrix,
                    range=FULL if pix_fmt.startswith("yuvj") else range_)
