@@ -33,9 +33,9 @@ from .webm_alpha import has_alpha, settle_output
 
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
-# Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
-# sets where the video ends.
-_DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+# Muxers that time each frame by its decoding order (the ISO family; AVI, whose frames are slots in
+# that order), where the last packet decoded sets where the video ends.
+_DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v", "avi"}
 Y4M_OPTIONS = {"strict": "-1"}
 # FFmpeg's muxers of one image a file (.png, .jpg, .bmp, .tif...), which write a video's frames only
 # to a numbered name pattern, refusing a plain name at its second frame.
@@ -345,7 +345,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
                 # These muxers end the video where the last packet decoded ends, counted from the
                 # first packet's decoding time: reordered (B-)frames would cut the last one short.
                 final = packets[-1]
-                first_pts, first_dts = self.first or (final.pts, final.dts)
+                first_pts, first_dts = self.first or (packets[0].pts, packets[0].dts)  # all held until now: a short clip
                 self.durations[final.pts] = end - final.dts - (first_pts - first_dts)
             self._mux(packets, "flushed")
             if self.copies is not None:
