@@ -170,6 +170,10 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         if opened is not None:
             return opened
         settings = " ".join([*(f"{k}={v}" for k, v in options.items()), f"pix_fmt {stream.pix_fmt}"])
+        reason = _reason(stream.codec_context, options, av)
+        if reason:  # FFmpeg's own: the frames' size (H.261, H.263, DNxHR), their rate... not the options listed
+            raise BadInputError(f"{name} does not open on {stream.width}x{stream.height} frames: {reason} "
+                                f"(its settings: {settings})") from None
         raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
     say_conversion(source_pix_fmt, stream.pix_fmt, colour, name)  # once, of the format it opened on
@@ -262,6 +266,35 @@ def _check_rate(stream, name: str) -> None:
         nearest = min(rates, key=lambda r: abs(r - rate))
         raise BadInputError(f"{name} writes only the frame rates its standard defines, and {rate} ({float(rate):.3f}) is not "
                             f"one: the nearest is {nearest} ({float(nearest):.3f}); ask --fps {nearest}, or another --vcodec")
+
+
+def _reason(template, options: dict, av) -> str:
+    """Why FFmpeg's encoder of ``template`` did not open with ``options``, in its own words, or "":
+    PyAV's error leaves them out while FFmpeg's log is off (PyAV's default), and said only "returned
+    22" after the options it was given, as if they were the cause (an H.261 or H.263 frame of a size
+    their standards do not list; DNxHR's under 256x120). A scratch encoder like it is opened again
+    with the log of this thread captured, at errors only, for that moment. Not for an outside
+    library's (x264, libvpx...), which says why on stderr itself, and would say it twice."""
+    if template.name.startswith("lib"):
+        return ""
+    context = av.CodecContext.create(template.name, "w")
+    context.width, context.height, context.pix_fmt = template.width, template.height, template.pix_fmt
+    context.time_base, context.framerate = template.time_base, template.framerate
+    context.options = dict(options)
+    level = av.logging.get_level()
+    av.logging.set_level(av.logging.ERROR)
+    try:
+        with av.logging.Capture() as logs:
+            try:
+                open_encoder(context)
+            except (av.error.FFmpegError, ValueError):
+                pass
+            else:
+                return ""  # it opens here: the refusal was of something else
+    finally:
+        av.logging.set_level(level)
+    said = " ".join(" ".join(message.split()) for lib_level, _, message in logs if lib_level <= av.logging.ERROR)
+    return said.rstrip(".")
 
 
 def _odd_size(stream, av) -> str:
