@@ -268,6 +268,24 @@ def test_an_encoder_that_refuses_the_frames_size_says_so_in_ffmpegs_words(tmp_pa
     assert not out.exists() and not list(tmp_path.glob(".out*"))
 
 
+@pytest.mark.parametrize("options, suffix, said", [(["--vcodec", "rawvideo", "--pix-fmt", "rgb24"], ".mkv", "Raw RGB is not supported"),
+                                                   (["--vcodec", "mpeg4"], ".mxf", "codec not currently supported in container")])
+def test_a_container_that_refuses_the_video_at_its_header_says_why(tmp_path, capsys, options, suffix, said):
+    """Matroska writes raw RGB in VFW mode alone, MXF no MPEG-4 Part 2: its muxer refuses as it
+    writes the header, at the first packet, which said "cannot write 'out.mkv': Invalid argument:
+    '.out.partial-....mkv' returned 22" (MXF: "Operation not permitted"), naming the hidden partial
+    file. Now one line with FFmpeg's reason and the way out, and nothing left."""
+    from test_video import make_video
+
+    src = make_video(tmp_path / "in.mp4", list(range(3)), Fraction(1, 25), audio=None)
+    out = tmp_path / f"out{suffix}"
+    assert main(["interpolate", str(src), "-o", str(out), "--config", "tiny", *options]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "synthetic weights" not in line]
+    assert len(err) == 1 and "does not take this" in err[0] and said in err[0] and "partial" not in err[0], err
+    assert "choose another container, --vcodec or --pix-fmt" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
 def test_an_odd_size_x264_refuses_says_why_and_what_to_ask(tmp_path, capsys):
     """x264 takes no 4:2:0 frames of an odd side (FFV1 does): the one line names the size and the way out."""
     src = tmp_path / "odd.mkv"

@@ -25,7 +25,7 @@ from fractions import Fraction
 
 from ..errors import BadInputError
 from .colour import UNSPECIFIED, Colour, merged
-from .encoding import Encoding, holds, import_av, open_encoder
+from .encoding import Encoding, FFmpegErrors, holds, import_av, open_encoder
 from .nvenc import NVENC_KEEPS, hardware, on_gpu
 from .pixel_formats import encoder_formats, output_colour, output_pix_fmt, sampling_name, say_conversion
 
@@ -272,29 +272,21 @@ def _reason(template, options: dict, av) -> str:
     """Why FFmpeg's encoder of ``template`` did not open with ``options``, in its own words, or "":
     PyAV's error leaves them out while FFmpeg's log is off (PyAV's default), and said only "returned
     22" after the options it was given, as if they were the cause (an H.261 or H.263 frame of a size
-    their standards do not list; DNxHR's under 256x120). A scratch encoder like it is opened again
-    with the log of this thread captured, at errors only, for that moment. Not for an outside
-    library's (x264, libvpx...), which says why on stderr itself, and would say it twice."""
+    their standards do not list; DNxHR's under 256x120). A scratch encoder like it is opened again,
+    its log captured (:class:`~.encoding.FFmpegErrors`). Not for an outside library's (x264,
+    libvpx...), which says why on stderr itself, and would say it twice."""
     if template.name.startswith("lib"):
         return ""
     context = av.CodecContext.create(template.name, "w")
     context.width, context.height, context.pix_fmt = template.width, template.height, template.pix_fmt
     context.time_base, context.framerate = template.time_base, template.framerate
     context.options = dict(options)
-    level = av.logging.get_level()
-    av.logging.set_level(av.logging.ERROR)
-    try:
-        with av.logging.Capture() as logs:
-            try:
-                open_encoder(context)
-            except (av.error.FFmpegError, ValueError):
-                pass
-            else:
-                return ""  # it opens here: the refusal was of something else
-    finally:
-        av.logging.set_level(level)
-    said = " ".join(" ".join(message.split()) for lib_level, _, message in logs if lib_level <= av.logging.ERROR)
-    return said.rstrip(".")
+    with FFmpegErrors() as errors:
+        try:
+            open_encoder(context)
+        except (av.error.FFmpegError, ValueError):
+            return errors.line
+    return ""  # it opens here: the refusal was of something else
 
 
 def _odd_size(stream, av) -> str:

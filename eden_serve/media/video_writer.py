@@ -19,7 +19,7 @@ from .colour import FULL
 from .containers import copy_labels, display_matrix, lead, shaped_as, show_as, tag_for_players
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
-from .encoding import Encoding, copy_of, import_av
+from .encoding import Encoding, FFmpegErrors, copy_of, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
 from .palette import Palettes
@@ -236,15 +236,33 @@ class VideoWriter(AlphaWriting, ClipWriter):
 
     def _mux(self, packets, event: str = "written") -> None:
         for packet in packets:
-            if self.first is None:
-                self.first = (packet.pts, packet.dts)
             # The encoder may drop frame durations, and the muxer needs the last frame's.
             packet.duration = self.durations.pop(packet.pts, packet.duration)
-            self.container.mux_one(packet)
+            if self.first is None:
+                self.first = (packet.pts, packet.dts)
+                self._header(packet)
+            else:
+                self.container.mux_one(packet)
             if self.copies is not None and packet.dts is not None:
                 self._copy_until(packet.dts * packet.time_base)
         if packets and WRITTEN.isEnabledFor(logging.DEBUG):
             WRITTEN.debug("%d packets %s", len(packets), event)
+
+    def _header(self, packet) -> None:
+        """Mux the first packet, with which the muxer writes its header: where it refuses the video
+        there (raw RGB in Matroska, MPEG-4 Part 2 in MXF), FFmpeg's reason, not "Invalid argument"
+        or "Operation not permitted" naming the hidden partial file; another failure as it was."""
+        with FFmpegErrors() as errors:
+            try:
+                self.container.mux_one(packet)
+                return
+            except self._error as exc:
+                failed = exc
+        if not errors.line:
+            raise failed
+        raise BadInputError(f"output {str(self.dst)!r}: its container ({self.container.format.name}) does not take this "
+                            f"{self.stream.codec_context.name} video in {self.pix_fmt} ({errors.line}); choose another "
+                            "container, --vcodec or --pix-fmt")
 
     def _encode(self, picture, pts: int, duration: int) -> None:
         if self.palettes is not None:
