@@ -620,3 +620,31 @@ def test_an_rgb_output_of_an_rgb_input_says_no_range_is_lost(tmp_path, codec, pi
         warnings.simplefilter("always")
         interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
     assert [str(w.message) for w in caught if "no place for" in str(w.message)] == []
+
+
+@pytest.mark.parametrize("codec, pix_fmt, suffix, size", [("h263", "yuv420p", ".3gp", (144, 176)), ("mjpeg", "yuvj420p", ".avi", SIZE),
+                                                          ("mpeg1video", "yuv420p", ".mpg", SIZE)])
+def test_a_codec_whose_standard_fixes_the_chroma_location_keeps_it_without_a_word(tmp_path, codec, pix_fmt, suffix, size):
+    """H.263, JPEG and MPEG-1 have no field for the chroma location: their standard sites it in the
+    centre, which a reader of the output takes. Written in the input's own codec, nothing is lost,
+    yet one line said "no place for the input's chroma location ... chroma sited left"; into a
+    codec whose standard sites it elsewhere (MPEG-4 Part 2, left) it is lost, and the line says so."""
+    src = tmp_path / f"in{suffix}"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.height, stream.width, stream.pix_fmt = *size, pix_fmt
+        for k in range(6):  # MPEG-PS's rate is guessed from its first frames
+            frame = av.VideoFrame.from_ndarray(np.full((*size, 3), 30 * k + 30, np.uint8), format="rgb24").reformat(format=pix_fmt)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+
+    def lines(dst, encoder=None):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            interpolate_clip(src, dst, pairwise(blend), progress=False, encoding=Encoding(encoder))
+        return [str(w.message) for w in caught if "chroma location" in str(w.message)]
+
+    assert lines(tmp_path / f"out{suffix}") == []
+    said = lines(tmp_path / "out.avi", "mpeg4")
+    assert len(said) == 1 and "no place for the input's chroma location" in said[0] and "chroma sited left" in said[0], said

@@ -11,6 +11,7 @@ import warnings
 from dataclasses import replace
 
 from ..errors import BadInputError
+from .chroma import CENTER, FIXED
 from .colour import BT2020, FULL, LIMITED, Colour
 from .encoding import import_av
 from .palette import takes_palettes
@@ -182,10 +183,14 @@ def say_lost(container: str, codec: str, colour: Colour, subsampled: bool = Fals
         held.add("chroma location")
     # RGB pixels (the RGB matrix, :func:`output_colour`) have no YUV range to keep: full range is theirs.
     yuv = colour.matrix != RGB
+    # Where the codec's standard fixes the chroma location (MPEG-1, H.263 and JPEG centre; MPEG-4
+    # Part 2 left), a reader takes that one: an H.263 input's centre, written as H.263, loses nothing.
+    sited = FIXED.get(codec, LEFT)
     stated = {"primaries": colour.primaries != 2, "transfer": colour.transfer != 2,
               "matrix": not same_matrix(colour.matrix, 2) and yuv, "range": colour.range == FULL and yuv,
-              "chroma location": subsampled and colour.chroma not in (0, LEFT)}
+              "chroma location": subsampled and colour.chroma not in (0, sited)}
     lost = sorted(name for name, said in stated.items() if said and name not in held)
     if lost:
         warnings.warn(f"the output ({container}, {codec}) has no place for the input's {' and '.join(lost)}: they are left out, "
-                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range, chroma sited left)")
+                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range, chroma sited "
+                      f"{'centre' if sited == CENTER else 'left'})")
