@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import types
+import warnings
 from fractions import Fraction
 
 import av
@@ -284,6 +285,28 @@ def test_a_container_that_refuses_the_video_at_its_header_says_why(tmp_path, cap
     assert len(err) == 1 and "does not take this" in err[0] and said in err[0] and "partial" not in err[0], err
     assert "choose another container, --vcodec or --pix-fmt" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
+def test_an_h263_plus_input_of_its_own_size_is_written_as_h263_plus(tmp_path):
+    """FFmpeg decodes H.263+ as H.263, whose encoder writes five sizes alone: an H.263+ clip of
+    another size (64x48) kept "its codec" and was refused. It is written with the H.263+ encoder,
+    its chroma sited in the centre as H.263's, without a word."""
+    src = tmp_path / "in.avi"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("h263p", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for k in range(3):
+            frame = av.VideoFrame(64, 48, "yuv420p")
+            for plane in frame.planes:
+                plane.update(bytes([40 * k + 30]) * plane.buffer_size)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    assert probe(src)[0] == "h263"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        interpolate_clip(src, tmp_path / "out.avi", pairwise(average), progress=False)
+    assert probe(tmp_path / "out.avi") == ("h263", "yuv420p", 5)
 
 
 def test_an_odd_size_x264_refuses_says_why_and_what_to_ask(tmp_path, capsys):

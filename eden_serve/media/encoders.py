@@ -66,6 +66,8 @@ TUNINGS = {
 # 256x120 at any rate: the profile of each pixel format the encoder takes, at DNxHD's usual quality.
 DNXHR_PROFILES = {"yuv422p": "dnxhr_hq", "yuv422p10le": "dnxhr_hqx", "yuv444p10le": "dnxhr_444", "gbrp10le": "dnxhr_444"}
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
+# The sizes H.263 writes (its source formats, sub-QCIF to 16CIF); H.263+ writes others, multiples of 4.
+H263_SIZES = {(128, 96), (176, 144), (352, 288), (704, 576), (1408, 1152)}
 # Uncompressed video codecs (Y4M's, a headerless input's, 10-bit professional ones): an output in
 # the container's default codec is what anyone expects of them, not worth a warning.
 UNCOMPRESSED = {"rawvideo", "v210", "v410", "r210", "yuv4"}
@@ -108,6 +110,8 @@ def output_encoder(container, encoding: Encoding, source, dst, pix_fmt: str | No
         default = None if default in ("", "none") else default
         try:
             name = encoder(codec, "the input's video codec")
+            if name == "h263" and (source.width, source.height) not in H263_SIZES:
+                name = "h263p"  # H.263+ (FFmpeg decodes it as H.263), whose sizes H.263's own encoder refuses
             why = None if holds(container.format.name, name) else f"{str(dst)!r} cannot hold {codec} video"
         except BadInputError as exc:
             if not default:
