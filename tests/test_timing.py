@@ -324,3 +324,28 @@ def test_mpeg4_from_a_90khz_clock_is_on_the_finest_16_bit_clock_its_frames_fall_
         interpolate_clip(src, tmp_path / "fast.mp4", pairwise(lambda *pair: asked.append(pair[0]) or average(*pair)),
                          progress=False, encoding=Encoding(vcodec="mpeg4"), fps=F(120000, 1001))
     assert asked == [] and not list(tmp_path.glob("*fast*"))
+
+
+def test_a_variable_rate_into_mpeg2_is_on_its_frame_rate_said_once_and_a_burst_refused_as_such(tmp_path):
+    """MPEG-1/2 video is timed on its frame rate: a variable rate's frames were moved to its ticks
+    without a word, and two that met on one were refused as "the input's time base is too coarse",
+    though the input's clock was 1 ms. As into AVI: one warning naming the encoder, and a refusal
+    naming its clock and the way out, nothing left."""
+    from eden_serve.clips.processors import pairwise
+    from eden_serve.clips.streaming import interpolate_clip
+    from eden_serve.media import Encoding
+    from test_video import average, make_video
+
+    av = pytest.importorskip("av")
+    src = make_video(tmp_path / "vfr.mkv", [0, 20, 41, 60, 79, 100], F(1, 1000), audio=None)
+    with pytest.warns(UserWarning, match=r"out.mpg: mpeg2video writes a constant frame rate alone") as said:
+        interpolate_clip(src, tmp_path / "out.mpg", pairwise(average), progress=False, encoding=Encoding("mpeg2video"))
+    assert len([w for w in said if "constant frame rate" in str(w.message)]) == 1
+    with av.open(str(tmp_path / "out.mpg")) as container:
+        assert len(list(container.decode(video=0))) == 11
+    src = make_video(tmp_path / "burst.mkv", [0, 40, 80, 82, 120, 160], F(1, 1000), audio=None)
+    with pytest.warns(UserWarning, match="mpeg2video writes a constant frame rate alone"), \
+            pytest.raises(BadInputError, match=r"at 0.080000 s and 0.081000 s, are closer than a tick of mpeg2video's clock "
+                                               r"\(1/60 s\).*choose another --vcodec"):
+        interpolate_clip(src, tmp_path / "burst.mpg", pairwise(average), progress=False, encoding=Encoding("mpeg2video"))
+    assert not list(tmp_path.glob("*burst.mpg*"))

@@ -207,11 +207,11 @@ def output_clock(container, stream, rate: Fraction, dst: Path) -> tuple[Fraction
 def too_close(dst: Path, container, times: tuple[Fraction, Fraction], tick: Fraction, encoder: str = "") -> BadInputError:
     """The refusal of two frames at ``times`` less than one ``tick`` of ``container``'s clock apart
     (a variable rate's frames closer than the output's average frame), or of ``encoder``'s, where it
-    took a coarser clock than the input's (:func:`encoder_clock`)."""
+    took a coarser clock than the input's (MPEG-1/2's frame rate; :func:`encoder_clock`)."""
     if encoder:
         return BadInputError(f"output {str(dst)!r}: two of its frames, at {float(times[0]):.6f} s and {float(times[1]):.6f} s, "
-                             f"are closer than a tick of {encoder}'s clock ({_tick(tick)}, within its {MAX_TIME_BASE_DENOMINATOR} "
-                             f"ticks a second) and would share a time stamp; choose another --vcodec, or ask fewer frames (--fps)")
+                             f"are closer than a tick of {encoder}'s clock ({_tick(tick)}) and would share a time stamp; "
+                             "choose another --vcodec, or ask fewer frames (--fps)")
     return BadInputError(f"output {str(dst)!r}: two of its frames, at {float(times[0]):.6f} s and {float(times[1]):.6f} s, "
                          f"are closer than a tick of its container's clock ({container.format.name}: {_tick(tick)}) and "
                          f"would share a time stamp; write {finer(container)}, whose clocks are finer, or ask fewer frames (--fps)")

@@ -173,17 +173,17 @@ class VideoWriter(AlphaWriting, ClipWriter):
     def _clock(self, clip: Clip, name: str, rate: Fraction, raw: bool) -> None:
         """The video's time base, and the tick of its muxer's clock (:func:`~.timing.output_clock`),
         which frames must be at least apart (Matroska: 1 ms)."""
-        self.time_base = output_time_base(clip.time_base, self.retiming)
-        if name in _FRAME_RATE_CODECS or raw:
-            self.time_base = 1 / rate
-        fine, self.time_base = self.time_base, encoder_clock(name, self.time_base, rate, self.dst)  # MPEG-4 Part 2: 16 bits
+        fine = output_time_base(clip.time_base, self.retiming)
+        # MPEG-1/2 on their frame rate; MPEG-4 Part 2 on a clock of 16 bits (:func:`~.timing.encoder_clock`).
+        self.time_base = 1 / rate if name in _FRAME_RATE_CODECS or raw else encoder_clock(name, fine, rate, self.dst)
         self.counted, self.shown = raw, 0  # Y4M has a frame rate, no times: each frame takes the next slot
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         given = self.time_base
         self.time_base, self.tick = (self.time_base,) * 2 if raw else output_clock(self.container, self.stream, rate, self.dst)
         # Put on a frame's own tick (AVI): a variable rate's frames are moved to the nearest, said once (:meth:`_on_tick`).
         self.constant = self.time_base != given and self.time_base == 1 / rate
-        self.coarse = name if given != fine and self.time_base == given else ""  # the encoder's clock, coarser than the input's
+        self.coarse = name if given != fine and self.time_base == given and not raw else ""  # the encoder's clock, coarser than the input's
+        self.fixed = self.coarse in _FRAME_RATE_CODECS  # a variable rate's frames moved to its ticks, as into AVI
         self.origin, self.moved, self.times = None, False, (None, None)  # times: of the last two frames shown
 
     def _add_copies(self, clip: Clip, av) -> None:
@@ -312,12 +312,12 @@ class VideoWriter(AlphaWriting, ClipWriter):
         """The tick of the output's clock nearest ``time``; where the container holds a constant rate
         alone (:func:`~.timing.output_clock`), a variable rate's frame moved there is said once."""
         self.times = (self.times[1], time)
-        if self.constant and not self.moved:
+        if (self.constant or self.fixed) and not self.moved:
             self.origin = time if self.origin is None else self.origin
             if ((time - self.origin) / self.time_base).denominator != 1:
                 self.moved = True
-                warnings.warn(f"{self.dst.name}: its container ({self.container.format.name}) holds a constant frame rate "
-                              f"alone; the input's variable-rate frames are each moved to the nearest tick of "
+                whose = f"{self.coarse} writes" if self.fixed else f"its container ({self.container.format.name}) holds"
+                warnings.warn(f"{self.dst.name}: {whose} a constant frame rate alone; the input's variable-rate frames are each moved to the nearest tick of "
                               f"{float(1 / self.time_base):g} frames a second")
         return tick_of(time, self.time_base)
 
