@@ -191,6 +191,27 @@ def copy_of(container, stream):
     return added(container, name, lambda output: output.add_stream_from_template(stream))
 
 
+def header_refused(container, stream) -> str:
+    """Why ``container``'s muxer refused to write its header with the video ``stream``, in FFmpeg's
+    words, from a scratch muxer of its format tried again with its log captured; "" where it does
+    not say. Asked only after the refusal: the log is on for that moment alone."""
+    av = import_av()
+    scratch = av.open(io.BytesIO(), "w", format=container.format.name)
+    try:
+        with FFmpegErrors() as errors:
+            try:
+                scratch.add_stream_from_template(stream)
+                scratch.start_encoding()
+            except (av.error.FFmpegError, ValueError):
+                return errors.line
+        return ""
+    finally:
+        try:
+            scratch.close()
+        except av.error.FFmpegError:  # a trailer of no frames, which GIF's muxer refuses
+            pass
+
+
 def holds(format_name: str, name: str) -> bool:
     """Whether a container of ``format_name`` takes a stream of encoder ``name``: where FFmpeg does
     not know (MPEG-PS, which lists no codecs), it is tried, as the stream would be."""
