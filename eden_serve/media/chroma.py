@@ -8,9 +8,10 @@ read here from the bitstream: the VUI's ``chroma_sample_loc_type_top_field``, in
 ``avcC``/``hvcC`` (MP4, Matroska) or Annex B extradata (MPEG-TS, raw streams) hold. An SPS read
 whole that states none (no VUI, or a VUI without it) means the standards' default, left (type 0,
 as FFmpeg's decoder reads it too), for 4:2:0; the location describes 4:2:0 alone. MPEG-1, MPEG-2,
-MPEG-4 Part 2, H.263 (H.263+ too, the name of its encoder) and JPEG have no field for it: their standards fix it (:data:`FIXED`). Other
-codecs (VP8, VP9, FFV1...), a Matroska ``ChromaSiting``, Y4M's ``C420mpeg2`` and streams whose SPS
-comes only in-band are not read: they stay unknown, and nothing is stated of them. The parser only
+MPEG-4 Part 2, H.263 (H.263+ too, the name of its encoder) and JPEG have no field for it: their
+standards fix it (:data:`FIXED`). Other codecs (VP8, VP9, FFV1...), a Matroska ``ChromaSiting``,
+Y4M's ``C420mpeg2`` and streams whose SPS comes only in-band are not read: they stay unknown, and
+nothing is stated of them. The parser only
 skips what precedes the VUI; any inconsistency (a truncated or foreign SPS) reads as unknown, never
 as an error.
 """

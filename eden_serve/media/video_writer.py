@@ -182,7 +182,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
         self.time_base, self.tick = (self.time_base,) * 2 if raw else output_clock(self.container, self.stream, rate, self.dst)
         # Put on a frame's own tick (AVI): a variable rate's frames are moved to the nearest, said once (:meth:`_on_tick`).
         self.constant = self.time_base != given and self.time_base == 1 / rate
-        self.coarse = name if given != fine and self.time_base == given and not raw else ""  # the encoder's clock, coarser than the input's
+        # The encoder's clock where it is coarser than the input's, and the frames are on it: they are refused there by its name.
+        self.coarse = name if given != fine and self.time_base == given and not raw else ""
         self.fixed = self.coarse in _FRAME_RATE_CODECS  # a variable rate's frames moved to its ticks, as into AVI
         self.origin, self.moved, self.times = None, False, (None, None)  # times: of the last two frames shown
 
@@ -315,8 +316,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
             if ((time - self.origin) / self.time_base).denominator != 1:
                 self.moved = True
                 whose = f"{self.coarse} writes" if self.fixed else f"its container ({self.container.format.name}) holds"
-                warnings.warn(f"{self.dst.name}: {whose} a constant frame rate alone; the input's variable-rate frames are each moved to the nearest tick of "
-                              f"{float(1 / self.time_base):g} frames a second")
+                warnings.warn(f"{self.dst.name}: {whose} a constant frame rate alone; the input's variable-rate frames are "
+                              f"each moved to the nearest tick of {float(1 / self.time_base):g} frames a second")
         return tick_of(time, self.time_base)
 
     def _original(self, original: Frame):
