@@ -112,6 +112,28 @@ class RawVideo:
         return container
 
 
+def slotted(container, stream) -> Iterator:
+    """The decoded frames of an AVI with B-frames, each timed by the slot of the packet whose
+    decoding gave it out, less the decoder's delay: AVI's frames are shown in its slots' order, and
+    a slot left empty (a dropped frame) keeps the picture before on screen, so a later frame is
+    shown that much later. Those given out together or at the end follow one a slot. On slice
+    threads: frame threads would add a delay of their own, and put such a gap on a later frame."""
+    if not stream.codec_context.is_open:
+        stream.thread_type = "SLICE"
+    first = shift = slot = previous = None
+    for packet in container.demux(stream):
+        if packet.size and packet.dts is not None:
+            first = packet.dts if first is None else first
+            slot = packet.dts
+        for frame in packet.decode():
+            if shift is None:
+                shift = (slot if slot is not None else 0) - (first if first is not None else 0)
+            time = slot - shift if slot is not None else 0
+            frame.pts = time if previous is None or time > previous else previous + 1
+            previous = frame.pts
+            yield frame
+
+
 class VideoClip(Clip):
     """The first video stream, decoded frame by frame. Every frame yielded has a time stamp
     (``raw.pts`` in ``time_base``) later than the one before."""
@@ -203,7 +225,12 @@ class VideoClip(Clip):
 
     def _decoded(self) -> Iterator[Frame]:
         try:
-            yield from self.timed(self.container.decode(self.stream) if self.alpha is None else self.alpha.decode(self.container, self.stream))
+            if self.alpha is not None:
+                yield from self.timed(self.alpha.decode(self.container, self.stream))
+            elif self._slotted and self.stream.codec_context.has_b_frames:
+                yield from self.timed(slotted(self.container, self.stream), by_slot=True)
+            else:
+                yield from self.timed(self.container.decode(self.stream))
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
 
@@ -212,13 +239,18 @@ class VideoClip(Clip):
         if reading is not None:
             reading.stop()
 
-    def timed(self, decoded: Iterator, source: str | None = None) -> Iterator[Frame]:
-        """The decoded frames as :class:`Frame` objects, each timed after the one before."""
+    @property
+    def _slotted(self) -> bool:
+        """AVI, which stores no presentation times: FFmpeg's guesses label reordered (B-)frames out of order."""
+        return getattr(getattr(self.container, "format", None), "name", None) == "avi"
+
+    def timed(self, decoded: Iterator, source: str | None = None, by_slot: bool = False) -> Iterator[Frame]:
+        """The decoded frames as :class:`Frame` objects, each timed after the one before (``by_slot``:
+        timed already, by :func:`slotted`)."""
         previous = None
-        # AVI stores no presentation times: FFmpeg's guesses label reordered (B-)frames out of order.
-        slotted = getattr(getattr(self.container, "format", None), "name", None) == "avi"
+        by_order = self._slotted and not by_slot
         for i, frame in enumerate(decoded):
-            if frame.pts is None or (slotted and self.stream.codec_context.has_b_frames):
+            if frame.pts is None or (by_order and self.stream.codec_context.has_b_frames):
                 # Timed by their order, as raw streams leave it to the player: one frame at the average rate.
                 frame.pts = (getattr(self.stream, "start_time", None) or 0) if previous is None \
                     else previous + max(1, round(1 / (self.rate * self.time_base)))
