@@ -212,6 +212,24 @@ def test_a_chroma_location_the_output_cannot_state_is_said_in_one_line(tmp_path,
     assert len(said) == (1 if lost else 0), said
 
 
+@pytest.mark.parametrize("colour, subsampled, lost, defaults", [
+    (Colour(1, 1, 0, FULL), False, "primaries and transfer", "(no primaries or transfer)"),  # RGB: no range to lose
+    (Colour(1, 1, 1, FULL, chroma=3), True, "chroma location and matrix and primaries and range and transfer",
+     "(no primaries or transfer, BT.601's matrix, limited range, chroma sited left)"),
+    (Colour(2, 2, 1, LIMITED), False, "matrix", "(BT.601's matrix)"),
+])
+def test_a_tag_left_out_names_what_a_reader_takes_instead_of_it_alone(colour, subsampled, lost, defaults):
+    """The line names the defaults a reader takes for what the output lost, not every default: an
+    RGB output into AVI loses its primaries and transfer, and a range or matrix it never had is no
+    news."""
+    from eden_serve.media.pixel_formats import say_lost
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        say_lost("avi", "rawvideo", colour, subsampled)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and f"the input's {lost}:" in said[0] and said[0].endswith(f"takes its defaults {defaults}"), said
+
+
 def test_originals_pass_through_ffv1_bit_exact_at_10_bits_with_their_tags(tmp_path):
     colour = COLOURS["hdr10"][0]
     src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 4, colour)

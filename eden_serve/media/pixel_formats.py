@@ -191,6 +191,11 @@ def say_lost(container: str, codec: str, colour: Colour, subsampled: bool = Fals
               "chroma location": subsampled and colour.chroma not in (0, sited)}
     lost = sorted(name for name, said in stated.items() if said and name not in held)
     if lost:
+        # What a reader takes instead, of what is lost alone (an RGB output's range was never the question).
+        default = {"primaries": "no primaries", "transfer": "no transfer", "matrix": "BT.601's matrix",
+                   "range": "limited range", "chroma location": f"chroma sited {'centre' if sited == CENTER else 'left'}"}
+        taken = [default[name] for name in default if name in lost]
+        if "no primaries" in taken and "no transfer" in taken:
+            taken[taken.index("no primaries"):taken.index("no transfer") + 1] = ["no primaries or transfer"]
         warnings.warn(f"the output ({container}, {codec}) has no place for the input's {' and '.join(lost)}: they are left out, "
-                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range, chroma sited "
-                      f"{'centre' if sited == CENTER else 'left'})")
+                      f"and a reader takes its defaults ({', '.join(taken)})")
