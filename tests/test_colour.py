@@ -212,6 +212,24 @@ def test_a_chroma_location_the_output_cannot_state_is_said_in_one_line(tmp_path,
     assert len(said) == (1 if lost else 0), said
 
 
+@pytest.mark.parametrize("colour, subsampled, lost, defaults", [
+    (Colour(1, 1, 0, FULL), False, "primaries and transfer", "(no primaries or transfer)"),  # RGB: no range to lose
+    (Colour(1, 1, 1, FULL, chroma=3), True, "chroma location and matrix and primaries and range and transfer",
+     "(no primaries or transfer, BT.601's matrix, limited range, chroma sited left)"),
+    (Colour(2, 2, 1, LIMITED), False, "matrix", "(BT.601's matrix)"),
+])
+def test_a_tag_left_out_names_what_a_reader_takes_instead_of_it_alone(colour, subsampled, lost, defaults):
+    """The line names the defaults a reader takes for what the output lost, not every default: an
+    RGB output into AVI loses its primaries and transfer, and a range or matrix it never had is no
+    news."""
+    from eden_serve.media.pixel_formats import say_lost
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        say_lost("avi", "rawvideo", colour, subsampled)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and f"the input's {lost}:" in said[0] and said[0].endswith(f"takes its defaults {defaults}"), said
+
+
 def test_originals_pass_through_ffv1_bit_exact_at_10_bits_with_their_tags(tmp_path):
     colour = COLOURS["hdr10"][0]
     src = make_graded_clip(tmp_path / "in.mkv", "ffv1", "yuv420p10le", SIZE, 4, colour)
@@ -412,6 +430,30 @@ def test_rgb_and_yuv_outputs_state_the_matrix_their_pixels_are_in(tmp_path, pix_
         assert np.abs(bar_means(frame) - want).max() <= BAR_LEVELS, f"frame {k}"
 
 
+# RGB outputs whose stream or container states a range (H.264's and HEVC's VUI; Matroska's and MP4's colour).
+RGB_OUTPUTS = [("libx264rgb", ".mkv", None), ("libx264rgb", ".mp4", None), ("libx265", ".mp4", "gbrp"),
+               ("ffv1", ".mkv", "bgr0"), ("ffv1", ".mkv", "gbrp10le")]
+
+
+@pytest.mark.parametrize("encoder, suffix, asked", RGB_OUTPUTS)
+def test_rgb_outputs_of_a_limited_range_input_state_full_range(tmp_path, encoder, suffix, asked):
+    """RGB has no limited range: a BT.709 limited-range clip into libx264rgb, x265's or FFV1's RGB
+    stated "tv" (PNG and APNG alone stated full), in the stream and on every decoded frame, which a
+    reader may take to stretch the levels. Now full range, the pixels as they were."""
+    src = make_graded_clip(tmp_path / "in.mp4", "libx264", "yuv420p", (64, 128), 2, Colour(1, 1, 1, LIMITED), picture=bars)
+    out = tmp_path / f"out{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a change of depth is said; tested elsewhere
+        interpolate_clip(src, out, pairwise(blend), progress=False, encoding=Encoding(encoder, pix_fmt=asked))
+    with av.open(str(out)) as container:
+        context = container.streams.video[0].codec_context
+        assert av.VideoFormat(context.pix_fmt).is_rgb and context.color_range == FULL, (context.pix_fmt, context.color_range)
+    assert {tags[2:] for tags in stated_by_frames(out)} == {(0, FULL)}
+    want = bar_means(local_frames(src)[0])
+    for k, frame in enumerate(local_frames(out)):
+        assert np.abs(bar_means(frame) - want).max() <= BAR_LEVELS, f"frame {k}"
+
+
 def with_alpha_plane(index: int, size: tuple[int, int]) -> np.ndarray:
     """:func:`bars` with an even alpha of (index + 1) quarters, 16-bit RGBA [H, W, 4]."""
     return np.concatenate([bars(index, size), np.full((*size, 1), 65535 * (index + 1) // 4, np.uint16)], axis=-1)
@@ -596,3 +638,31 @@ def test_an_rgb_output_of_an_rgb_input_says_no_range_is_lost(tmp_path, codec, pi
         warnings.simplefilter("always")
         interpolate_clip(src, tmp_path / f"out{suffix}", pairwise(blend), progress=False, encoding=Encoding(encoder))
     assert [str(w.message) for w in caught if "no place for" in str(w.message)] == []
+
+
+@pytest.mark.parametrize("codec, pix_fmt, suffix, size", [("h263", "yuv420p", ".3gp", (144, 176)), ("mjpeg", "yuvj420p", ".avi", SIZE),
+                                                          ("mpeg1video", "yuv420p", ".mpg", SIZE)])
+def test_a_codec_whose_standard_fixes_the_chroma_location_keeps_it_without_a_word(tmp_path, codec, pix_fmt, suffix, size):
+    """H.263, JPEG and MPEG-1 have no field for the chroma location: their standard sites it in the
+    centre, which a reader of the output takes. Written in the input's own codec, nothing is lost,
+    yet one line said "no place for the input's chroma location ... chroma sited left"; into a
+    codec whose standard sites it elsewhere (MPEG-4 Part 2, left) it is lost, and the line says so."""
+    src = tmp_path / f"in{suffix}"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.height, stream.width, stream.pix_fmt = *size, pix_fmt
+        for k in range(6):  # MPEG-PS's rate is guessed from its first frames
+            frame = av.VideoFrame.from_ndarray(np.full((*size, 3), 30 * k + 30, np.uint8), format="rgb24").reformat(format=pix_fmt)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+
+    def lines(dst, encoder=None):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            interpolate_clip(src, dst, pairwise(blend), progress=False, encoding=Encoding(encoder))
+        return [str(w.message) for w in caught if "chroma location" in str(w.message)]
+
+    assert lines(tmp_path / f"out{suffix}") == []
+    said = lines(tmp_path / "out.avi", "mpeg4")
+    assert len(said) == 1 and "no place for the input's chroma location" in said[0] and "chroma sited left" in said[0], said

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import types
+import warnings
 from fractions import Fraction
 
 import av
@@ -90,7 +91,7 @@ def test_a_gpu_edge_takes_nvenc_where_it_opens(tmp_path, clip, monkeypatch):
     monkeypatch.setattr(nvenc, "_opens", lambda av, name, gpu, width, height: True)
     monkeypatch.setattr(av, "codecs_available", av.codecs_available | {"h264_nvenc"})
     assert hardware("libx264", 64, 48, 0) == "h264_nvenc" and hardware("libvpx-vp9", 64, 48, 0) is None
-    with pytest.raises(BadInputError, match="h264_nvenc refuses these settings"):  # chosen; it cannot open here
+    with pytest.raises(BadInputError, match="h264_nvenc (refuses these settings|does not open on)"):  # chosen; it cannot open here
         interpolate_clip(clip, tmp_path / "nvenc.mp4", pairwise(average), encoding=Encoding(gpu=True), progress=False)
     interpolate_clip(clip, tmp_path / "named.mp4", pairwise(average), encoding=Encoding("libx264", gpu=True), progress=False)
     assert probe(tmp_path / "named.mp4")[0] == "h264"
@@ -206,7 +207,7 @@ def test_mjpeg_writes_limited_range_video_as_full_range_yuv(tmp_path, clip):
         written = [f.to_ndarray(format="rgb24").astype(int) for f in b.decode(video=0)][::2]
     for g, w in zip(given, written, strict=True):  # JPEG's loss, not a range's: a shift would scale contrast by 14-16%
         assert abs(g.mean() - w.mean()) < 1 and abs(g.std() - w.std()) < 0.02 * g.std()
-    with pytest.raises(BadInputError, match="mjpeg refuses these settings"):
+    with pytest.raises(BadInputError, match="mjpeg (refuses these settings|does not open on)"):
         interpolate_clip(clip, tmp_path / "asked.avi", pairwise(average), encoding=Encoding("mjpeg", pix_fmt="yuv420p"),
                          progress=False)
 
@@ -249,6 +250,63 @@ def test_bad_options_get_one_line_and_exit_2_leaving_nothing(tmp_path, clip, cap
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("vcodec, suffix, said", [("h261", ".avi", "176x144, 352x288"), ("h263", ".avi", "128x96, 176x144"),
+                                                   ("dnxhd", ".mov", "at least 256x120")])
+def test_an_encoder_that_refuses_the_frames_size_says_so_in_ffmpegs_words(tmp_path, capsys, vcodec, suffix, said):
+    """H.261 and H.263 write a few sizes alone, DNxHR none under 256x120: the one line named the
+    options the encoder had been given (chroma_sample_location, qscale) and "returned 22", as if
+    they were the cause, since FFmpeg's reason stays in its log, which PyAV keeps off. Now the line
+    gives FFmpeg's reason, and nothing else reaches stderr."""
+    from test_video import make_video
+
+    src = make_video(tmp_path / "in.mp4", list(range(3)), Fraction(1, 25), audio=None)  # 64x48
+    out = tmp_path / f"out{suffix}"
+    assert main(["interpolate", str(src), "-o", str(out), "--config", "tiny", "--vcodec", vcodec]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "synthetic weights" not in line]
+    assert len(err) == 1 and f"{vcodec} does not open on 64x48 frames" in err[0] and said in err[0], err
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+@pytest.mark.parametrize("options, suffix, said", [(["--vcodec", "rawvideo", "--pix-fmt", "rgb24"], ".mkv", "Raw RGB is not supported"),
+                                                   (["--vcodec", "mpeg4"], ".mxf", "codec not currently supported in container")])
+def test_a_container_that_refuses_the_video_at_its_header_says_why(tmp_path, capsys, options, suffix, said):
+    """Matroska writes raw RGB in VFW mode alone, MXF no MPEG-4 Part 2: its muxer refuses as it
+    writes the header, at the first packet, which said "cannot write 'out.mkv': Invalid argument:
+    '.out.partial-....mkv' returned 22" (MXF: "Operation not permitted"), naming the hidden partial
+    file. Now one line with FFmpeg's reason and the way out, and nothing left."""
+    from test_video import make_video
+
+    src = make_video(tmp_path / "in.mp4", list(range(3)), Fraction(1, 25), audio=None)
+    out = tmp_path / f"out{suffix}"
+    assert main(["interpolate", str(src), "-o", str(out), "--config", "tiny", *options]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "synthetic weights" not in line]
+    assert len(err) == 1 and "does not take this" in err[0] and said in err[0] and "partial" not in err[0], err
+    assert "choose another container, --vcodec or --pix-fmt" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
+def test_an_h263_plus_input_of_its_own_size_is_written_as_h263_plus(tmp_path):
+    """FFmpeg decodes H.263+ as H.263, whose encoder writes five sizes alone: an H.263+ clip of
+    another size (64x48) kept "its codec" and was refused. It is written with the H.263+ encoder,
+    its chroma sited in the centre as H.263's, without a word."""
+    src = tmp_path / "in.avi"
+    with av.open(str(src), "w") as container:
+        stream = container.add_stream("h263p", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for k in range(3):
+            frame = av.VideoFrame(64, 48, "yuv420p")
+            for plane in frame.planes:
+                plane.update(bytes([40 * k + 30]) * plane.buffer_size)
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    assert probe(src)[0] == "h263"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        interpolate_clip(src, tmp_path / "out.avi", pairwise(average), progress=False)
+    assert probe(tmp_path / "out.avi") == ("h263", "yuv420p", 5)
 
 
 def test_an_odd_size_x264_refuses_says_why_and_what_to_ask(tmp_path, capsys):

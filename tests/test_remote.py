@@ -30,7 +30,8 @@ from harness.servers import build_archives, torchserve
 from harness.videos import local_frames, make_graded_clip
 from test_colour import P3
 from test_dynamic_hdr import with_dolby_vision, with_hdr10_plus
-from test_video import audio_end, average, display, labelled_video, labels_of, make_video, real_video
+from test_video import audio_end, average, display, frame_times, labelled_video, labels_of, make_video, real_video
+from test_video_display import late_ts
 
 av = pytest.importorskip("av")
 HDR10 = Colour(9, 16, 9, LIMITED, P3, (1000, 400), chroma=3)
@@ -113,7 +114,10 @@ def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypat
 
 @pytest.mark.parametrize("probe", [[], {"frames": -1, "rate": "25", "time_base": "1/25", "streams": []},
                                    {"frames": 3, "rate": "0", "time_base": "1/25", "streams": []},
-                                   {"frames": 3, "rate": "25", "time_base": "x", "streams": []}])
+                                   {"frames": 3, "rate": "25", "time_base": "x", "streams": []},
+                                   {"frames": 3, "rate": "25", "time_base": "1/25", "streams": [], "start": "1e9"},
+                                   {"frames": 3, "rate": "25", "time_base": "1/25", "streams": [], "streams_start": 600},
+                                   {"frames": 3, "rate": "25", "time_base": "1/25", "streams": [], "start": str(2**33)}])
 def test_a_probe_that_is_no_probe_is_refused(probe):
     with pytest.raises(CodecError, match="probe"):
         RemoteVideo("x.mp4", probe, lambda stream, start, after: pack(page()))
@@ -215,6 +219,26 @@ def test_a_remote_videos_labels_are_kept_as_a_local_files(tmp_path):
         (remote, local), _ = remote_and_local(src, tmp_path / f"out{suffix}")
         assert labels_of(remote) == labels_of(local) and labels_of(remote)[0]["title"] == "A film"
         assert [c[2] for c in labels_of(remote)[2]] == ["One", "Two"]
+
+
+def starts(path) -> list[Fraction]:
+    with av.open(str(path)) as container:
+        return [s.start_time * s.time_base for s in container.streams]
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_a_remote_file_whose_streams_all_start_late_is_moved_as_a_local_one(tmp_path, suffix):
+    """Its streams and chapters moved earlier, so that the first starts at 0 (a recording's clip, 600 s
+    into its clock), as the probe's start and streams_start say. Before, the probe said neither and
+    the output was not moved: a Matroska output lasted from 0, its first frame 600 s in."""
+    src = late_ts(tmp_path / "in.mkv", Fraction(600), Fraction(1, 10), chapters=[
+        {"id": 1, "start": 600000, "end": 600060, "time_base": Fraction(1, 1000), "metadata": {"title": "One"}},
+        {"id": 2, "start": 600060, "end": 600120, "time_base": Fraction(1, 1000), "metadata": {"title": "Two"}}])
+    assert min(starts(src)) > 599
+    (remote, local), _ = remote_and_local(src, tmp_path / f"out{suffix}")
+    assert starts(remote) == starts(local) and min(starts(remote)) < 1
+    assert frame_times(remote) == frame_times(local) and len(frame_times(remote)) == 5
+    assert labels_of(remote)[2] == labels_of(local)[2] and [c[2] for c in labels_of(remote)[2]] == ["One", "Two"]
 
 
 def probed(tmp_path) -> tuple:
@@ -401,6 +425,8 @@ def test_a_remote_palettes_alpha_is_kept_as_a_local_files(tmp_path, transparent)
 def media(tmp_path_factory):
     root = tmp_path_factory.mktemp("media")
     real_video(root / "gops.mp4", 24, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,
+               options={"g": "6", "bf": "2", "sc_threshold": "0"})
+    real_video(root / "gops.mkv", 16, Fraction(25), source="bikes.mp4", size=(96, 64), audio=None,  # no dts stored
                options={"g": "6", "bf": "2", "sc_threshold": "0"})
     real_video(root / "sine.mp4", 12, Fraction(25), source="bikes.mp4", size=(96, 64), audio="aac")
     make_video(root / "vfr.mkv", [0, 1, 3, 4, 7, 8, 9, 12, 13, 15], Fraction(1, 25), audio=None)  # a variable rate
@@ -659,6 +685,23 @@ def test_a_bitstream_cloud_source_equals_the_frames_codec(servers, tmp_path, cod
     assert not [w for w in caught if "instead" in str(w.message)]
     assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
     assert bits.pairs == frames.pairs >= 23 and bits.received_bytes < frames.received_bytes
+
+
+@pytest.mark.serving
+def test_a_matroska_cloud_source_with_b_frames_goes_as_packets_past_its_first_gop(servers, tmp_path):
+    """Matroska stores no dts: after the cloud's seek to a chunk's key frame FFmpeg had none for its
+    first packets, where the client's pages (read from the start) had them, so every chunk past the
+    first GOP fell back to the frames codec, a warning each."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with warnings.catch_warnings(record=True) as caught, Client(cloud=url, edge=url, codec=BITSTREAM_CODEC) as client:
+        warnings.simplefilter("always")
+        bits = client.interpolate_clip("cloud:gops.mkv", tmp_path / "bits.mkv", **run)
+    with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+        frames = client.interpolate_clip("cloud:gops.mkv", tmp_path / "frames.mkv", **run)
+    assert not [str(w.message) for w in caught if "instead" in str(w.message)]
+    assert same_video(tmp_path / "bits.mkv", tmp_path / "frames.mkv")
+    assert bits.pairs == frames.pairs == 15 and bits.received_bytes < frames.received_bytes
 
 
 @pytest.mark.serving

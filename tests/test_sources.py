@@ -376,10 +376,14 @@ def test_a_cloud_without_a_media_root_refuses_sources(tmp_path):
     assert "media_root is off" in answer.json()["message"]
 
 
-@pytest.mark.parametrize("kind", ["video", "audio"])
-def test_pages_continue_from_the_packet_before_them_without_reading_from_the_start(tmp_path, monkeypatch, kind):
+@pytest.mark.parametrize("kind, suffix", [("video", ".mp4"), ("audio", ".mp4"), ("video", ".mkv")])
+def test_pages_continue_from_the_packet_before_them_without_reading_from_the_start(tmp_path, monkeypatch, kind, suffix):
+    """Every page after the first, from a seek; Matroska's too, which stores no dts: after a seek
+    FFmpeg has none for the first packets of a stream with B-frames, so the packet before a page
+    just after a key frame was not met, and that page was read from the stream's start (past
+    handler.max_demuxed_packets, 413, deep in a long film) or came with its first dts missing."""
     monkeypatch.setattr(sources, "MAX_PAGE_PACKETS", 5)
-    path = real_video(tmp_path / "sine.mp4", 40, Fraction(25), source="bikes.mp4", size=(96, 64),
+    path = real_video(tmp_path / f"sine{suffix}", 40, Fraction(25), source="bikes.mp4", size=(96, 64),
                       options={"g": str(KEY_INTERVAL), "bf": "2", "sc_threshold": "0"})
     video = SourceVideo(path, 10**7)
     index = next(s["index"] for s in video.probe()["streams"] if s["type"] == kind)

@@ -272,3 +272,80 @@ def test_a_variable_rate_into_avi_is_on_the_nearest_ticks_of_a_constant_rate_sai
             pytest.raises(BadInputError, match=r"closer than a tick of its container's clock \(avi: .*write .mp4, .mov or .nut"):
         written(src, tmp_path / "burst.avi")
     assert not list(tmp_path.glob("*burst.avi*"))
+
+
+# --- an encoder's own clock: MPEG-4 Part 2 counts time in 16 bits ---------------------------------------
+
+
+def test_mpeg4_at_a_rate_whose_clock_exceeds_16_bits_is_one_line_and_exit_2(tmp_path, capsys):
+    """--vcodec mpeg4 --fps 119.88 needs a tick of 1001/120000 s, and MPEG-4 Part 2 counts at most
+    65535 a second: the encoder refused it in a line that named the options it had been given
+    (chroma_sample_location, qscale). Refused before any pair, naming the rate, the limit and what works."""
+    from eden_serve.commands.cli import main
+
+    pytest.importorskip("av")
+    src, dst = fast_clip(tmp_path / "in.mp4", 25), tmp_path / "out.mp4"
+    assert main(["interpolate", str(src), "-o", str(dst), "--config", "tiny", "--vcodec", "mpeg4", "--fps", "119.88"]) == 2
+    captured = capsys.readouterr()
+    err = [line for line in captured.err.splitlines() if "synthetic weights" not in line]
+    assert len(err) == 1 and "chroma_sample_location" not in err[0] and "qscale" not in err[0], err
+    for said in ("mpeg4", "120000/1001", "65535", "--vcodec", "--fps 120"):
+        assert said in err[0], err
+    assert "pairs" not in captured.out and not dst.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_mpeg4_from_a_90khz_clock_is_on_the_finest_16_bit_clock_its_frames_fall_on(tmp_path):
+    """An MPEG-TS input's 1/90000 s, doubled into mpeg4: refused as above though 50 frames a second
+    fit. Now on 1/65500 s, where each frame of 50 a second falls, evenly; a variable rate's frames on
+    the finest 16-bit clock its average rate falls on, each within half a tick of its time (a tick of
+    the first), without a word. A refusal before any pair
+    where not even a frame's tick fits."""
+    from eden_serve.clips.processors import pairwise
+    from eden_serve.clips.streaming import interpolate_clip
+    from eden_serve.media import Encoding
+    from test_video import average, make_video
+
+    av = pytest.importorskip("av")
+    for name, stamps in (("cfr", [3600 * k for k in range(6)]), ("vfr", [0, 3000, 6600, 10800, 14400, 18000])):
+        src = make_video(tmp_path / f"{name}.mp4", stamps, F(1, 90000), audio=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            interpolate_clip(src, tmp_path / f"{name}-out.mp4", pairwise(average), progress=False, encoding=Encoding(vcodec="mpeg4"))
+        with av.open(str(tmp_path / f"{name}-out.mp4")) as container:
+            stream = container.streams.video[0]
+            times = [F(frame.pts) * stream.time_base for frame in container.decode(stream)]
+            tick = stream.time_base
+            assert stream.codec_context.name == "mpeg4" and tick.denominator <= 65535 and (name == "vfr" or tick == F(1, 65500))
+        wanted = [F(t, 90000) for pair in zip(stamps, stamps[1:]) for t in (pair[0], F(sum(pair), 2))] + [F(stamps[-1], 90000)]
+        assert len(times) == 11 and all(abs(t - times[0] - w) <= tick for t, w in zip(times, wanted)), (name, tick, times)
+    asked = []
+    with pytest.raises(BadInputError, match=r"mpeg4 \(MPEG-4 Part 2\) counts time in at most 65535 ticks a second, and "
+                                            r"120000/1001 \(119.880\) frames a second need 120000"):
+        interpolate_clip(src, tmp_path / "fast.mp4", pairwise(lambda *pair: asked.append(pair[0]) or average(*pair)),
+                         progress=False, encoding=Encoding(vcodec="mpeg4"), fps=F(120000, 1001))
+    assert asked == [] and not list(tmp_path.glob("*fast*"))
+
+
+def test_a_variable_rate_into_mpeg2_is_on_its_frame_rate_said_once_and_a_burst_refused_as_such(tmp_path):
+    """MPEG-1/2 video is timed on its frame rate: a variable rate's frames were moved to its ticks
+    without a word, and two that met on one were refused as "the input's time base is too coarse",
+    though the input's clock was 1 ms. As into AVI: one warning naming the encoder, and a refusal
+    naming its clock and the way out, nothing left."""
+    from eden_serve.clips.processors import pairwise
+    from eden_serve.clips.streaming import interpolate_clip
+    from eden_serve.media import Encoding
+    from test_video import average, make_video
+
+    av = pytest.importorskip("av")
+    src = make_video(tmp_path / "vfr.mkv", [0, 20, 41, 60, 79, 100], F(1, 1000), audio=None)
+    with pytest.warns(UserWarning, match=r"out.mpg: mpeg2video writes a constant frame rate alone") as said:
+        interpolate_clip(src, tmp_path / "out.mpg", pairwise(average), progress=False, encoding=Encoding("mpeg2video"))
+    assert len([w for w in said if "constant frame rate" in str(w.message)]) == 1
+    with av.open(str(tmp_path / "out.mpg")) as container:
+        assert len(list(container.decode(video=0))) == 11
+    src = make_video(tmp_path / "burst.mkv", [0, 40, 80, 82, 120, 160], F(1, 1000), audio=None)
+    with pytest.warns(UserWarning, match="mpeg2video writes a constant frame rate alone"), \
+            pytest.raises(BadInputError, match=r"at 0.080000 s and 0.081000 s, are closer than a tick of mpeg2video's clock "
+                                               r"\(1/60 s\).*choose another --vcodec"):
+        interpolate_clip(src, tmp_path / "burst.mpg", pairwise(average), progress=False, encoding=Encoding("mpeg2video"))
+    assert not list(tmp_path.glob("*burst.mpg*"))

@@ -17,6 +17,7 @@ from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError
 from eden_serve.media import Encoding, RawVideo
 from eden_serve.media.encoding import open_encoder, side_data
+from eden_serve.media.video import VideoClip
 
 av = pytest.importorskip("av")
 
@@ -262,6 +263,68 @@ def test_an_avi_with_b_frames_is_timed_by_its_frames_order(tmp_path):
     dst = tmp_path / "out.mkv"
     assert interpolate_clip(src, dst, pairwise(average), progress=False).frames == 15
     assert frame_times(dst) == [Fraction(k, 50) for k in range(15)]
+
+
+def grey_avi(path, codec: str, options: dict, count: int = 10, slots: list[int] | None = None):
+    """``count`` flat grey frames, 20 levels apart, at 25 a second (in ``slots``, where some are left
+    empty: dropped frames), in an AVI whose ``codec`` makes B-frames."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=25, options=options)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        stream.codec_context.max_b_frames = 2
+        for i, slot in enumerate(slots or range(count)):
+            frame = av.VideoFrame.from_ndarray(np.full((HEIGHT, WIDTH, 3), 10 + 20 * i, np.uint8), format="rgb24")
+            frame.pts, frame.time_base = slot, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("codec, options", [("libx264", {"bframes": "2", "crf": "10"}), ("mpeg4", {"bf": "2", "flags": "+qscale"})])
+@pytest.mark.parametrize("suffix", [".avi", ".mp4"])
+def test_an_avi_with_b_frames_doubled_keeps_its_order_middles_and_length(tmp_path, codec, options, suffix):
+    """An AVI of B-frames (x264's, MPEG-4 Part 2's), doubled in its own codec: every frame in order,
+    each middle the mean of the two originals it sits between, and the video as long as the input
+    (0.4 s). An AVI whose encoder makes B-frames (x264's) ended a tick early, its last original
+    shown for one tick where it lasts two: AVI's muxer ends the video where the last packet decoded
+    ends, a B-frame's, and it was given that frame's own length (as MP4's once was)."""
+    src = grey_avi(tmp_path / "in.avi", codec, options)
+    dst = tmp_path / f"out{suffix}"
+    assert interpolate_clip(src, dst, pairwise(average), progress=False).frames == 19
+    clip = VideoClip(dst)
+    try:
+        shown = [(frame.time, float(frame.pixels.float().mean())) for frame in clip]
+    finally:
+        clip.close()
+    assert [time - shown[0][0] for time, _ in shown] == [Fraction(k, 50) for k in range(19)]
+    assert all(abs(level - (10 + 10 * k)) <= 2 for k, (_, level) in enumerate(shown)), shown
+    with av.open(str(dst)) as container:
+        stream = container.streams.video[0]
+        length = stream.frames * stream.time_base if suffix == ".avi" else stream.duration * stream.time_base
+        assert stream.codec_context.name == {"libx264": "h264"}.get(codec, codec) and length == Fraction(2, 5)
+
+
+@pytest.mark.parametrize("codec, options", [("libx264", {"bframes": "2", "crf": "10"}), ("mpeg4", {"bf": "2", "flags": "+qscale"})])
+def test_an_avi_with_b_frames_and_dropped_frames_keeps_their_times(tmp_path, codec, options):
+    """An AVI of B-frames with two slots left empty (dropped frames, which keep the picture before on
+    screen): timed by their order, the frames after the gap came two slots early and the video two
+    short (its audio out of step from there). Each is now timed by the slot of the packet whose
+    decoding gave it out, less the decoder's delay: where the encoder put it."""
+    slots = [0, 1, 2, 3, 6, 7, 8, 9]
+    src = grey_avi(tmp_path / "in.avi", codec, options, slots=slots)
+    with av.open(str(src)) as container:
+        assert [p.dts for p in container.demux(video=0) if p.size][-2:] == [8, 9]  # the gap is in the file
+    clip = VideoClip(src)
+    try:
+        read = [(frame.time, round(float(frame.pixels.float().mean()))) for frame in clip]
+    finally:
+        clip.close()
+    assert [time for time, _ in read] == [Fraction(slot, 25) for slot in slots]
+    assert all(abs(level - (10 + 20 * k)) <= 2 for k, (_, level) in enumerate(read)), read
+    dst = tmp_path / "out.mkv"
+    assert interpolate_clip(src, dst, pairwise(average), progress=False).frames == 15
+    times = frame_times(dst)
+    assert times[6:9] == [Fraction(3, 25), Fraction(9, 50), Fraction(6, 25)] and times[-1] == Fraction(9, 25)  # a middle in the gap
 
 
 def test_an_rgb_video_goes_to_y4m_in_a_format_y4m_holds(tmp_path):

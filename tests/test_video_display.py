@@ -100,11 +100,14 @@ def test_an_output_with_no_place_for_the_pixel_aspect_ratio_says_so(tmp_path, su
         assert (container.streams.video[0].sample_aspect_ratio != Fraction(4, 3)) == lost
 
 
-def late_ts(path, start: Fraction, audio_before: Fraction):
+def late_ts(path, start: Fraction, audio_before: Fraction, chapters=()):
     """An MPEG-TS of 3 frames at 25 a second from ``start`` seconds on its clock (a broadcast's
-    recording, an HLS segment), with silent AAC from ``audio_before`` seconds earlier to its end."""
+    recording, an HLS segment), with silent AAC from ``audio_before`` seconds earlier to its end
+    (or another container, by ``path``'s suffix, with ``chapters`` where it holds them)."""
     tick = Fraction(1, 90000)
     with av.open(str(path), "w") as container:
+        if chapters:
+            container.set_chapters(list(chapters))
         video = container.add_stream("libx264", rate=25)
         video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
         video.codec_context.time_base = tick

@@ -25,7 +25,7 @@ from ..errors import BadInputError, CodecError
 from ..media.audio import PageDecoder, transcoded
 from ..media.base import Clip, Frame
 from ..media.colour import Colour
-from ..media.containers import Labels
+from ..media.containers import Labels, lead
 from ..media.encoding import added, import_av
 from ..media.frames import check_size
 from ..media.palette import given_as
@@ -108,6 +108,15 @@ def _decoding(given) -> dict:
     return dict(given)
 
 
+def _seconds(value, what: str) -> Fraction | None:
+    """A probe's time in seconds, ``N/D`` (negative too), within 2**32 s, or None."""
+    if value is None:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,20}(/[1-9]\d{0,19})?", value) and abs(Fraction(value)) < 1 << 32:
+        return Fraction(value)
+    raise CodecError(f"the cloud's probe: {what} must be null or a time in seconds N/D within 2**32")
+
+
 def _time(packet) -> Fraction:
     stamp = packet.dts if packet.dts is not None else packet.pts
     return (stamp or 0) * packet.time_base
@@ -127,7 +136,7 @@ class RemoteVideo(VideoClip):
     """The server-side video ``name`` from its ``probe`` (the cloud's answer) and ``fetch``."""
 
     container = None  # no local file: the writer copies no streams from one
-    start = None  # the cloud's containers (MP4, Matroska) show nothing before 0: no output is moved
+    start = earliest = None  # from the probe (a cloud from before states neither: no output is moved)
     piped = False
 
     def __init__(self, name: str, probe: dict, fetch: Fetch, max_pixels: int | None = None):
@@ -154,6 +163,9 @@ class RemoteVideo(VideoClip):
         _alpha_left_out(probe.get("alpha_left_out", False), self.path)
         self.alpha = self.alpha_pix_fmt = None  # decoded by FFmpeg's own decoder: the colour alone
         self.decoding = _decoding(probe.get("decoding", {}))  # a cloud from before states none
+        # When the video and the file's first stream start: the output is moved by them as a local
+        # file's is (:func:`~eden_serve.media.containers.lead`).
+        self.start, self.earliest = _seconds(probe.get("start"), "start"), _seconds(probe.get("streams_start"), "streams_start")
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
@@ -188,7 +200,7 @@ class RemoteVideo(VideoClip):
         or left out where it has none; each with a warning."""
         av = import_av()
         if self.labels is not None:
-            self.labels.apply(container, container.streams.video[0])
+            self.labels.apply(container, container.streams.video[0], lead(self))  # its chapters moved as the streams are
         streams = []
         for index, language in self.others.items():
             first = self.page(0, index)

@@ -6,7 +6,7 @@ A name is a relative path under the root, checked and opened by :mod:`.names` (n
 :class:`SourceVideo` reads the first video stream as :class:`~eden_serve.media.video.VideoClip` does (the same
 decoder, the same RGB conversion, so the same pixels as a local run), but a frame range starts
 decoding at the key frame at or before it: the packets' times, read once per file without decoding
-(:class:`Scan`, kept for a few files), say which, and the demuxer seeks there. Every frame asked for
+(:class:`~.scans.Scan`, kept for a few files), say which, and the demuxer seeks there. Every frame asked for
 is matched by its time stamp, and a seek that lands wrong falls back to decoding from the start.
 Pictures shown before the range that nothing references (H.264's, HEVC's) are left undecoded, and
 a range goes on from where the file's range before left the decoder where that costs less
@@ -17,34 +17,23 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 import stat
-import threading
 import time
 import weakref
-from collections import OrderedDict
-from concurrent.futures import Future
-from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import BadInputError, SourceForbiddenError
 from ..media.audio import skips
-from ..media.colour import Colour
 from ..media.encoding import import_av
-from ..media.frames import check_size
 from ..media.packets import Work
-from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect, self_contained
+from ..media.containers import main_video, self_contained
 from ..media.video import VideoClip, rgb
-from ..media.webm_alpha import marked_alpha
-from ..wire.pages import MAX_CODED_BITS, MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
+from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 from .names import open_beneath, resolve
 from .ranges import CURSORS, Cursor
-
-SCANS_KEPT = 8  # files whose packet times a cloud worker keeps
-
+from .scans import FileCache, Scan, scan  # noqa: F401 (FileCache, Scan: the serving layer's and the tests' names for them)
 
 # The containers the cloud opens (docs/cloud-sources.md), by their first bytes, and PyAV's demuxer
 # of each: forcing it keeps FFmpeg from probing the file as a playlist, a concatenation list or
@@ -103,117 +92,6 @@ class SourceFile:
         return VideoClip(Path(self.name), max_pixels, self.open(), reopen=self.open)
 
 
-@dataclass(frozen=True)
-class Scan:
-    """What the packets of a file's first video stream say, read without decoding them."""
-
-    width: int
-    height: int
-    pix_fmt: str
-    codec: str
-    rate: Fraction
-    time_base: Fraction
-    times: list[int] | None  # each frame's time stamp, in display order (None: the stream has none)
-    starts: list[int]  # each key frame's time stamp, in order: where a read may start decoding
-    frames: int  # packets of the stream: its frames
-    video_bytes: int
-    streams: list[dict]
-    colour: Colour
-    display_matrix: tuple[int, ...] | None  # its first frame's (a rotation, a mirror)
-    aspect: Fraction | None  # the sample aspect ratio (anamorphic pixels)
-    labels: Labels  # the title, chapters and tags that the output keeps
-    dynamic_hdr: tuple[str, ...]  # its dynamic HDR metadata (HDR10+, Dolby Vision), named: no output keeps it
-    alpha_left_out: bool  # VP8's or VP9's alpha beside each frame (a WebM's), which the pages do not carry
-    decoding: dict  # what the container tells the decoder beside the extradata (:func:`_decoding`)
-
-
-def _scan(source: SourceFile, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
-    av = import_av()
-    with source.open() as container:
-        stream = main_video(container, source.name)
-        check_size(stream.width, stream.height, max_pixels, source.name)
-        times, starts, size, count = [], [], 0, 0
-        try:
-            for packet in container.demux(stream):
-                if not packet.size:  # the demuxer ends the stream with an empty packet
-                    continue
-                count += 1
-                Work().check(count, max_packets, f"{source.name}'s video has more packets", "max_source_packets")
-                size += packet.size
-                times.append(packet.pts)
-                if packet.is_keyframe and packet.pts is not None:
-                    starts.append(packet.pts)
-        except av.error.FFmpegError as exc:
-            raise BadInputError(f"{source.name}: cannot read the video's packets ({exc})") from None
-        timed = None if None in times else sorted(times)
-        if timed is not None and len(set(timed)) != len(timed):
-            raise BadInputError(f"{source.name}: two frames share a time stamp; the video's timing is broken")
-        context = stream.codec_context
-        rate = frame_rate(stream)
-        streams = [{"index": s.index, "type": s.type, "codec": s.codec_context.name if s.codec_context else None,
-                    "language": s.metadata.get("language")} for s in container.streams]
-        with source.open() as again:  # from the start, past the packets read
-            colour, (first, in_band) = Colour.of_stream(context), first_look(again)
-        aspect = pixel_aspect(stream)
-        return Scan(stream.width, stream.height, context.format.name if context.format else "", context.name, rate,
-                    Fraction(stream.time_base or 1 / rate), timed, sorted(starts), count, size, streams,
-                    colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
-                    display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
-                    marked_alpha(stream), _decoding(context))
-
-
-def _decoding(context) -> dict:
-    """What a decoder takes from the container beside the extradata, where stated: the codec tag
-    (ProRes's depth: ``ap4h`` decodes at 12 bits) and a coded sample's bits (QuickTime RLE's)."""
-    found = {}
-    try:
-        tag = context.codec_tag
-    except (ValueError, UnicodeDecodeError):
-        tag = None
-    if isinstance(tag, str) and re.fullmatch(r"[\x20-\x7e]{4}", tag):
-        found["codec_tag"] = tag
-    if 0 < context.bits_per_coded_sample <= MAX_CODED_BITS:
-        found["bits_per_coded_sample"] = context.bits_per_coded_sample
-    return found
-
-
-class FileCache:
-    """``make(source, *args)``, kept for the last :data:`SCANS_KEPT` files while each file's
-    size and modification time stay: a cloud worker reads a file's packet times once, not per
-    request. Files are known by device and inode, whatever name reached them, and requests for a
-    file being read wait for that read rather than start their own."""
-
-    def __init__(self, make):
-        self.make = make
-        self._kept: OrderedDict[tuple, Future] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __call__(self, source: SourceFile, *args):
-        key = (*source.key, *args)
-        with self._lock:
-            kept = self._kept.get(key)
-            if kept is None:
-                kept = self._kept[key] = Future()
-                owner = True
-            else:
-                self._kept.move_to_end(key)
-                owner = False
-        if owner:
-            try:
-                kept.set_result(self.make(source, *args))
-            except BaseException as exc:
-                with self._lock:
-                    self._kept.pop(key, None)
-                kept.set_exception(exc)
-            with self._lock:
-                while len(self._kept) > SCANS_KEPT:
-                    self._kept.popitem(last=False)
-        return kept.result()
-
-
-scan = FileCache(_scan)  # the Scan of a path
-
-
 class SourceVideo:
     """A server-side video: its :meth:`probe` and the frames of a range (:meth:`read`)."""
 
@@ -231,14 +109,15 @@ class SourceVideo:
         """What a client plans a run with: the frame count, rate, size, colour, the file's streams and
         labels, and what its output leaves out, which a client says: the dynamic HDR metadata, and
         VP8's or VP9's alpha, which a page's packets do not carry (Matroska holds it beside them);
-        and what its decoder takes from the container (:func:`_decoding`)."""
+        what its decoder takes from the container (:func:`~.scans._decoding`); and when the video and
+        the file's first stream start, which a local run moves its output by (:func:`~eden_serve.media.containers.lead`)."""
         s = self.scan
         return {"frames": s.frames, "rate": str(s.rate), "time_base": str(s.time_base), "width": s.width, "height": s.height,
                 "codec": s.codec, "pix_fmt": s.pix_fmt, "colour": s.colour.fields(), "video_bytes": s.video_bytes,
                 "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
                 "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect),
                 "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr), "alpha_left_out": s.alpha_left_out,
-                "decoding": dict(s.decoding)}
+                "decoding": dict(s.decoding), "start": _seconds(s.start), "streams_start": _seconds(s.earliest)}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""
@@ -359,6 +238,10 @@ class SourceVideo:
                 if not 0 <= index < len(streams) or streams[index].type not in ("video", "audio", "subtitle"):
                     raise BadInputError(f"{self.source.name} has no video, audio or subtitle stream {index}")
                 stream = streams[index]
+                # The scanned video's dts, as read from the start: Matroska stores none, and after a
+                # seek FFmpeg's guess of them is none for the first packets (B-frames), where the
+                # client's, from pages read from the start, are known (:meth:`~.scans.Scan`).
+                decoded_at = self.scan.decoded_at if index == main_video(container, self.source.name).index else None
                 if after is not None:
                     container.seek(stamp, stream=stream, backward=True)
                 packets, size, following, n = [], 0, None, None if after is not None else 0
@@ -368,8 +251,10 @@ class SourceVideo:
                     self.demuxed += 1
                     self._demuxing(self.demuxed - len(packets))  # the packets read past to reach the page
                     if n is None:  # still looking for the packet before the page
-                        if (packet.pts, packet.dts, packet.size) == after:
+                        if _is(packet, after, decoded_at is not None and self.scan.times is not None):
                             n = start
+                        elif packet.dts is None and decoded_at is not None and after[1] is not None:
+                            continue  # not yet known after the seek: the demuxer's guess follows in a few packets
                         elif (packet.dts if packet.dts is not None else packet.pts or 0) > stamp:
                             return None
                         continue
@@ -377,7 +262,8 @@ class SourceVideo:
                         if len(packets) == MAX_PAGE_PACKETS or (packets and size + packet.size > MAX_PAGE_BYTES):
                             following = n
                             break
-                        packets.append(Packet(bytes(packet), packet.pts, packet.dts, packet.duration or 0, packet.is_keyframe, skips(packet)))
+                        dts = decoded_at[n] if decoded_at is not None and n < len(decoded_at) else packet.dts
+                        packets.append(Packet(bytes(packet), packet.pts, dts, packet.duration or 0, packet.is_keyframe, skips(packet)))
                         size += packet.size
                     n += 1
                 if n is None:
@@ -385,6 +271,19 @@ class SourceVideo:
                 return Page(_parameters(stream), bytes(stream.codec_context.extradata or b""), packets, following)
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.source.name}: cannot read stream {index}'s packets ({exc})") from None
+
+
+def _is(packet, after: tuple, unique: bool) -> bool:
+    """Whether ``packet`` is the one ``after`` names by its (pts, dts, size); where its dts is not
+    known after a seek, by its pts and size alone, in a stream whose time stamps are ``unique``
+    (the scanned video's: :func:`~.scans._scan` refuses two frames at one time)."""
+    if (packet.pts, packet.dts, packet.size) == after:
+        return True
+    return unique and packet.dts is None and packet.pts is not None and (packet.pts, packet.size) == (after[0], after[2])
+
+
+def _seconds(time: Fraction | None) -> str | None:
+    return None if time is None else str(time)
 
 
 def _parameters(stream) -> dict:

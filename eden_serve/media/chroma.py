@@ -8,9 +8,10 @@ read here from the bitstream: the VUI's ``chroma_sample_loc_type_top_field``, in
 ``avcC``/``hvcC`` (MP4, Matroska) or Annex B extradata (MPEG-TS, raw streams) hold. An SPS read
 whole that states none (no VUI, or a VUI without it) means the standards' default, left (type 0,
 as FFmpeg's decoder reads it too), for 4:2:0; the location describes 4:2:0 alone. MPEG-1, MPEG-2,
-MPEG-4 Part 2, H.263 and JPEG have no field for it: their standards fix it (:data:`FIXED`). Other
-codecs (VP8, VP9, FFV1...), a Matroska ``ChromaSiting``, Y4M's ``C420mpeg2`` and streams whose SPS
-comes only in-band are not read: they stay unknown, and nothing is stated of them. The parser only
+MPEG-4 Part 2, H.263 (H.263+ too, the name of its encoder) and JPEG have no field for it: their
+standards fix it (:data:`FIXED`). Other codecs (VP8, VP9, FFV1...), a Matroska ``ChromaSiting``,
+Y4M's ``C420mpeg2`` and streams whose SPS comes only in-band are not read: they stay unknown, and
+nothing is stated of them. The parser only
 skips what precedes the VUI; any inconsistency (a truncated or foreign SPS) reads as unknown, never
 as an error.
 """
@@ -23,7 +24,7 @@ H264_SPS, HEVC_SPS = 7, 33  # nal_unit_type
 UNKNOWN, LEFT, CENTER, TOP_LEFT = 0, 1, 2, 3  # AVChromaLocation
 # Where the standard of a codec with no field for it sites 4:2:0 chroma: MPEG-1, H.263 and JPEG
 # (JFIF) between the luma samples both ways, MPEG-2 and MPEG-4 Part 2 co-sited with them horizontally.
-FIXED = {"mpeg1video": CENTER, "h263": CENTER, "mjpeg": CENTER, "mpeg2video": LEFT, "mpeg4": LEFT}
+FIXED = {"mpeg1video": CENTER, "h263": CENTER, "h263p": CENTER, "mjpeg": CENTER, "mpeg2video": LEFT, "mpeg4": LEFT}
 # AV1's chroma_sample_position (av1C): unknown, vertical (left), colocated (top left).
 _AV1_POSITIONS = {0: UNKNOWN, 1: LEFT, 2: TOP_LEFT}
 # H.264 profiles whose SPS states chroma_format_idc, bit depths and scaling matrices.

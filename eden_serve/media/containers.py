@@ -215,9 +215,8 @@ def lead(clip) -> Fraction:
         return Fraction(0)
     if start < 0:
         return -start
-    container = getattr(clip, "container", None)
-    earliest = getattr(container, "start_time", None)  # of every stream, in microseconds
-    return -min(start, Fraction(earliest, 1_000_000)) if earliest is not None and earliest > 0 else Fraction(0)
+    earliest = getattr(clip, "earliest", None)  # of every stream: the container's start time
+    return -min(start, earliest) if earliest is not None and earliest > 0 else Fraction(0)
 
 
 def tag_for_players(output, stream) -> None:

@@ -25,7 +25,7 @@ from fractions import Fraction
 
 from ..errors import BadInputError
 from .colour import UNSPECIFIED, Colour, merged
-from .encoding import Encoding, holds, import_av, open_encoder
+from .encoding import Encoding, FFmpegErrors, holds, import_av, open_encoder
 from .nvenc import NVENC_KEEPS, hardware, on_gpu
 from .pixel_formats import encoder_formats, output_colour, output_pix_fmt, sampling_name, say_conversion
 
@@ -66,6 +66,8 @@ TUNINGS = {
 # 256x120 at any rate: the profile of each pixel format the encoder takes, at DNxHD's usual quality.
 DNXHR_PROFILES = {"yuv422p": "dnxhr_hq", "yuv422p10le": "dnxhr_hqx", "yuv444p10le": "dnxhr_444", "gbrp10le": "dnxhr_444"}
 RAW_FORMATS = {"yuv4mpegpipe", "rawvideo"}
+# The sizes H.263 writes (its source formats, sub-QCIF to 16CIF); H.263+ writes others, multiples of 4.
+H263_SIZES = {(128, 96), (176, 144), (352, 288), (704, 576), (1408, 1152)}
 # Uncompressed video codecs (Y4M's, a headerless input's, 10-bit professional ones): an output in
 # the container's default codec is what anyone expects of them, not worth a warning.
 UNCOMPRESSED = {"rawvideo", "v210", "v410", "r210", "yuv4"}
@@ -108,6 +110,8 @@ def output_encoder(container, encoding: Encoding, source, dst, pix_fmt: str | No
         default = None if default in ("", "none") else default
         try:
             name = encoder(codec, "the input's video codec")
+            if name == "h263" and (source.width, source.height) not in H263_SIZES:
+                name = "h263p"  # H.263+ (FFmpeg decodes it as H.263), whose sizes H.263's own encoder refuses
             why = None if holds(container.format.name, name) else f"{str(dst)!r} cannot hold {codec} video"
         except BadInputError as exc:
             if not default:
@@ -170,6 +174,10 @@ def configure(stream, encoding: Encoding, source_pix_fmt: str | None, colour: Co
         if opened is not None:
             return opened
         settings = " ".join([*(f"{k}={v}" for k, v in options.items()), f"pix_fmt {stream.pix_fmt}"])
+        reason = _reason(stream.codec_context, options, av)
+        if reason:  # FFmpeg's own: the frames' size (H.261, H.263, DNxHR), their rate... not the options listed
+            raise BadInputError(f"{name} does not open on {stream.width}x{stream.height} frames: {reason} "
+                                f"(its settings: {settings})") from None
         raise BadInputError(f"{name} refuses these settings ({settings}): {exc}"
                             f"{_odd_size(stream, av)}") from None
     say_conversion(source_pix_fmt, stream.pix_fmt, colour, name)  # once, of the format it opened on
@@ -262,6 +270,27 @@ def _check_rate(stream, name: str) -> None:
         nearest = min(rates, key=lambda r: abs(r - rate))
         raise BadInputError(f"{name} writes only the frame rates its standard defines, and {rate} ({float(rate):.3f}) is not "
                             f"one: the nearest is {nearest} ({float(nearest):.3f}); ask --fps {nearest}, or another --vcodec")
+
+
+def _reason(template, options: dict, av) -> str:
+    """Why FFmpeg's encoder of ``template`` did not open with ``options``, in its own words, or "":
+    PyAV's error leaves them out while FFmpeg's log is off (PyAV's default), and said only "returned
+    22" after the options it was given, as if they were the cause (an H.261 or H.263 frame of a size
+    their standards do not list; DNxHR's under 256x120). A scratch encoder like it is opened again,
+    its log captured (:class:`~.encoding.FFmpegErrors`). Not for an outside library's (x264,
+    libvpx...), which says why on stderr itself, and would say it twice."""
+    if template.name.startswith("lib"):
+        return ""
+    context = av.CodecContext.create(template.name, "w")
+    context.width, context.height, context.pix_fmt = template.width, template.height, template.pix_fmt
+    context.time_base, context.framerate = template.time_base, template.framerate
+    context.options = dict(options)
+    with FFmpegErrors() as errors:
+        try:
+            open_encoder(context)
+        except (av.error.FFmpegError, ValueError):
+            return errors.line
+    return ""  # it opens here: the refusal was of something else
 
 
 def _odd_size(stream, av) -> str:

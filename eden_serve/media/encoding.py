@@ -59,6 +59,30 @@ def import_av():
     return av
 
 
+class FFmpegErrors:
+    """FFmpeg's errors logged on this thread within ``with``, in one line (:attr:`line`; "" where it
+    said none). PyAV keeps FFmpeg's log off, and its errors then say only "Invalid argument ...
+    returned 22" or "Operation not permitted", never why: the log is on, at errors only, for that
+    moment, and this thread's captured."""
+
+    def __enter__(self) -> FFmpegErrors:
+        self._av = av = import_av()
+        self._level = av.logging.get_level()
+        av.logging.set_level(av.logging.ERROR)
+        self._capture = av.logging.Capture()
+        self._logs = self._capture.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._capture.__exit__(*exc)
+        self._av.logging.set_level(self._level)
+
+    @property
+    def line(self) -> str:
+        said = (" ".join(message.split()) for level, _, message in self._logs if level <= self._av.logging.ERROR)
+        return " ".join(said).rstrip(".")
+
+
 def side_data(frame) -> list:
     """A decoded frame's side data, each with its ``type``, whichever PyAV: 18 iterates them, 19
     their types (a mapping of type to side data: taking an item for a side data failed on the first
@@ -165,6 +189,27 @@ def copy_of(container, stream):
             return None
     name = stream.codec_context.codec.canonical_name if stream.codec_context is not None else ""
     return added(container, name, lambda output: output.add_stream_from_template(stream))
+
+
+def header_refused(container, stream) -> str:
+    """Why ``container``'s muxer refused to write its header with the video ``stream``, in FFmpeg's
+    words, from a scratch muxer of its format tried again with its log captured; "" where it does
+    not say. Asked only after the refusal: the log is on for that moment alone."""
+    av = import_av()
+    scratch = av.open(io.BytesIO(), "w", format=container.format.name)
+    try:
+        with FFmpegErrors() as errors:
+            try:
+                scratch.add_stream_from_template(stream)
+                scratch.start_encoding()
+            except (av.error.FFmpegError, ValueError):
+                return errors.line
+        return ""
+    finally:
+        try:
+            scratch.close()
+        except av.error.FFmpegError:  # a trailer of no frames, which GIF's muxer refuses
+            pass
 
 
 def holds(format_name: str, name: str) -> bool:

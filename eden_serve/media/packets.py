@@ -72,7 +72,7 @@ class PacketReader:
         clip = VideoClip(path, max_pixels, self.open(), reopen=self.open)  # the same stream and checks as a local run's
         try:
             self.parameters = parameters_of(clip.stream, path)
-            self._pts, self._keys = self._index(clip.container.demux(clip.stream))
+            self._pts, self._dts, self._keys = self._index(clip.container.demux(clip.stream))
         finally:
             clip.close()
         self._display = sorted(range(len(self._pts)), key=self._pts.__getitem__)
@@ -82,8 +82,8 @@ class PacketReader:
         # chunk's frames once these many follow (x264's defaults: 2), without being told the end.
         self.reorder = max((decoded - shown for shown, decoded in enumerate(self._display)), default=0)
 
-    def _index(self, demuxed) -> tuple[list[int], list[int]]:
-        pts, keys, seen = [], [], set()
+    def _index(self, demuxed) -> tuple[list[int], list[int | None], list[int]]:
+        pts, dts, keys, seen = [], [], [], set()
         try:
             for packet in demuxed:
                 if not packet.size:  # the demuxer ends a stream with an empty packet
@@ -99,11 +99,12 @@ class PacketReader:
                 if packet.is_keyframe:
                     keys.append(len(pts))
                 pts.append(packet.pts)
+                dts.append(packet.dts)
         except import_av().error.FFmpegError as exc:
             raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
         if not keys or keys[0] != 0:
             raise BadInputError(f"{self.path}: its video does not start with a key frame; use the frames codec")
-        return pts, keys
+        return pts, dts, keys
 
     def __len__(self) -> int:
         return len(self._pts)
@@ -152,7 +153,11 @@ class PacketReader:
                     if index > span.end:
                         break
                     if index >= span.key:
-                        found.append(Packet(bytes(packet), packet.pts, packet.dts, packet.is_keyframe, index))
+                        # Timed as read from the start, as the client's pages have them: Matroska
+                        # stores no dts, and FFmpeg's guess of it is none for the first packets
+                        # after a seek, which then differed from the client's (every such chunk of
+                        # H.264 with B-frames past the first GOP fell back to the frames codec).
+                        found.append(Packet(bytes(packet), packet.pts, self._dts[index], packet.is_keyframe, index))
         except av.error.FFmpegError as exc:
             raise BadInputError(f"{self.path}: cannot read its video's packets ({exc})") from None
         return found

@@ -11,6 +11,7 @@ import warnings
 from dataclasses import replace
 
 from ..errors import BadInputError
+from .chroma import CENTER, FIXED
 from .colour import BT2020, FULL, LIMITED, Colour
 from .encoding import import_av
 from .palette import takes_palettes
@@ -140,14 +141,17 @@ def output_colour(encoder: str, pix_fmt: str, colour: Colour) -> Colour:
     matrix and range ``encoder``'s stream states whatever it is told (:data:`IMPOSED`,
     :data:`LIMITED_ONLY`: a frame converted by the input's would be shown in other colours), and
     full range for a yuvj format; RGB pixels state the RGB matrix, and YUV ones converted from RGB a
-    YUV matrix (:func:`yuv_matrix`); a PNG's, full range (:data:`RGB_FULL`)."""
+    YUV matrix (:func:`yuv_matrix`); RGB pixels and a PNG's, full range (:data:`RGB_FULL`): RGB has no
+    limited range, and libx264rgb, x265's and FFV1's RGB in Matroska or MP4 stated a limited-range
+    input's "tv", which a reader may take to stretch their levels."""
     matrix = IMPOSED.get(encoder, colour.matrix)
-    if import_av().VideoFormat(pix_fmt).is_rgb:
+    rgb = import_av().VideoFormat(pix_fmt).is_rgb
+    if rgb:
         matrix = RGB
     elif matrix == RGB:
         matrix = yuv_matrix(colour)
     range_ = LIMITED if encoder in LIMITED_ONLY and colour.range == FULL else colour.range
-    if encoder in RGB_FULL:
+    if encoder in RGB_FULL or rgb:
         range_ = FULL
     return replace(colour, matrix=colour.matrix if same_matrix(matrix, colour.matrix) else matrix,
                    range=FULL if pix_fmt.startswith("yuvj") else range_)
@@ -179,10 +183,19 @@ def say_lost(container: str, codec: str, colour: Colour, subsampled: bool = Fals
         held.add("chroma location")
     # RGB pixels (the RGB matrix, :func:`output_colour`) have no YUV range to keep: full range is theirs.
     yuv = colour.matrix != RGB
+    # Where the codec's standard fixes the chroma location (MPEG-1, H.263 and JPEG centre; MPEG-4
+    # Part 2 left), a reader takes that one: an H.263 input's centre, written as H.263, loses nothing.
+    sited = FIXED.get(codec, LEFT)
     stated = {"primaries": colour.primaries != 2, "transfer": colour.transfer != 2,
               "matrix": not same_matrix(colour.matrix, 2) and yuv, "range": colour.range == FULL and yuv,
-              "chroma location": subsampled and colour.chroma not in (0, LEFT)}
+              "chroma location": subsampled and colour.chroma not in (0, sited)}
     lost = sorted(name for name, said in stated.items() if said and name not in held)
     if lost:
+        # What a reader takes instead, of what is lost alone (an RGB output's range was never the question).
+        default = {"primaries": "no primaries", "transfer": "no transfer", "matrix": "BT.601's matrix",
+                   "range": "limited range", "chroma location": f"chroma sited {'centre' if sited == CENTER else 'left'}"}
+        taken = [default[name] for name in default if name in lost]
+        if "no primaries" in taken and "no transfer" in taken:
+            taken[taken.index("no primaries"):taken.index("no transfer") + 1] = ["no primaries or transfer"]
         warnings.warn(f"the output ({container}, {codec}) has no place for the input's {' and '.join(lost)}: they are left out, "
-                      "and a reader takes its defaults (no primaries or transfer, BT.601's matrix, limited range, chroma sited left)")
+                      f"and a reader takes its defaults ({', '.join(taken)})")

@@ -34,7 +34,7 @@ MAX_DEPTH = 10  # of the 2x tree a retimed output reaches into
 DEFAULT_TIME_ERROR = Fraction(1, 4)  # of an output frame
 MAX_FACTOR = 64
 MAX_FPS = 1000
-# Some encoders (MPEG-4 Part 2) refuse a time base over 16 bits.
+# Some encoders (MPEG-4 Part 2, whose vop_time_increment_resolution has 16 bits) refuse a time base over 16 bits.
 MAX_TIME_BASE_DENOMINATOR = 65535
 _SIXTEEN_BIT_ENCODERS = {"mpeg4"}
 # Containers that keep the finest of time bases, named where another's clock is too coarse.
@@ -123,6 +123,23 @@ def output_time_base(source: Fraction, retiming: Retiming) -> Fraction:
     return source / scale
 
 
+def encoder_clock(name: str, time_base: Fraction, rate: Fraction, dst: Path) -> Fraction:
+    """The time base encoder ``name`` takes for frames on ``time_base`` at about ``rate`` a second:
+    ``time_base``, unless the encoder holds none over 16 bits (MPEG-4 Part 2) and it is finer (an
+    MPEG-TS input's 1/90000 s): then the finest within 16 bits that a frame of ``rate`` falls on
+    (1/65500 s for 50 frames a second), the times rounded to it. BadInputError, before any pair is
+    computed, where not even 1/``rate`` fits (119.88 frames a second: 1001/120000 s); the encoder
+    refused such a time base without a reason, in a line that named the options it was given."""
+    if name not in _SIXTEEN_BIT_ENCODERS or time_base.denominator <= MAX_TIME_BASE_DENOMINATOR:
+        return time_base
+    frame = 1 / rate
+    if frame.denominator <= MAX_TIME_BASE_DENOMINATOR:
+        return frame / (MAX_TIME_BASE_DENOMINATOR // frame.denominator)
+    raise BadInputError(f"output {str(dst)!r}: {name} (MPEG-4 Part 2) counts time in at most {MAX_TIME_BASE_DENOMINATOR} ticks a "
+                        f"second, and {rate} ({float(rate):.3f}) frames a second need {frame.denominator} of them: choose another "
+                        f"--vcodec (libx264, for one) or a rate whose clock fits, such as --fps {max(1, round(rate))}")
+
+
 def muxer_clock(container, stream) -> Fraction:
     """The tick on which ``container``'s muxer times the frames of ``stream``, given in its time
     base: learned on a scratch muxer of its format, from the stream's copy, else from a small stream
@@ -187,9 +204,14 @@ def output_clock(container, stream, rate: Fraction, dst: Path) -> tuple[Fraction
                         f"stamp); write {finer(container)}, whose clocks are finer, or ask fewer frames (--fps)")
 
 
-def too_close(dst: Path, container, times: tuple[Fraction, Fraction], tick: Fraction) -> BadInputError:
+def too_close(dst: Path, container, times: tuple[Fraction, Fraction], tick: Fraction, encoder: str = "") -> BadInputError:
     """The refusal of two frames at ``times`` less than one ``tick`` of ``container``'s clock apart
-    (a variable rate's frames closer than the output's average frame)."""
+    (a variable rate's frames closer than the output's average frame), or of ``encoder``'s, where it
+    took a coarser clock than the input's (MPEG-1/2's frame rate; :func:`encoder_clock`)."""
+    if encoder:
+        return BadInputError(f"output {str(dst)!r}: two of its frames, at {float(times[0]):.6f} s and {float(times[1]):.6f} s, "
+                             f"are closer than a tick of {encoder}'s clock ({_tick(tick)}) and would share a time stamp; "
+                             "choose another --vcodec, or ask fewer frames (--fps)")
     return BadInputError(f"output {str(dst)!r}: two of its frames, at {float(times[0]):.6f} s and {float(times[1]):.6f} s, "
                          f"are closer than a tick of its container's clock ({container.format.name}: {_tick(tick)}) and "
                          f"would share a time stamp; write {finer(container)}, whose clocks are finer, or ask fewer frames (--fps)")

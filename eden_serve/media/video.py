@@ -113,6 +113,28 @@ class RawVideo:
         return container
 
 
+def slotted(container, stream) -> Iterator:
+    """The decoded frames of an AVI with B-frames, each timed by the slot of the packet whose
+    decoding gave it out, less the decoder's delay: AVI's frames are shown in its slots' order, and
+    a slot left empty (a dropped frame) keeps the picture before on screen, so a later frame is
+    shown that much later. Those given out together or at the end follow one a slot. On slice
+    threads: frame threads would add a delay of their own, and put such a gap on a later frame."""
+    if not stream.codec_context.is_open:
+        stream.thread_type = "SLICE"
+    first = shift = slot = previous = None
+    for packet in container.demux(stream):
+        if packet.size and packet.dts is not None:
+            first = packet.dts if first is None else first
+            slot = packet.dts
+        for frame in packet.decode():
+            if shift is None:
+                shift = (slot if slot is not None else 0) - (first if first is not None else 0)
+            time = slot - shift if slot is not None else 0
+            frame.pts = time if previous is None or time > previous else previous + 1
+            previous = frame.pts
+            yield frame
+
+
 class VideoClip(Clip):
     """The first video stream, decoded frame by frame. Every frame yielded has a time stamp
     (``raw.pts`` in ``time_base``) later than the one before."""
@@ -171,6 +193,12 @@ class VideoClip(Clip):
             return None
         return self.stream.start_time * self.stream.time_base
 
+    @property
+    def earliest(self) -> Fraction | None:
+        """When the file's first stream starts, in seconds, as the container states it (None: not stated)."""
+        start = getattr(self.container, "start_time", None)  # in microseconds
+        return None if start is None else Fraction(start, 1_000_000)
+
     def _colour(self) -> Colour:
         """The stream's colour; where it may be HDR, with its first frame's metadata, from a second opening
         of the file (a pipe's, read once, or a container's handed in without a way to reopen it: tags
@@ -202,6 +230,10 @@ class VideoClip(Clip):
         context = self.stream.codec_context if self.alpha is None else self.alpha.context
         given = 0
         try:
+            if self.alpha is None and self._slotted and self.stream.codec_context.has_b_frames:
+                # Timed by its slots (:func:`slotted`), which reads its packets itself: damage is not counted there.
+                yield from self.timed(slotted(self.container, self.stream), by_slot=True)
+                return
             for given, frame in enumerate(self.timed(damage.decoded(self.container, context), damage=damage), 1):
                 yield frame
         except self._error as exc:
@@ -213,15 +245,20 @@ class VideoClip(Clip):
         if reading is not None:
             reading.stop()
 
-    def timed(self, decoded: Iterator, source: str | None = None, damage: Damage | None = None) -> Iterator[Frame]:
-        """The decoded frames as :class:`Frame` objects, each timed after the one before; with a
-        ``damage``, a frame timed before the one before it is left out there and counted."""
+    @property
+    def _slotted(self) -> bool:
+        """AVI, which stores no presentation times: FFmpeg's guesses label reordered (B-)frames out of order."""
+        return getattr(getattr(self.container, "format", None), "name", None) == "avi"
+
+    def timed(self, decoded: Iterator, source: str | None = None, by_slot: bool = False, damage: Damage | None = None) -> Iterator[Frame]:
+        """The decoded frames as :class:`Frame` objects, each timed after the one before (``by_slot``:
+        timed already, by :func:`slotted`); with a ``damage``, a frame timed before the one before it
+        is left out there and counted."""
         previous = None
-        # AVI stores no presentation times: FFmpeg's guesses label reordered (B-)frames out of order.
-        slotted = getattr(getattr(self.container, "format", None), "name", None) == "avi"
+        by_order = self._slotted and not by_slot
         i = -1
         for frame in decoded:
-            if frame.pts is None or (slotted and self.stream.codec_context.has_b_frames):
+            if frame.pts is None or (by_order and self.stream.codec_context.has_b_frames):
                 if damage is not None:
                     damage.keep(frame.pts, None)
                 # Timed by their order, as raw streams leave it to the player: one frame at the average rate.

@@ -19,7 +19,7 @@ from .colour import FULL
 from .containers import copy_labels, display_matrix, lead, shaped_as, show_as, tag_for_players
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
-from .encoding import Encoding, copy_of, import_av
+from .encoding import Encoding, copy_of, header_refused, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
 from .palette import Palettes
@@ -28,14 +28,14 @@ from .planes import Planes, picture_of, plane_format
 from .segments import open_segments
 from .siting import Subsampler, output_siting, stated
 from .subtitles import converted
-from .timing import Retiming, output_clock, output_time_base, tick_of, too_close
+from .timing import Retiming, encoder_clock, output_clock, output_time_base, tick_of, too_close
 from .webm_alpha import has_alpha, settle_output
 
 # Encoders whose time base must be a frame rate of their standard's: times are rounded to its frames.
 _FRAME_RATE_CODECS = {"mpeg1video", "mpeg2video"}
-# Muxers that time each frame by its decoding order (the ISO family), where the last packet decoded
-# sets where the video ends.
-_DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v"}
+# Muxers that time each frame by its decoding order (the ISO family; AVI, whose frames are slots in
+# that order), where the last packet decoded sets where the video ends.
+_DECODE_ORDER_FORMATS = {"mov", "mp4", "ipod", "3gp", "3g2", "psp", "ismv", "f4v", "avi"}
 Y4M_OPTIONS = {"strict": "-1"}
 # FFmpeg's muxers of one image a file (.png, .jpg, .bmp, .tif...), which write a video's frames only
 # to a numbered name pattern, refusing a plain name at its second frame.
@@ -173,15 +173,18 @@ class VideoWriter(AlphaWriting, ClipWriter):
     def _clock(self, clip: Clip, name: str, rate: Fraction, raw: bool) -> None:
         """The video's time base, and the tick of its muxer's clock (:func:`~.timing.output_clock`),
         which frames must be at least apart (Matroska: 1 ms)."""
-        self.time_base = output_time_base(clip.time_base, self.retiming)
-        if name in _FRAME_RATE_CODECS or raw:
-            self.time_base = 1 / rate
+        fine = output_time_base(clip.time_base, self.retiming)
+        # MPEG-1/2 on their frame rate; MPEG-4 Part 2 on a clock of 16 bits (:func:`~.timing.encoder_clock`).
+        self.time_base = 1 / rate if name in _FRAME_RATE_CODECS or raw else encoder_clock(name, fine, rate, self.dst)
         self.counted, self.shown = raw, 0  # Y4M has a frame rate, no times: each frame takes the next slot
         self.stream.codec_context.time_base = self.stream.time_base = self.time_base
         given = self.time_base
         self.time_base, self.tick = (self.time_base,) * 2 if raw else output_clock(self.container, self.stream, rate, self.dst)
         # Put on a frame's own tick (AVI): a variable rate's frames are moved to the nearest, said once (:meth:`_on_tick`).
         self.constant = self.time_base != given and self.time_base == 1 / rate
+        # The encoder's clock where it is coarser than the input's, and the frames are on it: they are refused there by its name.
+        self.coarse = name if given != fine and self.time_base == given and not raw else ""
+        self.fixed = self.coarse in _FRAME_RATE_CODECS  # a variable rate's frames moved to its ticks, as into AVI
         self.origin, self.moved, self.times = None, False, (None, None)  # times: of the last two frames shown
 
     def _add_copies(self, clip: Clip, av) -> None:
@@ -234,15 +237,31 @@ class VideoWriter(AlphaWriting, ClipWriter):
 
     def _mux(self, packets, event: str = "written") -> None:
         for packet in packets:
-            if self.first is None:
-                self.first = (packet.pts, packet.dts)
             # The encoder may drop frame durations, and the muxer needs the last frame's.
             packet.duration = self.durations.pop(packet.pts, packet.duration)
-            self.container.mux_one(packet)
+            if self.first is None:
+                self.first = (packet.pts, packet.dts)
+                self._header(packet)
+            else:
+                self.container.mux_one(packet)
             if self.copies is not None and packet.dts is not None:
                 self._copy_until(packet.dts * packet.time_base)
         if packets and WRITTEN.isEnabledFor(logging.DEBUG):
             WRITTEN.debug("%d packets %s", len(packets), event)
+
+    def _header(self, packet) -> None:
+        """Mux the first packet, with which the muxer writes its header: where it refuses the video
+        there (raw RGB in Matroska, MPEG-4 Part 2 in MXF), FFmpeg's reason, not "Invalid argument"
+        or "Operation not permitted" naming the hidden partial file; another failure as it was."""
+        try:
+            self.container.mux_one(packet)
+        except self._error:
+            said = header_refused(self.container, self.stream)
+            if not said:
+                raise
+            raise BadInputError(f"output {str(self.dst)!r}: its container ({self.container.format.name}) does not take this "
+                                f"{self.stream.codec_context.name} video in {self.pix_fmt} ({said}); choose another "
+                                "container, --vcodec or --pix-fmt") from None
 
     def _encode(self, picture, pts: int, duration: int) -> None:
         if self.palettes is not None:
@@ -261,8 +280,8 @@ class VideoWriter(AlphaWriting, ClipWriter):
         """Encode the picture held before, which lasts until ``pts``, and hold this one."""
         if self.held is not None:
             previous, start = self.held
-            if pts <= start and self.constant:  # a variable rate's frames, moved to one tick of a constant rate
-                raise too_close(self.dst, self.container, self.times, self.tick)
+            if pts <= start and (self.constant or self.coarse):  # a variable rate's frames, moved to one tick of a coarser clock
+                raise too_close(self.dst, self.container, self.times, self.time_base if self.coarse else self.tick, self.coarse)
             if pts <= start:
                 raise BadInputError(f"{str(self.dst)!r}: the input's time base is too coarse for the frames "
                                     f"between two of its frames (time stamps {start} and {pts}); ask fewer")
@@ -292,13 +311,13 @@ class VideoWriter(AlphaWriting, ClipWriter):
         """The tick of the output's clock nearest ``time``; where the container holds a constant rate
         alone (:func:`~.timing.output_clock`), a variable rate's frame moved there is said once."""
         self.times = (self.times[1], time)
-        if self.constant and not self.moved:
+        if (self.constant or self.fixed) and not self.moved:
             self.origin = time if self.origin is None else self.origin
             if ((time - self.origin) / self.time_base).denominator != 1:
                 self.moved = True
-                warnings.warn(f"{self.dst.name}: its container ({self.container.format.name}) holds a constant frame rate "
-                              f"alone; the input's variable-rate frames are each moved to the nearest tick of "
-                              f"{float(1 / self.time_base):g} frames a second")
+                whose = f"{self.coarse} writes" if self.fixed else f"its container ({self.container.format.name}) holds"
+                warnings.warn(f"{self.dst.name}: {whose} a constant frame rate alone; the input's variable-rate frames are "
+                              f"each moved to the nearest tick of {float(1 / self.time_base):g} frames a second")
         return tick_of(time, self.time_base)
 
     def _original(self, original: Frame):
@@ -343,7 +362,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
                 # These muxers end the video where the last packet decoded ends, counted from the
                 # first packet's decoding time: reordered (B-)frames would cut the last one short.
                 final = packets[-1]
-                first_pts, first_dts = self.first or (final.pts, final.dts)
+                first_pts, first_dts = self.first or (packets[0].pts, packets[0].dts)  # all held until now: a short clip
                 self.durations[final.pts] = end - final.dts - (first_pts - first_dts)
             self._mux(packets, "flushed")
             if self.copies is not None:
