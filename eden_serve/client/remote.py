@@ -26,6 +26,7 @@ from ..media.audio import PageDecoder, transcoded
 from ..media.base import Clip, Frame
 from ..media.colour import Colour
 from ..media.containers import Labels, lead
+from ..media.damage import Damage
 from ..media.encoding import added, import_av
 from ..media.frames import check_size
 from ..media.palette import given_as
@@ -302,9 +303,10 @@ class RemoteVideo(VideoClip):
         except self._error:
             return None
 
-    def _decoded(self) -> Iterator:
+    def _video_packets(self) -> Iterator:
+        """The video's packets, as PyAV's, a page at a time."""
         av = import_av()
-        decoder, page = self.decoder(), self.first
+        page = self.first
         time_base = page.time_base
         while True:
             for p in page.packets:
@@ -312,11 +314,10 @@ class RemoteVideo(VideoClip):
                 packet = owned_packet(p.data, av)  # not lent: a frame-threaded decoder let go of mid-stream hung
                 packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, time_base
                 packet.is_keyframe = p.key  # a packet not marked so, PNG's decoder adds to the picture before it
-                yield from decoder.decode(packet)
+                yield packet
             if page.next is None:
                 break
             page = self.page(page.next, after=page.packets[-1] if page.packets else None)
-        yield from decoder.decode(None)
 
     def _hold(self, packet: Packet) -> None:
         """Keep ``packet`` for the bitstream payloads of the chunks to come: the packets since the
@@ -339,10 +340,20 @@ class RemoteVideo(VideoClip):
         return [p.data for p in found]
 
     def __iter__(self) -> Iterator:
+        """The frames, read on past damage as a local file's are (:mod:`~eden_serve.media.damage`):
+        each numbered (:attr:`~eden_serve.media.base.Frame.at`) as the cloud numbers the file's
+        frames, by time stamp, so a chunk after a lost frame names its own frames, and one across
+        it names none (its frames are sent)."""
+        stream = SimpleNamespace(time_base=self.time_base, frames=0, start_time=None, metadata={})
+        damage, given = Damage(stream, self.path), 0
         try:
-            yield from self.timed(self._decoded(), self.name)
+            for given, frame in enumerate(self.timed(damage.decoded(None, self.decoder(), self._video_packets()), self.name,
+                                                     damage=damage), 1):
+                frame.at = frame.index if damage.untimed else damage.at(frame.raw.pts)
+                yield frame
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
+        damage.report(given)
 
     def identity(self) -> dict:
         """What a resumed run checks it continues: the cloud's account of the file."""
@@ -373,6 +384,6 @@ def named_fields(frames: Sequence[Frame]) -> dict[str, str] | None:
     one server-side source; None where they must be sent (middles of a 4x run's second level,
     frames resized for --process-size)."""
     source = frames[0].source
-    if source is None or any(f.source != source or f.index != frames[0].index + i for i, f in enumerate(frames)):
-        return None
-    return {"source": source, "start": str(frames[0].index), "frames": str(len(frames))}
+    if source is None or any(f.source != source or f.at != frames[0].at + i for i, f in enumerate(frames)):
+        return None  # (or across frames lost to damage here, which the cloud counts)
+    return {"source": source, "start": str(frames[0].at), "frames": str(len(frames))}

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from typing import Callable, Iterator
 
 from ..media.containers import main_video
+from ..media.encoding import import_av
 from ..sandbox.decoder import SKIPS_UNREFERENCED
 
 CURSORS_KEPT = 2  # files whose decoder a cloud worker keeps open: each holds its reference frames and threads
@@ -29,6 +30,7 @@ class Cursor:
     def __init__(self, container, seek: int | None):
         """Decoding from the key frame the demuxer seeks to at or before ``seek`` (None: the start)."""
         self.container = container
+        self.error = import_av().error.FFmpegError
         self.stream = main_video(container, "")
         self.stream.thread_type = "AUTO"
         if seek is not None:
@@ -69,15 +71,26 @@ class Cursor:
         several), the unreferenced pictures shown before ``wanted[0]`` left out."""
         context = self.stream.codec_context
         skips = context.name in SKIPS_UNREFERENCED
-        for packet in self.packets:
-            if packet.size:  # not the demuxer's empty packet at the end, which drains the decoder
+        while True:
+            try:
+                packet = next(self.packets)
+            except StopIteration:
+                break
+            except self.error:  # a demuxer that fails ends the stream there, as a local run's reading ends it: drained
+                packet = None
+            if packet is None or not packet.size:  # the demuxer's empty packet at the end drains the decoder
+                self.ended = True
+            else:
                 if packet.pts is None or packet.pts <= wanted[-1]:
                     counted()
                 if skips:  # frame threads take the context's skip_frame with each packet submitted
                     context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < wanted[0] else "DEFAULT"
-            else:
-                self.ended = True
-            yield context.decode(packet)
+            try:
+                yield context.decode(packet)
+            except self.error:  # a damaged packet: left behind, as a local run's reading leaves it (media/damage.py)
+                yield []
+            if packet is None:
+                break
         self.ended = True
 
     def close(self) -> None:

@@ -54,6 +54,9 @@ class Frame:
     def __init__(self, index: int, name: str, *, image: Picture | None = None, path: Path | None = None,
                  duration: float | None = None, max_pixels: int | None = None, decoded: Decoded | None = None):
         self.index = index
+        # Its number where a server-side source's frames are counted (the cloud's: by time stamp,
+        # frames lost to damage here counted too), which a chunk names it by (client/remote.py).
+        self.at = index
         self.name = name
         self.path = path
         self.max_pixels = max_pixels  # checked from the file's header, before decoding

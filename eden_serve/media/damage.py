@@ -14,6 +14,7 @@ not damaged, and no frame can be told to be the lost one."""
 from __future__ import annotations
 
 import bisect
+import heapq
 import re
 import warnings
 from fractions import Fraction
@@ -49,14 +50,20 @@ class Damage:
         self.stopped: str | None = None  # why the demuxer stopped before the file's end
         self.end: int | None = None  # where the last packet ends (time stamp)
         self.muxer: set[str] = set()  # the container's names, as FFmpeg's demuxer gives them
+        # The packets' time stamps not yet passed by a frame given, and how many were (:meth:`at`).
+        self._ahead: list[int] = []
+        self._passed = 0
+        self.untimed = False  # a packet without a time stamp was read
 
-    def decoded(self, container, context) -> Iterator:
+    def decoded(self, container, context, packets: Iterator | None = None) -> Iterator:
         """The frames of ``context`` (the stream's decoder, or libvpx's for its alpha) from the
-        container's packets of the stream, a packet the decoder refuses left behind; a demuxer
-        that fails ends the stream there, as FFmpeg's command line ends it."""
+        container's packets of the stream (or ``packets``: a server-side source's, as its pages
+        bring them), a packet the decoder refuses left behind; a demuxer that fails ends the stream
+        there, as FFmpeg's command line ends it."""
         av = import_av()
-        packets, ending = container.demux(self.stream), None
-        self.muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
+        packets, ending = container.demux(self.stream) if packets is None else packets, None
+        if container is not None:
+            self.muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
         while True:
             try:
                 packet = next(packets)
@@ -69,6 +76,10 @@ class Damage:
                 ending = packet
                 continue
             self.packets += 1
+            if packet.pts is None:
+                self.untimed = True
+            else:
+                heapq.heappush(self._ahead, packet.pts)
             if packet.is_discard:  # an edit list's: the decoder drops its frame, as it should
                 self.discarded += 1
             elif packet.pts is not None:
@@ -106,6 +117,16 @@ class Damage:
                 self.gaps.append((previous, pts))
         self.pending.discard(pts)
         return True
+
+    def at(self, pts: int) -> int:
+        """The number of a frame timed ``pts`` among all the stream's frames, counted by time stamp
+        as the packets state them (lost ones and those its container discards counted too): the
+        packets read so far timed before it. Asked of the frames given, in the order given; a
+        decoder gives a frame only once every packet shown before it has been sent to it."""
+        while self._ahead and self._ahead[0] < pts:
+            heapq.heappop(self._ahead)
+            self._passed += 1
+        return self._passed
 
     def lost(self) -> list[int]:
         """The time stamps of the frames that never came out: packets refused, or whose frames the

@@ -1,0 +1,100 @@
+"""A damaged video the cloud holds (docs/cloud-sources.md, "Damaged sources") reads as the same file
+read locally (eden_serve/media/damage.py): the client reads on past damage with the same one
+warning, and refuses a file of which nothing decodes; its frames are named as the cloud numbers
+them, by time stamp, and the cloud reads a range on past a packet its decoder refuses."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from eden_serve.client.remote import RemoteVideo, named_fields
+from eden_serve.cloud.ranges import CURSORS
+from eden_serve.cloud.sources import SourceVideo
+from eden_serve.errors import BadInputError
+from eden_serve.media import open_clip
+from eden_serve.wire.pages import pack
+from harness.videos import damaged, make_clip, remux
+
+av = pytest.importorskip("av")
+
+COUNT, SIZE = 20, (48, 64)  # frames at 25 a second
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("clips")
+    return {"ffv1": make_clip(folder / "ffv1.mkv", "ffv1", {}, SIZE, COUNT, synthetic=True),
+            "ffv1 gop": make_clip(folder / "gop.mkv", "ffv1", {"g": "10"}, SIZE, COUNT, synthetic=True),  # key frames 0 and 10
+            "h264": make_clip(folder / "h264.mkv", "libx264", {"g": "10", "bframes": "0"}, SIZE, COUNT, synthetic=True)}
+
+
+def remote(path) -> tuple[SourceVideo, RemoteVideo]:
+    """``path`` as a cloud serves it, and as a client in this process reads it."""
+    video = SourceVideo(path, 10**7)
+    return video, RemoteVideo(path.name, json.loads(json.dumps(video.probe())),
+                              lambda stream, start, after: pack(video.page(stream, start, after and (after.pts, after.dts, len(after.data)))))
+
+
+def read(clip) -> tuple[list, list[str]]:
+    """The frames of ``clip`` as (time, pixels, frame), and what was said reading them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frames = [(f.time, np.asarray(f.image), f) for f in clip]
+    return frames, [str(w.message) for w in caught if "damaged" in str(w.message) or "decoded" in str(w.message)]
+
+
+def test_a_damaged_cloud_source_reads_on_as_the_local_file_with_its_one_warning(clips, tmp_path):
+    # Before, the client's reading ended at the packet its decoder refused: "cannot decode the video".
+    src = damaged(clips["ffv1"], tmp_path / "in.mkv", 7)
+    with open_clip(src) as clip:
+        local, said_here = read(clip)
+    video, source = remote(src)
+    served, said = read(source)
+    assert len(served) == len(local) == COUNT - 1
+    assert all(a[0] == b[0] and np.array_equal(a[1], b[1]) for a, b in zip(served, local))
+    assert len(said) == 1 and said[0] == said_here[0].replace(str(src), "cloud:in.mkv"), (said, said_here)
+    assert "1 of its video's 20 frames were lost, at 0.28 s" in said[0]
+    # Each frame is numbered as the cloud numbers it (by time stamp, the lost one counted): a chunk
+    # across the lost frame names none (it is sent), one after it names the cloud's frames.
+    frames = [f for _, _, f in served]
+    assert [f.at for f in frames] == [video.scan.times.index(f.raw.pts) for f in frames] == [*range(7), *range(8, COUNT)]
+    assert named_fields(frames[5:8]) is None
+    assert named_fields(frames[7:10]) == {"source": "in.mkv", "start": "8", "frames": "3"}
+
+
+def test_frames_before_a_cloud_sources_first_key_frame_are_lost_and_the_rest_named_by_the_clouds_numbers(clips, tmp_path):
+    # Before, the client named its first frame 0, which the cloud could not decode: the run was refused
+    # ("frames 0 to 4 do not all decode").
+    src = remux(clips["h264"], tmp_path / "in.mkv", lambda index, packet: index >= 3)
+    video, source = remote(src)
+    served, said = read(source)
+    assert len(said) == 1 and f"7 of its video's {COUNT - 3} frames were lost, at 0.12-0.36 s of the input" in said[0], said
+    frames = [f for _, _, f in served]
+    assert [f.at for f in frames] == list(range(7, COUNT - 3))
+    named = named_fields(frames[:3])
+    pixels = video.read(int(named["start"]), int(named["frames"]))
+    assert all(np.array_equal(p, image) for p, (_, image, _) in zip(pixels, served[:3]))
+
+
+def test_the_cloud_reads_a_range_on_past_a_packet_its_decoder_refuses(clips, tmp_path):
+    # Before: "cannot decode the video (... avcodec_send_packet())", for frames that decode locally.
+    src = damaged(clips["ffv1 gop"], tmp_path / "in.mkv", 7)
+    CURSORS.clear()
+    video = SourceVideo(src, 10**7)
+    # From the key frame at 0, across packet 7. The frames after it in its GOP are decoded from what
+    # the damage left, which a frame-threaded decoder's timing decides (a local run's alike).
+    pixels = video.read(8, 2)
+    assert [p.shape for p in pixels] == [(*SIZE, 3)] * 2
+    with pytest.raises(BadInputError, match="frames 6 to 8 do not all decode"):
+        video.read(6, 3)  # the lost frame itself (a client never names it: the first test)
+    CURSORS.clear()
+
+
+def test_a_cloud_source_of_which_no_frame_decodes_is_refused_in_one_line(clips, tmp_path):
+    src = remux(clips["h264"], tmp_path / "in.mkv", lambda index, packet: 1 <= index < 10)
+    _, source = remote(src)
+    with pytest.raises(BadInputError, match="none of its video's frames could be decoded: the file is damaged") as info:
+        list(source)
+    assert "\n" not in str(info.value) and str(info.value).startswith("cloud:in.mkv: ")
