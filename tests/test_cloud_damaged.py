@@ -98,3 +98,36 @@ def test_a_cloud_source_of_which_no_frame_decodes_is_refused_in_one_line(clips, 
     with pytest.raises(BadInputError, match="none of its video's frames could be decoded: the file is damaged") as info:
         list(source)
     assert "\n" not in str(info.value) and str(info.value).startswith("cloud:in.mkv: ")
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_a_cloud_source_cut_short_is_said_against_the_end_its_header_states(clips, tmp_path, suffix):
+    # Before, the client read what the cloud's pages held and said nothing.
+    whole = remux(clips["ffv1"], tmp_path / f"whole{suffix}") if suffix == ".mkv" else make_clip(
+        tmp_path / "whole.mp4", "libx264", {"g": "5", "bframes": "0"}, SIZE, COUNT, synthetic=True)
+    src = damaged(whole, tmp_path / f"in{suffix}", 12, cut=True)
+    if suffix == ".mp4":  # cut before its index: refused as the local file is (was: "not a readable video (... '5')")
+        with pytest.raises(BadInputError) as here, open_clip(src):
+            pass
+        with pytest.raises(BadInputError) as there:
+            remote(src)
+        assert str(there.value) == str(here.value).replace(repr(str(src)), "in.mp4")
+        assert "the file is damaged or cut short" in str(there.value)
+        return
+    with open_clip(src) as clip:
+        local, said_here = read(clip)
+    served, said = read(remote(src)[1])
+    assert len(said) == len(said_here) == 1 and said[0] == said_here[0].replace(str(src), f"cloud:in{suffix}"), (said, said_here)
+    assert "before the 0.80 s its header states (cut short?)" in said[0]
+    assert len(served) == len(local)
+
+
+@pytest.mark.parametrize("stated, message", [
+    ({"container": "avi"}, "container"), ({"container": "mov", "frames": -1}, "frames"),
+    ({"container": "matroska", "duration": "soon"}, "duration"), ([], "container")])
+def test_a_probes_stated_end_is_checked(clips, tmp_path, stated, message):
+    from eden_serve.errors import CodecError
+    video = SourceVideo(clips["ffv1"], 10**7)
+    probe = {**json.loads(json.dumps(video.probe())), "stated": stated}
+    with pytest.raises(CodecError, match=f"the cloud's probe: stated .*{message}"):
+        RemoteVideo("ffv1.mkv", probe, lambda stream, start, after: pack(video.page(stream, start, after and (after.pts, after.dts, len(after.data)))))

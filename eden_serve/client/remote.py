@@ -167,6 +167,7 @@ class RemoteVideo(VideoClip):
         # When the video and the file's first stream start: the output is moved by them as a local
         # file's is (:func:`~eden_serve.media.containers.lead`).
         self.start, self.earliest = _seconds(probe.get("start"), "start"), _seconds(probe.get("streams_start"), "streams_start")
+        self.damage()  # where the container states the video ends, checked (a file cut short is said as its reading ends)
         self.first = unpack(fetch(None, 0, None))
         self._held: list[Packet] = []  # the video's latest packets, in decode order (_hold)
         self._lock = threading.Lock()
@@ -344,8 +345,7 @@ class RemoteVideo(VideoClip):
         each numbered (:attr:`~eden_serve.media.base.Frame.at`) as the cloud numbers the file's
         frames, by time stamp, so a chunk after a lost frame names its own frames, and one across
         it names none (its frames are sent)."""
-        stream = SimpleNamespace(time_base=self.time_base, frames=0, start_time=None, metadata={})
-        damage, given = Damage(stream, self.path), 0
+        damage, given = self.damage(), 0
         try:
             for given, frame in enumerate(self.timed(damage.decoded(None, self.decoder(), self._video_packets()), self.name,
                                                      damage=damage), 1):
@@ -354,6 +354,12 @@ class RemoteVideo(VideoClip):
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
         damage.report(given)
+
+    def damage(self) -> Damage:
+        try:
+            return Damage.stated(self.probe.get("stated", {}), self.time_base, self.path)
+        except ValueError as exc:
+            raise CodecError(f"the cloud's probe: {exc}") from None
 
     def identity(self) -> dict:
         """What a resumed run checks it continues: the cloud's account of the file."""

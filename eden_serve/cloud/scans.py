@@ -15,6 +15,7 @@ from fractions import Fraction
 from ..errors import BadInputError
 from ..media.colour import Colour
 from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect
+from ..media.damage import stated_end
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
@@ -49,6 +50,7 @@ class Scan:
     decoding: dict  # what the container tells the decoder beside the extradata (:func:`_decoding`)
     start: Fraction | None  # when the video's first frame is shown, in seconds, as the container states it
     earliest: Fraction | None  # when the file's first stream starts (the container's start time), in seconds
+    stated: dict  # where the container states the video ends (:func:`~eden_serve.media.damage.stated_end`)
 
 
 def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -86,7 +88,8 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
                     display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
                     marked_alpha(stream), _decoding(context),
                     None if stream.start_time is None or not stream.time_base else stream.start_time * stream.time_base,
-                    None if container.start_time is None else Fraction(container.start_time, 1_000_000))
+                    None if container.start_time is None else Fraction(container.start_time, 1_000_000),
+                    stated_end(container, stream))
 
 
 def _decoding(context) -> dict:

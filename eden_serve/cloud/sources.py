@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadInputError, SourceForbiddenError
+from ..media import MOOV
 from ..media.audio import skips
 from ..media.encoding import import_av
 from ..media.packets import Work
@@ -84,7 +85,12 @@ class SourceFile:
             return av.open(reader, format=self.format, options=_DEMUXER_OPTIONS)
         except (av.error.FFmpegError, ValueError, OSError) as exc:  # OSError: PyAV's seek in a file cut to nothing since
             reader.close()
-            raise BadInputError(f"{self.name}: not a readable video ({exc})") from None
+            shown = self_contained(os.pread(self.fd, 12, 0))
+            if CONTAINERS.get(shown) != self.format:  # changed since it was opened (cut to nothing)
+                raise BadInputError(f"{self.name}: not a readable video ({exc})") from None
+            # Its first bytes name the container it was opened as: damaged, as a local run says of such a file.
+            raise BadInputError(f"{self.name}: its first bytes say {shown}, which FFmpeg cannot read ({getattr(exc, 'strerror', None) or exc}): "
+                                f"the file is damaged or cut short{MOOV if self.format == 'mov' else ''}") from None
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video (:class:`~eden_serve.media.video.VideoClip`),
@@ -117,7 +123,8 @@ class SourceVideo:
                 "key_frames": len(s.starts), "bytes": self.source.size, "streams": s.streams,
                 "display_matrix": s.display_matrix and list(s.display_matrix), "sample_aspect_ratio": s.aspect and str(s.aspect),
                 "labels": s.labels.fields(), "dynamic_hdr": list(s.dynamic_hdr), "alpha_left_out": s.alpha_left_out,
-                "decoding": dict(s.decoding), "start": _seconds(s.start), "streams_start": _seconds(s.earliest)}
+                "decoding": dict(s.decoding), "start": _seconds(s.start), "streams_start": _seconds(s.earliest),
+                "stated": s.stated}
 
     def clip(self, max_pixels: int | None) -> VideoClip:
         """The source as a local run reads a video, with the colour its probe states."""

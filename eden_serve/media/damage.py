@@ -18,6 +18,7 @@ import heapq
 import re
 import warnings
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Iterator
 
 from ..errors import BadInputError
@@ -54,6 +55,24 @@ class Damage:
         self._ahead: list[int] = []
         self._passed = 0
         self.untimed = False  # a packet without a time stamp was read
+
+    @classmethod
+    def stated(cls, given: dict, time_base: Fraction, path) -> "Damage":
+        """The damage of a server-side source's reading (client/remote.py), judged against the end
+        its container states as the cloud's probe gives it (:func:`stated_end`); ValueError where
+        ``given`` is not such a statement. A cloud from before states none: nothing is judged cut short."""
+        if not isinstance(given, dict) or not set(given) <= {"container", "frames", "duration"} or (
+                given and given.get("container") not in ("mov", "matroska")):
+            raise ValueError("stated must hold container (mov or matroska), frames and duration at most")
+        frames, duration = given.get("frames", 0), given.get("duration")
+        if type(frames) is not int or not 0 <= frames < 1 << 32:
+            raise ValueError("stated frames must be an integer from 0 to 2**32")
+        if duration is not None and not (isinstance(duration, str) and len(duration) <= 40 and parse_duration(duration) is not None):
+            raise ValueError("stated duration must be a Matroska duration, HH:MM:SS.nnnnnnnnn")
+        stream = SimpleNamespace(time_base=time_base, frames=frames, start_time=None, metadata={"DURATION": duration} if duration else {})
+        damage = cls(stream, path)
+        damage.muxer = {given["container"]} if given else set()
+        return damage
 
     def decoded(self, container, context, packets: Iterator | None = None) -> Iterator:
         """The frames of ``context`` (the stream's decoder, or libvpx's for its alpha) from the
@@ -222,6 +241,18 @@ class Damage:
 
     def _seconds(self, pts: int | None) -> str:
         return "?" if pts is None else f"{float(pts * self.time_base):.2f}"
+
+
+def stated_end(container, stream) -> dict:
+    """Where the container states the stream ends, as :meth:`Damage._short` judges a file cut short
+    by it, for a cloud's probe: MP4's and MOV's count of samples, Matroska's ``DURATION`` tag."""
+    muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
+    if muxer & {"mov", "mp4"}:
+        return {"container": "mov", "frames": stream.frames or 0}
+    if muxer & {"matroska", "webm"}:
+        tag = {str(k).upper(): str(v) for k, v in (stream.metadata or {}).items()}.get("DURATION")
+        return {"container": "matroska", **({"duration": tag} if tag and len(tag) <= 40 and parse_duration(tag) else {})}
+    return {}
 
 
 def parse_duration(text: str) -> Fraction | None:
