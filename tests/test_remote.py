@@ -27,7 +27,7 @@ from eden_serve.media.containers import MAX_CHAPTERS, MAX_LABEL_CHARACTERS, MAX_
 from eden_serve.wire.bitstream import BITSTREAM_CODEC, BitstreamKind
 from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
-from harness.videos import local_frames, make_graded_clip
+from harness.videos import damaged, local_frames, make_clip, make_graded_clip, remux
 from test_colour import P3
 from test_dynamic_hdr import with_dolby_vision, with_hdr10_plus
 from test_video import audio_end, average, display, frame_times, labelled_video, labels_of, make_video, real_video
@@ -443,6 +443,11 @@ def media(tmp_path_factory):
     hdr10 = make_graded_clip(tmp_path_factory.mktemp("hdr") / "hdr10.mkv", "libx265", "yuv420p10le", (64, 96), 4, HDR10)
     with_dolby_vision(hdr10, root / "dolby.mkv", size=(64, 96))
     with_hdr10_plus(hdr10, root / "hdr10plus.mkv")
+    ffv1 = make_clip(tmp_path_factory.mktemp("whole") / "ffv1.mkv", "ffv1", {}, (48, 64), 20, synthetic=True)
+    damaged(ffv1, root / "refused.mkv", 11)  # a packet its decoder refuses, the last of its GOP: what follows decodes as it was
+    h264 = make_clip(tmp_path_factory.mktemp("whole") / "h264.mkv", "libx264", {"g": "10", "bframes": "0"}, (48, 64), 20, synthetic=True)
+    remux(h264, root / "keyless.mkv", lambda index, packet: index >= 3)  # cut before its first key frame
+    remux(h264, root / "undecodable.mkv", lambda index, packet: 1 <= index < 10)
     (root / "vidéos").mkdir()
     (root / "vidéos" / "été 1.mp4").write_bytes((root / "gops.mp4").read_bytes())
     return root
@@ -537,6 +542,37 @@ def test_the_command_reads_a_cloud_source_and_refuses_a_path_outside(servers, me
     error = capsys.readouterr().err
     assert "leaves the media root" in error and "HTTP 403" in error and error.count("\n") == 1
     assert not (tmp_path / "bad.mp4").exists()
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("codec", [wire.DEFAULT_CODEC, BITSTREAM_CODEC])
+@pytest.mark.parametrize("name", ["refused.mkv", "keyless.mkv"])
+def test_a_damaged_cloud_source_is_read_on_as_the_local_file(servers, media, tmp_path, name, codec):
+    """Before, the client's reading ended at a packet its decoder refused ("cannot decode the
+    video"), and a source cut before its first key frame was refused ("frames 0 to 4 do not all
+    decode": the client named its first frame 0). Now the same output as the local file's, and the
+    same one warning; a chunk the bitstream codec cannot carry goes with the frames codec."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with Client(cloud=url, edge=url, codec=codec) as client:
+        with warnings.catch_warnings(record=True) as there:
+            warnings.simplefilter("always")
+            remote = client.interpolate_clip(f"cloud:{name}", tmp_path / "remote.mkv", **run)
+        with warnings.catch_warnings(record=True) as here:
+            warnings.simplefilter("always")
+            local = client.interpolate_clip(media / name, tmp_path / "local.mkv", **run)
+    said, said_here = ([str(w.message) for w in caught if "damaged" in str(w.message)] for caught in (there, here))
+    assert len(said) == len(said_here) == 1 and said[0] == said_here[0].replace(str(media / name), f"cloud:{name}"), (said, said_here)
+    assert remote.pairs == local.pairs > 0 and same_video(tmp_path / "remote.mkv", tmp_path / "local.mkv")
+
+
+@pytest.mark.serving
+def test_a_cloud_source_of_which_nothing_decodes_is_refused_in_one_line(servers, tmp_path, capsys):
+    url = servers.inference_url
+    assert main(["client", "cloud:undecodable.mkv", "-o", str(tmp_path / "out.mkv"), "--cloud", url, "--edge", url]) == 2
+    error = capsys.readouterr().err
+    assert "none of its video's frames could be decoded: the file is damaged" in error and error.count("\n") == 1, error
+    assert "Traceback" not in error and not (tmp_path / "out.mkv").exists()
 
 
 def audio_of(path) -> tuple[tuple, list[tuple]]:
