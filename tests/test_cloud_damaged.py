@@ -133,3 +133,39 @@ def test_a_probes_stated_end_is_checked(clips, tmp_path, stated, message):
     probe = {**json.loads(json.dumps(video.probe())), "stated": stated}
     with pytest.raises(CodecError, match=f"the cloud's probe: stated .*{message}"):
         RemoteVideo("ffv1.mkv", probe, lambda stream, start, after: pack(video.page(stream, start, after and (after.pts, after.dts, len(after.data)))))
+
+
+class Failing:
+    """A source's container whose demuxer fails after ``good`` packets, as FFmpeg's does on a file
+    it cannot read further (the rest as PyAV's own)."""
+
+    def __init__(self, inner, good):
+        self.inner, self.good = inner, good
+
+    def demux(self, *args, **kwargs):
+        for index, packet in enumerate(self.inner.demux(*args, **kwargs)):
+            if index == self.good:
+                raise av.error.InvalidDataError(1094995529, "Invalid data found when processing input")
+            yield packet
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.inner.close()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_cloud_sources_demuxer_that_fails_ends_the_stream_there_said_against_its_stated_end(clips, tmp_path, monkeypatch):
+    # Before, the cloud's scan refused the file ("cannot read the video's packets (... Invalid data ...)").
+    from eden_serve.cloud import sources
+
+    src = remux(clips["ffv1"], tmp_path / "in.mkv")
+    opened = sources.SourceFile.open
+    monkeypatch.setattr(sources.SourceFile, "open", lambda self: Failing(opened(self), 12))
+    video, source = remote(src)
+    served, said = read(source)
+    assert video.scan.frames == len(served) == 12
+    assert len(said) == 1 and "its packets end at 0.44 s, before the 0.80 s its header states (cut short?)" in said[0], said

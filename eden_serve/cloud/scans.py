@@ -15,7 +15,7 @@ from fractions import Fraction
 from ..errors import BadInputError
 from ..media.colour import Colour
 from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect
-from ..media.damage import stated_end
+from ..media.damage import stated_end, until_failure
 from ..media.encoding import import_av
 from ..media.frames import check_size
 from ..media.packets import Work
@@ -60,7 +60,7 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
         check_size(stream.width, stream.height, max_pixels, source.name)
         times, decoded_at, starts, size, count = [], [], [], 0, 0
         try:
-            for packet in container.demux(stream):
+            for packet in until_failure(container.demux(stream)):
                 if not packet.size:  # the demuxer ends the stream with an empty packet
                     continue
                 count += 1

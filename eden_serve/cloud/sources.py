@@ -30,6 +30,7 @@ from ..media.audio import skips
 from ..media.encoding import import_av
 from ..media.packets import Work
 from ..media.containers import main_video, self_contained
+from ..media.damage import until_failure
 from ..media.video import VideoClip, rgb
 from ..wire.pages import MAX_PAGE_BYTES, MAX_PAGE_PACKETS, Packet, Page
 from .names import open_beneath, resolve
@@ -252,7 +253,7 @@ class SourceVideo:
                 if after is not None:
                     container.seek(stamp, stream=stream, backward=True)
                 packets, size, following, n = [], 0, None, None if after is not None else 0
-                for packet in container.demux(stream):
+                for packet in until_failure(container.demux(stream)):  # a failing demuxer ends the stream, as the scan has it
                     if not packet.size:
                         continue
                     self.demuxed += 1

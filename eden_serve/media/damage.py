@@ -243,6 +243,15 @@ class Damage:
         return "?" if pts is None else f"{float(pts * self.time_base):.2f}"
 
 
+def until_failure(packets: Iterator) -> Iterator:
+    """A demuxer's ``packets`` up to where it fails: the stream ends there, as FFmpeg's command line
+    ends it (a cloud's scan and pages of a source; what is lost is judged against :func:`stated_end`)."""
+    try:
+        yield from packets
+    except import_av().error.FFmpegError:
+        return
+
+
 def stated_end(container, stream) -> dict:
     """Where the container states the stream ends, as :meth:`Damage._short` judges a file cut short
     by it, for a cloud's probe: MP4's and MOV's count of samples, Matroska's ``DURATION`` tag."""

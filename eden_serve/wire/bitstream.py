@@ -246,14 +246,16 @@ def frame_digest(pixels: np.ndarray) -> str:
 def to_frames(chunk: BitstreamChunk, pixels: np.ndarray) -> FramesChunk:
     """The frames chunk of ``chunk``, whose packets decoded to ``pixels`` [F, H, W, 3] here (16-bit
     for a stream deeper than 8 bits, as the cloud read them), each frame checked against the cloud's
-    digest of it: a mismatch means this edge's decoder is another build (:class:`DigestMismatchError`)."""
+    digest of it: a mismatch means this edge's decoder is another build, or a damaged packet was concealed
+    otherwise here (:class:`DigestMismatchError`)."""
     for i, (digest, expected) in enumerate(zip(_HASHERS.map(frame_digest, pixels), chunk.digests)):
         if digest != expected:
             import av  # the decoder that differs is PyAV's: name its build
 
             raise DigestMismatchError(
                 f"frame {i} of the chunk decodes on this edge to other pixels than on the cloud: its {chunk.parameters.decoder} "
-                f"decoder (libavcodec {'.'.join(map(str, av.library_versions['libavcodec']))}) is another build; "
+                f"decoder (libavcodec {'.'.join(map(str, av.library_versions['libavcodec']))}) is another build, or the "
+                "packets are damaged, which each decoder conceals as its threads go; "
                 "send this chunk with the frames codec"
             )
     return FramesChunk(pixels, chunk.decisions)
