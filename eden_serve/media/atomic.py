@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import shutil
@@ -81,9 +82,33 @@ def check_destination(dst: Path, directory: bool) -> None:
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {exc.strerror}") from None
+        # mkdir says "File exists" where a file stands in the way: name that file instead
+        blocking = next((p for p in dst.parents if p.exists() and not p.is_dir()), None)
+        reason = f"{str(blocking)!r} is not a directory" if blocking is not None else exc.strerror
+        raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {reason}") from None
     if not os.access(dst.parent, os.W_OK | os.X_OK):  # read-only file systems included, even for root
         raise BadInputError(f"cannot write output {str(dst)!r}: its directory is not writable")
+
+
+# What the longest name made from a hidden one adds to it: resume's journal (``….journal``), as
+# :func:`.resume.write_durably` writes it beside itself (``….journal.XXXXXXXX.tmp``).
+LONGEST_ADDED = len(".journal.XXXXXXXX.tmp")
+
+
+def hidden(dst: Path, tag: str, suffix: str) -> Path:
+    """``.STEM.partial-TAG`` + ``suffix`` beside ``dst``. Where that name, or the longest made from it
+    (:data:`LONGEST_ADDED`), would pass the file system's limit on a name (255 bytes), the stem is cut
+    short and marked with a digest of ``dst``'s name: an output whose own name fits is built under a
+    hidden one that fits, the same on every run (resume finds it again), and two outputs whose names
+    differ only past the cut never share one."""
+    try:
+        limit = os.pathconf(dst.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    stem, mark = dst.stem, ""
+    while len(os.fsencode(f".{stem}{mark}.partial-{tag}{suffix}")) + LONGEST_ADDED > limit and stem:
+        stem, mark = stem[:-1], "~" + hashlib.sha256(os.fsencode(dst.name)).hexdigest()[:8]
+    return dst.with_name(f".{stem}{mark}.partial-{tag}{suffix}")
 
 
 def place(tmp: Path, dst: Path) -> None:
@@ -125,7 +150,7 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
     """
     dst = Path(dst)
     check_destination(dst, directory)
-    tmp = dst.with_name(f".{dst.stem}.partial-{secrets.token_hex(4)}{'' if directory else dst.suffix}")
+    tmp = hidden(dst, secrets.token_hex(4), "" if directory else dst.suffix)
     made = False
     try:
         # Made inside the try: a signal's handler runs at the first instruction after the system
