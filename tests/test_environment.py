@@ -1,0 +1,131 @@
+"""The command on machines and environments it was not tuned for: odd names (long, non-ASCII, a
+leading dash), strict or closed standard streams, and the user's umask. Every refusal is one line
+and exit code 2; every output appears whole, under the name given, with the mode a plain write
+gives; nothing hidden is left behind."""
+
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eden_serve.commands.cli import main
+from eden_serve.media import atomic
+from eden_serve.media.frames import to_png
+from eden_serve.model.synthetic import frame_pair, write_clip
+from harness.videos import make_clip
+
+TINY = ("--config", "tiny")
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("frames")
+    paths = [folder / f"f{i}.png" for i in range(2)]
+    for path, frame in zip(paths, frame_pair(24, 32)):
+        path.write_bytes(to_png(frame))
+    return paths
+
+
+def run(*args, env=None, shell_redirect=""):
+    """The command in a fresh process; ``shell_redirect`` (``>&-``) starts it with a stream closed."""
+    command = [sys.executable, "-m", "eden_serve.commands.cli", *map(str, args)]
+    if shell_redirect:
+        command = ["sh", "-c", f'exec "$@" {shell_redirect}', "sh", *command]
+    return subprocess.run(command, capture_output=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def one_line(result) -> str:
+    lines = result.stderr.decode(errors="replace").strip().splitlines()
+    lines = [line for line in lines if "NOT a real interpolation" not in line]
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in lines[0], result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("encoding,name", [("ascii", "é 日本.png"), ("utf-8", os.fsdecode(b"bad\xff.png"))],
+                         ids=["accent-ascii", "not-utf8-strict"])
+def test_a_name_the_standard_output_cannot_encode_is_said_escaped(frames, tmp_path, encoding, name):
+    """With a strict encoding on standard output (PYTHONIOENCODING), the line that names the output
+    once written no longer fails the run (was: exit 2, "internal error (UnicodeEncodeError", with
+    the output written)."""
+    result = run("interpolate", *frames, "-o", tmp_path / name, *TINY, env={"PYTHONIOENCODING": encoding})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / name).is_file() and result.stdout.startswith(b"wrote ")
+
+
+def test_an_output_name_at_the_systems_limit_is_written(frames, tmp_path):
+    """An output whose own name fits (255 bytes) is built under a hidden name that fits too (was:
+    "cannot write output …: File name too long"; with --resume, its journal's name overflowed)."""
+    pair = tmp_path / ("a" * 251 + ".png")
+    assert main(["interpolate", *map(str, frames), "-o", str(pair), *TINY]) == 0 and pair.is_file()
+    clip = make_clip(tmp_path / "in.mp4", "libx264", {}, (24, 32), 3)
+    for dst, resume in ((tmp_path / ("e" * 251 + ".mp4"), ["--resume"]), (tmp_path / ("日" * 85), [])):
+        source = clip if dst.suffix else write_clip(tmp_path / "frames", 3, 24, 32)
+        assert main(["interpolate", str(source), "-o", str(dst), *TINY, *resume]) == 0 and dst.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_shortened_hidden_name_is_stable_and_its_own(tmp_path):
+    """The same output gets the same hidden name on every run (resume finds its journal again);
+    two outputs whose names differ only past the cut get two."""
+    first, second = tmp_path / ("x" * 250 + "1.mkv"), tmp_path / ("x" * 250 + "2.mkv")
+    names = [atomic.hidden(dst, "resume", ".mkv") for dst in (first, first, second)]
+    assert names[0] == names[1] != names[2]
+    assert all(len(os.fsencode(name.name)) + atomic.LONGEST_ADDED <= 255 for name in names)
+    assert atomic.hidden(tmp_path / "out.mkv", "resume", ".mkv").name == ".out.partial-resume.mkv"  # short names as ever
+
+
+@pytest.mark.parametrize("umask,mode", [(0o077, 0o600), (0o022, 0o644)])
+def test_split_weights_take_the_users_umask(tmp_path, umask, mode):
+    """The halves have the mode a plain write gives (was: 0644 whatever the umask, so 077's private
+    weights were readable by all)."""
+    before = os.umask(umask)
+    try:
+        assert main(["split-checkpoint", *TINY, "--out", str(tmp_path / "halves")]) == 0
+    finally:
+        os.umask(before)
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "halves").iterdir()}
+    assert modes == {mode}
+
+
+def test_a_closed_standard_stream_ends_a_failed_run_in_one_line(frames, tmp_path):
+    """Started with standard output or error closed (``>&-``, ``2>&-``), a refused run still exits 2
+    (was: a traceback from flushing it, exit 1; with stderr closed, faulthandler's refusal)."""
+    missing = tmp_path / "missing.png"
+    assert "cannot read frame0" in one_line(run("interpolate", missing, frames[1], "-o", tmp_path / "x.png", *TINY,
+                                                shell_redirect=">&-"))
+    assert run("interpolate", missing, frames[1], "-o", tmp_path / "x.png", *TINY, shell_redirect="2>&-").returncode == 2
+
+
+def test_a_closed_standard_stream_named_as_the_clip_is_refused(tmp_path):
+    """``-`` as the input with standard input closed, or as the output with standard output closed,
+    is refused in one line (was: "internal error (AttributeError")."""
+    clip = make_clip(tmp_path / "in.mp4", "libx264", {}, (24, 32), 3)
+    assert "standard output, which is closed" in one_line(run("interpolate", clip, "-o", "-", *TINY, shell_redirect=">&-"))
+    assert "standard input, which is closed" in one_line(run("interpolate", "-", "-o", tmp_path / "o.mp4", *TINY,
+                                                             shell_redirect="<&-"))
+    assert not (tmp_path / "o.mp4").exists()
+
+
+def test_the_ffmpeg_command_printed_for_frames_can_be_pasted(tmp_path):
+    """The command that makes a video of a directory of frames names them as a shell reads them
+    back, spaces, quotes and a leading dash included (was: unquoted, split by the shell)."""
+    source = write_clip(tmp_path / "in", 3, 24, 32)
+    out = tmp_path / "-out 'é' x"
+    result = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", str(source), "-o",
+                             f"./{out.name}", *TINY], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("make a video of it:"))
+    words = shlex.split(line.split(":", 1)[1].split("  (RATE")[0])
+    frames_in, video = words[words.index("-i") + 1], words[-1]
+    assert Path(tmp_path, frames_in).parent == out and not frames_in.startswith("-")
+    assert Path(video).name == f"{out.name}.mp4" and not video.startswith("-")
+
+
+def test_an_output_under_a_file_names_the_file(frames, tmp_path):
+    """An output whose parent is a regular file is refused naming that file (was: "File exists")."""
+    line = one_line(run("interpolate", *frames, "-o", frames[0] / "sub" / "o.png", *TINY))
+    assert f"{str(frames[0])!r} is not a directory" in line
