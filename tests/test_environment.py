@@ -129,3 +129,26 @@ def test_an_output_under_a_file_names_the_file(frames, tmp_path):
     """An output whose parent is a regular file is refused naming that file (was: "File exists")."""
     line = one_line(run("interpolate", *frames, "-o", frames[0] / "sub" / "o.png", *TINY))
     assert f"{str(frames[0])!r} is not a directory" in line
+
+
+NO_HOME = """
+import os, pwd, stat
+def no_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+pwd.getpwuid = no_entry  # the user a container runs as, unknown to its password database
+from eden_serve.edge.compiling import persistent_cache
+first, second = persistent_cache(), persistent_cache()
+print(first == second, oct(stat.S_IMODE(os.stat(first).st_mode)), first)
+"""
+
+
+def test_compiling_without_a_home_is_said_once_and_kept_private(tmp_path):
+    """With HOME unset and a user the password database does not know (``docker run --user 4242``),
+    ``--compile`` compiles into a private directory of the run's, said in one warning, removed at
+    its exit (was: "internal error (RuntimeError: Could not determine home directory.)")."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR")}
+    result = subprocess.run([sys.executable, "-c", NO_HOME], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    same, mode, folder = result.stdout.split()
+    assert same == "True" and mode == "0o700" and not Path(folder).exists()
+    assert result.stderr.count("no home directory to keep compiled artefacts in") == 1
