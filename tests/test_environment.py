@@ -14,8 +14,10 @@ import pytest
 
 from eden_serve.commands.cli import main
 from eden_serve.media import atomic
+from eden_serve.serving import launcher
 from eden_serve.media.frames import to_png
 from eden_serve.model.synthetic import frame_pair, write_clip
+from harness.servers import build_archives, torchserve
 from harness.videos import make_clip
 
 TINY = ("--config", "tiny")
@@ -152,3 +154,16 @@ def test_compiling_without_a_home_is_said_once_and_kept_private(tmp_path):
     same, mode, folder = result.stdout.split()
     assert same == "True" and mode == "0o700" and not Path(folder).exists()
     assert result.stderr.count("no home directory to keep compiled artefacts in") == 1
+
+
+@pytest.mark.serving
+def test_a_model_store_that_is_not_ascii_serves_under_the_c_locale(tmp_path):
+    """Under LC_ALL=C (a container's, a service's locale), TorchServe loads archives from a store
+    whose path is not ASCII (was: "TorchServe did not load eden_encoder": Java decoded the path as
+    ASCII); and a user's UTF-8 locale is left as it is."""
+    store = build_archives(tmp_path / "modèles 日本", config="tiny")
+    with torchserve(store, models=["eden_encoder.mar"], env={"LANG": "C", "LC_ALL": "C"}) as server:
+        assert server.models() == ["eden_encoder"] and server.ready("eden_encoder")
+    for given, java in (({"LC_ALL": "C"}, "C.UTF-8"), ({"LC_ALL": "", "LANG": "POSIX"}, "C.UTF-8"),
+                        ({"LC_ALL": "en_GB.utf8"}, "en_GB.utf8"), ({"LC_ALL": "", "LC_CTYPE": "fr_FR.UTF-8"}, "")):
+        assert launcher._environment(tmp_path / "work", given)["LC_ALL"] == java, given
