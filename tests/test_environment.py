@@ -133,11 +133,13 @@ def test_an_output_under_a_file_names_the_file(frames, tmp_path):
     assert f"{str(frames[0])!r} is not a directory" in line
 
 
-NO_HOME = """
+NO_ENTRY = """
 import os, pwd, stat
 def no_entry(uid):
     raise KeyError(f"getpwuid(): uid not found: {uid}")
 pwd.getpwuid = no_entry  # the user a container runs as, unknown to its password database
+"""
+NO_HOME = NO_ENTRY + """
 from eden_serve.edge.compiling import persistent_cache
 first, second = persistent_cache(), persistent_cache()
 print(first == second, oct(stat.S_IMODE(os.stat(first).st_mode)), first)
@@ -167,3 +169,16 @@ def test_a_model_store_that_is_not_ascii_serves_under_the_c_locale(tmp_path):
     for given, java in (({"LC_ALL": "C"}, "C.UTF-8"), ({"LC_ALL": "", "LANG": "POSIX"}, "C.UTF-8"),
                         ({"LC_ALL": "en_GB.utf8"}, "en_GB.utf8"), ({"LC_ALL": "", "LC_CTYPE": "fr_FR.UTF-8"}, "")):
         assert launcher._environment(tmp_path / "work", given)["LC_ALL"] == java, given
+
+
+def test_the_hub_without_a_home_is_one_line(tmp_path):
+    """Where the hub cache has no home to be in (HOME, HF_HOME unset; no password entry), a hub
+    reference is refused in one line that says what to set (was: internal error, RuntimeError)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME")}
+    script = NO_ENTRY + (
+        "from eden_serve.model.hub import download\nfrom eden_serve.errors import CheckpointError\n"
+        "try:\n    download()\nexcept CheckpointError as exc:\n    print(exc)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**env, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0 and "no home directory for the hub cache" in result.stdout, result.stderr[-2000:]
+    assert "set HF_HOME" in result.stdout
