@@ -182,3 +182,22 @@ def test_the_hub_without_a_home_is_one_line(tmp_path):
                             env={**env, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0 and "no home directory for the hub cache" in result.stdout, result.stderr[-2000:]
     assert "set HF_HOME" in result.stdout
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640])
+def test_an_output_written_over_keeps_its_permissions(frames, tmp_path, mode):
+    """An output that replaces a file keeps that file's permissions, as writing over it would: a
+    private output stays private (was: the umask's 0644, as a new file), with --resume too."""
+    before = os.umask(0o022)
+    try:
+        pair, clip = tmp_path / "middle.png", tmp_path / "out.mp4"
+        for path in (pair, clip):
+            path.write_bytes(b"earlier")
+            path.chmod(mode)
+        assert main(["interpolate", *map(str, frames), "-o", str(pair), *TINY]) == 0
+        source = make_clip(tmp_path / "in.mp4", "libx264", {}, (24, 32), 3)
+        assert main(["interpolate", str(source), "-o", str(clip), "--resume", *TINY]) == 0
+    finally:
+        os.umask(before)
+    assert [stat.S_IMODE(path.stat().st_mode) for path in (pair, clip)] == [mode, mode]
+    assert pair.read_bytes() != b"earlier" != clip.read_bytes()

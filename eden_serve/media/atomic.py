@@ -14,6 +14,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -113,7 +114,12 @@ def hidden(dst: Path, tag: str, suffix: str) -> Path:
 
 def place(tmp: Path, dst: Path) -> None:
     """Rename the finished output onto ``dst``; a directory that appeared there meanwhile (another
-    run's output) is kept and this run's refused."""
+    run's output) is kept and this run's refused. A file it replaces gives it its permissions, as
+    writing over that file would keep them: a private output stays private, whatever the umask."""
+    with contextlib.suppress(OSError):
+        before = os.lstat(dst)
+        if stat.S_ISREG(before.st_mode) and tmp.is_file():
+            os.chmod(tmp, stat.S_IMODE(before.st_mode) & 0o777)
     try:
         os.replace(tmp, dst)
     except OSError as exc:
