@@ -32,12 +32,12 @@ def frames(tmp_path_factory):
     return paths
 
 
-def run(*args, env=None, shell_redirect=""):
+def run(*args, env=None, shell_redirect="", cwd=None):
     """The command in a fresh process; ``shell_redirect`` (``>&-``) starts it with a stream closed."""
     command = [sys.executable, "-m", "eden_serve.commands.cli", *map(str, args)]
     if shell_redirect:
         command = ["sh", "-c", f'exec "$@" {shell_redirect}', "sh", *command]
-    return subprocess.run(command, capture_output=True, timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(command, capture_output=True, timeout=300, env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 def one_line(result) -> str:
@@ -201,3 +201,15 @@ def test_an_output_written_over_keeps_its_permissions(frames, tmp_path, mode):
         os.umask(before)
     assert [stat.S_IMODE(path.stat().st_mode) for path in (pair, clip)] == [mode, mode]
     assert pair.read_bytes() != b"earlier" != clip.read_bytes()
+
+
+def test_a_file_named_with_a_leading_dash_is_said_how_to_give(frames, tmp_path):
+    """A frame named ``-a.png``, taken by argparse for an option, is refused with how to give it
+    (was: "unrecognized arguments: -a.png" alone); an unknown option is refused as ever."""
+    (tmp_path / "-a.png").write_bytes(frames[0].read_bytes())
+    line = one_line(run("interpolate", "-a.png", frames[1], "-o", "out.png", *TINY, cwd=tmp_path))
+    assert line.endswith("unrecognized arguments: -a.png (a file whose name starts with a dash is given as ./-NAME, or after --)")
+    assert one_line(run("interpolate", "./-a.png", frames[1], "-o", "out.png", "--bogus", *TINY, cwd=tmp_path)).endswith(
+        "unrecognized arguments: --bogus")
+    assert run("interpolate", "./-a.png", frames[1], "-o", "./-out.png", *TINY, cwd=tmp_path).returncode == 0
+    assert (tmp_path / "-out.png").is_file()

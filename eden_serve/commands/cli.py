@@ -44,7 +44,15 @@ from .shared import (
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}{_dash_hint(message)}\n")
+
+
+def _dash_hint(message: str) -> str:
+    """How to name a file whose name starts with a dash, where argparse took one for an option."""
+    words = message.partition("unrecognized arguments: ")[2].split(" ")
+    if any(word.startswith("-") and os.path.lexists(word) for word in words):
+        return " (a file whose name starts with a dash is given as ./-NAME, or after --)"
+    return ""
 
 
 def _add_device_clip_arguments(p: argparse.ArgumentParser) -> None:
