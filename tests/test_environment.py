@@ -8,6 +8,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,17 @@ def test_a_file_named_with_a_leading_dash_is_said_how_to_give(frames, tmp_path):
         "unrecognized arguments: --bogus")
     assert run("interpolate", "./-a.png", frames[1], "-o", "./-out.png", *TINY, cwd=tmp_path).returncode == 0
     assert (tmp_path / "-out.png").is_file()
+
+
+@pytest.mark.parametrize("option", ["--model-store", "--out"])
+def test_a_file_in_place_of_the_output_folder_is_refused_before_any_work(frames, tmp_path, capsys, option):
+    """``archive --model-store`` and ``split-checkpoint --out`` naming a file (or a folder under one)
+    are refused in one line naming the file, before the weights are made or read (was: "File
+    exists: 'x'", after the checkpoint was read)."""
+    command = ["archive", *TINY, "--model-store"] if option == "--model-store" else ["split-checkpoint", *TINY, "--out"]
+    for folder in (frames[0], frames[0] / "sub"):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            assert main([*command, str(folder)]) == 2
+        assert said == []  # not even the synthetic weights' warning: nothing was made
+        assert capsys.readouterr().err.strip() == f"eden-serve: error: {option} {str(folder)!r}: {str(frames[0])!r} is not a directory"

@@ -83,12 +83,30 @@ def check_destination(dst: Path, directory: bool) -> None:
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        # mkdir says "File exists" where a file stands in the way: name that file instead
-        blocking = next((p for p in dst.parents if p.exists() and not p.is_dir()), None)
-        reason = f"{str(blocking)!r} is not a directory" if blocking is not None else exc.strerror
-        raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {reason}") from None
+        raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {_why_not_made(dst.parent, exc)}") from None
     if not os.access(dst.parent, os.W_OK | os.X_OK):  # read-only file systems included, even for root
         raise BadInputError(f"cannot write output {str(dst)!r}: its directory is not writable")
+
+
+def _why_not_made(folder: Path, exc: OSError) -> str:
+    """Why ``folder`` could not be made: mkdir says "File exists" where a file stands in the way
+    (there, or as one of its parents), so that file is named instead."""
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    return f"{str(blocking)!r} is not a directory" if blocking is not None else exc.strerror
+
+
+def output_directory(folder: str | Path, option: str) -> Path:
+    """``folder``, made where missing, for a command's files (``--model-store``, ``--out``): refused
+    in one line naming ``option`` before any work (a checkpoint read first takes a while) where a
+    file stands in the way or it cannot be written."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(f"{option} {str(folder)!r}: {_why_not_made(folder, exc)}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInputError(f"{option} {str(folder)!r}: not writable")
+    return folder
 
 
 # What the longest name made from a hidden one adds to it: resume's journal (``….journal``), as
