@@ -228,3 +228,13 @@ def test_a_file_in_place_of_the_output_folder_is_refused_before_any_work(frames,
             assert main([*command, str(folder)]) == 2
         assert said == []  # not even the synthetic weights' warning: nothing was made
         assert capsys.readouterr().err.strip() == f"eden-serve: error: {option} {str(folder)!r}: {str(frames[0])!r} is not a directory"
+
+
+def test_a_clip_is_written_with_standard_error_closed(tmp_path):
+    """Started with standard error closed (``2>&-``: a service's, a cron job's), a clip is written
+    and the run exits 0 (was: "internal error (AttributeError: 'NoneType' object has no attribute
+    'isatty')", exit 2 and no output, from the progress bar's test of the terminal)."""
+    clip = make_clip(tmp_path / "in.mp4", "libx264", {}, (24, 32), 3)
+    result = run("interpolate", clip, "-o", tmp_path / "out.mp4", *TINY, shell_redirect="2>&-")
+    assert result.returncode == 0 and (tmp_path / "out.mp4").is_file(), result.stdout
+    assert result.stdout.startswith(b"2 pairs, 5 frames written")
