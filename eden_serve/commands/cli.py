@@ -25,7 +25,7 @@ from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, default_precision
 from ..errors import BadInputError
 from ..media import Frame, save_middle
-from ..media.atomic import output_directory
+from ..media.atomic import check_output_directory
 from ..media.decoders import DECODERS
 from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, picture_size, to_pixels
 from ..model import synthetic
@@ -161,7 +161,7 @@ def _interpolate(args) -> int:
 
 def _split_checkpoint(args) -> int:
     config = preset(args.config)
-    output_directory(args.out, "--out")
+    check_output_directory(args.out, "--out")
     if args.checkpoint is None:
         warnings.warn(synthetic.WEIGHTS_WARNING.format(seed=args.seed))
         state = synthetic.state_dict(config, args.seed)

@@ -95,18 +95,17 @@ def _why_not_made(folder: Path, exc: OSError) -> str:
     return f"{str(blocking)!r} is not a directory" if blocking is not None else exc.strerror
 
 
-def output_directory(folder: str | Path, option: str) -> Path:
-    """``folder``, made where missing, for a command's files (``--model-store``, ``--out``): refused
-    in one line naming ``option`` before any work (a checkpoint read first takes a while) where a
-    file stands in the way or it cannot be written."""
+def check_output_directory(folder: str | Path, option: str) -> None:
+    """Refuse, in one line naming ``option`` and before any work (a checkpoint read first takes a
+    while), a folder for a command's files (``--model-store``, ``--out``) that a file stands in the
+    way of, or that cannot be written; it is made by whoever writes into it, so a refused run
+    leaves none."""
     folder = Path(folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInputError(f"{option} {str(folder)!r}: {_why_not_made(folder, exc)}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise BadInputError(f"{option} {str(folder)!r}: not writable")
-    return folder
+    nearest = next(p for p in (folder, *folder.parents) if p.exists())  # "." or "/" at the latest
+    if not nearest.is_dir():
+        raise BadInputError(f"{option} {str(folder)!r}: {str(nearest)!r} is not a directory")
+    if not os.access(nearest, os.W_OK | os.X_OK):  # a read-only file system's too, even for root
+        raise BadInputError(f"{option} {str(folder)!r}: {str(nearest)!r} is not writable")
 
 
 # What the longest name made from a hidden one adds to it: resume's journal (``….journal``), as

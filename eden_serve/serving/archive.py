@@ -38,7 +38,7 @@ from .. import wire
 from ..config import preset
 from ..edge import PRECISIONS, Acceleration, Compile, artefacts
 from ..errors import BadInputError
-from ..media.atomic import output_directory
+from ..media.atomic import check_output_directory
 from ..model import synthetic
 from ..model.checkpoint import load_edge, load_official, write_halves
 from ..model.hub import resolve_checkpoint
@@ -103,13 +103,16 @@ def build(
     for module, package in ARCHIVERS.items():
         if importlib.util.find_spec(module) is None:
             raise BadInputError(f"{package} is not installed; install eden-serve with its serve extra: pip install 'eden-serve[serve]'")
-    store = output_directory(model_store, "--model-store").resolve()  # before the checkpoint is read, which takes a while
+    check_output_directory(model_store, "--model-store")
     dims = preset(config)
     if checkpoint is None:
         warnings.warn(synthetic.WEIGHTS_WARNING.format(seed=seed))
         state = synthetic.state_dict(dims, seed)
     else:
         state = load_official(resolve_checkpoint(checkpoint), dims)
+    store = Path(model_store)
+    store.mkdir(parents=True, exist_ok=True)
+    store = store.resolve()
     with tempfile.TemporaryDirectory(prefix="eden-archive-") as tmp:
         work = Path(tmp)
         weights = write_halves(state, work / "weights", dims)
