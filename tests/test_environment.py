@@ -11,8 +11,12 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
+from eden_serve.clips.processors import pairwise
+from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.commands.cli import main
 from eden_serve.media import atomic
 from eden_serve.serving import launcher
@@ -79,6 +83,29 @@ def test_a_shortened_hidden_name_is_stable_and_its_own(tmp_path):
     assert names[0] == names[1] != names[2]
     assert all(len(os.fsencode(name.name)) + atomic.LONGEST_ADDED <= 255 for name in names)
     assert atomic.hidden(tmp_path / "out.mkv", "resume", ".mkv").name == ".out.partial-resume.mkv"  # short names as ever
+    assert atomic.hidden(tmp_path / "out", "resume", "").name == ".out.partial-resume"
+
+
+def average(index, frame0, frame1, seed):
+    if index == 2 and seed - index == 99:  # the first run (pair i has seed + i), stopped here
+        raise KeyboardInterrupt
+    mean = (np.asarray(frame0.image.convert("RGB"), np.float32) + np.asarray(frame1.image.convert("RGB"), np.float32)) / 2
+    return Image.fromarray(mean.round().astype(np.uint8))
+
+
+def test_two_directory_outputs_named_with_a_dot_have_their_own_partial_output(tmp_path):
+    """``-o clip.x2`` stopped and kept, then ``-o clip.x4`` with other options beside it: each has a
+    partial output of its own, so neither resume meets the other's journal (was: both
+    ``.clip.partial-resume``: clip.x4 refused as made with other options, the way out offered being
+    to delete clip.x2's work)."""
+    src = write_clip(tmp_path / "in", 6, 24, 32)
+    options = dict(chunk=1, inflight=1, progress=False, resume=True, fingerprint={"processor": "average"})
+    with pytest.warns(UserWarning, match="stopped"), pytest.raises(KeyboardInterrupt):
+        interpolate_clip(src, tmp_path / "clip.x2", pairwise(average), seed=99, **options)
+    interpolate_clip(src, tmp_path / "clip.x4", pairwise(average), factor=4, **options)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
+        ".clip.x2.partial-resume", ".clip.x2.partial-resume.journal"]
+    assert len(list((tmp_path / "clip.x4").iterdir())) == 21
 
 
 @pytest.mark.parametrize("umask,mode", [(0o077, 0o600), (0o022, 0o644)])

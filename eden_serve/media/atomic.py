@@ -114,7 +114,8 @@ LONGEST_ADDED = len(".journal.XXXXXXXX.tmp")
 
 
 def hidden(dst: Path, tag: str, suffix: str) -> Path:
-    """``.STEM.partial-TAG`` + ``suffix`` beside ``dst``. Where that name, or the longest made from it
+    """``.STEM.partial-TAG`` + ``suffix`` beside ``dst``, STEM its name less ``suffix`` (a file's
+    extension; a directory's whole name). Where that name, or the longest made from it
     (:data:`LONGEST_ADDED`), would pass the file system's limit on a name (255 bytes), the stem is cut
     short and marked with a digest of ``dst``'s name: an output whose own name fits is built under a
     hidden one that fits, the same on every run (resume finds it again), and two outputs whose names
@@ -123,7 +124,8 @@ def hidden(dst: Path, tag: str, suffix: str) -> Path:
         limit = os.pathconf(dst.parent, "PC_NAME_MAX")
     except (OSError, ValueError):
         limit = 255
-    stem, mark = dst.stem, ""
+    # a directory's whole name: clip.x2 and clip.x4 are two outputs, not one (were: both .clip.partial-resume)
+    stem, mark = dst.name[:len(dst.name) - len(suffix)], ""
     while len(os.fsencode(f".{stem}{mark}.partial-{tag}{suffix}")) + LONGEST_ADDED > limit and stem:
         stem, mark = stem[:-1], "~" + hashlib.sha256(os.fsencode(dst.name)).hexdigest()[:8]
     return dst.with_name(f".{stem}{mark}.partial-{tag}{suffix}")
