@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -102,6 +103,12 @@ def refuse_clip_options(args) -> None:
                             "two frames give their middle frame")
 
 
+def _for_shell(path) -> str:
+    """``path`` as a shell reads it back whatever it holds (spaces, quotes, a newline), and never as
+    an option (a leading dash), so that the command printed can be pasted."""
+    return shlex.quote(f"./{path}" if str(path).startswith("-") else str(path))
+
+
 def report(summary, output: str, verbose: bool = False) -> None:
     """The summary on stdout (stderr when stdout carries the video), with ``verbose`` the encoder's
     share, and for a directory of frames the ffmpeg command that makes a video of it."""
@@ -110,5 +117,6 @@ def report(summary, output: str, verbose: bool = False) -> None:
     if verbose and summary.encoder_line():
         print(summary.encoder_line(), file=out)
     if output != PIPE and Path(output).is_dir():
-        print(f"make a video of it: ffmpeg -framerate RATE -i {Path(output) / '%06d.png'} -c:v libx264 -crf 18 "
-              f"-pix_fmt yuv420p {Path(output).name}.mp4  (RATE: the output's frames a second, the input's times the factor)")
+        frames, video = _for_shell(Path(output) / "%06d.png"), _for_shell(f"{Path(output).name}.mp4")
+        print(f"make a video of it: ffmpeg -framerate RATE -i {frames} -c:v libx264 -crf 18 "
+              f"-pix_fmt yuv420p {video}  (RATE: the output's frames a second, the input's times the factor)")

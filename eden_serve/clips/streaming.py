@@ -163,8 +163,9 @@ class Summary:
 
 
 def progress_bar(total: int | None, enabled: bool | None) -> tqdm:
-    """pairs/s on stderr; ``enabled=None`` shows it only when stderr is a terminal."""
-    disable = not sys.stderr.isatty() if enabled is None else not enabled
+    """pairs/s on stderr; ``enabled=None`` shows it only when stderr is a terminal; never where the
+    command was started with stderr closed (``2>&-``: None)."""
+    disable = sys.stderr is None or (not sys.stderr.isatty() if enabled is None else not enabled)
     return tqdm(total=total, unit="pair", desc="interpolating", file=sys.stderr, disable=disable, dynamic_ncols=True)
 
 

@@ -25,6 +25,7 @@ from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, default_precision
 from ..errors import BadInputError
 from ..media import Frame, save_middle
+from ..media.atomic import check_output_directory
 from ..media.decoders import DECODERS
 from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, picture_size, to_pixels
 from ..model import synthetic
@@ -44,7 +45,15 @@ from .shared import (
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}{_dash_hint(message)}\n")
+
+
+def _dash_hint(message: str) -> str:
+    """How to name a file whose name starts with a dash, where argparse took one for an option."""
+    words = message.partition("unrecognized arguments: ")[2].split(" ")
+    if any(word.startswith("-") and os.path.lexists(word) for word in words):
+        return " (a file whose name starts with a dash is given as ./-NAME, or after --)"
+    return ""
 
 
 def _add_device_clip_arguments(p: argparse.ArgumentParser) -> None:
@@ -152,6 +161,7 @@ def _interpolate(args) -> int:
 
 def _split_checkpoint(args) -> int:
     config = preset(args.config)
+    check_output_directory(args.out, "--out")
     if args.checkpoint is None:
         warnings.warn(synthetic.WEIGHTS_WARNING.format(seed=args.seed))
         state = synthetic.state_dict(config, args.seed)
@@ -278,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM is given back on return: sys.exit from a handler the command left behind would be
     # swallowed by whatever the program is doing then, its interpreter's exit included.
     before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if argv is None and not faulthandler.is_enabled():
+    if argv is None:
+        _outputs_say_any_name()
+    if argv is None and not faulthandler.is_enabled() and sys.stderr is not None:  # None: started with it closed
         # A crash in native code (a decoder, an encoder, a kernel) names where each thread stood,
         # rather than ending the command by the signal without a word.
         faulthandler.enable()
@@ -287,6 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if argv is not None:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _outputs_say_any_name() -> None:
+    """Standard output writes any name the command prints (``wrote NAME``): where its encoding is
+    strict (``PYTHONIOENCODING=utf-8``, or ascii), a name it cannot encode (an accent, a byte that is
+    not UTF-8) is written escaped, rather than failing the run once its output is written. Standard
+    error escapes already; the locale's surrogateescape (a name's own bytes) is kept."""
+    if sys.stdout is not None and getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 def _run(argv: list[str] | None) -> int:
@@ -329,8 +350,9 @@ def _leave(code: int, argv: list[str] | None, line: str | None = None) -> int:
         print(f"{PROG}: {line}", file=sys.stderr)
     if argv is not None:
         return code
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None where the command was started with it closed (>&-)
+            stream.flush()
     os._exit(code)
 
 

@@ -15,10 +15,13 @@ the interpreter with the compiler (docs/gpu.md, "Compiled ahead").
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,10 +42,19 @@ _CALL = object()  # the key of a job that is a call (Background.hold), not a com
 def persistent_cache() -> str:
     """Inductor's cache directory: ``TORCHINDUCTOR_CACHE_DIR`` where set, else under the user's cache
     directory (``$XDG_CACHE_HOME`` or ``~/.cache``), ``eden-serve/inductor``, where it outlives the
-    process and the machine's temporary files (inductor's own default is under /tmp)."""
+    process and the machine's temporary files (inductor's own default is under /tmp). Where the user
+    has no home (HOME unset, and no entry in the password database: a container's arbitrary user), a
+    private temporary directory of this process's, said in one warning; not a path under /tmp that
+    another user could make first, as inductor loads the code it finds there."""
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "eden-serve" / "inductor")
+        try:
+            base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "eden-serve" / "inductor")
+        except RuntimeError:  # Path.home(): no home to keep it in
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="eden-serve-inductor-")
+            atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+            logger.warning("no home directory to keep compiled artefacts in (set XDG_CACHE_HOME): "
+                           "compiling into %s for this run", os.environ["TORCHINDUCTOR_CACHE_DIR"])
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 

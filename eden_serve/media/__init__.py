@@ -21,6 +21,7 @@ import itertools
 import os
 import re
 import shutil
+import sys
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -267,6 +268,8 @@ def is_clip(path: str | Path) -> bool:
 def open_clip(path: str | Path, max_pixels: int | None = None, raw: RawVideo | None = None) -> Clip:
     """The clip at ``path`` (``-``: a video on standard input; ``raw``: frames without a header);
     frames over ``max_pixels`` (None: no limit) raise FrameTooLargeError."""
+    if str(path) == PIPE and sys.stdin is None:
+        raise BadInputError("input - is standard input, which is closed")
     if raw is not None:
         return VideoClip(Path(path), max_pixels, raw.open(Path(path)))
     if str(path) == PIPE:
@@ -312,6 +315,8 @@ def write_clip(clip: Clip, dst: str | Path, retiming: Retiming = Retiming(), jou
             raise BadInputError(f"-o - writes Y4M video; the input is a {clip.kind}")
         if journal is not None:
             raise BadInputError("--resume needs an output file, not -")
+        if sys.stdout is None:
+            raise BadInputError("-o - writes to standard output, which is closed")
         output = contextlib.nullcontext(Path(PIPE))
     else:
         dst = Path(dst)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import shutil
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -81,14 +83,62 @@ def check_destination(dst: Path, directory: bool) -> None:
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {exc.strerror}") from None
+        raise BadInputError(f"cannot create the directory of output {str(dst)!r}: {_why_not_made(dst.parent, exc)}") from None
     if not os.access(dst.parent, os.W_OK | os.X_OK):  # read-only file systems included, even for root
         raise BadInputError(f"cannot write output {str(dst)!r}: its directory is not writable")
 
 
+def _why_not_made(folder: Path, exc: OSError) -> str:
+    """Why ``folder`` could not be made: mkdir says "File exists" where a file stands in the way
+    (there, or as one of its parents), so that file is named instead."""
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    return f"{str(blocking)!r} is not a directory" if blocking is not None else exc.strerror
+
+
+def check_output_directory(folder: str | Path, option: str) -> None:
+    """Refuse, in one line naming ``option`` and before any work (a checkpoint read first takes a
+    while), a folder for a command's files (``--model-store``, ``--out``) that a file stands in the
+    way of, or that cannot be written; it is made by whoever writes into it, so a refused run
+    leaves none."""
+    folder = Path(folder)
+    nearest = next(p for p in (folder, *folder.parents) if p.exists())  # "." or "/" at the latest
+    if not nearest.is_dir():
+        raise BadInputError(f"{option} {str(folder)!r}: {str(nearest)!r} is not a directory")
+    if not os.access(nearest, os.W_OK | os.X_OK):  # a read-only file system's too, even for root
+        raise BadInputError(f"{option} {str(folder)!r}: {str(nearest)!r} is not writable")
+
+
+# What the longest name made from a hidden one adds to it: resume's journal (``….journal``), as
+# :func:`.resume.write_durably` writes it beside itself (``….journal.XXXXXXXX.tmp``).
+LONGEST_ADDED = len(".journal.XXXXXXXX.tmp")
+
+
+def hidden(dst: Path, tag: str, suffix: str) -> Path:
+    """``.STEM.partial-TAG`` + ``suffix`` beside ``dst``, STEM its name less ``suffix`` (a file's
+    extension; a directory's whole name). Where that name, or the longest made from it
+    (:data:`LONGEST_ADDED`), would pass the file system's limit on a name (255 bytes), the stem is cut
+    short and marked with a digest of ``dst``'s name: an output whose own name fits is built under a
+    hidden one that fits, the same on every run (resume finds it again), and two outputs whose names
+    differ only past the cut never share one."""
+    try:
+        limit = os.pathconf(dst.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    # a directory's whole name: clip.x2 and clip.x4 are two outputs, not one (were: both .clip.partial-resume)
+    stem, mark = dst.name[:len(dst.name) - len(suffix)], ""
+    while len(os.fsencode(f".{stem}{mark}.partial-{tag}{suffix}")) + LONGEST_ADDED > limit and stem:
+        stem, mark = stem[:-1], "~" + hashlib.sha256(os.fsencode(dst.name)).hexdigest()[:8]
+    return dst.with_name(f".{stem}{mark}.partial-{tag}{suffix}")
+
+
 def place(tmp: Path, dst: Path) -> None:
     """Rename the finished output onto ``dst``; a directory that appeared there meanwhile (another
-    run's output) is kept and this run's refused."""
+    run's output) is kept and this run's refused. A file it replaces gives it its permissions, as
+    writing over that file would keep them: a private output stays private, whatever the umask."""
+    with contextlib.suppress(OSError):
+        before = os.lstat(dst)
+        if stat.S_ISREG(before.st_mode) and tmp.is_file():
+            os.chmod(tmp, stat.S_IMODE(before.st_mode) & 0o777)
     try:
         os.replace(tmp, dst)
     except OSError as exc:
@@ -125,7 +175,7 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
     """
     dst = Path(dst)
     check_destination(dst, directory)
-    tmp = dst.with_name(f".{dst.stem}.partial-{secrets.token_hex(4)}{'' if directory else dst.suffix}")
+    tmp = hidden(dst, secrets.token_hex(4), "" if directory else dst.suffix)
     made = False
     try:
         # Made inside the try: a signal's handler runs at the first instruction after the system

@@ -40,7 +40,7 @@ from typing import Iterator
 import torch
 from PIL import Image
 
-from .atomic import check_destination, create_partial, named, place, refused, remove_partial
+from .atomic import check_destination, create_partial, hidden, named, place, refused, remove_partial
 from ..errors import BadInputError
 from .frames import Picture, as_image, depth_of, is_deep, open_deep, png_bytes, png_of
 
@@ -200,10 +200,8 @@ class Journal:
         self._lock, self.settled = threading.Lock(), False
 
     def _paths(self, directory: bool) -> None:
-        base = f".{self.dst.stem}.partial-resume{'' if directory else self.dst.suffix}"
-        self.partial = self.dst.with_name(base)
-        self.path = self.dst.with_name(base + ".journal")
-        self.cache = self.dst.with_name(base + ".middles")
+        self.partial = hidden(self.dst, "resume", "" if directory else self.dst.suffix)
+        self.path, self.cache = (self.partial.with_name(self.partial.name + end) for end in (".journal", ".middles"))
 
     def _write(self, checkpoint: dict | None) -> None:
         data = {"version": JOURNAL_VERSION, "identity": self.identity, "checkpoint": checkpoint}

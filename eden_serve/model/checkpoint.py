@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+import stat
 import tempfile
 import warnings
 import zipfile
@@ -84,12 +86,16 @@ def save_half(path: str | Path, state_dict: dict[str, torch.Tensor], side: str, 
     """Write one half as safetensors with its side and config in the header."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # O_EXCL: no planted link followed
+    # O_EXCL: no planted link followed. Made 0o666 less the umask, as a plain write makes a file:
+    # the mode the weights get, as safetensors writes them 0o600 (was: 0o644 whatever the umask)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
     os.close(fd)
     metadata = {"eden_side": side, "eden_config": json.dumps(config.to_dict())}
     try:
         save_file({k: v.contiguous() for k, v in state_dict.items()}, tmp, metadata=metadata)
-        os.chmod(tmp, 0o644)  # weights, not a secret: readable as a plain write would leave them
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

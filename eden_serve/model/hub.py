@@ -134,6 +134,10 @@ def download(repo: str = OFFICIAL_REPO, filename: str = OFFICIAL_FILE, revision:
 
     where = HubFile(repo, filename, revision)
     check_hub_file(where)
+    try:
+        Path(constants.HF_HUB_CACHE).expanduser()
+    except RuntimeError:  # "~": HOME unset, and the user has no password entry (a container's arbitrary uid)
+        raise CheckpointError(f"{where}: no home directory for the hub cache ({constants.HF_HUB_CACHE}): set HF_HOME") from None
     unreachable = None if constants.HF_HUB_OFFLINE else _unreachable(constants.ENDPOINT)
     try:
         with _quiet("huggingface_hub"):

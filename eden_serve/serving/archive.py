@@ -38,6 +38,7 @@ from .. import wire
 from ..config import preset
 from ..edge import PRECISIONS, Acceleration, Compile, artefacts
 from ..errors import BadInputError
+from ..media.atomic import check_output_directory
 from ..model import synthetic
 from ..model.checkpoint import load_edge, load_official, write_halves
 from ..model.hub import resolve_checkpoint
@@ -102,6 +103,7 @@ def build(
     for module, package in ARCHIVERS.items():
         if importlib.util.find_spec(module) is None:
             raise BadInputError(f"{package} is not installed; install eden-serve with its serve extra: pip install 'eden-serve[serve]'")
+    check_output_directory(model_store, "--model-store")
     dims = preset(config)
     if checkpoint is None:
         warnings.warn(synthetic.WEIGHTS_WARNING.format(seed=seed))

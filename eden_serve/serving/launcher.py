@@ -215,6 +215,12 @@ def _environment(workdir: Path, env: dict[str, str] | None) -> dict[str, str]:
     # Workers share the cores (both halves, or other programs): an OpenMP thread that waits for a
     # descheduled sibling must give its core up rather than spin on it (docs/serving.md: "GPUs and threads").
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Java decodes file names by the locale: under C or POSIX (a container's, a service's) it cannot
+    # find an archive whose path is not ASCII ("TorchServe did not load"). Python's own answer to
+    # that locale is UTF-8 (PEP 538, 540), and so is the JVM's here.
+    ctype = next((env[name] for name in ("LC_ALL", "LC_CTYPE", "LANG") if env.get(name)), "C")
+    if "utf8" not in ctype.lower().replace("-", ""):
+        env["LC_ALL"] = "C.UTF-8"
     return env
 
 
