@@ -99,18 +99,15 @@ def server_processes(server) -> dict[str, int]:
     return found
 
 
-def summarise(label: str, xs: list[int], ys: list[int], unit: str) -> dict:
+def summarise(label: str, xs: list[int], ys: list[int], unit: str) -> None:
     """The curve after its warm-up (the first quarter): growth, and slope per 100 ``unit``."""
     start = len(xs) // 4
     x, y = xs[start:], ys[start:]
     mean_x, mean_y = sum(x) / len(x), sum(y) / len(y)
     spread = sum((a - mean_x) ** 2 for a in x)
     slope = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y)) / spread if spread else 0.0
-    line = {"curve": label, "after": x[0], "to": x[-1], "warm_kib": y[0], "end_kib": y[-1], "peak_kib": max(ys),
-            "growth_kib": y[-1] - y[0], "slope_kib_per_100": round(100 * slope, 1)}
     print(f"  {label}: {y[0] / 1024:.1f} MiB after {x[0]} {unit}, {y[-1] / 1024:.1f} MiB after {x[-1]} "
           f"(growth {y[-1] - y[0]:+d} KiB, slope {100 * slope:+.1f} KiB per 100 {unit}; peak {max(ys) / 1024:.1f} MiB)", flush=True)
-    return line
 
 
 class Sampled(Wrapper):
@@ -128,7 +125,7 @@ class Sampled(Wrapper):
         return result
 
 
-def in_process(args, folder: Path) -> tuple[list[dict], list[dict]]:
+def in_process(args, folder: Path) -> list[dict]:
     config = PRESETS["tiny"]
     state = synthetic.state_dict(config, seed=0)
     with warnings.catch_warnings():
@@ -142,11 +139,11 @@ def in_process(args, folder: Path) -> tuple[list[dict], list[dict]]:
     samples.append((args.pairs, rss_kib()))
     print(f"in process: {args.pairs} pairs of {args.size[1]}x{args.size[0]} (WxH), chunks of {args.chunk}; RSS (MiB) by pairs:")
     print("  " + ", ".join(f"{p}: {r / 1024:.1f}" for p, r in samples), flush=True)
-    line = summarise("this process", [p for p, _ in samples], [r for _, r in samples], "pairs")
-    return [{"part": "in_process", "role": "this process", "count": p, "rss_kib": r} for p, r in samples], [line]
+    summarise("this process", [p for p, _ in samples], [r for _, r in samples], "pairs")
+    return [{"part": "in_process", "role": "this process", "count": p, "rss_kib": r} for p, r in samples]
 
 
-def served(args, folder: Path) -> tuple[list[dict], list[dict]]:
+def served(args, folder: Path) -> list[dict]:
     store = build_archives(folder / "store", config="tiny")
     pairs = good_pairs(store)
     clip_src = synthetic.write_clip(folder / "clip", args.clip_frames, *args.size)
@@ -178,7 +175,6 @@ def served(args, folder: Path) -> tuple[list[dict], list[dict]]:
                 client.interpolate_clip(clip_src, folder / f"clip-out-{k}", progress=False)
             if (k + 1) % max(1, args.clips // 20) == 0 or k + 1 == args.clips:  # some 20 samples
                 sample("clips", (k + 1) * (args.clip_frames - 1))
-    lines = []
     for part, unit in (("requests", "requests"), ("split", "pairs"), ("clips", "pairs")):
         chosen = [r for r in rows if r["part"] == part]
         if not chosen:
@@ -188,8 +184,8 @@ def served(args, folder: Path) -> tuple[list[dict], list[dict]]:
             curve = [(r["count"], r["rss_kib"]) for r in chosen if r["role"] == role and r["rss_kib"] is not None]
             print(f"  {role}: " + ", ".join(f"{c}: {v / 1024:.1f}" for c, v in curve))
             if len(curve) >= 4:
-                lines.append({"part": part, **summarise(role, [c for c, _ in curve], [v for _, v in curve], unit)})
-    return rows, lines
+                summarise(role, [c for c, _ in curve], [v for _, v in curve], unit)
+    return rows
 
 
 def main() -> None:
@@ -197,7 +193,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=600, help="pairs of the in-process clip")
     parser.add_argument("--size", default="48x64", help="HxW of the frames (default 48x64)")
     parser.add_argument("--chunk", type=int, default=8, help="pairs a chunk, in process")
-    parser.add_argument("--every", type=int, default=8, help="chunks (in process) or requests (served) between samples")
+    parser.add_argument("--every", type=int, default=8, help="chunks (of a long clip) or requests between samples")
     parser.add_argument("--requests", type=int, default=600, help="workflow pairs sent to the server")
     parser.add_argument("--split-pairs", type=int, default=600, help="pairs of the long clip sent over --cloud/--edge")
     parser.add_argument("--clips", type=int, default=6, help="short clips sent over --cloud/--edge, a client each")
@@ -212,9 +208,9 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="eden-soak-") as tmp:
         if not args.skip_in_process:
-            rows += in_process(args, Path(tmp))[0]
+            rows += in_process(args, Path(tmp))
         if not args.skip_served:
-            rows += served(args, Path(tmp))[0]
+            rows += served(args, Path(tmp))
     results.write(args.name, rows)
 
 
