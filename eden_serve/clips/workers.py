@@ -3,6 +3,7 @@ streaming processor hands over before its chunk is done (:mod:`eden_serve.clips.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import warnings
@@ -82,11 +83,7 @@ class Arrivals:
 
     def watch(self, future: Future) -> None:
         self.future = future
-        future.add_done_callback(self._wake)
-
-    def _wake(self, _future: Future) -> None:
-        with self._changed:
-            self._changed.notify_all()
+        future.add_done_callback(functools.partial(_wake, self._changed))
 
     def put(self, j: int, image: Image.Image) -> None:
         with self._changed:
@@ -102,3 +99,12 @@ class Arrivals:
             while self.images[j] is None and not self.future.done():
                 self._changed.wait(0.5)
             return self.images[j]
+
+
+def _wake(changed: threading.Condition, _future: Future) -> None:
+    """Wake the chunk's waiters. A function of the condition alone, not a method: the future keeps
+    its callbacks, and one holding the arrivals, which hold the future, would make a cycle that
+    kept the chunk's middles (its arrivals' and its result's) until a full collection of the cyclic
+    collector, many chunks later in a long run (benchmarks/soak.py)."""
+    with changed:
+        changed.notify_all()

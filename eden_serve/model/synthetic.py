@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -63,8 +64,13 @@ def scene(height: int, width: int, t: float) -> np.ndarray:
 
 def clip(count: int, height: int, width: int) -> list[Image.Image]:
     """``count`` consecutive frames of :func:`scene`, the motion spread so that it stays on screen."""
+    return list(clip_frames(count, height, width))
+
+
+def clip_frames(count: int, height: int, width: int) -> Iterator[Image.Image]:
+    """:func:`clip`'s frames one at a time, for a clip too long to hold."""
     step = min(1.0, 5.0 / max(count - 1, 1))
-    return [Image.fromarray(scene(height, width, i * step)) for i in range(count)]
+    return (Image.fromarray(scene(height, width, i * step)) for i in range(count))
 
 
 def write_clip(folder: str | Path, count: int, height: int, width: int) -> Path:
