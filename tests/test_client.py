@@ -687,6 +687,38 @@ class HeldEdge:
         self.listener.close()
 
 
+def one_stopped_beside_another(held: HeldEdge, timeout: float, tmp_path, inputs, expected, run) -> None:
+    """Two runs at once of the clip ``run(dst)`` through an edge ``held`` that answers nobody yet: the
+    other run's request reaches the edge first, then Ctrl-C stops the second run. The stopped run
+    must return at once, its request cut, not timed out, and the other, once the edge answers, ends
+    as a run alone would: no error, no retry, its output a run alone's."""
+    other, outcome = tmp_path / "other", {}
+
+    def run_other():
+        try:
+            outcome["summary"] = run(other)
+        except BaseException as exc:  # told to the test, which asserts there was none
+            outcome["error"] = exc
+
+    try:
+        thread = threading.Thread(target=run_other, name="other-run")
+        thread.start()
+        held.wait_asked(1)  # the other run's first request is at the edge (one at a time: inflight 1)
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            run(tmp_path / "stopped")
+        assert time.monotonic() - started < timeout  # its request was cut, not timed out
+        held.release()
+        thread.join(2 * timeout)
+        assert not thread.is_alive()
+    finally:
+        held.release()
+        held.close()
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["summary"].retries == 0
+    assert_same_clip(other, expected["directory"], inputs["directory"])
+
+
 @pytest.mark.parametrize("transport", ["http", "grpc"])
 def test_a_stopped_run_cuts_its_own_requests_not_those_of_another_run_of_the_same_client(tmp_path, cloud, edge, inputs,
                                                                                             expected, transport):
@@ -697,32 +729,10 @@ def test_a_stopped_run_cuts_its_own_requests_not_those_of_another_run_of_the_sam
     of a run alone. Before, the stop cut every request of the client's transport."""
     held, timeout = HeldEdge(edge, 2, transport == "grpc"), 120.0
     url = cloud.grpc_url if transport == "grpc" else cloud.inference_url
-    other, outcome = tmp_path / "other", {}
-    try:
-        with Client(cloud=url, edge=held.url, token=cloud.keys["inference"], edge_token=edge.keys["inference"], timeout=timeout,
-                    tries=1) as client:
-            def run_other():
-                try:
-                    outcome["summary"] = client.interpolate_clip(inputs["directory"], other, chunk=1, inflight=1, progress=False)
-                except BaseException as exc:  # told to the test, which asserts there was none
-                    outcome["error"] = exc
-
-            thread = threading.Thread(target=run_other, name="other-run")
-            thread.start()
-            held.wait_asked(1)  # the other run's first request is at the edge (one at a time: inflight 1)
-            started = time.monotonic()
-            with pytest.raises(KeyboardInterrupt):
-                client.interpolate_clip(inputs["directory"], tmp_path / "stopped", chunk=1, inflight=1, progress=False)
-            assert time.monotonic() - started < timeout  # its request was cut, not timed out
-            held.release()
-            thread.join(2 * timeout)
-            assert not thread.is_alive()
-    finally:
-        held.release()
-        held.close()
-    assert "error" not in outcome, outcome.get("error")
-    assert outcome["summary"].retries == 0
-    assert_same_clip(other, expected["directory"], inputs["directory"])
+    with Client(cloud=url, edge=held.url, token=cloud.keys["inference"], edge_token=edge.keys["inference"], timeout=timeout,
+                tries=1) as client:
+        one_stopped_beside_another(held, timeout, tmp_path, inputs, expected,
+                                   lambda dst: client.interpolate_clip(inputs["directory"], dst, chunk=1, inflight=1, progress=False))
     assert run_threads() == []
     assert sorted(path.name for path in tmp_path.iterdir()) == ["other"]
 
@@ -754,34 +764,11 @@ def test_one_processor_serves_two_runs_at_once_each_with_its_own_requests(tmp_pa
     processor's one RunRequests was both runs', and the stop cut the other run's request too; and
     a run that asked for its video's planes had them sent to the other run, into PNGs."""
     held, timeout = HeldEdge(edge, 2, False), 120.0
-    other, outcome = tmp_path / "other", {}
-    try:
-        with Client(cloud=cloud.inference_url, edge=held.url, token=cloud.keys["inference"], edge_token=edge.keys["inference"],
-                    timeout=timeout, tries=1) as client:
-            processor = client.processor()
-
-            def run_other():
-                try:
-                    outcome["summary"] = interpolate_clip(inputs["directory"], other, processor, chunk=1, inflight=1, progress=False)
-                except BaseException as exc:  # told to the test, which asserts there was none
-                    outcome["error"] = exc
-
-            thread = threading.Thread(target=run_other, name="other-run")
-            thread.start()
-            held.wait_asked(1)
-            started = time.monotonic()
-            with pytest.raises(KeyboardInterrupt):
-                interpolate_clip(inputs["directory"], tmp_path / "stopped", processor, chunk=1, inflight=1, progress=False)
-            assert time.monotonic() - started < timeout  # its request was cut, not timed out
-            held.release()
-            thread.join(2 * timeout)
-            assert not thread.is_alive()
-    finally:
-        held.release()
-        held.close()
-    assert "error" not in outcome, outcome.get("error")
-    assert outcome["summary"].retries == 0
-    assert_same_clip(other, expected["directory"], inputs["directory"])
+    with Client(cloud=cloud.inference_url, edge=held.url, token=cloud.keys["inference"], edge_token=edge.keys["inference"],
+                timeout=timeout, tries=1) as client:
+        processor = client.processor()
+        one_stopped_beside_another(held, timeout, tmp_path, inputs, expected,
+                                   lambda dst: interpolate_clip(inputs["directory"], dst, processor, chunk=1, inflight=1, progress=False))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["other"]
 
 
