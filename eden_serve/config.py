@@ -9,12 +9,25 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import BadInputError
 
 # Noise seeds are unsigned 64-bit: the wire format's range, and what torch.Generator.manual_seed takes.
 MAX_SEED = 2**64 - 1
+
+
+def cache_home() -> Path:
+    """The user's cache directory, as the XDG base directory specification has it: ``$XDG_CACHE_HOME``
+    where that is an absolute path (a relative one is to be ignored, or it would follow the current
+    directory), else ``~/.cache``. RuntimeError where the user has no home (HOME unset, and no entry
+    in the password database: a container's arbitrary user)."""
+    given = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(given) if os.path.isabs(given) else Path.home() / ".cache"
+
+
 # The names the two halves are archived and served under; deployments depend on them.
 MODEL_NAMES = {"cloud": "eden_encoder", "edge": "eden_ditdec"}
 

@@ -107,6 +107,39 @@ def test_inductors_cache_is_kept_under_the_users_cache_directory(monkeypatch, tm
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "home" / ".cache" / "eden-serve" / "inductor")
 
 
+def test_a_relative_cache_home_is_ignored_as_the_xdg_specification_says(monkeypatch, tmp_path):
+    """A relative ``XDG_CACHE_HOME`` would follow the current directory (a cache in every folder a
+    command is run from): the specification says to ignore it, and ``~/.cache`` is taken. Was: used
+    as given, for compiled artefacts and the decoders' memory alike."""
+    from eden_serve.media import decoder_memory
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")  # what persistent_cache() sets is undone after the test
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.delenv(decoder_memory.FILE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert compiling.persistent_cache() == str(tmp_path / "home" / ".cache" / "eden-serve" / "inductor")
+    assert decoder_memory.default_path() == tmp_path / "home" / ".cache" / "eden-serve" / "decoders.json"
+    assert not (tmp_path / "relative").exists()
+
+
+def test_a_cache_directory_that_cannot_be_written_compiles_into_a_private_one_said_once(monkeypatch, tmp_path, caplog):
+    """A cache directory that cannot be made or written (here under a regular file, which refuses
+    root as a read-only home refuses anyone) leaves ``--compile`` a private directory of the run's,
+    said in one warning, as a user without a home gets (was: inductor's writes failed, and the run
+    went uncompiled)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")  # what persistent_cache() sets is undone after the test
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    (tmp_path / "a-file").write_bytes(b"")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))
+    with caplog.at_level("WARNING", logger=compiling.logger.name):
+        first, second = compiling.persistent_cache(), compiling.persistent_cache()
+    assert first == second and not first.startswith(str(tmp_path)) and os.path.isdir(first)
+    assert oct(os.stat(first).st_mode & 0o777) == "0o700"
+    said = [r.getMessage() for r in caplog.records if "compiled artefacts" in r.getMessage()]
+    assert len(said) == 1 and "no cache directory that can be written" in said[0], said
+
+
 @pytest.fixture(scope="module")
 def tiny_edge(tiny_state):
     config = PRESETS["tiny"]

@@ -24,11 +24,11 @@ import shutil
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Hashable, Iterator
 
 import torch
 
+from ..config import cache_home
 from .streams import indexed, role_stream
 
 logger = logging.getLogger(__name__)
@@ -41,20 +41,25 @@ _CALL = object()  # the key of a job that is a call (Background.hold), not a com
 
 def persistent_cache() -> str:
     """Inductor's cache directory: ``TORCHINDUCTOR_CACHE_DIR`` where set, else under the user's cache
-    directory (``$XDG_CACHE_HOME`` or ``~/.cache``), ``eden-serve/inductor``, where it outlives the
+    directory (:func:`~eden_serve.config.cache_home`), ``eden-serve/inductor``, where it outlives the
     process and the machine's temporary files (inductor's own default is under /tmp). Where the user
-    has no home (HOME unset, and no entry in the password database: a container's arbitrary user), a
-    private temporary directory of this process's, said in one warning; not a path under /tmp that
-    another user could make first, as inductor loads the code it finds there."""
+    has no home (HOME unset, and no entry in the password database: a container's arbitrary user),
+    or it cannot be written (a read-only home), a private temporary directory of this process's,
+    said in one warning; not a path under /tmp that another user could make first, as inductor
+    loads the code it finds there."""
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         try:
-            base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "eden-serve" / "inductor")
-        except RuntimeError:  # Path.home(): no home to keep it in
+            directory = cache_home() / "eden-serve" / "inductor"
+            directory.mkdir(parents=True, exist_ok=True)
+            if not os.access(directory, os.W_OK | os.X_OK):  # a read-only file system refuses root too
+                raise PermissionError(f"{directory} cannot be written")
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
+        except (RuntimeError, OSError) as exc:  # Path.home(): no home; or none that can be written
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="eden-serve-inductor-")
             atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
-            logger.warning("no home directory to keep compiled artefacts in (set XDG_CACHE_HOME): "
-                           "compiling into %s for this run", os.environ["TORCHINDUCTOR_CACHE_DIR"])
+            why = "no home directory" if isinstance(exc, RuntimeError) else f"no cache directory that can be written ({exc})"
+            logger.warning("%s to keep compiled artefacts in (set XDG_CACHE_HOME): compiling into %s for this run", why,
+                           os.environ["TORCHINDUCTOR_CACHE_DIR"])
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import cache_home
 from ..errors import BadInputError
 from . import segments
 from .containers import main_video
@@ -41,7 +42,7 @@ def default_path() -> Path | None:
     if environ.get(FILE_ENV):
         return Path(environ[FILE_ENV])
     try:
-        return Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eden-serve" / "decoders.json"
+        return cache_home() / "eden-serve" / "decoders.json"
     except RuntimeError:  # no HOME, and the user has no entry in the password database
         return None
 
