@@ -14,7 +14,8 @@ from fractions import Fraction
 
 from ..errors import BadInputError
 from ..media.colour import Colour
-from ..media.containers import Labels, display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect
+from ..media.containers import (Labels, container_start, display_matrix, dynamic_hdr, first_look, frame_rate, main_video,
+                               pixel_aspect, stream_start)
 from ..media.damage import stated_end, until_failure
 from ..media.encoding import import_av
 from ..media.frames import check_size
@@ -87,8 +88,7 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
                     colour.with_side_data(first) if colour.may_hold_metadata and first else colour,
                     display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
                     marked_alpha(stream), _decoding(context),
-                    None if stream.start_time is None or not stream.time_base else stream.start_time * stream.time_base,
-                    None if container.start_time is None else Fraction(container.start_time, 1_000_000),
+                    stream_start(stream), container_start(container),
                     stated_end(container, stream))
 
 

@@ -88,11 +88,17 @@ def check_destination(dst: Path, directory: bool) -> None:
         raise BadInputError(f"cannot write output {str(dst)!r}: its directory is not writable")
 
 
+def _nearest(folder: Path) -> Path:
+    """``folder``, or the nearest of its parents that exists ("." or "/" at the latest): where a file
+    stands in the way of making it, that file."""
+    return next(p for p in (folder, *folder.parents) if p.exists())
+
+
 def _why_not_made(folder: Path, exc: OSError) -> str:
     """Why ``folder`` could not be made: mkdir says "File exists" where a file stands in the way
     (there, or as one of its parents), so that file is named instead."""
-    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
-    return f"{str(blocking)!r} is not a directory" if blocking is not None else exc.strerror
+    nearest = _nearest(folder)
+    return exc.strerror if nearest.is_dir() else f"{str(nearest)!r} is not a directory"
 
 
 def check_output_directory(folder: str | Path, option: str) -> None:
@@ -101,7 +107,7 @@ def check_output_directory(folder: str | Path, option: str) -> None:
     way of, or that cannot be written; it is made by whoever writes into it, so a refused run
     leaves none."""
     folder = Path(folder)
-    nearest = next(p for p in (folder, *folder.parents) if p.exists())  # "." or "/" at the latest
+    nearest = _nearest(folder)
     if not nearest.is_dir():
         raise BadInputError(f"{option} {str(folder)!r}: {str(nearest)!r} is not a directory")
     if not os.access(nearest, os.W_OK | os.X_OK):  # a read-only file system's too, even for root

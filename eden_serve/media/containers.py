@@ -199,6 +199,17 @@ def shaped_as(output, stream, aspect: Fraction | None) -> None:
                       "or H.264 or HEVC, to keep it")
 
 
+def stream_start(stream) -> Fraction | None:
+    """When ``stream``'s first frame is shown, in seconds, as the container states it (None: not stated)."""
+    return None if stream.start_time is None or not stream.time_base else stream.start_time * stream.time_base
+
+
+def container_start(container) -> Fraction | None:
+    """When the file's first stream starts, in seconds, as the container states it (None: not stated)."""
+    start = getattr(container, "start_time", None)  # in microseconds
+    return None if start is None else Fraction(start, 1_000_000)
+
+
 def lead(clip) -> Fraction:
     """How much later the output's streams and chapters are moved than the input's (FFmpeg's
     ``output_ts_offset``), all alike, so that they keep their distances:

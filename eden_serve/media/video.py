@@ -17,7 +17,8 @@ from ..errors import BadInputError
 from ..sandbox.decoder import rgb
 from .base import PIPE, Clip, Decoded, Frame
 from .colour import Colour
-from .containers import display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect, say_interlaced, self_contained
+from .containers import (container_start, display_matrix, dynamic_hdr, first_look, frame_rate, main_video, pixel_aspect,
+                         say_interlaced, self_contained, stream_start)
 from .damage import Damage
 from .decoders import Decoder
 from .encoding import Encoding, import_av
@@ -189,15 +190,12 @@ class VideoClip(Clip):
     @property
     def start(self) -> Fraction | None:
         """When the first frame is shown, in seconds, as the container states it (None: not stated)."""
-        if self.stream.start_time is None or self.stream.time_base is None:
-            return None
-        return self.stream.start_time * self.stream.time_base
+        return stream_start(self.stream)
 
     @property
     def earliest(self) -> Fraction | None:
         """When the file's first stream starts, in seconds, as the container states it (None: not stated)."""
-        start = getattr(self.container, "start_time", None)  # in microseconds
-        return None if start is None else Fraction(start, 1_000_000)
+        return container_start(self.container)
 
     def _colour(self) -> Colour:
         """The stream's colour; where it may be HDR, with its first frame's metadata, from a second opening
