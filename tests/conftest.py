@@ -89,6 +89,24 @@ def ordinary_scheduling():
                       f"and put back under SCHED_OTHER (harness/scheduling.py)")
 
 
+@pytest.fixture
+def open_files(ordinary_scheduling):
+    """What this process holds open, as ``fd:target`` strings, read between two scans of the
+    run's scheduling watcher (each scan of /proc holds a descriptor of its own for a moment)."""
+
+    def held() -> list[str]:
+        with ordinary_scheduling.paused():
+            found = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    found.append(f"{fd}:{os.readlink(f'/proc/self/fd/{fd}')}")
+                except OSError:
+                    pass  # the listing's own descriptor, closed by now
+            return sorted(found)
+
+    return held
+
+
 @pytest.fixture(scope="session")
 def screenshots(tmp_path_factory) -> Path:
     """Where the page's tests save their screenshots: a temporary folder, so that a run changes no

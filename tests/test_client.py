@@ -504,12 +504,12 @@ def run_threads() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if t.name.startswith(("eden-pair", "eden-read", "eden-write")))
 
 
-def test_an_edge_that_fails_mid_clip_leaves_no_thread_or_output(tmp_path, cloud, edge, inputs):
+def test_an_edge_that_fails_mid_clip_leaves_no_thread_or_output(tmp_path, cloud, edge, inputs, open_files):
     """The edge loses its workers after the clip's second chunk (TorchServe then answers 503): the
     run stops with the pair named, and by then no thread of it is left and no output; run after run,
     the client's process holds no more open files."""
     src = synthetic.write_clip(tmp_path / "in", 24, SIZE[1], SIZE[0])
-    open_files = []
+    counts = []
     try:
         for attempt in range(4):
             with make_client("split", cloud, edge, tries=2, backoff=0.05) as client:
@@ -524,14 +524,14 @@ def test_an_edge_that_fails_mid_clip_leaves_no_thread_or_output(tmp_path, cloud,
                     interpolate_clip(src, tmp_path / "out", lose_the_edge_after_chunk_one, chunk=2, inflight=3, progress=False)
                 assert run_threads() == []
             assert sorted(os.listdir(tmp_path)) == ["in"]
-            open_files.append(len(os.listdir("/proc/self/fd")))
+            counts.append(len(open_files()))
             scale(edge, "eden_ditdec", 1)
     finally:
         scale(edge, "eden_ditdec", 1)
     # A descriptor kept by each run grows the count every run, by 2 or more from the second to the
     # fourth; one opened once by something else (a pooled connection of the management calls, Python
     # 3.12 under load) moves it by one.
-    assert open_files[3] - open_files[1] <= 1, open_files
+    assert counts[3] - counts[1] <= 1, counts
 
 
 @pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
