@@ -63,18 +63,22 @@ class FFmpegErrors:
     """FFmpeg's errors logged on this thread within ``with``, in one line (:attr:`line`; "" where it
     said none). PyAV keeps FFmpeg's log off, and its errors then say only "Invalid argument ...
     returned 22" or "Operation not permitted", never why: the log is on, at errors only, for that
-    moment, and this thread's captured."""
+    moment, and this thread's captured. PyAV drops a line the same as the last it let through, in any
+    thread and long before: a second refusal alike in one process (the page's next run) said nothing,
+    so repeats are kept for that moment too."""
 
     def __enter__(self) -> FFmpegErrors:
         self._av = av = import_av()
-        self._level = av.logging.get_level()
+        self._level, self._skip = av.logging.get_level(), av.logging.get_skip_repeated()
         av.logging.set_level(av.logging.ERROR)
+        av.logging.set_skip_repeated(False)
         self._capture = av.logging.Capture()
         self._logs = self._capture.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._capture.__exit__(*exc)
+        self._av.logging.set_skip_repeated(self._skip)
         self._av.logging.set_level(self._level)
 
     @property
@@ -192,19 +196,30 @@ def copy_of(container, stream):
 
 
 def header_refused(container, stream) -> str:
-    """Why ``container``'s muxer refused to write its header with the video ``stream``, in FFmpeg's
-    words, from a scratch muxer of its format tried again with its log captured; "" where it does
-    not say. Asked only after the refusal: the log is on for that moment alone."""
+    """Why ``container``'s muxer refuses to write its header with the video ``stream``, in FFmpeg's
+    words, from a scratch muxer of its format and options tried again with its log captured; "" where
+    it does not say. Asked only after a refusal: the log is on for that moment alone."""
+    with FFmpegErrors() as errors:
+        return "" if _scratch_header(container, stream) else errors.line
+
+
+def header_taken(container, stream) -> bool:
+    """Whether ``container``'s muxer writes its header with the video ``stream``, tried on a scratch
+    muxer of its format and options (FFmpeg's log left off). Asked before the real header: PyAV closes
+    the file it opened for a container only once that container's header is written, so a refused
+    header would leave the partial output's descriptor open for the life of the process."""
+    return _scratch_header(container, stream)
+
+
+def _scratch_header(container, stream) -> bool:
     av = import_av()
-    scratch = av.open(io.BytesIO(), "w", format=container.format.name)
+    scratch = av.open(io.BytesIO(), "w", format=container.format.name, container_options=container.container_options)
     try:
-        with FFmpegErrors() as errors:
-            try:
-                scratch.add_stream_from_template(stream)
-                scratch.start_encoding()
-            except (av.error.FFmpegError, ValueError):
-                return errors.line
-        return ""
+        scratch.add_stream_from_template(stream)
+        scratch.start_encoding()
+        return True
+    except (av.error.FFmpegError, ValueError):
+        return False
     finally:
         try:
             scratch.close()
