@@ -5,6 +5,7 @@ gone (or kept, with its journal, where ``--resume`` says so); a process running 
 (the page) holds no more threads or open files after them than before."""
 
 import errno
+import gc
 import os
 import re
 import signal
@@ -267,6 +268,31 @@ def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_thread(tmp_path, 
         assert "warning: stopped; .out.partial-resume.mkv and its journal keep" in err
     else:
         assert left == []
+
+
+def test_runs_that_fill_the_disk_leave_no_file_open(tmp_path, full_disk, monkeypatch, open_files, capsys):
+    """The page runs its clips in one process: runs of a video with audio whose disk fills hold no
+    more open files once they have failed than one did, without the cyclic collector. Before, the
+    output's trailer failed on the full disk, and its writer closed no more: the input, opened again
+    for its audio, stayed open until the collector found it, one descriptor a run."""
+    monkeypatch.setattr(test_video, "WIDTH", 384)
+    monkeypatch.setattr(test_video, "HEIGHT", 256)
+    src = make_video(tmp_path / "in.mkv", [1024 * k for k in range(24)], Fraction(1, 12288), video="ffv1", audio="aac")
+    argv = ["interpolate", str(src), "-o", str(full_disk / "out.mkv"), "--config", "tiny", "--chunk", "2", "--vcodec", "ffv1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(argv) == 2  # what a first run sets up for good
+        gc.collect()
+        gc.disable()
+        try:
+            held = open_files()
+            for _ in range(3):
+                assert cli.main(argv) == 2
+            assert sorted(set(open_files()) - set(held)) == []
+        finally:
+            gc.enable()
+    assert all("No space left on device" in line for line in capsys.readouterr().err.splitlines())
+    assert os.listdir(full_disk) == []
 
 
 def test_a_middle_the_disk_has_no_room_for_is_named_and_leaves_no_tmp(full_disk):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import warnings
@@ -376,8 +377,11 @@ class VideoWriter(AlphaWriting, ClipWriter):
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
     def close(self):
-        if getattr(self, "segments", None) is not None:
-            self.segments.close()
-        self.container.close()
-        if self.copies is not None:
-            self.copies.close()
+        """Each closed whatever closing the one before raised: a full disk fails the output's trailer,
+        and the input opened for its audio was left open until the cyclic collector found it."""
+        with contextlib.ExitStack() as closing:  # last in, first closed
+            if self.copies is not None:
+                closing.callback(self.copies.close)
+            closing.callback(self.container.close)
+            if getattr(self, "segments", None) is not None:
+                closing.callback(self.segments.close)
