@@ -196,30 +196,19 @@ def copy_of(container, stream):
 
 
 def header_refused(container, stream) -> str:
-    """Why ``container``'s muxer refuses to write its header with the video ``stream``, in FFmpeg's
-    words, from a scratch muxer of its format and options tried again with its log captured; "" where
-    it does not say. Asked only after a refusal: the log is on for that moment alone."""
-    with FFmpegErrors() as errors:
-        return "" if _scratch_header(container, stream) else errors.line
-
-
-def header_taken(container, stream) -> bool:
-    """Whether ``container``'s muxer writes its header with the video ``stream``, tried on a scratch
-    muxer of its format and options (FFmpeg's log left off). Asked before the real header: PyAV closes
-    the file it opened for a container only once that container's header is written, so a refused
-    header would leave the partial output's descriptor open for the life of the process."""
-    return _scratch_header(container, stream)
-
-
-def _scratch_header(container, stream) -> bool:
+    """Why ``container``'s muxer refused to write its header with the video ``stream``, in FFmpeg's
+    words, from a scratch muxer of its format tried again with its log captured; "" where it does
+    not say. Asked only after the refusal: the log is on for that moment alone."""
     av = import_av()
-    scratch = av.open(io.BytesIO(), "w", format=container.format.name, container_options=container.container_options)
+    scratch = av.open(io.BytesIO(), "w", format=container.format.name)
     try:
-        scratch.add_stream_from_template(stream)
-        scratch.start_encoding()
-        return True
-    except (av.error.FFmpegError, ValueError):
-        return False
+        with FFmpegErrors() as errors:
+            try:
+                scratch.add_stream_from_template(stream)
+                scratch.start_encoding()
+            except (av.error.FFmpegError, ValueError):
+                return errors.line
+        return ""
     finally:
         try:
             scratch.close()

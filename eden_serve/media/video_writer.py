@@ -20,7 +20,7 @@ from .colour import FULL
 from .containers import copy_labels, display_matrix, lead, shaped_as, show_as, tag_for_players
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
-from .encoding import Encoding, copy_of, header_refused, header_taken, import_av
+from .encoding import Encoding, copy_of, header_refused, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
 from .palette import Palettes
@@ -253,21 +253,16 @@ class VideoWriter(AlphaWriting, ClipWriter):
     def _header(self, packet) -> None:
         """Mux the first packet, with which the muxer writes its header: where it refuses the video
         there (raw RGB in Matroska, MPEG-4 Part 2 in MXF), FFmpeg's reason, not "Invalid argument"
-        or "Operation not permitted" naming the hidden partial file; another failure as it was. A
-        scratch muxer is asked first (:func:`~.encoding.header_taken`), so that the output's own
-        header is not tried where it would be refused: its file would then stay open."""
-        said = "" if header_taken(self.container, self.stream) else header_refused(self.container, self.stream)
-        if not said:
-            try:
-                self.container.mux_one(packet)
-                return
-            except self._error:
-                said = header_refused(self.container, self.stream)
-                if not said:
-                    raise
-        raise BadInputError(f"output {str(self.dst)!r}: its container ({self.container.format.name}) does not take this "
-                            f"{self.stream.codec_context.name} video in {self.pix_fmt} ({said}); choose another "
-                            "container, --vcodec or --pix-fmt") from None
+        or "Operation not permitted" naming the hidden partial file; another failure as it was."""
+        try:
+            self.container.mux_one(packet)
+        except self._error:
+            said = header_refused(self.container, self.stream)
+            if not said:
+                raise
+            raise BadInputError(f"output {str(self.dst)!r}: its container ({self.container.format.name}) does not take this "
+                                f"{self.stream.codec_context.name} video in {self.pix_fmt} ({said}); choose another "
+                                "container, --vcodec or --pix-fmt") from None
 
     def _encode(self, picture, pts: int, duration: int) -> None:
         if self.palettes is not None:
