@@ -13,6 +13,7 @@ SCHED_FIFO at priority 99 (docs/video.md, "Encoder speed").
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 from dataclasses import asdict, dataclass, replace
@@ -214,6 +215,28 @@ def header_refused(container, stream) -> str:
             scratch.close()
         except av.error.FFmpegError:  # a trailer of no frames, which GIF's muxer refuses
             pass
+
+
+def close_unwritten(container) -> None:
+    """Closes ``container``, an output whose muxer refused its header, and the file it opened for it:
+    PyAV opens a container's file as it writes the header and closes it only after a header written,
+    so the refused one's stayed open for the life of the process (the page's: one a run, on a partial
+    output deleted since). Once closed, PyAV 18 (the version pyproject.toml takes) touches that file no
+    more; its descriptor, the one that writes the container's path, is found in /proc (elsewhere it
+    is left as PyAV leaves it)."""
+    container.close()
+    path = os.path.realpath(str(container.name))
+    try:
+        held = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in held:
+        try:
+            writes = fcntl.fcntl(int(name), fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
+            if writes and os.readlink(f"/proc/self/fd/{name}") in (path, f"{path} (deleted)"):
+                os.close(int(name))
+        except OSError:
+            continue  # the listing's own, closed since
 
 
 def holds(format_name: str, name: str) -> bool:

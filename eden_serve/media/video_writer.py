@@ -20,7 +20,7 @@ from .colour import FULL
 from .containers import copy_labels, display_matrix, lead, shaped_as, show_as, tag_for_players
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
-from .encoding import Encoding, copy_of, header_refused, import_av
+from .encoding import Encoding, close_unwritten, copy_of, header_refused, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
 from .palette import Palettes
@@ -258,6 +258,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
             self.container.mux_one(packet)
         except self._error:
             said = header_refused(self.container, self.stream)
+            close_unwritten(self.container)
             if not said:
                 raise
             raise BadInputError(f"output {str(self.dst)!r}: its container ({self.container.format.name}) does not take this "
