@@ -177,3 +177,40 @@ def test_the_name_check_sees_names():
     assert resolves("eden_serve/wire/NAME.py") and resolves("tests/test_wire_NAME.py")
     assert imports("eden_serve.wire.keyed") and imports("harness.certificates.Authority")
     assert not imports("eden_serve.serving.certificates.Authority") and imports("eden_serve.timeline")
+
+
+# A section pointed at by its name, from the code, the configuration and the pages:
+# (docs/serving.md, "GPUs and threads"), docs/gpu.md "Compiled in the background".
+SECTION = re.compile(r"(?:docs/)?([\w-]+\.md)[,:]?\s*\(?\"([^\"\n]{3,80})\"")
+POINTING = ("eden_serve", "harness", "benchmarks", "tests", "deploy", "docs")
+
+
+def sections(page: Path) -> list[str]:
+    """What a pointer may name: a heading's start, or a paragraph's bold lead (``**Reproducible.**``)."""
+    text = FENCE.sub("", page.read_text())
+    return [re.sub(r"[`*]", "", heading).strip().lower() for heading in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE)] + [
+        lead.lower() for lead in re.findall(r"\*\*([^*\n]+)\*\*", text)]
+
+
+def pointers(text: str) -> list[tuple[str, str]]:
+    return SECTION.findall(text)
+
+
+def test_every_section_pointed_at_by_name_exists():
+    pages = {page.name: page for page in CURRENT}
+    files = [file for folder in POINTING for file in (REPO / folder).rglob("*")
+             if file.suffix in (".py", ".md", ".yaml", ".sh", ".js") and file.name != "test_docs.py"]
+    wrong = []
+    for file in [*files, REPO / "README.md", REPO / "Dockerfile", REPO / "config.properties", REPO / "archive.sh"]:
+        for page, name in pointers(file.read_text(errors="replace")):
+            if page in pages and not any(section.startswith(name.lower()) for section in sections(pages[page])):
+                wrong.append(f"{file.relative_to(REPO)}: {page} has no section \"{name}\"")
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_the_section_check_sees_pointers(tmp_path):
+    assert pointers('x (docs/video.md, "Encoder speed") y docs/gpu.md "Compiled ahead"') == [
+        ("video.md", "Encoder speed"), ("gpu.md", "Compiled ahead")]
+    page = tmp_path / "page.md"
+    page.write_text("# Video: frame rates\n\n## `--process-size HxW`\n\n- **Reproducible.** Pair i\n")
+    assert sections(page) == ["video: frame rates", "--process-size hxw", "reproducible."]
