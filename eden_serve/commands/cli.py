@@ -149,11 +149,12 @@ def _interpolate(args) -> int:
     before, after = (Frame(i, f"frame{i}", path=Path(path), max_pixels=args.max_pixels) for i, path in enumerate(args.inputs))
     check_pair(before.tensor, after.tensor)
     cloud, edge = load_models(args)
-    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [before.tensor, after.tensor], args.seed, args.codec,
-                                                        scene_threshold=args.scene_threshold)
     # At the depth a server answers (16 bits where either frame has more than 8), in the mode of the
     # frame before: the middle a directory clip, or the client, writes of the same pair.
-    middle = to_pixels(middles[0], max(before.depth, after.depth)).cpu()
+    depth = max(before.depth, after.depth)
+    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [before.tensor, after.tensor], args.seed, args.codec,
+                                                        scene_threshold=args.scene_threshold, depth=depth)
+    middle = to_pixels(middles[0], depth).cpu()
     save_middle(middle, before, after, args.output)
     print(f"wrote {args.output} ({middle.shape[1]}x{middle.shape[0]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
