@@ -130,6 +130,9 @@ def test_the_option_check_sees_command_lines(tmp_path):
 # Files of the repository named as paths (a placeholder such as NAME.py aside), and modules,
 # classes and functions named by their dotted Python names.
 PATH = re.compile(r"(?<![\w./-])((?:eden_serve|tests|benchmarks|harness|deploy|examples)/[\w./-]*\w)")
+# Inside the package, named from its folders in code spans: `media/timing.py`, `serving/overlap._attempt`.
+PACKAGE_PATH = re.compile(r"(?<![\w./:-])((?:%s)/[\w./-]*\w)" % "|".join(
+    sorted(folder.name for folder in (REPO / "eden_serve").iterdir() if (folder / "__init__.py").is_file())))
 DOTTED = re.compile(r"(?<![\w./-])((?:eden_serve|harness)(?:\.\w+)+)")
 
 
@@ -139,9 +142,11 @@ def resolves(path: str) -> bool:
     made = (REPO / ".gitignore").read_text().split()
     if (REPO / path).exists() or path in made or f"{path}/" in made or re.search(r"(?<![A-Za-z])[A-Z]{2,}(?![a-z])", path):
         return True
-    module, _, attribute = path.rpartition(".")
-    return (REPO / f"{module}.py").is_file() and re.search(rf"^(def|class) {attribute}\b|^{attribute} =",
-                                                            (REPO / f"{module}.py").read_text(), re.MULTILINE) is not None
+    folder, _, dotted = path.rpartition("/")
+    module, *attributes = dotted.split(".")
+    source = REPO / folder / f"{module}.py"
+    return bool(attributes) and source.is_file() and all(
+        re.search(rf"^\s*(def|class) {name}\b|^{name} =", source.read_text(), re.MULTILINE) for name in attributes)
 
 
 def imports(dotted: str) -> bool:
@@ -168,12 +173,16 @@ def test_every_file_and_module_named_exists():
         for number, line in enumerate(page.read_text().splitlines(), 1):
             missing += [f"{page.relative_to(REPO)}:{number}: {path}" for path in PATH.findall(line) if not resolves(path)]
             missing += [f"{page.relative_to(REPO)}:{number}: {name}" for name in DOTTED.findall(line) if not imports(name)]
+            missing += [f"{page.relative_to(REPO)}:{number}: {path}" for span in CODE.findall(line)
+                        for path in PACKAGE_PATH.findall(span) if not resolves(f"eden_serve/{path}")]
     assert not missing, "\n".join(missing)
 
 
 def test_the_name_check_sees_names():
     assert not resolves("eden_serve/serving/netns.py") and resolves("harness/netns.py")
     assert resolves("harness/videos.make_clip") and not resolves("harness/videos.no_such_function")
+    assert resolves("eden_serve/media/containers.Labels.from_fields") and not resolves("eden_serve/media/video.Labels")
+    assert PACKAGE_PATH.findall("`media/timing.py`, `cloud:clips/a.mp4`") == ["media/timing.py"]
     assert resolves("eden_serve/wire/NAME.py") and resolves("tests/test_wire_NAME.py")
     assert imports("eden_serve.wire.keyed") and imports("harness.certificates.Authority")
     assert not imports("eden_serve.serving.certificates.Authority") and imports("eden_serve.timeline")
