@@ -252,7 +252,7 @@ class VideoClip(Clip):
         """The decoded frames as :class:`Frame` objects, each timed after the one before (``by_slot``:
         timed already, by :func:`slotted`); with a ``damage``, a frame timed before the one before it
         is left out there and counted."""
-        previous = None
+        previous = size = None
         by_order = self._slotted and not by_slot
         i = -1
         for frame in decoded:
@@ -267,7 +267,10 @@ class VideoClip(Clip):
                                     f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
             elif damage is not None and not damage.keep(frame.pts, previous):
                 continue
-            i, previous = i + 1, frame.pts
+            if size is not None and (frame.width, frame.height) != size:  # pictures that change size midway: the file named, not the chunk's fields
+                raise BadInputError(f"{self.path}: frame {i + 1} is {frame.width}x{frame.height}, unlike the frames before it "
+                                    f"({size[0]}x{size[1]}): frames differ in size")
+            i, previous, size = i + 1, frame.pts, (frame.width, frame.height)
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
             if i == 0:  # kept apart: a frame decoded into a GPU's memory reaches the writer copied without it
