@@ -382,3 +382,31 @@ def test_a_pairs_middle_as_png_is_in_a_mode_png_holds(tmp_path, mode, fmt, writt
     with Image.open(tmp_path / "mid.png") as middle:
         assert middle.format == "PNG" and middle.mode == written and middle.size == SIZE
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".", "mid"))) == ["mid.png"]
+
+
+def test_a_16_bit_grey_apng_keeps_its_levels(tmp_path):
+    """Its frames were converted to RGB, which clips every level above 255 (of 65535) to white: the
+    originals came back as a white picture at 8 bits. Now a 16-bit grey APNG, originals exact."""
+    av = pytest.importorskip("av")  # FFmpeg's APNG muxer: Pillow's finds a 16-bit frame's changes at 8 bits and drops some
+    ramps = [((np.arange(SIZE[0] * SIZE[1]).reshape(SIZE[1], SIZE[0]) + 1) * k % 65536).astype(np.uint16) for k in (3, 11, 17)]
+    src = tmp_path / "grey16.png"
+    with av.open(str(src), "w", format="apng") as container:
+        stream = container.add_stream("apng", rate=25)
+        stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "gray16be"
+        for k, ramp in enumerate(ramps):
+            frame = av.VideoFrame.from_ndarray(ramp, format="gray16le").reformat(format="gray16be")
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    interpolate_clip(src, tmp_path / "out.png", pairwise(mean_of_tensors), progress=False)
+    with Image.open(tmp_path / "out.png") as out:
+        assert out.n_frames == 5
+        frames = []
+        for k in range(5):
+            out.seek(k)
+            assert out.mode == "I;16"
+            frames.append(np.asarray(out, np.int64))
+    for k, ramp in enumerate(ramps):
+        assert np.array_equal(frames[2 * k], ramp)
+    for k in (1, 3):  # the mean of its neighbours, within the 8-bit rounding of the stand-in
+        assert np.abs(frames[k] - (frames[k - 1] + frames[k + 1]) / 2).max() <= 257
