@@ -410,3 +410,13 @@ def test_a_16_bit_grey_apng_keeps_its_levels(tmp_path):
         assert np.array_equal(frames[2 * k], ramp)
     for k in (1, 3):  # the mean of its neighbours, within the 8-bit rounding of the stand-in
         assert np.abs(frames[k] - (frames[k - 1] + frames[k + 1]) / 2).max() <= 257
+
+
+def test_a_multi_page_tiff_is_refused_naming_it(tmp_path):
+    """Pillow counts its pages, FFmpeg decodes the first alone: it went to FFmpeg as a video of one
+    frame, the other pages lost, and failed on its side data (an internal error)."""
+    pages = random_frames(3)
+    pages[0].save(tmp_path / "pages.tif", save_all=True, append_images=pages[1:])
+    with pytest.raises(BadInputError, match=r"pages.tif' holds 3 pictures \(TIFF\), which FFmpeg reads as 1: not a clip"):
+        interpolate_clip(tmp_path / "pages.tif", tmp_path / "out.mkv", pairwise(average), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pages.tif"]

@@ -197,8 +197,12 @@ def _animated(path: Path) -> Image.Image | None:
     if image.format in ANIMATION_FORMATS and frames > 1:
         return image
     image.close()
-    if frames > 1 or _frames_in_ffmpeg(path) > 1:  # FLI, MPEG, multi-page TIFF, MJPEG: FFmpeg may read it as a video
+    decoded = _frames_in_ffmpeg(path)
+    if decoded > 1:  # FLI, MPEG, MJPEG: FFmpeg reads it as a video
         return None
+    if frames > 1:  # a multi-page TIFF: FFmpeg decodes its first page alone, the rest would be lost without a word
+        raise BadInputError(f"{str(path)!r} holds {frames} pictures ({image.format}), which FFmpeg reads as {decoded}: not a clip; "
+                            "save them as a directory of frames")
     raise BadInputError(f"{str(path)!r} is a still image, not a clip (a directory of frames, an animated "
                         "GIF/APNG/WebP or a video); give two frames to interpolate a single pair")
 
