@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from ..media.containers import main_video
 from ..media.encoding import import_av
+from ..media.steady import SteadyDecoder
 from ..sandbox.decoder import SKIPS_UNREFERENCED
 
 CURSORS_KEPT = 2  # files whose decoder a cloud worker keeps open: each holds its reference frames and threads
@@ -36,6 +37,7 @@ class Cursor:
         if seek is not None:
             container.seek(seek, stream=self.stream, backward=True)
         self.packets = container.demux(self.stream)
+        self.decoder = SteadyDecoder(self.stream.codec_context)  # a damaged GOP's frames as a local run's reading gives them
         self.since: int | None = None  # the last range's last time stamp: no frame before it can come any more
         self.held: list = []  # frames given at or after ``since``, in display order
         self.ended = False  # the demuxer ran out, and the decoder was drained: it can give no more
@@ -85,10 +87,7 @@ class Cursor:
                     counted()
                 if skips:  # frame threads take the context's skip_frame with each packet submitted
                     context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < wanted[0] else "DEFAULT"
-            try:
-                yield context.decode(packet)
-            except self.error:  # a damaged packet: left behind, as a local run's reading leaves it (media/damage.py)
-                yield []
+            yield self.decoder.decode(packet)  # a damaged packet left behind, as a local run's reading leaves it (media/damage.py)
             if packet is None:
                 break
         self.ended = True

@@ -23,6 +23,7 @@ from typing import Iterator
 
 from ..errors import BadInputError
 from .encoding import import_av
+from .steady import SteadyDecoder
 
 SHOWN_RANGES = 4  # ranges of lost frames named in the warning; more are counted
 INTERVAL_PACKETS = 64  # the first packets, whose times show a frame's interval
@@ -77,10 +78,13 @@ class Damage:
     def decoded(self, container, context, packets: Iterator | None = None) -> Iterator:
         """The frames of ``context`` (the stream's decoder, or libvpx's for its alpha) from the
         container's packets of the stream (or ``packets``: a server-side source's, as its pages
-        bring them), a packet the decoder refuses left behind; a demuxer that fails ends the stream
-        there, as FFmpeg's command line ends it."""
+        bring them), a packet the decoder refuses left behind, a GOP that holds damage decoded
+        without threads (:mod:`.steady`); a demuxer that fails ends the stream there, as FFmpeg's
+        command line ends it."""
         av = import_av()
         packets, ending = container.demux(self.stream) if packets is None else packets, None
+        decoder = SteadyDecoder(context)
+        self.refused = decoder.refused
         if container is not None:
             self.muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
         while True:
@@ -107,19 +111,11 @@ class Damage:
                     self.first.append(packet.pts)
                 end = packet.pts + (packet.duration or 0)
                 self.end = end if self.end is None else max(self.end, end)
-            try:
-                frames = context.decode(packet)
-            except av.error.FFmpegError:
-                self.refused.append(packet.pts)
-                continue
-            yield from frames
-        try:
-            for frame in context.decode(ending):
-                if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
-                    frame.time_base = self.stream.time_base
-                yield frame
-        except av.error.FFmpegError:
-            pass  # what the decoder held back is lost: counted by the frames never shown
+            yield from decoder.decode(packet)
+        for frame in decoder.decode(ending):  # what the decoder held back that it cannot give is lost: counted by the frames never shown
+            if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
+                frame.time_base = self.stream.time_base
+            yield frame
 
     def keep(self, pts: int | None, previous: int | None) -> bool:
         """Whether a frame timed ``pts`` (the decoder's stamp) follows the one given before it (timed

@@ -1,0 +1,240 @@
+"""A video stream's decoder whose frames are the same on every run, whatever its threads.
+
+FFmpeg's frame threads decode an undamaged stream bit for bit as one thread does, at their count's
+speed; past damage they do not: what a frame after a refused or concealed picture holds depends on
+the threads' count and timing (an H.264 P-frame concealed one way on 1 or 2 threads and another on
+3 or more; an FFV1 GOP after a refused frame, differently from run to run). So the decoder keeps the
+packets since the last key frame, and where damage is met (a packet refused, a frame marked corrupt,
+a frame left out or given out of order) that GOP is decoded again from its key frame by a decoder
+without threads, the frames already given left out. That decoder goes on to the next key frame,
+where the threaded one, flushed as for a seek, takes over: it gives the frames from that key frame
+on, which a key frame's decoding does not need the pictures before it for; the pictures shown before
+it (an open GOP's leading pictures, which reference the damaged GOP) still come from the decoder
+without threads. A damaged GOP's frames are then those of one thread from its key frame, which a
+cloud's range read from a seek there gives too (:mod:`eden_serve.cloud.ranges`).
+
+Undamaged, it costs no decoding: the threaded decoder alone, the packets since the key frame held
+(at most :data:`HELD_BYTES`; a longer GOP is read on as before, on frame threads)."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+from .encoding import import_av
+
+HELD_BYTES = 64 << 20  # a GOP's packets kept for decoding it again (about 10 s of 4K HEVC at 50 Mbit/s)
+COPIED = ("width", "height", "pix_fmt", "codec_tag", "bits_per_coded_sample", "color_range", "colorspace",
+          "color_primaries", "color_trc", "sample_aspect_ratio")
+
+
+def alone(context):
+    """A decoder without threads like ``context``: its codec, extradata and what the container
+    tells a decoder (as a cloud source's client makes its decoder, client/remote.py)."""
+    av = import_av()
+    made = av.CodecContext.create(context.codec, "r")
+    made.extradata = context.extradata or None
+    for name in COPIED:
+        try:
+            value = getattr(context, name)
+            if value is not None:
+                setattr(made, name, value)
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+            continue  # not stated, or not held by this codec's context
+    made.thread_type, made.thread_count = "NONE", 1
+    return made
+
+
+class SteadyDecoder:
+    """``context`` (opened on frame threads, or to be) made steady: :meth:`decode` as
+    ``context.decode``, but a packet refused is not raised: its time stamp is added to
+    :attr:`refused`. ``single()`` makes the decoder without threads (default: :func:`alone`)."""
+
+    def __init__(self, context, single: Callable[[], object] | None = None):
+        self.context, self.single = context, single or (lambda: alone(context))
+        self.error = import_av().error.FFmpegError
+        self.refused: list[int | None] = []  # packets (time stamps) refused by the decoder whose frames are given
+        self.steady = not getattr(context, "is_hwaccel", False)  # a GPU's decoder runs on no frame threads
+        # Packets from the key frame of the oldest GOP whose frames are not all given, in decode order
+        # (None: over HELD_BYTES): a frame-threaded decoder tells of damage as many packets late as it
+        # has threads, after a key frame it may have been given.
+        self.gop: list | None = []
+        self.held = 0
+        self.given: set[int] = set()  # time stamps of the frames given since the last key frame
+        self.last: int | None = None  # the last frame's given
+        self.ahead: list[int] = []  # time stamps sent to the threaded decoder that no frame given has passed
+        self.untimed = False
+        self.lone = None  # the decoder without threads, from damage to the next key frame's leading pictures
+        self.key: int | None = None  # handing back to the threaded decoder at this key frame's time stamp
+        self.waiting: list = []  # the threaded decoder's frames from that key frame on, given after the leading ones
+        self.time_base = None
+        # After a packet it refused, the decoder without threads gives frames made of the picture it
+        # left half made, whose other half is what its memory held (FFV1's: not the same twice in one
+        # process): only the frames of the packets sent before it are given, to the next key frame's.
+        self.sent: set[int] = set()  # time stamps of the packets sent to it
+        self.sound: set[int] | None = None
+        self.sound_from: int | None = None
+
+    def decode(self, packet) -> list:
+        """The frames given for ``packet`` (None, or an empty packet: the end, every decoder drained)."""
+        if not self.steady:
+            try:
+                return self.context.decode(packet)
+            except self.error:
+                self.refused.append(getattr(packet, "pts", None))
+                return []
+        if packet is None or not packet.size:
+            return self._end(packet)
+        self.time_base = packet.time_base or self.time_base
+        self.untimed = self.untimed or packet.pts is None
+        out: list = []
+        if self.key is not None and (packet.is_keyframe or packet.pts is None or packet.pts >= self.key):
+            out += self._handed_back()
+        if packet.is_keyframe:
+            if self.lone is not None:
+                out += self._hand_back(packet.pts)
+        self._hold(packet)
+        if self.key is not None:  # a leading picture of the key frame handed back at, or the key frame itself
+            leading = packet.pts is not None and packet.pts < self.key
+            out += self._give([f for f in self._alone(packet, counted=leading) if f.pts is not None and f.pts < self.key])
+            frames, damaged = self._threaded(packet)
+            if damaged is None:
+                self.waiting += frames
+                return out
+            out += self._handed_back()
+            return out + self._replay()
+        if self.lone is not None:
+            return out + self._give(self._alone(packet))
+        return out + self._threaded_given(packet)
+
+    def _threaded_given(self, packet) -> list:
+        """The threaded decoder's frames for ``packet`` up to the first damaged, then the GOP's again without threads."""
+        frames, damaged = self._threaded(packet)
+        if damaged is None:
+            return self._give(frames)
+        if self.gop is None:  # not held: read on as before
+            if damaged == len(frames) and packet is not None and packet.size:
+                self.refused.append(packet.pts)
+            return self._give(frames)
+        return self._give(frames[:damaged]) + self._replay()
+
+    def _hold(self, packet) -> None:
+        if packet.is_keyframe:
+            if self.gop is None:
+                self.gop, self.held = [], 0
+            self._prune()
+        if self.gop is None or self.untimed:  # no time stamps to tell the frames given by: read on as before
+            self.gop = None
+            return
+        self.held += packet.size
+        self.gop.append(packet)
+        if self.held > HELD_BYTES:
+            self.gop, self.given = None, set()
+
+    def _prune(self) -> None:
+        """The GOPs held whose frames are all given, or passed, let go of."""
+        keys = [at for at, packet in enumerate(self.gop) if packet.is_keyframe]
+        while len(keys) > 1:
+            if self.last is None or any(p.pts > self.last for p in self.gop[:keys[1]] if not p.is_discard):
+                break
+            for packet in self.gop[:keys[1]]:
+                self.held -= packet.size
+                self.given.discard(packet.pts)
+            self.gop = self.gop[keys[1]:]
+            keys = [at - keys[1] for at in keys[1:]]
+
+    def _threaded(self, packet) -> tuple[list, int | None]:
+        """The threaded decoder's frames for ``packet`` (None: drained), those before a key frame
+        handed back at left out, and the place of the first damaged among them (len(frames) where
+        the decoder refused it; None: none damaged)."""
+        timed = packet is not None and packet.size and packet.pts is not None
+        if timed and not packet.is_discard and (self.key is None or packet.pts >= self.key):
+            heapq.heappush(self.ahead, packet.pts)
+        try:
+            frames = self.context.decode(packet)
+        except self.error:
+            return [], 0
+        if self.key is not None:  # its leading pictures, decoded without the pictures before: the other decoder's
+            frames = [f for f in frames if f.pts is not None and f.pts >= self.key]
+        last = self.last
+        for at, frame in enumerate(frames):
+            left_out = False
+            if frame.pts is not None and not self.untimed:
+                while self.ahead and self.ahead[0] <= frame.pts:
+                    left_out = heapq.heappop(self.ahead) < frame.pts or left_out
+            if frame.is_corrupt or left_out or (frame.pts is not None and last is not None and frame.pts < last):
+                return frames, at
+            last = frame.pts if frame.pts is not None else last
+        return frames, None
+
+    def _alone(self, packet, counted: bool = True) -> list:
+        """The decoder without threads' frames for ``packet`` (None: drained); ``counted``: a packet
+        it refuses is counted as refused (it gives the frames of it), and the frames of the packets
+        from it on are left out to the next key frame's (:attr:`sound`)."""
+        try:
+            if packet is not None and packet.pts is not None:
+                self.sent.add(packet.pts)
+                if packet.is_keyframe and self.sound is not None:  # its frames on are sound again; its leading ones not
+                    self.sound_from = packet.pts if self.sound_from is None else self.sound_from
+            frames = self.lone.decode(packet)
+        except self.error:
+            if packet is not None and counted:
+                self.refused.append(packet.pts)
+                self.sound = set(self.sent) - {packet.pts} if self.sound is None else self.sound
+            return []
+        for frame in frames:
+            if frame.time_base is None:  # drained: PyAV times a frame by the packet it was given with
+                frame.time_base = self.time_base
+        return [f for f in frames if self.sound is None or f.pts in self.sound or (
+            self.sound_from is not None and f.pts is not None and f.pts >= self.sound_from)]
+
+    def _replay(self) -> list:
+        """The GOP held decoded again from its key frame without threads, the frames given left out."""
+        self._prune()
+        self.lone, self.sent, self.sound, self.sound_from = self.single(), set(), None, None
+        self.context.flush_buffers()
+        self.ahead = []
+        out: list = []
+        for packet in self.gop:
+            out += self._alone(packet)
+        return self._give(out)
+
+    def _hand_back(self, key: int | None) -> list:
+        """At the key frame timed ``key``: the threaded decoder, flushed, decodes from it on; where
+        it has no time to tell its leading pictures by, the decoder without threads is drained here."""
+        self.context.flush_buffers()
+        self.ahead = []
+        if key is not None:
+            self.key = key
+            return []
+        out = self._give(self._alone(None))
+        self.lone, self.sound, self.sound_from = None, None, None
+        return out
+
+    def _handed_back(self) -> list:
+        """The key frame's leading pictures, the decoder without threads drained, then the threaded decoder's frames."""
+        out = [f for f in self._alone(None, counted=False) if f.pts is not None and f.pts < self.key]
+        waiting, self.lone, self.key, self.waiting = self.waiting, None, None, []
+        self.sound = self.sound_from = None
+        return self._give(out) + self._give(waiting)
+
+    def _give(self, frames: list) -> list:
+        out = []
+        for frame in frames:
+            if frame.pts is not None and frame.pts in self.given:
+                continue
+            if frame.pts is not None:
+                self.given.add(frame.pts)
+                self.last = frame.pts
+            out.append(frame)
+        return out
+
+    def _end(self, packet) -> list:
+        """Every decoder drained: ``packet`` is the demuxer's empty one, or None."""
+        out = self._handed_back() if self.key is not None else []
+        if self.lone is None:
+            out += self._threaded_given(packet)
+        if self.lone is not None:
+            out += self._give(self._alone(None))
+            self.lone = None
+        return out
