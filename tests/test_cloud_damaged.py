@@ -172,3 +172,32 @@ def test_a_cloud_sources_demuxer_that_fails_ends_the_stream_there_said_against_i
     served, said = read(source)
     assert video.scan.frames == len(served) == 12
     assert len(said) == 1 and "its packets end at 0.44 s, before the 0.80 s its header states (cut short?)" in said[0], said
+
+
+def test_a_concealed_gop_reads_the_same_on_the_cloud_and_locally_whatever_the_threads(tmp_path):
+    # Before, the frames from a concealed H.264 P-frame to the next key frame were those of the
+    # decoder's threads: one picture on 1 or 2, another on 3 or more (the cloud's range and the
+    # client's pages on this machine's count, a local run on another's).
+    from eden_serve.media.video import VideoClip
+
+    clean = make_clip(tmp_path / "clean.mkv", "libx264", {"g": "10", "bframes": "0"}, (96, 128), COUNT, synthetic=True)
+    src = damaged(clean, tmp_path / "in.mkv", 5)
+    local = {}
+    for threads in (1, 3, 8):
+        clip = VideoClip(src)
+        clip.stream.thread_count = threads
+        try:
+            local[threads], _ = read(clip)
+        finally:
+            clip.close()
+    video, source = remote(src)
+    served, _ = read(source)
+    CURSORS.clear()
+    ranges = video.read(0, 4) + video.read(4, 6) + video.read(10, COUNT - 10)
+    CURSORS.clear()
+    seeked = video.read(6, 3)  # from a seek to the key frame at 0, a new cursor
+    CURSORS.clear()
+    assert len(served) == COUNT
+    for frames in (*local.values(), served):
+        assert [np.asarray(image).tobytes() for _, image, _ in frames] == [p.tobytes() for p in ranges]
+    assert [p.tobytes() for p in seeked] == [p.tobytes() for p in ranges[6:9]]
