@@ -241,3 +241,14 @@ def test_a_damaged_video_decodes_the_same_whatever_the_threads_and_run(tmp_path,
         for run in decoded:
             assert [t for t, _ in run] == [t for t, _ in first], threads
             assert [k for k, ((_, a), (_, b)) in enumerate(zip(run, first)) if a != b] == [], threads
+
+
+def test_damage_the_decoder_conceals_is_said(tmp_path):
+    # Before, an H.264 P-frame with bytes flipped, which FFmpeg's decoder patches from the pictures
+    # around it and marks corrupt, went without a word.
+    src = damaged(make_clip(tmp_path / "clean.mkv", "libx264", {"g": "10", "bframes": "0"}, (96, 128), COUNT, synthetic=True),
+                  tmp_path / "in.mkv", 5)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert said == [f"{src}: damaged: 1 frame was decoded with damage its decoder concealed, at 0.20 s of the input; the output "
+                    "keeps what was decoded"]
+    assert shown(tmp_path / "out.mkv") == pytest.approx(middled([k / 25 for k in range(COUNT)]), abs=1e-3)

@@ -45,6 +45,9 @@ class Damage:
         self.discarded = 0  # packets whose frames the container discards (an edit list)
         self.refused: list[int] = []  # packets (time stamps) the decoder refused
         self.disordered: list[int] = []  # frames timed before the one given before them, left out
+        # Frames given that the decoder marks corrupt: damage it concealed (H.264's, MPEG-2's), the
+        # one sign of it that PyAV gives (not the frame's decode_error_flags, nor the decoder's counts).
+        self.concealed: list[int | None] = []
         # Gaps between frames given (the times either side) wider than the narrowest, as packets a
         # demuxer skipped leave them (a damaged Matroska cluster), judged at the end against the rate.
         self.gaps: list[tuple[int, int]] = []
@@ -111,11 +114,15 @@ class Damage:
                     self.first.append(packet.pts)
                 end = packet.pts + (packet.duration or 0)
                 self.end = end if self.end is None else max(self.end, end)
-            yield from decoder.decode(packet)
-        for frame in decoder.decode(ending):  # what the decoder held back that it cannot give is lost: counted by the frames never shown
+            yield from self._seen(decoder.decode(packet))
+        for frame in self._seen(decoder.decode(ending)):  # what the decoder held back that it cannot give is lost: counted by the frames never shown
             if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
                 frame.time_base = self.stream.time_base
             yield frame
+
+    def _seen(self, frames: list) -> list:
+        self.concealed += [frame.pts for frame in frames if frame.is_corrupt]
+        return frames
 
     def keep(self, pts: int | None, previous: int | None) -> bool:
         """Whether a frame timed ``pts`` (the decoder's stamp) follows the one given before it (timed
@@ -175,6 +182,10 @@ class Damage:
             unread = f", {len(skipped)} of them in packets that could not be read" if skipped else ""
             said.append(f"{len(lost) + untimed} of its video's {self.packets - self.discarded + len(skipped)} frames were lost"
                         f"{self._where(lost)}{disordered}{unread}")
+        if self.concealed:
+            patched = len(self.concealed)
+            said.append(f"{patched} {'frame was' if patched == 1 else 'frames were'} decoded with damage its decoder concealed"
+                        f"{self._where(sorted(pts for pts in self.concealed if pts is not None))}")
         short = self._short()
         if self.stopped:
             said.append(f"reading stopped{'' if self.end is None else f' at {self._seconds(self.end)} s'}: {self.stopped}")
@@ -184,8 +195,10 @@ class Damage:
             raise BadInputError(f"{self.path}: none of its video's frames could be decoded: the file is damaged"
                                 f" ({'; '.join(said) or f'{self.packets} packets'})")
         if said:
-            warnings.warn(f"{self.path}: damaged: {'; '.join(said)}; the output goes on without them, each middle "
-                          "made between the frames either side of a gap, at their times")
+            gone = lost or untimed or self.stopped or short
+            warnings.warn(f"{self.path}: damaged: {'; '.join(said)}; " + (
+                "the output goes on without them, each middle made between the frames either side of a gap, at their times"
+                if gone else "the output keeps what was decoded"))
 
     def _short(self) -> str | None:
         """Where the packets end before the end the container states: MP4's and MOV's count of the
