@@ -252,3 +252,20 @@ def test_damage_the_decoder_conceals_is_said(tmp_path):
     assert said == [f"{src}: damaged: 1 frame was decoded with damage its decoder concealed, at 0.20 s of the input; the output "
                     "keeps what was decoded"]
     assert shown(tmp_path / "out.mkv") == pytest.approx(middled([k / 25 for k in range(COUNT)]), abs=1e-3)
+
+
+@pytest.mark.parametrize("options", [{}, {"mpegts_m2ts_mode": "1"}])  # TS's 188-byte packets, M2TS's 192
+def test_an_mpeg_ts_cut_short_is_said_by_its_last_packet(tmp_path, options):
+    # Before, nothing said it was cut: MPEG-TS states no length.
+    src = tmp_path / "clean.ts"
+    with av.open(str(make_clip(tmp_path / "made.ts", "libx264", {"bframes": "0"}, SIZE, COUNT, synthetic=True))) as given, \
+            av.open(str(src), "w", format="mpegts", options=options) as made:
+        stream = made.add_stream_from_template(given.streams.video[0])
+        for packet in (p for p in given.demux(video=0) if p.size):
+            packet.stream = stream
+            made.mux(packet)
+    assert not [w for w in interpolated(src, tmp_path / "whole.mkv") if "damaged" in w]  # the whole file: nothing said
+    cut = damaged(src, tmp_path / "in.ts", 12, cut=True)
+    packet = 192 if options else 188
+    said = [w for w in interpolated(cut, tmp_path / "out.mkv") if "damaged" in w]
+    assert len(said) == 1 and f"its last {packet}-byte MPEG-TS packet holds {cut.stat().st_size % packet} bytes (cut short?)" in said[0], said

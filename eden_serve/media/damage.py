@@ -27,6 +27,7 @@ from .steady import SteadyDecoder
 
 SHOWN_RANGES = 4  # ranges of lost frames named in the warning; more are counted
 INTERVAL_PACKETS = 64  # the first packets, whose times show a frame's interval
+TS_PACKETS = (188, 192, 204)  # an MPEG-TS packet's bytes: TS, M2TS (a time code before each), with Reed-Solomon bytes
 GAPS_KEPT = 1000  # gaps between frames held for the end's judgement: a variable rate's many are not all kept
 
 
@@ -59,6 +60,8 @@ class Damage:
         self._ahead: list[int] = []
         self._passed = 0
         self.untimed = False  # a packet without a time stamp was read
+        self.size: int | None = None  # the file's bytes (None: not known, a pipe's)
+        self.positions: list[int | None] = []  # where the first packets start in it
 
     @classmethod
     def stated(cls, given: dict, time_base: Fraction, path) -> "Damage":
@@ -90,6 +93,7 @@ class Damage:
         self.refused = decoder.refused
         if container is not None:
             self.muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
+            self.size = getattr(container, "size", None)
         while True:
             try:
                 packet = next(packets)
@@ -112,6 +116,7 @@ class Damage:
                 self.pending.add(packet.pts)
                 if len(self.first) < INTERVAL_PACKETS:
                     self.first.append(packet.pts)
+                    self.positions.append(packet.pos)
                 end = packet.pts + (packet.duration or 0)
                 self.end = end if self.end is None else max(self.end, end)
             yield from self._seen(decoder.decode(packet))
@@ -204,7 +209,11 @@ class Damage:
         """Where the packets end before the end the container states: MP4's and MOV's count of the
         stream's samples, exact; AVI's length, and Matroska's ``DURATION`` tag, which count the last
         frame for as long as it lasts, which the packets may not say: more than two frames short.
-        Not an estimate (MPEG-TS's, from its bit rate)."""
+        MPEG-TS states no end (FFmpeg estimates one from its time stamps): a file cut within a packet
+        shows it by its last packet's bytes (:func:`ts_tail`)."""
+        if "mpegts" in self.muxer:
+            tail = ts_tail(self.size, self.positions)
+            return f"its last {tail[1]}-byte MPEG-TS packet holds {tail[0]} bytes (cut short?)" if tail and tail[0] else None
         if self.muxer & {"mov", "mp4"}:
             stated = self.stream.frames or 0
             return f"its header states {stated} frames, and the file holds {self.packets} (cut short?)" if self.packets < stated else None
@@ -261,9 +270,22 @@ def until_failure(packets: Iterator) -> Iterator:
         return
 
 
+def ts_tail(size: int | None, positions: list) -> tuple[int, int] | None:
+    """An MPEG-TS file's last packet, cut: (its bytes, the packet size), as the file's ``size`` and
+    where its first video packets start (``positions``) show them: the one packet size of 188
+    (TS), 192 (M2TS) and 204 (with Reed-Solomon bytes) that every packet starts on; None where
+    not known. A file cut at a packet's end shows nothing: MPEG-TS states no length."""
+    starts = [pos for pos in positions if isinstance(pos, int) and pos >= 0]
+    if not size or size < 0 or len(set(starts)) < 2:
+        return None
+    fits = [packet for packet in TS_PACKETS if len({pos % packet for pos in starts}) == 1]
+    return ((size - starts[0]) % fits[0], fits[0]) if len(fits) == 1 else None
+
+
 def stated_end(container, stream) -> dict:
     """Where the container states the stream ends, as :meth:`Damage._short` judges a file cut short
-    by it, for a cloud's probe: MP4's and MOV's count of samples, Matroska's ``DURATION`` tag."""
+    by it, for a cloud's probe: MP4's and MOV's count of samples, Matroska's ``DURATION`` tag (a
+    cloud opens no MPEG-TS source)."""
     muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
     if muxer & {"mov", "mp4"}:
         return {"container": "mov", "frames": stream.frames or 0}
