@@ -87,7 +87,8 @@ class Cursor:
                     counted()
                 if skips:  # frame threads take the context's skip_frame with each packet submitted
                     context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < wanted[0] else "DEFAULT"
-            yield self.decoder.decode(packet)  # a damaged packet left behind, as a local run's reading leaves it (media/damage.py)
+            # A damaged packet left behind, as a local run's reading leaves it (media/damage.py).
+            yield self.decoder.decode(packet, shown=not skips or packet is None or packet.pts is None or packet.pts >= wanted[0])
             if packet is None:
                 break
         self.ended = True

@@ -75,8 +75,9 @@ class SteadyDecoder:
         self.sound: set[int] | None = None
         self.sound_from: int | None = None
 
-    def decode(self, packet) -> list:
-        """The frames given for ``packet`` (None, or an empty packet: the end, every decoder drained)."""
+    def decode(self, packet, shown: bool = True) -> list:
+        """The frames given for ``packet`` (None, or an empty packet: the end, every decoder drained);
+        ``shown`` False: its picture may be left out as asked (``skip_frame``), not as damage."""
         if not self.steady:
             try:
                 return self.context.decode(packet)
@@ -97,7 +98,7 @@ class SteadyDecoder:
         if self.key is not None:  # a leading picture of the key frame handed back at, or the key frame itself
             leading = packet.pts is not None and packet.pts < self.key
             out += self._give([f for f in self._alone(packet, counted=leading) if f.pts is not None and f.pts < self.key])
-            frames, damaged = self._threaded(packet)
+            frames, damaged = self._threaded(packet, shown)
             if damaged is None:
                 self.waiting += frames
                 return out
@@ -105,11 +106,11 @@ class SteadyDecoder:
             return out + self._replay()
         if self.lone is not None:
             return out + self._give(self._alone(packet))
-        return out + self._threaded_given(packet)
+        return out + self._threaded_given(packet, shown)
 
-    def _threaded_given(self, packet) -> list:
+    def _threaded_given(self, packet, shown: bool = True) -> list:
         """The threaded decoder's frames for ``packet`` up to the first damaged, then the GOP's again without threads."""
-        frames, damaged = self._threaded(packet)
+        frames, damaged = self._threaded(packet, shown)
         if damaged is None:
             return self._give(frames)
         if self.gop is None:  # not held: read on as before
@@ -143,12 +144,12 @@ class SteadyDecoder:
             self.gop = self.gop[keys[1]:]
             keys = [at - keys[1] for at in keys[1:]]
 
-    def _threaded(self, packet) -> tuple[list, int | None]:
+    def _threaded(self, packet, shown: bool = True) -> tuple[list, int | None]:
         """The threaded decoder's frames for ``packet`` (None: drained), those before a key frame
         handed back at left out, and the place of the first damaged among them (len(frames) where
         the decoder refused it; None: none damaged)."""
         timed = packet is not None and packet.size and packet.pts is not None
-        if timed and not packet.is_discard and (self.key is None or packet.pts >= self.key):
+        if timed and shown and not packet.is_discard and (self.key is None or packet.pts >= self.key):
             heapq.heappush(self.ahead, packet.pts)
         try:
             frames = self.context.decode(packet)
