@@ -112,12 +112,12 @@ class SteadyDecoder:
         """The threaded decoder's frames for ``packet`` up to the first damaged, then the GOP's again without threads."""
         frames, damaged = self._threaded(packet, shown)
         if damaged is None:
-            return self._give(frames)
+            return self._give(frames, again=False)
         if self.gop is None:  # not held: read on as before
             if damaged == len(frames) and packet is not None and packet.size:
                 self.refused.append(packet.pts)
-            return self._give(frames)
-        return self._give(frames[:damaged]) + self._replay()
+            return self._give(frames, again=False)
+        return self._give(frames[:damaged], again=False) + self._replay()
 
     def _hold(self, packet) -> None:
         if packet.is_keyframe:
@@ -217,12 +217,15 @@ class SteadyDecoder:
         out = [f for f in self._alone(None, counted=False) if f.pts is not None and f.pts < self.key]
         waiting, self.lone, self.key, self.waiting = self.waiting, None, None, []
         self.sound = self.sound_from = None
-        return self._give(out) + self._give(waiting)
+        return self._give(out) + self._give(waiting, again=False)
 
-    def _give(self, frames: list) -> list:
+    def _give(self, frames: list, again: bool = True) -> list:
+        """``frames`` given, noted by time stamp; ``again``: from the decoder without threads, which
+        decodes frames given already again (the threaded decoder's own, two at one time stamp
+        included, go on to be refused: :meth:`~.video.VideoClip.timed`)."""
         out = []
         for frame in frames:
-            if frame.pts is not None and frame.pts in self.given:
+            if again and frame.pts is not None and frame.pts in self.given:
                 continue
             if frame.pts is not None:
                 self.given.add(frame.pts)
