@@ -3,24 +3,25 @@
 FFmpeg's frame threads decode an undamaged stream bit for bit as one thread does, at their count's
 speed; past damage they do not: what a frame after a refused or concealed picture holds depends on
 the threads' count and timing (an H.264 P-frame concealed one way on 1 or 2 threads and another on
-3 or more; an FFV1 GOP after a refused frame, differently from run to run). So the decoder keeps the
-packets since the last key frame, and where damage is met (a packet refused, a frame marked corrupt,
-a frame left out or given out of order) that GOP is decoded again from its key frame by a decoder
-without threads, the frames already given left out. That decoder goes on to the next key frame,
-where the threaded one, flushed as for a seek, takes over: it gives the frames from that key frame
-on, which a key frame's decoding does not need the pictures before it for; the pictures shown before
-it (an open GOP's leading pictures, which reference the damaged GOP) still come from the decoder
-without threads. A damaged GOP's frames are then those of one thread from its key frame, which a
-cloud's range read from a seek there gives too (:mod:`eden_serve.cloud.ranges`).
+3 or more; an FFV1 GOP after a refused frame, differently from run to run). So the decoder holds
+the packets from the key frame of the oldest GOP not yet given, and where damage is met (a packet
+refused, a frame marked corrupt, a frame left out or given out of order) that GOP is decoded again
+from its key frame by a decoder without threads, the frames already given left out. That decoder
+goes on to the next key frame, where the threaded one, flushed as for a seek, takes over: it gives
+the frames from that key frame on, which a key frame's decoding does not need the pictures before
+it for; the pictures shown before it (an open GOP's leading pictures, which reference the damaged
+GOP) still come from the decoder without threads. A damaged GOP's frames are then those of one
+thread from its key frame, which a cloud's range read from a seek there gives too
+(:mod:`eden_serve.cloud.ranges`). After a packet it refuses, the frames of the later packets to
+the next key frame are left out (lost): they are made of the picture it left half made.
 
 Undamaged, it costs no decoding: the threaded decoder alone, the packets since the key frame held
-(at most :data:`HELD_BYTES`; a longer GOP is read on as before, on frame threads)."""
+(at most :data:`HELD_BYTES`; a longer GOP is read on as before, on frame threads), and a stream
+without time stamps, whose frames cannot be told apart by them, is read on as before too."""
 
 from __future__ import annotations
 
 import heapq
-from typing import Callable
-
 from .encoding import import_av
 
 HELD_BYTES = 64 << 20  # a GOP's packets kept for decoding it again (about 10 s of 4K HEVC at 50 Mbit/s)
@@ -48,10 +49,10 @@ def alone(context):
 class SteadyDecoder:
     """``context`` (opened on frame threads, or to be) made steady: :meth:`decode` as
     ``context.decode``, but a packet refused is not raised: its time stamp is added to
-    :attr:`refused`. ``single()`` makes the decoder without threads (default: :func:`alone`)."""
+    :attr:`refused`."""
 
-    def __init__(self, context, single: Callable[[], object] | None = None):
-        self.context, self.single = context, single or (lambda: alone(context))
+    def __init__(self, context):
+        self.context = context
         self.error = import_av().error.FFmpegError
         self.refused: list[int | None] = []  # packets (time stamps) refused by the decoder whose frames are given
         self.steady = not getattr(context, "is_hwaccel", False)  # a GPU's decoder runs on no frame threads
@@ -60,8 +61,8 @@ class SteadyDecoder:
         # has threads, after a key frame it may have been given.
         self.gop: list | None = []
         self.held = 0
-        self.given: set[int] = set()  # time stamps of the frames given since the last key frame
-        self.last: int | None = None  # the last frame's given
+        self.given: set[int] = set()  # time stamps of the frames given of the GOPs held
+        self.last: int | None = None  # the time stamp of the last frame given
         self.ahead: list[int] = []  # time stamps sent to the threaded decoder that no frame given has passed
         self.untimed = False
         self.lone = None  # the decoder without threads, from damage to the next key frame's leading pictures
@@ -192,7 +193,7 @@ class SteadyDecoder:
     def _replay(self) -> list:
         """The GOP held decoded again from its key frame without threads, the frames given left out."""
         self._prune()
-        self.lone, self.sent, self.sound, self.sound_from = self.single(), set(), None, None
+        self.lone, self.sent, self.sound, self.sound_from = alone(self.context), set(), None, None
         self.context.flush_buffers()
         self.ahead = []
         out: list = []
