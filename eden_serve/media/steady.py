@@ -24,6 +24,10 @@ from __future__ import annotations
 import heapq
 from .encoding import import_av
 
+# Decoders whose frame threads may change a frame decoded beside one they refuse, before they tell
+# of it (FFV1's, on 3 threads and more: the frame before a refused one, 2 runs in 60; frames before
+# it on 8): their frames are given once as many packets after them as there are threads decoded whole.
+BESIDE = frozenset({"ffv1"})
 HELD_BYTES = 64 << 20  # a GOP's packets kept for decoding it again (about 10 s of 4K HEVC at 50 Mbit/s)
 COPIED = ("width", "height", "pix_fmt", "codec_tag", "bits_per_coded_sample", "color_range", "colorspace",
           "color_primaries", "color_trc", "sample_aspect_ratio")
@@ -69,6 +73,8 @@ class SteadyDecoder:
         self.key: int | None = None  # handing back to the threaded decoder at this key frame's time stamp
         self.waiting: list = []  # the threaded decoder's frames from that key frame on, given after the leading ones
         self.time_base = None
+        self.seen: int | None = None  # the time stamp of the threaded decoder's last frame
+        self.behind: list = []  # its frames not yet given (:data:`BESIDE`)
         # After a packet it refused, the decoder without threads gives frames made of the picture it
         # left half made, whose other half is what its memory held (FFV1's: not the same twice in one
         # process): only the frames of the packets sent before it are given, to the next key frame's.
@@ -113,12 +119,25 @@ class SteadyDecoder:
         """The threaded decoder's frames for ``packet`` up to the first damaged, then the GOP's again without threads."""
         frames, damaged = self._threaded(packet, shown)
         if damaged is None:
-            return self._give(frames, again=False)
+            return self._behind(frames)
         if self.gop is None:  # not held: read on as before
             if damaged == len(frames) and packet is not None and packet.size:
                 self.refused.append(packet.pts)
-            return self._give(frames, again=False)
+            return self._behind(frames)
+        if self.behind:  # decoded beside the damaged one: given again without threads
+            self.behind = []
+            return self._replay()
         return self._give(frames[:damaged], again=False) + self._replay()
+
+    def _behind(self, frames: list) -> list:
+        """The threaded decoder's ``frames``, given at once, or those of :data:`BESIDE`'s decoders
+        once as many frames have followed them as the decoder has threads."""
+        if self.context.name not in BESIDE:
+            return self._give(frames, again=False)
+        self.behind += frames
+        depth = max(self.context.thread_count, 1)
+        given, self.behind = self.behind[:max(len(self.behind) - depth, 0)], self.behind[max(len(self.behind) - depth, 0):]
+        return self._give(given, again=False)
 
     def _hold(self, packet) -> None:
         if packet.is_keyframe:
@@ -158,15 +177,17 @@ class SteadyDecoder:
             return [], 0
         if self.key is not None:  # its leading pictures, decoded without the pictures before: the other decoder's
             frames = [f for f in frames if f.pts is not None and f.pts >= self.key]
-        last = self.last
+        last = self.seen
         for at, frame in enumerate(frames):
             left_out = False
             if frame.pts is not None and not self.untimed:
                 while self.ahead and self.ahead[0] <= frame.pts:
                     left_out = heapq.heappop(self.ahead) < frame.pts or left_out
             if frame.is_corrupt or left_out or (frame.pts is not None and last is not None and frame.pts < last):
+                self.seen = None
                 return frames, at
             last = frame.pts if frame.pts is not None else last
+        self.seen = last
         return frames, None
 
     def _alone(self, packet, counted: bool = True) -> list:
@@ -239,6 +260,9 @@ class SteadyDecoder:
         out = self._handed_back() if self.key is not None else []
         if self.lone is None:
             out += self._threaded_given(packet)
+        if self.lone is None:
+            out += self._give(self.behind, again=False)
+            self.behind = []
         if self.lone is not None:
             out += self._give(self._alone(None))
             self.lone = None
