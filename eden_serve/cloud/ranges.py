@@ -52,9 +52,11 @@ class Cursor:
         """The frames of the time stamps ``wanted`` (ascending) that come, by time stamp, as the
         decoder goes on; ``counted()`` once for each packet read that is shown up to the last."""
         given = {frame.pts: frame for frame in self.held if frame.pts in wanted}
-        later: list = []
+        # Frames held past the range: the decoder gave every frame of it before them (several at
+        # once where it holds some back, media/steady.py), so none is to come.
+        later = [frame for frame in self.held if frame.pts is not None and frame.pts > wanted[-1]]
         self.decoded = 0
-        for frames in self._frames(wanted, counted):
+        for frames in [] if later else self._frames(wanted, counted):
             for frame in frames:
                 if frame.pts is not None and frame.pts > wanted[-1]:
                     later.append(frame)  # the next range's: every frame of the packet is kept

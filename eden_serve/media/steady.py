@@ -74,7 +74,12 @@ class SteadyDecoder:
         self.waiting: list = []  # the threaded decoder's frames from that key frame on, given after the leading ones
         self.time_base = None
         self.seen: int | None = None  # the time stamp of the threaded decoder's last frame
-        self.behind: list = []  # its frames not yet given (:data:`BESIDE`)
+        # Its frames not yet given: a frame is given once every picture decoded before it has come out
+        # whole (a B-frame shown before the P-frame it references, decoded after it, waits for that
+        # P-frame's mark), and for :data:`BESIDE`'s decoders once as many frames as threads follow it.
+        self.behind: list = []
+        self.reach: dict[int, int] = {}  # time stamp -> the latest time stamp of the packets sent up to its own
+        self.sent_latest: int | None = None
         # After a packet it refused, the decoder without threads gives frames made of the picture it
         # left half made, whose other half is what its memory held (FFV1's: not the same twice in one
         # process): only the frames of the packets sent before it are given, to the next key frame's.
@@ -124,19 +129,21 @@ class SteadyDecoder:
             if damaged == len(frames) and packet is not None and packet.size:
                 self.refused.append(packet.pts)
             return self._behind(frames)
-        if self.behind:  # decoded beside the damaged one: given again without threads
-            self.behind = []
-            return self._replay()
-        return self._give(frames[:damaged], again=False) + self._replay()
+        return self._replay()  # the frames held behind, and those before the damaged one, given again without threads
 
     def _behind(self, frames: list) -> list:
-        """The threaded decoder's ``frames``, given at once, or those of :data:`BESIDE`'s decoders
-        once as many frames have followed them as the decoder has threads."""
-        if self.context.name not in BESIDE:
-            return self._give(frames, again=False)
+        """The threaded decoder's ``frames``, after those held :attr:`behind`, as far as they may be given."""
         self.behind += frames
-        depth = max(self.context.thread_count, 1)
-        given, self.behind = self.behind[:max(len(self.behind) - depth, 0)], self.behind[max(len(self.behind) - depth, 0):]
+        depth = max(self.context.thread_count, 1) if self.context.name in BESIDE else 0
+        out = 0
+        while len(self.behind) - out > depth:
+            frame = self.behind[out]
+            if frame.pts is not None and self.seen is not None and self.reach.get(frame.pts, frame.pts) > self.seen:
+                break
+            out += 1
+        given, self.behind = self.behind[:out], self.behind[out:]
+        if given and given[-1].pts is not None:
+            self.reach = {pts: latest for pts, latest in self.reach.items() if pts > given[-1].pts}
         return self._give(given, again=False)
 
     def _hold(self, packet) -> None:
@@ -171,6 +178,9 @@ class SteadyDecoder:
         timed = packet is not None and packet.size and packet.pts is not None
         if timed and shown and not packet.is_discard and (self.key is None or packet.pts >= self.key):
             heapq.heappush(self.ahead, packet.pts)
+        if timed:
+            self.sent_latest = packet.pts if self.sent_latest is None else max(self.sent_latest, packet.pts)
+            self.reach[packet.pts] = self.sent_latest
         try:
             frames = self.context.decode(packet)
         except self.error:
@@ -212,21 +222,31 @@ class SteadyDecoder:
             self.sound_from is not None and f.pts is not None and f.pts >= self.sound_from)]
 
     def _replay(self) -> list:
-        """The GOP held decoded again from its key frame without threads, the frames given left out."""
+        """The GOP of the first packet whose frame is not given, decoded again from its key frame
+        without threads, and the packets held after it, the frames given left out. That packet is
+        the same whatever the threads and however late they tell of the damage (a frame is given
+        only once the pictures decoded before it have come out whole: :meth:`_behind`), so the
+        decoding starts where a cloud's range read from a seek to that key frame starts too."""
         self._prune()
+        first = next((at for at, p in enumerate(self.gop) if p.pts is not None and not p.is_discard
+                      and (self.last is None or p.pts > self.last)), len(self.gop) - 1)
+        start = max((at for at, p in enumerate(self.gop[:first + 1]) if p.is_keyframe), default=0)
         self.lone, self.sent, self.sound, self.sound_from = alone(self.context), set(), None, None
-        self.context.flush_buffers()
-        self.ahead = []
+        self._flush()
         out: list = []
-        for packet in self.gop:
+        for packet in self.gop[start:]:
             out += self._alone(packet)
         return self._give(out)
+
+    def _flush(self) -> None:
+        """The threaded decoder flushed, as for a seek, and what was noted of its frames let go of."""
+        self.context.flush_buffers()
+        self.ahead, self.behind, self.reach, self.sent_latest, self.seen = [], [], {}, None, None
 
     def _hand_back(self, key: int | None) -> list:
         """At the key frame timed ``key``: the threaded decoder, flushed, decodes from it on; where
         it has no time to tell its leading pictures by, the decoder without threads is drained here."""
-        self.context.flush_buffers()
-        self.ahead = []
+        self._flush()
         if key is not None:
             self.key = key
             return []
@@ -239,7 +259,7 @@ class SteadyDecoder:
         out = [f for f in self._alone(None, counted=False) if f.pts is not None and f.pts < self.key]
         waiting, self.lone, self.key, self.waiting = self.waiting, None, None, []
         self.sound = self.sound_from = None
-        return self._give(out) + self._give(waiting, again=False)
+        return self._give(out) + self._behind(waiting)
 
     def _give(self, frames: list, again: bool = True) -> list:
         """``frames`` given, noted by time stamp; ``again``: from the decoder without threads, which
