@@ -22,6 +22,7 @@ without time stamps, whose frames cannot be told apart by them, is read on as be
 from __future__ import annotations
 
 import heapq
+
 from .encoding import import_av
 
 # Decoders whose frame threads may change a frame decoded beside one they refuse, before they tell
@@ -61,8 +62,8 @@ class SteadyDecoder:
         self.refused: list[int | None] = []  # packets (time stamps) refused by the decoder whose frames are given
         self.steady = not getattr(context, "is_hwaccel", False)  # a GPU's decoder runs on no frame threads
         # Packets from the key frame of the oldest GOP whose frames are not all given, in decode order
-        # (None: over HELD_BYTES): a frame-threaded decoder tells of damage as many packets late as it
-        # has threads, after a key frame it may have been given.
+        # (None: over HELD_BYTES, or a stream without time stamps): a frame-threaded decoder tells of
+        # damage as many packets late as it has threads, after a key frame it may have been given.
         self.gop: list | None = []
         self.held = 0
         self.given: set[int] = set()  # time stamps of the frames given of the GOPs held
@@ -79,7 +80,7 @@ class SteadyDecoder:
         # P-frame's mark), and for :data:`BESIDE`'s decoders once as many frames as threads follow it.
         self.behind: list = []
         self.reach: dict[int, int] = {}  # time stamp -> the latest time stamp of the packets sent up to its own
-        self.sent_latest: int | None = None
+        self.sent_latest: int | None = None  # the latest time stamp of the packets sent to the threaded decoder
         # After a packet it refused, the decoder without threads gives frames made of the picture it
         # left half made, whose other half is what its memory held (FFV1's: not the same twice in one
         # process): only the frames of the packets sent before it are given, to the next key frame's.
@@ -114,6 +115,7 @@ class SteadyDecoder:
             if damaged is None:
                 self.waiting += frames
                 return out
+            self.waiting = []  # made again, with the frames before the damaged one
             out += self._handed_back()
             return out + self._replay()
         if self.lone is not None:
@@ -194,7 +196,6 @@ class SteadyDecoder:
                 while self.ahead and self.ahead[0] <= frame.pts:
                     left_out = heapq.heappop(self.ahead) < frame.pts or left_out
             if frame.is_corrupt or left_out or (frame.pts is not None and last is not None and frame.pts < last):
-                self.seen = None
                 return frames, at
             last = frame.pts if frame.pts is not None else last
         self.seen = last
