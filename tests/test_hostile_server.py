@@ -15,6 +15,7 @@ from eden_serve.client import Client
 from eden_serve.commands.cli import main
 from eden_serve.errors import PairError, ServerError
 from eden_serve.model.synthetic import image_header, scene
+from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 
 SIZE = (200, 120)  # width, height of the input frames
 
@@ -104,6 +105,18 @@ def test_a_clip_against_a_hostile_edge(server, frames, tmp_path, case):
             client.interpolate_clip(frames[0].parent, tmp_path / "out", progress=False)
     assert answer.paths == ["/predictions/eden_encoder", "/predictions/eden_ditdec"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_clip_against_an_edge_that_streams_more_middles_than_asked(server, frames, tmp_path, capsys):
+    """An edge that streams a middle past the chunk's last: one line, not the IndexError of a frame
+    the run does not have (nor, sent without end, middles held without bound)."""
+    url, answer = server
+    middle = encoded(Image.fromarray(scene(SIZE[1], SIZE[0], 0.5)))
+    answer.content_type = STREAMED
+    answer.body = record(MIDDLE, 0, middle) + record(MIDDLE, 1, middle) + record(END, 0)
+    out = tmp_path / "out"
+    err = one_line_and_exit_2(capsys, ["client", str(frames[0].parent), "-o", str(out), "--cloud", url, "--edge", url], out)
+    assert "sent pair 1 where the chunk's pairs end at 0" in err
 
 
 def test_the_python_client_raises_its_own_error(server, frames):

@@ -136,8 +136,11 @@ class StreamedAnswer:
                     raise self._bad(f"ended after pair {self.next - 1} of a chunk of {self.pairs}")
                 self.ended = True
                 continue
-            if index != self.next:
-                raise self._bad(f"sent pair {index} where pair {self.next} was due")
+            # A middle past the chunk's last would be taken for a frame the run does not have, and
+            # one after another, without end, would be held without bound.
+            if index != self.next or index >= self.pairs:
+                due = f"pair {self.next} was due" if self.next < self.pairs else f"the chunk's pairs end at {self.pairs - 1}"
+                raise self._bad(f"sent pair {index} where {due}")
             middles.append((index, middle_image(data, self.size, self.where, self.raw)))
             self.next += 1
         return middles
