@@ -4,6 +4,7 @@ back, the command line says one line and exits with 2, and writes no output."""
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import io
 
@@ -12,6 +13,7 @@ from PIL import Image
 
 from conftest import loopback_http
 from eden_serve.client import Client
+from eden_serve.client.transports import http as http_transport
 from eden_serve.commands.cli import main
 from eden_serve.errors import PairError, ServerError
 from eden_serve.model.synthetic import image_header, scene
@@ -25,6 +27,7 @@ class Answer:
 
     def __init__(self):
         self.status, self.content_type, self.body = 200, "application/json", b""
+        self.headers: dict[str, str] = {}
         self.paths: list[str] = []
 
 
@@ -39,6 +42,8 @@ def server():
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(answer.body)))
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(answer.body)
 
@@ -55,7 +60,8 @@ def encoded(image: Image.Image, fmt: str = "PNG") -> bytes:
     return buffer.getvalue()
 
 
-NESTED = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+NESTED = b'{"a":' * 50_000 + b"1" + b"}" * 50_000  # past the parser's depth, within the length a middle may take
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
@@ -83,6 +89,9 @@ HOSTILE = {
     "a JPEG middle": (200, "image/jpeg", encoded(Image.new("RGB", SIZE), "JPEG"), "not a PNG"),
     "a deeply nested JSON answer": (200, "application/json", NESTED, "not a PNG"),
     "a deeply nested JSON refusal": (400, "application/json", NESTED, "HTTP 400"),
+    # Before: held whole, whatever its length (a body without end took the client's memory).
+    "an answer longer than its middle can be": (200, "image/png", PNG_SIGNATURE + bytes(1 << 20),
+                                                "goes on past 419440 bytes, more than 1 middle of 200x120 take"),
 }
 
 
@@ -117,6 +126,34 @@ def test_a_clip_against_an_edge_that_streams_more_middles_than_asked(server, fra
     out = tmp_path / "out"
     err = one_line_and_exit_2(capsys, ["client", str(frames[0].parent), "-o", str(out), "--cloud", url, "--edge", url], out)
     assert "sent pair 1 where the chunk's pairs end at 0" in err
+
+
+def test_an_answer_that_inflates_past_its_middles_is_refused_as_it_comes(server, frames, tmp_path, capsys):
+    """A gzip bomb (64 MiB of zeros in 64 kB): inflated only as far as the middle could take."""
+    url, answer = server
+    answer.content_type, answer.body, answer.headers = "image/png", gzip.compress(bytes(64 << 20)), {"Content-Encoding": "gzip"}
+    out = tmp_path / "middle.png"
+    err = one_line_and_exit_2(capsys, ["client", *map(str, frames), "-o", str(out), "--server", url], out)
+    assert "goes on past 419440 bytes" in err
+
+
+def test_a_cloud_answer_past_the_largest_a_server_sends_is_refused(server, frames, monkeypatch):
+    """Bounded as the gRPC transport's messages are; the bound is lowered here to keep the test small."""
+    url, answer = server
+    monkeypatch.setattr(http_transport, "MAX_ANSWER_BYTES", 1 << 20)
+    answer.content_type, answer.body = "application/octet-stream", bytes(2 << 20)
+    with Client(cloud=url, edge=url) as client, pytest.raises(ServerError, match="goes on past 1048576 bytes") as info:
+        client.interpolate(*frames)
+    assert (info.value.status, info.value.kind) == (502, "bad_answer")
+    assert answer.paths == ["/predictions/eden_encoder"]  # not sent on to the edge
+
+
+def test_an_answer_that_does_not_decode_as_its_encoding_says_is_the_servers_fault(server, frames):
+    url, answer = server
+    answer.content_type, answer.body, answer.headers = "image/png", b"\x1f\x8b\x08\x00 but no gzip" * 10, {"Content-Encoding": "gzip"}
+    with Client(url) as client, pytest.raises(ServerError, match="does not decode as its Content-Encoding says") as info:
+        client.interpolate(*frames)
+    assert (info.value.status, info.value.kind) == (502, "bad_answer")  # was 400 bad_input, the client's own fault
 
 
 def test_the_python_client_raises_its_own_error(server, frames):

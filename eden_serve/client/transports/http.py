@@ -22,12 +22,14 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ...media.planes import PlaneFormat, Planes
-from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
+from ...wire.answers import STREAMED, StreamedAnswer, middle_of, most_answer_bytes, whole_answer
 from ...wire.raw import RAW, RawPlanes, loopback, whole_raw
 from ..tls import ClientTLS
 from .base import DECODER, ENCODER, WORKFLOW, Transport, cuttable, refusal_error, sending_for
 
 CONNECT_TIMEOUT = 10.0
+MAX_ANSWER_BYTES = 512 << 20  # as the gRPC transport's messages: above TorchServe's largest answer (its max_response_size)
+READ_BYTES = 1 << 20
 
 
 def _base(url: str, option: str) -> str:
@@ -44,22 +46,34 @@ def _base(url: str, option: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
-def _check(response: requests.Response) -> requests.Response:
-    """The response, or the error it means, looked for in the body rather than the status (docs/serving.md:
-    "Workflow caveat")."""
-    refused = error_from_document(response.content)
+def _read(response: requests.Response, most: int, what: str) -> bytes:
+    """The body, refused once it goes past ``most`` bytes (``what`` says what takes that many): held
+    whole as it came, a body without end from a broken or hostile server took the client's memory."""
+    content = bytearray()
+    for data in response.iter_content(chunk_size=READ_BYTES):
+        content += data
+        if len(content) > most:
+            raise ServerError(502, "bad_answer", f"the answer goes on past {most} bytes, more than {what} (from {response.url})")
+    return bytes(content)
+
+
+def _check(response: requests.Response, most: int, what: str) -> bytes:
+    """The body of the response, or the error it means, looked for in the body rather than the
+    status (docs/serving.md: "Workflow caveat")."""
+    content = _read(response, most, what)
+    refused = error_from_document(content)
     if refused is None and response.status_code < 400:
-        return response
+        return content
     if refused is not None:
         status, kind, message = refused.status, refused.kind, str(refused)
-    elif response.status_code == 413 and not response.content:  # TorchServe's own, before any handler
+    elif response.status_code == 413 and not content:  # TorchServe's own, before any handler
         status, kind = 413, "request_too_large"
         sent = len(response.request.body or b"")
         message = (f"the server refused a request of {sent} bytes as too large: over its max_request_size "
                    "(docs/deploy.md: Capacity); send smaller frames, or a smaller codec to the edge")
     else:
         status, kind = response.status_code, "http_error"
-        message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason
+        message = " ".join(content[:300].decode(errors="replace").split()) or response.reason
     raise refusal_error(status, kind, f"{message} (HTTP {status} from {response.url})")
 
 
@@ -71,6 +85,9 @@ def _connection_errors(url: str):
         yield
     except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
         raise connection_failure(exc, url) from exc
+    except requests.exceptions.ContentDecodingError as exc:  # the server's fault, not the request's
+        raise ServerError(502, "bad_answer", f"the answer does not decode as its Content-Encoding says "
+                                             f"({' '.join(str(exc).split())[:200]}) (from {url})") from None
     except requests.RequestException as exc:
         raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
 
@@ -164,8 +181,8 @@ class HttpTransport(Transport):
 
     def workflow(self, frames: list[bytes], form: dict[str, str], pairs: int, size: tuple[int, int]):
         """The middles of a chunk through the workflow, the bytes sent and the bytes received."""
-        with self._post("workflow", files=_files(frames, form)) as response:
-            content = _check(response).content
+        with self._post("workflow", files=_files(frames, form), stream=True) as response:
+            content = _check(response, most_answer_bytes(pairs, size), _middles(pairs, size))
             return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
 
     def ask_cloud(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
@@ -177,7 +194,7 @@ class HttpTransport(Transport):
             with turn() if turn is not None else contextlib.nullcontext():
                 if first_byte is not None:
                     first_byte(time.perf_counter())
-                return _check(response).content, len(response.request.body)
+                return _check(response, MAX_ANSWER_BYTES, "the largest answer TorchServe sends"), len(response.request.body)
 
     def ask_edge(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
                  deliver: Callable[[int, Image.Image], None]) -> int:
@@ -192,7 +209,7 @@ class HttpTransport(Transport):
         with self._post("decoder", headers, data=payload, stream=True) as response:
             content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type != STREAMED:  # a refusal, or an edge that does not stream
-                content = _check(response).content
+                content = _check(response, most_answer_bytes(pairs - first, size, self.raw), _middles(pairs - first, size))
                 where = f"(from {response.url})"
                 if self.raw and content_type == RAW:
                     middles = [middle_of(m) for m in whole_raw(content, pairs - first, size, where)]
@@ -231,6 +248,10 @@ class HttpTransport(Transport):
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _middles(pairs: int, size: tuple[int, int]) -> str:
+    return f"{pairs} middle{'s' if pairs > 1 else ''} of {size[0]}x{size[1]} take"
 
 
 def _files(frames: Sequence[bytes], form: dict[str, str]) -> dict:
