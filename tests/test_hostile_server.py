@@ -4,9 +4,11 @@ back, the command line says one line and exits with 2, and writes no output."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import io
+import time
 
 import pytest
 from PIL import Image
@@ -15,8 +17,10 @@ from conftest import loopback_http
 from eden_serve.client import Client
 from eden_serve.client.transports import http as http_transport
 from eden_serve.commands.cli import main
-from eden_serve.errors import PairError, ServerError
-from eden_serve.model.synthetic import image_header, scene
+from eden_serve import wire
+from eden_serve.config import PRESETS
+from eden_serve.errors import PairError, ServerError, TransientError, UnavailableError
+from eden_serve.model.synthetic import chunk as synthetic_chunk, image_header, scene
 from eden_serve.wire.answers import END, MIDDLE, STREAMED, record
 
 SIZE = (200, 120)  # width, height of the input frames
@@ -154,6 +158,51 @@ def test_an_answer_that_does_not_decode_as_its_encoding_says_is_the_servers_faul
     with Client(url) as client, pytest.raises(ServerError, match="does not decode as its Content-Encoding says") as info:
         client.interpolate(*frames)
     assert (info.value.status, info.value.kind) == (502, "bad_answer")  # was 400 bad_input, the client's own fault
+
+
+class Trickling(http.server.BaseHTTPRequestHandler):
+    """Answers every POST a byte at a time, 0.2 s apart, under a Content-Length of 200 (40 s in
+    all): each read of the socket comes well within any timeout, the answer never does. The path
+    says how: ``/wfpredict/...`` a whole PNG, ``/predictions/eden_encoder`` a payload's bytes (which
+    are never read far), ``/predictions/eden_ditdec`` a streamed answer whose first record trickles."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        streamed = self.path.endswith("eden_ditdec")
+        self.send_response(200)
+        self.send_header("Content-Type", STREAMED if streamed else "image/png")
+        self.send_header("Content-Length", "200")
+        self.end_headers()
+        body = (record(MIDDLE, 0, bytes(180)) if streamed else PNG_SIGNATURE).ljust(200, b"\0")
+        with contextlib.suppress(OSError):  # the client hangs up
+            for byte in body:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["workflow", "streamed edge"])
+def test_an_answer_that_trickles_times_out(frames, split):
+    """Before, only each read was timed: a server sending a byte now and then held the client for
+    as long as it liked (here 40 s, then a broken PNG; a byte a minute, for ever)."""
+    with loopback_http(Trickling) as url:
+        client = Client(cloud=url, edge=url, timeout=1, tries=1) if split else Client(url, timeout=1, tries=1)
+        # The transport's own step gives the retried error; the client, which retries, gives up with it.
+        with client, pytest.raises(TransientError if split else UnavailableError, match="timed out: the answer came slower than a MiB"):
+            if split:
+                client.transport.ask_edge(wire_payload(), 0, 1, SIZE, lambda j, image: None)
+            else:
+                client.interpolate(*frames)
+
+
+def wire_payload() -> bytes:
+    config = PRESETS["tiny"]
+    return wire.encode(synthetic_chunk(config, SIZE[::-1], frames=2), config)
 
 
 def test_the_python_client_raises_its_own_error(server, frames):
