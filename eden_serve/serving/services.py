@@ -55,6 +55,7 @@ STAGE_METRICS = {"denoise": "EdenDenoiseMs", "decode": "EdenDecodeMs"}
 # So it is set on every sole answer to a request that came over gRPC, whichever method and whatever
 # its stream field says, and never over HTTP.
 STREAM_NEXT = "ts_stream_next"
+WORKFLOW_MODEL = "__"  # in the name of a workflow's own copy of a model: eden__eden_ditdec
 
 
 def _phrase(status: int) -> str:
@@ -229,6 +230,11 @@ class EdgeService(Service):
 
     def parse(self, idx: int, request: dict) -> EdgeJob:
         stream, first = parse_stream(request.get("stream")), parse_first(request.get("first"))
+        # A workflow hands its nodes the client's HTTP headers, and takes a node's first part as its
+        # whole answer (docs/streaming.md): a stream asked through it would answer a fragment.
+        if stream is not None and WORKFLOW_MODEL in self.context.model_name:
+            raise BadInputError("a workflow answers in one part: ask for a stream (X-Eden-Stream) of "
+                                "/predictions/eden_ditdec, not of /wfpredict")
         answer = answer_format(request.get("answer"), request.get("host"), self.settings.raw_answers)
         return EdgeJob(self.parse_payload(request), stream, first, answer)
 
