@@ -220,7 +220,8 @@ class HttpTransport(Transport):
                         yield response, deadline
                     except (requests.RequestException, TransientError):
                         if deadline.expired:
-                            raise TransientError(f"timed out: the answer came slower than a MiB (or a middle) in {deadline.seconds:g} s ({url})") from None
+                            raise TransientError(f"timed out: the answer came slower than a MiB (or a middle) "
+                                                 f"in {deadline.seconds:g} s ({url})") from None
                         raise
         finally:
             deadline.stop()
