@@ -8,6 +8,9 @@ import contextlib
 import gzip
 import http.server
 import io
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -203,6 +206,21 @@ def test_an_answer_that_trickles_times_out(frames, split):
 def wire_payload() -> bytes:
     config = PRESETS["tiny"]
     return wire.encode(synthetic_chunk(config, SIZE[::-1], frames=2), config)
+
+
+def test_a_grpc_tls_handshake_that_fails_is_one_line(server, frames, tmp_path):
+    """A server that speaks no TLS behind a grpcs:// URL. In a process of its own, as the command
+    runs: gRPC's core reads its verbosity once, when first imported. Before, it wrote its own line
+    about the failed handshake to stderr beside the command's."""
+    pytest.importorskip("grpc")
+    url, _ = server
+    out = tmp_path / "middle.png"
+    done = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "client", *map(str, frames), "-o", str(out),
+                           "--server", url.replace("http://", "grpcs://"), "--tries", "1"],
+                          capture_output=True, text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"})
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1 and "Tls handshake failed" in done.stderr, done.stderr
+    assert not out.exists()
 
 
 def test_the_python_client_raises_its_own_error(server, frames):
