@@ -278,6 +278,21 @@ def test_a_y4m_pipe_round_trip(tmp_path):
     assert all(np.array_equal(planes[2 * i], originals[i]) for i in range(6))
 
 
+
+@pytest.mark.parametrize("output", ["-", "out.mkv"])
+def test_raw_video_on_a_pipe_cut_inside_a_frame_is_refused(tmp_path, output):
+    """Three frames and 100 bytes of a fourth: the size or format given is not the stream's (the
+    docs' "a pipe's last frame, if cut short, ends the run with an error"). Before, its decoder's
+    refusal was read on as damage: one frame said to be lost, exit 0."""
+    frame = 48 * 64 * 3 // 2
+    data = b"".join(bytes([40 * k + 10]) * frame for k in range(3)) + bytes(100)
+    result = subprocess.run([sys.executable, "-m", "eden_serve.commands.cli", "interpolate", "-", "-o", output, "--input-size", "48x64",
+                             "--config", "tiny"], input=data, capture_output=True, timeout=300, cwd=tmp_path)
+    lines = [line for line in result.stderr.decode().splitlines() if "no checkpoint given" not in line]
+    assert result.returncode == 2 and lines == [f"eden-serve: error: -: its last frame is cut short (100 of {frame} bytes): the stream "
+                                                "is not whole frames of the --input-size and --input-pix-fmt given"], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
 def test_a_directory_output_prints_the_ffmpeg_command_that_assembles_it(tmp_path, capsys):
     src = tmp_path / "in"
     src.mkdir()

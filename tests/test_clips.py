@@ -337,3 +337,86 @@ def test_an_animation_takes_only_powers_of_two(tmp_path):
         interpolate_clip(tmp_path / "in.gif", tmp_path / "out.gif", pairwise(average), factor=Fraction(5, 2),
                          progress=False)
     assert "\n" not in str(info.value) and leftovers(tmp_path) == [] and not (tmp_path / "out.gif").exists()
+
+
+def mean_of_tensors(index, frame0, frame1, seed):
+    """A stand-in model that sees what the model sees (a frame's tensor, 32-bit grey at its levels)."""
+    return Image.fromarray(to_pixels((frame0.tensor + frame1.tensor) / 2).numpy())
+
+
+def test_a_directory_of_32_bit_grey_tiffs_keeps_its_levels(tmp_path):
+    """Float TIFFs (0 black, 1 white) and 32-bit integer ones are written as 16-bit grey PNGs at the
+    levels the model reads: before, a float frame came out black (Pillow's conversion clips 0 to 1
+    to 0 and 1) and an integer one was refused (`cannot write mode I as PNG`)."""
+    ramp = np.linspace(0, 1, SIZE[0] * SIZE[1], dtype=np.float32).reshape(SIZE[1], SIZE[0])
+    for mode, scale in (("F", 1.0), ("I", 65535.0)):
+        src = tmp_path / mode
+        src.mkdir()
+        levels = [ramp * scale, (1 - ramp) * scale]
+        for k, grey in enumerate(levels):
+            Image.fromarray(grey if mode == "F" else grey.round().astype(np.int32)).save(src / f"{k}.tif")
+        with Image.open(src / "0.tif") as written:
+            assert written.mode == mode
+        interpolate_clip(src, tmp_path / f"{mode}-out", pairwise(mean_of_tensors), progress=False)
+        out = sorted((tmp_path / f"{mode}-out").iterdir())
+        assert len(out) == 3
+        for k in (0, 2):
+            with Image.open(out[k]) as frame:
+                assert frame.mode == "I;16"
+                assert np.array_equal(np.asarray(frame), np.round(levels[k // 2] / scale * 65535).astype(np.uint16))
+        with Image.open(out[1]) as middle:  # the two ramps' mean: mid-grey everywhere, within 8-bit rounding
+            assert middle.mode == "I;16" and np.abs(np.asarray(middle, np.int32) - 32768).max() <= 2 * 257
+
+
+@pytest.mark.parametrize("mode, fmt, written", [("CMYK", "JPEG", "RGB"), ("CMYK", "TIFF", "RGB"), ("LAB", "TIFF", "RGB"),
+                                                ("F", "TIFF", "I;16"), ("I", "TIFF", "I;16")])
+def test_a_pairs_middle_as_png_is_in_a_mode_png_holds(tmp_path, mode, fmt, written):
+    """A pair's middle to `-o mid.png` is written as a directory clip writes one (docs/clips-and-video.md,
+    "Clips"); before, frames a PNG cannot hold failed as it was saved: `cannot save a CMYK image as PNG`."""
+    frames = []
+    for k, picture in enumerate(random_frames(2)):
+        picture = picture.convert("L").convert("F") if mode == "F" else picture.convert("I") if mode == "I" else picture.convert(mode)
+        picture.save(tmp_path / f"{k}.{fmt.lower()}", format=fmt)
+        frames.append(media.Frame(k, f"{k}", path=tmp_path / f"{k}.{fmt.lower()}"))
+    media.save_middle(mean_of_tensors(0, *frames, 0), frames[0], frames[1], tmp_path / "mid.png")
+    with Image.open(tmp_path / "mid.png") as middle:
+        assert middle.format == "PNG" and middle.mode == written and middle.size == SIZE
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".", "mid"))) == ["mid.png"]
+
+
+def test_a_16_bit_grey_apng_keeps_its_levels(tmp_path):
+    """Its frames were converted to RGB, which clips every level above 255 (of 65535) to white: the
+    originals came back as a white picture at 8 bits. Now a 16-bit grey APNG, originals exact."""
+    av = pytest.importorskip("av")  # FFmpeg's APNG muxer: Pillow's finds a 16-bit frame's changes at 8 bits and drops some
+    ramps = [((np.arange(SIZE[0] * SIZE[1]).reshape(SIZE[1], SIZE[0]) + 1) * k % 65536).astype(np.uint16) for k in (3, 11, 17)]
+    src = tmp_path / "grey16.png"
+    with av.open(str(src), "w", format="apng") as container:
+        stream = container.add_stream("apng", rate=25)
+        stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "gray16be"
+        for k, ramp in enumerate(ramps):
+            frame = av.VideoFrame.from_ndarray(ramp, format="gray16le").reformat(format="gray16be")
+            frame.pts, frame.time_base = k, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    interpolate_clip(src, tmp_path / "out.png", pairwise(mean_of_tensors), progress=False)
+    with Image.open(tmp_path / "out.png") as out:
+        assert out.n_frames == 5
+        frames = []
+        for k in range(5):
+            out.seek(k)
+            assert out.mode == "I;16"
+            frames.append(np.asarray(out, np.int64))
+    for k, ramp in enumerate(ramps):
+        assert np.array_equal(frames[2 * k], ramp)
+    for k in (1, 3):  # the mean of its neighbours, within the 8-bit rounding of the stand-in
+        assert np.abs(frames[k] - (frames[k - 1] + frames[k + 1]) / 2).max() <= 257
+
+
+def test_a_multi_page_tiff_is_refused_naming_it(tmp_path):
+    """Pillow counts its pages, FFmpeg decodes the first alone: it went to FFmpeg as a video of one
+    frame, the other pages lost, and failed on its side data (an internal error)."""
+    pages = random_frames(3)
+    pages[0].save(tmp_path / "pages.tif", save_all=True, append_images=pages[1:])
+    with pytest.raises(BadInputError, match=r"pages.tif' holds 3 pictures \(TIFF\), which FFmpeg reads as 1: not a clip"):
+        interpolate_clip(tmp_path / "pages.tif", tmp_path / "out.mkv", pairwise(average), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pages.tif"]

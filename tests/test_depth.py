@@ -246,3 +246,28 @@ def test_a_16_bit_rgba_pairs_middle_is_a_16_bit_rgba_png(tmp_path):
     with av.open(str(tmp_path / "mid.png")) as container:
         got = next(container.decode(video=0)).to_ndarray(format="rgba64le")
     assert np.array_equal(got[..., 3], (frames[0][..., 3].astype(np.int64) + frames[1][..., 3]) // 2)
+
+
+@pytest.mark.parametrize("codec", [wire.NO_WIRE, "fp32", "frames"])
+@pytest.mark.parametrize("cut", [False, True], ids=["gradient", "scene-cut"])
+def test_a_16_bit_pairs_middle_is_the_one_a_directory_clip_writes_of_it(tmp_path, codec, cut):
+    """A pair of 16-bit frames in process, through each codec that crosses no server: the middle the
+    same pair as a directory clip gets (docs/clips-and-video.md, "Clips"), at 16 bits; across a scene
+    cut, the frame before at its 16 bits. Before, the pair's cut copy was rounded to 8 bits, and the
+    frames codec refused 16-bit frames of a pair."""
+    from eden_serve.commands.cli import main
+
+    size = (32, 48)
+    noise = np.random.default_rng(5).integers(0, 65536, (2, *size, 3), dtype=np.uint16)
+    frames = list(noise) if cut else [gradient(k, size) for k in range(2)]
+    (tmp_path / "in").mkdir()
+    for k, pixels in enumerate(frames):
+        (tmp_path / "in" / f"f{k}.png").write_bytes(rgb16_png(pixels))
+    pair = [str(tmp_path / "in" / f"f{k}.png") for k in range(2)]
+    assert main(["interpolate", *pair, "-o", str(tmp_path / "mid.png"), "--config", "tiny", "--wire-codec", codec]) == 0
+    assert main(["interpolate", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--config", "tiny", "--wire-codec", codec]) == 0
+    middle = open_deep(tmp_path / "mid.png").numpy()
+    assert middle.dtype == np.uint16
+    assert np.array_equal(middle, open_deep(tmp_path / "out" / "000001.png").numpy())
+    if cut:
+        assert np.array_equal(middle, frames[0])

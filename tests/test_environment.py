@@ -63,6 +63,18 @@ def test_a_name_the_standard_output_cannot_encode_is_said_escaped(frames, tmp_pa
     assert (tmp_path / name).is_file() and result.stdout.startswith(b"wrote ")
 
 
+@pytest.mark.parametrize("name", ["o\nut.png", "tab\there.png", "esc\x1b[2J.png"], ids=["newline", "tab", "escape"])
+def test_a_name_that_would_break_the_line_is_said_quoted(frames, tmp_path, name):
+    """The line that names the output once written stays one line, and moves no terminal's cursor,
+    whatever the name holds (was: ``wrote o`` and ``ut.png (24x32, ...)`` on two lines); the
+    output itself has the name given."""
+    result = run("interpolate", *frames, "-o", tmp_path / name, *TINY)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert (tmp_path / name).is_file() and len(lines) == 1 and lines[0].startswith("wrote '")
+    assert repr(str(tmp_path / name)) in lines[0] and "\x1b" not in lines[0] and "\t" not in lines[0]
+
+
 def test_an_output_name_at_the_systems_limit_is_written(frames, tmp_path):
     """An output whose own name fits (255 bytes) is built under a hidden name that fits too (was:
     "cannot write output …: File name too long"; with --resume, its journal's name overflowed)."""

@@ -285,3 +285,14 @@ def test_a_16_bit_png_is_read_whatever_its_exif_chunk_holds(exif, late):
     deep = with_exif_chunk(rgb16_png(RGB.astype(np.uint16) * 257), exif, late)
     shallow = with_exif_chunk(encode(Image.fromarray(RGB)), exif, late)
     assert np.array_equal(open_deep(deep).numpy(), np.asarray(open_image(shallow)).astype(np.uint16) * 257)
+
+
+@pytest.mark.parametrize("mode, written", [("CMYK", "RGB"), ("LAB", "RGB"), ("F", "I;16"), ("I", "I;16"), ("PA", "RGBA")])
+def test_a_middle_of_a_mode_png_cannot_hold_goes_up_as_a_png(mode, written):
+    """A 4x run's middle crosses to the cloud as a PNG (Frame.encoded): one of a CMYK directory
+    failed there (`cannot write mode CMYK as PNG`); it goes as a directory clip writes it."""
+    from eden_serve.media import Frame
+
+    picture = Image.fromarray(RGB).convert("L").convert(mode) if mode in ("F", "I") else Image.fromarray(RGB).convert(mode)
+    with Image.open(io.BytesIO(Frame(0, "middle", image=picture).encoded)) as sent:
+        assert (sent.format, sent.mode, sent.size) == ("PNG", written, (12, 10))

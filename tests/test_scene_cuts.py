@@ -14,7 +14,7 @@ from PIL import Image
 
 from eden_serve import wire
 from eden_serve.clips.pipeline import interpolate_chunk, interpolate_clip_in_process
-from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD, scene_change, scene_cuts
+from eden_serve.cloud.scene_cuts import SCENE_THRESHOLD, scene_change, scene_cuts, scene_features
 from eden_serve.config import PRESETS
 from eden_serve.errors import CodecError
 from eden_serve.media.frames import load_frame
@@ -126,3 +126,14 @@ def reframe(header: dict, body: bytes) -> bytes:
     head = json.dumps(header).encode()
     out = struct.pack("<8sHHI", b"EDENWIRE", 2, 0, len(head)) + head + body
     return out + hashlib.blake2b(out, digest_size=16).digest()
+
+
+def test_a_tall_narrow_frame_is_measured_on_a_bounded_thumbnail():
+    """A thumbnail's rows followed the frame's aspect: a frame 1 pixel wide and 65536 tall, within
+    every limit of a request, was measured on a 64 x 4194304 thumbnail (201 s and 17 GiB for one
+    pair). Now at most 1024 rows, squeezed as a wide frame's 7 are stretched; a 1080p frame's as before."""
+    luma, histogram = scene_features(torch.rand(3, 4096, 2))
+    assert luma.shape == (1024, 64)
+    assert histogram.sum().item() == pytest.approx(1.0)
+    assert scene_features(torch.rand(3, 1080, 1920))[0].shape == (36, 64)
+    assert scene_features(torch.rand(3, 8, 4096))[0].shape == (7, 64)

@@ -262,6 +262,31 @@ def test_sixteen_bit_grey_images_keep_their_range(tmp_path):
         assert np.abs(frames[2 * i][1][..., 1].astype(int) - grey).max() <= 257, i  # within one 8-bit level
 
 
+
+def test_float_grey_tiffs_keep_their_range_and_lab_ones_have_no_alpha(tmp_path):
+    """Float TIFFs (0 black, 1 white) are written from their levels as the model reads them: Pillow's
+    conversion to RGB clipped them to 0 and 1 of 255, a black video. LAB TIFFs' `A` band is a
+    colour, not alpha: their video has none (it was yuva420p, opaque)."""
+    floats = tmp_path / "floats"
+    floats.mkdir()
+    greys = [np.linspace(0, 1, 32 * 48, dtype=np.float32).reshape(32, 48) * (0.5 + 0.2 * i) for i in range(3)]
+    for i, grey in enumerate(greys):
+        Image.fromarray(grey).save(floats / f"frame{i}.tif")
+    out = tmp_path / "floats.mkv"
+    assert main(["interpolate", str(floats), "-o", str(out), "--input-fps", "25", "--vcodec", "ffv1", "--pix-fmt", "yuv444p16le",
+                 *TINY]) == 0
+    _, frames = decoded(out, "rgb48le")
+    for i, grey in enumerate(greys):
+        assert np.abs(frames[2 * i][1][..., 1].astype(int) - grey * 65535).max() <= 257, i  # within one 8-bit level
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    for i in range(3):
+        Image.fromarray(np.random.default_rng(i).integers(0, 256, (32, 48, 3), dtype=np.uint8)).convert("LAB").save(lab / f"frame{i}.tif")
+    out = tmp_path / "lab.mkv"
+    assert main(["interpolate", str(lab), "-o", str(out), "--input-fps", "25", "--vcodec", "ffv1", *TINY]) == 0
+    assert decoded(out)[0]["pix_fmt"] == "yuv420p"
+
+
 def test_fps_retimes_images_written_as_a_video(tmp_path):
     """--fps applies to images written as a video, timed by --input-fps: 4 at 24 give ceil(4 * 60 / 24)
     frames at 60 a second, as a video of them would; to a directory of frames it stays refused."""

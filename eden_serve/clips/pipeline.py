@@ -82,9 +82,11 @@ def interpolate_pair(
     codec: str = wire.DEFAULT_CODEC,
     path: AttentionPath = "fast",
 ) -> tuple[torch.Tensor, int]:
-    """The middle frame [3, H, W] in [0, 1], and the size of the wire payload it crossed as."""
-    middles, payload_bytes = interpolate_chunk(cloud, edge, [frame0, frame1], seed, codec, path=path)
-    return middles[0], payload_bytes
+    """The middle frame [3, H, W] in [0, 1] of two 8-bit frames, on either attention ``path``, and
+    the size of the wire payload it crossed as."""
+    kind = wire.kind(codec, in_process=True)
+    chunk, payload_bytes = hand_over(cloud, EdgeSide.beside(edge, cloud.weights), kind.make(cloud, [frame0, frame1], seed), kind)
+    return edge_middles(edge, chunk, path)[0], payload_bytes
 
 
 def interpolate_chunk(
@@ -93,17 +95,19 @@ def interpolate_chunk(
     frames: Sequence[torch.Tensor],
     seed: int = 0,
     codec: str = wire.DEFAULT_CODEC,
-    path: AttentionPath = "fast",
     scene_threshold: float | None = None,
+    depth: int = 8,
 ) -> tuple[torch.Tensor, int]:
-    """The K middle frames of K + 1 consecutive frames, [K, 3, H, W], and the size of the one payload
-    they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut (``scene_threshold``,
-    None: off) get the earlier frame, the others are computed in batched forwards of
-    ``edge.sizing`` pairs. With the frames codec the payload carries the frames, and the
-    edge's E_cond (here the cloud's weights on the edge's device) re-derives their conditions."""
+    """The K middle frames of K + 1 consecutive frames of ``depth`` bits, [K, 3, H, W], and the size
+    of the one payload they crossed as. Pair j uses seed ``seed + j``; pairs across a scene cut
+    (``scene_threshold``, None: off) get the earlier frame, at the frames' depth, the others are
+    computed in batched forwards of ``edge.sizing`` pairs. With the frames codec the payload carries
+    the frames, and the edge's E_cond (here the cloud's weights on the edge's device) re-derives
+    their conditions."""
     kind = wire.kind(codec, in_process=True)
-    chunk, payload_bytes = hand_over(cloud, EdgeSide.beside(edge, cloud.weights), kind.make(cloud, frames, seed, scene_threshold), kind)
-    return edge_middles(edge, chunk, path), payload_bytes
+    made = kind.make(cloud, frames, seed, scene_threshold, depth=depth)
+    chunk, payload_bytes = hand_over(cloud, EdgeSide.beside(edge, cloud.weights), made, kind)
+    return edge_middles(edge, chunk), payload_bytes
 
 
 def edge_middles(edge: EdgeModel, chunk: wire.Chunk, path: AttentionPath = "fast") -> torch.Tensor:

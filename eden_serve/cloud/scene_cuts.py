@@ -15,13 +15,17 @@ import torch.nn.functional as F
 # score on either side.
 SCENE_THRESHOLD = 0.9
 SCENE_THUMBNAIL_WIDTH = 64
+# A thumbnail's rows at most (an aspect of 16:1): a frame taller than that is squeezed, as one wider
+# than 64:7 is stretched. Its rows followed the frame's aspect, so a 1x65536 frame's thumbnail was
+# 64 x 4194304 (201 s and 17 GiB for one pair, within every limit of a request).
+SCENE_THUMBNAIL_ROWS = 16 * SCENE_THUMBNAIL_WIDTH
 SCENE_BINS = 8  # per RGB channel: a joint histogram of 512 bins
 SSIM_WINDOW = 7
 
 
 def _thumbnail(frame: torch.Tensor) -> torch.Tensor:
     """[3, H, W] -> [3, h, 64], averaged over areas: noise and compression artefacts fade out."""
-    height = max(SSIM_WINDOW, round(frame.shape[-2] * SCENE_THUMBNAIL_WIDTH / frame.shape[-1]))
+    height = min(SCENE_THUMBNAIL_ROWS, max(SSIM_WINDOW, round(frame.shape[-2] * SCENE_THUMBNAIL_WIDTH / frame.shape[-1])))
     return F.interpolate(frame[None].float(), size=(height, SCENE_THUMBNAIL_WIDTH), mode="area")[0]
 
 

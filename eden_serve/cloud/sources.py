@@ -179,6 +179,7 @@ class SourceVideo:
                 self.decoded = self.pictures = i + 1
                 self._decoding(self.decoded)
                 if i >= first:
+                    self._sized(frame, i)
                     found[i] = rgb(frame)
                 if len(found) == count:
                     break
@@ -191,6 +192,8 @@ class SourceVideo:
         cursor = CURSORS.take(self.source.key, seek, wanted[0]) or Cursor(self.source.open(), seek)
         try:
             given = cursor.read(wanted, self._read_one)
+            for stamp, frame in given.items():
+                self._sized(frame, bisect.bisect_left(self.scan.times, stamp))
         except BaseException:
             cursor.close()
             raise
@@ -206,6 +209,14 @@ class SourceVideo:
             pixels = {stamp: rgb(frame) for stamp, frame in given.items() if id(frame) in held}
             CURSORS.give(self.source.key, cursor)
         return {stamp: pixels[stamp] if stamp in pixels else rgb(frame) for stamp, frame in given.items()}
+
+    def _sized(self, frame, index: int) -> None:
+        """Refuses a frame of another size than the video's, which the request was judged by (a
+        stream whose pictures change size midway): before, the chunk's frames failed to stack,
+        an internal error (500) that the client asked again four times."""
+        if (frame.width, frame.height) != (self.scan.width, self.scan.height):
+            raise BadInputError(f"{self.source.name}: frame {index} is {frame.width}x{frame.height}, unlike the video's frames "
+                                f"before it ({self.scan.width}x{self.scan.height}): frames differ in size")
 
     def _read_one(self) -> None:
         self.pictures += 1

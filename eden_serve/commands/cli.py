@@ -39,7 +39,7 @@ from ..wire.keyed import KEY_FILE_ENV
 from .bench import Bench, run_bench
 from .shared import (
     CHECKPOINT_REFERENCE, PROG, add_deployment_arguments, add_model_options, attached_secrets, clip_in_process, clip_through,
-    client_from, devices, failure, load_models, threshold, threshold_text
+    client_from, devices, failure, load_models, shown, threshold, threshold_text
 )
 
 
@@ -149,13 +149,14 @@ def _interpolate(args) -> int:
     before, after = (Frame(i, f"frame{i}", path=Path(path), max_pixels=args.max_pixels) for i, path in enumerate(args.inputs))
     check_pair(before.tensor, after.tensor)
     cloud, edge = load_models(args)
-    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [before.tensor, after.tensor], args.seed, args.codec,
-                                                        scene_threshold=args.scene_threshold)
     # At the depth a server answers (16 bits where either frame has more than 8), in the mode of the
     # frame before: the middle a directory clip, or the client, writes of the same pair.
-    middle = to_pixels(middles[0], max(before.depth, after.depth)).cpu()
+    depth = max(before.depth, after.depth)
+    middles, payload_bytes = pipeline.interpolate_chunk(cloud, edge, [before.tensor, after.tensor], args.seed, args.codec,
+                                                        scene_threshold=args.scene_threshold, depth=depth)
+    middle = to_pixels(middles[0], depth).cpu()
     save_middle(middle, before, after, args.output)
-    print(f"wrote {args.output} ({middle.shape[1]}x{middle.shape[0]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
+    print(f"wrote {shown(args.output)} ({middle.shape[1]}x{middle.shape[0]}, payload {payload_bytes} bytes, codec {args.codec}, seed {args.seed})")
     return 0
 
 
@@ -168,7 +169,7 @@ def _split_checkpoint(args) -> int:
     else:
         state = load_official(args.checkpoint, config)
     for side, path in write_halves(state, args.out, config).items():
-        print(f"{side}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        print(f"{side}: {shown(path)} ({path.stat().st_size / 1e6:.1f} MB)")
     return 0
 
 
@@ -220,7 +221,7 @@ def run_client(args: argparse.Namespace) -> int:
             before, after = (Frame(i, path, path=Path(path)) for i, path in enumerate(args.inputs))
             middle = client.interpolate(before.path, after.path, seed=args.seed)
             save_middle(middle, before, after, args.output)
-            print(f"wrote {args.output} ({'x'.join(map(str, picture_size(middle)))}, seed {args.seed}) "
+            print(f"wrote {shown(args.output)} ({'x'.join(map(str, picture_size(middle)))}, seed {args.seed}) "
                   f"in {time.perf_counter() - started:.2f} s")
             return 0
         summary = clip_through(client, args, args.inputs[0], args.output)
@@ -278,7 +279,7 @@ def _serve(args) -> int:
 def _download(args) -> int:
     path = download(args.repo, args.file, args.revision)
     load_official(path, preset(args.config))
-    print(path)
+    print(shown(path))
     return 0
 
 

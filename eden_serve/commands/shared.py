@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import unicodedata
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -241,3 +242,13 @@ def failure(exc: Exception) -> str:
     if is_out_of_memory(exc):  # a GPU's too (torch.OutOfMemoryError is a RuntimeError): a 16 GB card meets it first
         return "error: out of memory; try smaller frames, a smaller --chunk or fewer --inflight"
     return f"error: internal error ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); please report it"
+
+
+def shown(name) -> str:
+    """A file's name as a line prints it: as it is, unless it holds a character that would end the
+    line or move the terminal's cursor (a newline, a tab, an escape), then quoted with those escaped,
+    as the error lines quote names. A name's own undecodable bytes are kept as they are."""
+    text = str(name)
+    if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in text):
+        return repr(text)
+    return text

@@ -31,7 +31,7 @@ from .streams import capture_gate
 
 GRAPH_MODES = ("auto", "on", "off")  # auto: on for CUDA devices
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-COMPILE_SETTINGS = ("auto", "off", *COMPILE_MODES)  # the command line's: auto compiles on a GPU only
+COMPILE_SETTINGS = ("auto", "off", *COMPILE_MODES)  # the command line's: auto compiles only from prepared artefacts
 # Inductor's modes that capture CUDA graphs of their own: ours stay off under them.
 INDUCTOR_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 SCOPES = ("blocks", "stages")

@@ -37,7 +37,7 @@ from .animation import ANIMATION_FORMATS, AnimationClip
 from .base import HALF, PIPE, Clip, ClipWriter, Decoded, Frame, matched
 from .containers import self_contained
 from .encoding import VIDEO_EXTRA, Encoding
-from .frames import PNG_MODES, png_bytes, png_of
+from .frames import png_bytes, png_of
 from .icc import LeftOut
 from .png_colour import lost_in_copy
 from .resume import Journal, Tally, start_afresh, sync
@@ -100,19 +100,11 @@ class DirectoryClip(Clip):
         return DirectoryWriter(tmp, state)
 
 
-def _png_ready(image: Image.Image) -> Image.Image:
-    """The image in a mode a PNG holds: as it is where it can, else its colours (with alpha)."""
-    if image.mode in PNG_MODES:
-        return image
-    if image.mode.startswith("I;16"):
-        return image.convert("I;16")
-    return image.convert("RGBA" if "A" in image.getbands() else "RGB")
-
-
 class DirectoryWriter(ClipWriter):
     """Output frame k is ``%06d.png`` (k = 0, 1, ...: the pattern ffmpeg and most tools read): a PNG
     original copied byte for byte, any other decoded and written as PNG (lossless, and in its own
-    mode where a PNG holds it, else in RGB or RGBA: CMYK, YCbCr, LAB, 32-bit float). A 16-bit RGB
+    mode where a PNG holds it, else in RGB or RGBA (CMYK, YCbCr, LAB), or as 16-bit grey (32-bit
+    grey: :func:`~.frames.png_ready`)). A 16-bit RGB
     frame (PNG or TIFF) and the middles beside it are 16-bit RGB PNGs. An original written anew
     carries its file's ICC profile, and a middle the colour chunks of the frame before it (its ICC
     profile, gamma, cICP...), so each is shown as its frame is; a profile that does not describe the
@@ -164,12 +156,12 @@ class DirectoryWriter(ClipWriter):
             return
         if frame.profile_left_out:
             self.left_out.say(f"{frame.path}: its ICC profile is left out of the output: {frame.profile_left_out}")
-        png = png_of(frame.pixels.numpy()) if frame.pixels is not None else png_bytes(_png_ready(frame.image))
+        png = png_of(frame.pixels.numpy()) if frame.pixels is not None else png_bytes(frame.image)
         self._write(lambda path: path.write_bytes(with_chunks(png, frame.shown_as)))
 
     def add_middle(self, middle, before, after, position=HALF):
         picture = matched(middle, before, after)
-        png = png_of(picture.numpy()) if isinstance(picture, torch.Tensor) else png_bytes(_png_ready(picture))
+        png = png_of(picture.numpy()) if isinstance(picture, torch.Tensor) else png_bytes(picture)
         self._write(lambda path: path.write_bytes(with_chunks(png, before.shown_as)))  # shown as the frame before it is
 
     def _write(self, write) -> None:
@@ -205,8 +197,12 @@ def _animated(path: Path) -> Image.Image | None:
     if image.format in ANIMATION_FORMATS and frames > 1:
         return image
     image.close()
-    if frames > 1 or _frames_in_ffmpeg(path) > 1:  # FLI, MPEG, multi-page TIFF, MJPEG: FFmpeg may read it as a video
+    decoded = _frames_in_ffmpeg(path)
+    if decoded > 1:  # FLI, MPEG, MJPEG: FFmpeg reads it as a video
         return None
+    if frames > 1:  # a multi-page TIFF: FFmpeg decodes its first page alone, the rest would be lost without a word
+        raise BadInputError(f"{str(path)!r} holds {frames} pictures ({image.format}), which FFmpeg reads as {decoded}: not a clip; "
+                            "save them as a directory of frames")
     raise BadInputError(f"{str(path)!r} is a still image, not a clip (a directory of frames, an animated "
                         "GIF/APNG/WebP or a video); give two frames to interpolate a single pair")
 

@@ -47,9 +47,12 @@ class AnimationClip(Clip):
                 self.colour_chunks = colour_chunks(file)
         except OSError as exc:
             raise BadInputError(f"cannot read {str(path)!r}: {exc.strerror}") from None
-        # The working mode of every frame: colour or grey (APNG only), with alpha if any.
+        # The working mode of every frame: colour or grey (APNG only, 16-bit grey kept: its conversion
+        # to RGB clipped every level above 255 of 65535 to white), with alpha if any.
         transparent = "transparency" in image.info or image.mode in ("RGBA", "LA", "PA")
-        if self.format == "PNG" and image.mode in ("L", "LA"):
+        if self.format == "PNG" and image.mode == "I;16" and not transparent:
+            self.mode = "I;16"
+        elif self.format == "PNG" and image.mode in ("L", "LA"):
             self.mode = "LA" if transparent else "L"
         else:
             self.mode = "RGBA" if transparent else "RGB"

@@ -55,7 +55,7 @@ TUNINGS = {
     "h264_nvenc": Tuning({"preset": "p4", "rc": "vbr", "cq": "19", "b": "0"}, crf="cq"),
     "hevc_nvenc": Tuning({"preset": "p4", "rc": "vbr", "cq": "21", "b": "0"}, crf="cq"),
     # FFmpeg's MPEG-family and JPEG encoders run at 200 kb/s whatever the frame's size unless told
-    # otherwise: 31 dB at 720p where x264 at crf 18 gives 41 (docs/video.md, "The output's encoder").
+    # otherwise: 31 dB at 720p where x264 at crf 18 gives 41 (docs/video.md, "Video encoder").
     # A fixed quantizer instead, the finest usual one (qmin, 2: FFmpeg's -q:v 2, 41 dB there);
     # --encoder-opt qmin=N for a coarser one.
     **{name: Tuning({"flags": "+qscale"}, crf=None, preset=None) for name in (

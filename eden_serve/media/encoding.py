@@ -86,8 +86,13 @@ class FFmpegErrors:
 def side_data(frame) -> list:
     """A decoded frame's side data, each with its ``type``, whichever PyAV: 18 iterates them, 19
     their types (a mapping of type to side data: taking an item for a side data failed on the first
-    frame of any video that had one, a phone's rotation, an encoder's SEI)."""
-    found = getattr(frame, "side_data", None)
+    frame of any video that had one, a phone's rotation, an encoder's SEI). None where the frame
+    holds a type PyAV does not know: PyAV 18 names every type as it reads them, and FFmpeg 8.1's
+    newer ones (a TIFF's EXIF, 31) raised ValueError, an internal error."""
+    try:
+        found = getattr(frame, "side_data", None)
+    except ValueError:
+        return []
     return [item if hasattr(item, "type") else found[item] for item in found] if found else []
 
 

@@ -29,8 +29,8 @@ from .orientation import ORIENTATIONS, QUARTER_TURNS, orientation, tiff_orientat
 DEFAULT_MAX_PIXELS = 3840 * 2160  # 4K UHD
 
 
-# Modes a PNG can hold; a middle frame of any other mode (CMYK, YCbCr, LAB, F...) is written as TIFF.
-PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
+# Modes Pillow writes as PNG; any other (CMYK, YCbCr, LAB, 32-bit grey...) is written as :func:`png_ready` makes it.
+PNG_MODES = {"1", "L", "LA", "I;16", "P", "RGB", "RGBA"}
 
 SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 # The pixels' dtype of each depth, and the largest value of each dtype.
@@ -65,12 +65,17 @@ def image_to_tensor(image: Image.Image, out: torch.Tensor | None = None) -> torc
     if out is None:
         out = torch.empty(3, image.height, image.width)
     if image.mode in SIXTEEN_BIT_MODES or image.mode == "F":
-        scale = 65535.0 if image.mode in SIXTEEN_BIT_MODES else 1.0
-        gray = np.clip(np.asarray(image, dtype=np.float32) / scale, 0, 1)
-        out.copy_(torch.from_numpy(gray)[None].expand(3, -1, -1))
+        out.copy_(torch.from_numpy(grey_levels(image))[None].expand(3, -1, -1))
         return out
     rgb = np.array(image.convert("RGB"))  # writable, as torch.from_numpy wants: an 8-bit copy, not a float one
     return out.copy_(torch.from_numpy(rgb).permute(2, 0, 1)).div_(255.0)
+
+
+def grey_levels(image: Image.Image) -> np.ndarray:
+    """A grey image deeper than 8 bits (16- or 32-bit integers, 32-bit floats) in [0, 1], as the
+    model reads it: integers over 65535, floats as they are (0 black, 1 white), clipped."""
+    scale = 1.0 if image.mode == "F" else 65535.0
+    return np.clip(np.asarray(image, dtype=np.float32) / np.float32(scale), 0, 1)
 
 
 def from_pixels(pixels: np.ndarray) -> torch.Tensor:
@@ -277,10 +282,22 @@ def to_uint8(frame: torch.Tensor) -> np.ndarray:
 TRANSPORT_PNG_LEVEL = 1
 
 
+def png_ready(image: Image.Image) -> Image.Image:
+    """The image in a mode a PNG holds: as it is where it can; 32-bit grey (integers, floats) and
+    16-bit grey of another byte order as 16-bit grey at the levels the model reads
+    (:func:`grey_levels`), where Pillow's own conversion clips a float's 0 to 1 to black; any other
+    mode as its colours, with alpha where it has one (CMYK, YCbCr, LAB...)."""
+    if image.mode in PNG_MODES:
+        return image
+    if image.mode in SIXTEEN_BIT_MODES or image.mode == "F":
+        return Image.fromarray(np.round(grey_levels(image) * np.float32(65535.0)).astype(np.uint16))
+    return image.convert("RGBA" if image.has_transparency_data else "RGB")  # not a band named "A": LAB's is a colour
+
+
 def png_bytes(image: Image.Image, compress_level: int = 6) -> bytes:
-    """``image`` as a PNG stating no colours: a profile it was read with is the caller's to add (:mod:`.icc`)."""
+    """``image`` as a PNG (:func:`png_ready`) stating no colours: a profile it was read with is the caller's to add (:mod:`.icc`)."""
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG", compress_level=compress_level, icc_profile=None)
+    png_ready(image).save(buffer, format="PNG", compress_level=compress_level, icc_profile=None)
     return buffer.getvalue()
 
 

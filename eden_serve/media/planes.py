@@ -1,4 +1,4 @@
-"""Middles as the output's own planes (docs/video.md, "Middles as YUV"): where a video's writer takes
+"""Middles as the output's own planes (docs/video.md, "Middles as the output's planes"): where a video's writer takes
 4:2:0 planes, the edge converts its middles on the device, so half the bytes of 8-bit RGB come back
 and the writer's thread hands the planes to the encoder without converting them.
 

@@ -48,7 +48,7 @@ from .base import PIPE, Clip, Frame
 from . import icc, png_colour
 from .colour import UNSPECIFIED, Colour
 from .encoders import output_encoder
-from .frames import is_deep, widened
+from .frames import grey_levels, is_deep, widened
 from .pixel_formats import BT601, CONTAINER_HOLDS, STREAM_HOLDS, bits
 from .timing import MAX_FPS
 from .video_writer import VideoWriter
@@ -188,10 +188,11 @@ def _named(colour: Colour) -> str:
 
 
 def _rgb(picture):
-    """A 16-bit grey image (Pillow's I;16, or I) as its 16-bit RGB pixels, which the writer converts
-    as it does a 16-bit colour image's: Pillow's own conversion to RGB clips it to 8 bits' range."""
-    if isinstance(picture, Image.Image) and picture.mode.startswith("I"):
-        grey = np.asarray(picture).astype(np.int64).clip(0, 65535).astype(np.uint16)
+    """A grey image deeper than 8 bits (Pillow's I;16, I or F) as its 16-bit RGB pixels at the levels
+    the model reads (:func:`~.frames.grey_levels`), which the writer converts as it does a 16-bit
+    colour image's: Pillow's own conversion to RGB clips it to 8 bits' range (a float's 0 to 1 to black)."""
+    if isinstance(picture, Image.Image) and (picture.mode.startswith("I") or picture.mode == "F"):
+        grey = np.round(grey_levels(picture) * np.float32(65535.0)).astype(np.uint16)
         return torch.from_numpy(np.repeat(grey[..., None], 3, axis=-1))
     return picture
 
@@ -210,8 +211,7 @@ def _rgba(frame: Frame, rgb) -> torch.Tensor:
 def _has_alpha(frame: Frame) -> bool:
     if frame.pixels is not None:
         return frame.alpha is not None
-    image = frame.image
-    return "A" in image.getbands() or "transparency" in image.info
+    return frame.image.has_transparency_data  # not a band named "A": LAB's is a colour
 
 
 def _any_deep_or_alpha(clip: Clip) -> tuple[bool, bool]:
@@ -223,8 +223,8 @@ def _any_deep_or_alpha(clip: Clip) -> tuple[bool, bool]:
     for frame in clip:
         try:
             with Image.open(frame.path) as image:
-                alpha = alpha or "A" in image.getbands() or "transparency" in image.info
-                deep = deep or image.mode.startswith("I") or is_deep(frame.path, frame.name)
+                alpha = alpha or image.has_transparency_data
+                deep = deep or image.mode.startswith("I") or image.mode == "F" or is_deep(frame.path, frame.name)
                 continue
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, BadInputError):
             pass  # a 16-bit TIFF Pillow has no mode for; a broken or huge file, which its frame's reading refuses

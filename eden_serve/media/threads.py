@@ -1,5 +1,5 @@
 """A clip's reading and writing on threads of their own, so that decoding and encoding run beside
-the model instead of taking turns with it (docs/video.md, "Threads"): :class:`Prefetch` decodes a few
+the model instead of taking turns with it (docs/video.md, "Encoder speed"): :class:`Prefetch` decodes a few
 frames ahead, :class:`ThreadedWriter` encodes behind. Both keep the order, hold a bounded number of
 frames, and hand an error over to the caller's thread where it would have been raised without them.
 PyAV releases the interpreter while it decodes, converts and encodes, so the threads overlap."""

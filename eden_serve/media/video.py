@@ -114,6 +114,21 @@ class RawVideo:
         return container
 
 
+def _whole_frames(packets: Iterator, path) -> Iterator:
+    """Headerless raw video's packets, each a frame: one shorter than the first is a stream cut
+    inside a frame, which a file's size shows before a frame is read (:meth:`RawVideo.open`) and a
+    pipe's only at its end; the size and format given do not fit it, so the run fails there, where
+    its decoder's refusal was read on as damage (a frame lost, said in a warning)."""
+    whole = None
+    for packet in packets:
+        if packet.size and whole is None:
+            whole = packet.size
+        elif packet.size and packet.size != whole:
+            raise BadInputError(f"{path}: its last frame is cut short ({packet.size} of {whole} bytes): the stream is not whole "
+                                "frames of the --input-size and --input-pix-fmt given")
+        yield packet
+
+
 def slotted(container, stream) -> Iterator:
     """The decoded frames of an AVI with B-frames, each timed by the slot of the packet whose
     decoding gave it out, less the decoder's delay: AVI's frames are shown in its slots' order, and
@@ -232,7 +247,9 @@ class VideoClip(Clip):
                 # Timed by its slots (:func:`slotted`), which reads its packets itself: damage is not counted there.
                 yield from self.timed(slotted(self.container, self.stream), by_slot=True)
                 return
-            for given, frame in enumerate(self.timed(damage.decoded(self.container, context), damage=damage), 1):
+            raw = getattr(self.container.format, "name", None) == "rawvideo"
+            packets = _whole_frames(self.container.demux(self.stream), self.path) if raw else None
+            for given, frame in enumerate(self.timed(damage.decoded(self.container, context, packets), damage=damage), 1):
                 yield frame
         except self._error as exc:
             raise BadInputError(f"{self.path}: cannot decode the video ({exc})") from None
@@ -252,7 +269,7 @@ class VideoClip(Clip):
         """The decoded frames as :class:`Frame` objects, each timed after the one before (``by_slot``:
         timed already, by :func:`slotted`); with a ``damage``, a frame timed before the one before it
         is left out there and counted."""
-        previous = None
+        previous = size = None
         by_order = self._slotted and not by_slot
         i = -1
         for frame in decoded:
@@ -267,7 +284,10 @@ class VideoClip(Clip):
                                     f"(time stamps {previous} then {frame.pts}); the video's timing is broken")
             elif damage is not None and not damage.keep(frame.pts, previous):
                 continue
-            i, previous = i + 1, frame.pts
+            if size is not None and (frame.width, frame.height) != size:  # pictures that change size midway: the file named, not the chunk's fields
+                raise BadInputError(f"{self.path}: frame {i + 1} is {frame.width}x{frame.height}, unlike the frames before it "
+                                    f"({size[0]}x{size[1]}): frames differ in size")
+            i, previous, size = i + 1, frame.pts, (frame.width, frame.height)
             time = frame.pts * self.time_base
             duration = frame.duration * self.time_base if frame.duration else 1 / self.rate
             if i == 0:  # kept apart: a frame decoded into a GPU's memory reaches the writer copied without it

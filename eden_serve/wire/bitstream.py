@@ -3,7 +3,7 @@ frame on, in decode order, with what the decoder needs besides them and what the
 about the chunk's pairs. Only a cloud that holds the video makes one (a server-side source). The
 edge decodes the packets (``eden_serve.media.packets``), checks each frame against the cloud's
 digest of it (:func:`to_frames`), and re-derives the conditions as for the frames kind: for real
-video that is a hundredth of the frames codec's bytes (docs/wire-codecs.md, "bitstream").
+video that is a hundredth of the frames codec's bytes (docs/wire-codecs.md, "The bitstream codec").
 
 The header has exactly these keys: ``fingerprint``, ``hidden_dim`` and ``cloud`` as in format 3,
 ``codec`` ("bitstream"), ``stream`` (the decoder and its parameters: :meth:`StreamParameters.to_header`),
