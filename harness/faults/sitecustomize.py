@@ -1,8 +1,9 @@
-"""Faults at chosen points of a TorchServe worker, for tests: this directory goes first on the
-PYTHONPATH of the server (``torchserve(..., env=faults.environment(folder))``), so every Python
-process it starts (the workers, the decoder sandbox's zygote) imports this file first, and it
-patches the package's modules as they are imported. A fault is armed by a file in
-``$EDEN_FAULT_DIR`` and fires once: the process that fires it renames the file ``fired-NAME``.
+"""Faults at chosen points of a TorchServe worker (or of ``eden-serve page``), for tests: this
+directory goes first on the PYTHONPATH of the server (``torchserve(..., env=faults.environment(folder))``,
+``page_server(..., env=...)``), so every Python process it starts (the workers, the decoder sandbox's
+zygote) imports this file first, and it patches the package's modules as they are imported. A fault
+is armed by a file in ``$EDEN_FAULT_DIR`` and fires once: the process that fires it renames the file
+``fired-NAME``.
 
 - ``edge-kill`` holding ``before``, ``between`` or ``after``: the edge worker kills itself (SIGKILL)
   when a call with a streamed request starts, once the first middle of a request of two or more
