@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -354,3 +355,37 @@ def test_an_interrupt_the_moment_the_partial_output_is_made_leaves_nothing(tmp_p
             pass
     monkeypatch.undo()
     assert os.listdir(tmp_path) == []
+
+
+# A signal's exception raised as the video's reading thread starts (Thread.start waits for the new
+# thread, and a signal's handler runs there), then the clip closed as a stopped run closes it.
+INTERRUPTED_START = """
+import sys, threading
+from eden_serve.media import open_clip
+
+start = threading.Thread.start
+
+def interrupted(thread):
+    start(thread)
+    if thread.name == "eden-read":
+        raise KeyboardInterrupt
+
+threading.Thread.start = interrupted
+with open_clip(sys.argv[1]) as clip:
+    try:
+        next(iter(clip))
+    except KeyboardInterrupt:
+        pass
+print([thread.name for thread in threading.enumerate() if thread.name == "eden-read"])
+"""
+
+
+def test_a_signal_as_the_video_starts_being_read_leaves_no_reader_on_the_closed_file(tmp_path):
+    """Before, the reading thread then went on decoding a container closed under it: the command
+    stopped by SIGTERM crashed with "Fatal Python error: Segmentation fault" (once in about ten
+    runs of the test above) instead of its one line. Run in a process of its own, which that
+    crash would end."""
+    src = make_video(tmp_path / "in.mkv", [1024 * k for k in range(60)], Fraction(1, 12288), video="ffv1", audio=None)
+    result = subprocess.run([sys.executable, "-c", INTERRUPTED_START, str(src)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stderr

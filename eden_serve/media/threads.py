@@ -17,14 +17,21 @@ _END = object()
 
 
 class Prefetch:
-    """The items of ``make()`` (an iterator, run on a thread of its own), at most ``depth`` ahead of
-    the caller. :meth:`stop` ends the thread and waits for it: before the source it reads is closed."""
+    """The items of ``make()`` (an iterator, run on a thread of its own once :meth:`start` is called),
+    at most ``depth`` ahead of the caller. :meth:`stop` ends the thread and waits for it: before the
+    source it reads is closed. The owner holds it before starting it: a signal's exception raised
+    as the thread starts (``Thread.start`` waits for it) would otherwise leave a thread that no one
+    stops, reading a source closed under it (a crash of the whole process)."""
 
     def __init__(self, make: Callable[[], Iterator], depth: int, name: str = "eden-read"):
         self._queue: queue.Queue = queue.Queue(depth)
         self._stop = threading.Event()
+        self._began, self._beginning = False, threading.Lock()
         self._thread = threading.Thread(target=self._produce, args=(make,), name=name, daemon=True)
+
+    def start(self) -> "Prefetch":
         self._thread.start()
+        return self
 
     def _put(self, item) -> bool:
         while not self._stop.is_set():
@@ -36,6 +43,10 @@ class Prefetch:
         return False
 
     def _produce(self, make: Callable[[], Iterator]) -> None:
+        with self._beginning:  # stopped before it began (its start interrupted): nothing is read
+            if self._stop.is_set():
+                return
+            self._began = True
         try:
             for item in make():
                 if not self._put((item, None)):
@@ -55,8 +66,11 @@ class Prefetch:
             yield item
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        with self._beginning:
+            self._stop.set()
+            began = self._began
+        if began:  # else it never reads: a thread whose start was interrupted cannot be joined yet
+            self._thread.join()
 
 
 class ThreadedWriter(ClipWriter):

@@ -234,8 +234,8 @@ class VideoClip(Clip):
     def __iter__(self) -> Iterator[Frame]:
         """The frames, decoded and converted to RGB on a thread of their own, :data:`READ_AHEAD` ahead."""
         self._stop_reading()
-        self._reading = Prefetch(self._decoded, READ_AHEAD)
-        yield from self._reading
+        self._reading = Prefetch(self._decoded, READ_AHEAD)  # held first: close() stops it however its start ends
+        yield from self._reading.start()
 
     def _decoded(self) -> Iterator[Frame]:
         # Read on past damage, as FFmpeg's command line does; what was lost is said as the reading ends.
