@@ -40,6 +40,7 @@ from eden_serve.media.frames import open_deep
 from eden_serve.wire.png import rgb16_png
 from eden_serve.model import synthetic
 from eden_serve.model.checkpoint import load_archived
+from harness import faults
 from harness.rounding import assert_gif_frame_close, assert_same_frames, assert_within_rounding, rounding_difference
 from harness.servers import REPO, torchserve
 from harness.signals import signalled
@@ -535,11 +536,15 @@ def test_an_edge_that_fails_mid_clip_leaves_no_thread_or_output(tmp_path, cloud,
 
 
 @pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_the_client_command_stopped_by_a_signal_says_so_and_leaves_nothing(tmp_path, cloud, edge, sig, code, line):
+def test_the_client_command_stopped_by_a_signal_says_so_and_leaves_nothing(tmp_path, tmp_path_factory, cloud, edge, sig, code, line):
     src = synthetic.write_clip(tmp_path / "in", 60, SIZE[1], SIZE[0])
     argv = ["client", str(src), "-o", str(tmp_path / "out"), "--cloud", cloud.inference_url, "--edge", edge.inference_url,
             "--token", cloud.keys["inference"], "--edge-token", edge.keys["inference"], "--chunk", "1", "--inflight", "2"]
-    returncode, stderr = signalled(argv, tmp_path, sig)
+    # its chunks after the first held until the signal stops the run (harness/faults' clip-hold):
+    # the run is still going when the signal comes, however fast the servers answer
+    folder = tmp_path_factory.mktemp("faults")
+    returncode, stderr = signalled(argv, tmp_path, sig, env=faults.held_clip(folder, 1))
+    assert faults.fired(folder, "clip-hold"), stderr
     assert returncode == code, stderr
     assert stderr.splitlines()[-1:] == [f"eden-serve: {line}"] and "Traceback" not in stderr
     assert sorted(os.listdir(tmp_path)) == ["in"]

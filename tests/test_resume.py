@@ -30,6 +30,7 @@ from eden_serve.clips.processors import pairwise
 from eden_serve.clips.streaming import interpolate_clip
 from eden_serve.errors import BadInputError, PairError, ServerError, UnavailableError
 from eden_serve.model import synthetic
+from harness import faults
 from harness.rounding import assert_same_frames
 
 SIZE = (96, 64)  # width, height
@@ -181,7 +182,7 @@ def cli(*args):
 
 @pytest.fixture(scope="module")
 def long_clip(tmp_path_factory):
-    """A clip long enough that a signal sent after the first checkpoint arrives well before the end,
+    """A clip of many chunks (the signal's run is held from its second, harness/faults' clip-hold),
     and its uninterrupted output."""
     root = tmp_path_factory.mktemp("long")
     src = synthetic.write_clip(root / "in", 40, 128, 192)
@@ -191,13 +192,17 @@ def long_clip(tmp_path_factory):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_the_command_stopped_by_a_signal_keeps_its_work_and_resumes(tmp_path, long_clip, sig, code):
+def test_the_command_stopped_by_a_signal_keeps_its_work_and_resumes(tmp_path, tmp_path_factory, long_clip, sig, code):
     src, whole = long_clip
-    dst = tmp_path / "out"
+    dst, folder = tmp_path / "out", tmp_path_factory.mktemp("faults")
     journal = tmp_path / ".out.partial-resume.journal"
+    # Its chunks from pair 2 on are held until the signal stops the run (harness/faults' clip-hold):
+    # the first chunk's two pairs are written, and checkpointed, and the run is still going when
+    # the signal comes, however fast the machine computes.
     # A shell without job control starts background jobs with SIGINT ignored, and the command
     # (rightly) inherits that; a terminal's Ctrl-C reaches a command that has the default disposition.
     run = subprocess.Popen(cli(src, "-o", dst, "--resume", "--inflight", "1"), stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, **faults.held_clip(folder, 2)},
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         while run.poll() is None and not (journal.exists() and json.loads(journal.read_text())["checkpoint"]):
@@ -206,6 +211,7 @@ def test_the_command_stopped_by_a_signal_keeps_its_work_and_resumes(tmp_path, lo
         _, stderr = run.communicate(timeout=120)
     finally:
         run.kill()
+    assert faults.fired(folder, "clip-hold"), stderr
     assert run.returncode == code, stderr
     assert "warning: stopped; .out.partial-resume and its journal keep" in stderr
     assert "--resume continues" in stderr and "Traceback" not in stderr

@@ -31,6 +31,7 @@ from eden_serve.media.frames import to_png
 from eden_serve.media.resume import Journal, write_durably
 from eden_serve.model import synthetic
 from eden_serve.page.runs import FINISHED, Run, Runner
+from harness import faults
 from harness.signals import signalled
 import test_video
 from test_video import CFR_12, make_video
@@ -203,12 +204,14 @@ def test_the_pages_stopped_runs_leave_no_thread_or_open_file_behind(tmp_path, ti
 
 
 @pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_the_command_stopped_by_a_signal_says_so_in_one_line_and_leaves_nothing(tmp_path, sig, code, line):
-    # long enough (hundreds of pairs) that the run is still going whenever the signal comes
+def test_the_command_stopped_by_a_signal_says_so_in_one_line_and_leaves_nothing(tmp_path, tmp_path_factory, sig, code, line):
+    # the run holds its chunks after the first until the signal stops it (harness/faults' clip-hold):
+    # it is still going when the signal comes, however fast the machine computes
     src = make_video(tmp_path / "in.mkv", [1024 * k for k in range(400)], Fraction(1, 12288), video="ffv1", audio=None)
-    dst = tmp_path / "out.mkv"
+    dst, folder = tmp_path / "out.mkv", tmp_path_factory.mktemp("faults")
     returncode, stderr = signalled(["interpolate", src, "-o", dst, "--config", "tiny", "--chunk", "1", "--factor", "4"],
-                                   tmp_path, sig)
+                                   tmp_path, sig, env=faults.held_clip(folder, 1))
+    assert faults.fired(folder, "clip-hold"), stderr
     assert returncode == code, stderr
     assert stderr.splitlines()[-1:] == [f"eden-serve: {line}"] and "Traceback" not in stderr, stderr
     assert sorted(os.listdir(tmp_path)) == ["in.mkv"], stderr

@@ -1,5 +1,5 @@
-"""Faults injected into a real TorchServe's workers, or a real ``eden-serve page``, at chosen points
-(``sitecustomize.py`` here says which)."""
+"""Faults injected into a real TorchServe's workers, a real ``eden-serve page``, or the command's
+clip run, at chosen points (``sitecustomize.py`` here says which)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,10 @@ def arm(folder: Path, name: str, point: str) -> None:
 
 def fired(folder: Path, name: str) -> bool:
     return (folder / f"fired-{name}").exists()
+
+
+def held_clip(folder: Path, first: int) -> dict[str, str]:
+    """The environment of an ``eden-serve`` command whose clip run holds its chunks from pair
+    ``first`` on until a signal stops it (``clip-hold``, armed in ``folder``)."""
+    arm(folder, "clip-hold", str(first))
+    return environment(folder)

@@ -23,6 +23,11 @@ is armed by a file in ``$EDEN_FAULT_DIR`` and fires once: the process that fires
   threads without end). The zygote is given ``$EDEN_FAULT_DIR`` (its environment is otherwise fixed).
 - ``page-hold`` holding ``run``: the next run of ``eden-serve page`` holds its chunks after the first
   until it is cancelled (its page closed, or stopped), however fast the machine computes the rest.
+- ``clip-hold`` holding a pair's index N: the next clip run of the process (``eden-serve interpolate``
+  or ``client`` on a clip) holds its chunks whose first pair is N or later, at any factor level,
+  until the run stops (a signal's exception sets its ``cancel`` on the way out, clips/workers.py),
+  however fast the machine computes the rest: a test's signal finds it running. It fires as the
+  run starts.
 """
 
 import importlib.abc
@@ -30,6 +35,7 @@ import importlib.util
 import os
 import signal
 import sys
+import threading
 import time
 
 FOLDER = os.environ.get("EDEN_FAULT_DIR")
@@ -154,6 +160,45 @@ def patch_page_runs(module) -> None:
     module.Run.watch = held_watch
 
 
+# A held chunk waits for its run's stop this long at most: only so that a test whose signal never
+# comes ends (the run then finishes, and the test fails) rather than hangs.
+HOLD_LIMIT = 600
+
+
+def patch_clip_runs(module) -> None:
+    from dataclasses import replace
+
+    from eden_serve.clips.processors import Wrapper
+
+    class Held(Wrapper):
+        def __init__(self, inner, cancel, first):
+            super().__init__(inner)
+            self.cancel, self.first = cancel, first
+
+        def __call__(self, index, frames, seed, arrived=None):
+            if index >= self.first:
+                self.cancel.wait(HOLD_LIMIT)
+            return self.inner(index, frames, seed, arrived)
+
+    interpolate_clip = module.interpolate_clip
+
+    def held_interpolate_clip(src, dst, processor, options=None, **given):
+        armed = os.path.join(FOLDER, "clip-hold")
+        try:
+            with open(armed) as file:
+                first = int(file.read().strip())
+            os.rename(armed, os.path.join(FOLDER, "fired-clip-hold"))
+        except (OSError, ValueError):
+            return interpolate_clip(src, dst, processor, options, **given)
+        options = replace(options, **given) if options is not None else module.ClipOptions(**given)
+        cancel = options.cancel if options.cancel is not None else threading.Event()  # the one the run sets as it stops
+        watch = options.watch
+        holding = lambda processor: Held(processor if watch is None else watch(processor), cancel, first)  # noqa: E731
+        return interpolate_clip(src, dst, processor, replace(options, cancel=cancel, watch=holding))
+
+    module.interpolate_clip = held_interpolate_clip
+
+
 def patch_sandbox(module) -> None:
     """The zygote starts with none of the worker's environment: given the faults' folder, so that
     it imports this file and patches its decoder too."""
@@ -163,7 +208,8 @@ def patch_sandbox(module) -> None:
 
 PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.serving.replies": patch_replies,
            "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.sandbox.kept": patch_decoder, "eden_serve.edge": patch_edge,
-           "eden_serve.media.sandboxed": patch_sandbox, "eden_serve.page.runs": patch_page_runs}
+           "eden_serve.media.sandboxed": patch_sandbox, "eden_serve.page.runs": patch_page_runs,
+           "eden_serve.clips.streaming": patch_clip_runs}
 
 
 class Patcher(importlib.abc.MetaPathFinder):
