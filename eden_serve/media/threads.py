@@ -17,17 +17,19 @@ _END = object()
 
 
 class Prefetch:
-    """The items of ``make()`` (an iterator, run on a thread of its own once :meth:`start` is called),
-    at most ``depth`` ahead of the caller. :meth:`stop` ends the thread and waits for it: before the
-    source it reads is closed. The owner holds it before starting it: a signal's exception raised
-    as the thread starts (``Thread.start`` waits for it) would otherwise leave a thread that no one
-    stops, reading a source closed under it (a crash of the whole process)."""
+    """The items of ``make()`` (an iterator, run on a thread of its own), at most ``depth`` ahead of
+    the caller. :meth:`stop` ends the thread and waits for it: before the source it reads is closed.
+    ``started=False``: the thread starts at :meth:`start`, for an owner that holds it first: a
+    signal's exception raised as the thread starts (``Thread.start`` waits for it) would otherwise
+    leave a thread that no one stops, reading a source closed under it (a crash of the process)."""
 
-    def __init__(self, make: Callable[[], Iterator], depth: int, name: str = "eden-read"):
+    def __init__(self, make: Callable[[], Iterator], depth: int, name: str = "eden-read", started: bool = True):
         self._queue: queue.Queue = queue.Queue(depth)
         self._stop = threading.Event()
         self._began, self._beginning = False, threading.Lock()
         self._thread = threading.Thread(target=self._produce, args=(make,), name=name, daemon=True)
+        if started:
+            self.start()
 
     def start(self) -> "Prefetch":
         self._thread.start()

@@ -234,7 +234,7 @@ class VideoClip(Clip):
     def __iter__(self) -> Iterator[Frame]:
         """The frames, decoded and converted to RGB on a thread of their own, :data:`READ_AHEAD` ahead."""
         self._stop_reading()
-        self._reading = Prefetch(self._decoded, READ_AHEAD)  # held first: close() stops it however its start ends
+        self._reading = Prefetch(self._decoded, READ_AHEAD, started=False)  # held first: close() stops it however its start ends
         yield from self._reading.start()
 
     def _decoded(self) -> Iterator[Frame]:
