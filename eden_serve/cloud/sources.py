@@ -282,7 +282,8 @@ class SourceVideo:
                             following = n
                             break
                         dts = decoded_at[n] if decoded_at is not None and n < len(decoded_at) else packet.dts
-                        packets.append(Packet(bytes(packet), packet.pts, dts, packet.duration or 0, packet.is_keyframe, skips(packet)))
+                        packets.append(Packet(bytes(packet), packet.pts, dts, packet.duration or 0, packet.is_keyframe, skips(packet),
+                                              packet.is_discard))
                         size += packet.size
                     n += 1
                 if n is None:

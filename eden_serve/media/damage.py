@@ -55,6 +55,10 @@ class Damage:
         self._ahead: list[int] = []
         self._passed = 0
         self.untimed = False  # a packet without a time stamp was read
+        # The time stamps of packets that a server-side source's pages mark discarded (client/remote.py):
+        # PyAV cannot set a packet's discard flag, so their frames are dropped here as FFmpeg's
+        # decoder drops those of a local file's (decoded all the same, as references).
+        self.hidden: set[int] = set()
 
     @classmethod
     def stated(cls, given: dict, time_base: Fraction, path) -> "Damage":
@@ -99,7 +103,7 @@ class Damage:
                 self.untimed = True
             else:
                 heapq.heappush(self._ahead, packet.pts)
-            if packet.is_discard:  # an edit list's: the decoder drops its frame, as it should
+            if packet.is_discard or packet.pts in self.hidden:  # an edit list's: the decoder drops its frame, as it should
                 self.discarded += 1
             elif packet.pts is not None:
                 self.pending.add(packet.pts)
@@ -112,14 +116,18 @@ class Damage:
             except av.error.FFmpegError:
                 self.refused.append(packet.pts)
                 continue
-            yield from frames
+            yield from self._shown(frames)
         try:
-            for frame in context.decode(ending):
+            for frame in self._shown(context.decode(ending)):
                 if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
                     frame.time_base = self.stream.time_base
                 yield frame
         except av.error.FFmpegError:
             pass  # what the decoder held back is lost: counted by the frames never shown
+
+    def _shown(self, frames) -> Iterator:
+        """``frames`` but those of packets marked :attr:`hidden`."""
+        return iter(frames) if not self.hidden else (frame for frame in frames if frame.pts not in self.hidden)
 
     def keep(self, pts: int | None, previous: int | None) -> bool:
         """Whether a frame timed ``pts`` (the decoder's stamp) follows the one given before it (timed
