@@ -146,8 +146,9 @@ def _interpolate(args) -> int:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
     refuse_clip_options(args)
     _refuse_an_input_as_output(args.output, args.inputs)
-    before, after = (Frame(i, f"frame{i}", path=Path(path), max_pixels=args.max_pixels) for i, path in enumerate(args.inputs))
-    check_pair(before.tensor, after.tensor)
+    # Named by their paths, as a clip's frames are by theirs: a refusal says which file.
+    before, after = (Frame(i, shown(path), path=Path(path), max_pixels=args.max_pixels) for i, path in enumerate(args.inputs))
+    check_pair(before.tensor, after.tensor, (before.name, after.name))
     cloud, edge = load_models(args)
     # At the depth a server answers (16 bits where either frame has more than 8), in the mode of the
     # frame before: the middle a directory clip, or the client, writes of the same pair.
