@@ -125,6 +125,25 @@ def test_a_pairs_refusal_names_the_file_given(frames, tmp_path):
         assert not (tmp_path / "mid.png").exists()
 
 
+@pytest.mark.parametrize("mode, value, suffix", [("I;16", 3000, ".png"), ("F", 0.5, ".tif"), ("I", 70000, ".tif")])
+def test_a_pair_whose_middle_the_output_format_cannot_hold_is_refused_before_the_work(tmp_path, monkeypatch, capsys, mode, value, suffix):
+    """16-bit grey, float or 32-bit grey frames with `-o mid.jpg`: refused before the models are
+    loaded and the middle computed, where it was refused after (`cannot save a I;16 image as JPEG`).
+    The same pair into a PNG or TIFF goes on."""
+    frames = []
+    for i in range(2):
+        frames.append(tmp_path / f"f{i}{suffix}")
+        Image.new(mode, (48, 32), value).save(frames[-1])
+    monkeypatch.setattr(cli, "load_models", lambda args: pytest.fail("the models were loaded"))
+    assert main(["interpolate", *map(str, frames), "-o", str(tmp_path / "mid.jpg"), "--config", "tiny"]) == 2
+    assert f"cannot save a {mode} image as JPEG" in capsys.readouterr().err
+    assert not (tmp_path / "mid.jpg").exists() and not list(tmp_path.glob(".mid*"))
+    monkeypatch.undo()
+    assert main(["interpolate", *map(str, frames), "-o", str(tmp_path / f"mid{suffix}"), "--config", "tiny"]) == 0
+    with Image.open(tmp_path / f"mid{suffix}") as middle:
+        assert middle.mode == mode and middle.size == (48, 32)
+
+
 @pytest.mark.parametrize("exc", [
     torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.50 GiB (GPU 0; 14.58 GiB total capacity)"),
     RuntimeError("CUDA error: out of memory"),

@@ -30,7 +30,7 @@ from typing import Iterator
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from .atomic import atomic_output, named, remove_partial, save_image
+from .atomic import atomic_output, check_savable, named, remove_partial, save_image
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE, with_chunks
 from .animation import ANIMATION_FORMATS, AnimationClip
@@ -298,6 +298,15 @@ def save_middle(middle, before: Frame, after: Frame, dst: str | Path) -> None:
     if fmt != "PNG" and (lost := lost_in_copy(before.shown_as)):
         warnings.warn(f"{before.path}: its colour chunks {lost} are left out of {dst}: {fmt} has no place for them, and a reader shows the middle "
                       "otherwise than the frame before (as sRGB, or by its ICC profile where it has one)")
+
+
+def check_middle(before: Frame, after: Frame, dst: str | Path) -> None:
+    """Refuses, before a pair's middle is computed, an output whose format cannot hold it
+    (:func:`~.atomic.check_savable`; a 16-bit grey or float pair's as JPEG): a blank middle of the
+    pair's size and depth, put in the mode :func:`save_middle` writes."""
+    _, height, width = before.tensor.shape
+    blank = torch.zeros((height, width, 3), dtype=torch.uint16 if max(before.depth, after.depth) == 16 else torch.uint8)
+    check_savable(matched(blank, before, after), dst)
 
 
 @contextlib.contextmanager
