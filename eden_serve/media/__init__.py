@@ -73,8 +73,14 @@ class DirectoryClip(Clip):
             entries = list(os.scandir(path))
         except OSError as exc:
             raise BadInputError(f"cannot list {str(path)!r}: {exc.strerror}") from None
-        names = [e.name for e in entries
-                 if e.is_file() and not e.name.startswith(".") and Path(e.name).suffix.lower() in known]
+        images = [e for e in entries if not e.name.startswith(".") and Path(e.name).suffix.lower() in known]
+        # A link to nothing among them is a frame missing, which would shift every frame after it: refused as
+        # an unreadable frame is, where it was left out without a word (an image sequence reader fails on it too).
+        for entry in images:
+            if entry.is_symlink() and not os.path.exists(entry.path):
+                raise BadInputError(f"{entry.path!r} is a symbolic link to nothing ({os.readlink(entry.path)!r}): a frame is "
+                                    "missing; restore its target or remove the link")
+        names = [e.name for e in images if e.is_file()]
         if not names:
             raise BadInputError(f"{str(path)!r} holds no image files")
         self.names = sorted(names, key=natural_key)
