@@ -80,9 +80,10 @@ def test_a_directory_with_a_link_to_nothing_among_its_frames_is_refused_naming_i
     with open_clip(frames) as clip:
         assert [f.name for f in clip] == ["f0.png", "f1.png", "f2.png"]
     (elsewhere / "f1.png").unlink()
-    with pytest.raises(BadInputError, match=rf"^'{frames / 'f1.png'}' is a symbolic link to nothing \('{elsewhere / 'f1.png'}'\): "
-                                            "a frame is missing"):
+    with pytest.raises(BadInputError) as refused:
         open_clip(frames)
+    assert str(refused.value).startswith(f"{str(frames / 'f1.png')!r} is a symbolic link to nothing ({str(elsewhere / 'f1.png')!r}): "
+                                         "a frame is missing")
     out = tmp_path / "out"
     with pytest.raises(BadInputError, match="symbolic link to nothing"):
         interpolate_clip(frames, out, pairwise(average), progress=False)
