@@ -144,6 +144,9 @@ class SourceVideo:
         if times is None:  # no time stamps to match: count frames from the start
             return self._decode(None, first, count)
         wanted = times[first:first + count]
+        if hidden := [first + i for i, stamp in enumerate(wanted) if stamp in self.scan.hidden]:  # never decoded: refused before the work
+            raise BadInputError(f"frames {first} to {first + count - 1} asked for, but frame {hidden[0]} of {self.source.name} is "
+                                "hidden by its edit list (its container discards it; a local run never shows it)")
         at = bisect.bisect_right(self.scan.starts, wanted[0]) - 1
         frames = self._decode(self.scan.starts[at], first, count, wanted) if at > 0 else None
         return frames or self._decode(None, first, count, wanted)
