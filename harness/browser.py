@@ -52,11 +52,11 @@ class PageServer:
 
 
 @contextlib.contextmanager
-def page_server(*options: str, startup_timeout: float = 300) -> Iterator[PageServer]:
+def page_server(*options: str, startup_timeout: float = 300, env: dict[str, str] | None = None) -> Iterator[PageServer]:
     """``eden-serve page OPTIONS`` in its own process, once it prints its address; stopped on exit
-    (SIGTERM, then SIGKILL)."""
+    (SIGTERM, then SIGKILL). ``env`` adds to its environment (harness/faults: faults armed in it)."""
     process = subprocess.Popen([sys.executable, "-m", "eden_serve.commands.cli", "page", *options], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True, env={**os.environ, **(env or {})})
     output: list[str] = []
     found = threading.Event()
 

@@ -67,7 +67,7 @@ INNER = {
     "test_graphs", "test_precision", "test_sizing", "test_model", "test_config", "test_errors",
     "test_synthetic", "test_frames", "test_clips", "test_video", "test_encoding", "test_packets",
     "test_threads", "test_timing", "test_colour", "test_depth", "test_pipeline", "test_layout", "test_docs",
-    "test_segments", "test_planes", "test_decoders", "test_raw_planes", "test_continued",
+    "test_segments", "test_planes", "test_decoders", "test_raw_planes", "test_continued", "test_steady",
 }
 OUTER = ("serving", "network", "slow")
 

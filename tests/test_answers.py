@@ -59,6 +59,9 @@ def test_a_stream_cut_short_is_not_finished():
     (record(MIDDLE, 0, png(0, (41, 24))), "41x24 PNG, for frames of 40x24"),
     (record(MIDDLE, 0, png(0, mode="L")), "not in 8- or 16-bit RGB"),
     (record(FAILED, 0, b"not a document"), "without an error document"),
+    # Before: taken, and handed on as pair 2 of a 2-pair chunk (an IndexError in a clip run), or
+    # without end from a server that kept sending them.
+    (record(MIDDLE, 0, png(0)) + record(MIDDLE, 1, png(1)) + record(MIDDLE, 2, png(2)), "pair 2 where the chunk's pairs end at 1"),
 ])
 def test_a_hostile_stream_is_refused(data, message):
     with pytest.raises(ServerError, match=message):

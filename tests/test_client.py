@@ -545,16 +545,21 @@ def test_the_client_command_stopped_by_a_signal_says_so_and_leaves_nothing(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["in"]
 
 
-class HungEdge:
-    """An edge on loopback that takes requests and never answers them (a hung server, or a link that
-    went silent); once ``count`` requests have come (over gRPC, whose HTTP/2 it does not speak:
-    connections) it interrupts the main thread, as Ctrl-C would."""
+class Loopback:
+    """A listener on loopback, ``serve`` given each connection it takes, whose threads and sockets
+    :meth:`close` ends: a socket shut down wakes the thread blocked on it, where one closed alone
+    left that thread, and the socket, to the rest of the test run."""
 
-    def __init__(self, count: int, grpc: bool):
-        self.count, self.grpc, self.asked, self.lock = count, grpc, 0, threading.Lock()
+    def __init__(self, scheme: str):
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"{'grpc' if grpc else 'http'}://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.url = f"{scheme}://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.sockets, self.threads = [], []
+        self.start(self._accept)
+
+    def start(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, name=f"{type(self).__name__}.{target.__name__}", daemon=True)
+        self.threads.append(thread)
+        thread.start()
 
     def _accept(self) -> None:
         while True:
@@ -562,7 +567,36 @@ class HungEdge:
                 connection, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._hold, args=(connection,), daemon=True).start()
+            self.sockets.append(connection)
+            self.serve(connection)
+
+    def serve(self, connection: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.threads[0].join()  # accepts no more
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for thread in self.threads:
+            thread.join()
+        for sock in (self.listener, *self.sockets):
+            sock.close()
+
+
+class HungEdge(Loopback):
+    """An edge on loopback that takes requests and never answers them (a hung server, or a link that
+    went silent); once ``count`` requests have come (over gRPC, whose HTTP/2 it does not speak:
+    connections) it interrupts the main thread, as Ctrl-C would."""
+
+    def __init__(self, count: int, grpc: bool):
+        self.count, self.grpc, self.asked, self.lock = count, grpc, 0, threading.Lock()
+        super().__init__("grpc" if grpc else "http")
+
+    def serve(self, connection: socket.socket) -> None:
+        self.start(self._hold, connection)
 
     def _ask(self) -> None:
         with self.lock:
@@ -571,17 +605,14 @@ class HungEdge:
                 _thread.interrupt_main()
 
     def _hold(self, connection: socket.socket) -> None:
-        with connection:
-            asked = False
-            if self.grpc:
-                self._ask()
+        asked = False
+        if self.grpc:
+            self._ask()
+        with contextlib.suppress(OSError):
             while data := connection.recv(1 << 16):
                 if not self.grpc and not asked and b"/predictions/eden_ditdec" in data:
                     asked = True
                     self._ask()
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -602,7 +633,7 @@ def test_a_run_stopped_while_the_edge_hangs_does_not_wait_for_its_answer(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-class HeldEdge:
+class HeldEdge(Loopback):
     """A loopback proxy before the real ``edge`` that holds its answers until :meth:`release` (a
     server slow to answer: the requests stay in flight), forwarding all else; once ``count``
     requests for the edge have come through it interrupts the main thread, as Ctrl-C would. Over
@@ -615,19 +646,13 @@ class HeldEdge:
         self.upstream = (edge.grpc_url if grpc else edge.inference_url).split("://")[1].split(":")
         self.count, self.grpc, self.asked = count, grpc, 0
         self.changed, self.released, self.held = threading.Condition(), False, []
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"{'grpc' if grpc else 'http'}://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, name="held-edge", daemon=True).start()
+        super().__init__("grpc" if grpc else "http")
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection((self.upstream[0], int(self.upstream[1])))
-            threading.Thread(target=self._up, args=(client, server), name="held-edge-up", daemon=True).start()
-            threading.Thread(target=self._down, args=(server, client), name="held-edge-down", daemon=True).start()
+    def serve(self, client: socket.socket) -> None:
+        server = socket.create_connection((self.upstream[0], int(self.upstream[1])))
+        self.sockets.append(server)
+        self.start(self._up, client, server)
+        self.start(self._down, server, client)
 
     def _frames(self, source: socket.socket, skip: int = 0):
         """Each chunk of bytes as it comes (over gRPC: each whole HTTP/2 frame, and its type)."""
@@ -682,9 +707,6 @@ class HeldEdge:
                 with contextlib.suppress(OSError):  # the stopped run's connection, cut
                     client.sendall(data)
             self.held.clear()
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def one_stopped_beside_another(held: HeldEdge, timeout: float, tmp_path, inputs, expected, run) -> None:

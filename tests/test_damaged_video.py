@@ -55,9 +55,11 @@ def test_a_packet_the_decoder_refuses_is_left_behind_and_said(clips, tmp_path):
     # Before, the whole run was refused ("cannot decode the video ... avcodec_send_packet()").
     src = damaged(clips["ffv1"], tmp_path / "in.mkv", 7)
     said = interpolated(src, tmp_path / "out.mkv")
-    assert len(said) == 1 and f"1 of its video's {COUNT} frames were lost, at 0.28 s of the input" in said[0], said
-    # The middle across the gap is made between frames 6 and 8, at its time; no frame moves.
-    originals = [k / 25 for k in range(COUNT) if k != 7]
+    # The frames after it in its GOP (FFV1's: 12 frames) are made of the picture the decoder left
+    # half made, not the same twice (eden_serve/media/steady.py): lost with it, to the key frame at 12.
+    assert len(said) == 1 and f"5 of its video's {COUNT} frames were lost, at 0.28-0.44 s of the input" in said[0], said
+    # The middle across the gap is made between frames 6 and 12, at its time; no frame moves.
+    originals = [k / 25 for k in range(COUNT) if not 7 <= k < 12]
     assert shown(tmp_path / "out.mkv") == pytest.approx(middled(originals), abs=1e-3)
 
 
@@ -164,7 +166,7 @@ def test_the_command_line_goes_on_past_damage_with_one_warning_and_refuses_the_u
     result = run("interpolate", src, "-o", tmp_path / "out.mkv", "--config", "tiny")
     assert result.returncode == 0, result.stderr
     said = [line for line in result.stderr.splitlines() if "synthetic weights" not in line]
-    assert len(said) == 1 and said[0].startswith("eden-serve: warning: ") and "lost, at 0.28 s" in said[0], result.stderr
+    assert len(said) == 1 and said[0].startswith("eden-serve: warning: ") and "lost, at 0.28-0.44 s" in said[0], result.stderr
     bad = remux(clips["h264"], tmp_path / "bad.mkv", lambda index, packet: 1 <= index < 10)
     result = run("interpolate", bad, "-o", tmp_path / "bad-out.mkv", "--config", "tiny")
     said = [line for line in result.stderr.splitlines() if "synthetic weights" not in line]
@@ -208,3 +210,64 @@ def test_a_demuxer_that_fails_ends_the_stream_there_with_one_warning(clips):
     assert [float(frame.time) for frame in frames] == pytest.approx([k / 25 for k in range(12)])
     said = [str(w.message) for w in caught]
     assert len(said) == 1 and "reading stopped at 0.48 s: [Errno 1094995529] Invalid data found when processing input" in said[0], said
+
+
+def decoded_on(path, threads: int) -> list[tuple]:
+    """Each frame a local run reads of ``path`` on ``threads`` decoder threads: its time and pixels."""
+    from eden_serve.media.video import VideoClip
+
+    clip = VideoClip(path)
+    clip.stream.thread_count = threads
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [(frame.time, np.asarray(frame.image).tobytes()) for frame in clip]
+    finally:
+        clip.close()
+
+
+@pytest.mark.parametrize("codec, options, index", [
+    # A P-frame concealed: before, 1 or 2 threads gave one picture and its GOP, 3 or more another.
+    ("libx264", {"g": "10", "bframes": "0"}, 5),
+    # A B-frame concealed in an open GOP (x264's B-pyramid): before, its picture differed by the threads.
+    ("libx264", {"x264-params": "keyint=10:min-keyint=10:open-gop=1:bframes=3:scenecut=0"}, 17),
+    # A frame refused: before, the GOP after it differed from run to run, and FFmpeg's FFV1 on frame
+    # threads could change the frames decoded beside it, before it (those before frame 5 on 8 threads).
+    ("ffv1", {"g": "12", "slices": "4"}, 5)])
+def test_a_damaged_video_decodes_the_same_whatever_the_threads_and_run(tmp_path, codec, options, index):
+    src = damaged(make_clip(tmp_path / "clean.mkv", codec, options, (96, 128), COUNT, synthetic=True), tmp_path / "in.mkv", index)
+    runs = {threads: [decoded_on(src, threads) for _ in range(4)] for threads in (1, 2, 3, 8)}
+    first = runs[1][0]
+    assert len(first) >= COUNT - 7
+    for threads, decoded in runs.items():
+        for run in decoded:
+            assert [t for t, _ in run] == [t for t, _ in first], threads
+            assert [k for k, ((_, a), (_, b)) in enumerate(zip(run, first)) if a != b] == [], threads
+
+
+def test_damage_the_decoder_conceals_is_said(tmp_path):
+    # Before, an H.264 P-frame with bytes flipped, which FFmpeg's decoder patches from the pictures
+    # around it and marks corrupt, went without a word.
+    src = damaged(make_clip(tmp_path / "clean.mkv", "libx264", {"g": "10", "bframes": "0"}, (96, 128), COUNT, synthetic=True),
+                  tmp_path / "in.mkv", 5)
+    said = interpolated(src, tmp_path / "out.mkv")
+    assert said == [f"{src}: damaged: 1 frame was decoded with damage its decoder concealed, at 0.20 s of the input; the output "
+                    "keeps what was decoded"]
+    assert shown(tmp_path / "out.mkv") == pytest.approx(middled([k / 25 for k in range(COUNT)]), abs=1e-3)
+
+
+@pytest.mark.parametrize("options", [{}, {"mpegts_m2ts_mode": "1"}])  # TS's 188-byte packets, M2TS's 192
+def test_an_mpeg_ts_cut_short_is_said_by_its_last_packet(tmp_path, options):
+    # Before, nothing said it was cut: MPEG-TS states no length.
+    src = tmp_path / "clean.ts"
+    with av.open(str(make_clip(tmp_path / "made.ts", "libx264", {"bframes": "0"}, SIZE, COUNT, synthetic=True))) as given, \
+            av.open(str(src), "w", format="mpegts", options=options) as made:
+        stream = made.add_stream_from_template(given.streams.video[0])
+        for packet in (p for p in given.demux(video=0) if p.size):
+            packet.stream = stream
+            made.mux(packet)
+    assert not [w for w in interpolated(src, tmp_path / "whole.mkv") if "damaged" in w]  # the whole file: nothing said
+    cut = damaged(src, tmp_path / "in.ts", 12, cut=True)
+    packet = 192 if options else 188
+    said = [w for w in interpolated(cut, tmp_path / "out.mkv") if "damaged" in w]
+    assert len(said) == 1 and f"its last {packet}-byte MPEG-TS packet holds {cut.stat().st_size % packet} bytes (cut short?)" in said[0], said

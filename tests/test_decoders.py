@@ -44,7 +44,7 @@ class Plane:
 
 class DeviceFrame:
     """What PyAV keeps of a frame NVDEC decoded into the GPU's memory: its NV12 planes, size, times,
-    colour and side data; no ``to_ndarray``, no ``reformat``."""
+    colour, side data and flags; no ``to_ndarray``, no ``reformat``."""
 
     def __init__(self, frame):
         planes = frame.to_ndarray(format="nv12")  # [H * 3 / 2, W]
@@ -52,6 +52,7 @@ class DeviceFrame:
         self.planes = [Plane(planes[: frame.height], frame.width + 64), Plane(planes[frame.height:], frame.width + 64)]
         self.pts, self.time_base, self.duration = frame.pts, frame.time_base, frame.duration
         self.colorspace, self.color_range, self.side_data = frame.colorspace, frame.color_range, frame.side_data
+        self.is_corrupt = frame.is_corrupt
         self.sw_format = av.VideoFormat("nv12")
 
 

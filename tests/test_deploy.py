@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,11 +29,12 @@ from referencing import Registry, Resource
 
 from eden_serve.client import Client
 from eden_serve.clips.pipeline import interpolate_pair
+from eden_serve.commands.cli import main
 from eden_serve.media.frames import load_frame, to_uint8
 from eden_serve.model.checkpoint import load_archived
 from eden_serve.serving.archive import GLUE
 from eden_serve.serving.launcher import BASE_CONFIG, NO_URLS, read_properties
-from harness.servers import REPO, build_archives, free_port
+from harness.servers import REPO, build_archives, free_port, set_handler
 
 DEPLOY = REPO / "deploy"
 ENTRYPOINT = DEPLOY / "docker" / "entrypoint.sh"
@@ -132,6 +134,24 @@ def test_serve_without_archives_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"eden-serve: error: no eden_ditdec.mar in {tmp_path}; build the archives (archive.sh), or pass --checkpoint"
+    ]
+
+
+def test_serve_refuses_an_archive_whose_handler_settings_no_worker_loads(store, tmp_path, capsys):
+    """Judged before TorchServe starts, as its workers would judge them; before, every worker
+    failed as it loaded, TorchServe loaded it again and again, and the node said so only at its
+    startup timeout, in a line of TorchServe's access log."""
+    mine = tmp_path / "store"
+    mine.mkdir()
+    shutil.copy(store / "eden_ditdec.mar", mine)
+    set_handler(mine / "eden_ditdec.mar", {"max_pixels": 0})
+    local = tmp_path / "local.properties"  # free ports, for a node that does start
+    local.write_text("".join(f"{name}_address=http://127.0.0.1:{free_port()}\n" for name in ("inference", "management", "metrics"))
+                     + "".join(f"grpc_{api}_port={free_port()}\n" for api in ("inference", "management")))
+    code = main(["serve", "edge", "--model-store", str(mine), "--properties", str(local), "--startup-timeout", "30"])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"eden-serve: error: {mine / 'eden_ditdec.mar'}: model-config.yaml: handler.max_pixels must be an integer >= 1, got 0"
     ]
 
 

@@ -263,6 +263,17 @@ def test_bad_encoder_request_through_workflow(server, images, case):
     assert {m: server.worker_pids(m) for m in pids} == pids
 
 
+@pytest.mark.parametrize("stream", ["http", "grpc"])
+def test_a_stream_asked_through_the_workflow_is_refused(server, images, stream):
+    """The workflow hands its nodes the client's headers and answers a node's first part: before,
+    a 200 holding the first middle's record alone, a fragment no reader takes."""
+    fields = encoder_fields(images, {"frame2": images["frame1"]})
+    response = requests.post(f"{server.inference_url}/wfpredict/eden", files=form(fields), timeout=TIMEOUT,
+                             headers={**server.inference_headers, "X-Eden-Stream": stream})
+    assert_error(response, 400, "bad_input", http_status=200)
+    assert "/predictions/eden_ditdec" in response.json()["message"]
+
+
 def _payload(config_name: str, size: tuple[int, int], codec: str = "fp16") -> bytes:
     """A well-formed payload of random conditions for frames of ``size``."""
     config = preset(config_name)

@@ -211,6 +211,19 @@ def test_a_model_store_that_is_not_ascii_serves_under_the_c_locale(tmp_path):
         assert launcher._environment(tmp_path / "work", given)["LC_ALL"] == java, given
 
 
+def test_workers_import_the_archives_package_whatever_pythonpath_holds(tmp_path):
+    """TorchServe puts a model's directory after the PYTHONPATH it was started with: an eden_serve
+    found there first (another checkout, another version) was the one the workers ran, where the
+    archive's own is meant (docs/serving.md). Here the other one refuses to be imported at all."""
+    other = tmp_path / "other" / "eden_serve"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text('raise ImportError("not the archive\'s eden_serve")\n')
+    store = build_archives(tmp_path / "store", config="tiny")
+    with torchserve(store, models=["eden_encoder.mar", "eden_ditdec.mar"], env={"PYTHONPATH": str(other.parent)},
+                    startup_timeout=120) as server:
+        assert server.ready("eden_encoder") and server.ready("eden_ditdec")
+
+
 def test_the_hub_without_a_home_is_one_line(tmp_path):
     """Where the hub cache has no home to be in (HOME, HF_HOME unset; no password entry), a hub
     reference is refused in one line that says what to set (was: internal error, RuntimeError)."""

@@ -24,6 +24,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from eden_serve.media.colour import LIMITED, Colour, tone_mapped
+from harness import faults
 from harness.browser import chromium, drop, page_server, until
 from harness.rounding import assert_same_frames
 from harness.servers import REPO
@@ -77,8 +78,14 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(work):
-    with page_server(*TINY, "--work-dir", str(work)) as running:
+def faults_folder(tmp_path_factory) -> Path:
+    """Where a test arms a fault of the page's process (harness/faults)."""
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="module")
+def server(work, faults_folder):
+    with page_server(*TINY, "--work-dir", str(work), env=faults.environment(faults_folder)) as running:
         yield running
 
 
@@ -208,8 +215,12 @@ def test_a_failure_shows_the_line_the_command_prints(page, clip, tmp_path):
     assert page.inner_text("#error") == error_line(command)
 
 
-def test_runs_queue_and_closing_a_page_cancels_its_run(browser, server, work, tmp_path):
-    long = make_mp4(tmp_path / "long.mp4", repeats=16)  # 128 frames: long enough to be closed while it runs
+def test_runs_queue_and_closing_a_page_cancels_its_run(browser, server, work, faults_folder, tmp_path):
+    long = make_mp4(tmp_path / "long.mp4", repeats=16)
+    # The first run holds its chunks after the first until it is cancelled: it ran to the end before
+    # its page was closed where the run was faster than the browser's steps (here it had half of its
+    # 127 pairs done by then).
+    faults.arm(faults_folder, "page-hold", "run")
     first, second = browser.new_page(), browser.new_page()
     try:
         for tab in (first, second):
@@ -228,8 +239,11 @@ def test_runs_queue_and_closing_a_page_cancels_its_run(browser, server, work, tm
         for tab in (first, second):
             if not tab.is_closed():
                 tab.close()
+        held = faults.fired(faults_folder, "page-hold")
+        (faults_folder / "page-hold").unlink(missing_ok=True)  # not left for another test's run
     runs = requests.get(f"{server.origin}/runs", headers={"Authorization": f"Bearer {server.token}"}, timeout=30).json()["runs"]
     closed, queued = runs[-2:]
+    assert held
     assert closed["state"] == "cancelled" and closed["pairs"] < 127
     assert queued["state"] == "done" and queued["pairs"] == 127
     assert queued["started"] >= closed["finished"]  # one at a time: the second waited for the first

@@ -19,7 +19,7 @@ import pytest
 import torch
 import ts
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 from ts.context import Context, RequestProcessor
@@ -190,6 +190,7 @@ def test_settings_from_model_config():
         worker.Settings.from_yaml({"handler": {"codec": "fp8"}})
 
 
+@settings(deadline=None)  # Hypothesis's 200 ms an example: a loaded machine stalled one for 300 ms
 @given(st.integers(1, 3000), st.floats(1.0, 4.0), st.booleans())
 def test_token_cap_admits_every_frame_within_the_pixel_limit(height, ratio, portrait):
     config = preset("official")

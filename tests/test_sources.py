@@ -245,6 +245,21 @@ def test_ranges_in_order_go_on_from_the_decoder_the_range_before_left(tmp_path, 
     assert read[40][1] == 9 + 40 - 32 and read[8][1] == 9 + 8  # again, and backwards: from the key frame
 
 
+
+def test_frames_a_range_holds_past_its_end_are_kept_for_the_next(tmp_path):
+    """The decoder gives several frames at once where it holds some back (media/steady.py: a B-frame
+    waits for the pictures decoded before it): those past a range's end are the next range's.
+    Before they were dropped, and the next range ("frames 6 to 8") did not all decode."""
+    from harness.videos import make_clip
+
+    path = make_clip(tmp_path / "b.mp4", "libx264", {"g": "12"}, (48, 64), 24, synthetic=True)
+    local = local_frames(path)
+    video = SourceVideo(path, 10**7)
+    ranges.CURSORS.clear()
+    for first in range(0, 21, 2):
+        assert all(np.array_equal(a, b) for a, b in zip(video.read(first, 3), local[first:first + 3])), first
+    ranges.CURSORS.clear()
+
 @pytest.mark.parametrize("codec", sorted(LONG_GOPS))
 def test_no_frame_is_converted_once_its_cursor_is_given_for_another_range(tmp_path, codec, monkeypatch):
     """A range's last frame is held by the file's cursor for the next range, which another request

@@ -25,6 +25,7 @@ from eden_serve.client.transports import TRANSPORTS, Stage, Transport, Transport
 from eden_serve.client.transports.grpc import GrpcTransport
 from eden_serve.client.transports.grpc import target as grpc_target
 from eden_serve.client.transports.http import HttpTransport
+from eden_serve.client.tls import ClientTLS
 from eden_serve.clips.workers import Arrivals
 from eden_serve.commands.cli import main
 from eden_serve.commands.shared import add_deployment_arguments
@@ -141,6 +142,48 @@ def test_a_grpc_edge_refusal_ends_its_stream(server, clip):
         with pytest.raises(ServerError) as info:
             c.transport.ask_edge(b"not a payload", 0, 1, SIZE, lambda j, image: None)
     assert info.value.status == 400 and info.value.kind == "bad_payload"
+
+
+def worker_pids(server, model: str) -> list[int]:
+    described = requests.get(f"{server.management_url}/models/{model}", headers=server.management_headers, timeout=30)
+    return sorted(worker["pid"] for worker in described.json()[0]["workers"])
+
+
+def stream_predictions(server, model: str, inputs: dict[str, bytes]) -> list[bytes]:
+    """The messages of a gRPC StreamPredictions call with these inputs, made as any gRPC client would."""
+    transport = GrpcTransport(None, server.grpc_url, server.grpc_url, {"encoder": server.keys["inference"],
+                                                                        "decoder": server.keys["inference"]}, 60, ClientTLS())
+    try:
+        call = transport.calls["decoder"]  # StreamPredictions
+        request = transport.messages.PredictionsRequest(model_name=model, input=inputs)
+        return [message.prediction for message in call(request, metadata=transport.metadata["decoder"], timeout=60)]
+    finally:
+        transport.close()
+
+
+@pytest.mark.parametrize("model, kind", [(DECODER, "payload"), (DECODER, "junk"), (ENCODER, "frames")])
+def test_a_grpc_stream_call_that_asks_no_stream_gets_its_whole_answer_and_kills_no_worker(server, clip, model, kind):
+    """Before, the answer lacked the header that ends a StreamPredictions call: TorchServe's frontend
+    failed the worker on it (a NullPointerException), which was restarted, its batch lost."""
+    paths = sorted(clip.iterdir())
+    inputs = {"payload": lambda: {"body": payload_of(server, clip, 2)}, "junk": lambda: {"body": b"not a payload"},
+              "frames": lambda: {"frame0": paths[0].read_bytes(), "frame1": paths[1].read_bytes()}}[kind]()
+    before = worker_pids(server, model)
+    messages = stream_predictions(server, model, inputs)
+    assert len(messages) == 1
+    expected = {"payload": b"\x89PNG", "junk": b'{"code": 400, "type": "bad_payload"', "frames": b"EDENWIRE"}[kind]
+    assert messages[0].startswith(expected)
+    assert worker_pids(server, model) == before
+
+
+def test_an_http_request_that_asks_for_a_grpc_stream_is_answered_over_http(server, clip):
+    """Before, its refusal carried the header that ends a gRPC call, and over HTTP its status line
+    was never sent: the request hung."""
+    refused = edge_answer(server, b"not a payload", {"X-Eden-Stream": "grpc"})
+    assert refused.status_code == 400 and refused.json()["type"] == "bad_payload"
+    streamed = edge_answer(server, payload_of(server, clip, 3), {"X-Eden-Stream": "grpc"})
+    assert streamed.headers["Content-Type"] == STREAMED
+    assert [(kind, index) for kind, index, _ in records(streamed.content)] == [(MIDDLE, 0), (MIDDLE, 1), (END, 0)]
 
 
 def one_line_and_exit_2(capsys, *argv) -> str:
@@ -290,8 +333,9 @@ def entries(stage: Stage, orders: list[int | None], expected: list[int] = (), fo
     for order in orders:
         threads.append(threading.Thread(target=ask, args=(order,)))
         threads[-1].start()
-        deadline = time.monotonic() + 10
-        while len(stage._waiting) + len(entered) + stage._busy < len(threads) and time.monotonic() < deadline:
+        # Each thread counted once, waiting or entered, before the next starts (the one in its slot
+        # counted twice let the next start before this one asked, and overtake it on a busy machine).
+        while len(stage._waiting) + len(entered) < len(threads) and threads[-1].is_alive():
             time.sleep(0.001)
     for order in forgotten:
         stage.forget(order)

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from ..media.containers import main_video
 from ..media.encoding import import_av
+from ..media.steady import SteadyDecoder
 from ..sandbox.decoder import SKIPS_UNREFERENCED
 
 CURSORS_KEPT = 2  # files whose decoder a cloud worker keeps open: each holds its reference frames and threads
@@ -36,6 +37,7 @@ class Cursor:
         if seek is not None:
             container.seek(seek, stream=self.stream, backward=True)
         self.packets = container.demux(self.stream)
+        self.decoder = SteadyDecoder(self.stream.codec_context)  # a damaged GOP's frames as a local run's reading gives them
         self.since: int | None = None  # the last range's last time stamp: no frame before it can come any more
         self.held: list = []  # frames given at or after ``since``, in display order
         self.ended = False  # the demuxer ran out, and the decoder was drained: it can give no more
@@ -50,9 +52,11 @@ class Cursor:
         """The frames of the time stamps ``wanted`` (ascending) that come, by time stamp, as the
         decoder goes on; ``counted()`` once for each packet read that is shown up to the last."""
         given = {frame.pts: frame for frame in self.held if frame.pts in wanted}
-        later: list = []
+        # Frames held past the range: the decoder gave every frame of it before them (several at
+        # once where it holds some back, media/steady.py), so none is to come.
+        later = [frame for frame in self.held if frame.pts is not None and frame.pts > wanted[-1]]
         self.decoded = 0
-        for frames in self._frames(wanted, counted):
+        for frames in [] if later else self._frames(wanted, counted):
             for frame in frames:
                 if frame.pts is not None and frame.pts > wanted[-1]:
                     later.append(frame)  # the next range's: every frame of the packet is kept
@@ -85,10 +89,8 @@ class Cursor:
                     counted()
                 if skips:  # frame threads take the context's skip_frame with each packet submitted
                     context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < wanted[0] else "DEFAULT"
-            try:
-                yield context.decode(packet)
-            except self.error:  # a damaged packet: left behind, as a local run's reading leaves it (media/damage.py)
-                yield []
+            # A damaged packet left behind, as a local run's reading leaves it (media/damage.py).
+            yield self.decoder.decode(packet, shown=not skips or packet is None or packet.pts is None or packet.pts >= wanted[0])
             if packet is None:
                 break
         self.ended = True

@@ -171,7 +171,7 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backoff", type=float, default=1.0,
                         help="seconds before the first retry, doubling after (default 1)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
+                        help=f"seconds to wait for an answer, and over HTTP for each MiB or middle of it (default {DEFAULT_TIMEOUT:g})")
 
 
 def client_from(args: argparse.Namespace) -> Client:

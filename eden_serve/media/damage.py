@@ -23,9 +23,11 @@ from typing import Iterator
 
 from ..errors import BadInputError
 from .encoding import import_av
+from .steady import SteadyDecoder
 
 SHOWN_RANGES = 4  # ranges of lost frames named in the warning; more are counted
 INTERVAL_PACKETS = 64  # the first packets, whose times show a frame's interval
+TS_PACKETS = (188, 192, 204)  # an MPEG-TS packet's bytes: TS, M2TS (a time code before each), with Reed-Solomon bytes
 GAPS_KEPT = 1000  # gaps between frames held for the end's judgement: a variable rate's many are not all kept
 
 
@@ -44,6 +46,9 @@ class Damage:
         self.discarded = 0  # packets whose frames the container discards (an edit list)
         self.refused: list[int] = []  # packets (time stamps) the decoder refused
         self.disordered: list[int] = []  # frames timed before the one given before them, left out
+        # Frames given that the decoder marks corrupt: damage it concealed (H.264's, MPEG-2's), the
+        # one sign of it that PyAV gives (not the frame's decode_error_flags, nor the decoder's counts).
+        self.concealed: list[int | None] = []
         # Gaps between frames given (the times either side) wider than the narrowest, as packets a
         # demuxer skipped leave them (a damaged Matroska cluster), judged at the end against the rate.
         self.gaps: list[tuple[int, int]] = []
@@ -59,6 +64,8 @@ class Damage:
         # PyAV cannot set a packet's discard flag, so their frames are dropped here as FFmpeg's
         # decoder drops those of a local file's (decoded all the same, as references).
         self.hidden: set[int] = set()
+        self.size: int | None = None  # the file's bytes (None: not known, a pipe's)
+        self.positions: list[int | None] = []  # where the first packets start in it
 
     @classmethod
     def stated(cls, given: dict, time_base: Fraction, path) -> "Damage":
@@ -81,12 +88,16 @@ class Damage:
     def decoded(self, container, context, packets: Iterator | None = None) -> Iterator:
         """The frames of ``context`` (the stream's decoder, or libvpx's for its alpha) from the
         container's packets of the stream (or ``packets``: a server-side source's, as its pages
-        bring them), a packet the decoder refuses left behind; a demuxer that fails ends the stream
-        there, as FFmpeg's command line ends it."""
+        bring them), a packet the decoder refuses left behind, a GOP that holds damage decoded
+        without threads (:mod:`.steady`); a demuxer that fails ends the stream there, as FFmpeg's
+        command line ends it."""
         av = import_av()
         packets, ending = container.demux(self.stream) if packets is None else packets, None
+        decoder = SteadyDecoder(context)
+        self.refused = decoder.refused
         if container is not None:
             self.muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
+            self.size = getattr(container, "size", None)
         while True:
             try:
                 packet = next(packets)
@@ -109,25 +120,22 @@ class Damage:
                 self.pending.add(packet.pts)
                 if len(self.first) < INTERVAL_PACKETS:
                     self.first.append(packet.pts)
+                    self.positions.append(packet.pos)
                 end = packet.pts + (packet.duration or 0)
                 self.end = end if self.end is None else max(self.end, end)
-            try:
-                frames = context.decode(packet)
-            except av.error.FFmpegError:
-                self.refused.append(packet.pts)
-                continue
-            yield from self._shown(frames)
-        try:
-            for frame in self._shown(context.decode(ending)):
-                if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
-                    frame.time_base = self.stream.time_base
-                yield frame
-        except av.error.FFmpegError:
-            pass  # what the decoder held back is lost: counted by the frames never shown
+            yield from self._seen(self._shown(decoder.decode(packet)))
+        for frame in self._seen(self._shown(decoder.decode(ending))):  # what the decoder held back that it cannot give is lost: counted by the frames never shown
+            if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
+                frame.time_base = self.stream.time_base
+            yield frame
 
-    def _shown(self, frames) -> Iterator:
+    def _seen(self, frames: list) -> list:
+        self.concealed += [frame.pts for frame in frames if frame.is_corrupt]
+        return frames
+
+    def _shown(self, frames: list) -> list:
         """``frames`` but those of packets marked :attr:`hidden`."""
-        return iter(frames) if not self.hidden else (frame for frame in frames if frame.pts not in self.hidden)
+        return frames if not self.hidden else [frame for frame in frames if frame.pts not in self.hidden]
 
     def keep(self, pts: int | None, previous: int | None) -> bool:
         """Whether a frame timed ``pts`` (the decoder's stamp) follows the one given before it (timed
@@ -187,6 +195,10 @@ class Damage:
             unread = f", {len(skipped)} of them in packets that could not be read" if skipped else ""
             said.append(f"{len(lost) + untimed} of its video's {self.packets - self.discarded + len(skipped)} frames were lost"
                         f"{self._where(lost)}{disordered}{unread}")
+        if self.concealed:
+            patched = len(self.concealed)
+            said.append(f"{patched} {'frame was' if patched == 1 else 'frames were'} decoded with damage its decoder concealed"
+                        f"{self._where(sorted(pts for pts in self.concealed if pts is not None))}")
         short = self._short()
         if self.stopped:
             said.append(f"reading stopped{'' if self.end is None else f' at {self._seconds(self.end)} s'}: {self.stopped}")
@@ -196,14 +208,20 @@ class Damage:
             raise BadInputError(f"{self.path}: none of its video's frames could be decoded: the file is damaged"
                                 f" ({'; '.join(said) or f'{self.packets} packets'})")
         if said:
-            warnings.warn(f"{self.path}: damaged: {'; '.join(said)}; the output goes on without them, each middle "
-                          "made between the frames either side of a gap, at their times")
+            gone = lost or untimed or self.stopped or short
+            warnings.warn(f"{self.path}: damaged: {'; '.join(said)}; " + (
+                "the output goes on without them, each middle made between the frames either side of a gap, at their times"
+                if gone else "the output keeps what was decoded"))
 
     def _short(self) -> str | None:
         """Where the packets end before the end the container states: MP4's and MOV's count of the
         stream's samples, exact; AVI's length, and Matroska's ``DURATION`` tag, which count the last
         frame for as long as it lasts, which the packets may not say: more than two frames short.
-        Not an estimate (MPEG-TS's, from its bit rate)."""
+        MPEG-TS states no end (FFmpeg estimates one from its time stamps): a file cut within a packet
+        shows it by its last packet's bytes (:func:`ts_tail`)."""
+        if "mpegts" in self.muxer:
+            tail = ts_tail(self.size, self.positions)
+            return f"its last {tail[1]}-byte MPEG-TS packet holds {tail[0]} bytes (cut short?)" if tail and tail[0] else None
         if self.muxer & {"mov", "mp4"}:
             stated = self.stream.frames or 0
             return f"its header states {stated} frames, and the file holds {self.packets} (cut short?)" if self.packets < stated else None
@@ -260,9 +278,22 @@ def until_failure(packets: Iterator) -> Iterator:
         return
 
 
+def ts_tail(size: int | None, positions: list) -> tuple[int, int] | None:
+    """An MPEG-TS file's last packet, cut: (its bytes, the packet size), as the file's ``size`` and
+    where its first video packets start (``positions``) show them: the one packet size of 188
+    (TS), 192 (M2TS) and 204 (with Reed-Solomon bytes) that every packet starts on; None where
+    not known. A file cut at a packet's end shows nothing: MPEG-TS states no length."""
+    starts = [pos for pos in positions if isinstance(pos, int) and pos >= 0]
+    if not size or size < 0 or len(set(starts)) < 2:
+        return None
+    fits = [packet for packet in TS_PACKETS if len({pos % packet for pos in starts}) == 1]
+    return ((size - starts[0]) % fits[0], fits[0]) if len(fits) == 1 else None
+
+
 def stated_end(container, stream) -> dict:
     """Where the container states the stream ends, as :meth:`Damage._short` judges a file cut short
-    by it, for a cloud's probe: MP4's and MOV's count of samples, Matroska's ``DURATION`` tag."""
+    by it, for a cloud's probe: MP4's and MOV's count of samples, Matroska's ``DURATION`` tag (a
+    cloud opens no MPEG-TS source)."""
     muxer = set(str(getattr(getattr(container, "format", None), "name", "")).split(","))
     if muxer & {"mov", "mp4"}:
         return {"container": "mov", "frames": stream.frames or 0}

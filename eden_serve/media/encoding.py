@@ -13,6 +13,7 @@ SCHED_FIFO at priority 99 (docs/video.md, "Encoder speed").
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 from dataclasses import asdict, dataclass, replace
@@ -63,18 +64,22 @@ class FFmpegErrors:
     """FFmpeg's errors logged on this thread within ``with``, in one line (:attr:`line`; "" where it
     said none). PyAV keeps FFmpeg's log off, and its errors then say only "Invalid argument ...
     returned 22" or "Operation not permitted", never why: the log is on, at errors only, for that
-    moment, and this thread's captured."""
+    moment, and this thread's captured. PyAV drops a line the same as the last it let through, in any
+    thread and long before: a second refusal alike in one process (the page's next run) said nothing,
+    so repeats are kept for that moment too."""
 
     def __enter__(self) -> FFmpegErrors:
         self._av = av = import_av()
-        self._level = av.logging.get_level()
+        self._level, self._skip = av.logging.get_level(), av.logging.get_skip_repeated()
         av.logging.set_level(av.logging.ERROR)
+        av.logging.set_skip_repeated(False)
         self._capture = av.logging.Capture()
         self._logs = self._capture.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._capture.__exit__(*exc)
+        self._av.logging.set_skip_repeated(self._skip)
         self._av.logging.set_level(self._level)
 
     @property
@@ -215,6 +220,28 @@ def header_refused(container, stream) -> str:
             scratch.close()
         except av.error.FFmpegError:  # a trailer of no frames, which GIF's muxer refuses
             pass
+
+
+def close_unwritten(container) -> None:
+    """Closes ``container``, an output whose muxer refused its header, and the file it opened for it:
+    PyAV opens a container's file as it writes the header and closes it only after a header written,
+    so the refused one's stayed open for the life of the process (the page's: one a run, on a partial
+    output deleted since). Once closed, PyAV 18 (the version pyproject.toml takes) touches that file no
+    more; its descriptor, the one that writes the container's path, is found in /proc (elsewhere it
+    is left as PyAV leaves it)."""
+    container.close()
+    path = os.path.realpath(str(container.name))
+    try:
+        held = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in held:
+        try:
+            writes = fcntl.fcntl(int(name), fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
+            if writes and os.readlink(f"/proc/self/fd/{name}") in (path, f"{path} (deleted)"):
+                os.close(int(name))
+        except OSError:
+            continue  # the listing's own, closed since
 
 
 def holds(format_name: str, name: str) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import warnings
@@ -19,7 +20,7 @@ from .colour import FULL
 from .containers import copy_labels, display_matrix, lead, shaped_as, show_as, tag_for_players
 from .decoders import host_pix_fmt
 from .encoders import RAW_FORMATS, configure, output_encoder
-from .encoding import Encoding, copy_of, header_refused, import_av
+from .encoding import Encoding, close_unwritten, copy_of, header_refused, import_av
 from .mastering import add_video_stream
 from .output_alpha import AlphaWriting
 from .palette import Palettes
@@ -257,6 +258,7 @@ class VideoWriter(AlphaWriting, ClipWriter):
             self.container.mux_one(packet)
         except self._error:
             said = header_refused(self.container, self.stream)
+            close_unwritten(self.container)
             if not said:
                 raise
             raise BadInputError(f"output {str(self.dst)!r}: its container ({self.container.format.name}) does not take this "
@@ -371,8 +373,11 @@ class VideoWriter(AlphaWriting, ClipWriter):
             raise BadInputError(f"cannot write {str(self.dst)!r}: {exc}") from None
 
     def close(self):
-        if getattr(self, "segments", None) is not None:
-            self.segments.close()
-        self.container.close()
-        if self.copies is not None:
-            self.copies.close()
+        """Each closed whatever closing the one before raised: a full disk fails the output's trailer,
+        and the input opened for its audio was left open until the cyclic collector found it."""
+        with contextlib.ExitStack() as closing:  # last in, first closed
+            if self.copies is not None:
+                closing.callback(self.copies.close)
+            closing.callback(self.container.close)
+            if getattr(self, "segments", None) is not None:
+                closing.callback(self.segments.close)

@@ -134,21 +134,20 @@ FIELD_HEADERS = {"stream": "x-eden-stream", "first": "x-eden-first", "answer": "
 HEADER_KEYS = frozenset({*FIELD_HEADERS, "host"})
 
 
-def with_headers(request: dict, headers: dict[str, str] | None) -> dict:
+def http_headers(headers: dict | None) -> dict[str, str]:
+    """A request's own HTTP headers, by their names in lower case, from what TorchServe hands a
+    handler as its headers: those (text), and each field's or input's content type under the
+    field's name (a dict), which a field named "host" must not pass for a header. A request that
+    came over gRPC has none; one over HTTP with a body has at least its length."""
+    return {str(key).lower(): value for key, value in (headers or {}).items() if isinstance(value, str)}
+
+
+def with_headers(request: dict, headers: dict | None) -> dict:
     """``request`` with the fields its HTTP ``headers`` carry (:data:`FIELD_HEADERS`), and ``host``,
     whom the request was addressed to: its HTTP Host header only, never a field of the same name."""
-    lowered = {str(key).lower(): value for key, value in (headers or {}).items()}
+    lowered = http_headers(headers)
     fields = {name: lowered[header] for name, header in FIELD_HEADERS.items() if header in lowered and name not in request}
     return {**request, **fields, "host": lowered.get("host")}
-
-
-def stream_of(request: dict) -> str | None:
-    """The transport a request says carries its streamed answer, read leniently (before any field is
-    judged); None where it asks for none or says it badly."""
-    value = request.get("stream")
-    if isinstance(value, (bytes, bytearray)):
-        value = bytes(value).decode("ascii", errors="replace")
-    return value.strip() if isinstance(value, str) and value.strip() in STREAMS else None
 
 
 def parse_stream(value: Any) -> str | None:

@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
+
+import yaml
 
 from ..errors import BadInputError
 from ..wire import keyed
 from .archive import Options, build
 from .launcher import BASE_CONFIG, NO_URLS, read_properties, running, write_properties
 from .tls import ServerTLS
+from .worker import Settings
 
 ARCHIVES = {"cloud": ["eden_encoder.mar"], "edge": ["eden_ditdec.mar"], "both": ["eden_encoder.mar", "eden_ditdec.mar"]}
+MODEL_CONFIG = "model-config.yaml"  # where torch-model-archiver puts an archive's, at its root
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ def serve(side: str, model_store: str | Path, options: NodeOptions | None = None
     if tls is not None:
         settings.update(tls.properties(settings))
     env = _wire_key_environment(options.wire_key_file)
+    _check_handler_settings(store, ARCHIVES[side])
 
     with tempfile.TemporaryDirectory(prefix="eden-serve-") as tmp:
         workdir = Path(tmp)
@@ -110,6 +116,24 @@ def _tls(cert: str | None, key: str | None, settings: dict[str, str]) -> ServerT
     if (cert is None) != (key is None):
         raise BadInputError("--tls-cert and --tls-key go together: the certificate and its private key")
     return ServerTLS.from_files(cert, key) if cert is not None else ServerTLS.from_properties(settings)
+
+
+def _check_handler_settings(store: Path, names: Sequence[str]) -> None:
+    """Each archive's ``handler:`` settings, judged here as its workers judge them as they load: a
+    value out of range (``max_pixels: 0``) failed every worker at once, and TorchServe loaded them
+    again and again until the startup timeout (10 minutes), the reason buried in its log."""
+    for name in names:
+        try:
+            with zipfile.ZipFile(store / name) as archive:
+                text = archive.read(MODEL_CONFIG) if MODEL_CONFIG in archive.namelist() else None
+            model_config = yaml.safe_load(text) if text is not None else None
+        except (OSError, zipfile.BadZipFile, yaml.YAMLError) as exc:
+            raise BadInputError(f"{store / name} is not a readable model archive ({' '.join(str(exc).split())[:200]}); "
+                                "build the archives again (eden-serve archive)") from None
+        try:
+            Settings.from_yaml(model_config if isinstance(model_config, dict) else None)
+        except ValueError as exc:
+            raise BadInputError(f"{store / name}: {exc}") from None
 
 
 def _wire_key_environment(path: str | None) -> dict[str, str]:

@@ -34,7 +34,7 @@ from ..model.checkpoint import WEIGHTS_FILES, load_edge, load_half
 from ..wire import Chunk, keyed
 from .answer_formats import answer_format
 from .bitstreams import packet_decoder, start_sandbox
-from .fields import JSON, OCTET_STREAM, parse_first, parse_stream, request_body, stream_of, with_headers
+from .fields import JSON, OCTET_STREAM, http_headers, parse_first, parse_stream, request_body, with_headers
 from .overlap import Forwards, Preparation, earliest_first, forwards, header_seeds
 from .refusals import Refusal, request_by_request
 from .replies import Answer, EdgeJob, Replies, Reply
@@ -49,9 +49,13 @@ STAGE_METRICS = {"denoise": "EdenDenoiseMs", "decode": "EdenDecodeMs"}
 
 
 # TorchServe's gRPC StreamPredictions ends a call on the answer whose ts_stream_next header is
-# "false", and fails on one without the header; over HTTP, "false" on an answer with no part sent
-# before would send the body with no status line. So it is set only on a gRPC stream's sole answer.
+# "false", and its frontend fails the worker on one without the header (a NullPointerException:
+# the worker restarted, its batch lost); Predictions, unary, ignores it. Over HTTP, "false" on an
+# answer with no part sent before would send the body with no status line, and the request hung.
+# So it is set on every sole answer to a request that came over gRPC, whichever method and whatever
+# its stream field says, and never over HTTP.
 STREAM_NEXT = "ts_stream_next"
+WORKFLOW_MODEL = "__"  # in the name of a workflow's own copy of a model: eden__eden_ditdec
 
 
 def _phrase(status: int) -> str:
@@ -77,7 +81,7 @@ class Service:
         self.settings = settings
         self.context = context
         self.max_tokens = max_tokens_for(settings.max_pixels, model.config)
-        self.closing: set[int] = set()  # requests of this batch whose answer must close a gRPC stream
+        self.closing: set[int] = set()  # requests of this batch that came over gRPC, whose answer must close its call
 
     @classmethod
     def load(cls, context) -> "Service":
@@ -107,6 +111,8 @@ class Service:
         raise NotImplementedError
 
     def preprocess(self, batch: list[dict]) -> list:
+        # Known before any field is judged: a refusal must close a gRPC call too.
+        self.closing = {idx for idx in range(len(batch)) if not http_headers(self.context.get_all_request_header(idx))}
         return request_by_request(self.parse, batch)
 
     def inference(self, jobs: list) -> list:
@@ -220,12 +226,15 @@ class EdgeService(Service):
 
     def preprocess(self, batch: list[dict]) -> list:
         batch = [with_headers(request, self.context.get_all_request_header(idx)) for idx, request in enumerate(batch)]
-        # Known before any field is judged: a refusal on a gRPC stream must close it too.
-        self.closing = {idx for idx, request in enumerate(batch) if stream_of(request) == "grpc"}
         return super().preprocess(batch)
 
     def parse(self, idx: int, request: dict) -> EdgeJob:
         stream, first = parse_stream(request.get("stream")), parse_first(request.get("first"))
+        # A workflow hands its nodes the client's HTTP headers, and takes a node's first part as its
+        # whole answer (docs/streaming.md): a stream asked through it would answer a fragment.
+        if stream is not None and WORKFLOW_MODEL in self.context.model_name:
+            raise BadInputError("a workflow answers in one part: ask for a stream (X-Eden-Stream) of "
+                                "/predictions/eden_ditdec, not of /wfpredict")
         answer = answer_format(request.get("answer"), request.get("host"), self.settings.raw_answers)
         return EdgeJob(self.parse_payload(request), stream, first, answer)
 

@@ -35,6 +35,7 @@ Middle = Image.Image | torch.Tensor | RawPlanes
 MIDDLE, FAILED, END = b"M", b"E", b"Z"
 RECORD_HEADER = struct.Struct(">cII")
 STREAMED = "application/x-eden-middles"  # the content type of a streamed answer
+ZIP_RECORDS = 128  # a stored entry's local and central records with its name, and room to spare
 
 
 def record(kind: bytes, index: int, data: bytes = b"") -> bytes:
@@ -69,6 +70,13 @@ def middle_image(content: bytes, size: tuple[int, int], where: str, raw: bool = 
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, struct.error) as exc:
         raise ServerError(502, "bad_answer", f"the answer is a broken PNG ({type(exc).__name__}) {where}") from None
     return image
+
+
+def most_answer_bytes(pairs: int, size: tuple[int, int], raw: bool = False) -> int:
+    """The longest whole answer taken for ``pairs`` middles of ``size``: each at its largest PNG (or
+    raw middle, where they were asked for) with its zip records, or an error document."""
+    each = max(most_png_bytes(*size, 16), raw_bytes(*size, 16) if raw else 0)
+    return pairs * (each + ZIP_RECORDS) + (1 << 16)
 
 
 def zip_of(pngs) -> bytes:
@@ -136,8 +144,11 @@ class StreamedAnswer:
                     raise self._bad(f"ended after pair {self.next - 1} of a chunk of {self.pairs}")
                 self.ended = True
                 continue
-            if index != self.next:
-                raise self._bad(f"sent pair {index} where pair {self.next} was due")
+            # A middle past the chunk's last would be taken for a frame the run does not have, and
+            # one after another, without end, would be held without bound.
+            if index != self.next or index >= self.pairs:
+                due = f"pair {self.next} was due" if self.next < self.pairs else f"the chunk's pairs end at {self.pairs - 1}"
+                raise self._bad(f"sent pair {index} where {due}")
             middles.append((index, middle_image(data, self.size, self.where, self.raw)))
             self.next += 1
         return middles

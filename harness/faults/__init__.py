@@ -1,4 +1,5 @@
-"""Faults injected into a real TorchServe's workers at chosen points (``sitecustomize.py`` here says which)."""
+"""Faults injected into a real TorchServe's workers, or a real ``eden-serve page``, at chosen points
+(``sitecustomize.py`` here says which)."""
 
 from __future__ import annotations
 

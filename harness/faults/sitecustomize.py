@@ -1,8 +1,9 @@
-"""Faults at chosen points of a TorchServe worker, for tests: this directory goes first on the
-PYTHONPATH of the server (``torchserve(..., env=faults.environment(folder))``), so every Python
-process it starts (the workers, the decoder sandbox's zygote) imports this file first, and it
-patches the package's modules as they are imported. A fault is armed by a file in
-``$EDEN_FAULT_DIR`` and fires once: the process that fires it renames the file ``fired-NAME``.
+"""Faults at chosen points of a TorchServe worker (or of ``eden-serve page``), for tests: this
+directory goes first on the PYTHONPATH of the server (``torchserve(..., env=faults.environment(folder))``,
+``page_server(..., env=...)``), so every Python process it starts (the workers, the decoder sandbox's
+zygote) imports this file first, and it patches the package's modules as they are imported. A fault
+is armed by a file in ``$EDEN_FAULT_DIR`` and fires once: the process that fires it renames the file
+``fired-NAME``.
 
 - ``edge-kill`` holding ``before``, ``between`` or ``after``: the edge worker kills itself (SIGKILL)
   when a call with a streamed request starts, once the first middle of a request of two or more
@@ -20,6 +21,8 @@ patches the package's modules as they are imported. A fault is armed by a file i
   ``EDEN-CONFIDE`` or ``EDEN-THREADS`` it behaves as a compromised decoder would (harness/standins.py's
   ``confide`` and ``threads``: secrets and forged metric lines in its refusal and on its output,
   threads without end). The zygote is given ``$EDEN_FAULT_DIR`` (its environment is otherwise fixed).
+- ``page-hold`` holding ``run``: the next run of ``eden-serve page`` holds its chunks after the first
+  until it is cancelled (its page closed, or stopped), however fast the machine computes the rest.
 """
 
 import importlib.abc
@@ -129,6 +132,28 @@ def patch_decoder(module) -> None:
     module.decode = faulty_decode
 
 
+def patch_page_runs(module) -> None:
+    from eden_serve.clips.processors import Wrapper
+
+    class Held(Wrapper):
+        def __init__(self, inner, run):
+            super().__init__(inner)
+            self.run = run
+
+        def __call__(self, index, frames, seed, arrived=None):
+            if index != 0:
+                self.run.cancel.wait()
+            return self.inner(index, frames, seed, arrived)
+
+    watch = module.Run.watch
+
+    def held_watch(self, processor):
+        watched = watch(self, processor)
+        return Held(watched, self) if taken("page-hold", "run") else watched
+
+    module.Run.watch = held_watch
+
+
 def patch_sandbox(module) -> None:
     """The zygote starts with none of the worker's environment: given the faults' folder, so that
     it imports this file and patches its decoder too."""
@@ -138,7 +163,7 @@ def patch_sandbox(module) -> None:
 
 PATCHES = {"eden_serve.serving.services": patch_services, "eden_serve.serving.replies": patch_replies,
            "eden_serve.sandbox.decoder": patch_decoder, "eden_serve.sandbox.kept": patch_decoder, "eden_serve.edge": patch_edge,
-           "eden_serve.media.sandboxed": patch_sandbox}
+           "eden_serve.media.sandboxed": patch_sandbox, "eden_serve.page.runs": patch_page_runs}
 
 
 class Patcher(importlib.abc.MetaPathFinder):

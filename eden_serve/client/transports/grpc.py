@@ -11,6 +11,7 @@ are generated at setup from TorchServe's own inference.proto (:mod:`.protos`).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Callable
@@ -35,6 +36,9 @@ HTTP_STATUS = {"PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "NOT_FOUND": 40
 
 def _modules():
     """grpc and the generated messages, or a clear error saying how to get them."""
+    # gRPC's core wrote its own lines to stderr (a failed TLS handshake at INFO) beside the
+    # command's one line; a verbosity the user set is kept.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         import grpc
     except ImportError:

@@ -22,12 +22,14 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ...errors import BadInputError, ServerError, TransientError, connection_failure, error_from_document
 from ...media.planes import PlaneFormat, Planes
-from ...wire.answers import STREAMED, StreamedAnswer, middle_of, whole_answer
+from ...wire.answers import STREAMED, StreamedAnswer, middle_of, most_answer_bytes, whole_answer
 from ...wire.raw import RAW, RawPlanes, loopback, whole_raw
 from ..tls import ClientTLS
 from .base import DECODER, ENCODER, WORKFLOW, Transport, cuttable, refusal_error, sending_for
 
 CONNECT_TIMEOUT = 10.0
+MAX_ANSWER_BYTES = 512 << 20  # as the gRPC transport's messages: above TorchServe's largest answer (its max_response_size)
+READ_BYTES = 1 << 20  # read at a time; each must come within the timeout
 
 
 def _base(url: str, option: str) -> str:
@@ -44,22 +46,37 @@ def _base(url: str, option: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
-def _check(response: requests.Response) -> requests.Response:
-    """The response, or the error it means, looked for in the body rather than the status (docs/serving.md:
-    "Workflow caveat")."""
-    refused = error_from_document(response.content)
+def _read(response: requests.Response, deadline: "_Deadline", most: int, what: str) -> bytes:
+    """The body, within ``deadline``, refused once it goes past ``most`` bytes (``what`` says what
+    takes that many): held whole as it came, a body without end from a broken or hostile server
+    took the client's memory."""
+    deadline.renew()
+    content = bytearray()
+    for data in response.iter_content(chunk_size=READ_BYTES):
+        deadline.renew()
+        content += data
+        if len(content) > most:
+            raise ServerError(502, "bad_answer", f"the answer goes on past {most} bytes, more than {what} (from {response.url})")
+    return bytes(content)
+
+
+def _check(response: requests.Response, deadline: "_Deadline", most: int, what: str) -> bytes:
+    """The body of the response, or the error it means, looked for in the body rather than the
+    status (docs/serving.md: "Workflow caveat")."""
+    content = _read(response, deadline, most, what)
+    refused = error_from_document(content)
     if refused is None and response.status_code < 400:
-        return response
+        return content
     if refused is not None:
         status, kind, message = refused.status, refused.kind, str(refused)
-    elif response.status_code == 413 and not response.content:  # TorchServe's own, before any handler
+    elif response.status_code == 413 and not content:  # TorchServe's own, before any handler
         status, kind = 413, "request_too_large"
         sent = len(response.request.body or b"")
         message = (f"the server refused a request of {sent} bytes as too large: over its max_request_size "
                    "(docs/deploy.md: Capacity); send smaller frames, or a smaller codec to the edge")
     else:
         status, kind = response.status_code, "http_error"
-        message = " ".join(response.content[:300].decode(errors="replace").split()) or response.reason
+        message = " ".join(content[:300].decode(errors="replace").split()) or response.reason
     raise refusal_error(status, kind, f"{message} (HTTP {status} from {response.url})")
 
 
@@ -71,6 +88,9 @@ def _connection_errors(url: str):
         yield
     except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
         raise connection_failure(exc, url) from exc
+    except requests.exceptions.ContentDecodingError as exc:  # the server's fault, not the request's
+        raise ServerError(502, "bad_answer", f"the answer does not decode as its Content-Encoding says "
+                                             f"({' '.join(str(exc).split())[:200]}) (from {url})") from None
     except requests.RequestException as exc:
         raise BadInputError(f"{url}: {type(exc).__name__} ({' '.join(str(exc).split())[:300]})") from None
 
@@ -110,6 +130,41 @@ class _Cuttable(HTTPAdapter):
                 connection.sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Deadline:
+    """The time the next part of an answer's body has to come in (each :data:`READ_BYTES`, and each
+    middle of a streamed answer, renew it), past which the request's connection is cut: the
+    socket's timeout bounds each read alone, and a server that sent a byte now and then held the
+    client for ever. A slow link still moves a MiB within it. One watching thread a request, from
+    its first :meth:`renew` to :meth:`stop`; once stopped, it cuts nothing."""
+
+    def __init__(self, seconds: float, cut: Callable[[], None]):
+        self.seconds, self.cut, self.expired = seconds, cut, False
+        self._changed = threading.Condition()
+        self._end: float | None = None
+        self._stopped = False
+
+    def renew(self) -> None:
+        with self._changed:
+            started, self._end = self._end is not None, time.monotonic() + self.seconds
+        if not started:
+            threading.Thread(target=self._watch, name="eden-http-deadline", daemon=True).start()
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._stopped:
+                left = self._end - time.monotonic()
+                if left <= 0:
+                    self.expired = True
+                    self.cut()
+                    return
+                self._changed.wait(left)
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+
+
 class HttpTransport(Transport):
     """TorchServe's HTTP inference API: the workflow at ``server``, or the encoder at ``cloud`` and
     the DiT+decoder at ``edge``, whose answers stream in chunks (HTTP chunked transfer). Each call is
@@ -145,27 +200,37 @@ class HttpTransport(Transport):
         return session
 
     @contextlib.contextmanager
-    def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[requests.Response]:
-        """The answer to a POST to ``step``'s URL, refusals raised; errors reading it are mapped too."""
+    def _post(self, step: str, headers: dict | None = None, **kwargs) -> Iterator[tuple[requests.Response, _Deadline]]:
+        """The answer to a POST to ``step``'s URL, and the deadline of its body, which its reader
+        starts; errors reading it are mapped too: past the deadline, a timeout (retried)."""
         url = self.urls[step]
         try:
             session = self._idle.get_nowait()
         except queue.Empty:
             session = self._session()
+        cut = session.get_adapter(url).cut
+        deadline = _Deadline(self.timeout[1], cut)
         try:
             # Cut by its run's stop alone: the session is this request's until it goes back to _idle.
-            with cuttable(session.get_adapter(url).cut), _connection_errors(url):
+            with cuttable(cut), _connection_errors(url):
                 # verify per request: a session's would lose to $REQUESTS_CA_BUNDLE.
                 with session.post(url, headers={**self.headers[step], **(headers or {})}, timeout=self.timeout,
                                   verify=self.tls.verify, **kwargs) as response:
-                    yield response
+                    try:
+                        yield response, deadline
+                    except (requests.RequestException, TransientError):
+                        if deadline.expired:
+                            raise TransientError(f"timed out: the answer came slower than a MiB (or a middle) "
+                                                 f"in {deadline.seconds:g} s ({url})") from None
+                        raise
         finally:
+            deadline.stop()
             self._idle.put(session)
 
     def workflow(self, frames: list[bytes], form: dict[str, str], pairs: int, size: tuple[int, int]):
         """The middles of a chunk through the workflow, the bytes sent and the bytes received."""
-        with self._post("workflow", files=_files(frames, form)) as response:
-            content = _check(response).content
+        with self._post("workflow", files=_files(frames, form), stream=True) as (response, deadline):
+            content = _check(response, deadline, most_answer_bytes(pairs, size), _middles(pairs, size))
             return whole_answer(content, pairs, size, f"(from {response.url})"), len(response.request.body), len(content)
 
     def ask_cloud(self, frames: list[bytes], form: dict[str, str], first_byte: Callable[[float], None] | None = None,
@@ -173,11 +238,11 @@ class HttpTransport(Transport):
         """The answer's body is read in a ``turn()`` (the link's, in chunk order): until then TCP's
         flow control holds it at the cloud, all but what the receive buffer takes, so that it does
         not share the link with the payload before it."""
-        with self._post("encoder", files=_files(frames, form), stream=True) as response:
+        with self._post("encoder", files=_files(frames, form), stream=True) as (response, deadline):
             with turn() if turn is not None else contextlib.nullcontext():
                 if first_byte is not None:
                     first_byte(time.perf_counter())
-                return _check(response).content, len(response.request.body)
+                return _check(response, deadline, MAX_ANSWER_BYTES, "the largest answer TorchServe sends"), len(response.request.body)
 
     def ask_edge(self, payload: bytes, first: int, pairs: int, size: tuple[int, int],
                  deliver: Callable[[int, Image.Image], None]) -> int:
@@ -189,10 +254,10 @@ class HttpTransport(Transport):
             headers["X-Eden-Answer"] = "raw" if planes is None else (f"yuv:{planes.matrix}:{'full' if planes.full else 'limited'}"
                                                                      f"{':left' if planes.left else ''}")
         deliver = self._as_planes(deliver, planes)
-        with self._post("decoder", headers, data=payload, stream=True) as response:
+        with self._post("decoder", headers, data=payload, stream=True) as (response, deadline):
             content_type = response.headers.get("Content-Type", "").split(";")[0].strip()
             if content_type != STREAMED:  # a refusal, or an edge that does not stream
-                content = _check(response).content
+                content = _check(response, deadline, most_answer_bytes(pairs - first, size, self.raw), _middles(pairs - first, size))
                 where = f"(from {response.url})"
                 if self.raw and content_type == RAW:
                     middles = [middle_of(m) for m in whole_raw(content, pairs - first, size, where)]
@@ -202,13 +267,18 @@ class HttpTransport(Transport):
                     deliver(j, image)
                 return len(content)
             answer = StreamedAnswer(first, pairs, size, f"(from {response.url})", self.raw)
-            received = 0
+            received, renewed = 0, 0
+            deadline.renew()
             for data in response.iter_content(chunk_size=None):
                 received += len(data)
+                if received - renewed >= READ_BYTES:
+                    deadline.renew()
+                    renewed = received
                 for j, image in answer.feed(data):
                     deliver(j, image)
-        if not answer.finish():
-            raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
+                    deadline.renew()
+            if not answer.finish():
+                raise TransientError(f"the answer ended after {answer.next - first} of {pairs - first} middles ({response.url})")
         return received
 
     def _as_planes(self, deliver: Callable[[int, object], None], format: PlaneFormat | None) -> Callable[[int, object], None]:
@@ -231,6 +301,10 @@ class HttpTransport(Transport):
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _middles(pairs: int, size: tuple[int, int]) -> str:
+    return f"{pairs} middle{'s' if pairs > 1 else ''} of {size[0]}x{size[1]} take"
 
 
 def _files(frames: Sequence[bytes], form: dict[str, str]) -> dict:

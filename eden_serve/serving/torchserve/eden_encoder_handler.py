@@ -1,7 +1,14 @@
 """TorchServe handler of eden_encoder.mar, the cloud half: two frames (multipart form) -> wire payload."""
 
-from eden_serve.serving.handler import EdenHandler
-from eden_serve.serving.cloud_service import CloudService
+import os
+import sys
+
+# This archive's own package first: TorchServe puts the model's directory after the PYTHONPATH it
+# was started with, where another eden_serve would be the one imported (docs/serving.md, "Building the archives").
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from eden_serve.serving.handler import EdenHandler  # noqa: E402
+from eden_serve.serving.cloud_service import CloudService  # noqa: E402
 
 
 class EdenEncoderHandler(EdenHandler):
