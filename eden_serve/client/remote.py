@@ -304,14 +304,16 @@ class RemoteVideo(VideoClip):
         except self._error:
             return None
 
-    def _video_packets(self) -> Iterator:
-        """The video's packets, as PyAV's, a page at a time."""
+    def _video_packets(self, hidden: set[int]) -> Iterator:
+        """The video's packets, as PyAV's, a page at a time; the times of those the container discards put in ``hidden``."""
         av = import_av()
         page = self.first
         time_base = page.time_base
         while True:
             for p in page.packets:
                 self._hold(p)
+                if p.discard and p.pts is not None:  # an edit list's: its frame is dropped (Damage.hidden)
+                    hidden.add(p.pts)
                 packet = owned_packet(p.data, av)  # not lent: a frame-threaded decoder let go of mid-stream hung
                 packet.pts, packet.dts, packet.duration, packet.time_base = p.pts, p.dts, p.duration, time_base
                 packet.is_keyframe = p.key  # a packet not marked so, PNG's decoder adds to the picture before it
@@ -347,7 +349,7 @@ class RemoteVideo(VideoClip):
         it names none (its frames are sent)."""
         damage, given = self.damage(), 0
         try:
-            for given, frame in enumerate(self.timed(damage.decoded(None, self.decoder(), self._video_packets()), self.name,
+            for given, frame in enumerate(self.timed(damage.decoded(None, self.decoder(), self._video_packets(damage.hidden)), self.name,
                                                      damage=damage), 1):
                 frame.at = frame.index if damage.untimed else damage.at(frame.raw.pts)
                 yield frame

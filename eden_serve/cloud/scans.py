@@ -52,6 +52,7 @@ class Scan:
     start: Fraction | None  # when the video's first frame is shown, in seconds, as the container states it
     earliest: Fraction | None  # when the file's first stream starts (the container's start time), in seconds
     stated: dict  # where the container states the video ends (:func:`~eden_serve.media.damage.stated_end`)
+    hidden: frozenset[int] = frozenset()  # the time stamps of the frames the container discards (an edit list hides)
 
 
 def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Scan:
@@ -59,7 +60,7 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
     with source.open() as container:
         stream = main_video(container, source.name)
         check_size(stream.width, stream.height, max_pixels, source.name)
-        times, decoded_at, starts, size, count = [], [], [], 0, 0
+        times, decoded_at, starts, size, count, hidden = [], [], [], 0, 0, set()
         try:
             for packet in until_failure(container.demux(stream)):
                 if not packet.size:  # the demuxer ends the stream with an empty packet
@@ -69,6 +70,8 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
                 size += packet.size
                 times.append(packet.pts)
                 decoded_at.append(packet.dts)
+                if packet.is_discard and packet.pts is not None:
+                    hidden.add(packet.pts)
                 if packet.is_keyframe and packet.pts is not None:
                     starts.append(packet.pts)
         except av.error.FFmpegError as exc:
@@ -89,7 +92,7 @@ def _scan(source, max_pixels: int, max_packets: int = Work.source_packets) -> Sc
                     display_matrix(first), aspect, Labels.of(container, stream), dynamic_hdr(stream, first, in_band),
                     marked_alpha(stream), _decoding(context),
                     stream_start(stream), container_start(container),
-                    stated_end(container, stream))
+                    stated_end(container, stream), frozenset(hidden))
 
 
 def _decoding(context) -> dict:

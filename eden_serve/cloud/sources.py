@@ -144,6 +144,9 @@ class SourceVideo:
         if times is None:  # no time stamps to match: count frames from the start
             return self._decode(None, first, count)
         wanted = times[first:first + count]
+        if hidden := [first + i for i, stamp in enumerate(wanted) if stamp in self.scan.hidden]:  # never decoded: refused before the work
+            raise BadInputError(f"frames {first} to {first + count - 1} asked for, but frame {hidden[0]} of {self.source.name} is "
+                                "hidden by its edit list (its container discards it; a local run never shows it)")
         at = bisect.bisect_right(self.scan.starts, wanted[0]) - 1
         frames = self._decode(self.scan.starts[at], first, count, wanted) if at > 0 else None
         return frames or self._decode(None, first, count, wanted)
@@ -282,7 +285,8 @@ class SourceVideo:
                             following = n
                             break
                         dts = decoded_at[n] if decoded_at is not None and n < len(decoded_at) else packet.dts
-                        packets.append(Packet(bytes(packet), packet.pts, dts, packet.duration or 0, packet.is_keyframe, skips(packet)))
+                        packets.append(Packet(bytes(packet), packet.pts, dts, packet.duration or 0, packet.is_keyframe, skips(packet),
+                                              packet.is_discard))
                         size += packet.size
                     n += 1
                 if n is None:

@@ -24,7 +24,7 @@ from ..cloud.scene_cuts import SCENE_THRESHOLD
 from ..config import PRESETS, preset
 from ..edge import PRECISIONS, Acceleration, default_precision
 from ..errors import BadInputError
-from ..media import Frame, save_middle
+from ..media import Frame, check_middle, save_middle
 from ..media.atomic import check_output_directory
 from ..media.decoders import DECODERS
 from ..media.frames import DEFAULT_MAX_PIXELS, check_pair, picture_size, to_pixels
@@ -146,8 +146,10 @@ def _interpolate(args) -> int:
         raise BadInputError(f"interpolate takes two frames or one clip, got {len(args.inputs)} inputs")
     refuse_clip_options(args)
     _refuse_an_input_as_output(args.output, args.inputs)
-    before, after = (Frame(i, f"frame{i}", path=Path(path), max_pixels=args.max_pixels) for i, path in enumerate(args.inputs))
-    check_pair(before.tensor, after.tensor)
+    # Named by their paths, as a clip's frames are by theirs: a refusal says which file.
+    before, after = (Frame(i, shown(path), path=Path(path), max_pixels=args.max_pixels) for i, path in enumerate(args.inputs))
+    check_pair(before.tensor, after.tensor, (before.name, after.name))
+    check_middle(before, after, args.output)  # before the work: a 16-bit grey middle as JPEG
     cloud, edge = load_models(args)
     # At the depth a server answers (16 bits where either frame has more than 8), in the mode of the
     # frame before: the middle a directory clip, or the client, writes of the same pair.

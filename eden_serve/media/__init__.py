@@ -30,7 +30,7 @@ from typing import Iterator
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from .atomic import atomic_output, named, remove_partial, save_image
+from .atomic import atomic_output, check_savable, named, remove_partial, save_image
 from ..errors import BadInputError
 from ..wire.png import PNG_SIGNATURE, with_chunks
 from .animation import ANIMATION_FORMATS, AnimationClip
@@ -73,8 +73,14 @@ class DirectoryClip(Clip):
             entries = list(os.scandir(path))
         except OSError as exc:
             raise BadInputError(f"cannot list {str(path)!r}: {exc.strerror}") from None
-        names = [e.name for e in entries
-                 if e.is_file() and not e.name.startswith(".") and Path(e.name).suffix.lower() in known]
+        images = [e for e in entries if not e.name.startswith(".") and Path(e.name).suffix.lower() in known]
+        # A link to nothing among them is a frame missing, which would shift every frame after it: refused as
+        # an unreadable frame is, where it was left out without a word (an image sequence reader fails on it too).
+        for entry in images:
+            if entry.is_symlink() and not os.path.exists(entry.path):
+                raise BadInputError(f"{entry.path!r} is a symbolic link to nothing ({os.readlink(entry.path)!r}): a frame is "
+                                    "missing; restore its target or remove the link")
+        names = [e.name for e in images if e.is_file()]
         if not names:
             raise BadInputError(f"{str(path)!r} holds no image files")
         self.names = sorted(names, key=natural_key)
@@ -298,6 +304,15 @@ def save_middle(middle, before: Frame, after: Frame, dst: str | Path) -> None:
     if fmt != "PNG" and (lost := lost_in_copy(before.shown_as)):
         warnings.warn(f"{before.path}: its colour chunks {lost} are left out of {dst}: {fmt} has no place for them, and a reader shows the middle "
                       "otherwise than the frame before (as sRGB, or by its ICC profile where it has one)")
+
+
+def check_middle(before: Frame, after: Frame, dst: str | Path) -> None:
+    """Refuses, before a pair's middle is computed, an output whose format cannot hold it
+    (:func:`~.atomic.check_savable`; a 16-bit grey or float pair's as JPEG): a blank middle of the
+    pair's size and depth, put in the mode :func:`save_middle` writes."""
+    _, height, width = before.tensor.shape
+    blank = torch.zeros((height, width, 3), dtype=torch.uint16 if max(before.depth, after.depth) == 16 else torch.uint8)
+    check_savable(matched(blank, before, after), dst)
 
 
 @contextlib.contextmanager

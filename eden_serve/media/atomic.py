@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import os
 import secrets
 import shutil
@@ -196,6 +197,28 @@ def atomic_output(dst: str | Path, directory: bool = False) -> Iterator[Path]:
         raise
 
 
+def _format(dst: Path) -> str:
+    """Pillow's format of an image output, by its extension."""
+    fmt = Image.registered_extensions().get(dst.suffix.lower())
+    if fmt is None:
+        raise BadInputError(f"output {str(dst)!r}: unknown image extension; use e.g. .png")
+    return fmt
+
+
+def check_savable(image: Picture, dst: str | Path) -> None:
+    """Refuses, before the work, what :func:`save_image` could not save as ``dst``'s format, told by
+    one pixel of ``image`` (a stand-in of what will be saved: its mode and depth), saved in memory:
+    a 16-bit grey or float middle as JPEG."""
+    fmt = _format(Path(dst))
+    if isinstance(image, torch.Tensor) and fmt == "PNG" and depth_of(image) == 16:
+        return
+    image = as_image(image).crop((0, 0, 1, 1))
+    try:
+        png_bytes(image) if fmt == "PNG" else image.save(io.BytesIO(), format=fmt)
+    except (OSError, ValueError, KeyError) as exc:
+        raise BadInputError(f"cannot save a {image.mode} image as {fmt} ({exc})") from None
+
+
 def save_image(image: Picture, dst: str | Path, chunks: bytes = b"") -> None:
     """Save atomically; the format follows the extension of ``dst``. RGB pixels (a tensor) are
     written as a directory clip writes them: a 16-bit PNG where they have 16 bits and the output is
@@ -203,9 +226,7 @@ def save_image(image: Picture, dst: str | Path, chunks: bytes = b"") -> None:
     header (a middle: the colour chunks of the frame before it, :attr:`~.base.Frame.shown_as`);
     another format their ICC profile, where it has a place for one, else says it is left out."""
     dst = Path(dst)
-    fmt = Image.registered_extensions().get(dst.suffix.lower())
-    if fmt is None:
-        raise BadInputError(f"output {str(dst)!r}: unknown image extension; use e.g. .png")
+    fmt = _format(dst)
     if isinstance(image, torch.Tensor) and fmt == "PNG" and depth_of(image) == 16:
         with atomic_output(dst) as tmp:
             tmp.write_bytes(with_chunks(png_of(image.numpy()), chunks))

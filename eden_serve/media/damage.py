@@ -60,6 +60,10 @@ class Damage:
         self._ahead: list[int] = []
         self._passed = 0
         self.untimed = False  # a packet without a time stamp was read
+        # The time stamps of packets that a server-side source's pages mark discarded (client/remote.py):
+        # PyAV cannot set a packet's discard flag, so their frames are dropped here as FFmpeg's
+        # decoder drops those of a local file's (decoded all the same, as references).
+        self.hidden: set[int] = set()
         self.size: int | None = None  # the file's bytes (None: not known, a pipe's)
         self.positions: list[int | None] = []  # where the first packets start in it
 
@@ -110,7 +114,7 @@ class Damage:
                 self.untimed = True
             else:
                 heapq.heappush(self._ahead, packet.pts)
-            if packet.is_discard:  # an edit list's: the decoder drops its frame, as it should
+            if packet.is_discard or packet.pts in self.hidden:  # an edit list's: the decoder drops its frame, as it should
                 self.discarded += 1
             elif packet.pts is not None:
                 self.pending.add(packet.pts)
@@ -119,8 +123,8 @@ class Damage:
                     self.positions.append(packet.pos)
                 end = packet.pts + (packet.duration or 0)
                 self.end = end if self.end is None else max(self.end, end)
-            yield from self._seen(decoder.decode(packet))
-        for frame in self._seen(decoder.decode(ending)):  # what the decoder held back that it cannot give is lost: counted by the frames never shown
+            yield from self._seen(self._shown(decoder.decode(packet)))
+        for frame in self._seen(self._shown(decoder.decode(ending))):  # what the decoder held back that it cannot give is lost: counted by the frames never shown
             if frame.time_base is None:  # flushed without the demuxer's last packet, which a failing demuxer did not give
                 frame.time_base = self.stream.time_base
             yield frame
@@ -128,6 +132,10 @@ class Damage:
     def _seen(self, frames: list) -> list:
         self.concealed += [frame.pts for frame in frames if frame.is_corrupt]
         return frames
+
+    def _shown(self, frames: list) -> list:
+        """``frames`` but those of packets marked :attr:`hidden`."""
+        return frames if not self.hidden else [frame for frame in frames if frame.pts not in self.hidden]
 
     def keep(self, pts: int | None, previous: int | None) -> bool:
         """Whether a frame timed ``pts`` (the decoder's stamp) follows the one given before it (timed

@@ -119,6 +119,11 @@ def _bomb(name: str, max_pixels: int | None) -> FrameTooLargeError:
     return FrameTooLargeError(f"{name} declares more than {limit} pixels in its header, over the limit of {max_pixels or limit}")
 
 
+def _unreadable(name: str, source, exc: OSError) -> BadInputError:
+    """A file that cannot be read, named by ``name`` and its path, or by its path alone where that names it (a pair's)."""
+    return BadInputError(f"cannot read {'' if name == str(source) else f'{name} '}{str(source)!r}: {exc.strerror}")
+
+
 @contextlib.contextmanager
 def _opened(source: bytes | str | Path, name: str, max_pixels: int | None = None) -> Iterator[Image.Image]:
     """Image bytes or a file path, opened by Pillow (header only). What goes wrong while the block
@@ -127,7 +132,7 @@ def _opened(source: bytes | str | Path, name: str, max_pixels: int | None = None
     try:
         stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
     except OSError as exc:
-        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
+        raise _unreadable(name, source, exc) from None
     with stream:
         try:
             yield Image.open(stream)
@@ -190,7 +195,7 @@ def is_deep(source: bytes | str | Path, name: str = "frame") -> bool:
     try:
         head = bytes(source[:PNG_HEADER_BYTES]) if isinstance(source, (bytes, bytearray)) else _head(source)
     except OSError as exc:
-        raise BadInputError(f"cannot read {name} {str(source)!r}: {exc.strerror}") from None
+        raise _unreadable(name, source, exc) from None
     stated = png_header(head)
     if stated is not None:
         return stated[2:] in (RGB16, RGBA16, GREY_ALPHA16)
@@ -252,10 +257,10 @@ def load_frame(source: bytes | str | Path, name: str = "frame", max_pixels: int 
     return image_to_tensor(open_image(source, name, max_pixels, max_side))
 
 
-def check_pair(frame0: torch.Tensor, frame1: torch.Tensor) -> None:
+def check_pair(frame0: torch.Tensor, frame1: torch.Tensor, names: tuple[str, str] = ("frame0", "frame1")) -> None:
     if frame0.shape != frame1.shape:
         (_, h0, w0), (_, h1, w1) = frame0.shape, frame1.shape
-        raise BadInputError(f"frames differ in size: frame0 is {w0}x{h0}, frame1 is {w1}x{h1}")
+        raise BadInputError(f"frames differ in size: {names[0]} is {w0}x{h0}, {names[1]} is {w1}x{h1}")
 
 
 def to_pixels(frame: torch.Tensor, depth: int = 8) -> torch.Tensor:

@@ -4,8 +4,10 @@ read from a file in decode order (:class:`PacketReader`), which of them a chunk 
 :func:`decode_chunk`) to exactly the pixels that :class:`~.video.VideoClip` gives, through the same conversion.
 
 Frames are numbered in display order, as VideoClip numbers them: by time stamp, one frame a packet.
-A video whose packets are untimed (raw streams), or which its container discards in part (an edit
-list that starts between key frames), is refused: the frames codec carries those.
+A video whose packets are untimed (raw streams) is refused: the frames codec carries those. Packets
+its container discards (an edit list's hidden frames, leading or trailing) are frames too, numbered
+by their time as the cloud numbers them (:class:`~eden_serve.cloud.scans.Scan`): a chunk never holds one, and the
+decoder, which decodes them all the same, gives theirs outside the chunk's times.
 
 A chunk starts at the last key frame at or before its first frame. From a key frame that opens an
 open GOP, the frames timed before it (its leading pictures) reference the GOP before and may or may
@@ -88,8 +90,9 @@ class PacketReader:
             for packet in demuxed:
                 if not packet.size:  # the demuxer ends a stream with an empty packet
                     continue
-                problem = ("is untimed" if packet.pts is None else "is discarded by its container (an edit list)" if packet.is_discard
-                           else "repeats an earlier time stamp" if packet.pts in seen else None)
+                # A packet whose frame the container discards (an edit list's) is kept, numbered by its time as the
+                # cloud numbers it: the edge's decoder, told nothing of it, gives its frame, which falls outside the chunk's times.
+                problem = "is untimed" if packet.pts is None else "repeats an earlier time stamp" if packet.pts in seen else None
                 if problem:
                     raise BadInputError(f"{self.path}: packet {len(pts)} of its video {problem}, which the bitstream codec does not "
                                         "carry; use the frames codec")

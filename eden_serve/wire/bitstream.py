@@ -316,7 +316,7 @@ class BitstreamKind(Kind):
     carries = BitstreamChunk
     carried = "a BitstreamChunk, made of a video's packets"
     # A chunk the edge decodes to other pixels (another libavcodec), one put together wrong, or one
-    # of a video whose packets the cloud cannot send so (untimed, cut by an edit list): the frames
+    # of a video whose packets the cloud cannot send so (untimed, a decoder not allowed): the frames
     # kind carries it instead (a chunk bad for any kind then fails with the frames kind's answer).
     fallback = FRAMES_CODEC
     fallback_on = frozenset({DigestMismatchError.kind, CodecError.kind, BadInputError.kind})

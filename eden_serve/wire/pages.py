@@ -5,7 +5,8 @@ audio, and the video's own bytes are the cheapest way to carry them.
 A page is ``EDPK``, a version byte, a 4-byte big-endian header length, a JSON header, then the
 stream's extradata and the packets' bytes back to back. The header states the stream's parameters,
 each packet's size, time stamps and key flag (and an audio packet's samples its decoder drops, where
-the demuxer said so), and where the next page starts. :func:`unpack` checks
+the demuxer said so), which packets the container discards (an edit list's hidden frames), and
+where the next page starts. :func:`unpack` checks
 every length and type before it slices a byte: what it returns is plain data, never code.
 """
 
@@ -39,6 +40,7 @@ class Packet:
     duration: int
     key: bool
     skips: tuple[int, int] | None = None  # audio: the samples its decoder drops from the start and the end
+    discard: bool = False  # the container discards its frame: hidden by an edit list, decoded only as a reference
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ def pack(page: Page) -> bytes:
     header = {"stream": page.stream, "extradata": len(page.extradata), "next": page.next,
               "packets": [[len(p.data), p.pts, p.dts, p.duration, p.key, *([list(p.skips)] if p.skips else [])]
                           for p in page.packets]}
+    if any(p.discard for p in page.packets):  # stated only where some are: other pages read as before this key
+        header["discard"] = [i for i, p in enumerate(page.packets) if p.discard]
     text = json.dumps(header, separators=(",", ":")).encode()
     return b"".join([_PREFIX.pack(MAGIC, VERSION, len(text)), text, page.extradata, *(p.data for p in page.packets)])
 
@@ -90,8 +94,9 @@ def unpack(data: bytes) -> Page:
         header = json.loads(data[_PREFIX.size:_PREFIX.size + length])
     except (UnicodeDecodeError, ValueError):
         raise CodecError("packet page: the header is not JSON") from None
-    if not isinstance(header, dict) or set(header) != {"stream", "extradata", "next", "packets"}:
-        raise CodecError("packet page: the header must hold exactly stream, extradata, next and packets")
+    if not isinstance(header, dict) or not {"stream", "extradata", "next", "packets"} <= set(header) <= {
+            "stream", "extradata", "next", "packets", "discard"}:
+        raise CodecError("packet page: the header must hold exactly stream, extradata, next and packets (and discard)")
     stream, packets, extra, following = header["stream"], header["packets"], header["extradata"], header["next"]
     if not isinstance(stream, dict) or not set(stream) <= set(PARAMETERS) or not {"index", "type", "codec", "time_base"} <= set(stream):
         raise CodecError(f"packet page: stream parameters must be among {', '.join(PARAMETERS)}")
@@ -108,11 +113,15 @@ def unpack(data: bytes) -> Page:
         raise CodecError("packet page: extradata and next must be non-negative integers")
     if not isinstance(packets, list) or len(packets) > MAX_PAGE_PACKETS:
         raise CodecError(f"packet page: packets must be a list of at most {MAX_PAGE_PACKETS}")
+    discard = header.get("discard", [])
+    if not isinstance(discard, list) or not all(type(i) is int and 0 <= i < len(packets) for i in discard) or (
+            discard != sorted(set(discard))):
+        raise CodecError("packet page: discard must list packets of the page by their place, ascending, each once")
     offset = _PREFIX.size + length
     if offset + extra > len(data):
         raise CodecError("packet page: the extradata runs past the end")
     extradata, offset = data[offset:offset + extra], offset + extra
-    read = []
+    read, hidden = [], set(discard)
     for i, entry in enumerate(packets):
         if not (isinstance(entry, list) and len(entry) in (5, 6) and type(entry[0]) is int and entry[0] >= 0
                 and type(entry[3]) is int and entry[3] >= 0 and type(entry[4]) is bool and _skips(entry[5:])):
@@ -121,7 +130,7 @@ def unpack(data: bytes) -> Page:
         if offset + size > len(data):
             raise CodecError(f"packet page: packet {i} of {size} bytes runs past the end")
         read.append(Packet(data[offset:offset + size], _stamp(entry[1], "pts"), _stamp(entry[2], "dts"), entry[3], entry[4],
-                           tuple(entry[5]) if len(entry) == 6 else None))
+                           tuple(entry[5]) if len(entry) == 6 else None, i in hidden))
         offset += size
     if offset != len(data):
         raise CodecError(f"packet page: {len(data) - offset} bytes after the last packet")
