@@ -137,7 +137,7 @@ def test_a_closed_standard_stream_ends_a_failed_run_in_one_line(frames, tmp_path
     """Started with standard output or error closed (``>&-``, ``2>&-``), a refused run still exits 2
     (was: a traceback from flushing it, exit 1; with stderr closed, faulthandler's refusal)."""
     missing = tmp_path / "missing.png"
-    assert "cannot read frame0" in one_line(run("interpolate", missing, frames[1], "-o", tmp_path / "x.png", *TINY,
+    assert f"cannot read {str(missing)!r}" in one_line(run("interpolate", missing, frames[1], "-o", tmp_path / "x.png", *TINY,
                                                 shell_redirect=">&-"))
     assert run("interpolate", missing, frames[1], "-o", tmp_path / "x.png", *TINY, shell_redirect="2>&-").returncode == 2
 
