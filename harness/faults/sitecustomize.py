@@ -138,47 +138,37 @@ def patch_decoder(module) -> None:
     module.decode = faulty_decode
 
 
-def patch_page_runs(module) -> None:
-    from eden_serve.clips.processors import Wrapper
-
-    class Held(Wrapper):
-        def __init__(self, inner, run):
-            super().__init__(inner)
-            self.run = run
-
-        def __call__(self, index, frames, seed, arrived=None):
-            if index != 0:
-                self.run.cancel.wait()
-            return self.inner(index, frames, seed, arrived)
-
-    watch = module.Run.watch
-
-    def held_watch(self, processor):
-        watched = watch(self, processor)
-        return Held(watched, self) if taken("page-hold", "run") else watched
-
-    module.Run.watch = held_watch
-
-
 # A held chunk waits for its run's stop this long at most: only so that a test whose signal never
 # comes ends (the run then finishes, and the test fails) rather than hangs.
 HOLD_LIMIT = 600
 
 
-def patch_clip_runs(module) -> None:
-    from dataclasses import replace
-
+def held(processor, cancel, first: int):
+    """``processor`` whose chunks from pair ``first`` on wait until ``cancel`` is set (the run has
+    stopped), or :data:`HOLD_LIMIT` has passed."""
     from eden_serve.clips.processors import Wrapper
 
     class Held(Wrapper):
-        def __init__(self, inner, cancel, first):
-            super().__init__(inner)
-            self.cancel, self.first = cancel, first
-
         def __call__(self, index, frames, seed, arrived=None):
-            if index >= self.first:
-                self.cancel.wait(HOLD_LIMIT)
+            if index >= first:
+                cancel.wait(HOLD_LIMIT)
             return self.inner(index, frames, seed, arrived)
+
+    return Held(processor)
+
+
+def patch_page_runs(module) -> None:
+    watch = module.Run.watch
+
+    def held_watch(self, processor):
+        watched = watch(self, processor)
+        return held(watched, self.cancel, 1) if taken("page-hold", "run") else watched
+
+    module.Run.watch = held_watch
+
+
+def patch_clip_runs(module) -> None:
+    from dataclasses import replace
 
     interpolate_clip = module.interpolate_clip
 
@@ -193,7 +183,7 @@ def patch_clip_runs(module) -> None:
         options = replace(options, **given) if options is not None else module.ClipOptions(**given)
         cancel = options.cancel if options.cancel is not None else threading.Event()  # the one the run sets as it stops
         watch = options.watch
-        holding = lambda processor: Held(processor if watch is None else watch(processor), cancel, first)  # noqa: E731
+        holding = lambda processor: held(processor if watch is None else watch(processor), cancel, first)  # noqa: E731
         return interpolate_clip(src, dst, processor, replace(options, cancel=cancel, watch=holding))
 
     module.interpolate_clip = held_interpolate_clip
